@@ -1,0 +1,87 @@
+/*
+ * log.c - the logger behind pr_err/pr_warn/pr_info/pr_debug.
+ *
+ * One line per call, written with a single write(2) so lines from several
+ * threads never interleave mid-line.
+ */
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static enum gs_log_level current_level = GS_LOG_WARN;
+static int log_fd = 2;
+
+void gs_log_set_level(enum gs_log_level level) { current_level = level; }
+enum gs_log_level gs_log_get_level(void) { return current_level; }
+void gs_log_set_fd(int fd) { log_fd = fd; }
+
+void gs_log_init_from_env(void)
+{
+	const char *v = getenv("GPUSNAP_LOG");
+	if (!v)
+		return;
+	if (!strcasecmp(v, "debug"))
+		current_level = GS_LOG_DEBUG;
+	else if (!strcasecmp(v, "info"))
+		current_level = GS_LOG_INFO;
+	else if (!strcasecmp(v, "warn"))
+		current_level = GS_LOG_WARN;
+	else if (!strcasecmp(v, "error"))
+		current_level = GS_LOG_ERROR;
+}
+
+static const char *level_name(enum gs_log_level level)
+{
+	switch (level) {
+	case GS_LOG_ERROR: return "error";
+	case GS_LOG_WARN: return "warning";
+	case GS_LOG_INFO: return "info";
+	default: return "debug";
+	}
+}
+
+static void emit(enum gs_log_level level, const char *prefix, const char *fmt, va_list ap, int errnum)
+{
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "gpusnap: %s: %s", level_name(level), prefix);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		n = 0;
+	int m = vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	if (m > 0)
+		n = (size_t)(n + m) >= sizeof(line) ? (int)sizeof(line) - 1 : n + m;
+	if (errnum && (size_t)n < sizeof(line) - 2) {
+		int k = snprintf(line + n, sizeof(line) - (size_t)n, ": %s", strerror(errnum));
+		if (k > 0)
+			n = (size_t)(n + k) >= sizeof(line) ? (int)sizeof(line) - 1 : n + k;
+	}
+	if ((size_t)n >= sizeof(line) - 1)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	ssize_t w = write(log_fd, line, (size_t)n);
+	(void)w;
+}
+
+void gs_log(enum gs_log_level level, const char *prefix, const char *fmt, ...)
+{
+	if (level > current_level)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	emit(level, prefix, fmt, ap, 0);
+	va_end(ap);
+}
+
+void gs_log_errno(const char *prefix, const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+	va_start(ap, fmt);
+	emit(GS_LOG_ERROR, prefix, fmt, ap, saved);
+	va_end(ap);
+	errno = saved;
+}

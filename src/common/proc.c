@@ -1,0 +1,147 @@
+/*
+ * proc.c - process facts from /proc (see proc.h).
+ */
+#include "common/proc.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int gs_proc_check(pid_t pid, struct gs_err *err)
+{
+	if (pid <= 0)
+		return gs_fail(err, GS_E_NO_PROCESS, "no such process: %d", (int)pid);
+	if (kill(pid, 0) == 0)
+		return 0;
+	if (errno == EPERM)
+		return gs_fail(err, GS_E_PERMISSION, "permission denied for process %d (run as its user or root)", (int)pid);
+	return gs_fail(err, GS_E_NO_PROCESS, "no such process: %d", (int)pid);
+}
+
+void gs_proc_comm(pid_t pid, char *buf, size_t n)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f || !fgets(buf, (int)n, f)) {
+		snprintf(buf, n, "?");
+	} else {
+		buf[strcspn(buf, "\n")] = '\0';
+	}
+	if (f)
+		fclose(f);
+}
+
+pid_t gs_proc_ppid(pid_t pid)
+{
+	char path[64], line[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t len = fread(line, 1, sizeof(line) - 1, f);
+	fclose(f);
+	line[len] = '\0';
+	/* comm may contain spaces and parentheses: the state follows the last ')' */
+	char *p = strrchr(line, ')');
+	int ppid;
+	char state;
+	if (!p || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
+		return -1;
+	return ppid;
+}
+
+struct pid_pair {
+	pid_t pid, ppid;
+};
+
+int gs_proc_tree(pid_t root, pid_t **out, size_t *count, struct gs_err *err)
+{
+	int rc = gs_proc_check(root, err);
+	if (rc)
+		return rc;
+	DIR *d = opendir("/proc");
+	if (!d)
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot read /proc");
+	struct pid_pair *all = NULL;
+	size_t nall = 0, capall = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		pid_t p = (pid_t)atoi(de->d_name);
+		pid_t pp = gs_proc_ppid(p);
+		if (pp < 0)
+			continue;
+		if (nall == capall) {
+			capall = capall ? capall * 2 : 256;
+			struct pid_pair *na = realloc(all, capall * sizeof(*na));
+			if (!na) {
+				free(all);
+				closedir(d);
+				return gs_fail(err, GS_E_FAILURE, "out of memory");
+			}
+			all = na;
+		}
+		all[nall++] = (struct pid_pair){ p, pp };
+	}
+	closedir(d);
+
+	pid_t *tree = malloc(sizeof(pid_t) * (nall + 1));
+	if (!tree) {
+		free(all);
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	}
+	size_t n = 0;
+	tree[n++] = root;
+	for (size_t head = 0; head < n; head++)
+		for (size_t i = 0; i < nall; i++)
+			if (all[i].ppid == tree[head] && all[i].pid != root)
+				tree[n++] = all[i].pid;
+	free(all);
+	*out = tree;
+	*count = n;
+	return 0;
+}
+
+bool gs_proc_maps_contain(pid_t pid, const char *needle)
+{
+	char path[64], line[4096];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+bool gs_proc_has_open_file(pid_t pid, const char *prefix)
+{
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return false;
+	bool found = false;
+	struct dirent *de;
+	size_t plen = strlen(prefix);
+	while (!found && (de = readdir(d))) {
+		char link[300], target[512];
+		snprintf(link, sizeof(link), "%s/%s", dir, de->d_name);
+		ssize_t len = readlink(link, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		found = strncmp(target, prefix, plen) == 0;
+	}
+	closedir(d);
+	return found;
+}

@@ -1,0 +1,30 @@
+/*
+ * proc.h - facts about Linux processes read from /proc and kill(2):
+ * does a PID exist, may we act on it, its command name, its descendants.
+ */
+#ifndef GPUSNAP_COMMON_PROC_H
+#define GPUSNAP_COMMON_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+
+/* 0 if pid exists and we may signal it; GS_E_NO_PROCESS or GS_E_PERMISSION with err set. */
+int gs_proc_check(pid_t pid, struct gs_err *err);
+/* Short command name (comm), "?" if unreadable. */
+void gs_proc_comm(pid_t pid, char *buf, size_t n);
+/* Parent PID from /proc/PID/stat; -1 if unreadable. */
+pid_t gs_proc_ppid(pid_t pid);
+/*
+ * pid followed by all its descendants, parents before children (breadth first).
+ * *out is malloc'd. Returns 0 or an error code with err set.
+ */
+int gs_proc_tree(pid_t pid, pid_t **out, size_t *count, struct gs_err *err);
+/* True if the process maps a library whose file name contains `needle` (e.g. "libcuda.so"). */
+bool gs_proc_maps_contain(pid_t pid, const char *needle);
+/* True if the process has an open file whose path starts with prefix (e.g. "/dev/nvidia"). */
+bool gs_proc_has_open_file(pid_t pid, const char *prefix);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * util.c - see util.h.
+ */
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+double gs_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double gs_wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *gs_format_bytes(uint64_t bytes, char *buf, size_t n)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)bytes;
+	size_t u = 0;
+	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, n, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, n, "%.2f %s", v, units[u]);
+	return buf;
+}
+
+int gs_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+	if (a > UINT64_MAX - b)
+		return -1;
+	*out = a + b;
+	return 0;
+}
+
+uint64_t gs_round_up(uint64_t v, uint64_t align)
+{
+	if (align == 0)
+		return v;
+	return (v + align - 1) / align * align;
+}
+
+int gs_parse_pid(const char *s, int *pid)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v <= 0 || v > 0x7fffffff)
+		return -1;
+	*pid = (int)v;
+	return 0;
+}

@@ -1,0 +1,62 @@
+/*
+ * driver.h - the CUDA driver reached through dlopen("libcuda.so.1").
+ *
+ * gs_cuda_load() fills one table of function pointers; everything in gpusnap
+ * that talks to the driver goes through that table. Nothing here needs cuda.h
+ * or links the CUDA runtime.
+ */
+#ifndef GPUSNAP_CUDA_DRIVER_H
+#define GPUSNAP_CUDA_DRIVER_H
+
+#include <stdbool.h>
+
+#include "common/err.h"
+#include "cuda/driver_api.h"
+
+struct gs_cuda {
+	void *lib;
+	int driver_version; /* cuDriverGetVersion: 13000 for CUDA 13.0 */
+	bool initialized;   /* cuInit(0) succeeded */
+
+	CUresult (*cuInit)(unsigned int);
+	CUresult (*cuDriverGetVersion)(int *);
+	CUresult (*cuGetErrorName)(CUresult, const char **);
+	CUresult (*cuGetErrorString)(CUresult, const char **);
+	CUresult (*cuGetProcAddress)(const char *, void **, int, cuuint64_t, void *);
+	CUresult (*cuDeviceGetCount)(int *);
+	CUresult (*cuDeviceGet)(CUdevice *, int);
+	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+	CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
+	CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
+	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+
+	/* checkpoint API: NULL when the driver is older than 570 */
+	CUresult (*cuCheckpointProcessGetState)(int, CUprocessState *);
+	CUresult (*cuCheckpointProcessLock)(int, CUcheckpointLockArgs *);
+	CUresult (*cuCheckpointProcessCheckpoint)(int, CUcheckpointCheckpointArgs *);
+	CUresult (*cuCheckpointProcessRestore)(int, CUcheckpointRestoreArgs *);
+	CUresult (*cuCheckpointProcessUnlock)(int, CUcheckpointUnlockArgs *);
+	CUresult (*cuCheckpointProcessGetRestoreThreadId)(int, int *);
+};
+
+/* Hook for the agent, which must reach the real dlsym past its own interposer. */
+extern void *(*gs_cuda_dlsym)(void *handle, const char *name);
+
+/*
+ * Loads libcuda.so.1 (GPUSNAP_LIBCUDA overrides the path, for tests) and
+ * resolves the table. GS_E_NO_DRIVER when the library is absent.
+ */
+int gs_cuda_load(struct gs_cuda *cu, struct gs_err *err);
+/* cuInit(0) once; needed before cuDevice* calls and before a restore. */
+int gs_cuda_init(struct gs_cuda *cu, struct gs_err *err);
+/* Fails with GS_E_DRIVER_OLD unless the checkpoint API is present. */
+int gs_cuda_require_checkpoint(const struct gs_cuda *cu, struct gs_err *err);
+/* "CUDA_ERROR_NOT_READY (device not ready)" for messages. */
+const char *gs_cuda_strerror(const struct gs_cuda *cu, CUresult r, char *buf, size_t n);
+/* Formats a UUID as NVIDIA does: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx */
+void gs_cuda_uuid_format(const CUuuid *u, char *buf, size_t n);
+/* Parses "GPU-..." (prefix optional) into u. Returns 0 or -1. */
+int gs_cuda_uuid_parse(const char *s, CUuuid *u);
+const char *gs_cuda_state_name(CUprocessState s);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * test.h - the tiny unit-test harness used by tests/unit/test_*.c.
+ *
+ * A test file defines functions `static void test_xxx(void)` and lists them
+ * in main() with RUN(test_xxx). Each CHECK counts; a failing CHECK prints
+ * file:line and the expression and marks the test failed. main() returns
+ * TEST_SUMMARY(), which prints "N passed, N failed" for the file's tests
+ * and exits non-zero on any failure.
+ */
+#ifndef GPUSNAP_TEST_H
+#define GPUSNAP_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static int test_current_failed;
+static int tests_passed, tests_failed;
+
+#define CHECK(cond)                                                                      \
+	do {                                                                             \
+		if (!(cond)) {                                                           \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+			test_current_failed = 1;                                         \
+		}                                                                        \
+	} while (0)
+
+#define CHECK_INT(a, b)                                                                               \
+	do {                                                                                          \
+		long long va_ = (long long)(a), vb_ = (long long)(b);                                 \
+		if (va_ != vb_) {                                                                     \
+			fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, #a, va_, #b, vb_); \
+			test_current_failed = 1;                                                      \
+		}                                                                                     \
+	} while (0)
+
+#define CHECK_STR(a, b)                                                                                \
+	do {                                                                                           \
+		const char *sa_ = (a), *sb_ = (b);                                                     \
+		if (!sa_ || !sb_ || strcmp(sa_, sb_)) {                                                \
+			fprintf(stderr, "%s:%d: %s is \"%s\", expected \"%s\"\n", __FILE__, __LINE__, #a, \
+				sa_ ? sa_ : "(null)", sb_ ? sb_ : "(null)");                            \
+			test_current_failed = 1;                                                       \
+		}                                                                                      \
+	} while (0)
+
+#define CHECK_CONTAINS(hay, needle)                                                                     \
+	do {                                                                                            \
+		const char *h_ = (hay), *n_ = (needle);                                                 \
+		if (!h_ || !strstr(h_, n_)) {                                                           \
+			fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,  \
+				h_ ? h_ : "(null)", n_);                                                \
+			test_current_failed = 1;                                                        \
+		}                                                                                       \
+	} while (0)
+
+#define RUN(fn)                                                             \
+	do {                                                                \
+		test_current_failed = 0;                                    \
+		fn();                                                       \
+		if (test_current_failed) {                                  \
+			tests_failed++;                                     \
+			fprintf(stderr, "FAIL %s\n", #fn);                 \
+		} else {                                                    \
+			tests_passed++;                                     \
+			printf("ok   %s\n", #fn);                           \
+		}                                                           \
+	} while (0)
+
+#define TEST_SUMMARY() \
+	(printf("%d passed, %d failed\n", tests_passed, tests_failed), tests_failed ? 1 : 0)
+
+#endif

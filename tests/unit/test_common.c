@@ -1,0 +1,182 @@
+/*
+ * test_common.c - unit tests of src/common: options, sizes, JSON, errors, /proc helpers.
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/json.h"
+#include "common/options.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "test.h"
+
+static void test_parse_size(void)
+{
+	uint64_t v = 0;
+	CHECK_INT(gs_parse_size("40G", &v), 0);
+	CHECK(v == 40ULL << 30);
+	CHECK_INT(gs_parse_size("512MiB", &v), 0);
+	CHECK(v == 512ULL << 20);
+	CHECK_INT(gs_parse_size("7", &v), 0);
+	CHECK(v == 7);
+	CHECK_INT(gs_parse_size("1KB", &v), 0);
+	CHECK(v == 1024);
+	CHECK_INT(gs_parse_size("-1G", &v), -1);
+	CHECK_INT(gs_parse_size("12X", &v), -1);
+	CHECK_INT(gs_parse_size("", &v), -1);
+	CHECK_INT(gs_parse_size("99999999999T", &v), -1);
+}
+
+static void test_options(void)
+{
+	bool json = false, tree = false;
+	double timeout = 0;
+	const char *dir = NULL;
+	struct gs_string_list maps = { 0 };
+	const struct gs_option opts[] = {
+		GS_OPT_BOOL_(0, "json", &json, "json"),
+		GS_OPT_BOOL_('t', "tree", &tree, "tree"),
+		GS_OPT_SECONDS_(0, "timeout", &timeout, "SECONDS", "timeout"),
+		GS_OPT_STRING_('D', "dir", &dir, "DIR", "dir"),
+		GS_OPT_LIST_(0, "map", &maps, "FROM=TO", "map"),
+		GS_OPT_END_(),
+	};
+	char *argv[] = { "resume", "--json", "1234", "--timeout=2.5", "-D", "/tmp/x", "--map", "0=1", "--map=1=0", "-t", NULL };
+	int nargs = 0;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_parse_options(10, argv, opts, 0, &nargs, &err), 0);
+	CHECK(json);
+	CHECK(tree);
+	CHECK(timeout == 2.5);
+	CHECK_STR(dir, "/tmp/x");
+	CHECK_INT(maps.count, 2);
+	CHECK_STR(maps.items[0], "0=1");
+	CHECK_STR(maps.items[1], "1=0");
+	CHECK_INT(nargs, 1);
+	CHECK_STR(argv[0], "1234");
+	gs_string_list_free(&maps);
+
+	char *bad[] = { "suspend", "--nope", NULL };
+	CHECK_INT(gs_parse_options(2, bad, opts, 0, &nargs, &err), GS_E_USAGE);
+	CHECK_CONTAINS(err.msg, "unknown option '--nope'");
+
+	char *badnum[] = { "suspend", "--timeout", "soon", NULL };
+	CHECK_INT(gs_parse_options(3, badnum, opts, 0, &nargs, &err), GS_E_USAGE);
+	CHECK_CONTAINS(err.msg, "expects seconds");
+
+	char *missing[] = { "suspend", "--timeout", NULL };
+	CHECK_INT(gs_parse_options(2, missing, opts, 0, &nargs, &err), GS_E_USAGE);
+	CHECK_CONTAINS(err.msg, "requires a value");
+
+	char *help[] = { "suspend", "-h", NULL };
+	CHECK_INT(gs_parse_options(2, help, opts, 0, &nargs, &err), GS_PARSE_HELP);
+}
+
+static void test_options_stop_at_command(void)
+{
+	bool json = false;
+	const struct gs_option opts[] = { GS_OPT_BOOL_(0, "json", &json, "json"), GS_OPT_END_() };
+	char *argv[] = { "run", "--json", "python3", "--json", "-c", "x", NULL };
+	int nargs = 0;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_parse_options(6, argv, opts, GS_PARSE_STOP_AT_NON_OPTION, &nargs, &err), 0);
+	CHECK(json);
+	CHECK_INT(nargs, 4);
+	CHECK_STR(argv[0], "python3");
+	CHECK_STR(argv[1], "--json");
+	CHECK_STR(argv[3], "x");
+}
+
+static void test_json(void)
+{
+	struct gs_json j;
+	gs_json_init(&j);
+	gs_json_object_begin(&j);
+	gs_json_kv_string(&j, "name", "a\"b\\c\n");
+	gs_json_kv_int(&j, "pid", -5);
+	gs_json_key(&j, "list");
+	gs_json_array_begin(&j);
+	gs_json_uint(&j, 1);
+	gs_json_bool(&j, true);
+	gs_json_null(&j);
+	gs_json_array_end(&j);
+	gs_json_kv_double(&j, "t", 0.25);
+	gs_json_object_end(&j);
+	CHECK_STR(gs_json_finish(&j), "{\"name\":\"a\\\"b\\\\c\\n\",\"pid\":-5,\"list\":[1,true,null],\"t\":0.25}");
+	gs_json_free(&j);
+
+	gs_json_init(&j);
+	gs_json_object_begin(&j);
+	CHECK(gs_json_finish(&j) == NULL); /* unbalanced */
+	gs_json_free(&j);
+}
+
+static void test_errors(void)
+{
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_fail(&err, GS_E_NO_PROCESS, "no such process: %d", 42), GS_E_NO_PROCESS);
+	CHECK_STR(err.msg, "no such process: 42");
+	gs_err_wrap(&err, "suspending %d", 42);
+	CHECK_STR(err.msg, "suspending 42: no such process: 42");
+	CHECK_INT(err.code, GS_E_NO_PROCESS);
+	CHECK_STR(gs_exit_name(GS_E_TIMEOUT), "timeout");
+	CHECK_INT(gs_exit_from_errno(ESRCH), GS_E_NO_PROCESS);
+	CHECK_INT(gs_exit_from_errno(ENOSPC), GS_E_NO_SPACE);
+}
+
+static void test_proc(void)
+{
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_proc_check(getpid(), &err), 0);
+	CHECK_INT(gs_proc_check(0x7ffffff0, &err), GS_E_NO_PROCESS);
+	CHECK_CONTAINS(err.msg, "no such process");
+	CHECK_INT(gs_proc_ppid(getpid()), getppid());
+
+	pid_t child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	pid_t *tree = NULL;
+	size_t n = 0;
+	CHECK_INT(gs_proc_tree(getpid(), &tree, &n, &err), 0);
+	CHECK(n >= 2);
+	CHECK_INT(tree[0], getpid());
+	bool found = false;
+	for (size_t i = 0; i < n; i++)
+		found |= tree[i] == child;
+	CHECK(found);
+	free(tree);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
+static void test_format_bytes(void)
+{
+	char b[32];
+	CHECK_STR(gs_format_bytes(3, b, sizeof(b)), "3 B");
+	CHECK_STR(gs_format_bytes(1536ULL << 20, b, sizeof(b)), "1.50 GiB");
+	CHECK_INT(gs_round_up(5, 4), 8);
+	int pid;
+	CHECK_INT(gs_parse_pid("123", &pid), 0);
+	CHECK_INT(pid, 123);
+	CHECK_INT(gs_parse_pid("12a", &pid), -1);
+	CHECK_INT(gs_parse_pid("0", &pid), -1);
+}
+
+int main(void)
+{
+	RUN(test_parse_size);
+	RUN(test_options);
+	RUN(test_options_stop_at_command);
+	RUN(test_json);
+	RUN(test_errors);
+	RUN(test_proc);
+	RUN(test_format_bytes);
+	return TEST_SUMMARY();
+}
