@@ -4,16 +4,42 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/err.h"
+#include "cli/cli.h"
 #include "common/log.h"
+
+static const struct cli_command commands[] = {
+	{ "suspend", cmd_suspend, "take a CUDA process's GPU state off the GPU (VRAM to zero)" },
+	{ "resume", cmd_resume, "put a suspended process's GPU state back, on the same or another GPU" },
+	{ "state", cmd_state, "show whether a CUDA process is running, locked, suspended or failed" },
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: gpusnap <command> [<options>] [<args>]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(out, "    %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out, "\n'gpusnap <command> -h' shows a command's options; exit codes are listed in README.md.\n");
+}
 
 int main(int argc, char **argv)
 {
 	gs_log_init_from_env();
-	if (argc > 1 && !strcmp(argv[1], "--version")) {
+	if (argc < 2) {
+		usage(stderr);
+		return GS_E_USAGE;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
 		printf("gpusnap %s\n", GPUSNAP_VERSION);
 		return 0;
 	}
-	fprintf(stderr, "usage: gpusnap <command> [<args>]\n");
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "gpusnap: '%s' is not a gpusnap command\n", argv[1]);
+	usage(stderr);
 	return GS_E_USAGE;
 }

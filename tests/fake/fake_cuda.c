@@ -1,5 +1,246 @@
 /*
- * fake_cuda.c - placeholder, replaced by the fake driver (see tests/unit/CMakeLists.txt).
+ * fake_cuda.c - a stand-in for libcuda.so.1 for tests on machines without a
+ * GPU (loaded through GPUSNAP_LIBCUDA). It implements the device queries and
+ * the checkpoint API as a state machine whose state lives in files, so it
+ * persists across gpusnap invocations, like the real driver's does:
+ *
+ *   $FAKE_CUDA_DIR/<pid>   "<state> <gpu-list>"   e.g. "0 0,1" (running, on GPUs 0 and 1)
+ *
+ * A PID without a file is "not a CUDA process". Knobs (environment):
+ *   FAKE_CUDA_GPUS=N            number of GPUs (default 1)
+ *   FAKE_CUDA_GPU<i>_NAME=S     name of GPU i (default "Fake GPU")
+ *   FAKE_CUDA_VERSION=V         cuDriverGetVersion (default 13000)
+ *   FAKE_CUDA_LOCK_BUSY=1       lock never completes: times out (NOT_READY) after the timeout
+ *   FAKE_CUDA_FAIL_CHECKPOINT=PID   checkpoint of PID fails (CUDA_ERROR_UNKNOWN)
+ *   FAKE_CUDA_LOG=PATH          append one line per checkpoint-API call
+ * Built twice: fakecuda (CUDA 13) and fakecuda_old (-DFAKE_CUDA_OLD: no checkpoint API).
  */
-int cuInit(unsigned int flags);
-int cuInit(unsigned int flags) { (void)flags; return 0; }
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int CUresult;
+typedef struct {
+	char bytes[16];
+} CUuuid;
+typedef struct {
+	CUuuid oldUuid, newUuid;
+} Pair;
+typedef struct {
+	Pair *gpuPairs;
+	unsigned gpuPairsCount;
+	char reserved[52 - sizeof(Pair *)];
+	unsigned long long reserved1;
+} RestoreArgs;
+typedef struct {
+	unsigned timeoutMs, reserved0;
+	unsigned long long reserved1[7];
+} LockArgs;
+
+enum { RUNNING = 0, LOCKED = 1, CHECKPOINTED = 2 };
+
+static int ngpus(void)
+{
+	const char *v = getenv("FAKE_CUDA_GPUS");
+	return v ? atoi(v) : 1;
+}
+
+__attribute__((unused)) static void log_call(const char *what, int pid, int rc)
+{
+	const char *path = getenv("FAKE_CUDA_LOG");
+	if (!path)
+		return;
+	FILE *f = fopen(path, "a");
+	if (f) {
+		fprintf(f, "%s %d %d\n", what, pid, rc);
+		fclose(f);
+	}
+}
+
+static int state_path(int pid, char *buf, size_t n)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (!dir)
+		return -1;
+	snprintf(buf, n, "%s/%d", dir, pid);
+	return 0;
+}
+
+__attribute__((unused)) static int load(int pid, int *state, char *gpus, size_t n)
+{
+	char path[512];
+	if (state_path(pid, path, sizeof(path)))
+		return -1;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	gpus[0] = '\0';
+	int ok = fscanf(f, "%d %63s", state, gpus) >= 1;
+	fclose(f);
+	if (!gpus[0])
+		snprintf(gpus, n, "0");
+	return ok ? 0 : -1;
+}
+
+__attribute__((unused)) static void store(int pid, int state, const char *gpus)
+{
+	char path[512];
+	if (state_path(pid, path, sizeof(path)))
+		return;
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%d %s\n", state, gpus);
+		fclose(f);
+	}
+}
+
+static void fake_uuid(int i, CUuuid *u)
+{
+	memset(u->bytes, 0x10 + i, sizeof(u->bytes));
+}
+
+EXPORT CUresult cuInit(unsigned flags) { (void)flags; return ngpus() > 0 ? 0 : 100; }
+EXPORT CUresult cuDriverGetVersion(int *v)
+{
+	const char *e = getenv("FAKE_CUDA_VERSION");
+	*v = e ? atoi(e) : 13000;
+	return 0;
+}
+EXPORT CUresult cuGetErrorName(CUresult r, const char **s)
+{
+	switch (r) {
+	case 1: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+	case 600: *s = "CUDA_ERROR_NOT_READY"; break;
+	case 401: *s = "CUDA_ERROR_ILLEGAL_STATE"; break;
+	default: *s = "CUDA_ERROR_UNKNOWN"; break;
+	}
+	return 0;
+}
+EXPORT CUresult cuGetErrorString(CUresult r, const char **s)
+{
+	*s = r == 600 ? "device not ready" : r == 1 ? "invalid argument" : "unknown error";
+	return 0;
+}
+EXPORT CUresult cuDeviceGetCount(int *n) { *n = ngpus(); return 0; }
+EXPORT CUresult cuDeviceGet(int *d, int i) { *d = i; return i < ngpus() ? 0 : 101; }
+EXPORT CUresult cuDeviceGetName(char *name, int len, int dev)
+{
+	char key[64];
+	snprintf(key, sizeof(key), "FAKE_CUDA_GPU%d_NAME", dev);
+	const char *v = getenv(key);
+	snprintf(name, (size_t)len, "%s", v ? v : "Fake GPU");
+	return 0;
+}
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *u, int dev) { fake_uuid(dev, u); return 0; }
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *b, int dev) { (void)dev; *b = 80ULL << 30; return 0; }
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+	(void)dev;
+	*v = attr == 75 ? 9 : 0;
+	return 0;
+}
+
+#ifndef FAKE_CUDA_OLD
+EXPORT CUresult cuCheckpointProcessGetState(int pid, int *state)
+{
+	char gpus[64];
+	int rc = load(pid, state, gpus, sizeof(gpus)) ? 1 : 0;
+	return rc;
+}
+
+EXPORT CUresult cuCheckpointProcessLock(int pid, LockArgs *args)
+{
+	int st;
+	char gpus[64];
+	int rc;
+	if (load(pid, &st, gpus, sizeof(gpus)))
+		rc = 1;
+	else if (st != RUNNING)
+		rc = 401;
+	else if (getenv("FAKE_CUDA_LOCK_BUSY")) {
+		struct timespec ts = { 0, (long)(args && args->timeoutMs ? (args->timeoutMs > 200 ? 200 : args->timeoutMs) : 200) * 1000000L };
+		nanosleep(&ts, NULL);
+		rc = 600;
+	} else {
+		store(pid, LOCKED, gpus);
+		rc = 0;
+	}
+	log_call("lock", pid, rc);
+	return rc;
+}
+
+EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, void *args)
+{
+	(void)args;
+	int st;
+	char gpus[64];
+	int rc;
+	const char *fail = getenv("FAKE_CUDA_FAIL_CHECKPOINT");
+	if (load(pid, &st, gpus, sizeof(gpus)))
+		rc = 1;
+	else if (st != LOCKED)
+		rc = 401;
+	else if (fail && atoi(fail) == pid)
+		rc = 999;
+	else {
+		store(pid, CHECKPOINTED, gpus);
+		rc = 0;
+	}
+	log_call("checkpoint", pid, rc);
+	return rc;
+}
+
+/* Restore with pairs: every GPU in the process's list must be an old UUID; the state moves to the new GPUs. */
+EXPORT CUresult cuCheckpointProcessRestore(int pid, RestoreArgs *args)
+{
+	int st;
+	char gpus[64], newgpus[64] = "";
+	int rc = 0;
+	if (load(pid, &st, gpus, sizeof(gpus)))
+		rc = 1;
+	else if (st != CHECKPOINTED)
+		rc = 401;
+	else if (args && args->gpuPairsCount) {
+		char copy[64];
+		snprintf(copy, sizeof(copy), "%s", gpus);
+		for (char *tok = strtok(copy, ","); tok && !rc; tok = strtok(NULL, ",")) {
+			CUuuid u;
+			fake_uuid(atoi(tok), &u);
+			int found = -1;
+			for (unsigned i = 0; i < args->gpuPairsCount; i++)
+				if (!memcmp(args->gpuPairs[i].oldUuid.bytes, u.bytes, 16))
+					found = (int)(unsigned char)args->gpuPairs[i].newUuid.bytes[0] - 0x10;
+			if (found < 0 || found >= ngpus())
+				rc = 1;
+			else
+				snprintf(newgpus + strlen(newgpus), sizeof(newgpus) - strlen(newgpus), "%s%d", newgpus[0] ? "," : "", found);
+		}
+	}
+	if (!rc)
+		store(pid, LOCKED, newgpus[0] ? newgpus : gpus);
+	log_call("restore", pid, rc);
+	return rc;
+}
+
+EXPORT CUresult cuCheckpointProcessUnlock(int pid, void *args)
+{
+	(void)args;
+	int st;
+	char gpus[64];
+	int rc;
+	if (load(pid, &st, gpus, sizeof(gpus)))
+		rc = 1;
+	else if (st != LOCKED)
+		rc = 401;
+	else {
+		store(pid, RUNNING, gpus);
+		rc = 0;
+	}
+	log_call("unlock", pid, rc);
+	return rc;
+}
+#endif

@@ -1,0 +1,71 @@
+/*
+ * cli.h - what the subcommands of the gpusnap command share: the command
+ * table entry type, error printing, the driver/NVML session, GPU memory
+ * snapshots for reports, and the progress line.
+ */
+#ifndef GPUSNAP_CLI_CLI_H
+#define GPUSNAP_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "common/json.h"
+#include "common/options.h"
+#include "cuda/driver.h"
+#include "cuda/gpus.h"
+#include "cuda/nvml.h"
+
+struct cli_command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+};
+
+/* Prints "gpusnap: <message>" on stderr and returns err->code. */
+int cli_report_error(const struct gs_err *err);
+/* Parses options; on -h prints usage and returns GS_PARSE_HELP; on errors prints message + usage. */
+int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *const *usage, int flags, int *nargs);
+
+/* The driver and NVML, opened once per command. */
+struct cli_session {
+	struct gs_cuda cu;
+	struct gs_nvml *nvml; /* NULL without NVML */
+	struct gs_gpu *gpus;
+	int ngpus;
+};
+/* Loads the driver (and NVML), cuInit, lists GPUs. Indexes follow nvidia-smi (PCI order). */
+int cli_session_open(struct cli_session *s, struct gs_err *err);
+void cli_session_close(struct cli_session *s);
+
+/* GPU memory at one moment: per GPU used bytes, per process per GPU bytes. */
+#define CLI_MAX_GPUS 64
+struct cli_vram {
+	bool known;
+	int ngpus;
+	uint64_t gpu_used[CLI_MAX_GPUS];
+};
+void cli_vram_read(struct cli_session *s, struct cli_vram *v);
+/* Bytes held by pid on all GPUs; *on_gpu gets a bitmask of GPUs where it holds memory. */
+uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mask);
+
+/* A progress line on a terminal for operations that take over a second. */
+struct cli_progress;
+struct cli_progress *cli_progress_start(const char *what);
+void cli_progress_stop(struct cli_progress *p);
+
+/* Resolves PID (and with `tree` its descendants) to the CUDA processes to act on. */
+int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **pids, int *n, struct gs_err *err);
+
+/* Records of suspended processes: the GPUs they used, for --map coverage checks on resume. */
+int cli_record_suspend(struct cli_session *s, pid_t pid, uint64_t gpu_mask);
+/* Fills used[] (up to max) with the UUIDs recorded at suspend; returns count, or -1 if unknown. */
+int cli_recorded_gpus(pid_t pid, CUuuid *used, int max);
+void cli_forget_suspend(pid_t pid);
+
+int cmd_suspend(int argc, char **argv);
+int cmd_resume(int argc, char **argv);
+int cmd_state(int argc, char **argv);
+
+#endif

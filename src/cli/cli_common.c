@@ -1,0 +1,204 @@
+/*
+ * cli_common.c - helpers shared by the subcommands (see cli.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "cuda/checkpoint.h"
+
+int cli_report_error(const struct gs_err *err)
+{
+	fprintf(stderr, "gpusnap: %s\n", err->msg[0] ? err->msg : gs_exit_name(err->code));
+	return err->code ? err->code : GS_E_FAILURE;
+}
+
+int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *const *usage, int flags, int *nargs)
+{
+	struct gs_err err = { 0 };
+	int rc = gs_parse_options(argc, argv, opts, flags, nargs, &err);
+	if (rc == GS_PARSE_HELP) {
+		gs_print_usage(stdout, usage, opts);
+		return rc;
+	}
+	if (rc) {
+		fprintf(stderr, "gpusnap %s: %s\n", argv[0], err.msg);
+		gs_print_usage(stderr, usage, opts);
+	}
+	return rc;
+}
+
+int cli_session_open(struct cli_session *s, struct gs_err *err)
+{
+	memset(s, 0, sizeof(*s));
+	/* nvidia-smi's numbering, whatever the caller's environment says */
+	setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	int rc = gs_cuda_load(&s->cu, err);
+	if (rc)
+		return rc;
+	if ((rc = gs_cuda_init(&s->cu, err)))
+		return rc;
+	if ((rc = gs_gpus_list(&s->cu, &s->gpus, &s->ngpus, err)))
+		return rc;
+	s->nvml = gs_nvml_open();
+	return 0;
+}
+
+void cli_session_close(struct cli_session *s)
+{
+	gs_nvml_close(s->nvml);
+	free(s->gpus);
+	s->nvml = NULL;
+	s->gpus = NULL;
+}
+
+void cli_vram_read(struct cli_session *s, struct cli_vram *v)
+{
+	memset(v, 0, sizeof(*v));
+	if (!s->nvml)
+		return;
+	struct gs_nvml_gpu g[CLI_MAX_GPUS];
+	int n = gs_nvml_gpus(s->nvml, g, CLI_MAX_GPUS);
+	v->ngpus = n < CLI_MAX_GPUS ? n : CLI_MAX_GPUS;
+	for (int i = 0; i < v->ngpus; i++)
+		v->gpu_used[i] = g[i].used_bytes;
+	v->known = v->ngpus > 0;
+}
+
+uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mask)
+{
+	uint64_t total = 0;
+	if (on_gpu_mask)
+		*on_gpu_mask = 0;
+	for (int i = 0; i < s->ngpus && i < CLI_MAX_GPUS; i++) {
+		uint64_t b = 0;
+		if (gs_nvml_process_bytes(s->nvml, (unsigned)i, pid, &b) && b) {
+			total += b;
+			if (on_gpu_mask)
+				*on_gpu_mask |= 1ULL << i;
+		}
+	}
+	return total;
+}
+
+struct cli_progress {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop, printed;
+	const char *what;
+	double start;
+};
+
+static void *progress_main(void *arg)
+{
+	struct cli_progress *p = arg;
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&p->cond, &p->lock, &ts);
+		double el = gs_now() - p->start;
+		if (!p->stop && el >= 1.0) {
+			int phase = __atomic_load_n(&gs_ckpt_current_phase, __ATOMIC_RELAXED);
+			fprintf(stderr, "\r\033[Kgpusnap: %s: %s %.1f s", p->what, gs_ckpt_phase_name((enum gs_ckpt_phase)phase), el);
+			fflush(stderr);
+			p->printed = true;
+		}
+	}
+	if (p->printed)
+		fprintf(stderr, "\r\033[K");
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+struct cli_progress *cli_progress_start(const char *what)
+{
+	if (!isatty(2))
+		return NULL;
+	struct cli_progress *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->what = what;
+	p->start = gs_now();
+	if (pthread_create(&p->thread, NULL, progress_main, p)) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void cli_progress_stop(struct cli_progress *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->thread, NULL);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->cond);
+	free(p);
+}
+
+int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **out, int *nout, struct gs_err *err)
+{
+	int pid;
+	if (gs_parse_pid(pid_arg, &pid))
+		return gs_fail(err, GS_E_USAGE, "'%s' is not a process ID", pid_arg);
+	int rc = gs_proc_check(pid, err);
+	if (rc)
+		return rc;
+	if (!tree) {
+		CUprocessState st;
+		if ((rc = gs_ckpt_get_state(&s->cu, pid, &st, err)))
+			return rc;
+		*out = malloc(sizeof(pid_t));
+		if (!*out)
+			return gs_fail(err, GS_E_FAILURE, "out of memory");
+		(*out)[0] = pid;
+		*nout = 1;
+		return 0;
+	}
+	pid_t *all;
+	size_t nall;
+	if ((rc = gs_proc_tree(pid, &all, &nall, err)))
+		return rc;
+	int n = 0;
+	for (size_t i = 0; i < nall; i++) {
+		CUprocessState st;
+		struct gs_err e = { 0 };
+		int r = gs_ckpt_get_state(&s->cu, all[i], &st, &e);
+		if (r == 0)
+			all[n++] = all[i];
+		else if (r != GS_E_NOT_CUDA && r != GS_E_NO_PROCESS) {
+			free(all);
+			*err = e;
+			return r;
+		}
+	}
+	if (n == 0) {
+		free(all);
+		char comm[64];
+		gs_proc_comm(pid, comm, sizeof(comm));
+		return gs_fail(err, GS_E_NOT_CUDA, "no CUDA process in the tree of process %d (%s)", pid, comm);
+	}
+	*out = all;
+	*nout = n;
+	return 0;
+}

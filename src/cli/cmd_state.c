@@ -1,0 +1,81 @@
+/*
+ * cmd_state.c - `gpusnap state PID`: is the process running, locked,
+ * suspended or failed (as the driver sees it), and what GPU memory it holds.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/cli.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "cuda/checkpoint.h"
+
+static const char *const state_usage[] = {
+	"gpusnap state [--json] PID",
+	NULL,
+};
+
+int cmd_state(int argc, char **argv)
+{
+	bool json = false;
+	const struct gs_option opts[] = {
+		GS_OPT_BOOL_(0, "json", &json, "print the state as JSON"),
+		GS_OPT_END_(),
+	};
+	int nargs;
+	int rc = cli_parse(argc, argv, opts, state_usage, 0, &nargs);
+	if (rc)
+		return rc == GS_PARSE_HELP ? 0 : rc;
+	if (nargs != 1) {
+		gs_print_usage(stderr, state_usage, opts);
+		return GS_E_USAGE;
+	}
+	struct gs_err err = { 0 };
+	struct cli_session s;
+	int pid;
+	if (gs_parse_pid(argv[0], &pid)) {
+		gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0]);
+		return cli_report_error(&err);
+	}
+	CUprocessState st;
+	rc = gs_proc_check(pid, &err);
+	if (rc)
+		return cli_report_error(&err);
+	rc = cli_session_open(&s, &err);
+	if (!rc)
+		rc = gs_ckpt_get_state(&s.cu, pid, &st, &err);
+	if (rc) {
+		cli_session_close(&s);
+		return cli_report_error(&err);
+	}
+	uint64_t mask = 0;
+	uint64_t vram = cli_process_vram(&s, pid, &mask);
+	char comm[64];
+	gs_proc_comm(pid, comm, sizeof(comm));
+	if (json) {
+		struct gs_json j;
+		gs_json_init(&j);
+		gs_json_object_begin(&j);
+		gs_json_kv_int(&j, "pid", pid);
+		gs_json_kv_string(&j, "comm", comm);
+		gs_json_kv_string(&j, "state", gs_cuda_state_name(st));
+		gs_json_kv_string(&j, "path", "driver");
+		if (s.nvml)
+			gs_json_kv_uint(&j, "vram_bytes", vram);
+		gs_json_key(&j, "gpus");
+		gs_json_array_begin(&j);
+		for (int g = 0; g < s.ngpus && g < 64; g++)
+			if (mask & (1ULL << g))
+				gs_json_int(&j, g);
+		gs_json_array_end(&j);
+		gs_json_object_end(&j);
+		const char *text = gs_json_finish(&j);
+		if (text)
+			printf("%s\n", text);
+		gs_json_free(&j);
+	} else {
+		printf("%s\n", gs_cuda_state_name(st));
+	}
+	cli_session_close(&s);
+	return 0;
+}

@@ -1,0 +1,22 @@
+/*
+ * process_op.h - the flow that suspend and resume share: resolve the target
+ * processes, read GPU memory before, run the operation with a progress line,
+ * read GPU memory after, report (human or JSON), return the exit code.
+ */
+#ifndef GPUSNAP_CLI_PROCESS_OP_H
+#define GPUSNAP_CLI_PROCESS_OP_H
+
+#include "cli/report.h"
+
+struct process_op {
+	const char *action; /* "suspend" / "resume" */
+	const char *pid_arg;
+	bool tree, json;
+	/* runs the operation on procs[0..n); the targets are already validated as CUDA processes */
+	int (*run)(struct cli_session *s, struct gs_ckpt_proc *procs, int n, void *ctx, struct gs_err *err);
+	void *ctx;
+};
+
+int process_op_execute(const struct process_op *op);
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * report.c - printing suspend/resume outcomes (see report.h).
+ */
+#include "cli/report.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/proc.h"
+#include "common/util.h"
+
+static void print_json(struct cli_session *s, const struct cli_outcome *o)
+{
+	struct gs_json j;
+	gs_json_init(&j);
+	gs_json_object_begin(&j);
+	gs_json_kv_string(&j, "action", o->action);
+	gs_json_kv_string(&j, "path", o->path);
+	gs_json_kv_bool(&j, "ok", o->rc == 0);
+	if (o->rc) {
+		gs_json_kv_int(&j, "exit_code", o->rc);
+		gs_json_kv_string(&j, "error", gs_exit_name(o->rc));
+		gs_json_kv_string(&j, "message", o->err->msg);
+	}
+	gs_json_kv_double(&j, "total_s", o->total_s);
+	gs_json_key(&j, "processes");
+	gs_json_array_begin(&j);
+	for (int i = 0; i < o->nprocs; i++) {
+		const struct gs_ckpt_proc *p = &o->procs[i];
+		char comm[64];
+		gs_proc_comm(p->pid, comm, sizeof(comm));
+		gs_json_object_begin(&j);
+		gs_json_kv_int(&j, "pid", p->pid);
+		gs_json_kv_string(&j, "comm", comm);
+		gs_json_kv_string(&j, "state_before", gs_cuda_state_name(p->state_before));
+		gs_json_kv_string(&j, "state_after", p->state_known ? gs_cuda_state_name(p->state_after) : "unknown");
+		gs_json_key(&j, "times");
+		gs_json_object_begin(&j);
+		if (!strcmp(o->action, "suspend")) {
+			gs_json_kv_double(&j, "lock_s", p->lock_s);
+			gs_json_kv_double(&j, "checkpoint_s", p->checkpoint_s);
+		} else {
+			gs_json_kv_double(&j, "restore_s", p->restore_s);
+			gs_json_kv_double(&j, "unlock_s", p->unlock_s);
+		}
+		gs_json_object_end(&j);
+		if (o->gpus_before.known) {
+			gs_json_kv_uint(&j, "vram_before_bytes", o->vram_before[i]);
+			gs_json_kv_uint(&j, "vram_after_bytes", o->vram_after[i]);
+		}
+		gs_json_object_end(&j);
+	}
+	gs_json_array_end(&j);
+	gs_json_key(&j, "gpus");
+	gs_json_array_begin(&j);
+	for (int g = 0; g < s->ngpus; g++) {
+		gs_json_object_begin(&j);
+		gs_json_kv_int(&j, "index", g);
+		gs_json_kv_string(&j, "uuid", s->gpus[g].uuid_str);
+		gs_json_kv_string(&j, "name", s->gpus[g].name);
+		if (o->gpus_before.known && g < o->gpus_before.ngpus && g < o->gpus_after.ngpus) {
+			gs_json_kv_uint(&j, "used_before_bytes", o->gpus_before.gpu_used[g]);
+			gs_json_kv_uint(&j, "used_after_bytes", o->gpus_after.gpu_used[g]);
+		}
+		gs_json_object_end(&j);
+	}
+	gs_json_array_end(&j);
+	gs_json_object_end(&j);
+	const char *text = gs_json_finish(&j);
+	if (text)
+		printf("%s\n", text);
+	gs_json_free(&j);
+}
+
+static void print_human(struct cli_session *s, const struct cli_outcome *o)
+{
+	bool suspend = !strcmp(o->action, "suspend");
+	for (int i = 0; i < o->nprocs; i++) {
+		const struct gs_ckpt_proc *p = &o->procs[i];
+		char comm[64], b1[32], b2[32];
+		gs_proc_comm(p->pid, comm, sizeof(comm));
+		if (o->rc)
+			printf("%d (%s): %s\n", (int)p->pid, comm, p->state_known ? gs_cuda_state_name(p->state_after) : "state unknown");
+		else if (suspend)
+			printf("suspended %d (%s): lock %.2f s, checkpoint %.2f s", (int)p->pid, comm, p->lock_s, p->checkpoint_s);
+		else
+			printf("resumed %d (%s): restore %.2f s, unlock %.2f s", (int)p->pid, comm, p->restore_s, p->unlock_s);
+		if (!o->rc && o->gpus_before.known)
+			printf("; VRAM %s -> %s", gs_format_bytes(o->vram_before[i], b1, sizeof(b1)),
+			       gs_format_bytes(o->vram_after[i], b2, sizeof(b2)));
+		if (!o->rc)
+			printf("\n");
+	}
+	if (!o->rc && o->gpus_before.known)
+		for (int g = 0; g < o->gpus_before.ngpus && g < s->ngpus; g++) {
+			char b1[32], b2[32];
+			if (o->gpus_before.gpu_used[g] == o->gpus_after.gpu_used[g])
+				continue;
+			printf("GPU %d (%s): used %s -> %s\n", g, s->gpus[g].name,
+			       gs_format_bytes(o->gpus_before.gpu_used[g], b1, sizeof(b1)),
+			       gs_format_bytes(o->gpus_after.gpu_used[g], b2, sizeof(b2)));
+		}
+	if (!o->rc)
+		printf("total %.2f s\n", o->total_s);
+}
+
+void cli_print_outcome(struct cli_session *s, const struct cli_outcome *o, bool json)
+{
+	if (json)
+		print_json(s, o);
+	else
+		print_human(s, o);
+	fflush(stdout);
+}

@@ -1,0 +1,25 @@
+/*
+ * report.h - the outcome of suspend/resume for the user: a short human form
+ * on stdout, or one JSON object with --json (same facts, stable keys).
+ */
+#ifndef GPUSNAP_CLI_REPORT_H
+#define GPUSNAP_CLI_REPORT_H
+
+#include "cli/cli.h"
+#include "cuda/checkpoint.h"
+
+struct cli_outcome {
+	const char *action; /* "suspend" or "resume" */
+	const char *path;   /* "driver" or "agent" */
+	struct gs_ckpt_proc *procs;
+	uint64_t *vram_before, *vram_after; /* per process, bytes */
+	int nprocs;
+	struct cli_vram gpus_before, gpus_after;
+	double total_s;
+	int rc;
+	const struct gs_err *err;
+};
+
+void cli_print_outcome(struct cli_session *s, const struct cli_outcome *o, bool json);
+
+#endif

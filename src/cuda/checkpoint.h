@@ -1,0 +1,55 @@
+/*
+ * checkpoint.h - the driver path: suspend and resume whole processes through
+ * the CUDA driver's checkpoint API (cuCheckpointProcess*), one process or a
+ * set of them (a process tree) treated as one unit.
+ *
+ * Guarantees, which the command line promises its users:
+ * - suspend locks every process before checkpointing any; if any step fails,
+ *   every process is brought back to running (restored and unlocked) and the
+ *   error names the process and the cause;
+ * - resume restores every process before unlocking any; if one restore fails
+ *   the ones already restored are checkpointed again, so the set stays
+ *   suspended and can be resumed again (with a corrected GPU map, say).
+ */
+#ifndef GPUSNAP_CUDA_CHECKPOINT_H
+#define GPUSNAP_CUDA_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "cuda/driver.h"
+
+struct gs_ckpt_proc {
+	pid_t pid;
+	CUprocessState state_before, state_after;
+	bool state_known;
+	double lock_s, checkpoint_s, restore_s, unlock_s;
+};
+
+/* The phase now running, for progress display; written by the driver path, read by any thread. */
+enum gs_ckpt_phase { GS_PHASE_IDLE, GS_PHASE_LOCK, GS_PHASE_CHECKPOINT, GS_PHASE_RESTORE, GS_PHASE_UNLOCK, GS_PHASE_ROLLBACK };
+const char *gs_ckpt_phase_name(enum gs_ckpt_phase p);
+extern volatile int gs_ckpt_current_phase;
+
+/*
+ * Driver state of one process. GS_E_NOT_CUDA when the driver does not know
+ * the process, GS_E_NO_PROCESS / GS_E_PERMISSION from the process check.
+ */
+int gs_ckpt_get_state(struct gs_cuda *cu, pid_t pid, CUprocessState *state, struct gs_err *err);
+
+/* timeout_s: lock timeout, 0 = wait as long as it takes. procs[i].pid set by the caller. */
+int gs_ckpt_suspend(struct gs_cuda *cu, struct gs_ckpt_proc *procs, int n, double timeout_s, struct gs_err *err);
+
+/* pairs may be NULL (same GPUs). */
+int gs_ckpt_resume(struct gs_cuda *cu, struct gs_ckpt_proc *procs, int n, CUcheckpointGpuPair *pairs, unsigned npairs,
+		   struct gs_err *err);
+
+/* The lower-level steps, for callers that interleave their own work (the agent fast path, CRIU). */
+int gs_ckpt_lock(struct gs_cuda *cu, pid_t pid, double timeout_s, double *secs, struct gs_err *err);
+int gs_ckpt_checkpoint(struct gs_cuda *cu, pid_t pid, double *secs, struct gs_err *err);
+int gs_ckpt_restore(struct gs_cuda *cu, pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, double *secs,
+		    struct gs_err *err);
+int gs_ckpt_unlock(struct gs_cuda *cu, pid_t pid, double *secs, struct gs_err *err);
+
+#endif

@@ -1,0 +1,54 @@
+# lib.sh - helpers for the command-line tests (tests/cli/t*.sh), in the
+# spirit of git's test library: each check prints "ok" or "not ok" with its
+# title; test_done prints "N passed, N failed" and sets the exit status.
+# Sourced, not run. Expects GPUSNAP_BIN (set by ctest).
+set -u
+: "${GPUSNAP_BIN:?run through ctest (GPUSNAP_BIN unset)}"
+TEST_PASSED=0
+TEST_FAILED=0
+TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpusnap-test.XXXXXX")
+export GPUSNAP_RUN_DIR="$TEST_TMP/run"
+TEST_PIDS=()
+cleanup_test() {
+  for p in "${TEST_PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done
+  rm -rf "$TEST_TMP"
+}
+trap cleanup_test EXIT
+
+pass() { TEST_PASSED=$((TEST_PASSED + 1)); echo "ok - $1"; }
+fail() { TEST_FAILED=$((TEST_FAILED + 1)); echo "not ok - $1"; shift; [ $# -gt 0 ] && printf '    %s\n' "$@"; }
+
+# run_gpusnap ARGS...: runs the tool, output in $OUT_TXT / $ERR_TXT, exit code in $RC
+run_gpusnap() {
+  OUT_TXT=$TEST_TMP/out
+  ERR_TXT=$TEST_TMP/err
+  RC=0
+  "$GPUSNAP_BIN" "$@" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
+}
+
+# expect TITLE CODE [STDERR_SUBSTRING]: checks the last run_gpusnap
+expect() {
+  local title=$1 code=$2 want=${3:-}
+  if [ "$RC" -ne "$code" ]; then
+    fail "$title" "exit code $RC, expected $code" "stderr: $(cat "$ERR_TXT")" "stdout: $(head -c 400 "$OUT_TXT")"
+  elif [ -n "$want" ] && ! grep -qF -- "$want" "$ERR_TXT" "$OUT_TXT"; then
+    fail "$title" "output lacks '$want'" "stderr: $(cat "$ERR_TXT")" "stdout: $(head -c 400 "$OUT_TXT")"
+  else
+    pass "$title"
+  fi
+}
+
+# check TITLE COMMAND...: passes when COMMAND succeeds
+check() {
+  local title=$1
+  shift
+  if "$@"; then pass "$title"; else fail "$title" "command failed: $*"; fi
+}
+
+test_done() {
+  echo "$TEST_PASSED passed, $TEST_FAILED failed"
+  [ "$TEST_FAILED" -eq 0 ]
+}
+
+# Python 3 validates JSON where it exists; without it the JSON checks skip visibly.
+json_get() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval("d"+sys.argv[2]))' "$@"; }

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# t1001 - suspend/resume/state through the driver path against the fake
+# libcuda (tests/fake/fake_cuda.c): exit codes, messages, rollback, --tree,
+# --map, --json. Real GPU behaviour is tested in tests/gpu.
+. "$(dirname "$0")/lib.sh"
+
+export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
+export FAKE_CUDA_DIR=$TEST_TMP/fake
+export FAKE_CUDA_LOG=$TEST_TMP/calls.log
+mkdir -p "$FAKE_CUDA_DIR"
+
+start_cuda_proc() { # start_cuda_proc GPUS -> sets NEWPID, registered as a running CUDA process on GPUS
+  sleep 300 &
+  NEWPID=$!
+  TEST_PIDS+=("$NEWPID")
+  echo "0 $1" >"$FAKE_CUDA_DIR/$NEWPID"
+}
+fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
+
+# usage and dispatch
+run_gpusnap; expect "no command is a usage error" 2 "usage: gpusnap"
+run_gpusnap frobnicate; expect "unknown command" 2 "'frobnicate' is not a gpusnap command"
+run_gpusnap suspend; expect "suspend without PID" 2 "usage: gpusnap suspend"
+run_gpusnap suspend --bogus 1; expect "unknown option" 2 "unknown option '--bogus'"
+run_gpusnap suspend --timeout soon 1; expect "bad timeout" 2 "expects seconds"
+run_gpusnap suspend abc; expect "PID must be a number" 2 "'abc' is not a process ID"
+run_gpusnap suspend -h; expect "-h prints usage and succeeds" 0 "--timeout SECONDS"
+run_gpusnap --version; expect "--version" 0 "gpusnap "
+
+# processes that cannot be acted on
+run_gpusnap suspend 2147483600; expect "no such process" 3 "no such process: 2147483600"
+sleep 300 & plain=$!; TEST_PIDS+=("$plain")
+run_gpusnap suspend "$plain"; expect "not a CUDA process" 4 "is not a CUDA process"
+run_gpusnap state "$plain"; expect "state of a non-CUDA process" 4 "is not a CUDA process"
+GPUSNAP_LIBCUDA=$TEST_TMP/nonexistent/libcuda.so.1 run_gpusnap suspend "$plain"
+expect "no driver" 7 "no NVIDIA driver"
+GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA_OLD run_gpusnap suspend "$plain"
+expect "driver without checkpoint API" 8 "driver 570 or newer"
+
+# the happy path
+start_cuda_proc 0; p=$NEWPID
+run_gpusnap state "$p"; expect "state running" 0 "running"
+run_gpusnap suspend "$p"; expect "suspend" 0 "suspended $p"
+check "driver state is checkpointed after suspend" [ "$(fake_state "$p")" = 2 ]
+run_gpusnap state "$p"; expect "state suspended" 0 "suspended"
+run_gpusnap suspend "$p"; expect "double suspend" 6 "is already suspended"
+run_gpusnap resume "$p" --json; expect "resume --json" 0
+check "resume JSON is valid and says ok" [ "$(json_get "$OUT_TXT" '["ok"]')" = True ]
+check "resume JSON has restore time" json_get "$OUT_TXT" '["processes"][0]["times"]["restore_s"]'
+check "driver state is running after resume" [ "$(fake_state "$p")" = 0 ]
+run_gpusnap resume "$p"; expect "resume of a running process" 6 "is not suspended"
+run_gpusnap suspend --json "$p"; expect "suspend --json" 0
+check "suspend JSON names the process and states" [ "$(json_get "$OUT_TXT" '["processes"][0]["state_after"]')" = suspended ]
+run_gpusnap state --json "$p"; expect "state --json" 0
+check "state JSON" [ "$(json_get "$OUT_TXT" '["state"]')" = suspended ]
+run_gpusnap resume "$p"; expect "resume again" 0
+
+# lock timeout: the process is left running, nothing else happened to it
+start_cuda_proc 0; p=$NEWPID
+: >"$FAKE_CUDA_LOG"
+FAKE_CUDA_LOCK_BUSY=1 run_gpusnap suspend --timeout 0.1 "$p"
+expect "lock timeout" 9 "timed out"
+check "timeout message says the process keeps running" grep -q "keeps running" "$ERR_TXT"
+check "process still running after a lock timeout" [ "$(fake_state "$p")" = 0 ]
+check "no checkpoint attempted after a lock timeout" bash -c "! grep -q checkpoint '$FAKE_CUDA_LOG'"
+
+# --tree: a non-CUDA parent with two CUDA children, locked all before any checkpoint
+bash -c 'sleep 300 & sleep 300 & wait' & parent=$!; TEST_PIDS+=("$parent")
+for _ in $(seq 50); do [ "$(pgrep -P "$parent" | wc -l)" -ge 2 ] && break; sleep 0.1; done
+kids=($(pgrep -P "$parent")); TEST_PIDS+=("${kids[@]}")
+for k in "${kids[@]}"; do echo "0 0" >"$FAKE_CUDA_DIR/$k"; done
+: >"$FAKE_CUDA_LOG"
+run_gpusnap suspend --tree --json "$parent"; expect "suspend --tree" 0
+check "both children suspended" [ "$(fake_state "${kids[0]}")$(fake_state "${kids[1]}")" = 22 ]
+check "tree JSON lists two processes" [ "$(json_get "$OUT_TXT" '["processes"].__len__()')" = 2 ]
+check "all locks come before any checkpoint" bash -c "awk '{print \$1}' '$FAKE_CUDA_LOG' | tr '\n' ' ' | grep -q '^lock lock checkpoint checkpoint'"
+run_gpusnap resume --tree "$parent"; expect "resume --tree" 0
+check "both children running" [ "$(fake_state "${kids[0]}")$(fake_state "${kids[1]}")" = 00 ]
+run_gpusnap suspend "$parent"; expect "parent alone is not CUDA" 4 "is not a CUDA process"
+
+# --tree rollback: the second checkpoint fails, the first child is brought back to running
+FAKE_CUDA_FAIL_CHECKPOINT=${kids[1]} run_gpusnap suspend --tree "$parent"
+expect "failed checkpoint in a tree" 1 "checkpoint of process ${kids[1]} failed"
+check "rollback left both children running" [ "$(fake_state "${kids[0]}")$(fake_state "${kids[1]}")" = 00 ]
+
+# --map on two GPUs
+export FAKE_CUDA_GPUS=2
+start_cuda_proc 0; p=$NEWPID
+run_gpusnap suspend "$p"; expect "suspend for map" 0
+run_gpusnap resume --map 0=5 "$p"; expect "map to a missing GPU index" 10 "GPU index 5 does not exist"
+run_gpusnap resume --map 0 "$p"; expect "map syntax" 10 "expected FROM=TO"
+run_gpusnap resume --map 0=1 --map 1=1 "$p"; expect "two GPUs onto one" 10 "mapped onto"
+check "process stays suspended after refused maps" [ "$(fake_state "$p")" = 2 ]
+run_gpusnap resume --map 0=1 "$p"; expect "resume onto GPU 1" 0
+check "process moved to GPU 1" grep -q "^0 1$" "$FAKE_CUDA_DIR/$p"
+
+start_cuda_proc 0,1; p=$NEWPID
+run_gpusnap suspend "$p"; expect "suspend two-GPU process" 0
+run_gpusnap resume --map 0=1 "$p"; expect "map not covering a GPU the driver needs" 10 "refused the GPU map"
+check "still suspended after a refused map" [ "$(fake_state "$p")" = 2 ]
+check "message says it stays suspended" grep -q "still suspended" "$ERR_TXT"
+run_gpusnap resume --map 0=1 --map 1=0 "$p"; expect "full map swaps GPUs" 0
+check "GPUs swapped" grep -q "^0 1,0$" "$FAKE_CUDA_DIR/$p"
+
+FAKE_CUDA_GPU1_NAME="Other GPU" run_gpusnap suspend "$p"; expect "suspend before mismatch" 0
+FAKE_CUDA_GPU1_NAME="Other GPU" run_gpusnap resume --map 0=1 --map 1=0 "$p"
+expect "map across GPU types" 12 "different GPU types"
+run_gpusnap resume "$p"; expect "resume without map after mismatch" 0
+
+# permission: another user may not act on our process (needs root to switch user)
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  start_cuda_proc 0; p=$NEWPID
+  chmod 755 "$TEST_TMP"
+  RC=0; setpriv --reuid=65534 --regid=65534 --clear-groups env GPUSNAP_RUN_DIR=/tmp "$GPUSNAP_BIN" suspend "$p" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
+  OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err
+  expect "another user's process" 5 "permission denied"
+else
+  echo "SKIP: permission check needs root and setpriv"
+fi
+
+test_done
