@@ -182,6 +182,9 @@ int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **o
 	int n = 0;
 	for (size_t i = 0; i < nall; i++) {
 		CUprocessState st;
+		/* gpusnap itself has called cuInit and is in the tree when run from it: locking it would deadlock */
+		if (all[i] == getpid())
+			continue;
 		struct gs_err e = { 0 };
 		int r = gs_ckpt_get_state(&s->cu, all[i], &st, &e);
 		if (r == 0)

@@ -79,8 +79,10 @@ static void print_human(struct cli_session *s, const struct cli_outcome *o)
 		const struct gs_ckpt_proc *p = &o->procs[i];
 		char comm[64], b1[32], b2[32];
 		gs_proc_comm(p->pid, comm, sizeof(comm));
-		if (o->rc)
-			printf("%d (%s): %s\n", (int)p->pid, comm, p->state_known ? gs_cuda_state_name(p->state_after) : "state unknown");
+		if (o->rc && p->state_known)
+			printf("%d (%s): %s\n", (int)p->pid, comm, gs_cuda_state_name(p->state_after));
+		else if (o->rc)
+			continue;
 		else if (suspend)
 			printf("suspended %d (%s): lock %.2f s, checkpoint %.2f s", (int)p->pid, comm, p->lock_s, p->checkpoint_s);
 		else

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# run-tests.sh BUILD ASAN_BUILD - what `make test` runs: the unit and
+# command-line tests on the normal build, again under ASan+UBSan, then the GPU
+# suite (which skips with one line where there is no GPU). Prints one total
+# line "N passed, N failed" last; exits non-zero on any failure.
+set -uo pipefail
+build=${1:-build}
+asan=${2:-build-asan}
+jobs=$(nproc 2>/dev/null || echo 2)
+status=0
+passed=0
+failed=0
+skipped=0
+
+run_ctest() { # run_ctest DIR LABEL
+  local log
+  log=$(mktemp)
+  (cd "$1" && ctest --output-on-failure -j "$jobs") 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local total fails skips
+  total=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n1)
+  fails=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -n1)
+  skips=$(grep -c '\*\*\*Skipped\|Not Run' "$log" || true)
+  total=${total:-0}; fails=${fails:-0}
+  passed=$((passed + total - fails - skips))
+  failed=$((failed + fails))
+  skipped=$((skipped + skips))
+  [ "$rc" -eq 0 ] || status=1
+  [ -n "$total" ] && [ "$total" -gt 0 ] || { echo "gpusnap: no tests ran in $1 ($2)"; status=1; }
+  rm -f "$log"
+}
+
+echo "== unit and command-line tests ($build)"
+run_ctest "$build" normal
+
+echo "== the same under AddressSanitizer and UndefinedBehaviorSanitizer ($asan)"
+if cmake -S . -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DGPUSNAP_SANITIZE=ON -DGPUSNAP_GPU_APPS=OFF >/dev/null &&
+   cmake --build "$asan" -j "$jobs" >/dev/null; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest "$asan" asan
+else
+  echo "gpusnap: sanitizer build failed"
+  status=1
+fi
+
+echo "== GPU suite"
+if tests/gpu/run.sh --quick-skip-check; then :; else status=1; fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+exit $status
