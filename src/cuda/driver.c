@@ -5,6 +5,7 @@
 #include "cuda/driver.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,40 @@ int gs_cuda_load(struct gs_cuda *cu, struct gs_err *err)
 	if (cu->cuDriverGetVersion(&cu->driver_version) != CUDA_SUCCESS)
 		cu->driver_version = 0;
 	pr_debug("loaded %s, driver API version %d", path, cu->driver_version);
+	return 0;
+}
+
+int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err)
+{
+	if (cu->memory_api)
+		return 0;
+	if (!cu->cuGetProcAddress)
+		return gs_fail(err, GS_E_DRIVER_OLD, "NVIDIA driver too old: no cuGetProcAddress_v2 (needs CUDA 12 or newer)");
+	static const struct {
+		const char *name;
+		size_t offset;
+	} table[] = {
+#define MEMBER(field) { #field, offsetof(struct gs_cuda, field) }
+		MEMBER(cuCtxGetCurrent), MEMBER(cuCtxSetCurrent), MEMBER(cuCtxGetDevice), MEMBER(cuCtxSynchronize),
+		MEMBER(cuDevicePrimaryCtxRetain), MEMBER(cuStreamCreate), MEMBER(cuStreamDestroy),
+		MEMBER(cuStreamSynchronize), MEMBER(cuEventCreate), MEMBER(cuEventDestroy), MEMBER(cuEventRecord),
+		MEMBER(cuEventQuery), MEMBER(cuEventSynchronize), MEMBER(cuMemcpyDtoHAsync), MEMBER(cuMemcpyHtoDAsync),
+		MEMBER(cuMemcpyDtoH), MEMBER(cuMemHostRegister), MEMBER(cuMemHostUnregister), MEMBER(cuMemAlloc),
+		MEMBER(cuMemFree), MEMBER(cuMemGetInfo), MEMBER(cuMemAddressReserve), MEMBER(cuMemAddressFree),
+		MEMBER(cuMemCreate), MEMBER(cuMemRelease), MEMBER(cuMemMap), MEMBER(cuMemUnmap), MEMBER(cuMemSetAccess),
+		MEMBER(cuMemGetAllocationGranularity),
+#undef MEMBER
+	};
+	int version = cu->driver_version ? cu->driver_version : 12000;
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		void *fn = NULL;
+		int status = 0;
+		CUresult r = cu->cuGetProcAddress(table[i].name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+		if (r != CUDA_SUCCESS || !fn)
+			return gs_fail(err, GS_E_DRIVER_OLD, "NVIDIA driver lacks %s", table[i].name);
+		memcpy((char *)cu + table[i].offset, &fn, sizeof(fn));
+	}
+	cu->memory_api = true;
 	return 0;
 }
 

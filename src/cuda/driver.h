@@ -37,6 +37,38 @@ struct gs_cuda {
 	CUresult (*cuCheckpointProcessRestore)(int, CUcheckpointRestoreArgs *);
 	CUresult (*cuCheckpointProcessUnlock)(int, CUcheckpointUnlockArgs *);
 	CUresult (*cuCheckpointProcessGetRestoreThreadId)(int, int *);
+
+	/* memory and streams, for the agent: filled by gs_cuda_load_memory_api() */
+	bool memory_api;
+	CUresult (*cuCtxGetCurrent)(CUcontext *);
+	CUresult (*cuCtxSetCurrent)(CUcontext);
+	CUresult (*cuCtxGetDevice)(CUdevice *);
+	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+	CUresult (*cuStreamDestroy)(CUstream);
+	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuEventCreate)(CUevent *, unsigned int);
+	CUresult (*cuEventDestroy)(CUevent);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventQuery)(CUevent);
+	CUresult (*cuEventSynchronize)(CUevent);
+	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+	CUresult (*cuMemHostRegister)(void *, size_t, unsigned int);
+	CUresult (*cuMemHostUnregister)(void *);
+	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+	CUresult (*cuMemFree)(CUdeviceptr);
+	CUresult (*cuMemGetInfo)(size_t *, size_t *);
+	CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+	CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
 };
 
 /* Hook for the agent, which must reach the real dlsym past its own interposer. */
@@ -47,6 +79,11 @@ extern void *(*gs_cuda_dlsym)(void *handle, const char *name);
  * resolves the table. GS_E_NO_DRIVER when the library is absent.
  */
 int gs_cuda_load(struct gs_cuda *cu, struct gs_err *err);
+/*
+ * Resolves the memory/stream part of the table through the real
+ * cuGetProcAddress (versioned names as of this driver). GS_E_DRIVER_OLD if any is missing.
+ */
+int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err);
 /* cuInit(0) once; needed before cuDevice* calls and before a restore. */
 int gs_cuda_init(struct gs_cuda *cu, struct gs_err *err);
 /* Fails with GS_E_DRIVER_OLD unless the checkpoint API is present. */

@@ -1,0 +1,78 @@
+/*
+ * agent.h - the state of libgpusnap.so inside the app: the real driver
+ * table, the allocations it made releasable, per-device resources, and
+ * whether the app's data is on the GPU or held in host memory.
+ *
+ * Ownership: one global `struct gs_agent` (gs_agent_get()), created by the
+ * library constructor, never freed (the process may call CUDA until exit).
+ * The state lock orders allocation hooks against suspend/resume: hooks take
+ * it shared... no: hooks run with the gate open only, and suspend closes the
+ * gate first, so hooks and the mover never run at once; the lock protects the
+ * per-device table against concurrent first-use from app threads.
+ */
+#ifndef GPUSNAP_AGENT_AGENT_H
+#define GPUSNAP_AGENT_AGENT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "core/alloc_registry.h"
+#include "core/suballoc.h"
+#include "cuda/driver.h"
+
+#define GS_AGENT_MAX_DEVICES 64
+
+struct gs_agent_device {
+	bool used;
+	int ordinal;
+	CUcontext ctx;       /* the app context first seen allocating on this device; the mover copies in it */
+	uint64_t granularity;
+	struct gs_suballoc *sub;
+	struct gs_agent *agent;
+};
+
+enum gs_agent_state { GS_AGENT_RUNNING = 0, GS_AGENT_SUSPENDED = 1 };
+
+struct gs_agent {
+	struct gs_cuda cu; /* the real driver: never goes through the gate */
+	bool cuda_ready;   /* cu loaded with its memory API */
+	pthread_mutex_t lock;
+	struct gs_agent_device devices[GS_AGENT_MAX_DEVICES];
+	/* allocations the app sees (DEVICE, SUBALLOC, POOL kinds) */
+	struct gs_alloc_registry *allocs;
+	/* slabs of the sub-allocators: kind DEVICE, handle = physical handle, user = device */
+	struct gs_alloc_registry *slabs;
+	enum gs_agent_state state;
+	/* counters for `gpusnap state`: memory the agent cannot release (left to the driver path) */
+	uint64_t unmanaged_allocs, unmanaged_bytes;
+	/* stream-ordered frees waiting for their stream (cuMemFreeAsync) */
+	struct gs_deferred_free *deferred;
+	pthread_mutex_t deferred_lock;
+};
+
+struct gs_agent *gs_agent_get(void);
+
+/* Loads the real driver table on first use (not in the constructor: no CUDA before the app's first call). */
+int gs_agent_cuda(struct gs_agent *a, struct gs_err *err);
+/* The device of the current context, creating its per-device state on first use. */
+struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cuerr);
+
+/* agent_vmm.c: releasable device memory at a fixed virtual address */
+CUresult gs_vmm_alloc(struct gs_agent_device *d, uint64_t size, uint64_t *va, uint64_t *reserved,
+		      CUmemGenericAllocationHandle *handle);
+/* Unmaps and releases the physical memory of [va, va+reserved), keeping the reservation. */
+CUresult gs_vmm_release_physical(struct gs_agent *a, uint64_t va, uint64_t reserved, CUmemGenericAllocationHandle handle);
+/* Creates physical memory on device and maps it at va (after a release). */
+CUresult gs_vmm_recreate_physical(struct gs_agent *a, int device, uint64_t va, uint64_t reserved,
+				  CUmemGenericAllocationHandle *handle);
+/* Releases physical memory and the reservation. */
+CUresult gs_vmm_free(struct gs_agent *a, uint64_t va, uint64_t reserved, CUmemGenericAllocationHandle handle);
+
+/* agent_hooks.c: installs the replacements of the allocation entry points */
+int gs_agent_install_hooks(struct gs_err *err);
+/* Frees the stream-ordered frees whose streams reached them; all of them (after a sync) when `all`. */
+void gs_agent_drain_deferred(struct gs_agent *a, bool all);
+
+#endif
