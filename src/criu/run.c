@@ -160,7 +160,7 @@ int gs_run(char *const argv[], double timeout_s, struct gs_run_result *res, stru
 		if (deadline > 0) {
 			double left = deadline - gs_now();
 			if (left <= 0) {
-				pr_warn("'%s' ran past %.1f s, killing it", argv[0], timeout_s);
+				pr_info("'%s' ran past %.1f s, killing it", argv[0], timeout_s);
 				kill(pid, SIGKILL);
 				while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
 					;
