@@ -26,10 +26,13 @@ fail() {
 }
 
 [ "$(id -u)" = 0 ] || skip "criu needs root"
-[ -x "$app" ] && [ -x "$driver" ] || fail "test apps not built ($app, $driver)"
+if [ ! -x "$app" ] || [ ! -x "$driver" ]; then
+	fail "test apps not built ($app, $driver)"
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/t5001.XXXXXX")
 started=()
+# shellcheck disable=SC2317 # called by the trap
 cleanup() {
 	for p in "${started[@]}"; do
 		# only our counters: the PID is reused by restores, so check the name
@@ -73,7 +76,7 @@ wait_gone() {
 		kill -0 "$1" 2>/dev/null || return 0
 		sleep 0.01
 	done
-	fail "process $1 still exists: $(cat "/proc/$1/status" 2>/dev/null | head -n 3 | tr '\n' ' ')"
+	fail "process $1 still exists: $(head -n 3 "/proc/$1/status" 2>/dev/null | tr '\n' ' ')"
 }
 
 # Line N+1 of LOG must be VALUE+1 and the 10 lines from there consecutive: the
