@@ -97,6 +97,13 @@ download() {
 	mv "$work"/*.deb "$debs"/
 }
 
+# One get-criu at a time per package folder (test runs of two builds may start together).
+mkdir -p "$debs"
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"$debs/.lock"
+	flock 9
+fi
+
 if [ -n "$(missing)" ]; then
 	if [ "$offline" = 1 ]; then
 		say "offline and these packages are not in $debs: $(missing | tr '\n' ' ')"
