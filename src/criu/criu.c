@@ -93,7 +93,7 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 	struct gs_run_result *res = malloc(sizeof(*res));
 	if (!res)
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
-	int rc = gs_run(argv, VERSION_TIMEOUT_S, res, err);
+	int rc = gs_run(argv, VERSION_TIMEOUT_S, 0, res, err);
 	if (rc) {
 		free(res);
 		return gs_fail(err, GS_E_CRIU, "cannot run criu '%s': %s; %s", c->path, err ? err->msg : "?",
@@ -182,7 +182,7 @@ int gs_criu_check(const struct gs_criu *c, struct gs_err *err)
 	struct gs_run_result *res = malloc(sizeof(*res));
 	if (!res)
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
-	int rc = gs_run(argv, CHECK_TIMEOUT_S, res, err);
+	int rc = gs_run(argv, CHECK_TIMEOUT_S, 0, res, err);
 	if (rc) {
 		free(res);
 		return gs_err_wrap(err, "criu check");
@@ -336,7 +336,8 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 		gs_argv_free(&args);
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
 	}
-	rc = gs_run(args.v, o->timeout_s, res, err);
+	/* Images hold the process's memory, which may be secret: owner-only files. */
+	rc = gs_run(args.v, o->timeout_s, GS_RUN_PRIVATE_FILES, res, err);
 	gs_argv_free(&args);
 	if (rc) {
 		free(res);
@@ -450,7 +451,8 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	}
 	/* A second try only when the PID we need is held by a zombie about to be reaped. */
 	for (int attempt = 0;; attempt++) {
-		rc = gs_run(args.v, o->timeout_s, res, err);
+		/* No umask here: restored processes would keep criu's if CRIU did not restore theirs. */
+		rc = gs_run(args.v, o->timeout_s, 0, res, err);
 		if (rc) {
 			gs_argv_free(&args);
 			free(res);

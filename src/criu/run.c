@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,8 +61,10 @@ static void append_output(struct gs_run_result *res, size_t *len, const char *bu
 	res->output[*len] = '\0';
 }
 
-static void child_exec(char *const argv[], char **env, int out_fd, int err_fd)
+static void child_exec(char *const argv[], char **env, int flags, int out_fd, int err_fd)
 {
+	if (flags & GS_RUN_PRIVATE_FILES)
+		umask(077);
 	static const int reset[] = { SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGALRM, SIGUSR1, SIGUSR2 };
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
@@ -92,7 +95,7 @@ fail:;
 	_exit(127);
 }
 
-int gs_run(char *const argv[], double timeout_s, struct gs_run_result *res, struct gs_err *err)
+int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err)
 {
 	memset(res, 0, sizeof(*res));
 	char **env = env_without_preload();
@@ -112,7 +115,7 @@ int gs_run(char *const argv[], double timeout_s, struct gs_run_result *res, stru
 	}
 	pid_t pid = fork();
 	if (pid == 0)
-		child_exec(argv, env, out[1], errp[1]);
+		child_exec(argv, env, flags, out[1], errp[1]);
 	int fork_errno = errno;
 	free(env);
 	close(out[1]);

@@ -12,6 +12,9 @@
 
 #define GS_RUN_OUTPUT_MAX 4096
 
+/* gs_run flags */
+#define GS_RUN_PRIVATE_FILES 1 /* umask 077 in the child: what it creates is readable by its owner only */
+
 struct gs_run_result {
 	int status;     /* waitpid status */
 	bool timed_out; /* killed with SIGKILL after timeout_s */
@@ -26,7 +29,7 @@ struct gs_run_result {
  * limit. Returns 0 when the program ran, whatever its exit status (see res), or
  * GS_E_FAILURE with err set when it could not be started (exec's errno named).
  */
-int gs_run(char *const argv[], double timeout_s, struct gs_run_result *res, struct gs_err *err);
+int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err);
 
 /* "exit status 1", "killed by signal 9" into buf; returns buf. */
 const char *gs_run_status_str(int status, char *buf, unsigned n);

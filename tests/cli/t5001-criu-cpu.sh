@@ -112,6 +112,8 @@ wait_gone "$pid"
 echo "ok: dumped $pid and it is gone"
 grep -qx -- --shell-job "$tmp/img/gpusnap-criu-dump.args" && fail "a session leader was dumped with --shell-job"
 grep -q "Dumping finished successfully" "$tmp/img/dump.log" || fail "dump.log does not say the dump finished"
+open=$(find "$tmp/img" -type f -perm /077)
+[ -z "$open" ] || fail "image files readable by others: $open"
 read -r n value < <(settled "$log")
 [ "$value" -ge 20 ] || fail "counter at $value before the dump"
 

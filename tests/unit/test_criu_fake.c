@@ -297,7 +297,7 @@ static void test_run_plumbing(void)
 	CHECK(fd >= 0);
 	CHECK(dup2(fd, 37) == 37);
 	char *fds[] = { "/bin/sh", "-c", "for f in /proc/$$/fd/*; do echo \"fd ${f##*/}\"; done", NULL };
-	CHECK_INT(gs_run(fds, 10, &res, &err), 0);
+	CHECK_INT(gs_run(fds, 10, 0, &res, &err), 0);
 	CHECK_CONTAINS(res.output, "fd 2\n");
 	CHECK(!strstr(res.output, "fd 37\n"));
 	close(37);
@@ -306,14 +306,14 @@ static void test_run_plumbing(void)
 	/* LD_PRELOAD is not passed on */
 	setenv("LD_PRELOAD", "/nonexistent/libgpusnap.so", 1);
 	char *env[] = { "/bin/sh", "-c", "echo \"[${LD_PRELOAD-unset}] $FAKE_CRIU_MODE\"", NULL };
-	int rc = gs_run(env, 10, &res, &err);
+	int rc = gs_run(env, 10, 0, &res, &err);
 	unsetenv("LD_PRELOAD");
 	CHECK_INT(rc, 0);
 	CHECK_STR(res.output, "[unset] ok\n");
 
 	/* the tail of long output is kept */
 	char *lots[] = { "/bin/sh", "-c", "i=0; while [ $i -lt 3000 ]; do echo line$i; i=$((i+1)); done; exit 3", NULL };
-	CHECK_INT(gs_run(lots, 30, &res, &err), 0);
+	CHECK_INT(gs_run(lots, 30, 0, &res, &err), 0);
 	CHECK(WIFEXITED(res.status) && WEXITSTATUS(res.status) == 3);
 	size_t len = strlen(res.output);
 	CHECK(len > 1000 && len < GS_RUN_OUTPUT_MAX);
@@ -322,12 +322,21 @@ static void test_run_plumbing(void)
 	/* done when the child exits, even while something it started holds the output pipe */
 	char *linger[] = { "/bin/sh", "-c", "sleep 3 & echo started", NULL };
 	double t0 = gs_now();
-	CHECK_INT(gs_run(linger, 10, &res, &err), 0);
+	CHECK_INT(gs_run(linger, 10, 0, &res, &err), 0);
 	CHECK(gs_now() - t0 < 2.0);
 	CHECK_STR(res.output, "started\n");
 
+	/* GS_RUN_PRIVATE_FILES: what the child creates is owner-only */
+	char *um[] = { "/bin/sh", "-c", "umask", NULL };
+	CHECK_INT(gs_run(um, 10, GS_RUN_PRIVATE_FILES, &res, &err), 0);
+	CHECK_STR(res.output, "0077\n");
+	mode_t old = umask(022);
+	CHECK_INT(gs_run(um, 10, 0, &res, &err), 0);
+	CHECK_STR(res.output, "0022\n");
+	umask(old);
+
 	char *missing[] = { "/nonexistent/criu", "--version", NULL };
-	CHECK_INT(gs_run(missing, 10, &res, &err), GS_E_FAILURE);
+	CHECK_INT(gs_run(missing, 10, 0, &res, &err), GS_E_FAILURE);
 	CHECK_CONTAINS(err.msg, "No such file or directory");
 
 	char st[64];
