@@ -1,0 +1,225 @@
+/*
+ * criu_text.c - the parts of driving criu that are only text: reading its version
+ * and its log, and building its command lines (see criu.h). No process is run here,
+ * so all of it is unit-tested without CRIU.
+ */
+#include "criu/criu.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gs_argv_add(struct gs_argv *a, const char *s)
+{
+	if (a->n + 2 > a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 16;
+		char **v = realloc(a->v, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		a->v = v;
+		a->cap = cap;
+	}
+	char *copy = strdup(s);
+	if (!copy)
+		return -1;
+	a->v[a->n++] = copy;
+	a->v[a->n] = NULL;
+	return 0;
+}
+
+void gs_argv_free(struct gs_argv *a)
+{
+	for (size_t i = 0; i < a->n; i++)
+		free(a->v[i]);
+	free(a->v);
+	a->v = NULL;
+	a->n = a->cap = 0;
+}
+
+int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch)
+{
+	const char *p = text ? strstr(text, "Version:") : NULL;
+	if (!p)
+		return -1;
+	p += strlen("Version:");
+	while (*p == ' ' || *p == '\t')
+		p++;
+	int ma, mi, pa = 0, used = 0;
+	if (sscanf(p, "%d.%d%n", &ma, &mi, &used) != 2 || ma < 0 || mi < 0)
+		return -1;
+	p += used;
+	if (*p == '.' && isdigit((unsigned char)p[1]))
+		pa = atoi(p + 1);
+	*major = ma;
+	*minor = mi;
+	*patch = pa;
+	return 0;
+}
+
+/* Errors CRIU logs that do not explain a failure. */
+static bool error_is_noise(const char *msg)
+{
+	static const char *const noise[] = {
+		"Can't setup RLIMIT_NOFILE", /* criu tries to raise its own fd limit; fails in containers */
+		"Dumping FAILED.",
+		"Restoring FAILED.",
+		"Pre-dumping FAILED.",
+	};
+	for (size_t i = 0; i < sizeof(noise) / sizeof(noise[0]); i++)
+		if (strstr(msg, noise[i]))
+			return true;
+	return false;
+}
+
+int gs_criu_log_error(const char *log_text, char *out, size_t n)
+{
+	if (n)
+		out[0] = '\0';
+	if (!log_text || !n)
+		return -1;
+	/*
+	 * "(00.040481) Error (criu/cr-restore.c:1230): Can't fork for 6307: File exists"
+	 * or from a restored task "pie: 6307: Error (criu/pie/restorer.c:...): ...".
+	 * The first one is the cause; the ones after it are its consequences.
+	 */
+	for (const char *line = log_text; *line;) {
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+		const char *found = memmem(line, len, "Error (", 7);
+		if (found) {
+			const char *msg = memchr(found, ')', len - (size_t)(found - line));
+			if (msg && msg + 1 < line + len && msg[1] == ':') {
+				msg += 2;
+				while (msg < line + len && *msg == ' ')
+					msg++;
+				size_t mlen = (size_t)(line + len - msg);
+				while (mlen && (msg[mlen - 1] == ' ' || msg[mlen - 1] == '\r'))
+					mlen--;
+				char buf[512];
+				if (mlen >= sizeof(buf))
+					mlen = sizeof(buf) - 1;
+				memcpy(buf, msg, mlen);
+				buf[mlen] = '\0';
+				if (mlen && !error_is_noise(buf)) {
+					snprintf(out, n, "%s", buf);
+					return 0;
+				}
+			}
+		}
+		if (!end)
+			break;
+		line = end + 1;
+	}
+	return -1;
+}
+
+pid_t gs_criu_log_pid_in_use(const char *log_text)
+{
+	/* clone3 with set_tid fails with EEXIST when the PID is taken. */
+	for (const char *p = log_text; p && (p = strstr(p, "Can't fork for ")); p++) {
+		char *end;
+		long pid = strtol(p + strlen("Can't fork for "), &end, 10);
+		if (pid > 0 && strncmp(end, ": File exists", 13) == 0)
+			return (pid_t)pid;
+	}
+	return -1;
+}
+
+bool gs_criu_needs_shell_job(pid_t pid, pid_t pgrp, pid_t session, int tty_nr)
+{
+	return pgrp != pid || session != pid || tty_nr != 0;
+}
+
+static int add_all(struct gs_argv *out, const char *const *args, struct gs_err *err)
+{
+	for (; args && *args; args++)
+		if (gs_argv_add(out, *args))
+			return gs_fail(err, GS_E_FAILURE, "out of memory building the criu command line");
+	return 0;
+}
+
+#define ADD(...)                                                                     \
+	do {                                                                         \
+		const char *const items_[] = { __VA_ARGS__, NULL };                      \
+		int rc_ = add_all(out, items_, err);                                     \
+		if (rc_) {                                                           \
+			gs_argv_free(out);                                           \
+			return rc_;                                                  \
+		}                                                                    \
+	} while (0)
+
+static const char *tcp_flag(enum gs_criu_tcp tcp)
+{
+	switch (tcp) {
+	case GS_CRIU_TCP_ESTABLISHED:
+		return "--tcp-established";
+	case GS_CRIU_TCP_CLOSE:
+		return "--tcp-close";
+	default:
+		return NULL;
+	}
+}
+
+int gs_criu_dump_args(const struct gs_criu *c, pid_t pid, const char *images_dir, const char *log_path,
+		      const struct gs_criu_dump_opts *o, bool shell_job, struct gs_argv *out, struct gs_err *err)
+{
+	static const struct gs_criu_dump_opts defaults;
+	if (!o)
+		o = &defaults;
+	char pidbuf[24];
+	snprintf(pidbuf, sizeof(pidbuf), "%d", (int)pid);
+	ADD(c->path, "dump", "--tree", pidbuf, "--images-dir", images_dir, "--log-file", log_path, "-v4");
+	if (shell_job)
+		ADD("--shell-job");
+	if (!o->no_file_locks)
+		ADD("--file-locks");
+	if (tcp_flag(o->tcp))
+		ADD(tcp_flag(o->tcp));
+	if (o->leave_running)
+		ADD("--leave-running");
+	if (o->libdir)
+		ADD("--libdir", o->libdir);
+	int rc = add_all(out, o->extra_args, err);
+	if (rc)
+		gs_argv_free(out);
+	return rc;
+}
+
+/* True if `flag` is one whole line of text. */
+static bool has_line(const char *text, const char *flag)
+{
+	size_t fl = strlen(flag);
+	for (const char *p = text; p && (p = strstr(p, flag)); p += fl)
+		if ((p == text || p[-1] == '\n') && (p[fl] == '\n' || p[fl] == '\0'))
+			return true;
+	return false;
+}
+
+int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const char *log_path,
+			 const char *pidfile, const struct gs_criu_restore_opts *o, const char *recorded,
+			 struct gs_argv *out, struct gs_err *err)
+{
+	static const struct gs_criu_restore_opts defaults;
+	if (!o)
+		o = &defaults;
+	ADD(c->path, "restore", "--images-dir", images_dir, "--restore-detached", "--pidfile", pidfile,
+	    "--log-file", log_path, "-v4");
+	if (o->shell_job || has_line(recorded, "--shell-job"))
+		ADD("--shell-job");
+	if (has_line(recorded, "--file-locks"))
+		ADD("--file-locks");
+	enum gs_criu_tcp tcp = o->tcp;
+	if (tcp == GS_CRIU_TCP_REFUSE && has_line(recorded, "--tcp-established"))
+		tcp = GS_CRIU_TCP_ESTABLISHED;
+	if (tcp == GS_CRIU_TCP_REFUSE && has_line(recorded, "--tcp-close"))
+		tcp = GS_CRIU_TCP_CLOSE;
+	if (tcp_flag(tcp))
+		ADD(tcp_flag(tcp));
+	if (o->libdir)
+		ADD("--libdir", o->libdir);
+	int rc = add_all(out, o->extra_args, err);
+	if (rc)
+		gs_argv_free(out);
+	return rc;
+}

@@ -1,0 +1,208 @@
+/*
+ * run.c - fork/exec of a helper with captured output and a time limit (see run.h).
+ *
+ * Between fork and exec the child only calls async-signal-safe functions: the
+ * environment is built before fork, because gpusnap may have threads.
+ */
+#define LOG_PREFIX "run: "
+#include "criu/run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+extern char **environ;
+
+/* environ without LD_PRELOAD; the strings are shared, only the array is malloc'd. */
+static char **env_without_preload(void)
+{
+	size_t n = 0;
+	while (environ && environ[n])
+		n++;
+	char **env = calloc(n + 1, sizeof(*env));
+	if (!env)
+		return NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+			env[k++] = environ[i];
+	env[k] = NULL;
+	return env;
+}
+
+/* Keeps the tail of the output: when full, the older half is dropped. */
+static void append_output(struct gs_run_result *res, size_t *len, const char *buf, size_t n)
+{
+	const size_t cap = sizeof(res->output) - 1;
+	if (n >= cap) {
+		memcpy(res->output, buf + n - cap, cap);
+		*len = cap;
+	} else {
+		if (*len + n > cap) {
+			size_t drop = *len + n - cap;
+			if (drop < *len / 2)
+				drop = *len / 2;
+			memmove(res->output, res->output + drop, *len - drop);
+			*len -= drop;
+		}
+		memcpy(res->output + *len, buf, n);
+		*len += n;
+	}
+	res->output[*len] = '\0';
+}
+
+static void child_exec(char *const argv[], char **env, int flags, int out_fd, int err_fd)
+{
+	if (flags & GS_RUN_PRIVATE_FILES)
+		umask(077);
+	static const int reset[] = { SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGALRM, SIGUSR1, SIGUSR2 };
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	for (size_t i = 0; i < GS_ARRAY_SIZE(reset); i++)
+		sigaction(reset[i], &sa, NULL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+
+	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0)
+		goto fail;
+	/* Everything else of ours closes at exec (err_fd already does, so exec failure can be reported). */
+	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+		long max = sysconf(_SC_OPEN_MAX);
+		if (max < 0 || max > 1 << 20)
+			max = 1 << 20;
+		for (int fd = 3; fd < max; fd++)
+			if (fd != err_fd)
+				fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	execve(argv[0], argv, env);
+fail:;
+	int e = errno;
+	ssize_t w = write(err_fd, &e, sizeof(e));
+	(void)w;
+	_exit(127);
+}
+
+int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err)
+{
+	memset(res, 0, sizeof(*res));
+	char **env = env_without_preload();
+	if (!env)
+		return gs_fail(err, GS_E_FAILURE, "out of memory starting '%s'", argv[0]);
+	int out[2], errp[2];
+	if (pipe2(out, O_CLOEXEC) != 0) {
+		free(env);
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create a pipe for '%s'", argv[0]);
+	}
+	if (pipe2(errp, O_CLOEXEC) != 0) {
+		int e = errno;
+		close(out[0]);
+		close(out[1]);
+		free(env);
+		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot create a pipe for '%s'", argv[0]);
+	}
+	pid_t pid = fork();
+	if (pid == 0)
+		child_exec(argv, env, flags, out[1], errp[1]);
+	int fork_errno = errno;
+	free(env);
+	close(out[1]);
+	close(errp[1]);
+	if (pid < 0) {
+		close(out[0]);
+		close(errp[0]);
+		return gs_fail_errno(err, GS_E_FAILURE, fork_errno, "cannot fork to run '%s'", argv[0]);
+	}
+
+	/* exec succeeded when the CLOEXEC pipe closes without data. */
+	int exec_errno = 0;
+	ssize_t r;
+	do
+		r = read(errp[0], &exec_errno, sizeof(exec_errno));
+	while (r < 0 && errno == EINTR);
+	close(errp[0]);
+	if (r == (ssize_t)sizeof(exec_errno)) {
+		close(out[0]);
+		while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
+			;
+		return gs_fail_errno(err, GS_E_FAILURE, exec_errno, "cannot run '%s'", argv[0]);
+	}
+
+	/*
+	 * Wait for the child, not for end-of-file: a process the child started (criu's
+	 * restored tasks before they take their own descriptors) may hold the pipe.
+	 */
+	double deadline = timeout_s > 0 ? gs_now() + timeout_s : 0;
+	size_t len = 0;
+	bool out_open = true, exited = false;
+	char buf[4096];
+	while (!exited) {
+		pid_t w = waitpid(pid, &res->status, WNOHANG);
+		if (w == pid) {
+			exited = true;
+			break;
+		}
+		if (w < 0 && errno != EINTR) {
+			int e = errno;
+			close(out[0]);
+			return gs_fail_errno(err, GS_E_FAILURE, e, "cannot wait for '%s'", argv[0]);
+		}
+		int wait_ms = 50;
+		if (deadline > 0) {
+			double left = deadline - gs_now();
+			if (left <= 0) {
+				pr_info("'%s' ran past %.1f s, killing it", argv[0], timeout_s);
+				kill(pid, SIGKILL);
+				while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
+					;
+				res->timed_out = true;
+				break;
+			}
+			if (left * 1000 < wait_ms)
+				wait_ms = (int)(left * 1000) + 1;
+		}
+		if (!out_open) {
+			poll(NULL, 0, wait_ms);
+			continue;
+		}
+		struct pollfd pfd = { .fd = out[0], .events = POLLIN };
+		int pr = poll(&pfd, 1, wait_ms);
+		if (pr > 0) {
+			r = read(out[0], buf, sizeof(buf));
+			if (r > 0)
+				append_output(res, &len, buf, (size_t)r);
+			else if (r == 0 || (errno != EINTR && errno != EAGAIN))
+				out_open = false;
+		}
+	}
+	/* Whatever is already in the pipe, without waiting for writers that may linger. */
+	if (out_open && fcntl(out[0], F_SETFL, O_NONBLOCK) == 0) {
+		while ((r = read(out[0], buf, sizeof(buf))) > 0)
+			append_output(res, &len, buf, (size_t)r);
+	}
+	close(out[0]);
+	return 0;
+}
+
+const char *gs_run_status_str(int status, char *buf, unsigned n)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, n, "exit status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, n, "killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(buf, n, "wait status 0x%x", (unsigned)status);
+	return buf;
+}

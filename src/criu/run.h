@@ -1,0 +1,37 @@
+/*
+ * run.h - running a helper program (criu) as a child: fork/exec of an argument
+ * vector with no shell, stdin from /dev/null, stdout and stderr captured together,
+ * no descriptor of ours leaked into it, and an optional time limit.
+ */
+#ifndef GPUSNAP_CRIU_RUN_H
+#define GPUSNAP_CRIU_RUN_H
+
+#include <stdbool.h>
+
+#include "common/err.h"
+
+#define GS_RUN_OUTPUT_MAX 4096
+
+/* gs_run flags */
+#define GS_RUN_PRIVATE_FILES 1 /* umask 077 in the child: what it creates is readable by its owner only */
+
+struct gs_run_result {
+	int status;     /* waitpid status */
+	bool timed_out; /* killed with SIGKILL after timeout_s */
+	/* The last GS_RUN_OUTPUT_MAX - 1 bytes of stdout+stderr, NUL-terminated. */
+	char output[GS_RUN_OUTPUT_MAX];
+};
+
+/*
+ * Runs argv[0] (a path; no PATH search) with argv. LD_PRELOAD is dropped from its
+ * environment (a preloaded gpusnap agent must not end up inside criu); signal
+ * mask and the dispositions of the usual signals are reset. timeout_s <= 0: no
+ * limit. Returns 0 when the program ran, whatever its exit status (see res), or
+ * GS_E_FAILURE with err set when it could not be started (exec's errno named).
+ */
+int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err);
+
+/* "exit status 1", "killed by signal 9" into buf; returns buf. */
+const char *gs_run_status_str(int status, char *buf, unsigned n);
+
+#endif

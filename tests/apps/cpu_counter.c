@@ -1,0 +1,58 @@
+/*
+ * cpu_counter.c - a CPU-only test process for dump/restore: every 10 ms it adds one
+ * to a counter kept in its memory and appends the new value as a line to LOGFILE.
+ *
+ *   cpu_counter [--daemon] LOGFILE
+ *
+ * After a restore the next line is the value after the last one written before the
+ * dump, which shows the memory came back (a fresh start would write 1 again). The
+ * file is opened with O_APPEND, so restores after later writes still append. With
+ * --daemon it detaches (fork, setsid: its own session and group leader, parent init)
+ * and prints the daemon's PID; without, it is a shell job of whoever started it.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	int daemon = argc == 3 && strcmp(argv[1], "--daemon") == 0;
+	if (argc != 2 + daemon) {
+		fprintf(stderr, "usage: cpu_counter [--daemon] LOGFILE\n");
+		return 2;
+	}
+	const char *path = argv[1 + daemon];
+	if (daemon) {
+		pid_t pid = fork();
+		if (pid < 0) {
+			perror("fork");
+			return 1;
+		}
+		if (pid > 0) {
+			printf("%d\n", (int)pid);
+			return 0;
+		}
+		setsid();
+	}
+	/* Only what the test means to be dumped: stdio on /dev/null, the log, nothing inherited. */
+	int null = open("/dev/null", O_RDWR);
+	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+		return 1;
+	close_range(3, ~0U, 0);
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return 1;
+	unsigned long long counter = 0;
+	for (;;) {
+		counter++;
+		char line[32];
+		int n = snprintf(line, sizeof(line), "%llu\n", counter);
+		if (write(fd, line, (size_t)n) != n)
+			return 1;
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}

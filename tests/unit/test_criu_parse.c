@@ -1,0 +1,199 @@
+/*
+ * test_criu_parse.c - the text side of driving CRIU, without CRIU: version parsing,
+ * finding the cause of a failure in CRIU's log (past the harmless RLIMIT_NOFILE
+ * line), the PID-in-use case, and the dump/restore command lines.
+ */
+#include <stdlib.h>
+
+#include "criu/criu.h"
+#include "test.h"
+
+static const char dump_log_session[] =
+	"(00.000000) Version: 4.1.1 (gitid 0)\n"
+	"(00.041531) Error (criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted\n"
+	"(00.050000) Seized task 6307, state 1\n"
+	"(00.055690) Error (criu/pstree.c:300): The root process 6307 is not a session leader. Consider using --shell-job option\n"
+	"(00.055812) Error (criu/cr-dump.c:2111): Dumping FAILED.\n";
+
+static const char restore_log_busy[] =
+	"(00.033883) Error (criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted\n"
+	"(00.034700) Forking task with 6101 pid (flags 0x0)\n"
+	"(00.034747) Error (criu/cr-restore.c:1230): Can't fork for 6101: File exists\n"
+	"(00.034782) Error (criu/cr-restore.c:2320): Restoring FAILED.";
+
+static void test_parse_version(void)
+{
+	int ma = -1, mi = -1, pa = -1;
+	CHECK_INT(gs_criu_parse_version("Version: 4.1.1\n", &ma, &mi, &pa), 0);
+	CHECK_INT(ma, 4);
+	CHECK_INT(mi, 1);
+	CHECK_INT(pa, 1);
+	CHECK_INT(gs_criu_parse_version("Version: 4.0\nGitID: v4.0-12-gabcdef\n", &ma, &mi, &pa), 0);
+	CHECK_INT(ma, 4);
+	CHECK_INT(mi, 0);
+	CHECK_INT(pa, 0);
+	CHECK_INT(gs_criu_parse_version("some warning first\nVersion:  3.17.1\n", &ma, &mi, &pa), 0);
+	CHECK_INT(ma, 3);
+	CHECK_INT(mi, 17);
+	CHECK_INT(pa, 1);
+	CHECK_INT(gs_criu_parse_version("Version: 10.12.3-rc1\n", &ma, &mi, &pa), 0);
+	CHECK_INT(ma, 10);
+	CHECK_INT(mi, 12);
+	CHECK_INT(pa, 3);
+	CHECK_INT(gs_criu_parse_version("criu: command not found\n", &ma, &mi, &pa), -1);
+	CHECK_INT(gs_criu_parse_version("Version: four\n", &ma, &mi, &pa), -1);
+	CHECK_INT(gs_criu_parse_version("Version: 4\n", &ma, &mi, &pa), -1);
+	CHECK_INT(gs_criu_parse_version("", &ma, &mi, &pa), -1);
+	CHECK_INT(gs_criu_parse_version(NULL, &ma, &mi, &pa), -1);
+}
+
+static void test_log_error_skips_rlimit_and_summary(void)
+{
+	char out[256];
+	CHECK_INT(gs_criu_log_error(dump_log_session, out, sizeof(out)), 0);
+	CHECK_STR(out, "The root process 6307 is not a session leader. Consider using --shell-job option");
+	CHECK_INT(gs_criu_log_error(restore_log_busy, out, sizeof(out)), 0);
+	CHECK_STR(out, "Can't fork for 6101: File exists");
+}
+
+static void test_log_error_none(void)
+{
+	char out[64] = "stale";
+	const char only_noise[] =
+		"(00.01) Error (criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted\n"
+		"(00.02) Warn  (criu/kerndat.c:1285): Can't keep kdat cache on non-tempfs\n"
+		"(00.03) Error (criu/cr-dump.c:2111): Dumping FAILED.\n";
+	CHECK_INT(gs_criu_log_error(only_noise, out, sizeof(out)), -1);
+	CHECK_STR(out, "");
+	CHECK_INT(gs_criu_log_error("", out, sizeof(out)), -1);
+	CHECK_INT(gs_criu_log_error(NULL, out, sizeof(out)), -1);
+	/* "Error (" without the "):" form is not a CRIU error line */
+	CHECK_INT(gs_criu_log_error("Error (nothing\n", out, sizeof(out)), -1);
+}
+
+static void test_log_error_forms(void)
+{
+	char out[256];
+	/* from a restored task's restorer blob, CRLF, trailing spaces */
+	CHECK_INT(gs_criu_log_error("pie: 6307: Error (criu/pie/restorer.c:1899): Unable to map vma  \r\n", out,
+				    sizeof(out)),
+		  0);
+	CHECK_STR(out, "Unable to map vma");
+	/* the first meaningful error is the cause, not the consequences after it */
+	CHECK_INT(gs_criu_log_error("(1) Error (a.c:1): Can't lookup mount=21 for fd=3 path=/x\n"
+				    "(2) Error (cr-dump.c:1600): Dump files (pid: 9) failed with -1\n",
+				    out, sizeof(out)),
+		  0);
+	CHECK_STR(out, "Can't lookup mount=21 for fd=3 path=/x");
+	/* truncated to the caller's buffer, still terminated */
+	char small[8];
+	CHECK_INT(gs_criu_log_error(dump_log_session, small, sizeof(small)), 0);
+	CHECK_STR(small, "The roo");
+}
+
+static void test_pid_in_use(void)
+{
+	CHECK_INT(gs_criu_log_pid_in_use(restore_log_busy), 6101);
+	CHECK_INT(gs_criu_log_pid_in_use(dump_log_session), -1);
+	CHECK_INT(gs_criu_log_pid_in_use("Error (x.c:1): Can't fork for 77: Operation not permitted\n"), -1);
+	CHECK_INT(gs_criu_log_pid_in_use(NULL), -1);
+}
+
+static void test_needs_shell_job(void)
+{
+	CHECK(!gs_criu_needs_shell_job(100, 100, 100, 0)); /* daemon: own session and group, no tty */
+	CHECK(gs_criu_needs_shell_job(100, 99, 2529, 0));  /* started from a shell script */
+	CHECK(gs_criu_needs_shell_job(100, 100, 2529, 0)); /* own group, shell's session */
+	CHECK(gs_criu_needs_shell_job(100, 100, 100, 34816)); /* leader with a controlling terminal */
+}
+
+static char *joined(const struct gs_argv *a)
+{
+	static char buf[2048];
+	buf[0] = '\0';
+	for (size_t i = 0; i < a->n; i++) {
+		if (i)
+			strcat(buf, " ");
+		strcat(buf, a->v[i]);
+	}
+	return buf;
+}
+
+static void test_dump_args(void)
+{
+	struct gs_criu c = { .path = "/opt/criu/bin/criu" };
+	struct gs_err err = { 0 };
+	struct gs_argv a = { 0 };
+	CHECK_INT(gs_criu_dump_args(&c, 4242, "/img dir", "/img dir/dump.log", NULL, false, &a, &err), 0);
+	CHECK_STR(joined(&a),
+		  "/opt/criu/bin/criu dump --tree 4242 --images-dir /img dir --log-file /img dir/dump.log -v4 --file-locks");
+	/* a path with a space stays one argument: no shell in between */
+	CHECK_INT(a.n, 10);
+	CHECK_STR(a.v[5], "/img dir");
+	CHECK(a.v[a.n] == NULL);
+	gs_argv_free(&a);
+
+	const char *const extra[] = { "--ghost-limit", "64M", NULL };
+	struct gs_criu_dump_opts o = {
+		.leave_running = true,
+		.tcp = GS_CRIU_TCP_CLOSE,
+		.no_file_locks = true,
+		.libdir = "/usr/lib/gpusnap/criu",
+		.extra_args = extra,
+	};
+	CHECK_INT(gs_criu_dump_args(&c, 7, "/i", "/i/dump.log", &o, true, &a, &err), 0);
+	CHECK_STR(joined(&a), "/opt/criu/bin/criu dump --tree 7 --images-dir /i --log-file /i/dump.log -v4 --shell-job "
+			      "--tcp-close --leave-running --libdir /usr/lib/gpusnap/criu --ghost-limit 64M");
+	gs_argv_free(&a);
+
+	o = (struct gs_criu_dump_opts){ .tcp = GS_CRIU_TCP_ESTABLISHED };
+	CHECK_INT(gs_criu_dump_args(&c, 7, "/i", "/i/dump.log", &o, false, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "--file-locks --tcp-established");
+	gs_argv_free(&a);
+	CHECK_INT(a.n, 0);
+	CHECK(a.v == NULL);
+}
+
+static void test_restore_args(void)
+{
+	struct gs_criu c = { .path = "criu" };
+	struct gs_err err = { 0 };
+	struct gs_argv a = { 0 };
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/w/restore.log", "/w/restore.pid", NULL, NULL, &a, &err), 0);
+	CHECK_STR(joined(&a), "criu restore --images-dir /i --restore-detached --pidfile /w/restore.pid --log-file "
+			      "/w/restore.log -v4");
+	gs_argv_free(&a);
+
+	/* the flags the dump recorded come back; look-alikes do not */
+	const char recorded[] = "criu\ndump\n--tree\n5\n--shell-job\n--file-locks\n--tcp-established\n--libdir\n/p\n";
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/i/restore.log", "/i/restore.pid", NULL, recorded, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "-v4 --shell-job --file-locks --tcp-established");
+	CHECK(!strstr(joined(&a), "--libdir"));
+	gs_argv_free(&a);
+
+	const char lookalike[] = "criu\ndump\n--shell-jobs\n/tmp/--file-locks\n--tcp-close";
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", NULL, lookalike, &a, &err), 0);
+	CHECK(!strstr(joined(&a), "--shell-job"));
+	CHECK(!strstr(joined(&a), "--file-locks"));
+	CHECK_CONTAINS(joined(&a), "-v4 --tcp-close");
+	gs_argv_free(&a);
+
+	const char *const extra[] = { "--manage-cgroups", "ignore", NULL };
+	struct gs_criu_restore_opts o = { .shell_job = true, .libdir = "/plugins", .extra_args = extra };
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", &o, NULL, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "-v4 --shell-job --libdir /plugins --manage-cgroups ignore");
+	gs_argv_free(&a);
+}
+
+int main(void)
+{
+	RUN(test_parse_version);
+	RUN(test_log_error_skips_rlimit_and_summary);
+	RUN(test_log_error_none);
+	RUN(test_log_error_forms);
+	RUN(test_pid_in_use);
+	RUN(test_needs_shell_job);
+	RUN(test_dump_args);
+	RUN(test_restore_args);
+	return TEST_SUMMARY();
+}
