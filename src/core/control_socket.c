@@ -1,0 +1,584 @@
+/*
+ * control_socket.c - socket location, the agent's control server and the
+ * gpusnap client (see control_socket.h).
+ */
+#define LOG_PREFIX "control: "
+#include "core/control_socket.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/util.h"
+
+#define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path))
+
+/* ---- where the socket lives ---- */
+
+int gs_ctl_check_dir(const char *dir, uid_t uid, struct gs_err *err)
+{
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, errno,
+				     "cannot create socket directory '%s'", dir);
+	struct stat st;
+	if (lstat(dir, &st))
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot check socket directory '%s'", dir);
+	if (!S_ISDIR(st.st_mode))
+		return gs_fail(err, GS_E_PERMISSION, "socket directory '%s' is not a directory", dir);
+	if (st.st_uid != uid)
+		return gs_fail(err, GS_E_PERMISSION, "socket directory '%s' belongs to uid %u, not %u", dir,
+			       (unsigned)st.st_uid, (unsigned)uid);
+	if ((st.st_mode & 077) && chmod(dir, 0700))
+		return gs_fail_errno(err, GS_E_PERMISSION, errno, "cannot make socket directory '%s' private", dir);
+	return 0;
+}
+
+/* The candidate directories for uid, in the agent's order of preference. */
+static int candidate_dirs(uid_t uid, const char *run_dir, char dirs[2][PATH_MAX])
+{
+	if (run_dir && *run_dir) {
+		snprintf(dirs[0], PATH_MAX, "%s", run_dir);
+		return 1;
+	}
+	int n = 0;
+	if (uid == 0)
+		snprintf(dirs[n++], PATH_MAX, "/run/gpusnap");
+	snprintf(dirs[n++], PATH_MAX, "/tmp/gpusnap-%u", (unsigned)uid);
+	return n;
+}
+
+static int join_path(char *buf, size_t n, const char *prefix, const char *dir, pid_t pid, struct gs_err *err)
+{
+	int len = snprintf(buf, n, "%s%s/" GS_CTL_SOCKET_PREFIX "%d" GS_CTL_SOCKET_SUFFIX, prefix, dir, (int)pid);
+	if (len < 0 || (size_t)len >= n || (size_t)len >= SUN_PATH_MAX)
+		return gs_fail(err, GS_E_FAILURE, "socket path '%s%s/...' is longer than a Unix socket allows (%zu)",
+			       prefix, dir, SUN_PATH_MAX - 1);
+	return 0;
+}
+
+int gs_ctl_agent_socket_path(char *buf, size_t n, struct gs_err *err)
+{
+	char dirs[2][PATH_MAX];
+	uid_t uid = geteuid();
+	int nd = candidate_dirs(uid, getenv("GPUSNAP_RUN_DIR"), dirs);
+	int rc = GS_E_FAILURE;
+	for (int i = 0; i < nd; i++) {
+		rc = gs_ctl_check_dir(dirs[i], uid, err);
+		if (!rc)
+			return join_path(buf, n, "", dirs[i], getpid(), err);
+		pr_debug("socket directory '%s' not usable: %s", dirs[i], err ? err->msg : "");
+	}
+	return rc;
+}
+
+/* Reads a small /proc file into buf (NUL-terminated; environ keeps its inner NULs). */
+static ssize_t read_small(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 0;
+	while (len + 1 < n) {
+		ssize_t r = read(fd, buf + len, n - 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+	}
+	close(fd);
+	buf[len] = '\0';
+	return (ssize_t)len;
+}
+
+/* The value of variable name in an environ file (NUL-separated). 0 if found. */
+static int environ_get(const char *path, const char *name, char *out, size_t n)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	size_t nlen = strlen(name);
+	char *entry = NULL;
+	size_t cap = 0;
+	int rc = -1;
+	while (getdelim(&entry, &cap, '\0', f) > 0) {
+		if (!strncmp(entry, name, nlen) && entry[nlen] == '=') {
+			snprintf(out, n, "%s", entry + nlen + 1);
+			rc = 0; /* the first definition, as getenv finds it */
+			break;
+		}
+	}
+	free(entry);
+	fclose(f);
+	return rc;
+}
+
+/* Effective uid and innermost pid (NSpid) from /proc/<pid>/status. */
+static int read_status(pid_t pid, uid_t *uid, pid_t *nspid)
+{
+	char path[64], text[8192];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (read_small(path, text, sizeof(text)) < 0)
+		return -1;
+	unsigned ruid, euid;
+	const char *u = strstr(text, "\nUid:");
+	if (!u || sscanf(u + 5, "%u %u", &ruid, &euid) != 2)
+		return -1;
+	*uid = euid;
+	*nspid = pid;
+	const char *ns = strstr(text, "\nNSpid:");
+	if (ns) {
+		const char *p = ns + 7;
+		int v;
+		int used;
+		while (sscanf(p, "%d%n", &v, &used) == 1) {
+			*nspid = v; /* the last value is the pid in the process's own namespace */
+			p += used;
+		}
+	}
+	return 0;
+}
+
+int gs_ctl_find_agent(pid_t pid, char *buf, size_t n, struct gs_err *err)
+{
+	int rc = gs_proc_check(pid, err);
+	if (rc)
+		return rc;
+	uid_t uid;
+	pid_t nspid;
+	if (read_status(pid, &uid, &nspid))
+		return gs_fail(err, GS_E_NO_PROCESS, "cannot read the status of process %d", (int)pid);
+
+	/* GPUSNAP_RUN_DIR as the process was started with it */
+	char path[PATH_MAX], run_dir_buf[PATH_MAX];
+	const char *run_dir = NULL;
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	if (!environ_get(path, "GPUSNAP_RUN_DIR", run_dir_buf, sizeof(run_dir_buf)))
+		run_dir = run_dir_buf;
+
+	/* Another mount namespace (a container): reach its files through /proc/<pid>/root. */
+	char self_ns[64] = "", their_ns[64] = "", prefix[64] = "";
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+	ssize_t a = readlink("/proc/self/ns/mnt", self_ns, sizeof(self_ns) - 1);
+	ssize_t b = readlink(path, their_ns, sizeof(their_ns) - 1);
+	if (a > 0 && b > 0 && strcmp(self_ns, their_ns))
+		snprintf(prefix, sizeof(prefix), "/proc/%d/root", (int)pid);
+
+	char dirs[2][PATH_MAX];
+	int nd = candidate_dirs(uid, run_dir, dirs);
+	int denied = 0;
+	for (int i = 0; i < nd; i++) {
+		rc = join_path(buf, n, prefix, dirs[i], nspid, err);
+		if (rc)
+			return rc;
+		struct stat st;
+		if (!stat(buf, &st) && S_ISSOCK(st.st_mode))
+			return 0;
+		if (errno == EACCES)
+			denied = 1;
+	}
+	if (denied)
+		return gs_fail(err, GS_E_PERMISSION, "not allowed to reach the agent socket of process %d (run as its user or root)",
+			       (int)pid);
+	return gs_fail(err, GS_E_AGENT, "no gpusnap agent in process %d (not started with gpusnap run or libgpusnap.so)",
+		       (int)pid);
+}
+
+bool gs_ctl_peer_allowed(uid_t peer, uid_t self)
+{
+	return peer == self || peer == 0;
+}
+
+/* ---- frame I/O ---- */
+
+/* Waits for events on fd. 0 when ready, else an error code with err set. */
+static int wait_fd(int fd, short events, double deadline, int stop_fd, struct gs_err *err)
+{
+	for (;;) {
+		int timeout_ms = -1;
+		if (deadline >= 0) {
+			double left = deadline - gs_now();
+			if (left <= 0)
+				return gs_fail(err, GS_E_TIMEOUT, "timed out waiting for the other side of the control socket");
+			timeout_ms = (int)(left * 1000) + 1;
+		}
+		struct pollfd p[2] = { { fd, events, 0 }, { stop_fd, POLLIN, 0 } };
+		int r = poll(p, stop_fd >= 0 ? 2 : 1, timeout_ms);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return gs_fail_errno(err, GS_E_FAILURE, errno, "poll on the control socket failed");
+		if (stop_fd >= 0 && p[1].revents)
+			return gs_fail(err, GS_E_AGENT, "control server is stopping");
+		if (p[0].revents)
+			return 0;
+	}
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n, double deadline, int stop_fd, struct gs_err *err)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w > 0) {
+			p += w;
+			n -= (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int rc = wait_fd(fd, POLLOUT, deadline, stop_fd, err);
+			if (rc)
+				return rc;
+			continue;
+		}
+		return gs_fail_errno(err, GS_E_AGENT, errno, "cannot send on the control socket");
+	}
+	return 0;
+}
+
+/* Reads exactly n bytes. *got says how many arrived before an end of stream. */
+static int read_all(int fd, uint8_t *p, size_t n, size_t *got, double deadline, int stop_fd, struct gs_err *err)
+{
+	*got = 0;
+	while (*got < n) {
+		ssize_t r = recv(fd, p + *got, n - *got, MSG_DONTWAIT);
+		if (r > 0) {
+			*got += (size_t)r;
+			continue;
+		}
+		if (r == 0)
+			return gs_fail(err, GS_E_AGENT, "connection closed after %zu of %zu bytes", *got, n);
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			int rc = wait_fd(fd, POLLIN, deadline, stop_fd, err);
+			if (rc)
+				return rc;
+			continue;
+		}
+		return gs_fail_errno(err, GS_E_AGENT, errno, "cannot read from the control socket");
+	}
+	return 0;
+}
+
+int gs_ctl_send(int fd, struct gs_msg *m, double deadline, int stop_fd, struct gs_err *err)
+{
+	const void *frame;
+	size_t len;
+	int rc = gs_msg_finish(m, &frame, &len, err);
+	if (rc)
+		return rc;
+	return write_all(fd, frame, len, deadline, stop_fd, err);
+}
+
+/*
+ * Reads one whole frame (malloc'd into *frame). *io_failed tells a broken or
+ * timed-out stream (nobody to answer) from a frame that is not acceptable.
+ */
+static int recv_frame(int fd, enum gs_peer from, uint8_t **frame, size_t *len, bool *io_failed, double deadline,
+		      int stop_fd, struct gs_err *err)
+{
+	uint8_t header[GS_MSG_HEADER_SIZE];
+	uint32_t plen;
+	size_t got;
+	*frame = NULL;
+	*io_failed = true;
+	int rc = read_all(fd, header, sizeof(header), &got, deadline, stop_fd, err);
+	if (rc) {
+		if (rc == GS_E_AGENT && got == 0 && !strncmp(err->msg, "connection closed", 17))
+			gs_fail(err, GS_E_AGENT, "%s closed the connection without a message",
+				from == GS_PEER_AGENT ? "agent" : "gpusnap");
+		return rc;
+	}
+	*io_failed = false;
+	rc = gs_msg_parse_header(header, from, &plen, err);
+	if (rc)
+		return rc;
+	uint8_t *f = malloc(sizeof(header) + plen);
+	if (!f)
+		return gs_fail(err, GS_E_FAILURE, "out of memory reading a %u byte message", plen);
+	memcpy(f, header, sizeof(header));
+	*io_failed = true;
+	rc = read_all(fd, f + sizeof(header), plen, &got, deadline, stop_fd, err);
+	if (rc) {
+		free(f);
+		return rc;
+	}
+	*io_failed = false;
+	*frame = f;
+	*len = sizeof(header) + plen;
+	return 0;
+}
+
+int gs_ctl_recv(int fd, enum gs_peer from, struct gs_msg *m, double deadline, int stop_fd, struct gs_err *err)
+{
+	uint8_t *frame;
+	size_t len;
+	bool io_failed;
+	gs_msg_init(m, 0);
+	int rc = recv_frame(fd, from, &frame, &len, &io_failed, deadline, stop_fd, err);
+	if (rc)
+		return rc;
+	rc = gs_msg_decode(frame, len, from, m, err);
+	free(frame);
+	return rc;
+}
+
+/* ---- server ---- */
+
+struct gs_ctl_server {
+	int listen_fd, stop_fd;
+	pthread_t thread;
+	char path[SUN_PATH_MAX];
+	dev_t dev;
+	ino_t ino;
+	gs_ctl_handler fn;
+	void *ctx;
+	double io_timeout;
+	uid_t self_uid;
+};
+
+static void serve_client(struct gs_ctl_server *s, int fd)
+{
+	struct gs_err err = { 0 };
+	struct gs_msg req, reply;
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	gs_msg_init(&reply, GS_MSG_RESULT);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen)) {
+		gs_msg_set_result(&reply, GS_E_PERMISSION, "cannot identify the client: %s", strerror(errno));
+	} else if (!gs_ctl_peer_allowed(cred.uid, s->self_uid)) {
+		pr_warn("refused control connection from pid %d uid %u", (int)cred.pid, (unsigned)cred.uid);
+		gs_msg_set_result(&reply, GS_E_PERMISSION,
+				  "uid %u may not control this process (it belongs to uid %u; run as that user or root)",
+				  (unsigned)cred.uid, (unsigned)s->self_uid);
+	} else {
+		uint8_t *frame = NULL;
+		size_t len = 0;
+		bool io_failed;
+		int rc = recv_frame(fd, GS_PEER_CLI, &frame, &len, &io_failed, gs_now() + s->io_timeout, s->stop_fd,
+				    &err);
+		if (!rc)
+			rc = gs_msg_decode(frame, len, GS_PEER_CLI, &req, &err);
+		else
+			gs_msg_init(&req, 0);
+		free(frame);
+		if (rc && io_failed) {
+			/* a client that went away or sent too little, or a stop: no one to answer */
+			pr_debug("dropping control connection: %s", err.msg);
+			gs_msg_free(&req);
+			gs_msg_free(&reply);
+			return;
+		} else if (rc) {
+			/* another protocol version or a malformed request: say so */
+			gs_msg_set_result(&reply, rc, "%s", err.msg);
+		} else {
+			s->fn(s->ctx, &req, &reply);
+			uint64_t code;
+			if (reply.type == GS_MSG_RESULT && !gs_msg_get_u64(&reply, GS_F_CODE, &code))
+				gs_msg_set_result(&reply, GS_E_AGENT, "agent gave no answer to %s",
+						  gs_msg_type_name(req.type));
+		}
+		gs_msg_free(&req);
+	}
+	if (gs_ctl_send(fd, &reply, gs_now() + s->io_timeout, s->stop_fd, &err))
+		pr_debug("cannot send control reply: %s", err.msg);
+	gs_msg_free(&reply);
+}
+
+static void *server_main(void *arg)
+{
+	struct gs_ctl_server *s = arg;
+	for (;;) {
+		struct pollfd p[2] = { { s->listen_fd, POLLIN, 0 }, { s->stop_fd, POLLIN, 0 } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			pr_perror("control server poll failed");
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		if (!p[0].revents)
+			continue;
+		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				pr_perror("control server accept failed");
+			continue;
+		}
+		serve_client(s, fd);
+		close(fd);
+	}
+}
+
+int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double io_timeout_s,
+			struct gs_ctl_server **out, struct gs_err *err)
+{
+	*out = NULL;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return gs_fail(err, GS_E_FAILURE, "socket path '%s' is too long", path);
+	strcpy(addr.sun_path, path);
+
+	struct stat st;
+	if (!lstat(path, &st)) {
+		if (!S_ISSOCK(st.st_mode))
+			return gs_fail(err, GS_E_FAILURE, "'%s' exists and is not a socket", path);
+		unlink(path); /* stale: a previous process with this pid */
+	}
+	struct gs_ctl_server *s = calloc(1, sizeof(*s));
+	if (!s)
+		return gs_fail(err, GS_E_FAILURE, "out of memory starting the control server");
+	s->fn = fn;
+	s->ctx = ctx;
+	s->io_timeout = io_timeout_s > 0 ? io_timeout_s : 10.0;
+	s->self_uid = geteuid();
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int rc;
+	if (s->stop_fd < 0 || s->listen_fd < 0) {
+		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create the control socket");
+		goto fail;
+	}
+	if (bind(s->listen_fd, (struct sockaddr *)&addr, sizeof(addr))) {
+		rc = gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, errno,
+				   "cannot bind control socket '%s'", path);
+		goto fail;
+	}
+	if (chmod(path, 0600) || stat(path, &st) || listen(s->listen_fd, 16)) {
+		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot set up control socket '%s'", path);
+		unlink(path);
+		goto fail;
+	}
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
+
+	/* The thread starts with every signal blocked: the app's handlers must never run on it. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int e = pthread_create(&s->thread, NULL, server_main, s);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e) {
+		rc = gs_fail_errno(err, GS_E_FAILURE, e, "cannot start the control server thread");
+		unlink(path);
+		goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	if (s->listen_fd >= 0)
+		close(s->listen_fd);
+	if (s->stop_fd >= 0)
+		close(s->stop_fd);
+	free(s);
+	return rc;
+}
+
+void gs_ctl_server_stop(struct gs_ctl_server *s)
+{
+	if (!s)
+		return;
+	uint64_t one = 1;
+	while (write(s->stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+	pthread_join(s->thread, NULL);
+	/* remove the socket file only if it is still ours (not a newer process's) */
+	struct stat st;
+	if (!lstat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino)
+		unlink(s->path);
+	close(s->listen_fd);
+	close(s->stop_fd);
+	free(s);
+}
+
+/* ---- client ---- */
+
+static int ctl_connect(const char *path, pid_t expect_pid, double deadline, int *out, struct gs_err *err)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return gs_fail(err, GS_E_USAGE, "socket path '%s' is too long", path);
+	strcpy(addr.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create a socket");
+	for (;;) {
+		if (!connect(fd, (struct sockaddr *)&addr, sizeof(addr)))
+			break;
+		int e = errno;
+		if (e == EINTR)
+			continue;
+		/* a full backlog: the agent is busy with another client */
+		if (e == EAGAIN && gs_now() < deadline) {
+			usleep(10000);
+			continue;
+		}
+		close(fd);
+		if (e == ENOENT || e == ECONNREFUSED)
+			return gs_fail(err, GS_E_AGENT, "no agent listening at '%s'", path);
+		if (e == EACCES || e == EPERM)
+			return gs_fail(err, GS_E_PERMISSION, "not allowed to use agent socket '%s'", path);
+		if (e == EAGAIN)
+			return gs_fail(err, GS_E_TIMEOUT, "agent at '%s' accepts no connection (busy)", path);
+		return gs_fail_errno(err, GS_E_AGENT, e, "cannot connect to agent socket '%s'", path);
+	}
+	if (expect_pid > 0) {
+		struct ucred cred;
+		socklen_t clen = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen)) {
+			int e = errno;
+			close(fd);
+			return gs_fail_errno(err, GS_E_AGENT, e, "cannot identify the agent at '%s'", path);
+		}
+		if (cred.pid != expect_pid) {
+			close(fd);
+			return gs_fail(err, GS_E_AGENT, "agent socket '%s' belongs to process %d, not %d", path,
+				       (int)cred.pid, (int)expect_pid);
+		}
+	}
+	*out = fd;
+	return 0;
+}
+
+int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct gs_msg *reply, double timeout_s,
+		struct gs_err *err)
+{
+	double deadline = gs_now() + timeout_s;
+	int fd = -1;
+	gs_msg_init(reply, 0);
+	int rc = ctl_connect(path, expect_pid, deadline, &fd, err);
+	if (rc)
+		return rc;
+	rc = gs_ctl_send(fd, req, deadline, -1, err);
+	if (!rc) {
+		rc = gs_ctl_recv(fd, GS_PEER_AGENT, reply, deadline, -1, err);
+	} else if (rc == GS_E_AGENT) {
+		/* The agent may refuse (another user) before reading: its reply is waiting. */
+		struct gs_err recv_err = { 0 };
+		gs_msg_free(reply);
+		if (!gs_ctl_recv(fd, GS_PEER_AGENT, reply, deadline, -1, &recv_err))
+			rc = 0;
+	}
+	close(fd);
+	if (rc == GS_E_TIMEOUT)
+		gs_fail(err, GS_E_TIMEOUT, "no reply from the agent at '%s' within %.1f s", path, timeout_s);
+	return rc;
+}

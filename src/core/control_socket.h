@@ -1,0 +1,101 @@
+/*
+ * control_socket.h - the Unix socket between gpusnap and its preloaded agent.
+ *
+ * Where the socket lives: a file agent-<pid>.sock (pid as the agent sees
+ * itself) in a directory only its user can enter:
+ *   $GPUSNAP_RUN_DIR if set, else /run/gpusnap for root, else /tmp/gpusnap-<uid>
+ *   (root falls back to /tmp/gpusnap-0 where /run is not writable).
+ * The directory is created with mode 0700 and used only if it is a real
+ * directory owned by the user with no group/other access, so nobody else can
+ * plant or reach a socket there. Abstract socket names ("\0gpusnap-<pid>")
+ * were considered: they need no files and leave nothing stale, but belong to
+ * a network namespace (a container with its own network, the common case, is
+ * unreachable from the host without setns) and have no permissions besides
+ * the peer check; a file in a mount namespace is reachable from outside as
+ * /proc/<pid>/root/<path>, which gs_ctl_find_agent uses.
+ *
+ * Access: the server checks every client's SO_PEERCRED: the agent's own uid
+ * or root, else it replies RESULT GS_E_PERMISSION and closes. The client
+ * checks the server's SO_PEERCRED pid against the pid it meant, so a stale or
+ * foreign socket never gets a suspend meant for another process.
+ *
+ * Exchange: one connection carries one request and one reply (protocol.h).
+ * The server handles one client at a time on a thread it owns, with all
+ * signals blocked (the app's handlers never run there), and stops cleanly:
+ * gs_ctl_server_stop wakes it through an eventfd, waits for a running
+ * handler to return, joins it, closes and removes the socket file.
+ * Not async-signal-safe; no SIGPIPE is ever raised (MSG_NOSIGNAL).
+ */
+#ifndef GPUSNAP_CORE_CONTROL_SOCKET_H
+#define GPUSNAP_CORE_CONTROL_SOCKET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "core/protocol.h"
+
+#define GS_CTL_SOCKET_PREFIX "agent-"
+#define GS_CTL_SOCKET_SUFFIX ".sock"
+
+/*
+ * Agent side: picks, creates and checks the socket directory for this
+ * process's effective uid and writes <dir>/agent-<pid>.sock into buf.
+ * GS_E_PERMISSION if a directory is not safe (owner, mode, symlink),
+ * GS_E_FAILURE if none can be created or the path is too long.
+ */
+int gs_ctl_agent_socket_path(char *buf, size_t n, struct gs_err *err);
+/* Creates dir (0700) if missing and checks it belongs to uid with no group/other access. */
+int gs_ctl_check_dir(const char *dir, uid_t uid, struct gs_err *err);
+
+/*
+ * CLI side: finds the socket of the agent in process pid, following the
+ * process's uid, its GPUSNAP_RUN_DIR, its pid namespace (NSpid) and its mount
+ * namespace (/proc/<pid>/root). GS_E_AGENT "no agent" if none is there,
+ * GS_E_NO_PROCESS / GS_E_PERMISSION for the process itself.
+ */
+int gs_ctl_find_agent(pid_t pid, char *buf, size_t n, struct gs_err *err);
+
+/* The server's rule: the same uid, or root. */
+bool gs_ctl_peer_allowed(uid_t peer, uid_t self);
+
+/*
+ * Server: the handler answers one request; it fills reply (already
+ * initialised as an empty RESULT; it may change the type, e.g. to INFO). It
+ * runs on the server thread and may take long (a suspend).
+ */
+typedef void (*gs_ctl_handler)(void *ctx, const struct gs_msg *req, struct gs_msg *reply);
+
+struct gs_ctl_server;
+
+/*
+ * Binds path (replacing a stale socket file there), listens and starts the
+ * server thread. io_timeout_s bounds how long a client may take to send its
+ * request or read the reply (0 = 10 s). The caller owns the server and must
+ * stop it.
+ */
+int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double io_timeout_s,
+			struct gs_ctl_server **out, struct gs_err *err);
+/* Stops and frees the server (NULL is fine). Safe while idle or mid-request. */
+void gs_ctl_server_stop(struct gs_ctl_server *s);
+
+/*
+ * Client: connects to path, checks the server is process expect_pid (0 = do
+ * not check; the pid as seen from the caller's pid namespace), sends req and
+ * waits up to timeout_s for the reply, which is decoded into *reply (free it
+ * even on failure). GS_E_AGENT when no agent listens or the exchange breaks,
+ * GS_E_PERMISSION when the socket may not be used, GS_E_TIMEOUT when the
+ * reply does not come in time.
+ */
+int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct gs_msg *reply, double timeout_s,
+		struct gs_err *err);
+
+/*
+ * Frame I/O on a connected stream socket, for callers that hold a connection.
+ * deadline is gs_now() based; stop_fd (or -1) aborts the wait when readable.
+ */
+int gs_ctl_send(int fd, struct gs_msg *m, double deadline, int stop_fd, struct gs_err *err);
+int gs_ctl_recv(int fd, enum gs_peer from, struct gs_msg *m, double deadline, int stop_fd, struct gs_err *err);
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * protocol.h - the messages between gpusnap and its preloaded agent.
+ *
+ * One request and one reply per connection over a Unix stream socket
+ * (control_socket.h). Every frame is a fixed 16-byte little-endian header
+ *
+ *     u32 magic "GSNP" | u16 protocol version | u16 message type | u32 payload length | u32 reserved (0)
+ *
+ * followed by the payload: a sequence of typed fields
+ *
+ *     u16 tag | u8 field type | u8 reserved (0) | u32 value length | value
+ *
+ * Field types: U64 and F64 (8 bytes, little-endian), STR (UTF-8 with a
+ * terminating NUL, no NUL inside), BYTES (anything), NAMED_U64 / NAMED_F64 (a
+ * NUL-terminated name of [a-z0-9_.-], 1-63 characters, then 8 bytes): named
+ * numbers carry timings and byte counts, so the agent can report a new phase
+ * without a protocol change. A tag may repeat (named fields do).
+ *
+ * Compatibility: the header layout never changes, so a peer of another
+ * version is always recognised and named ("agent speaks protocol 2, gpusnap
+ * speaks 1"). Within a version, new tags and new field types may be added:
+ * decoders skip tags and types they do not know. Anything that changes the
+ * meaning of an existing tag bumps GS_PROTO_VERSION.
+ *
+ * The decoder is strict about what it knows: payload at most
+ * GS_MSG_MAX_PAYLOAD, every field inside the payload, fixed-size values of
+ * their size, strings terminated and without embedded NUL, valid names.
+ *
+ * Ownership and threads: a gs_msg owns its buffer; free it with gs_msg_free.
+ * Pointers returned by getters point into the message and live as long as
+ * it. One message is used by one thread at a time. No I/O here.
+ */
+#ifndef GPUSNAP_CORE_PROTOCOL_H
+#define GPUSNAP_CORE_PROTOCOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define GS_PROTO_MAGIC 0x504E5347u /* "GSNP" as little-endian bytes */
+#define GS_PROTO_VERSION 1
+#define GS_MSG_HEADER_SIZE 16
+#define GS_MSG_MAX_PAYLOAD (16u << 20)
+#define GS_MSG_MAX_NAME 63
+
+enum gs_msg_type {
+	GS_MSG_HELLO = 1,   /* gpusnap -> agent: who are you; reply INFO */
+	GS_MSG_INFO = 2,    /* agent -> gpusnap: pid, version, allocations, capabilities, state, unmanaged memory */
+	GS_MSG_SUSPEND = 3, /* gpusnap -> agent: TIMEOUT, FLAGS (GS_SUSPEND_*); reply RESULT */
+	GS_MSG_RESUME = 4,  /* gpusnap -> agent: TIMEOUT; reply RESULT */
+	GS_MSG_STATUS = 5,  /* gpusnap -> agent: current state; reply INFO */
+	GS_MSG_DUMP = 6,    /* gpusnap -> agent: DIR, TIMEOUT; reply RESULT (reserved for the dump path) */
+	GS_MSG_RESULT = 7,  /* agent -> gpusnap: CODE, MESSAGE, TIMING*, COUNTER* */
+};
+
+/* Field tags: one namespace for all message types. */
+enum gs_msg_tag {
+	GS_F_PID = 1,               /* u64: the agent's process id as it sees itself */
+	GS_F_VERSION = 2,           /* str: gpusnap version of the sender */
+	GS_F_ALLOC_COUNT = 3,       /* u64: allocations the agent manages */
+	GS_F_ALLOC_BYTES = 4,       /* u64: their bytes */
+	GS_F_CAPS = 5,              /* u64: GS_CAP_* bits */
+	GS_F_STATE = 6,             /* u64: enum gs_agent_state */
+	GS_F_UNMANAGED_COUNT = 7,   /* u64: device memory the agent cannot release (managed, IPC) */
+	GS_F_UNMANAGED_BYTES = 8,   /* u64 */
+	GS_F_UNMANAGED_DETAIL = 9,  /* str: one line per kind, e.g. "managed 3 allocations 1.00 GiB" */
+	GS_F_TIMEOUT = 10,          /* f64: seconds the agent may take */
+	GS_F_FLAGS = 11,            /* u64: GS_SUSPEND_* */
+	GS_F_DIR = 12,              /* str: image directory */
+	GS_F_CODE = 13,             /* u64: gs exit code (err.h) */
+	GS_F_MESSAGE = 14,          /* str: one line */
+	GS_F_TIMING = 15,           /* named f64, repeated: seconds per phase ("quiesce", "copy_out") */
+	GS_F_COUNTER = 16,          /* named u64, repeated: byte and item counts ("bytes_copied") */
+	GS_F_DEVICE_COUNT = 17,     /* u64: GPUs the app uses */
+};
+
+enum gs_msg_field_type {
+	GS_FT_U64 = 1,
+	GS_FT_F64 = 2,
+	GS_FT_STR = 3,
+	GS_FT_BYTES = 4,
+	GS_FT_NAMED_U64 = 5,
+	GS_FT_NAMED_F64 = 6,
+};
+
+enum gs_agent_caps {
+	GS_CAP_SUSPEND = 1u << 0,
+	GS_CAP_KEEP_CONTEXT = 1u << 1,
+	GS_CAP_DUMP = 1u << 2,
+	GS_CAP_RESERVED_POOL = 1u << 3, /* a staging pool is reserved (--reserve) */
+};
+
+enum gs_suspend_flags {
+	GS_SUSPEND_KEEP_CONTEXT = 1u << 0, /* release data only; keep the CUDA context (no driver checkpoint) */
+};
+
+enum gs_agent_state {
+	GS_AGENT_RUNNING = 0,
+	GS_AGENT_SUSPENDED = 1,     /* data and context released */
+	GS_AGENT_DATA_RELEASED = 2, /* keep-context suspend: data released, context kept */
+	GS_AGENT_BUSY = 3,          /* a suspend or resume is under way */
+};
+
+/* Who sent a frame being decoded: names the sides in version messages. */
+enum gs_peer {
+	GS_PEER_AGENT = 0,
+	GS_PEER_CLI = 1,
+};
+
+struct gs_msg_slot; /* internal: where a field sits in the buffer */
+
+struct gs_msg {
+	uint16_t type;
+	uint16_t version;
+	uint8_t *buf; /* header + payload */
+	size_t len, cap;
+	struct gs_msg_slot *slots;
+	size_t nslots, slots_cap;
+	const char *failed; /* first builder failure, NULL if none */
+};
+
+/* A decoded view of one field. */
+struct gs_msg_field {
+	uint16_t tag;
+	uint8_t type;
+	const char *name; /* named types, else NULL */
+	uint64_t u64;     /* U64, NAMED_U64 */
+	double f64;       /* F64, NAMED_F64 */
+	const char *str;  /* STR (NUL-terminated) */
+	const void *data; /* STR, BYTES: the value; len excludes a STR's NUL */
+	size_t len;
+};
+
+void gs_msg_init(struct gs_msg *m, uint16_t type);
+void gs_msg_free(struct gs_msg *m);
+
+/*
+ * Builders append a field. A failure (out of memory, payload over the limit,
+ * bad name) is remembered in m->failed and reported by gs_msg_finish, so a
+ * message can be built without checking every call.
+ */
+void gs_msg_add_u64(struct gs_msg *m, uint16_t tag, uint64_t v);
+void gs_msg_add_f64(struct gs_msg *m, uint16_t tag, double v);
+void gs_msg_add_str(struct gs_msg *m, uint16_t tag, const char *s);
+void gs_msg_add_bytes(struct gs_msg *m, uint16_t tag, const void *data, size_t len);
+void gs_msg_add_named_u64(struct gs_msg *m, uint16_t tag, const char *name, uint64_t v);
+void gs_msg_add_named_f64(struct gs_msg *m, uint16_t tag, const char *name, double v);
+/* A RESULT: code, then the message (printf-style), nothing else yet. */
+void gs_msg_set_result(struct gs_msg *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
+ * Completes the header; *frame (owned by m, valid until the next change) and
+ * *len are what goes on the wire. GS_E_FAILURE with the builder's failure.
+ */
+int gs_msg_finish(struct gs_msg *m, const void **frame, size_t *len, struct gs_err *err);
+
+/*
+ * Checks a frame's first GS_MSG_HEADER_SIZE bytes: magic and payload bound.
+ * Stores the payload length. Used by readers to know how much follows; the
+ * version is checked by gs_msg_decode once the whole frame is read, so a
+ * stream stays in step even with a peer of another version.
+ */
+int gs_msg_parse_header(const void *header, enum gs_peer from, uint32_t *payload_len, struct gs_err *err);
+/*
+ * Decodes a whole frame into m (which it initialises; free it even on
+ * failure). GS_E_AGENT for anything malformed or a version mismatch; the
+ * message names the problem.
+ */
+int gs_msg_decode(const void *frame, size_t len, enum gs_peer from, struct gs_msg *m, struct gs_err *err);
+
+/* Getters: the first field with this tag and the expected type. */
+bool gs_msg_get_u64(const struct gs_msg *m, uint16_t tag, uint64_t *v);
+bool gs_msg_get_f64(const struct gs_msg *m, uint16_t tag, double *v);
+const char *gs_msg_get_str(const struct gs_msg *m, uint16_t tag); /* NULL if absent */
+bool gs_msg_get_bytes(const struct gs_msg *m, uint16_t tag, const void **data, size_t *len);
+/* A named field with this tag and name. */
+bool gs_msg_get_named_u64(const struct gs_msg *m, uint16_t tag, const char *name, uint64_t *v);
+bool gs_msg_get_named_f64(const struct gs_msg *m, uint16_t tag, const char *name, double *v);
+/* All fields in order (also unknown tags of known types), e.g. to list every TIMING. */
+size_t gs_msg_field_count(const struct gs_msg *m);
+bool gs_msg_field_at(const struct gs_msg *m, size_t i, struct gs_msg_field *f);
+
+/*
+ * For a RESULT reply: returns its code (GS_OK or an error) and, for an error,
+ * fills err with the agent's message. A RESULT without a code is GS_E_AGENT.
+ */
+int gs_msg_result_code(const struct gs_msg *m, struct gs_err *err);
+
+/* "hello", "suspend", ... ; "unknown" otherwise. */
+const char *gs_msg_type_name(uint16_t type);
+const char *gs_agent_state_name(uint64_t state);
+
+#endif
