@@ -5,10 +5,10 @@
  *
  * Ownership: one global `struct gs_agent` (gs_agent_get()), created by the
  * library constructor, never freed (the process may call CUDA until exit).
- * The state lock orders allocation hooks against suspend/resume: hooks take
- * it shared... no: hooks run with the gate open only, and suspend closes the
- * gate first, so hooks and the mover never run at once; the lock protects the
- * per-device table against concurrent first-use from app threads.
+ * Allocation hooks run inside the gate and suspend closes the gate first, so
+ * hooks and the data mover never run at once; `lock` protects the per-device
+ * table against concurrent first use from app threads, and the state against
+ * two control requests at once.
  */
 #ifndef GPUSNAP_AGENT_AGENT_H
 #define GPUSNAP_AGENT_AGENT_H
@@ -19,10 +19,12 @@
 
 #include "common/err.h"
 #include "core/alloc_registry.h"
+#include "core/protocol.h"
 #include "core/suballoc.h"
 #include "cuda/driver.h"
 
 #define GS_AGENT_MAX_DEVICES 64
+#define GS_AGENT_LANES 4
 
 struct gs_agent_device {
 	bool used;
@@ -31,9 +33,10 @@ struct gs_agent_device {
 	uint64_t granularity;
 	struct gs_suballoc *sub;
 	struct gs_agent *agent;
+	CUstream lanes[GS_AGENT_LANES]; /* the mover's copy streams, made at the first suspend */
+	bool lanes_ready;
+	bool announced; /* gs_mover_device_ready was called for it */
 };
-
-enum gs_agent_state { GS_AGENT_RUNNING = 0, GS_AGENT_SUSPENDED = 1 };
 
 struct gs_agent {
 	struct gs_cuda cu; /* the real driver: never goes through the gate */
@@ -44,7 +47,8 @@ struct gs_agent {
 	struct gs_alloc_registry *allocs;
 	/* slabs of the sub-allocators: kind DEVICE, handle = physical handle, user = device */
 	struct gs_alloc_registry *slabs;
-	enum gs_agent_state state;
+	enum gs_agent_state state; /* core/protocol.h */
+	struct gs_agent_held *held; /* the app's data while suspended (agent_mover.c) */
 	/* counters for `gpusnap state`: memory the agent cannot release (left to the driver path) */
 	uint64_t unmanaged_allocs, unmanaged_bytes;
 	/* stream-ordered frees waiting for their stream (cuMemFreeAsync) */

@@ -67,5 +67,6 @@ void cli_forget_suspend(pid_t pid);
 int cmd_suspend(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_state(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "cli/process_op.h"
+#include "core/protocol.h"
 #include "cuda/checkpoint.h"
 
 static const char *const resume_usage[] = {
@@ -16,33 +17,93 @@ struct resume_ctx {
 	struct gs_string_list maps;
 };
 
-static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, int n, void *ctx, struct gs_err *err)
+/* Parses the map against every driver-suspended process's recorded GPUs. */
+static int build_pairs(struct cli_session *s, struct resume_ctx *ctx, struct gs_ckpt_proc *procs, int n,
+		       CUcheckpointGpuPair **pairs, unsigned *npairs, struct gs_err *err)
 {
-	struct resume_ctx *rc_ = ctx;
-	CUcheckpointGpuPair *pairs = NULL;
-	unsigned npairs = 0;
-	if (rc_->maps.count) {
-		/* every process of the set must have its GPUs covered; check each one's record */
-		for (int i = 0; i < n; i++) {
-			CUuuid used[64];
-			int nused = cli_recorded_gpus(procs[i].pid, used, 64);
-			CUcheckpointGpuPair *p = NULL;
-			unsigned np = 0;
-			int rc = gs_gpu_map_parse(rc_->maps.items, rc_->maps.count, s->gpus, s->ngpus, nused > 0 ? used : NULL,
-						  nused > 0 ? nused : 0, &p, &np, err);
-			if (rc) {
-				/* nothing was touched: the processes stay suspended */
-				gs_err_wrap(err, "process %d stays suspended", (int)procs[i].pid);
-				free(pairs);
-				return rc;
-			}
-			free(pairs);
-			pairs = p;
-			npairs = np;
+	*pairs = NULL;
+	*npairs = 0;
+	for (int i = 0; i < n && ctx->maps.count; i++) {
+		CUuuid used[64];
+		int nused = cli_recorded_gpus(procs[i].pid, used, 64);
+		CUcheckpointGpuPair *p = NULL;
+		unsigned np = 0;
+		int rc = gs_gpu_map_parse(ctx->maps.items, ctx->maps.count, s->gpus, s->ngpus, nused > 0 ? used : NULL,
+					  nused > 0 ? nused : 0, &p, &np, err);
+		free(*pairs);
+		*pairs = NULL;
+		if (rc) {
+			/* nothing was touched: the processes stay suspended */
+			gs_err_wrap(err, "process %d stays suspended", (int)procs[i].pid);
+			return rc;
 		}
+		*pairs = p;
+		*npairs = np;
 	}
-	int rc = gs_ckpt_resume(&s->cu, procs, n, pairs, npairs, err);
-	free(pairs);
+	return 0;
+}
+
+static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n, void *arg,
+		      struct gs_err *err)
+{
+	struct resume_ctx *ctx = arg;
+	/* which processes the driver holds checkpointed, which agents hold data */
+	struct gs_ckpt_proc *drv = calloc((size_t)n, sizeof(*drv));
+	int *drv_index = calloc((size_t)n, sizeof(int));
+	int ndrv = 0, nagent = 0, rc = 0;
+	if (!drv || !drv_index) {
+		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		if ((rc = gs_ckpt_get_state(&s->cu, procs[i].pid, &procs[i].state_before, err)))
+			goto out;
+		procs[i].state_after = procs[i].state_before;
+		procs[i].state_known = true;
+		if (procs[i].state_before == CU_PROCESS_STATE_CHECKPOINTED) {
+			drv_index[ndrv] = i;
+			drv[ndrv++].pid = procs[i].pid;
+		}
+		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING)
+			nagent++;
+	}
+	if (!ndrv && !nagent) {
+		rc = gs_fail(err, GS_E_STATE, "process %d is not suspended (it is %s)", (int)procs[0].pid,
+			     gs_cuda_state_name(procs[0].state_before));
+		goto out;
+	}
+	if (ctx->maps.count && !ndrv) {
+		rc = gs_fail(err, GS_E_GPU_MAP, "--map needs a full suspend: process %d kept its CUDA context", (int)procs[0].pid);
+		goto out;
+	}
+	if (ndrv) {
+		CUcheckpointGpuPair *pairs = NULL;
+		unsigned npairs = 0;
+		if ((rc = build_pairs(s, ctx, drv, ndrv, &pairs, &npairs, err)))
+			goto out;
+		rc = gs_ckpt_resume(&s->cu, drv, ndrv, pairs, npairs, err);
+		free(pairs);
+		for (int k = 0; k < ndrv; k++) {
+			struct gs_ckpt_proc *p = &procs[drv_index[k]];
+			p->restore_s = drv[k].restore_s;
+			p->unlock_s = drv[k].unlock_s;
+			p->state_after = drv[k].state_after;
+			p->state_known = drv[k].state_known;
+		}
+		if (rc)
+			goto out;
+	}
+	/* data part: each agent re-creates its memory at the same addresses and lets the app go on */
+	for (int i = 0; i < n; i++) {
+		if (!agents[i].present || agents[i].state == GS_AGENT_RUNNING)
+			continue;
+		int r = cli_agent_resume(procs[i].pid, &agents[i], err);
+		if (r && !rc)
+			rc = r;
+	}
+out:
+	free(drv);
+	free(drv_index);
 	return rc;
 }
 

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli/agent_client.h"
 #include "cli/cli.h"
+#include "core/protocol.h"
 #include "common/proc.h"
 #include "common/util.h"
 #include "cuda/checkpoint.h"
@@ -50,6 +52,17 @@ int cmd_state(int argc, char **argv)
 	}
 	uint64_t mask = 0;
 	uint64_t vram = cli_process_vram(&s, pid, &mask);
+	struct cli_agent ag;
+	if ((rc = cli_agent_probe(pid, &ag, &err))) {
+		cli_session_close(&s);
+		return cli_report_error(&err);
+	}
+	/* with --keep-context the driver sees a running process while the agent holds its data */
+	const char *state = gs_cuda_state_name(st);
+	if (ag.present && ag.state == GS_AGENT_DATA_RELEASED && st == CU_PROCESS_STATE_RUNNING)
+		state = "suspended";
+	else if (ag.present && ag.state != GS_AGENT_RUNNING && st == CU_PROCESS_STATE_RUNNING)
+		state = "suspended";
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));
 	if (json) {
@@ -58,8 +71,19 @@ int cmd_state(int argc, char **argv)
 		gs_json_object_begin(&j);
 		gs_json_kv_int(&j, "pid", pid);
 		gs_json_kv_string(&j, "comm", comm);
-		gs_json_kv_string(&j, "state", gs_cuda_state_name(st));
-		gs_json_kv_string(&j, "path", "driver");
+		gs_json_kv_string(&j, "state", state);
+		gs_json_kv_string(&j, "driver_state", gs_cuda_state_name(st));
+		gs_json_kv_string(&j, "path", ag.present ? "agent" : "driver");
+		if (ag.present) {
+			gs_json_key(&j, "agent");
+			gs_json_object_begin(&j);
+			gs_json_kv_string(&j, "state", gs_agent_state_name(ag.state));
+			gs_json_kv_uint(&j, "allocations", ag.alloc_count);
+			gs_json_kv_uint(&j, "bytes", ag.alloc_bytes);
+			gs_json_kv_uint(&j, "unmanaged_allocations", ag.unmanaged_count);
+			gs_json_kv_uint(&j, "unmanaged_bytes", ag.unmanaged_bytes);
+			gs_json_object_end(&j);
+		}
 		if (s.nvml)
 			gs_json_kv_uint(&j, "vram_bytes", vram);
 		gs_json_key(&j, "gpus");
@@ -74,7 +98,18 @@ int cmd_state(int argc, char **argv)
 			printf("%s\n", text);
 		gs_json_free(&j);
 	} else {
-		printf("%s\n", gs_cuda_state_name(st));
+		printf("%s\n", state);
+		if (ag.present) {
+			char b1[32], b2[32];
+			printf("agent: %s, %llu allocation%s, %s releasable", gs_agent_state_name(ag.state),
+			       (unsigned long long)ag.alloc_count, ag.alloc_count == 1 ? "" : "s",
+			       gs_format_bytes(ag.alloc_bytes, b1, sizeof(b1)));
+			if (ag.unmanaged_count)
+				printf("; %llu allocation%s (%s) not releasable, moved by the driver",
+				       (unsigned long long)ag.unmanaged_count, ag.unmanaged_count == 1 ? "" : "s",
+				       gs_format_bytes(ag.unmanaged_bytes, b2, sizeof(b2)));
+			printf("\n");
+		}
 	}
 	cli_session_close(&s);
 	return 0;

@@ -1,31 +1,85 @@
 /*
  * cmd_suspend.c - `gpusnap suspend PID`: take a process's GPU state off the
  * GPU into its host memory (its VRAM drops to zero) until `gpusnap resume`.
+ *
+ * A process started with the gpusnap agent (`gpusnap run`) takes the fast
+ * path: the agent moves its data, then the driver checkpoints what is left
+ * (context, modules). Others, or any with --driver, take the driver path.
  */
+#include <stdio.h>
+
 #include "cli/process_op.h"
+#include "core/protocol.h"
 #include "cuda/checkpoint.h"
 
 static const char *const suspend_usage[] = {
-	"gpusnap suspend [--timeout SECONDS] [--tree] [--json] PID",
+	"gpusnap suspend [--timeout SECONDS] [--tree] [--keep-context] [--driver] [--json] PID",
 	NULL,
 };
 
 #define DEFAULT_LOCK_TIMEOUT_S 30.0
 
-static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, int n, void *ctx, struct gs_err *err)
+struct suspend_ctx {
+	double timeout;
+	bool keep_context;
+};
+
+static void undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, int upto)
 {
-	double timeout = *(double *)ctx;
-	return gs_ckpt_suspend(&s->cu, procs, n, timeout, err);
+	for (int i = 0; i < upto; i++) {
+		struct gs_err e = { 0 };
+		if (agents[i].present && cli_agent_resume(procs[i].pid, &agents[i], &e))
+			cli_report_error(&e);
+	}
+}
+
+static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n, void *arg,
+		       struct gs_err *err)
+{
+	struct suspend_ctx *ctx = arg;
+	for (int i = 0; i < n; i++) {
+		if (ctx->keep_context && !agents[i].present)
+			return gs_fail(err, GS_E_AGENT,
+				       "--keep-context needs the gpusnap agent, and process %d runs without it (start it with gpusnap run)",
+				       (int)procs[i].pid);
+		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING)
+			return gs_fail(err, GS_E_STATE, "process %d is already suspended", (int)procs[i].pid);
+	}
+	/* data part: each agent quiesces its app and moves its memory to host */
+	for (int i = 0; i < n; i++) {
+		if (!agents[i].present)
+			continue;
+		int rc = cli_agent_suspend(procs[i].pid, &agents[i], ctx->timeout, ctx->keep_context, err);
+		if (rc) {
+			undo_agents(agents, procs, i);
+			return rc;
+		}
+	}
+	if (ctx->keep_context) {
+		for (int i = 0; i < n; i++) {
+			procs[i].state_before = procs[i].state_after = CU_PROCESS_STATE_RUNNING;
+			procs[i].state_known = true;
+		}
+		return 0;
+	}
+	/* control part: the driver checkpoints the rest (all processes, with its own rollback) */
+	int rc = gs_ckpt_suspend(&s->cu, procs, n, ctx->timeout, err);
+	if (rc)
+		undo_agents(agents, procs, n);
+	return rc;
 }
 
 int cmd_suspend(int argc, char **argv)
 {
-	bool tree = false, json = false;
-	double timeout = DEFAULT_LOCK_TIMEOUT_S;
+	bool tree = false, json = false, driver = false;
+	struct suspend_ctx ctx = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
 	const struct gs_option opts[] = {
-		GS_OPT_SECONDS_(0, "timeout", &timeout, "SECONDS",
+		GS_OPT_SECONDS_(0, "timeout", &ctx.timeout, "SECONDS",
 				"wait at most this long for running GPU work (default 30, 0 = no limit)"),
 		GS_OPT_BOOL_(0, "tree", &tree, "suspend every CUDA process in PID's process tree"),
+		GS_OPT_BOOL_(0, "keep-context", &ctx.keep_context,
+			     "agent only: release the data but keep the CUDA context (faster both ways)"),
+		GS_OPT_BOOL_(0, "driver", &driver, "use the driver path even where the gpusnap agent runs"),
 		GS_OPT_BOOL_(0, "json", &json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -37,8 +91,13 @@ int cmd_suspend(int argc, char **argv)
 		gs_print_usage(stderr, suspend_usage, opts);
 		return GS_E_USAGE;
 	}
+	if (driver && ctx.keep_context) {
+		fprintf(stderr, "gpusnap suspend: --keep-context and --driver exclude each other\n");
+		return GS_E_USAGE;
+	}
 	struct process_op op = {
-		.action = "suspend", .pid_arg = argv[0], .tree = tree, .json = json, .run = run_suspend, .ctx = &timeout,
+		.action = "suspend", .pid_arg = argv[0], .tree = tree, .json = json, .driver_only = driver,
+		.run = run_suspend, .ctx = &ctx,
 	};
 	return process_op_execute(&op);
 }

@@ -31,15 +31,21 @@ int process_op_execute(const struct process_op *op)
 		return cli_report_error(&err);
 	}
 
-	struct cli_outcome o = { .action = op->action, .path = "driver", .nprocs = n, .err = &err };
+	struct cli_outcome o = { .action = op->action, .nprocs = n, .err = &err };
 	o.procs = calloc((size_t)n, sizeof(*o.procs));
+	o.agents = calloc((size_t)n, sizeof(*o.agents));
 	o.vram_before = calloc((size_t)n, sizeof(uint64_t));
 	o.vram_after = calloc((size_t)n, sizeof(uint64_t));
 	uint64_t *masks = calloc((size_t)n, sizeof(uint64_t));
-	if (!o.procs || !o.vram_before || !o.vram_after || !masks) {
+	if (!o.procs || !o.agents || !o.vram_before || !o.vram_after || !masks) {
 		rc = gs_fail(&err, GS_E_FAILURE, "out of memory");
 		goto out;
 	}
+	for (int i = 0; i < n && !op->driver_only; i++)
+		if ((rc = cli_agent_probe(pids[i], &o.agents[i], &err))) {
+			cli_report_error(&err);
+			goto out;
+		}
 	cli_vram_read(&s, &o.gpus_before);
 	for (int i = 0; i < n; i++) {
 		o.procs[i].pid = pids[i];
@@ -50,7 +56,7 @@ int process_op_execute(const struct process_op *op)
 	snprintf(what, sizeof(what), "%s %d%s", op->action, (int)pids[0], n > 1 ? " (tree)" : "");
 	struct cli_progress *progress = cli_progress_start(what);
 	double t0 = gs_now();
-	rc = op->run(&s, o.procs, n, op->ctx, &err);
+	rc = op->run(&s, o.procs, o.agents, n, op->ctx, &err);
 	o.total_s = gs_now() - t0;
 	cli_progress_stop(progress);
 
@@ -68,6 +74,7 @@ int process_op_execute(const struct process_op *op)
 		cli_report_error(&err);
 out:
 	free(o.procs);
+	free(o.agents);
 	free(o.vram_before);
 	free(o.vram_after);
 	free(masks);

@@ -6,14 +6,20 @@
 #ifndef GPUSNAP_CLI_PROCESS_OP_H
 #define GPUSNAP_CLI_PROCESS_OP_H
 
+#include "cli/agent_client.h"
 #include "cli/report.h"
 
 struct process_op {
 	const char *action; /* "suspend" / "resume" */
 	const char *pid_arg;
 	bool tree, json;
-	/* runs the operation on procs[0..n); the targets are already validated as CUDA processes */
-	int (*run)(struct cli_session *s, struct gs_ckpt_proc *procs, int n, void *ctx, struct gs_err *err);
+	bool driver_only; /* --driver: ignore agents */
+	/*
+	 * Runs the operation on procs[0..n); the targets are already validated as
+	 * CUDA processes; agents[i].present says process i has a gpusnap agent.
+	 */
+	int (*run)(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n, void *ctx,
+		   struct gs_err *err);
 	void *ctx;
 };
 

@@ -15,7 +15,6 @@ static void print_json(struct cli_session *s, const struct cli_outcome *o)
 	gs_json_init(&j);
 	gs_json_object_begin(&j);
 	gs_json_kv_string(&j, "action", o->action);
-	gs_json_kv_string(&j, "path", o->path);
 	gs_json_kv_bool(&j, "ok", o->rc == 0);
 	if (o->rc) {
 		gs_json_kv_int(&j, "exit_code", o->rc);
@@ -32,6 +31,8 @@ static void print_json(struct cli_session *s, const struct cli_outcome *o)
 		gs_json_object_begin(&j);
 		gs_json_kv_int(&j, "pid", p->pid);
 		gs_json_kv_string(&j, "comm", comm);
+		const struct cli_agent *ag = &o->agents[i];
+		gs_json_kv_string(&j, "path", ag->present ? "agent" : "driver");
 		gs_json_kv_string(&j, "state_before", gs_cuda_state_name(p->state_before));
 		gs_json_kv_string(&j, "state_after", p->state_known ? gs_cuda_state_name(p->state_after) : "unknown");
 		gs_json_key(&j, "times");
@@ -44,6 +45,19 @@ static void print_json(struct cli_session *s, const struct cli_outcome *o)
 			gs_json_kv_double(&j, "unlock_s", p->unlock_s);
 		}
 		gs_json_object_end(&j);
+		if (ag->present) {
+			gs_json_key(&j, "agent");
+			gs_json_object_begin(&j);
+			for (int k = 0; k < ag->last.ntimings; k++) {
+				char key[80];
+				snprintf(key, sizeof(key), "%s_s", ag->last.timing_name[k]);
+				gs_json_kv_double(&j, key, ag->last.timing_s[k]);
+			}
+			for (int k = 0; k < ag->last.ncounters; k++)
+				gs_json_kv_uint(&j, ag->last.counter_name[k], ag->last.counter[k]);
+			gs_json_kv_uint(&j, "unmanaged_bytes", ag->unmanaged_bytes);
+			gs_json_object_end(&j);
+		}
 		if (o->gpus_before.known) {
 			gs_json_kv_uint(&j, "vram_before_bytes", o->vram_before[i]);
 			gs_json_kv_uint(&j, "vram_after_bytes", o->vram_after[i]);
@@ -83,10 +97,26 @@ static void print_human(struct cli_session *s, const struct cli_outcome *o)
 			printf("%d (%s): %s\n", (int)p->pid, comm, gs_cuda_state_name(p->state_after));
 		else if (o->rc)
 			continue;
-		else if (suspend)
-			printf("suspended %d (%s): lock %.2f s, checkpoint %.2f s", (int)p->pid, comm, p->lock_s, p->checkpoint_s);
-		else
-			printf("resumed %d (%s): restore %.2f s, unlock %.2f s", (int)p->pid, comm, p->restore_s, p->unlock_s);
+		else {
+			printf("%s %d (%s)", suspend ? "suspended" : "resumed", (int)p->pid, comm);
+			const struct cli_agent *ag = &o->agents[i];
+			if (ag->present) {
+				char b[32];
+				uint64_t bytes = cli_agent_counter(ag, "bytes");
+				double data = cli_agent_timing(ag, suspend ? "copy_out" : "copy_in");
+				printf(" [agent]: data %s in %.2f s", gs_format_bytes(bytes, b, sizeof(b)), data);
+				if (data > 0 && bytes)
+					printf(" (%.1f GB/s)", (double)bytes / data / 1e9);
+				printf(suspend ? ", release %.2f s" : ", map %.2f s",
+				       cli_agent_timing(ag, suspend ? "release" : "map"));
+			} else {
+				printf(":");
+			}
+			if (suspend && p->checkpoint_s > 0)
+				printf(" lock %.2f s, checkpoint %.2f s", p->lock_s, p->checkpoint_s);
+			else if (!suspend && p->restore_s > 0)
+				printf(" restore %.2f s, unlock %.2f s", p->restore_s, p->unlock_s);
+		}
 		if (!o->rc && o->gpus_before.known)
 			printf("; VRAM %s -> %s", gs_format_bytes(o->vram_before[i], b1, sizeof(b1)),
 			       gs_format_bytes(o->vram_after[i], b2, sizeof(b2)));

@@ -5,13 +5,14 @@
 #ifndef GPUSNAP_CLI_REPORT_H
 #define GPUSNAP_CLI_REPORT_H
 
+#include "cli/agent_client.h"
 #include "cli/cli.h"
 #include "cuda/checkpoint.h"
 
 struct cli_outcome {
 	const char *action; /* "suspend" or "resume" */
-	const char *path;   /* "driver" or "agent" */
 	struct gs_ckpt_proc *procs;
+	struct cli_agent *agents; /* per process; .present when the agent did the data part */
 	uint64_t *vram_before, *vram_after; /* per process, bytes */
 	int nprocs;
 	struct cli_vram gpus_before, gpus_after;

@@ -1,0 +1,234 @@
+/*
+ * agent_main.c - libgpusnap.so's life: the constructor (install the
+ * replacements, start the control server), the per-device state made on
+ * first use, and the control handler that serves gpusnap's requests
+ * (HELLO, STATUS, SUSPEND, RESUME) on the server's thread.
+ *
+ * Nothing here runs in a signal handler. The constructor makes no CUDA
+ * call: the driver is loaded when the app first allocates or when gpusnap
+ * first asks for a suspend.
+ */
+#define LOG_PREFIX "agent: "
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "agent/agent_mover.h"
+#include "agent/gate.h"
+#include "agent/interpose.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "core/control_socket.h"
+
+static struct gs_agent the_agent = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.deferred_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+static struct gs_ctl_server *control_server;
+
+struct gs_agent *gs_agent_get(void) { return &the_agent; }
+
+int gs_agent_cuda(struct gs_agent *a, struct gs_err *err)
+{
+	if (__atomic_load_n(&a->cuda_ready, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	if (!a->cuda_ready) {
+		rc = gs_cuda_load(&a->cu, err);
+		if (!rc)
+			rc = gs_cuda_load_memory_api(&a->cu, err);
+		if (!rc)
+			__atomic_store_n(&a->cuda_ready, true, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+static int slab_alloc(void *ctx, uint64_t size, uint64_t *va)
+{
+	struct gs_agent_device *d = ctx;
+	uint64_t reserved;
+	CUmemGenericAllocationHandle h;
+	if (gs_vmm_alloc(d, size, va, &reserved, &h) != CUDA_SUCCESS)
+		return -1;
+	struct gs_alloc_rec rec = { .va = *va, .size = reserved, .kind = GS_ALLOC_DEVICE, .device = d->ordinal,
+				    .handle = h, .user = reserved };
+	struct gs_err err = { 0 };
+	if (gs_alloc_registry_insert(d->agent->slabs, &rec, &err)) {
+		gs_vmm_free(d->agent, *va, reserved, h);
+		return -1;
+	}
+	return 0;
+}
+
+static void slab_free(void *ctx, uint64_t va, uint64_t size)
+{
+	struct gs_agent_device *d = ctx;
+	struct gs_alloc_rec rec;
+	(void)size;
+	if (gs_alloc_registry_remove(d->agent->slabs, va, &rec))
+		gs_vmm_free(d->agent, rec.va, rec.user, (CUmemGenericAllocationHandle)rec.handle);
+}
+
+struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cuerr)
+{
+	struct gs_err err = { 0 };
+	if (gs_agent_cuda(a, &err)) {
+		pr_err("%s", err.msg);
+		*cuerr = CUDA_ERROR_NOT_INITIALIZED;
+		return NULL;
+	}
+	CUdevice dev;
+	CUresult r = a->cu.cuCtxGetDevice(&dev);
+	if (r != CUDA_SUCCESS) {
+		*cuerr = r;
+		return NULL;
+	}
+	if (dev < 0 || dev >= GS_AGENT_MAX_DEVICES) {
+		*cuerr = CUDA_ERROR_INVALID_DEVICE;
+		return NULL;
+	}
+	struct gs_agent_device *d = &a->devices[dev];
+	if (__atomic_load_n(&d->used, __ATOMIC_ACQUIRE))
+		return d;
+	pthread_mutex_lock(&a->lock);
+	if (!d->used) {
+		CUmemAllocationProp prop;
+		memset(&prop, 0, sizeof(prop));
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop.location.id = dev;
+		size_t gran = 0;
+		r = a->cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+		CUcontext ctx = NULL;
+		if (r == CUDA_SUCCESS)
+			r = a->cu.cuCtxGetCurrent(&ctx);
+		struct gs_suballoc_config cfg = { .slab_size = gran, .threshold = gran / 2 };
+		struct gs_suballoc_ops ops = { .slab_alloc = slab_alloc, .slab_free = slab_free, .ctx = d };
+		if (r == CUDA_SUCCESS && !a->allocs)
+			a->allocs = gs_alloc_registry_new();
+		if (r == CUDA_SUCCESS && !a->slabs)
+			a->slabs = gs_alloc_registry_new();
+		if (r == CUDA_SUCCESS && (!a->allocs || !a->slabs))
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		d->agent = a;
+		d->ordinal = dev;
+		d->granularity = gran;
+		d->ctx = ctx;
+		if (r == CUDA_SUCCESS && gs_suballoc_new(&cfg, &ops, &d->sub, &err)) {
+			pr_err("%s", err.msg);
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		if (r == CUDA_SUCCESS)
+			__atomic_store_n(&d->used, true, __ATOMIC_RELEASE);
+	}
+	bool fresh = r == CUDA_SUCCESS && d->used && !d->announced;
+	d->announced = d->used;
+	pthread_mutex_unlock(&a->lock);
+	if (!d->used) {
+		*cuerr = r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN;
+		return NULL;
+	}
+	if (fresh)
+		gs_mover_device_ready(a, d);
+	return d;
+}
+
+static void add_info(struct gs_agent *a, struct gs_msg *reply)
+{
+	uint64_t count = 0, bytes = 0;
+	if (a->allocs)
+		gs_alloc_registry_stats(a->allocs, &count, &bytes);
+	int ndev = 0;
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
+		ndev += a->devices[i].used;
+	reply->type = GS_MSG_INFO;
+	gs_msg_add_u64(reply, GS_F_PID, (uint64_t)getpid());
+	gs_msg_add_str(reply, GS_F_VERSION, GPUSNAP_VERSION);
+	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
+	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
+	gs_msg_add_u64(reply, GS_F_CAPS, GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0));
+	gs_msg_add_u64(reply, GS_F_STATE, (uint64_t)a->state);
+	gs_msg_add_u64(reply, GS_F_UNMANAGED_COUNT, __atomic_load_n(&a->unmanaged_allocs, __ATOMIC_RELAXED));
+	gs_msg_add_u64(reply, GS_F_UNMANAGED_BYTES, __atomic_load_n(&a->unmanaged_bytes, __ATOMIC_RELAXED));
+	gs_msg_add_u64(reply, GS_F_DEVICE_COUNT, (uint64_t)ndev);
+}
+
+static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *reply)
+{
+	struct gs_agent *a = ctx;
+	struct gs_err err = { 0 };
+	uint64_t flags = 0;
+	double timeout = 30;
+	gs_msg_get_u64(req, GS_F_FLAGS, &flags);
+	gs_msg_get_f64(req, GS_F_TIMEOUT, &timeout);
+	switch (req->type) {
+	case GS_MSG_HELLO:
+	case GS_MSG_STATUS:
+		add_info(a, reply);
+		return;
+	case GS_MSG_SUSPEND: {
+		int rc = gs_mover_suspend(a, timeout, (flags & GS_SUSPEND_KEEP_CONTEXT) != 0, reply, &err);
+		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+		return;
+	}
+	case GS_MSG_RESUME: {
+		int rc = gs_mover_resume(a, reply, &err);
+		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+		return;
+	}
+	default:
+		gs_msg_set_result(reply, GS_E_USAGE, "the agent does not handle message type %u", req->type);
+	}
+}
+
+/* Log lines of the agent go to a file, not the app's stderr (which belongs to the app). */
+static void open_log(void)
+{
+	const char *path = getenv("GPUSNAP_AGENT_LOG");
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		gs_log_set_fd(fd);
+}
+
+static void start_control_server(void)
+{
+	struct gs_err err = { 0 };
+	char path[512];
+	if (gs_ctl_agent_socket_path(path, sizeof(path), &err) ||
+	    gs_ctl_server_start(path, handle_request, &the_agent, 0, &control_server, &err))
+		pr_err("no control socket, gpusnap will use the driver path for this process: %s", err.msg);
+}
+
+/* After fork() the child has no server thread: give it its own socket. */
+static void after_fork_in_child(void)
+{
+	control_server = NULL;
+	start_control_server();
+}
+
+__attribute__((constructor)) static void agent_init(void)
+{
+	gs_log_init_from_env();
+	open_log();
+	struct gs_err err = { 0 };
+	if (gs_agent_install_hooks(&err)) {
+		pr_err("%s", err.msg);
+		return;
+	}
+	gs_mover_init_from_env(&the_agent);
+	start_control_server();
+	pthread_atfork(NULL, NULL, after_fork_in_child);
+}
+
+__attribute__((destructor)) static void agent_fini(void)
+{
+	gs_ctl_server_stop(control_server);
+	control_server = NULL;
+}

@@ -1,0 +1,449 @@
+/*
+ * agent_mover.c - moves the app's releasable device memory to host staging
+ * memory and back (see agent_mover.h).
+ *
+ * Suspend: close the gate (no app thread inside the driver, new calls wait),
+ * synchronize each device, plan the copy (core/copy_plan.c: chunks dealt to
+ * GS_AGENT_LANES streams per device, placed in staging order so copies
+ * follow the population of an on-demand pool), copy device to host, then
+ * release the physical memory. A failure before the release reopens the gate
+ * and leaves everything as it was; a failure during the release re-creates
+ * what was released and refills it, so the app never loses data.
+ * Resume: re-create physical memory at the same addresses (all or nothing:
+ * on a shortage what was re-created is released again and the app stays
+ * suspended), copy back, open the gate. An on-demand staging pool is freed
+ * afterwards by a background thread the agent joins before the next suspend.
+ */
+#define LOG_PREFIX "agent: "
+#include "agent/agent_mover.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/gate.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "common/util.h"
+#include "core/copy_plan.h"
+#include "core/staging.h"
+
+#define CHUNK_BYTES (64ULL << 20)
+#define SEGMENT_BYTES (256ULL << 20)
+#define STAGING_WORKERS 8
+
+struct held_region {
+	uint64_t va, size, reserved;
+	CUmemGenericAllocationHandle handle;
+	int device;
+	bool is_slab;
+	bool released;
+};
+
+struct gs_agent_held {
+	struct held_region *regions;
+	size_t nregions;
+	struct gs_copy_plan plan;
+	struct gs_staging *pool;
+	bool pool_is_reserve;
+	bool keep_context;
+	uint64_t bytes;
+};
+
+static struct {
+	uint64_t reserve_bytes;
+	struct gs_staging *reserve;
+	pthread_t reaper;
+	bool reaper_running;
+} mover;
+
+static int staging_register(void *ctx, void *addr, uint64_t len)
+{
+	struct gs_agent *a = ctx;
+	/* worker threads have no current context; any device's will do with PORTABLE */
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
+		if (a->devices[i].used) {
+			a->cu.cuCtxSetCurrent(a->devices[i].ctx);
+			break;
+		}
+	return a->cu.cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS ? 0 : -1;
+}
+
+static void staging_unregister(void *ctx, void *addr, uint64_t len)
+{
+	struct gs_agent *a = ctx;
+	(void)len;
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
+		if (a->devices[i].used) {
+			a->cu.cuCtxSetCurrent(a->devices[i].ctx);
+			break;
+		}
+	a->cu.cuMemHostUnregister(addr);
+}
+
+static int make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
+{
+	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = STAGING_WORKERS };
+	struct gs_staging_ops ops = { .reg = staging_register, .unreg = staging_unregister, .ctx = a };
+	return gs_staging_create(bytes, &cfg, &ops, out, err);
+}
+
+void gs_mover_init_from_env(struct gs_agent *a)
+{
+	(void)a;
+	const char *v = getenv("GPUSNAP_RESERVE");
+	if (v && *v && gs_parse_size(v, &mover.reserve_bytes))
+		pr_warn("ignoring GPUSNAP_RESERVE='%s': not a size", v);
+}
+
+void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
+{
+	(void)d;
+	if (!mover.reserve_bytes || mover.reserve)
+		return;
+	struct gs_err err = { 0 };
+	if (make_pool(a, mover.reserve_bytes, &mover.reserve, &err))
+		pr_err("cannot reserve %llu bytes of staging memory: %s", (unsigned long long)mover.reserve_bytes, err.msg);
+}
+
+bool gs_mover_has_reserve(struct gs_agent *a)
+{
+	(void)a;
+	return mover.reserve != NULL;
+}
+
+static void *reap_pool(void *arg)
+{
+	gs_staging_destroy(arg);
+	return NULL;
+}
+
+/* Frees an on-demand pool off the critical path: unmapping tens of GiB takes a while. */
+static void retire_pool(struct gs_staging *pool)
+{
+	if (!pool)
+		return;
+	if (mover.reaper_running)
+		pthread_join(mover.reaper, NULL);
+	mover.reaper_running = pthread_create(&mover.reaper, NULL, reap_pool, pool) == 0;
+	if (!mover.reaper_running)
+		gs_staging_destroy(pool);
+}
+
+static void join_reaper(void)
+{
+	if (mover.reaper_running) {
+		pthread_join(mover.reaper, NULL);
+		mover.reaper_running = false;
+	}
+}
+
+struct collect_ctx {
+	struct held_region *r;
+	size_t n, cap;
+	bool is_slab;
+};
+
+static int collect(void *ctx, const struct gs_alloc_rec *rec)
+{
+	struct collect_ctx *c = ctx;
+	if (rec->kind != GS_ALLOC_DEVICE)
+		return 0;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 256;
+		struct held_region *nr = realloc(c->r, cap * sizeof(*nr));
+		if (!nr)
+			return -1;
+		c->r = nr;
+		c->cap = cap;
+	}
+	c->r[c->n++] = (struct held_region){
+		.va = rec->va, .size = rec->size, .reserved = rec->user, .handle = rec->handle,
+		.device = rec->device, .is_slab = c->is_slab,
+	};
+	return 0;
+}
+
+static int cmp_region(const void *x, const void *y)
+{
+	const struct held_region *a = x, *b = y;
+	if (a->device != b->device)
+		return a->device - b->device;
+	return a->va < b->va ? -1 : a->va > b->va;
+}
+
+static int set_device(struct gs_agent *a, int device, struct gs_err *err)
+{
+	CUresult r = a->cu.cuCtxSetCurrent(a->devices[device].ctx);
+	if (r != CUDA_SUCCESS) {
+		char b[128];
+		return gs_fail(err, GS_E_AGENT, "cannot use the context of GPU %d: %s", device,
+			       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+	}
+	return 0;
+}
+
+static int ensure_lanes(struct gs_agent *a, struct gs_agent_device *d, struct gs_err *err)
+{
+	if (d->lanes_ready)
+		return 0;
+	int rc = set_device(a, d->ordinal, err);
+	for (int i = 0; !rc && i < GS_AGENT_LANES; i++) {
+		CUresult r = a->cu.cuStreamCreate(&d->lanes[i], CU_STREAM_NON_BLOCKING);
+		if (r != CUDA_SUCCESS)
+			rc = gs_fail(err, GS_E_AGENT, "cannot create copy streams on GPU %d (error %d)", d->ordinal, r);
+	}
+	d->lanes_ready = rc == 0;
+	return rc;
+}
+
+static int sync_devices(struct gs_agent *a, bool lanes_only, struct gs_err *err)
+{
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++) {
+		struct gs_agent_device *d = &a->devices[i];
+		if (!d->used)
+			continue;
+		int rc = set_device(a, i, err);
+		if (rc)
+			return rc;
+		CUresult r = CUDA_SUCCESS;
+		if (lanes_only) {
+			for (int l = 0; l < GS_AGENT_LANES && r == CUDA_SUCCESS; l++)
+				r = a->cu.cuStreamSynchronize(d->lanes[l]);
+		} else {
+			r = a->cu.cuCtxSynchronize();
+		}
+		if (r != CUDA_SUCCESS) {
+			char b[128];
+			return gs_fail(err, GS_E_AGENT, "GPU %d reported an error while synchronizing: %s", i,
+				       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+		}
+	}
+	return 0;
+}
+
+/* Issues every chunk's copy in staging order (waiting for its segment), then waits for the lanes. */
+static int copy_all(struct gs_agent *a, struct gs_agent_held *h, bool to_host, double timeout_s, struct gs_err *err)
+{
+	int cur = -1;
+	uint64_t seg_size = gs_staging_segment_size(h->pool);
+	for (size_t i = 0; i < h->plan.nchunks; i++) {
+		const struct gs_copy_chunk *c = &h->plan.chunks[i];
+		int dev = h->regions[c->region].device;
+		int rc;
+		if (dev != cur && (rc = set_device(a, dev, err)))
+			return rc;
+		cur = dev;
+		if (to_host && (rc = gs_staging_wait(h->pool, (uint32_t)(c->staging_offset / seg_size), timeout_s, err)))
+			return rc;
+		void *host = gs_staging_ptr(h->pool, c->staging_offset);
+		CUstream s = a->devices[dev].lanes[c->lane];
+		CUresult r = to_host ? a->cu.cuMemcpyDtoHAsync(host, c->va, c->size, s)
+				     : a->cu.cuMemcpyHtoDAsync(c->va, host, c->size, s);
+		if (r != CUDA_SUCCESS) {
+			char b[128];
+			return gs_fail(err, GS_E_AGENT, "copy of %llu bytes at %#llx %s failed: %s", (unsigned long long)c->size,
+				       (unsigned long long)c->va, to_host ? "to host" : "to the GPU",
+				       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+		}
+	}
+	return sync_devices(a, true, err);
+}
+
+static void update_registry(struct gs_agent *a, const struct held_region *r)
+{
+	gs_alloc_registry_update(r->is_slab ? a->slabs : a->allocs, r->va, r->handle, r->reserved);
+}
+
+static void held_free(struct gs_agent_held *h)
+{
+	if (!h)
+		return;
+	if (h->pool && !h->pool_is_reserve)
+		retire_pool(h->pool);
+	gs_copy_plan_free(&h->plan);
+	free(h->regions);
+	free(h);
+}
+
+/* Re-creates physical memory for every released region; on failure releases those it made. */
+static int recreate_all(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
+{
+	for (size_t i = 0; i < h->nregions; i++) {
+		struct held_region *r = &h->regions[i];
+		if (!r->released)
+			continue;
+		CUresult cr = gs_vmm_recreate_physical(a, r->device, r->va, r->reserved, &r->handle);
+		if (cr != CUDA_SUCCESS) {
+			for (size_t j = 0; j < i; j++) {
+				struct held_region *q = &h->regions[j];
+				if (q->released && q->handle) {
+					gs_vmm_release_physical(a, q->va, q->reserved, q->handle);
+					q->handle = 0;
+				}
+			}
+			if (cr == CUDA_ERROR_OUT_OF_MEMORY)
+				return gs_fail(err, GS_E_NO_VRAM, "not enough free GPU memory on GPU %d to resume (%llu bytes needed)",
+					       r->device, (unsigned long long)h->bytes);
+			char b[128];
+			return gs_fail(err, GS_E_AGENT, "cannot re-create GPU memory at %#llx: %s", (unsigned long long)r->va,
+				       gs_cuda_strerror(&a->cu, cr, b, sizeof(b)));
+		}
+	}
+	for (size_t i = 0; i < h->nregions; i++)
+		if (h->regions[i].released) {
+			h->regions[i].released = false;
+			update_registry(a, &h->regions[i]);
+		}
+	return 0;
+}
+
+int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
+{
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	struct gs_agent_held *h = NULL;
+	bool gate_closed = false;
+	if (a->state != GS_AGENT_RUNNING) {
+		rc = gs_fail(err, GS_E_STATE, "the process is already suspended");
+		goto out;
+	}
+	join_reaper();
+	double t0 = gs_now();
+	if ((rc = gs_gate_close(timeout_s, err)))
+		goto out;
+	gate_closed = true;
+	double t_quiesce = gs_now();
+	if (!a->cuda_ready) {
+		/* the app never allocated: nothing of ours to move */
+		a->state = keep_context ? GS_AGENT_DATA_RELEASED : GS_AGENT_SUSPENDED;
+		a->held = NULL;
+		gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", t_quiesce - t0);
+		goto out;
+	}
+	if ((rc = sync_devices(a, false, err)))
+		goto out;
+	gs_agent_drain_deferred(a, true);
+	double t_sync = gs_now();
+
+	h = calloc(1, sizeof(*h));
+	struct collect_ctx cc = { 0 };
+	if (!h) {
+		rc = gs_fail(err, GS_E_AGENT, "out of memory");
+		goto out;
+	}
+	cc.is_slab = false;
+	int walk = gs_alloc_registry_foreach(a->allocs, 0, UINT64_MAX, GS_ALLOC_MASK(GS_ALLOC_DEVICE), collect, &cc);
+	cc.is_slab = true;
+	if (!walk)
+		walk = gs_alloc_registry_foreach(a->slabs, 0, UINT64_MAX, 0, collect, &cc);
+	h->regions = cc.r;
+	h->nregions = cc.n;
+	if (walk) {
+		rc = gs_fail(err, GS_E_AGENT, "out of memory listing allocations");
+		goto out;
+	}
+	qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
+	struct gs_copy_region *cr = calloc(h->nregions ? h->nregions : 1, sizeof(*cr));
+	if (!cr) {
+		rc = gs_fail(err, GS_E_AGENT, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < h->nregions; i++) {
+		cr[i].va = h->regions[i].va;
+		cr[i].size = h->regions[i].size;
+		h->bytes += h->regions[i].size;
+	}
+	struct gs_copy_params params = { .chunk_size = CHUNK_BYTES, .lanes = GS_AGENT_LANES, .staging_align = 4096,
+					 .staging_segment = SEGMENT_BYTES };
+	rc = gs_copy_plan_build(cr, h->nregions, &params, &h->plan, err);
+	free(cr);
+	if (rc)
+		goto out;
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES && !rc; i++)
+		if (a->devices[i].used)
+			rc = ensure_lanes(a, &a->devices[i], err);
+	if (rc)
+		goto out;
+
+	double t_pool0 = gs_now();
+	if (h->plan.staging_bytes) {
+		if (mover.reserve && gs_staging_size(mover.reserve) >= h->plan.staging_bytes) {
+			h->pool = mover.reserve;
+			h->pool_is_reserve = true;
+		} else if ((rc = make_pool(a, h->plan.staging_bytes, &h->pool, err))) {
+			goto out;
+		}
+		if ((rc = copy_all(a, h, true, timeout_s, err)))
+			goto out;
+	}
+	double t_copy = gs_now();
+
+	for (size_t i = 0; i < h->nregions; i++) {
+		struct held_region *r = &h->regions[i];
+		CUresult res = gs_vmm_release_physical(a, r->va, r->reserved, r->handle);
+		if (res != CUDA_SUCCESS) {
+			char b[128];
+			rc = gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s", (unsigned long long)r->va,
+				     gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
+			/* put back what was released, with its data: the app must not notice */
+			struct gs_err e2 = { 0 };
+			if (recreate_all(a, h, &e2) || copy_all(a, h, false, timeout_s, &e2))
+				pr_err("could not undo a partial release: %s", e2.msg);
+			goto out;
+		}
+		r->released = true;
+		r->handle = 0;
+		update_registry(a, r);
+	}
+	double t_release = gs_now();
+
+	h->keep_context = keep_context;
+	a->held = h;
+	h = NULL;
+	a->state = keep_context ? GS_AGENT_DATA_RELEASED : GS_AGENT_SUSPENDED;
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", t_quiesce - t0);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "sync", t_sync - t_quiesce);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool0);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held->bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", a->held->pool_is_reserve);
+out:
+	if (rc && gate_closed)
+		gs_gate_open();
+	held_free(h);
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err)
+{
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	if (a->state != GS_AGENT_SUSPENDED && a->state != GS_AGENT_DATA_RELEASED) {
+		rc = gs_fail(err, GS_E_STATE, "the process is not suspended");
+		goto out;
+	}
+	struct gs_agent_held *h = a->held;
+	double t0 = gs_now();
+	if (h) {
+		if ((rc = recreate_all(a, h, err)))
+			goto out;
+		double t_map = gs_now();
+		if (h->plan.nchunks && (rc = copy_all(a, h, false, -1, err))) {
+			/* the data is still in staging: stay suspended so a retry can copy it again */
+			goto out;
+		}
+		double t_copy = gs_now();
+		gs_msg_add_named_f64(reply, GS_F_TIMING, "map", t_map - t0);
+		gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_in", t_copy - t_map);
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
+		a->held = NULL;
+		held_free(h);
+	}
+	a->state = GS_AGENT_RUNNING;
+	gs_gate_open();
+out:
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}

@@ -1,0 +1,116 @@
+/*
+ * agent_client.c - talking to a process's gpusnap agent (see agent_client.h).
+ */
+#include "cli/agent_client.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/control_socket.h"
+#include "core/protocol.h"
+
+/* Replies to HELLO come at once; a suspend may copy tens of GiB, so its wait follows the caller's timeout. */
+#define HELLO_TIMEOUT_S 5.0
+#define WORK_MARGIN_S 600.0
+
+int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
+{
+	memset(ag, 0, sizeof(*ag));
+	struct gs_err e = { 0 };
+	if (gs_ctl_find_agent(pid, ag->socket, sizeof(ag->socket), &e)) {
+		if (e.code == GS_E_AGENT)
+			return 0; /* no agent: the driver path serves this process */
+		*err = e;
+		return e.code;
+	}
+	struct gs_msg req, reply;
+	gs_msg_init(&req, GS_MSG_HELLO);
+	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, HELLO_TIMEOUT_S, &e);
+	gs_msg_free(&req);
+	if (rc) {
+		gs_msg_free(&reply);
+		/* a stale socket of a process that re-exec'd without the agent: treat as no agent */
+		if (e.code == GS_E_AGENT)
+			return 0;
+		*err = e;
+		return rc;
+	}
+	ag->present = reply.type == GS_MSG_INFO;
+	gs_msg_get_u64(&reply, GS_F_STATE, &ag->state);
+	gs_msg_get_u64(&reply, GS_F_CAPS, &ag->caps);
+	gs_msg_get_u64(&reply, GS_F_ALLOC_COUNT, &ag->alloc_count);
+	gs_msg_get_u64(&reply, GS_F_ALLOC_BYTES, &ag->alloc_bytes);
+	gs_msg_get_u64(&reply, GS_F_UNMANAGED_COUNT, &ag->unmanaged_count);
+	gs_msg_get_u64(&reply, GS_F_UNMANAGED_BYTES, &ag->unmanaged_bytes);
+	gs_msg_free(&reply);
+	return 0;
+}
+
+static void keep_fields(struct cli_agent *ag, const struct gs_msg *m)
+{
+	memset(&ag->last, 0, sizeof(ag->last));
+	struct gs_msg_field f;
+	for (size_t i = 0; i < gs_msg_field_count(m); i++) {
+		if (!gs_msg_field_at(m, i, &f) || !f.name)
+			continue;
+		if (f.tag == GS_F_TIMING && ag->last.ntimings < CLI_AGENT_MAX_FIELDS) {
+			int k = ag->last.ntimings++;
+			snprintf(ag->last.timing_name[k], sizeof(ag->last.timing_name[k]), "%s", f.name);
+			ag->last.timing_s[k] = f.f64;
+		} else if (f.tag == GS_F_COUNTER && ag->last.ncounters < CLI_AGENT_MAX_FIELDS) {
+			int k = ag->last.ncounters++;
+			snprintf(ag->last.counter_name[k], sizeof(ag->last.counter_name[k]), "%s", f.name);
+			ag->last.counter[k] = f.u64;
+		}
+	}
+}
+
+static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, struct gs_err *err)
+{
+	struct gs_msg req, reply;
+	gs_msg_init(&req, type);
+	gs_msg_add_f64(&req, GS_F_TIMEOUT, timeout_s);
+	gs_msg_add_u64(&req, GS_F_FLAGS, flags);
+	double wait = (timeout_s > 0 ? timeout_s : 0) + WORK_MARGIN_S;
+	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, wait, err);
+	gs_msg_free(&req);
+	if (!rc) {
+		keep_fields(ag, &reply);
+		rc = gs_msg_result_code(&reply, err);
+	}
+	gs_msg_free(&reply);
+	return rc;
+}
+
+int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err)
+{
+	int rc = request(pid, ag, GS_MSG_SUSPEND, timeout_s, keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err)
+{
+	int rc = request(pid, ag, GS_MSG_RESUME, 0, 0, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+double cli_agent_timing(const struct cli_agent *ag, const char *name)
+{
+	double s = 0;
+	for (int i = 0; i < ag->last.ntimings; i++)
+		if (!strcmp(ag->last.timing_name[i], name))
+			s += ag->last.timing_s[i];
+	return s;
+}
+
+uint64_t cli_agent_counter(const struct cli_agent *ag, const char *name)
+{
+	for (int i = 0; i < ag->last.ncounters; i++)
+		if (!strcmp(ag->last.counter_name[i], name))
+			return ag->last.counter[i];
+	return 0;
+}

@@ -1,0 +1,42 @@
+/*
+ * agent_client.h - the command line's side of the agent protocol: is there a
+ * gpusnap agent in a process, what does it hold, and asking it to suspend or
+ * resume. Timings and counters of a reply are kept for the report.
+ */
+#ifndef GPUSNAP_CLI_AGENT_CLIENT_H
+#define GPUSNAP_CLI_AGENT_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+
+#define CLI_AGENT_MAX_FIELDS 16
+
+struct cli_agent_reply {
+	int ntimings, ncounters;
+	char timing_name[CLI_AGENT_MAX_FIELDS][64];
+	double timing_s[CLI_AGENT_MAX_FIELDS];
+	char counter_name[CLI_AGENT_MAX_FIELDS][64];
+	uint64_t counter[CLI_AGENT_MAX_FIELDS];
+};
+
+struct cli_agent {
+	bool present;
+	char socket[512];
+	uint64_t state; /* enum gs_agent_state */
+	uint64_t caps, alloc_count, alloc_bytes, unmanaged_count, unmanaged_bytes;
+	struct cli_agent_reply last; /* of the last suspend/resume */
+};
+
+/* Looks for the agent of pid; an absent agent is not an error (present = false). */
+int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err);
+/* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the agent's work. */
+int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err);
+int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);
+/* Sum of the named timings of the last reply (seconds). */
+double cli_agent_timing(const struct cli_agent *ag, const char *name);
+uint64_t cli_agent_counter(const struct cli_agent *ag, const char *name);
+
+#endif

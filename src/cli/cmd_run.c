@@ -1,0 +1,92 @@
+/*
+ * cmd_run.c - `gpusnap run [--reserve SIZE] [--] CMD ARGS...`: starts CMD
+ * with the gpusnap agent preloaded (LD_PRELOAD=libgpusnap.so), so that
+ * suspend and resume take the fast path. Replaces itself with CMD (exec), so
+ * CMD keeps gpusnap's PID, parent, terminal and signals.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static const char *const run_usage[] = {
+	"gpusnap run [--reserve SIZE] [--] COMMAND [ARGS...]",
+	NULL,
+};
+
+/* libgpusnap.so beside the gpusnap binary (build tree), or in ../lib (installed); GPUSNAP_AGENT overrides. */
+static int find_agent(char *buf, size_t n, struct gs_err *err)
+{
+	const char *env = getenv("GPUSNAP_AGENT");
+	if (env && *env) {
+		if (access(env, R_OK))
+			return gs_fail_errno(err, GS_E_AGENT, errno, "GPUSNAP_AGENT='%s' cannot be read", env);
+		snprintf(buf, n, "%s", env);
+		return 0;
+	}
+	char self[PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (len <= 0)
+		return gs_fail_errno(err, GS_E_AGENT, errno, "cannot find gpusnap's own location");
+	self[len] = '\0';
+	char *slash = strrchr(self, '/');
+	if (slash)
+		*slash = '\0';
+	static const char *const candidates[] = { "%s/libgpusnap.so", "%s/../lib/libgpusnap.so",
+						  "%s/../lib/x86_64-linux-gnu/libgpusnap.so" };
+	for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+		char path[PATH_MAX + 64], real[PATH_MAX];
+		snprintf(path, sizeof(path), candidates[i], self);
+		if (access(path, R_OK) == 0 && realpath(path, real)) {
+			snprintf(buf, n, "%s", real);
+			return 0;
+		}
+	}
+	return gs_fail(err, GS_E_AGENT, "cannot find libgpusnap.so next to %s or in ../lib (set GPUSNAP_AGENT)", self);
+}
+
+int cmd_run(int argc, char **argv)
+{
+	uint64_t reserve = 0;
+	const struct gs_option opts[] = {
+		GS_OPT_SIZE_(0, "reserve", &reserve, "SIZE",
+			     "keep SIZE of host memory ready for suspends (e.g. 40G): line-rate suspend at that cost"),
+		GS_OPT_END_(),
+	};
+	int nargs;
+	int rc = cli_parse(argc, argv, opts, run_usage, GS_PARSE_STOP_AT_NON_OPTION, &nargs);
+	if (rc)
+		return rc == GS_PARSE_HELP ? 0 : rc;
+	if (nargs < 1) {
+		gs_print_usage(stderr, run_usage, opts);
+		return GS_E_USAGE;
+	}
+	struct gs_err err = { 0 };
+	char agent[PATH_MAX];
+	if ((rc = find_agent(agent, sizeof(agent), &err)))
+		return cli_report_error(&err);
+	const char *old = getenv("LD_PRELOAD");
+	char *preload = NULL;
+	if (old && *old) {
+		size_t len = strlen(agent) + strlen(old) + 2;
+		preload = malloc(len);
+		if (!preload)
+			return cli_report_error(&(struct gs_err){ GS_E_FAILURE, "out of memory" });
+		snprintf(preload, len, "%s:%s", agent, old);
+	}
+	setenv("LD_PRELOAD", preload ? preload : agent, 1);
+	free(preload);
+	if (reserve) {
+		char v[32];
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)reserve);
+		setenv("GPUSNAP_RESERVE", v, 1);
+	}
+	execvp(argv[0], argv);
+	int e = errno;
+	gs_fail_errno(&err, e == ENOENT ? GS_E_USAGE : GS_E_FAILURE, e, "cannot run '%s'", argv[0]);
+	return cli_report_error(&err);
+}
