@@ -329,9 +329,13 @@ void gs_staging_destroy(struct gs_staging *p)
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	pthread_cond_broadcast(&p->changed);
-	pthread_mutex_unlock(&p->lock);
+	/* no worker starts after stop: those started now are all there is to join */
 	for (int w = 0; p->wstate && w < p->nworkers; w++)
 		if (p->wstate[w] != WORKER_NONE)
+			p->wstate[w] = WORKER_EXITED;
+	pthread_mutex_unlock(&p->lock);
+	for (int w = 0; p->wstate && w < p->nworkers; w++)
+		if (p->wstate[w] == WORKER_EXITED)
 			pthread_join(p->tid[w], NULL);
 	for (uint32_t i = 0; i < p->nsegs; i++) {
 		unmap_segment(p, p->segs[i]);

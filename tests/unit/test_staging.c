@@ -241,6 +241,7 @@ struct waiter {
 	uint32_t nsegs;
 	int errors;
 	unsigned seed;
+	int id;
 };
 
 static void *waiter_main(void *arg)
@@ -252,7 +253,7 @@ static void *waiter_main(void *arg)
 		if (gs_staging_wait(w->p, seg, 20.0, &err) || !gs_staging_ready(w->p, seg))
 			w->errors++;
 		/* ready means usable */
-		*(volatile uint8_t *)gs_staging_ptr(w->p, (uint64_t)seg * 2 * GS_MiB) = 1;
+		*(volatile uint8_t *)gs_staging_ptr(w->p, (uint64_t)seg * 2 * GS_MiB + (uint64_t)w->id) = 1;
 	}
 	return NULL;
 }
@@ -270,7 +271,7 @@ static void test_concurrent_waits(void)
 	pthread_t t[4];
 	struct waiter w[4];
 	for (int i = 0; i < 4; i++) {
-		w[i] = (struct waiter){ p, 12, 0, (unsigned)i + 1 };
+		w[i] = (struct waiter){ p, 12, 0, (unsigned)i + 1, i };
 		pthread_create(&t[i], NULL, waiter_main, &w[i]);
 	}
 	for (int i = 0; i < 4; i++) {
