@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/agent_image.h"
 #include "agent/agent_mover.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
@@ -176,8 +177,18 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
+	case GS_MSG_DUMP: {
+		const char *dir = gs_msg_get_str(req, GS_F_DIR);
+		int rc = dir ? gs_agent_image_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err)
+			     : gs_fail(&err, GS_E_USAGE, "dump request without a directory");
+		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+		return;
+	}
 	case GS_MSG_RESUME: {
-		int rc = gs_mover_resume(a, reply, &err);
+		const char *dir = gs_msg_get_str(req, GS_F_DIR);
+		int rc = dir ? gs_agent_image_load(a, dir, reply, &err) : 0;
+		if (!rc)
+			rc = gs_mover_resume(a, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}

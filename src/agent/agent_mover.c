@@ -31,24 +31,6 @@
 #define SEGMENT_BYTES (256ULL << 20)
 #define STAGING_WORKERS 8
 
-struct held_region {
-	uint64_t va, size, reserved;
-	CUmemGenericAllocationHandle handle;
-	int device;
-	bool is_slab;
-	bool released;
-};
-
-struct gs_agent_held {
-	struct held_region *regions;
-	size_t nregions;
-	struct gs_copy_plan plan;
-	struct gs_staging *pool;
-	bool pool_is_reserve;
-	bool keep_context;
-	uint64_t bytes;
-};
-
 static struct {
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
@@ -80,7 +62,7 @@ static void staging_unregister(void *ctx, void *addr, uint64_t len)
 	a->cu.cuMemHostUnregister(addr);
 }
 
-static int make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
+int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
 {
 	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = STAGING_WORKERS };
 	struct gs_staging_ops ops = { .reg = staging_register, .unreg = staging_unregister, .ctx = a };
@@ -101,7 +83,7 @@ void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 	if (!mover.reserve_bytes || mover.reserve)
 		return;
 	struct gs_err err = { 0 };
-	if (make_pool(a, mover.reserve_bytes, &mover.reserve, &err))
+	if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &err))
 		pr_err("cannot reserve %llu bytes of staging memory: %s", (unsigned long long)mover.reserve_bytes, err.msg);
 }
 
@@ -254,6 +236,14 @@ static void update_registry(struct gs_agent *a, const struct held_region *r)
 	gs_alloc_registry_update(r->is_slab ? a->slabs : a->allocs, r->va, r->handle, r->reserved);
 }
 
+void gs_mover_drop_pool(struct gs_agent_held *h)
+{
+	if (h->pool && !h->pool_is_reserve)
+		gs_staging_destroy(h->pool);
+	h->pool = NULL;
+	h->pool_is_reserve = false;
+}
+
 static void held_free(struct gs_agent_held *h)
 {
 	if (!h)
@@ -370,7 +360,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		if (mover.reserve && gs_staging_size(mover.reserve) >= h->plan.staging_bytes) {
 			h->pool = mover.reserve;
 			h->pool_is_reserve = true;
-		} else if ((rc = make_pool(a, h->plan.staging_bytes, &h->pool, err))) {
+		} else if ((rc = gs_mover_make_pool(a, h->plan.staging_bytes, &h->pool, err))) {
 			goto out;
 		}
 		if ((rc = copy_all(a, h, true, timeout_s, err)))
@@ -426,6 +416,10 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 	}
 	struct gs_agent_held *h = a->held;
 	double t0 = gs_now();
+	if (h && !h->pool && h->plan.nchunks) {
+		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is in an image: restore it with gpusnap restore");
+		goto out;
+	}
 	if (h) {
 		if ((rc = recreate_all(a, h, err)))
 			goto out;

@@ -11,7 +11,38 @@
 #include <stdbool.h>
 
 #include "agent/agent.h"
+#include "core/copy_plan.h"
 #include "core/protocol.h"
+#include "core/staging.h"
+
+/*
+ * What the agent holds while suspended: the regions it released (allocations
+ * of its own and slabs; same addresses on resume), the copy plan that placed
+ * them in staging memory, and the staging pool itself. pool is NULL when the
+ * data lives only in an image (after a dump, before a restore's load).
+ */
+struct held_region {
+	uint64_t va, size, reserved;
+	CUmemGenericAllocationHandle handle;
+	int device;
+	bool is_slab;
+	bool released;
+};
+
+struct gs_agent_held {
+	struct held_region *regions;
+	size_t nregions;
+	struct gs_copy_plan plan;
+	struct gs_staging *pool;
+	bool pool_is_reserve;
+	bool keep_context;
+	uint64_t bytes;
+};
+
+/* A staging pool for bytes (on demand; its segments register with the driver as they fill). */
+int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err);
+/* Frees the held data's staging pool now (not a reserved pool: that one is kept). */
+void gs_mover_drop_pool(struct gs_agent_held *h);
 
 /* Reads GPUSNAP_RESERVE (bytes, e.g. "40G"): a staging pool kept ready for suspends. */
 void gs_mover_init_from_env(struct gs_agent *a);
