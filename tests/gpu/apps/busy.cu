@@ -28,6 +28,7 @@ __global__ void increment_kernel(uint32_t *buf, size_t n)
 
 struct worker {
 	int id;
+	int device;
 	size_t elems;
 	unsigned check_every;
 	cudaStream_t stream;
@@ -60,6 +61,9 @@ static bool check_buffer(struct worker *w, uint32_t expected)
 static void worker_loop(struct worker *w)
 {
 	uint32_t expected = 0;
+	/* The current device is per thread: without this a worker would use device 0. */
+	if (!CK(cudaSetDevice(w->device)))
+		return;
 	unsigned grid = (unsigned)((w->elems + 255) / 256);
 	if (grid > 1024)
 		grid = 1024;
@@ -130,6 +134,7 @@ int main(int argc, char **argv)
 	for (long t = 0; t < nthreads; t++) {
 		struct worker *w = new worker();
 		w->id = (int)t;
+		w->device = (int)device;
 		w->elems = (size_t)elems;
 		w->check_every = (unsigned)check_every;
 		w->at_last_verify = 0;

@@ -28,6 +28,7 @@ static std::atomic<unsigned long long> g_value{0};
 static std::atomic<unsigned long long> g_ticks{0};
 
 struct counter_opts {
+	int device;
 	const char *out_path;
 	long interval_ms;
 	bool quiet;
@@ -51,6 +52,9 @@ static void append_value(const char *path, unsigned long long v)
 static void tick_loop(const struct counter_opts *o, unsigned long long *dev_counter)
 {
 	unsigned long long launches = 0;
+	/* The current device is per thread. */
+	if (!CK(cudaSetDevice(o->device)))
+		return;
 	while (!g_stop.load()) {
 		counter_kernel<<<1, 1>>>(dev_counter);
 		if (!CK_LAUNCH("counter_kernel"))
@@ -80,7 +84,7 @@ static const char *const counter_usage =
 int main(int argc, char **argv)
 {
 	g_app_name = "counter";
-	struct counter_opts o = {NULL, 100, false};
+	struct counter_opts o = {0, NULL, 100, false};
 	unsigned long long hold = 256ULL << 20;
 	long device = 0;
 	bool no_stdin = false;
@@ -104,6 +108,7 @@ int main(int argc, char **argv)
 			die_usage(counter_usage, "unknown argument '%s'", argv[i]);
 	}
 
+	o.device = (int)device;
 	unsigned long long *dev_counter = NULL;
 	void *dev_hold = NULL;
 	if (!CK(cudaSetDevice((int)device)) || !CK(cudaMalloc((void **)&dev_counter, sizeof(*dev_counter))) ||

@@ -518,8 +518,10 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 			reply("ERROR unknown command '%s'", line);
 		}
 	}
-	for (auto &r : app.regions)
+	for (auto &r : app.regions) {
+		CK(cudaSetDevice(r.device));
 		region_free(&app, &r);
+	}
 	for (auto &d : app.devices) {
 		CK(cudaSetDevice(d.device));
 		CK(cudaFree(d.result));

@@ -31,6 +31,7 @@ __global__ void spin_kernel(unsigned long long ns, unsigned long long *finished)
 	*finished += 1;
 }
 
+static int g_device;
 static cudaStream_t g_stream;
 static unsigned long long *g_dev_finished;
 static std::atomic<bool> g_spinning{false};
@@ -39,7 +40,8 @@ static std::thread g_waiter;
 
 static void wait_spin(std::chrono::steady_clock::time_point t0)
 {
-	bool ok = CK(cudaStreamSynchronize(g_stream));
+	/* The current device is per thread: set it so this thread touches no other GPU. */
+	bool ok = CK(cudaSetDevice(g_device)) && CK(cudaStreamSynchronize(g_stream));
 	g_spinning = false; /* before the line: a test may send verify as soon as it reads DONE */
 	if (ok)
 		reply("DONE %.3f", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -97,7 +99,8 @@ int main(int argc, char **argv)
 		} else
 			die_usage(spin_usage, "unknown argument '%s'", argv[i]);
 	}
-	if (!CK(cudaSetDevice((int)device)) || !CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) ||
+	g_device = (int)device;
+	if (!CK(cudaSetDevice(g_device)) || !CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) ||
 	    !CK(cudaMalloc((void **)&g_dev_finished, sizeof(*g_dev_finished))) ||
 	    !CK(cudaMemset(g_dev_finished, 0, sizeof(*g_dev_finished))) || !CK(cudaDeviceSynchronize()))
 		return 1;
