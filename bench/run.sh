@@ -43,9 +43,11 @@ if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
     export PATH=/usr/local/cuda/bin:$PATH
   fi
   echo "building gpusnap and the GPU apps in $GS_BUILD"
-  cmake -S "$SRC" -B "$GS_BUILD" -DCMAKE_BUILD_TYPE=Release -DGPUSNAP_GPU_APPS=ON >/dev/null &&
-    cmake --build "$GS_BUILD" -j "$(nproc)" --target gpusnap gpuapp_pattern >/dev/null ||
-    { echo "ERROR: build failed"; exit 1; }
+  if ! cmake -S "$SRC" -B "$GS_BUILD" -DCMAKE_BUILD_TYPE=Release -DGPUSNAP_GPU_APPS=ON >/dev/null ||
+    ! cmake --build "$GS_BUILD" -j "$(nproc)" --target gpusnap gpuapp_pattern >/dev/null; then
+    echo "ERROR: build failed"
+    exit 1
+  fi
 fi
 
 gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
@@ -56,7 +58,8 @@ DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
 VERSION=$("$GPUSNAP" --version 2>/dev/null | head -n 1)
 GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
-export B_DEVICE="$DEVICE" B_DRIVER="$DRIVER" B_VERSION="$VERSION ($GITREV)" B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
+B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
+export B_DEVICE="$DEVICE" B_DRIVER="$DRIVER" B_VERSION="$VERSION ($GITREV)" B_DATE
 FAILED=0
 
 size_bytes() { # 8G -> 8589934592
@@ -101,8 +104,8 @@ EOF
 measure() { # SIZE PATH
   local size=$1 path=$2 bytes rep pid launch=() susp_args=()
   bytes=$(size_bytes "$size")
-  export B_SIZE=$bytes B_PATH=$path B_REP=0 B_STATUS= B_DETAIL= B_SUS_JSON= B_RES_JSON= B_SUS_WALL= B_RES_WALL= \
-    B_SUS_RC= B_RES_RC= B_VRAM_SUSPENDED=
+  export B_SIZE=$bytes B_PATH=$path B_REP=0 B_STATUS='' B_DETAIL='' B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' \
+    B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED=''
   case $path in
     driver) susp_args=(--driver) ;;
     agent) launch=("$GPUSNAP" run --) ;;
@@ -125,7 +128,7 @@ measure() { # SIZE PATH
   fi
   pid=${APP_PID[b]}
   for ((rep = 1; rep <= REPEAT; rep++)); do
-    export B_REP=$rep B_SUS_JSON= B_RES_JSON= B_SUS_WALL= B_RES_WALL= B_SUS_RC= B_RES_RC= B_VRAM_SUSPENDED= B_DETAIL=
+    export B_REP=$rep B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED='' B_DETAIL=''
     gs_run suspend "$pid" --json "${susp_args[@]}"
     B_SUS_RC=$GS_RC B_SUS_JSON=$GS_OUT B_SUS_WALL=$GS_SECS
     if [ "$GS_RC" != 0 ]; then
@@ -184,7 +187,7 @@ def med(rs, k):
 lines = [
     "## gpusnap suspend/resume benchmark",
     "",
-    "Device: %s, driver %s, %s, gpusnap %s. Process: the pattern test app (1 GiB cudaMalloc allocations), "
+    "Device: %s, driver %s, %s, %s. Process: the pattern test app (1 GiB cudaMalloc allocations), "
     "data verified after every resume; median of %s cycle(s). GB/s = bytes held / time (1 GB = 1e9 B); "
     "speed-up = driver path time / this path's time, same size, same run." % (
         e["B_DEVICE"], e["B_DRIVER"], e["B_DATE"], e["B_VERSION"], sys.argv[3]),

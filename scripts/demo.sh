@@ -22,12 +22,12 @@ DEMO_LOG=$GS_WORK/demo.log
 trap 'gs_cleanup >>"$DEMO_LOG" 2>&1' EXIT
 trap 'exit 130' INT TERM HUP
 
-if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD= PLAIN=; fi
+if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 heading() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 say() { printf '   %s\n' "$*"; }
 die() { printf '\ngpusnap demo: %s (details: %s)\n' "$*" "$DEMO_LOG"; exit 1; }
 values_file=$GS_WORK/counter.values
-last_values() { tail -n "${1:-6}" "$values_file" 2>/dev/null | tr '\n' ' '; }
+last_values() { tail -n 6 "$values_file" 2>/dev/null | tr '\n' ' '; }
 last_value() { tail -n 1 "$values_file" 2>/dev/null; }
 vram_line() { # PID
   local mib

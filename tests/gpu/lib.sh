@@ -30,7 +30,7 @@ GS_PASS=0 GS_FAIL=0 GS_SKIP=0
 GS_TEST=${GS_TEST:-}
 GS_WORK=${GS_WORK:-}
 GS_N=0
-GS_RC=0 GS_OUT= GS_ERR= GS_SECS=0
+GS_RC=0 GS_OUT='' GS_ERR='' GS_SECS=0
 REPLY_LINE=
 
 declare -A APP_PID APP_IN APP_OUT APP_ERRF APP_OWN APP_RCFILE APP_PARTIAL
@@ -366,7 +366,7 @@ tree_start() { # NAME N READY_TIMEOUT CMD [ARGS...]
 # Runs gpusnap ARGS with a time limit; logs it; sets GS_RC, GS_OUT, GS_ERR, GS_SECS.
 gs_run() { # ARGS...
   GS_N=$((GS_N + 1))
-  local base="$GS_WORK/gpusnap.$GS_N" t0=$EPOCHREALTIME limit=${GS_CMD_TIMEOUT:-300}
+  local base="$GS_WORK/gpusnap.$GS_N" t0=$EPOCHREALTIME limit=${GS_CMD_TIMEOUT:-120}
   log "\$ gpusnap $*"
   timeout -k 5 "$limit" "$GPUSNAP" "$@" >"$base.out" 2>"$base.err"
   GS_RC=$?

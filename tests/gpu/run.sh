@@ -65,12 +65,24 @@ table() {
   echo "$NPASS passed, $NFAIL failed, $NSKIP skipped"
 }
 
+# The first FAIL lines of each failed test, so summary.txt alone says what broke.
+failures() {
+  local row name verdict detail
+  for row in "${ROWS[@]}"; do
+    IFS='|' read -r name verdict detail <<<"$row"
+    if [ "$verdict" != FAIL ] || [ ! -s "$LOGS/$name.log" ]; then continue; fi
+    echo "$name:"
+    grep -E '^FAIL: ' "$LOGS/$name.log" | head -n 8 | sed 's/^/  /'
+  done
+}
+
 save() {
   {
     table
     echo
     [ -s "$OUT/bench.md" ] && cat "$OUT/bench.md"
     echo
+    failures
     echo "logs: $LOGS (and logs.tar.gz)"
   } >"$OUT/summary.txt"
   cp "$OUT/summary.txt" "$LOGS/summary.txt"
@@ -105,7 +117,7 @@ kill_leftovers() { # PIDS_FILE
   local pid cmd
   [ -s "$1" ] || return 0
   while read -r pid; do
-    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || continue
+    if [ -z "$pid" ] || [ ! -r "/proc/$pid/cmdline" ]; then continue; fi
     cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)
     case $cmd in
       *tests/gpu/apps/*|"sleep 600 ") echo "  killing leftover pid $pid: $cmd"; kill -KILL "$pid" 2>/dev/null ;;
