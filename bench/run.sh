@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# bench/run.sh - suspend and resume time of processes holding 1, 8 and 32 GiB
+# (the pattern test app), through `gpusnap suspend/resume --json`, with the data
+# verified after every resume: a run that breaks data is a failure, not a number.
+#
+# Each path is a column group of the table: "driver" (the transparent path,
+# suspend --driver; the baseline) and, once it exists, "agent" (the app started
+# with `gpusnap run --`, suspend without --driver). The ratio column compares
+# each path with the driver path measured in the same run, same size.
+#
+# Writes $OUT/bench.md (markdown table with device, driver, date) and
+# $OUT/bench.jsonl (one JSON object per measurement, gpusnap's own JSON inside),
+# and prints the table last.
+#
+# Environment:
+#   OUT                   where results go (default ./gpu-out)
+#   GPUSNAP_BENCH_SIZES   sizes held by the process (default "1G 8G 32G")
+#   GPUSNAP_BENCH_PATHS   paths to measure (default "driver"; e.g. "driver agent")
+#   GPUSNAP_BENCH_REPEAT  suspend/resume cycles per size and path (default 1; the table shows medians)
+#   GPUSNAP_BUILD         build directory (default ./build; built here if the binaries are missing)
+set -u
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+. "$SRC/tests/gpu/lib.sh"
+cd "$SRC" || exit 1
+
+if ! have_gpu; then
+  echo "SKIP: no NVIDIA GPU on this machine (bench)"
+  exit 0
+fi
+OUT=${OUT:-$SRC/gpu-out}
+case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+SIZES=${GPUSNAP_BENCH_SIZES:-1G 8G 32G}
+PATHS=${GPUSNAP_BENCH_PATHS:-driver}
+REPEAT=${GPUSNAP_BENCH_REPEAT:-1}
+mkdir -p "$OUT" || exit 1
+JSONL=$OUT/bench.jsonl
+MD=$OUT/bench.md
+: >"$JSONL"
+rm -f "$MD"
+
+if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
+  if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+  fi
+  echo "building gpusnap and the GPU apps in $GS_BUILD"
+  if ! cmake -S "$SRC" -B "$GS_BUILD" -DCMAKE_BUILD_TYPE=Release -DGPUSNAP_GPU_APPS=ON >/dev/null ||
+    ! cmake --build "$GS_BUILD" -j "$(nproc)" --target gpusnap gpuapp_pattern >/dev/null; then
+    echo "ERROR: build failed"
+    exit 1
+  fi
+fi
+
+gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
+trap gs_cleanup EXIT
+trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+
+DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+VERSION=$("$GPUSNAP" --version 2>/dev/null | head -n 1)
+GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
+B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
+export B_DEVICE="$DEVICE" B_DRIVER="$DRIVER" B_VERSION="$VERSION ($GITREV)" B_DATE
+FAILED=0
+
+size_bytes() { # 8G -> 8589934592
+  awk -v s="$1" 'BEGIN {
+    n = s + 0; u = toupper(substr(s, length(n "") + 1, 1))
+    m = (u == "K") ? 2^10 : (u == "M") ? 2^20 : (u == "G") ? 2^30 : (u == "T") ? 2^40 : 1
+    printf "%.0f", n * m }'
+}
+
+# Appends one measurement to bench.jsonl. Inputs in B_* variables.
+record() {
+  python3 - "$JSONL" <<'EOF'
+import json, os, sys
+e = os.environ
+def load(s):
+    try:
+        return json.loads(s)
+    except Exception:
+        return None
+def secs(j, wall):
+    if isinstance(j, dict) and isinstance(j.get("total_s"), (int, float)):
+        return float(j["total_s"])
+    return float(wall) if wall else None
+sus, res = load(e.get("B_SUS_JSON", "")), load(e.get("B_RES_JSON", ""))
+rec = {
+    "date": e["B_DATE"], "device": e["B_DEVICE"], "driver": e["B_DRIVER"], "gpusnap": e["B_VERSION"],
+    "size_bytes": int(e["B_SIZE"]), "path": e["B_PATH"], "repeat": int(e["B_REP"]),
+    "status": e["B_STATUS"], "detail": e.get("B_DETAIL", ""),
+    "suspend_s": secs(sus, e.get("B_SUS_WALL")) if e.get("B_SUS_RC") == "0" else None,
+    "resume_s": secs(res, e.get("B_RES_WALL")) if e.get("B_RES_RC") == "0" else None,
+    "suspend_wall_s": float(e["B_SUS_WALL"]) if e.get("B_SUS_WALL") else None,
+    "resume_wall_s": float(e["B_RES_WALL"]) if e.get("B_RES_WALL") else None,
+    "vram_suspended_mib": e.get("B_VRAM_SUSPENDED"),
+    "suspend": sus, "resume": res,
+}
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps(rec) + "\n")
+EOF
+}
+
+# One size on one path: start, REPEAT x (suspend, resume, verify), quit.
+measure() { # SIZE PATH
+  local size=$1 path=$2 bytes rep pid launch=() susp_args=()
+  bytes=$(size_bytes "$size")
+  export B_SIZE=$bytes B_PATH=$path B_REP=0 B_STATUS='' B_DETAIL='' B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' \
+    B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED=''
+  case $path in
+    driver) susp_args=(--driver) ;;
+    agent) launch=("$GPUSNAP" run --) ;;
+    *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
+  esac
+  local free need
+  free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | tr -d ' ')
+  need=$((bytes / 1048576 + 1024))
+  if [[ $free =~ ^[0-9]+$ ]] && [ "$free" -lt "$need" ]; then
+    echo "SKIP: $size on $path: GPU 0 has $free MiB free, $need needed"
+    B_STATUS=skipped B_DETAIL="not enough free GPU memory ($free MiB)" record
+    return
+  fi
+  log "== $size, $path path"
+  if ! app_start b 300 "${launch[@]}" "$GS_APPS/pattern" --size "$size" --alloc-size 1G --seed 7; then
+    echo "FAIL: $size on $path: the pattern app did not start"
+    B_STATUS=failed B_DETAIL="app did not start" record
+    FAILED=1
+    return
+  fi
+  pid=${APP_PID[b]}
+  for ((rep = 1; rep <= REPEAT; rep++)); do
+    export B_REP=$rep B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED='' B_DETAIL=''
+    gs_run suspend "$pid" --json "${susp_args[@]}"
+    B_SUS_RC=$GS_RC B_SUS_JSON=$GS_OUT B_SUS_WALL=$GS_SECS
+    if [ "$GS_RC" != 0 ]; then
+      echo "FAIL: $size on $path: suspend exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"
+      B_STATUS=failed B_DETAIL="suspend exit $GS_RC" record
+      FAILED=1
+      break
+    fi
+    B_VRAM_SUSPENDED=$(pid_vram_mib "$pid")
+    gs_run resume "$pid" --json
+    B_RES_RC=$GS_RC B_RES_JSON=$GS_OUT B_RES_WALL=$GS_SECS
+    if [ "$GS_RC" != 0 ]; then
+      echo "FAIL: $size on $path: resume exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"
+      B_STATUS=failed B_DETAIL="resume exit $GS_RC" record
+      FAILED=1
+      break
+    fi
+    if app_cmd b verify VERIFY 120 && [[ $REPLY_LINE == "VERIFY OK"* ]]; then
+      B_STATUS=ok record
+    else
+      echo "FAIL: $size on $path: data does not verify after resume: ${REPLY_LINE:-no answer}"
+      B_STATUS=failed B_DETAIL="data does not verify after resume: ${REPLY_LINE:-no answer}" record
+      FAILED=1
+      break
+    fi
+  done
+  if ! app_quit b 60 >/dev/null; then
+    echo "FAIL: $size on $path: the pattern app did not exit cleanly (status ${APP_RC:-?})"
+    FAILED=1
+  fi
+  app_forget b
+}
+
+for size in $SIZES; do
+  for path in $PATHS; do
+    measure "$size" "$path"
+  done
+done
+
+# The table: medians per size and path; ratio = driver time / path time, same size, this run.
+python3 - "$JSONL" "$MD" "$REPEAT" <<'EOF'
+import json, os, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+e = os.environ
+def human(b):
+    for unit, n in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= n and b % n == 0:
+            return "%d %s" % (b // n, unit)
+    return "%d B" % b
+groups = {}
+for r in recs:
+    groups.setdefault((r["size_bytes"], r["path"]), []).append(r)
+def med(rs, k):
+    v = [r[k] for r in rs if r["status"] == "ok" and r.get(k) is not None]
+    return statistics.median(v) if v else None
+lines = [
+    "## gpusnap suspend/resume benchmark",
+    "",
+    "Device: %s, driver %s, %s, %s. Process: the pattern test app (1 GiB cudaMalloc allocations), "
+    "data verified after every resume; median of %s cycle(s). GB/s = bytes held / time (1 GB = 1e9 B); "
+    "speed-up = driver path time / this path's time, same size, same run." % (
+        e["B_DEVICE"], e["B_DRIVER"], e["B_DATE"], e["B_VERSION"], sys.argv[3]),
+    "",
+    "| size | path | suspend_s | resume_s | suspend GB/s | resume GB/s | speed-up vs driver (suspend / resume) | data |",
+    "|---|---|---|---|---|---|---|---|",
+]
+def f(x, fmt="%.2f"):
+    return fmt % x if x is not None else "-"
+for (size, path) in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1])):
+    rs = groups[(size, path)]
+    s, r = med(rs, "suspend_s"), med(rs, "resume_s")
+    base = groups.get((size, "driver"), [])
+    bs, br = med(base, "suspend_s"), med(base, "resume_s")
+    bad = [x for x in rs if x["status"] != "ok"]
+    data = "verified" if not bad else "%s: %s" % (bad[0]["status"].upper(), bad[0]["detail"])
+    ratio = "%s / %s" % (f(bs / s if bs and s else None, "x%.2f"), f(br / r if br and r else None, "x%.2f"))
+    lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        human(size), path, f(s), f(r), f(size / 1e9 / s if s else None), f(size / 1e9 / r if r else None), ratio, data))
+open(sys.argv[2], "w").write("\n".join(lines) + "\n")
+EOF
+echo
+cat "$MD"
+exit $FAILED

@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# run.sh - the GPU suite in one call, for the device machine (root, no network):
+# GPU and driver info, configure + build (Release, GPU apps on), the unit tests
+# (ctest), every tests/gpu/t*.sh with a time limit each, then bench/run.sh.
+# Prints LAST a table of results, the line "N passed, N failed, N skipped", and
+# the benchmark table. Exit 0 if nothing failed.
+#
+# usage: tests/gpu/run.sh [TEST...]     TEST: a name prefix (t20, t50-map); default all
+# Environment:
+#   OUT                   results: summary.txt, logs.tar.gz, bench.md, bench.jsonl (default ./gpu-out)
+#   GPUSNAP_GPU_TESTS     tests to run when no arguments are given (prefixes, space or comma separated)
+#   GPUSNAP_BUILD         build directory (default ./build)
+#   GPUSNAP_NO_BUILD=1    use the build directory as it is
+#   GPUSNAP_NO_CTEST=1    skip the unit tests
+#   GPUSNAP_NO_BENCH=1    skip the benchmark
+#   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240)
+#   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
+#                         10-minute device call still ends with a summary; tests not run are SKIP rows
+#   GPUSNAP_GPU_WORK      where logs and FIFOs go (default a new /tmp/gpusnap-gpu.XXXXXX); only the
+#                         tarball and the summary are written to $OUT (the device tool returns 8 files)
+#
+# Without a usable NVIDIA GPU it prints one SKIP line and exits 0 (make test on CI).
+set -u
+export LC_ALL=C
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$SRC" || exit 1
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "SKIP: no NVIDIA GPU on this machine (tests/gpu)"
+  exit 0
+fi
+
+OUT=${OUT:-$SRC/gpu-out}
+case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+BUILD=${GPUSNAP_BUILD:-$SRC/build}
+case $BUILD in /*) ;; *) BUILD=$SRC/$BUILD ;; esac
+WORK=${GPUSNAP_GPU_WORK:-$(mktemp -d /tmp/gpusnap-gpu.XXXXXX)}
+LOGS=$WORK/logs
+TEST_TIMEOUT=${GPUSNAP_TEST_TIMEOUT:-240}
+DEADLINE=${GPUSNAP_DEADLINE_S:-540}
+mkdir -p "$OUT" "$LOGS" || exit 1
+rm -f "$OUT/summary.txt" "$OUT/logs.tar.gz" "$OUT/bench.md" "$OUT/bench.jsonl"
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+
+# Results: one "name|verdict|detail" per row; the summary and the tarball are
+# rewritten after every row, so a call cut off by its time limit still returns them.
+ROWS=()
+NPASS=0 NFAIL=0 NSKIP=0
+
+remaining() { if [ "$DEADLINE" -gt 0 ]; then echo $((DEADLINE - SECONDS)); else echo 999999; fi; }
+
+table() {
+  local row name verdict detail
+  echo "gpusnap GPU suite: $NGPUS x $DEVICE, driver $DRIVER, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$SRC" describe --always --dirty 2>/dev/null)"
+  for row in "${ROWS[@]}"; do
+    IFS='|' read -r name verdict detail <<<"$row"
+    printf '  %-22s %-4s  %s\n' "$name" "$verdict" "$detail"
+  done
+  echo "$NPASS passed, $NFAIL failed, $NSKIP skipped"
+}
+
+# The first FAIL lines of each failed test, so summary.txt alone says what broke.
+failures() {
+  local row name verdict detail
+  for row in "${ROWS[@]}"; do
+    IFS='|' read -r name verdict detail <<<"$row"
+    if [ "$verdict" != FAIL ] || [ ! -s "$LOGS/$name.log" ]; then continue; fi
+    echo "$name:"
+    grep -E '^FAIL: ' "$LOGS/$name.log" | head -n 8 | sed 's/^/  /'
+  done
+}
+
+save() {
+  {
+    table
+    echo
+    [ -s "$OUT/bench.md" ] && cat "$OUT/bench.md"
+    echo
+    failures
+    echo "logs: $LOGS (and logs.tar.gz)"
+  } >"$OUT/summary.txt"
+  cp "$OUT/summary.txt" "$LOGS/summary.txt"
+  tar -czf "$OUT/logs.tar.gz.tmp" -C "$WORK" logs 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
+
+add_row() { # NAME VERDICT DETAIL
+  ROWS+=("$1|$2|$3")
+  case $2 in
+    PASS) NPASS=$((NPASS + 1)) ;;
+    SKIP) NSKIP=$((NSKIP + 1)) ;;
+    *) NFAIL=$((NFAIL + 1)) ;;
+  esac
+  printf '[%4ds] %-22s %s  %s\n' "$SECONDS" "$1" "$2" "$3"
+  save
+}
+
+final() {
+  echo
+  echo "== Summary (logs: $LOGS; $OUT/logs.tar.gz, $OUT/summary.txt)"
+  table
+  if [ -s "$OUT/bench.md" ]; then
+    echo
+    cat "$OUT/bench.md"
+  fi
+  [ $NFAIL -eq 0 ]
+  exit $?
+}
+
+# Kills what a test left behind: the pids it recorded, if they are still our apps.
+kill_leftovers() { # PIDS_FILE
+  local pid cmd
+  [ -s "$1" ] || return 0
+  while read -r pid; do
+    if [ -z "$pid" ] || [ ! -r "/proc/$pid/cmdline" ]; then continue; fi
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)
+    case $cmd in
+      *tests/gpu/apps/*|"sleep 600 ") echo "  killing leftover pid $pid: $cmd"; kill -KILL "$pid" 2>/dev/null ;;
+    esac
+  done <"$1"
+}
+
+echo "== GPU"
+nvidia-smi >"$LOGS/nvidia-smi.txt" 2>&1
+nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used --format=csv 2>&1 | sed 's/^/  /'
+echo "  kernel $(uname -r), $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'no nvcc'), $(cmake --version 2>/dev/null | head -n 1)"
+echo "  logs: $LOGS   results: $OUT"
+
+if [ "${GPUSNAP_NO_BUILD:-0}" != 1 ]; then
+  echo "== Build ($BUILD, Release, GPU apps on)"
+  t0=$SECONDS
+  if cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGPUSNAP_GPU_APPS=ON >"$LOGS/build.log" 2>&1 &&
+    cmake --build "$BUILD" -j "$(nproc)" >>"$LOGS/build.log" 2>&1; then
+    add_row build PASS "$((SECONDS - t0))s"
+  else
+    tail -n 40 "$LOGS/build.log"
+    add_row build FAIL "see logs/build.log"
+    final
+  fi
+fi
+
+if [ "${GPUSNAP_NO_CTEST:-0}" != 1 ]; then
+  echo "== Unit tests (ctest)"
+  t0=$SECONDS
+  (cd "$BUILD" && timeout -k 10 300 ctest --output-on-failure -j 8 --timeout 120) >"$LOGS/ctest.log" 2>&1
+  rc=$?
+  counts=$(grep -E 'tests passed|tests failed' "$LOGS/ctest.log" | tail -n 1)
+  if [ $rc -eq 0 ]; then
+    add_row ctest PASS "${counts:-ok}, $((SECONDS - t0))s"
+  else
+    grep -E '\*\*\*Failed|Failed|Timeout' "$LOGS/ctest.log" | head -n 10 | sed 's/^/  /'
+    add_row ctest FAIL "${counts:-exit $rc}, see logs/ctest.log"
+  fi
+fi
+
+# Which tests: arguments, else GPUSNAP_GPU_TESTS, else all.
+ALL=()
+for t in "$SRC"/tests/gpu/t*.sh; do ALL+=("$(basename "$t" .sh)"); done
+want=("$@")
+if [ ${#want[@]} -eq 0 ] && [ -n "${GPUSNAP_GPU_TESTS:-}" ]; then
+  read -r -a want <<<"${GPUSNAP_GPU_TESTS//,/ }"
+fi
+SELECTED=()
+if [ ${#want[@]} -eq 0 ]; then
+  SELECTED=("${ALL[@]}")
+else
+  for w in "${want[@]}"; do
+    found=0
+    for t in "${ALL[@]}"; do
+      if [[ $t == "$w"* ]]; then
+        found=1
+        [[ " ${SELECTED[*]} " == *" $t "* ]] || SELECTED+=("$t")
+      fi
+    done
+    if [ $found -eq 0 ]; then
+      echo "run.sh: no test matches '$w' (tests: ${ALL[*]})" >&2
+      exit 2
+    fi
+  done
+fi
+
+echo "== GPU tests: ${SELECTED[*]}"
+for name in "${SELECTED[@]}"; do
+  left=$(remaining)
+  if [ "$left" -lt 30 ]; then
+    add_row "$name" SKIP "not run: suite deadline reached (GPUSNAP_DEADLINE_S=$DEADLINE)"
+    continue
+  fi
+  limit=$TEST_TIMEOUT
+  [ "$left" -lt $((limit + 10)) ] && limit=$((left - 10))
+  echo "-- $name (limit ${limit}s)"
+  t0=$SECONDS
+  GPU_TEST_WORK=$LOGS/$name GPUSNAP_BUILD=$BUILD timeout -k 15 "$limit" bash "$SRC/tests/gpu/$name.sh" \
+    >"$LOGS/$name.log" 2>&1
+  rc=$?
+  kill_leftovers "$LOGS/$name/pids"
+  secs=$((SECONDS - t0))
+  counts=$(sed -n 's/^RESULT [^ ]*: [A-Z]* (\(.*\)) in .*/\1/p' "$LOGS/$name.log" | tail -n 1)
+  case $rc in
+    0) add_row "$name" PASS "${counts}, ${secs}s" ;;
+    77) add_row "$name" SKIP "$(grep -m 1 '^SKIP: ' "$LOGS/$name.log" | cut -c 7-100)${counts:+ ($counts)}" ;;
+    124 | 137)
+      grep '^FAIL: ' "$LOGS/$name.log" | head -n 8 | sed 's/^/  /'
+      tail -n 5 "$LOGS/$name.log" | sed 's/^/  | /'
+      add_row "$name" FAIL "timed out after ${secs}s${counts:+ ($counts)}, see logs/$name.log" ;;
+    *)
+      grep '^FAIL: ' "$LOGS/$name.log" | head -n 8 | sed 's/^/  /'
+      [ -n "$counts" ] || tail -n 5 "$LOGS/$name.log" | sed 's/^/  | /'
+      add_row "$name" FAIL "${counts:-exit $rc}, ${secs}s, see logs/$name.log" ;;
+  esac
+done
+
+if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ]; then
+  left=$(remaining)
+  if [ "$left" -lt 90 ]; then
+    add_row bench SKIP "not run: ${left}s left before the suite deadline (GPUSNAP_DEADLINE_S=$DEADLINE)"
+  else
+    echo "== Benchmark (bench/run.sh)"
+    t0=$SECONDS
+    OUT=$OUT GPUSNAP_BUILD=$BUILD GPUSNAP_BENCH_WORK=$LOGS/bench timeout -k 15 $((left - 5)) \
+      bash "$SRC/bench/run.sh" >"$LOGS/bench.log" 2>&1
+    rc=$?
+    kill_leftovers "$LOGS/bench/pids"
+    case $rc in
+      0) add_row bench PASS "data verified after every resume, $((SECONDS - t0))s" ;;
+      77) add_row bench SKIP "$(grep -m 1 '^SKIP: ' "$LOGS/bench.log" | cut -c 7-100)" ;;
+      124 | 137) add_row bench FAIL "timed out after $((SECONDS - t0))s, see logs/bench.log" ;;
+      *)
+        grep -E '^(FAIL|ERROR)' "$LOGS/bench.log" | head -n 8 | sed 's/^/  /'
+        add_row bench FAIL "exit $rc, see logs/bench.log" ;;
+    esac
+  fi
+fi
+final

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# t10-errors.sh - gpusnap's error exit codes on a real driver: a non-CUDA process
+# (4), a pid that does not exist (3), usage errors (2), suspend of a suspended
+# process and resume of a running one (6); the CUDA process stays usable throughout.
+. "$(dirname "$0")/lib.sh"
+gs_test_init t10-errors
+
+# A process that never touched CUDA.
+sleep 600 &
+sleeper=$!
+GS_EXTRA_PIDS+=("$sleeper")
+gs_track_pid "$sleeper"
+gs_run state "$sleeper"
+expect_rc 4 "state of a non-CUDA process (sleep)"
+gs_run suspend "$sleeper"
+expect_rc 4 "suspend of a non-CUDA process (sleep)"
+gs_run suspend "$sleeper" --json
+expect_rc 4 "suspend --json of a non-CUDA process (sleep)"
+check "sleep still runs after the refused suspend" pid_alive "$sleeper"
+gs_kill_pid "$sleeper"
+
+# A pid that existed a moment ago and is gone now.
+sleep 0 &
+gone=$!
+wait "$gone"
+if [ -e "/proc/$gone" ]; then
+  skip "pid $gone was reused at once; cannot test a missing pid"
+else
+  gs_run suspend "$gone"
+  expect_rc 3 "suspend of a pid that does not exist ($gone)"
+  gs_run resume "$gone"
+  expect_rc 3 "resume of a pid that does not exist ($gone)"
+  gs_run state "$gone"
+  expect_rc 3 "state of a pid that does not exist ($gone)"
+fi
+
+# Usage errors.
+gs_run suspend
+expect_rc 2 "suspend without a pid"
+gs_run suspend not-a-pid
+expect_rc 2 "suspend of 'not-a-pid'"
+
+# Wrong states on a CUDA process.
+app_start p 120 "$GS_APPS/pattern" --size 256M --seed 10 || finish
+pid=${APP_PID[p]}
+expect_state "$pid" running "state of a fresh CUDA process"
+gs_run resume "$pid"
+expect_rc 6 "resume of a running process"
+suspend_checked p 256 || finish
+gs_run suspend "$pid"
+expect_rc 6 "second suspend of a suspended process"
+expect_state "$pid" suspended "state after the refused second suspend"
+resume_checked p || finish
+gs_run resume "$pid"
+expect_rc 6 "resume of a process already resumed"
+expect_state "$pid" running "state after the refused resume"
+app_verify p "256 MiB pattern after the refused operations"
+app_quit p
+finish
