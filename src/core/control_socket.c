@@ -326,9 +326,9 @@ static int recv_frame(int fd, enum gs_peer from, uint8_t **frame, size_t *len, b
 
 int gs_ctl_recv(int fd, enum gs_peer from, struct gs_msg *m, double deadline, int stop_fd, struct gs_err *err)
 {
-	uint8_t *frame;
-	size_t len;
-	bool io_failed;
+	uint8_t *frame = NULL;
+	size_t len = 0;
+	bool io_failed = false;
 	gs_msg_init(m, 0);
 	int rc = recv_frame(fd, from, &frame, &len, &io_failed, deadline, stop_fd, err);
 	if (rc)
