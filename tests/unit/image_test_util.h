@@ -15,16 +15,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "image/crc32c.h"
 #include "image/format.h"
 #include "image/image.h"
 #include "image/image_fs.h"
 #include "test.h"
 
+/* Each test file uses some of these helpers. */
+#define TEST_HELPER static __attribute__((unused))
+
 static char scratch_root[512];
 
 /* Creates the test's scratch directory under $TMPDIR (or /tmp). */
-static void scratch_init(const char *tag)
+TEST_HELPER void scratch_init(const char *tag)
 {
 	const char *tmp = getenv("TMPDIR");
 	snprintf(scratch_root, sizeof(scratch_root), "%s/gpusnap-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
@@ -34,13 +38,13 @@ static void scratch_init(const char *tag)
 	}
 }
 
-static void scratch_cleanup(void)
+TEST_HELPER void scratch_cleanup(void)
 {
 	gs_fs_remove_tree(AT_FDCWD, scratch_root);
 }
 
 /* A fresh empty directory under the scratch root; returns its path (static buffer rotated 4 ways). */
-static const char *scratch_dir(const char *name)
+TEST_HELPER const char *scratch_dir(const char *name)
 {
 	static char bufs[4][700];
 	static int next;
@@ -51,13 +55,13 @@ static const char *scratch_dir(const char *name)
 	return b;
 }
 
-static void path_join(char *out, size_t n, const char *a, const char *b)
+TEST_HELPER void path_join(char *out, size_t n, const char *a, const char *b)
 {
 	snprintf(out, n, "%s/%s", a, b);
 }
 
 /* Number of entries in dir (without . and ..). */
-static int count_entries(const char *dir)
+TEST_HELPER int count_entries(const char *dir)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -72,7 +76,7 @@ static int count_entries(const char *dir)
 }
 
 /* Number of entries in dir whose name contains needle. */
-static int count_matching(const char *dir, const char *needle)
+TEST_HELPER int count_matching(const char *dir, const char *needle)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -86,14 +90,14 @@ static int count_matching(const char *dir, const char *needle)
 	return n;
 }
 
-static uint8_t pattern_byte(uint32_t seed, uint64_t id, uint64_t off)
+TEST_HELPER uint8_t pattern_byte(uint32_t seed, uint64_t id, uint64_t off)
 {
 	uint64_t x = (off + 1) * 0x9E3779B97F4A7C15ULL ^ (id << 40) ^ ((uint64_t)seed << 20);
 	x ^= x >> 29;
 	return (uint8_t)(x | 1); /* never zero: pattern chunks must not be taken for ZERO chunks */
 }
 
-static void fill_pattern(uint8_t *buf, uint32_t seed, uint64_t id, uint64_t off, size_t len)
+TEST_HELPER void fill_pattern(uint8_t *buf, uint32_t seed, uint64_t id, uint64_t off, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
 		buf[i] = pattern_byte(seed, id, off + i);
@@ -118,7 +122,7 @@ static const struct std_alloc std_allocs[] = {
 #define STD_NALLOCS (sizeof(std_allocs) / sizeof(std_allocs[0]))
 static const uint8_t std_blob[5] = { 1, 2, 3, 4, 5 };
 
-static size_t std_chunk_count(void)
+TEST_HELPER size_t std_chunk_count(void)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < STD_NALLOCS; i++)
@@ -128,7 +132,7 @@ static size_t std_chunk_count(void)
 }
 
 /* Describes the standard image to w (GPUs, allocations, metadata). */
-static int std_describe(struct gs_image_writer *w, struct gs_err *err)
+TEST_HELPER int std_describe(struct gs_image_writer *w, struct gs_err *err)
 {
 	struct gs_image_gpu g0 = { .index = 0, .name = "NVIDIA H100 80GB HBM3", .cc_major = 9, .cc_minor = 0,
 				   .total_memory = 85031714816ULL };
@@ -161,7 +165,7 @@ static int std_describe(struct gs_image_writer *w, struct gs_err *err)
 }
 
 /* Writes the chunks of the standard image (aligned buffers, so O_DIRECT is used where it can be). */
-static int std_write_chunks(struct gs_image_writer *w, uint32_t seed, struct gs_err *err)
+TEST_HELPER int std_write_chunks(struct gs_image_writer *w, uint32_t seed, struct gs_err *err)
 {
 	void *buf;
 	if (posix_memalign(&buf, GS_FMT_ALIGN, 65536))
@@ -191,7 +195,8 @@ static int std_write_chunks(struct gs_image_writer *w, uint32_t seed, struct gs_
 }
 
 /* Writes and commits the standard image at dir. */
-static int write_std_image(const char *dir, const struct gs_image_writer_opts *opts, uint32_t seed, struct gs_err *err)
+TEST_HELPER int write_std_image(const char *dir, const struct gs_image_writer_opts *opts, uint32_t seed,
+				 struct gs_err *err)
 {
 	struct gs_image_writer *w;
 	int rc = gs_image_writer_open(dir, opts, &w, err);
@@ -205,7 +210,7 @@ static int write_std_image(const char *dir, const struct gs_image_writer_opts *o
 }
 
 /* Opens dir and checks every byte against the standard image of `seed`. Returns the number of failed checks. */
-static int check_std_image(const char *dir, uint32_t seed)
+TEST_HELPER int check_std_image(const char *dir, uint32_t seed)
 {
 	int before = test_current_failed;
 	test_current_failed = 0;
@@ -267,7 +272,7 @@ static int check_std_image(const char *dir, uint32_t seed)
 }
 
 /* Reads a whole file; *len set. NULL on failure. */
-static unsigned char *slurp(const char *path, size_t *len)
+TEST_HELPER unsigned char *slurp(const char *path, size_t *len)
 {
 	int fd = open(path, O_RDONLY);
 	if (fd < 0)
@@ -285,7 +290,7 @@ static unsigned char *slurp(const char *path, size_t *len)
 }
 
 /* Replaces a file's contents (mode 0600), as an attacker or a corruption would. */
-static void spit(const char *path, const void *buf, size_t len)
+TEST_HELPER void spit(const char *path, const void *buf, size_t len)
 {
 	unlink(path);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -295,15 +300,15 @@ static void spit(const char *path, const void *buf, size_t len)
 }
 
 /* Recomputes a manifest's trailer CRC after a deliberate patch, so the patch itself is what the reader sees. */
-static void manifest_fix_crc(unsigned char *buf, size_t len)
+TEST_HELPER void manifest_fix_crc(unsigned char *buf, size_t len)
 {
 	uint32_t crc = gs_crc32c(0, buf, len - 4);
 	memcpy(buf + len - 4, &crc, 4);
 }
 
 /* The section table entry of `type` in a manifest buffer, or NULL. */
-static struct gs_fmt_section *manifest_section(unsigned char *buf, uint32_t type, struct gs_fmt_section *copy,
-					       size_t *entry_off)
+TEST_HELPER struct gs_fmt_section *manifest_section(unsigned char *buf, uint32_t type, struct gs_fmt_section *copy,
+						    size_t *entry_off)
 {
 	struct gs_fmt_manifest_header h;
 	memcpy(&h, buf, sizeof(h));

@@ -1005,6 +1005,17 @@ static int hostile_sizes_cases(const char *path, int verbose)
 	memcpy(buf + s.offset, &a, sizeof(a));
 	EXPECT(open_patched(path, buf, len, &err) == GS_E_IMAGE && strstr(err.msg, "invalid blob"));
 
+	/* A blob within the size limit that starts near the end of the heap and runs past it. */
+	memcpy(buf, orig, len);
+	struct gs_fmt_section heap;
+	manifest_section(buf, GS_SEC_HEAP, &heap, &at);
+	manifest_section(buf, GS_SEC_ALLOCATIONS, &s, &at);
+	memcpy(&a, buf + s.offset, sizeof(a));
+	a.blob.offset = heap.length - 2;
+	a.blob.length = 64;
+	memcpy(buf + s.offset, &a, sizeof(a));
+	EXPECT(open_patched(path, buf, len, &err) == GS_E_IMAGE && strstr(err.msg, "invalid blob"));
+
 	/* A chunk of 2^63 bytes stored in a small file, and a ZERO chunk longer than its allocation. */
 	memcpy(buf, orig, len);
 	manifest_section(buf, GS_SEC_CHUNKS, &s, &at);
@@ -1013,6 +1024,12 @@ static int hostile_sizes_cases(const char *path, int verbose)
 	c.length = 1ULL << 63;
 	memcpy(buf + s.offset, &c, sizeof(c));
 	EXPECT(open_patched(path, buf, len, &err) == GS_E_IMAGE && strstr(err.msg, "extends past the allocation"));
+	/* A payload offset far past the end of its data file. */
+	memcpy(buf, orig, len);
+	memcpy(&c, buf + s.offset, sizeof(c));
+	c.file_offset = 1ULL << 40;
+	memcpy(buf + s.offset, &c, sizeof(c));
+	EXPECT(open_patched(path, buf, len, &err) == GS_E_IMAGE && strstr(err.msg, "lies past the end of 'gpu-data-"));
 
 	/* A manifest file of 2 GiB (sparse): refused by size before anything is read. */
 	memcpy(buf, orig, len);
