@@ -135,7 +135,7 @@ int gs_image_writer_set_metadata(struct gs_image_writer *w, const char *key, con
  */
 int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, size_t len,
 			 struct gs_err *err);
-/* Same, with the payload's CRC-32C already computed by the caller (e.g. while copying). */
+/* Same, with the payload's CRC-32C already computed by the caller (e.g. while copying); zeros still become ZERO. */
 int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			     size_t len, uint32_t crc32c, struct gs_err *err);
 /* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
@@ -168,7 +168,7 @@ void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_sta
  * it was. No chunk write may be in flight.
  */
 int gs_image_writer_commit(struct gs_image_writer *w, struct gs_err *err);
-/* Removes the temporary directory and frees w. NULL is allowed. */
+/* Removes the temporary directory and frees w (no chunk write may be in flight). NULL is allowed. */
 void gs_image_writer_abort(struct gs_image_writer *w);
 
 /* ------------------------------------------------------------------ reader */
