@@ -120,41 +120,39 @@ static inline uint32_t shift(const uint32_t table[4][256], uint32_t crc)
 	return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^ table[3][crc >> 24];
 }
 
+/* Consumes as many runs of 3 x block bytes as fit, three streams at once; block is a constant after inlining. */
+__attribute__((target("sse4.2"), always_inline)) static inline uint64_t
+hw_three_way(uint64_t crc, const unsigned char **pp, size_t *lenp, size_t block, const uint32_t table[4][256])
+{
+	const unsigned char *p = *pp;
+	size_t len = *lenp;
+	while (len >= 3 * block) {
+		uint64_t crc1 = 0, crc2 = 0;
+		const unsigned char *end = p + block;
+		do {
+			crc = _mm_crc32_u64(crc, load_le64(p));
+			crc1 = _mm_crc32_u64(crc1, load_le64(p + block));
+			crc2 = _mm_crc32_u64(crc2, load_le64(p + 2 * block));
+			p += 8;
+		} while (p < end);
+		crc = shift(table, (uint32_t)crc) ^ crc1;
+		crc = shift(table, (uint32_t)crc) ^ crc2;
+		p += 2 * block;
+		len -= 3 * block;
+	}
+	*pp = p;
+	*lenp = len;
+	return crc;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t hw_update(uint32_t crc32, const unsigned char *p, size_t len)
 {
 	while (len && ((uintptr_t)p & 7)) {
 		crc32 = _mm_crc32_u8(crc32, *p++);
 		len--;
 	}
-	uint64_t crc = crc32;
-	while (len >= 3 * HW_LONG) {
-		uint64_t crc1 = 0, crc2 = 0;
-		const unsigned char *end = p + HW_LONG;
-		do {
-			crc = _mm_crc32_u64(crc, load_le64(p));
-			crc1 = _mm_crc32_u64(crc1, load_le64(p + HW_LONG));
-			crc2 = _mm_crc32_u64(crc2, load_le64(p + 2 * HW_LONG));
-			p += 8;
-		} while (p < end);
-		crc = shift(shift_long, (uint32_t)crc) ^ crc1;
-		crc = shift(shift_long, (uint32_t)crc) ^ crc2;
-		p += 2 * HW_LONG;
-		len -= 3 * HW_LONG;
-	}
-	while (len >= 3 * HW_SHORT) {
-		uint64_t crc1 = 0, crc2 = 0;
-		const unsigned char *end = p + HW_SHORT;
-		do {
-			crc = _mm_crc32_u64(crc, load_le64(p));
-			crc1 = _mm_crc32_u64(crc1, load_le64(p + HW_SHORT));
-			crc2 = _mm_crc32_u64(crc2, load_le64(p + 2 * HW_SHORT));
-			p += 8;
-		} while (p < end);
-		crc = shift(shift_short, (uint32_t)crc) ^ crc1;
-		crc = shift(shift_short, (uint32_t)crc) ^ crc2;
-		p += 2 * HW_SHORT;
-		len -= 3 * HW_SHORT;
-	}
+	uint64_t crc = hw_three_way(crc32, &p, &len, HW_LONG, shift_long);
+	crc = hw_three_way(crc, &p, &len, HW_SHORT, shift_short);
 	while (len >= 8) {
 		crc = _mm_crc32_u64(crc, load_le64(p));
 		p += 8;

@@ -4,13 +4,13 @@
  */
 #include "image/image.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/util.h"
+#include "image/manifest.h"
 
 const char *gs_image_alloc_kind_name(uint32_t kind)
 {
@@ -163,16 +163,6 @@ void gs_image_describe_json(const struct gs_image *img, struct gs_json *j)
 	gs_json_object_end(j);
 }
 
-/* Strings from an image shown on a terminal: anything but printable ASCII becomes '?'. */
-static const char *shown(const char *s, char *buf, size_t n)
-{
-	size_t i = 0;
-	for (; s[i] && i + 1 < n; i++)
-		buf[i] = isprint((unsigned char)s[i]) && (unsigned char)s[i] < 0x80 ? s[i] : '?';
-	buf[i] = '\0';
-	return buf;
-}
-
 void gs_image_describe_text(const struct gs_image *img, FILE *out)
 {
 	const struct gs_image_info *in = gs_image_get_info(img);
@@ -180,20 +170,23 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 	gs_image_totals(img, &t);
 	char a[256], b[256], c[64], d[64];
 
-	fprintf(out, "image        %s\n", shown(gs_image_path(img), a, sizeof(a)));
+	fprintf(out, "image        %s\n", gs_image_printable(gs_image_path(img), a, sizeof(a)));
 	fprintf(out, "format       version %" PRIu32 ", written by gpusnap %s\n", in->format_version,
-		shown(in->gpusnap_version, a, sizeof(a)));
+		gs_image_printable(in->gpusnap_version, a, sizeof(a)));
 	fprintf(out, "taken        %s on %s, by %s\n", format_time(in->created_ns, c, sizeof(c)),
-		*in->hostname ? shown(in->hostname, a, sizeof(a)) : "?", *in->how ? shown(in->how, b, sizeof(b)) : "?");
-	fprintf(out, "process      %" PRId32 " (%s)\n", in->source_pid, shown(in->source_comm, a, sizeof(a)));
+		*in->hostname ? gs_image_printable(in->hostname, a, sizeof(a)) : "?",
+		*in->how ? gs_image_printable(in->how, b, sizeof(b)) : "?");
+	fprintf(out, "process      %" PRId32 " (%s)\n", in->source_pid,
+		gs_image_printable(in->source_comm, a, sizeof(a)));
 	fprintf(out, "cpu state    %s\n", in->cpu_state ? "present (" GS_FMT_CPU_DIR_NAME "/)" : "not present");
 	fprintf(out, "gpus         %zu\n", gs_image_gpu_count(img));
 	for (size_t i = 0; i < gs_image_gpu_count(img); i++) {
 		const struct gs_image_gpu *g = gs_image_gpu_at(img, i);
 		char label[32];
 		snprintf(label, sizeof(label), "gpu %" PRIu32, g->index);
-		fprintf(out, "  %-11s%s, compute %" PRIu32 ".%" PRIu32 ", %s, %s\n", label, shown(g->name, a, sizeof(a)), g->cc_major, g->cc_minor, gs_format_bytes(g->total_memory, c, sizeof(c)),
-			gs_image_format_uuid(g->uuid, b, sizeof(b)));
+		fprintf(out, "  %-11s%s, compute %" PRIu32 ".%" PRIu32 ", %s, %s\n", label,
+			gs_image_printable(g->name, a, sizeof(a)), g->cc_major, g->cc_minor,
+			gs_format_bytes(g->total_memory, c, sizeof(c)), gs_image_format_uuid(g->uuid, b, sizeof(b)));
 	}
 	size_t kinds[4] = { 0 }, other = 0;
 	for (size_t i = 0; i < gs_image_allocation_count(img); i++) {
@@ -220,7 +213,7 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 		gs_format_bytes(t.data_file_bytes, d, sizeof(d)));
 	for (size_t i = 0; i < gs_image_metadata_count(img); i++) {
 		const struct gs_image_kv *kv = gs_image_metadata_at(img, i);
-		fprintf(out, "%-12s %s = %s\n", i ? "" : "metadata", shown(kv->key, a, sizeof(a)),
-			shown(kv->value, b, sizeof(b)));
+		fprintf(out, "%-12s %s = %s\n", i ? "" : "metadata", gs_image_printable(kv->key, a, sizeof(a)),
+			gs_image_printable(kv->value, b, sizeof(b)));
 	}
 }

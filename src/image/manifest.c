@@ -92,8 +92,7 @@ int gs_fmt_data_header_check(const void *block, size_t len, const uint8_t image_
 	return 0;
 }
 
-/* Copies s into buf with anything but printable ASCII shown as '?', so hostile names cannot drive a terminal. */
-static const char *printable(const char *s, char *buf, size_t n)
+const char *gs_image_printable(const char *s, char *buf, size_t n)
 {
 	size_t i = 0;
 	for (; s && s[i] && i + 1 < n; i++)
@@ -648,7 +647,7 @@ int gs_manifest_validate(struct gs_manifest *m, struct gs_err *err)
 		if (!f->name || !gs_fmt_data_file_name_parse(f->name, &index) || index != i || f->index != i)
 			return gs_fail(err, GS_E_IMAGE, "data file %zu has an unsafe or unexpected name '%s' (expected"
 				       " " GS_FMT_DATA_NAME_PREFIX "NNNN" GS_FMT_DATA_NAME_SUFFIX " matching its index)",
-				       i, printable(f->name, shown, sizeof(shown)));
+				       i, gs_image_printable(f->name, shown, sizeof(shown)));
 		if (f->size < GS_FMT_ALIGN || f->size % GS_FMT_ALIGN)
 			return gs_fail(err, GS_E_IMAGE, "data file '%s' has size %" PRIu64 ", not a multiple of %u",
 				       f->name, f->size, GS_FMT_ALIGN);
@@ -689,7 +688,7 @@ int gs_manifest_validate(struct gs_manifest *m, struct gs_err *err)
 		for (size_t j = 0; j < i; j++)
 			if (!strcmp(m->meta[j].key, kv->key))
 				return gs_fail(err, GS_E_IMAGE, "metadata key '%s' appears twice",
-					       printable(kv->key, shown, sizeof(shown)));
+					       gs_image_printable(kv->key, shown, sizeof(shown)));
 	}
 
 	for (size_t i = 1; i < m->nchunks; i++) {

@@ -58,6 +58,9 @@ int gs_manifest_validate(struct gs_manifest *m, struct gs_err *err);
 /* Frees what decode/validate allocated (arrays and raw), not strings the caller owns. */
 void gs_manifest_free(struct gs_manifest *m);
 
+/* Copies s into buf (n bytes) with anything but printable ASCII as '?': strings from an image cannot drive a terminal. */
+const char *gs_image_printable(const char *s, char *buf, size_t n);
+
 /* "gpu-data-0007.img" for index 7. */
 void gs_fmt_data_file_name(uint32_t index, char name[GS_FMT_DATA_NAME_MAX]);
 /* True if name is exactly a generated data file name; its index in *index. Rejects '/', "..", NUL, anything else. */

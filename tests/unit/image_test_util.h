@@ -60,22 +60,7 @@ TEST_HELPER void path_join(char *out, size_t n, const char *a, const char *b)
 	snprintf(out, n, "%s/%s", a, b);
 }
 
-/* Number of entries in dir (without . and ..). */
-TEST_HELPER int count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			n++;
-	closedir(d);
-	return n;
-}
-
-/* Number of entries in dir whose name contains needle. */
+/* Number of entries in dir (without . and ..) whose name contains needle. */
 TEST_HELPER int count_matching(const char *dir, const char *needle)
 {
 	DIR *d = opendir(dir);
@@ -84,10 +69,15 @@ TEST_HELPER int count_matching(const char *dir, const char *needle)
 	int n = 0;
 	struct dirent *de;
 	while ((de = readdir(d)))
-		if (strstr(de->d_name, needle))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strstr(de->d_name, needle))
 			n++;
 	closedir(d);
 	return n;
+}
+
+TEST_HELPER int count_entries(const char *dir)
+{
+	return count_matching(dir, "");
 }
 
 TEST_HELPER uint8_t pattern_byte(uint32_t seed, uint64_t id, uint64_t off)
