@@ -1,0 +1,241 @@
+/*
+ * image.h - gpusnap's GPU image: writing one (dump), reading and verifying
+ * one (restore, inspect), describing one (inspect).
+ *
+ * An image is a directory: manifest.img, gpu-data-NNNN.img files and, when
+ * CRIU took the CPU state, cpu/. The byte layout is in format.h and
+ * docs/FORMAT.md. A writer builds the image under a temporary sibling name and
+ * commit puts it in place atomically, so DIR is always either the old image,
+ * the new one, or absent; never half of one.
+ *
+ * Strings and blobs in the structs returned by the reader point into the
+ * image and stay valid until gs_image_close. Structs passed to the writer are
+ * copied; the caller keeps ownership of what it passed.
+ */
+#ifndef GPUSNAP_IMAGE_IMAGE_H
+#define GPUSNAP_IMAGE_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/err.h"
+#include "common/json.h"
+#include "image/format.h"
+
+/* What an allocation is, so restore knows how to re-create it. Stored as a u32; readers accept any value. */
+enum gs_image_alloc_kind {
+	GS_ALLOC_KIND_UNKNOWN = 0,
+	GS_ALLOC_KIND_DEVICE = 1,  /* cudaMalloc / cuMemAlloc family, made releasable by the agent */
+	GS_ALLOC_KIND_APP_VMM = 2, /* the app's own cuMemCreate + cuMemMap mapping */
+	GS_ALLOC_KIND_POOL = 3,    /* memory of a stream-ordered pool (cudaMallocAsync / cuMemPool) */
+};
+/* "device", "app-vmm", "pool", "unknown"; "other" for values this build does not know. */
+const char *gs_image_alloc_kind_name(uint32_t kind);
+
+struct gs_image_gpu {
+	uint32_t index;        /* CUDA device ordinal in the dumped process */
+	uint8_t uuid[16];
+	const char *name;
+	uint32_t cc_major, cc_minor;
+	uint64_t total_memory; /* bytes */
+};
+
+struct gs_image_allocation {
+	uint64_t id;        /* unique within the image; chosen by the dumper */
+	uint64_t va;        /* device virtual address */
+	uint64_t size;      /* bytes; 0 allowed (no chunks) */
+	uint32_t gpu_index;
+	uint32_t kind;      /* enum gs_image_alloc_kind */
+	uint32_t flags;     /* GS_ALLOC_F_* (format.h) */
+	const void *blob;   /* opaque per-allocation bytes for the agent, may be NULL */
+	size_t blob_len;    /* <= GS_FMT_BLOB_MAX */
+};
+
+struct gs_image_chunk {
+	uint64_t alloc_id;
+	uint64_t offset;      /* within the allocation */
+	uint64_t length;
+	uint64_t file_offset; /* within the data file */
+	uint32_t file_index;
+	uint32_t flags;       /* GS_CHUNK_F_ZERO: nothing stored, the bytes are zero */
+	uint32_t crc32c;
+};
+
+struct gs_image_data_file {
+	uint32_t index;
+	uint64_t size;
+	const char *name;
+};
+
+struct gs_image_kv {
+	const char *key;
+	const char *value;
+};
+
+struct gs_image_info {
+	uint32_t format_version;
+	uint8_t image_id[16];
+	int64_t created_ns;          /* Unix epoch, UTC */
+	const char *gpusnap_version;
+	const char *hostname;
+	int32_t source_pid;
+	const char *source_comm;
+	const char *how;             /* "agent", "driver", ... */
+	bool cpu_state;              /* cpu/ holds CRIU's images */
+	uint32_t checksum_algo;      /* GS_CSUM_CRC32C */
+};
+
+/* ------------------------------------------------------------------ writer */
+
+struct gs_image_writer;
+
+struct gs_image_writer_opts {
+	int32_t source_pid;          /* the dumped process (0 if none) */
+	const char *source_comm;     /* its command name; NULL: "" */
+	const char *how;             /* how the GPU state was taken ("agent", "driver"); NULL: "" */
+	uint64_t max_data_file_size; /* start a new data file when the next payload would pass this; 0: never */
+	bool no_direct_io;           /* never use O_DIRECT (it is used only where buffer, offset and length allow) */
+	bool store_zero_chunks;      /* store all-zero chunks as data instead of flagging them ZERO */
+};
+
+/*
+ * Starts an image that will replace DIR on commit. DIR's parent must exist;
+ * DIR may be absent, an empty directory, or a gpusnap image (anything else is
+ * refused, so a mistyped DIR never deletes someone's files). Creates
+ * <parent>/.<name>.tmp-<pid>-XXXXXX (0700), locked for as long as this writer
+ * lives, and removes stale temporary directories of DIR whose writer died.
+ * opts may be NULL.
+ *
+ * Test hooks (environment, read here): GPUSNAP_TEST_WRITE_FAIL_AFTER=<bytes>
+ * makes any write to the image's files fail with ENOSPC once that many bytes
+ * were written; GPUSNAP_TEST_COMMIT_KILL_AT=before-rename|after-rename makes
+ * commit SIGKILL its own process at that step (crash-safety tests only).
+ */
+int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opts, struct gs_image_writer **w,
+			 struct gs_err *err);
+/* Records a GPU; indexes must be unique. Thread-safe, like every writer call. */
+int gs_image_writer_add_gpu(struct gs_image_writer *w, const struct gs_image_gpu *gpu, struct gs_err *err);
+/* Records an allocation (ids unique, gpu_index added before commit). The blob is copied. */
+int gs_image_writer_add_allocation(struct gs_image_writer *w, const struct gs_image_allocation *a,
+				   struct gs_err *err);
+/* Sets (or replaces) a metadata string; bounded by GS_FMT_META_* limits. */
+int gs_image_writer_set_metadata(struct gs_image_writer *w, const char *key, const char *value, struct gs_err *err);
+
+/*
+ * Stores bytes [offset, offset+len) of allocation alloc_id: computes the
+ * CRC-32C, records an all-zero range as a ZERO chunk (nothing written),
+ * otherwise writes the payload at a 4096-aligned offset reserved for it.
+ * Several threads may call this at once. O_DIRECT is used for the 4096-aligned
+ * part when data is 4096-aligned and the file system accepts it. The chunks of
+ * an allocation must cover it exactly by commit, in any order. 0 < len <=
+ * GS_FMT_CHUNK_DATA_MAX. After a failure the writer is failed: later writes
+ * and commit return the same error; call abort (or commit, which cleans up).
+ */
+int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, size_t len,
+			 struct gs_err *err);
+/* Same, with the payload's CRC-32C already computed by the caller (e.g. while copying); zeros still become ZERO. */
+int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
+			     size_t len, uint32_t crc32c, struct gs_err *err);
+/* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
+int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+			      struct gs_err *err);
+
+/*
+ * Creates cpu/ (0700) inside the temporary directory, marks the image as
+ * holding CPU state and writes its path into path (n bytes) for CRIU's -D.
+ * Calling it again returns the same path.
+ */
+int gs_image_writer_cpu_dir(struct gs_image_writer *w, char *path, size_t n, struct gs_err *err);
+/* The temporary directory the image is built in (valid until commit/abort). */
+const char *gs_image_writer_tmp_path(const struct gs_image_writer *w);
+
+struct gs_image_writer_stats {
+	uint64_t chunks, zero_chunks;
+	uint64_t zero_bytes;       /* bytes recorded as ZERO chunks */
+	uint64_t payload_bytes;    /* bytes written as chunk payloads */
+	uint64_t direct_bytes;     /* of those, written with O_DIRECT */
+	uint32_t data_files;
+};
+void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_stats *st);
+
+/*
+ * Makes the image durable and puts it at DIR: fsync of data files, cpu/ and
+ * the manifest, then rename (or an atomic exchange with the old DIR, whose
+ * contents are deleted afterwards), then fsync of the parent. Always consumes
+ * w: on failure the temporary directory is removed and an old DIR is left as
+ * it was. No chunk write may be in flight.
+ */
+int gs_image_writer_commit(struct gs_image_writer *w, struct gs_err *err);
+/* Removes the temporary directory and frees w (no chunk write may be in flight). NULL is allowed. */
+void gs_image_writer_abort(struct gs_image_writer *w);
+
+/* ------------------------------------------------------------------ reader */
+
+struct gs_image;
+
+/*
+ * Opens and validates DIR: owner and mode of the directory and every file
+ * (owned by this user or root, not writable by group or others, no symlinks),
+ * manifest magic, version, checksum and consistency (every allocation covered
+ * by its chunks, every reference in bounds), each data file present, of the
+ * recorded size, with a header of this image. Payload checksums are checked
+ * by gs_image_read_chunk and gs_image_verify, not here.
+ * Errors: GS_E_IMAGE (not an image, corrupt, unknown version), GS_E_PERMISSION.
+ */
+int gs_image_open(const char *dir, struct gs_image **img, struct gs_err *err);
+void gs_image_close(struct gs_image *img);
+
+const char *gs_image_path(const struct gs_image *img);
+const struct gs_image_info *gs_image_get_info(const struct gs_image *img);
+size_t gs_image_gpu_count(const struct gs_image *img);
+const struct gs_image_gpu *gs_image_gpu_at(const struct gs_image *img, size_t i);
+/* Allocations in ascending id order. */
+size_t gs_image_allocation_count(const struct gs_image *img);
+const struct gs_image_allocation *gs_image_allocation_at(const struct gs_image *img, size_t i);
+/* Index of allocation `id`, or -1. */
+ptrdiff_t gs_image_find_allocation(const struct gs_image *img, uint64_t id);
+/* Chunks in ascending (allocation id, offset) order; those of allocation i are [*first, *first + *count). */
+size_t gs_image_chunk_count(const struct gs_image *img);
+const struct gs_image_chunk *gs_image_chunk_at(const struct gs_image *img, size_t i);
+void gs_image_allocation_chunks(const struct gs_image *img, size_t alloc_index, size_t *first, size_t *count);
+size_t gs_image_data_file_count(const struct gs_image *img);
+const struct gs_image_data_file *gs_image_data_file_at(const struct gs_image *img, size_t i);
+size_t gs_image_metadata_count(const struct gs_image *img);
+const struct gs_image_kv *gs_image_metadata_at(const struct gs_image *img, size_t i);
+/* Value of key, or NULL. */
+const char *gs_image_metadata_get(const struct gs_image *img, const char *key);
+/* Path of cpu/ in path (n bytes); GS_E_IMAGE if the image holds no CPU state. */
+int gs_image_cpu_dir(const struct gs_image *img, char *path, size_t n, struct gs_err *err);
+
+/*
+ * Reads chunk i into buf (its `length` bytes) and checks its CRC-32C; a ZERO
+ * chunk is memset. Thread-safe. O_DIRECT for the aligned part when buf is
+ * 4096-aligned (see gs_image_set_direct_io). A mismatch is GS_E_IMAGE naming
+ * the chunk (allocation id, offset) and its file.
+ */
+int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err *err);
+/* Reads without O_DIRECT when false (restoring from the page cache is faster buffered). Default: true. */
+void gs_image_set_direct_io(struct gs_image *img, bool on);
+/* Checks every stored chunk's CRC with nthreads threads (0: one per CPU, at most 16); the first bad chunk is named. */
+int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err);
+
+/* ---------------------------------------------------------------- describe */
+
+struct gs_image_totals {
+	uint64_t alloc_bytes;     /* sum of allocation sizes */
+	uint64_t chunks, zero_chunks;
+	uint64_t zero_bytes;      /* bytes in ZERO chunks */
+	uint64_t stored_bytes;    /* payload bytes in data files */
+	uint64_t data_file_bytes; /* sum of data file sizes */
+};
+void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t);
+/* `gpusnap inspect --json`: one JSON object (process, GPUs, allocations with each listed, chunks, versions). */
+void gs_image_describe_json(const struct gs_image *img, struct gs_json *j);
+/* `gpusnap inspect`: a short human summary. */
+void gs_image_describe_text(const struct gs_image *img, FILE *out);
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's form) into buf (>= 41 bytes). */
+const char *gs_image_format_uuid(const uint8_t uuid[16], char *buf, size_t n);
+
+#endif

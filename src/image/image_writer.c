@@ -1,0 +1,1095 @@
+/*
+ * image_writer.c - writing an image: chunks from several threads into data
+ * files, then the manifest, then the atomic commit (see image.h).
+ *
+ * Concurrency: one mutex guards the writer's tables and the offset
+ * reservation in data files; checksums, zero detection and the payload
+ * pwrite happen outside it, so writer threads only meet for a few
+ * instructions per chunk. Data files live behind stable pointers so a thread
+ * keeps using its file while another one appends the next.
+ *
+ * Crash safety: everything is written under <parent>/.<name>.tmp-<pid>-XXXXXX,
+ * which holds no manifest until every payload is on disk, and which is never
+ * at DIR's name until commit renames it there. The temporary directory is
+ * flock()ed for the writer's life, so a later writer can tell a dead writer's
+ * leftovers (lock free) from a live one's.
+ */
+#define LOG_PREFIX "image: "
+#include "image/image.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "image/crc32c.h"
+#include "image/image_fs.h"
+#include "image/manifest.h"
+
+#ifndef GPUSNAP_VERSION
+#define GPUSNAP_VERSION "unknown"
+#endif
+
+/* Largest single pwrite (Linux caps one call at 2 GiB - 4 KiB anyway). */
+#define MAX_IO (1ULL << 30)
+
+enum kill_point { KILL_NONE, KILL_BEFORE_RENAME, KILL_AFTER_RENAME };
+
+struct data_file {
+	int fd;           /* buffered writes, fsync */
+	int direct_fd;    /* O_DIRECT writes, or -1 where the file system refuses them */
+	atomic_bool direct_ok;
+	uint64_t next;    /* first free aligned offset; reserved under the writer's lock */
+	char name[GS_FMT_DATA_NAME_MAX];
+};
+
+struct gs_image_writer {
+	pthread_mutex_t lock;
+	char *dir;      /* DIR as given, without trailing slashes */
+	char *parent;   /* its parent directory */
+	char *base;     /* its last component */
+	char *tmp_path; /* parent/tmp_name */
+	char *tmp_name; /* .base.tmp-PID-XXXXXX */
+	int parent_fd;
+	int tmp_fd;     /* holds the flock that marks the writer alive */
+
+	struct gs_image_info info; /* strings owned */
+	uint64_t max_file_size;
+	bool no_direct_io, store_zero_chunks;
+
+	struct data_file **files;
+	size_t nfiles, cap_files;
+	struct gs_image_gpu *gpus; /* names owned */
+	size_t ngpus, cap_gpus;
+	struct gs_image_allocation *allocs; /* blobs owned */
+	size_t nallocs, cap_allocs;
+	uint32_t *alloc_slots; /* open-addressing id -> index + 1; 0 is empty */
+	size_t slot_mask;
+	struct gs_image_chunk *chunks;
+	size_t nchunks, cap_chunks;
+	struct gs_image_kv *meta; /* strings owned */
+	size_t nmeta, cap_meta;
+
+	int failed; /* sticky: a write failed, the image can only be aborted */
+	struct gs_err failure;
+
+	atomic_uint_fast64_t bytes_written; /* to every file of the image, for the fault hook */
+	uint64_t fail_after;                /* GPUSNAP_TEST_WRITE_FAIL_AFTER, or UINT64_MAX */
+	enum kill_point kill_at;
+	atomic_uint_fast64_t payload_bytes, direct_bytes;
+	uint64_t zero_chunks, zero_bytes;
+};
+
+/* -------------------------------------------------------------- helpers */
+
+static int errno_code(int e)
+{
+	switch (e) {
+	case ENOSPC:
+	case EDQUOT:
+	case ENOMEM: return GS_E_NO_SPACE;
+	case EACCES:
+	case EPERM:
+	case EROFS: return GS_E_PERMISSION;
+	default: return GS_E_FAILURE;
+	}
+}
+
+/* An I/O error on file `name` of the image; ENOSPC names the file system by the image's path. */
+static int io_fail(struct gs_image_writer *w, const char *what, const char *name, int e, struct gs_err *err)
+{
+	if (e == ENOSPC || e == EDQUOT)
+		return gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (%s '%s'): %s", w->dir,
+			       what, name, strerror(e));
+	return gs_fail_errno(err, errno_code(e), e, "%s '%s/%s' failed", what, w->tmp_path, name);
+}
+
+static int oom(struct gs_err *err, const char *what)
+{
+	return gs_fail(err, GS_E_NO_SPACE, "out of memory (%s)", what);
+}
+
+/* Grows *arr (of *cap elements of size sz) to hold n + 1. */
+static int grow(void **arr, size_t *cap, size_t n, size_t sz)
+{
+	if (n < *cap)
+		return 0;
+	size_t ncap = *cap ? *cap * 2 : 16;
+	void *p = realloc(*arr, ncap * sz);
+	if (!p)
+		return -1;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+/* The fault-injection hook: true if writing n more bytes must fail with ENOSPC. */
+static bool injected_enospc(struct gs_image_writer *w, size_t n)
+{
+	uint64_t before = atomic_fetch_add(&w->bytes_written, n);
+	return w->fail_after != UINT64_MAX && before + n > w->fail_after;
+}
+
+static int write_all(struct gs_image_writer *w, int fd, const void *buf, size_t len, uint64_t off)
+{
+	if (injected_enospc(w, len))
+		return -ENOSPC;
+	return gs_fs_pwrite_full(fd, buf, len, off);
+}
+
+/* Records the first failure; later calls get it back. */
+static int set_failed(struct gs_image_writer *w, const struct gs_err *err, int code)
+{
+	pthread_mutex_lock(&w->lock);
+	if (!w->failed) {
+		w->failed = code;
+		if (err)
+			w->failure = *err;
+		else
+			gs_fail(&w->failure, code, "writing the image failed");
+	}
+	pthread_mutex_unlock(&w->lock);
+	return code;
+}
+
+static int get_failed_locked(struct gs_image_writer *w, struct gs_err *err)
+{
+	if (err)
+		*err = w->failure;
+	return w->failed;
+}
+
+static uint64_t hash_id(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	return x ^ (x >> 33);
+}
+
+static ptrdiff_t find_alloc_locked(const struct gs_image_writer *w, uint64_t id)
+{
+	if (!w->alloc_slots)
+		return -1;
+	for (size_t s = hash_id(id) & w->slot_mask;; s = (s + 1) & w->slot_mask) {
+		uint32_t v = w->alloc_slots[s];
+		if (!v)
+			return -1;
+		if (w->allocs[v - 1].id == id)
+			return (ptrdiff_t)(v - 1);
+	}
+}
+
+static int rehash_locked(struct gs_image_writer *w, size_t want)
+{
+	size_t cap = 64;
+	while (cap < want * 2)
+		cap *= 2;
+	uint32_t *slots = calloc(cap, sizeof(*slots));
+	if (!slots)
+		return -1;
+	for (size_t i = 0; i < w->nallocs; i++) {
+		size_t s = hash_id(w->allocs[i].id) & (cap - 1);
+		while (slots[s])
+			s = (s + 1) & (cap - 1);
+		slots[s] = (uint32_t)(i + 1);
+	}
+	free(w->alloc_slots);
+	w->alloc_slots = slots;
+	w->slot_mask = cap - 1;
+	return 0;
+}
+
+static void random_id(uint8_t id[16])
+{
+	if (getrandom(id, 16, GRND_NONBLOCK) == 16)
+		return;
+	/* No entropy yet (early boot): uniqueness is all the id needs. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t a = hash_id((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
+	uint64_t b = hash_id(((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)id ^ a);
+	memcpy(id, &a, 8);
+	memcpy(id + 8, &b, 8);
+}
+
+static char *dup_or_empty(const char *s)
+{
+	return strdup(s ? s : "");
+}
+
+/* --------------------------------------------------- temporary directories */
+
+/* ".<base>.tmp-" into buf: the prefix of every temporary directory of DIR. */
+static void tmp_prefix(const char *base, char *buf, size_t n)
+{
+	snprintf(buf, n, ".%s.tmp-", base);
+}
+
+static bool pid_alive(long pid)
+{
+	return pid > 0 && pid <= 0x7fffffff && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* Deletes an image directory that is not at DIR: its manifest first, so a half-deleted one never looks valid. */
+static int remove_image_dir(int parent_fd, const char *name)
+{
+	int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0) {
+		if (unlinkat(fd, GS_FMT_MANIFEST_NAME, 0) == 0)
+			fsync(fd);
+		close(fd);
+	}
+	return gs_fs_remove_tree(parent_fd, name);
+}
+
+/*
+ * Removes temporary directories of DIR left by writers that died: ours (same
+ * owner), whose PID in the name is gone and whose flock is free. A live
+ * writer in another PID namespace still holds its flock, so it is left alone.
+ */
+static void remove_stale_tmp_dirs(struct gs_image_writer *w)
+{
+	char prefix[300];
+	tmp_prefix(w->base, prefix, sizeof(prefix));
+	size_t plen = strlen(prefix);
+	int fd = dup(w->parent_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, prefix, plen) != 0)
+			continue;
+		long pid = strtol(de->d_name + plen, NULL, 10);
+		if (pid_alive(pid))
+			continue;
+		int dfd = openat(w->parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd < 0)
+			continue;
+		struct stat st;
+		if (fstat(dfd, &st) == 0 && st.st_uid == geteuid() && flock(dfd, LOCK_EX | LOCK_NB) == 0) {
+			pr_info("removing '%s/%s', left by a dump that did not finish", w->parent, de->d_name);
+			int rc = remove_image_dir(w->parent_fd, de->d_name);
+			if (rc)
+				pr_warn("cannot remove '%s/%s': %s", w->parent, de->d_name, strerror(-rc));
+		}
+		close(dfd);
+	}
+	closedir(d);
+}
+
+/* 0 if DIR may be replaced: absent, an empty directory, or a gpusnap image. */
+static int check_replaceable(struct gs_image_writer *w, bool *exists, struct gs_err *err)
+{
+	struct stat st;
+	*exists = false;
+	if (fstatat(w->parent_fd, w->base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot stat '%s'", w->dir);
+	}
+	*exists = true;
+	if (S_ISLNK(st.st_mode))
+		return gs_fail(err, GS_E_USAGE, "'%s' is a symbolic link; give the directory itself", w->dir);
+	if (!S_ISDIR(st.st_mode))
+		return gs_fail(err, GS_E_USAGE, "'%s' exists and is not a directory", w->dir);
+	int fd = openat(w->parent_fd, w->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", w->dir);
+	bool image = faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+	bool empty = true;
+	if (!image) {
+		int dfd = dup(fd);
+		DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+		struct dirent *de;
+		if (!d) {
+			empty = false; /* cannot tell: do not replace it */
+			if (dfd >= 0)
+				close(dfd);
+		}
+		while (d && (de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+				empty = false;
+		if (d)
+			closedir(d);
+	}
+	close(fd);
+	if (!image && !empty)
+		return gs_fail(err, GS_E_USAGE, "'%s' exists and is not a gpusnap image; refusing to replace it", w->dir);
+	return 0;
+}
+
+/* ----------------------------------------------------------------- open */
+
+static int split_path(struct gs_image_writer *w, const char *dir, struct gs_err *err)
+{
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	w->dir = strndup(dir, n);
+	if (!w->dir)
+		return oom(err, "path");
+	char *slash = strrchr(w->dir, '/');
+	const char *base = slash ? slash + 1 : w->dir;
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return gs_fail(err, GS_E_USAGE, "'%s' cannot be an image directory: name a directory to create or replace",
+			       dir);
+	w->base = strdup(base);
+	if (!slash)
+		w->parent = strdup(".");
+	else if (slash == w->dir)
+		w->parent = strdup("/");
+	else
+		w->parent = strndup(w->dir, (size_t)(slash - w->dir));
+	if (!w->base || !w->parent)
+		return oom(err, "path");
+	return 0;
+}
+
+static void writer_free(struct gs_image_writer *w)
+{
+	for (size_t i = 0; i < w->nfiles; i++) {
+		if (w->files[i]->fd >= 0)
+			close(w->files[i]->fd);
+		if (w->files[i]->direct_fd >= 0)
+			close(w->files[i]->direct_fd);
+		free(w->files[i]);
+	}
+	free(w->files);
+	for (size_t i = 0; i < w->ngpus; i++)
+		free((char *)w->gpus[i].name);
+	free(w->gpus);
+	for (size_t i = 0; i < w->nallocs; i++)
+		free((void *)w->allocs[i].blob);
+	free(w->allocs);
+	free(w->alloc_slots);
+	free(w->chunks);
+	for (size_t i = 0; i < w->nmeta; i++) {
+		free((char *)w->meta[i].key);
+		free((char *)w->meta[i].value);
+	}
+	free(w->meta);
+	free((char *)w->info.gpusnap_version);
+	free((char *)w->info.hostname);
+	free((char *)w->info.source_comm);
+	free((char *)w->info.how);
+	if (w->tmp_fd >= 0)
+		close(w->tmp_fd);
+	if (w->parent_fd >= 0)
+		close(w->parent_fd);
+	free(w->dir);
+	free(w->parent);
+	free(w->base);
+	free(w->tmp_path);
+	free(w->tmp_name);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+static void read_test_hooks(struct gs_image_writer *w)
+{
+	w->fail_after = UINT64_MAX;
+	const char *s = getenv("GPUSNAP_TEST_WRITE_FAIL_AFTER");
+	if (s && *s) {
+		char *end;
+		unsigned long long v = strtoull(s, &end, 10);
+		if (!*end) {
+			w->fail_after = v;
+			pr_warn("test hook: writes fail with ENOSPC after %llu bytes", v);
+		}
+	}
+	s = getenv("GPUSNAP_TEST_COMMIT_KILL_AT");
+	if (s && !strcmp(s, "before-rename"))
+		w->kill_at = KILL_BEFORE_RENAME;
+	else if (s && !strcmp(s, "after-rename"))
+		w->kill_at = KILL_AFTER_RENAME;
+}
+
+int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opts, struct gs_image_writer **wp,
+			 struct gs_err *err)
+{
+	static const struct gs_image_writer_opts no_opts;
+	if (!opts)
+		opts = &no_opts;
+	*wp = NULL;
+	if (!dir || !*dir)
+		return gs_fail(err, GS_E_USAGE, "no image directory given");
+	struct gs_image_writer *w = calloc(1, sizeof(*w));
+	if (!w)
+		return oom(err, "writer");
+	pthread_mutex_init(&w->lock, NULL);
+	w->parent_fd = w->tmp_fd = -1;
+	read_test_hooks(w);
+	int rc = split_path(w, dir, err);
+	if (rc)
+		goto fail;
+
+	w->parent_fd = open(w->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (w->parent_fd < 0) {
+		int e = errno;
+		rc = gs_fail_errno(err, e == ENOENT ? GS_E_USAGE : errno_code(e), e, "cannot open '%s', the parent of"
+				   " the image directory", w->parent);
+		goto fail;
+	}
+	bool exists;
+	if ((rc = check_replaceable(w, &exists, err)))
+		goto fail;
+	remove_stale_tmp_dirs(w);
+
+	char prefix[300];
+	tmp_prefix(w->base, prefix, sizeof(prefix));
+	if (asprintf(&w->tmp_name, "%s%ld-XXXXXX", prefix, (long)getpid()) < 0) {
+		w->tmp_name = NULL;
+		rc = oom(err, "path");
+		goto fail;
+	}
+	if (asprintf(&w->tmp_path, "%s/%s", w->parent, w->tmp_name) < 0) {
+		w->tmp_path = NULL;
+		rc = oom(err, "path");
+		goto fail;
+	}
+	if (!mkdtemp(w->tmp_path)) { /* mode 0700 */
+		int e = errno;
+		free(w->tmp_path);
+		w->tmp_path = NULL;
+		rc = e == ENOSPC || e == EDQUOT
+			     ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s'", w->dir)
+			     : gs_fail_errno(err, errno_code(e), e, "cannot create a temporary directory next to '%s'", w->dir);
+		goto fail;
+	}
+	memcpy(w->tmp_name + strlen(w->tmp_name) - 6, w->tmp_path + strlen(w->tmp_path) - 6, 6);
+	w->tmp_fd = open(w->tmp_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (w->tmp_fd < 0 || flock(w->tmp_fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = gs_fail_errno(err, errno_code(errno), errno, "cannot open and lock '%s'", w->tmp_path);
+		goto fail;
+	}
+
+	char host[256] = "";
+	if (gethostname(host, sizeof(host) - 1) < 0)
+		host[0] = '\0';
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	w->info.format_version = GS_FMT_VERSION;
+	random_id(w->info.image_id);
+	w->info.created_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+	w->info.gpusnap_version = strdup(GPUSNAP_VERSION);
+	w->info.hostname = strdup(host);
+	w->info.source_pid = opts->source_pid;
+	w->info.source_comm = dup_or_empty(opts->source_comm);
+	w->info.how = dup_or_empty(opts->how);
+	w->info.checksum_algo = GS_CSUM_CRC32C;
+	if (!w->info.gpusnap_version || !w->info.hostname || !w->info.source_comm || !w->info.how) {
+		rc = oom(err, "image info");
+		goto fail;
+	}
+	if (strlen(w->info.source_comm) > GS_FMT_STRING_MAX || strlen(w->info.how) > GS_FMT_STRING_MAX) {
+		rc = gs_fail(err, GS_E_USAGE, "command name or 'how' longer than %u bytes", GS_FMT_STRING_MAX);
+		goto fail;
+	}
+	w->max_file_size = opts->max_data_file_size;
+	w->no_direct_io = opts->no_direct_io;
+	w->store_zero_chunks = opts->store_zero_chunks;
+	pr_debug("writing image '%s' in '%s'", w->dir, w->tmp_path);
+	*wp = w;
+	return 0;
+fail:
+	if (w->tmp_path && w->parent_fd >= 0)
+		gs_fs_remove_tree(w->parent_fd, w->tmp_name);
+	writer_free(w);
+	return rc;
+}
+
+const char *gs_image_writer_tmp_path(const struct gs_image_writer *w)
+{
+	return w->tmp_path;
+}
+
+/* ------------------------------------------------------ describing calls */
+
+int gs_image_writer_add_gpu(struct gs_image_writer *w, const struct gs_image_gpu *gpu, struct gs_err *err)
+{
+	if (gpu->name && strlen(gpu->name) > GS_FMT_STRING_MAX)
+		return gs_fail(err, GS_E_FAILURE, "gpu %" PRIu32 ": name longer than %u bytes", gpu->index, GS_FMT_STRING_MAX);
+	char *name = dup_or_empty(gpu->name);
+	if (!name)
+		return oom(err, "gpu");
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	for (size_t i = 0; i < w->ngpus; i++)
+		if (w->gpus[i].index == gpu->index) {
+			rc = gs_fail(err, GS_E_FAILURE, "gpu %" PRIu32 " added twice", gpu->index);
+			goto out;
+		}
+	if (grow((void **)&w->gpus, &w->cap_gpus, w->ngpus, sizeof(*w->gpus))) {
+		rc = oom(err, "gpu");
+		goto out;
+	}
+	w->gpus[w->ngpus] = *gpu;
+	w->gpus[w->ngpus++].name = name;
+	name = NULL;
+out:
+	pthread_mutex_unlock(&w->lock);
+	free(name);
+	return rc;
+}
+
+int gs_image_writer_add_allocation(struct gs_image_writer *w, const struct gs_image_allocation *a, struct gs_err *err)
+{
+	if (a->blob_len > GS_FMT_BLOB_MAX || (a->blob_len && !a->blob))
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": blob of %zu bytes (limit %u)", a->id, a->blob_len,
+			       GS_FMT_BLOB_MAX);
+	if (a->flags & ~GS_ALLOC_F_KNOWN)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": unknown flags 0x%" PRIx32, a->id, a->flags);
+	if (a->size > UINT64_MAX - a->va)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": wraps around the address space", a->id);
+	void *blob = NULL;
+	if (a->blob_len) {
+		blob = malloc(a->blob_len);
+		if (!blob)
+			return oom(err, "allocation blob");
+		memcpy(blob, a->blob, a->blob_len);
+	}
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (find_alloc_locked(w, a->id) >= 0) {
+		rc = gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 " added twice", a->id);
+		goto out;
+	}
+	if (w->nallocs >= UINT32_MAX - 1) {
+		rc = gs_fail(err, GS_E_FAILURE, "more than %u allocations", UINT32_MAX - 1);
+		goto out;
+	}
+	if (grow((void **)&w->allocs, &w->cap_allocs, w->nallocs, sizeof(*w->allocs)) ||
+	    ((w->nallocs + 1) * 2 > w->slot_mask + 1 && rehash_locked(w, w->nallocs + 1))) {
+		rc = oom(err, "allocations");
+		goto out;
+	}
+	w->allocs[w->nallocs] = *a;
+	w->allocs[w->nallocs].blob = blob;
+	blob = NULL;
+	size_t s = hash_id(a->id) & w->slot_mask;
+	while (w->alloc_slots[s])
+		s = (s + 1) & w->slot_mask;
+	w->alloc_slots[s] = (uint32_t)(++w->nallocs);
+out:
+	pthread_mutex_unlock(&w->lock);
+	free(blob);
+	return rc;
+}
+
+int gs_image_writer_set_metadata(struct gs_image_writer *w, const char *key, const char *value, struct gs_err *err)
+{
+	if (!key || !*key || strlen(key) > GS_FMT_STRING_MAX)
+		return gs_fail(err, GS_E_FAILURE, "metadata key must be 1 to %u bytes", GS_FMT_STRING_MAX);
+	if (!value)
+		value = "";
+	if (strlen(value) > GS_FMT_META_VALUE_MAX)
+		return gs_fail(err, GS_E_FAILURE, "metadata value of '%s' is longer than %u bytes", key,
+			       GS_FMT_META_VALUE_MAX);
+	char *v = strdup(value), *k = NULL;
+	if (!v)
+		return oom(err, "metadata");
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	for (size_t i = 0; i < w->nmeta; i++)
+		if (!strcmp(w->meta[i].key, key)) {
+			free((char *)w->meta[i].value);
+			w->meta[i].value = v;
+			v = NULL;
+			goto out;
+		}
+	if (w->nmeta >= GS_FMT_META_COUNT_MAX) {
+		rc = gs_fail(err, GS_E_FAILURE, "more than %u metadata entries", GS_FMT_META_COUNT_MAX);
+		goto out;
+	}
+	k = strdup(key);
+	if (!k || grow((void **)&w->meta, &w->cap_meta, w->nmeta, sizeof(*w->meta))) {
+		rc = oom(err, "metadata");
+		goto out;
+	}
+	w->meta[w->nmeta].key = k;
+	w->meta[w->nmeta++].value = v;
+	k = v = NULL;
+out:
+	pthread_mutex_unlock(&w->lock);
+	free(k);
+	free(v);
+	return rc;
+}
+
+int gs_image_writer_cpu_dir(struct gs_image_writer *w, char *path, size_t n, struct gs_err *err)
+{
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (!w->info.cpu_state) {
+		if (mkdirat(w->tmp_fd, GS_FMT_CPU_DIR_NAME, 0700) < 0 && errno != EEXIST) {
+			rc = io_fail(w, "creating", GS_FMT_CPU_DIR_NAME, errno, err);
+			goto out;
+		}
+		w->info.cpu_state = true;
+	}
+	if ((size_t)snprintf(path, n, "%s/%s", w->tmp_path, GS_FMT_CPU_DIR_NAME) >= n)
+		rc = gs_fail(err, GS_E_FAILURE, "path of '%s/%s' does not fit in %zu bytes", w->tmp_path,
+			     GS_FMT_CPU_DIR_NAME, n);
+out:
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_stats *st)
+{
+	pthread_mutex_lock(&w->lock);
+	st->chunks = w->nchunks;
+	st->zero_chunks = w->zero_chunks;
+	st->zero_bytes = w->zero_bytes;
+	st->data_files = (uint32_t)w->nfiles;
+	pthread_mutex_unlock(&w->lock);
+	st->payload_bytes = atomic_load(&w->payload_bytes);
+	st->direct_bytes = atomic_load(&w->direct_bytes);
+}
+
+/* --------------------------------------------------------------- chunks */
+
+static bool all_zero(const void *data, size_t len)
+{
+	const unsigned char *p = data;
+	size_t head = len < 16 ? len : 16;
+	for (size_t i = 0; i < head; i++)
+		if (p[i])
+			return false;
+	/* p[0..16) is zero and p[i] == p[i + 16] for every i: all of it is zero. */
+	return len <= 16 || memcmp(p, p + 16, len - 16) == 0;
+}
+
+static int create_data_file_locked(struct gs_image_writer *w, struct data_file **out, struct gs_err *err)
+{
+	if (w->nfiles >= GS_FMT_DATA_FILES_MAX)
+		return gs_fail(err, GS_E_FAILURE, "the image would need more than %u data files; raise the data file size",
+			       GS_FMT_DATA_FILES_MAX);
+	if (grow((void **)&w->files, &w->cap_files, w->nfiles, sizeof(*w->files)))
+		return oom(err, "data files");
+	struct data_file *f = calloc(1, sizeof(*f));
+	void *block = NULL;
+	if (!f || posix_memalign(&block, GS_FMT_ALIGN, GS_FMT_ALIGN)) {
+		free(f);
+		return oom(err, "data file");
+	}
+	gs_fmt_data_file_name((uint32_t)w->nfiles, f->name);
+	f->direct_fd = -1;
+	f->fd = openat(w->tmp_fd, f->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	int rc = 0;
+	if (f->fd < 0) {
+		rc = io_fail(w, "creating", f->name, errno, err);
+		goto fail;
+	}
+	gs_fmt_data_header_build(block, w->info.image_id, (uint32_t)w->nfiles);
+	int e = write_all(w, f->fd, block, GS_FMT_ALIGN, 0);
+	if (e) {
+		rc = io_fail(w, "writing", f->name, -e, err);
+		goto fail;
+	}
+	if (!w->no_direct_io) {
+		f->direct_fd = openat(w->tmp_fd, f->name, O_WRONLY | O_DIRECT | O_CLOEXEC);
+		if (f->direct_fd < 0)
+			pr_debug("'%s': no O_DIRECT on this file system (%s), writing through the page cache", f->name,
+				 strerror(errno));
+	}
+	atomic_init(&f->direct_ok, f->direct_fd >= 0);
+	f->next = GS_FMT_ALIGN;
+	w->files[w->nfiles++] = f;
+	free(block);
+	*out = f;
+	return 0;
+fail:
+	if (f->fd >= 0) {
+		close(f->fd);
+		unlinkat(w->tmp_fd, f->name, 0);
+	}
+	free(f);
+	free(block);
+	return rc;
+}
+
+/* Writes a payload at its reserved offset: O_DIRECT for the aligned part where possible, buffered for the rest. */
+static int write_payload(struct gs_image_writer *w, struct data_file *f, const void *data, size_t len, uint64_t off,
+			 struct gs_err *err)
+{
+	const char *p = data;
+	while (len) {
+		bool direct = f->direct_fd >= 0 && atomic_load(&f->direct_ok) && (uintptr_t)p % GS_FMT_ALIGN == 0 &&
+			      off % GS_FMT_ALIGN == 0 && len >= GS_FMT_ALIGN;
+		size_t n = direct ? len / GS_FMT_ALIGN * GS_FMT_ALIGN : len;
+		if (n > MAX_IO)
+			n = MAX_IO;
+		if (injected_enospc(w, n))
+			return io_fail(w, "writing", f->name, ENOSPC, err);
+		ssize_t r = pwrite(direct ? f->direct_fd : f->fd, p, n, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (direct && errno == EINVAL) {
+				/* The device wants a larger alignment than 4096: write through the page cache instead. */
+				pr_debug("'%s': O_DIRECT write refused, writing through the page cache", f->name);
+				atomic_store(&f->direct_ok, false);
+				continue;
+			}
+			return io_fail(w, "writing", f->name, errno, err);
+		}
+		if (r == 0)
+			return io_fail(w, "writing", f->name, EIO, err);
+		atomic_fetch_add(&w->payload_bytes, (uint64_t)r);
+		if (direct)
+			atomic_fetch_add(&w->direct_bytes, (uint64_t)r);
+		p += r;
+		len -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, uint64_t len,
+		       bool known_zero, bool have_crc, uint32_t crc, struct gs_err *err)
+{
+	if (len == 0)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
+	bool zero = known_zero || (!w->store_zero_chunks && all_zero(data, len));
+	if (!zero && len > GS_FMT_CHUNK_DATA_MAX)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": chunk of %" PRIu64 " bytes, more than %llu MiB",
+			       alloc_id, len, GS_FMT_CHUNK_DATA_MAX / GS_MiB);
+	if (!zero && !have_crc)
+		crc = gs_crc32c(0, data, len);
+
+	struct data_file *f = NULL;
+	uint64_t file_offset = 0;
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->failed) {
+		rc = get_failed_locked(w, err);
+		goto out;
+	}
+	ptrdiff_t ai = find_alloc_locked(w, alloc_id);
+	if (ai < 0) {
+		rc = gs_fail(err, GS_E_FAILURE, "chunk for allocation %" PRIu64 ", which was not added", alloc_id);
+		goto out;
+	}
+	const struct gs_image_allocation *a = &w->allocs[ai];
+	if (a->flags & GS_ALLOC_F_NO_DATA) {
+		rc = gs_fail(err, GS_E_FAILURE, "chunk for allocation %" PRIu64 ", which is marked as holding no data",
+			     alloc_id);
+		goto out;
+	}
+	if (offset > a->size || len > a->size - offset) {
+		rc = gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": chunk %" PRIu64 "+%" PRIu64 " is outside its %"
+			     PRIu64 " bytes", alloc_id, offset, len, a->size);
+		goto out;
+	}
+	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks))) {
+		rc = oom(err, "chunks");
+		goto out;
+	}
+	struct gs_image_chunk *c = &w->chunks[w->nchunks];
+	*c = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len };
+	if (zero) {
+		c->flags = GS_CHUNK_F_ZERO;
+		w->nchunks++;
+		w->zero_chunks++;
+		w->zero_bytes += len;
+		goto out;
+	}
+	f = w->nfiles ? w->files[w->nfiles - 1] : NULL;
+	if (!f || (w->max_file_size && f->next > GS_FMT_ALIGN && f->next + len > w->max_file_size)) {
+		if ((rc = create_data_file_locked(w, &f, err))) {
+			f = NULL;
+			pthread_mutex_unlock(&w->lock);
+			return set_failed(w, err, rc);
+		}
+	}
+	file_offset = f->next;
+	f->next = gs_round_up(file_offset + len, GS_FMT_ALIGN);
+	c->file_index = (uint32_t)(w->nfiles - 1);
+	c->file_offset = file_offset;
+	c->crc32c = crc;
+	w->nchunks++;
+out:
+	pthread_mutex_unlock(&w->lock);
+	if (rc || !f)
+		return rc;
+	rc = write_payload(w, f, data, len, file_offset, err);
+	if (rc)
+		set_failed(w, err, rc);
+	return rc;
+}
+
+int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, size_t len,
+			 struct gs_err *err)
+{
+	return write_chunk(w, alloc_id, offset, data, len, false, false, 0, err);
+}
+
+int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
+			     size_t len, uint32_t crc32c, struct gs_err *err)
+{
+	return write_chunk(w, alloc_id, offset, data, len, false, true, crc32c, err);
+}
+
+int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+			      struct gs_err *err)
+{
+	return write_chunk(w, alloc_id, offset, NULL, len, true, false, 0, err);
+}
+
+/* --------------------------------------------------------------- commit */
+
+static int cmp_gpu(const void *a, const void *b)
+{
+	uint32_t x = ((const struct gs_image_gpu *)a)->index, y = ((const struct gs_image_gpu *)b)->index;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_alloc(const void *a, const void *b)
+{
+	uint64_t x = ((const struct gs_image_allocation *)a)->id, y = ((const struct gs_image_allocation *)b)->id;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_chunk(const void *a, const void *b)
+{
+	const struct gs_image_chunk *x = a, *y = b;
+	if (x->alloc_id != y->alloc_id)
+		return x->alloc_id < y->alloc_id ? -1 : 1;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static void kill_point(struct gs_image_writer *w, enum kill_point at)
+{
+	if (w->kill_at == at) {
+		pr_warn("test hook: killing the process during commit");
+		raise(SIGKILL);
+	}
+}
+
+/* Builds the manifest model from the writer's tables (sorted in place) and checks it. */
+static int build_manifest(struct gs_image_writer *w, struct gs_manifest *m, struct gs_image_data_file *files,
+			  struct gs_err *err)
+{
+	if (w->ngpus)
+		qsort(w->gpus, w->ngpus, sizeof(*w->gpus), cmp_gpu);
+	if (w->nallocs)
+		qsort(w->allocs, w->nallocs, sizeof(*w->allocs), cmp_alloc);
+	if (w->nchunks)
+		qsort(w->chunks, w->nchunks, sizeof(*w->chunks), cmp_chunk);
+	free(w->alloc_slots); /* ids moved; no lookups after this point */
+	w->alloc_slots = NULL;
+	for (size_t i = 0; i < w->nfiles; i++)
+		files[i] = (struct gs_image_data_file){ .index = (uint32_t)i, .size = w->files[i]->next,
+							.name = w->files[i]->name };
+	memset(m, 0, sizeof(*m));
+	m->info = w->info;
+	m->files = files;
+	m->nfiles = w->nfiles;
+	m->gpus = w->gpus;
+	m->ngpus = w->ngpus;
+	m->allocs = w->allocs;
+	m->nallocs = w->nallocs;
+	m->chunks = w->chunks;
+	m->nchunks = w->nchunks;
+	m->meta = w->meta;
+	m->nmeta = w->nmeta;
+	int rc = gs_manifest_validate(m, err);
+	if (rc) {
+		gs_err_wrap(err, "refusing to commit an inconsistent image");
+		if (err)
+			err->code = GS_E_FAILURE;
+		return GS_E_FAILURE;
+	}
+	return 0;
+}
+
+static int sync_data_files(struct gs_image_writer *w, struct gs_err *err)
+{
+	for (size_t i = 0; i < w->nfiles; i++) {
+		struct data_file *f = w->files[i];
+		/* The size is a multiple of 4096 (the last payload's padding is a hole), so readers may read whole blocks. */
+		if (ftruncate(f->fd, (off_t)f->next) < 0 || fsync(f->fd) < 0)
+			return io_fail(w, "syncing", f->name, errno, err);
+		if (f->direct_fd >= 0) {
+			close(f->direct_fd);
+			f->direct_fd = -1;
+		}
+	}
+	return 0;
+}
+
+static int write_manifest(struct gs_image_writer *w, const struct gs_manifest *m, struct gs_err *err)
+{
+	void *buf;
+	size_t len;
+	int rc = gs_manifest_encode(m, &buf, &len, err);
+	if (rc)
+		return rc;
+	int fd = openat(w->tmp_fd, GS_FMT_MANIFEST_NAME, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = io_fail(w, "creating", GS_FMT_MANIFEST_NAME, errno, err);
+	} else {
+		int e = write_all(w, fd, buf, len, 0);
+		if (!e && fsync(fd) < 0)
+			e = -errno;
+		if (e)
+			rc = io_fail(w, "writing", GS_FMT_MANIFEST_NAME, -e, err);
+		if (close(fd) < 0 && !rc)
+			rc = io_fail(w, "closing", GS_FMT_MANIFEST_NAME, errno, err);
+	}
+	free(buf);
+	return rc;
+}
+
+/*
+ * Puts the finished temporary directory at DIR. With an old image there,
+ * RENAME_EXCHANGE swaps the two in one step (DIR is never missing) and the
+ * old one, now under the temporary name, is deleted afterwards. *old_fd keeps
+ * the old directory flock()ed so no other writer takes it for stale meanwhile.
+ */
+static int put_in_place(struct gs_image_writer *w, bool *exchanged, int *old_fd, struct gs_err *err)
+{
+	bool exists;
+	int rc = check_replaceable(w, &exists, err);
+	if (rc)
+		return rc;
+	*exchanged = false;
+	if (!exists) {
+		if (renameat2(w->parent_fd, w->tmp_name, w->parent_fd, w->base, RENAME_NOREPLACE) == 0)
+			return 0;
+		if (errno != EINVAL && errno != ENOSYS)
+			return gs_fail_errno(err, errno_code(errno), errno, "cannot rename '%s' to '%s'", w->tmp_path, w->dir);
+		/* No RENAME_NOREPLACE here (some network file systems): rename never replaces a non-empty directory. */
+		if (renameat(w->parent_fd, w->tmp_name, w->parent_fd, w->base) < 0)
+			return gs_fail_errno(err, errno_code(errno), errno, "cannot rename '%s' to '%s'", w->tmp_path, w->dir);
+		return 0;
+	}
+	*old_fd = openat(w->parent_fd, w->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (*old_fd < 0)
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", w->dir);
+	if (flock(*old_fd, LOCK_EX | LOCK_NB) < 0)
+		return gs_fail(err, GS_E_FAILURE, "another gpusnap is replacing '%s' right now", w->dir);
+	if (renameat2(w->parent_fd, w->tmp_name, w->parent_fd, w->base, RENAME_EXCHANGE) == 0) {
+		*exchanged = true;
+		return 0;
+	}
+	if (errno != EINVAL && errno != ENOSYS)
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot exchange '%s' with '%s'", w->tmp_path, w->dir);
+	/*
+	 * No atomic exchange on this file system: move the old image aside under a
+	 * temporary name (so it is cleaned up as stale if we die), then rename.
+	 * DIR is missing for a moment; the old image exists throughout.
+	 */
+	pr_warn("'%s': the file system cannot exchange directories atomically; replacing in two renames", w->parent);
+	char aside[600];
+	snprintf(aside, sizeof(aside), "%s-old", w->tmp_name);
+	if (renameat(w->parent_fd, w->base, w->parent_fd, aside) < 0)
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot move '%s' aside", w->dir);
+	if (renameat(w->parent_fd, w->tmp_name, w->parent_fd, w->base) < 0) {
+		int e = errno;
+		renameat(w->parent_fd, aside, w->parent_fd, w->base); /* put the old one back */
+		return gs_fail_errno(err, errno_code(e), e, "cannot rename '%s' to '%s'", w->tmp_path, w->dir);
+	}
+	/* Delete the old image from its aside name, as after an exchange. */
+	if (renameat(w->parent_fd, aside, w->parent_fd, w->tmp_name) < 0)
+		pr_warn("old image left at '%s/%s': %s", w->parent, aside, strerror(errno));
+	*exchanged = true;
+	return 0;
+}
+
+static int commit(struct gs_image_writer *w, bool *in_place, struct gs_err *err)
+{
+	pthread_mutex_lock(&w->lock);
+	int rc = w->failed ? get_failed_locked(w, err) : 0;
+	pthread_mutex_unlock(&w->lock);
+	if (rc)
+		return rc;
+
+	struct gs_image_data_file *files = calloc(w->nfiles ? w->nfiles : 1, sizeof(*files));
+	if (!files)
+		return oom(err, "manifest");
+	struct gs_manifest m;
+	if (!(rc = build_manifest(w, &m, files, err)) && !(rc = sync_data_files(w, err))) {
+		if (w->info.cpu_state) {
+			int e = gs_fs_fsync_tree(w->tmp_fd, GS_FMT_CPU_DIR_NAME);
+			if (e)
+				rc = io_fail(w, "syncing", GS_FMT_CPU_DIR_NAME, -e, err);
+		}
+		if (!rc)
+			rc = write_manifest(w, &m, err);
+		if (!rc && fsync(w->tmp_fd) < 0)
+			rc = io_fail(w, "syncing", ".", errno, err);
+	}
+	free(m.alloc_chunk_start);
+	free(files);
+	if (rc)
+		return rc;
+
+	kill_point(w, KILL_BEFORE_RENAME);
+	bool exchanged = false;
+	int old_fd = -1;
+	rc = put_in_place(w, &exchanged, &old_fd, err);
+	if (rc) {
+		if (old_fd >= 0)
+			close(old_fd);
+		return rc;
+	}
+	*in_place = true;
+	if (fsync(w->parent_fd) < 0)
+		rc = gs_fail_errno(err, errno_code(errno), errno, "the image is at '%s' but syncing '%s' failed", w->dir,
+				   w->parent);
+	kill_point(w, KILL_AFTER_RENAME);
+	if (exchanged) {
+		int e = remove_image_dir(w->parent_fd, w->tmp_name);
+		if (e)
+			pr_warn("cannot remove the replaced image at '%s': %s", w->tmp_path, strerror(-e));
+	}
+	if (old_fd >= 0)
+		close(old_fd);
+	pr_debug("committed image '%s' (%zu allocations, %zu chunks, %zu data files)", w->dir, w->nallocs, w->nchunks,
+		 w->nfiles);
+	return rc;
+}
+
+int gs_image_writer_commit(struct gs_image_writer *w, struct gs_err *err)
+{
+	bool in_place = false;
+	int rc = commit(w, &in_place, err);
+	if (rc && !in_place) {
+		int e = remove_image_dir(w->parent_fd, w->tmp_name);
+		if (e)
+			pr_warn("cannot remove '%s': %s", w->tmp_path, strerror(-e));
+	}
+	writer_free(w);
+	return rc;
+}
+
+void gs_image_writer_abort(struct gs_image_writer *w)
+{
+	if (!w)
+		return;
+	int e = remove_image_dir(w->parent_fd, w->tmp_name);
+	if (e)
+		pr_warn("cannot remove '%s': %s", w->tmp_path, strerror(-e));
+	writer_free(w);
+}
