@@ -94,6 +94,7 @@ enum gs_agent_caps {
 
 enum gs_suspend_flags {
 	GS_SUSPEND_KEEP_CONTEXT = 1u << 0, /* release data only; keep the CUDA context (no driver checkpoint) */
+	GS_DUMP_DROP_STAGING = 1u << 1,    /* DUMP: free the staging memory once the image is written */
 };
 
 enum gs_agent_state {
