@@ -26,9 +26,11 @@
  */
 #define LOG_PREFIX "agent: "
 #include "agent/gate.h"
+#include "agent/gate_layout.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -43,13 +45,6 @@
 #include "common/log.h"
 #include "common/util.h"
 
-/*
- * Return addresses kept per thread for nested gated calls. Driver calls nest
- * only through app callbacks run synchronously inside the driver (rare and
- * shallow); deeper calls stay gated at entry but are not tracked on return,
- * which is safe because the outer frames keep the thread counted as inside.
- */
-#define SHADOW_DEPTH 32
 #define SLOTS_PER_CHUNK 64
 
 struct gate_slot {
@@ -59,21 +54,29 @@ struct gate_slot {
 	int in_use;             /* under slots_lock */
 	pid_t tid;              /* for messages */
 	struct gate_slot *next_free; /* under slots_lock */
-	void *shadow[SHADOW_DEPTH];
+	void *shadow[GS_SHADOW_DEPTH];
 } __attribute__((aligned(64))); /* one slot per cache line start: no false sharing of depth */
+
+_Static_assert(offsetof(struct gate_slot, depth) == GS_SLOT_DEPTH, "gate_layout.h is stale");
+_Static_assert(offsetof(struct gate_slot, sp) == GS_SLOT_SP, "gate_layout.h is stale");
+_Static_assert(offsetof(struct gate_slot, exempt) == GS_SLOT_EXEMPT, "gate_layout.h is stale");
+_Static_assert(offsetof(struct gate_slot, shadow) == GS_SLOT_SHADOW, "gate_layout.h is stale");
+_Static_assert(sizeof(_Atomic int) == 4 && sizeof(void *) == 8, "gate_x86_64.S assumes LP64");
 
 struct slot_chunk {
 	struct slot_chunk *_Atomic next;
 	struct gate_slot slots[SLOTS_PER_CHUNK];
 };
 
-static _Atomic int gate_closed;   /* futex word: threads wait on it while 1 */
+/* Read by the fast path in gate_x86_64.S, hence not static (they stay hidden). */
+_Atomic int gs_gate_closed;      /* futex word: threads wait on it while 1 */
+_Atomic int gs_gate_use_membarrier;
+_Atomic uintptr_t gs_gate_driver_lo, gs_gate_driver_len;
+_Thread_local struct gate_slot *gs_gate_current_slot __attribute__((tls_model("initial-exec")));
+
 static _Atomic int exit_seq;      /* futex word: bumped by a thread leaving while closed */
 static _Atomic int waiting;       /* threads blocked at the closed gate */
-static _Atomic int use_membarrier;
-static _Atomic uintptr_t driver_lo, driver_len;
-
-static _Thread_local struct gate_slot *current_slot __attribute__((tls_model("initial-exec")));
+static struct gate_slot *_Atomic closer_slot; /* the thread that closed the gate: it always passes */
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_status = -1;
@@ -103,7 +106,7 @@ static void choose_fence(void)
 		mb = cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
 		     sys_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 	}
-	atomic_store(&use_membarrier, mb);
+	atomic_store(&gs_gate_use_membarrier, mb);
 }
 
 static void slot_release(void *p);
@@ -117,7 +120,7 @@ static void atfork_parent(void) { pthread_mutex_unlock(&slots_lock); }
  */
 static void atfork_child(void)
 {
-	struct gate_slot *self = current_slot;
+	struct gate_slot *self = gs_gate_current_slot;
 	free_slots = NULL;
 	for (struct slot_chunk *c = atomic_load(&chunks); c; c = atomic_load(&c->next)) {
 		for (int i = SLOTS_PER_CHUNK - 1; i >= 0; i--) {
@@ -136,9 +139,9 @@ static void atfork_child(void)
 		self->tid = (pid_t)syscall(SYS_gettid);
 	pthread_mutex_unlock(&slots_lock);
 	pthread_mutex_init(&control_lock, NULL);
-	atomic_store(&gate_closed, 0);
+	atomic_store(&gs_gate_closed, 0);
 	atomic_store(&waiting, 0);
-	if (atomic_load(&use_membarrier))
+	if (atomic_load(&gs_gate_use_membarrier))
 		choose_fence(); /* single-threaded here, so switching mode is safe */
 }
 
@@ -163,7 +166,7 @@ int gs_gate_init(void)
 const char *gs_gate_fence_name(void)
 {
 	gs_gate_init();
-	return atomic_load(&use_membarrier) ? "membarrier" : "seq_cst";
+	return atomic_load(&gs_gate_use_membarrier) ? "membarrier" : "seq_cst";
 }
 
 static struct gate_slot *slot_attach(void)
@@ -196,7 +199,7 @@ static struct gate_slot *slot_attach(void)
 	s->tid = (pid_t)syscall(SYS_gettid);
 	atomic_store_explicit(&s->depth, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&slots_lock);
-	current_slot = s;
+	gs_gate_current_slot = s;
 	/* For the destructor only; if it fails the slot leaks when the thread exits. */
 	pthread_setspecific(slot_key, s);
 	return s;
@@ -211,8 +214,8 @@ static struct gate_slot *slot_attach(void)
 static void slot_release(void *p)
 {
 	struct gate_slot *s = p;
-	if (current_slot == s)
-		current_slot = NULL;
+	if (gs_gate_current_slot == s)
+		gs_gate_current_slot = NULL;
 	pthread_mutex_lock(&slots_lock);
 	atomic_store_explicit(&s->depth, 0, memory_order_release);
 	s->sp = 0;
@@ -220,7 +223,7 @@ static void slot_release(void *p)
 	s->in_use = 0;
 	s->next_free = free_slots;
 	free_slots = s;
-	if (atomic_load(&gate_closed)) {
+	if (atomic_load(&gs_gate_closed)) {
 		atomic_fetch_add(&exit_seq, 1);
 		sys_futex(&exit_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
 	}
@@ -230,7 +233,7 @@ static void slot_release(void *p)
 static inline void fence_after_store(void)
 {
 	atomic_signal_fence(memory_order_seq_cst); /* the compiler keeps the store before the load */
-	if (__builtin_expect(!atomic_load_explicit(&use_membarrier, memory_order_relaxed), 0))
+	if (__builtin_expect(!atomic_load_explicit(&gs_gate_use_membarrier, memory_order_relaxed), 0))
 		atomic_thread_fence(memory_order_seq_cst);
 }
 
@@ -243,16 +246,18 @@ static void notify_closer(void)
 /* Entered with depth==1 stored and the gate seen closed; returns with depth==1 and the gate open. */
 static void __attribute__((noinline)) wait_at_gate(struct gate_slot *s)
 {
+	if (s == atomic_load(&closer_slot))
+		return; /* waiting for ourselves would never end */
 	for (;;) {
 		atomic_store_explicit(&s->depth, 0, memory_order_relaxed);
 		notify_closer(); /* it may have counted us before we backed off */
 		atomic_fetch_add(&waiting, 1);
-		while (atomic_load(&gate_closed))
-			sys_futex(&gate_closed, FUTEX_WAIT_PRIVATE, 1, NULL);
+		while (atomic_load(&gs_gate_closed))
+			sys_futex(&gs_gate_closed, FUTEX_WAIT_PRIVATE, 1, NULL);
 		atomic_fetch_sub(&waiting, 1);
 		atomic_store_explicit(&s->depth, 1, memory_order_relaxed);
 		fence_after_store();
-		if (!atomic_load_explicit(&gate_closed, memory_order_relaxed))
+		if (!atomic_load_explicit(&gs_gate_closed, memory_order_relaxed))
 			return;
 	}
 }
@@ -271,7 +276,7 @@ static inline void depth_enter(struct gate_slot *s)
 	}
 	atomic_store_explicit(&s->depth, 1, memory_order_relaxed);
 	fence_after_store();
-	if (__builtin_expect(atomic_load_explicit(&gate_closed, memory_order_relaxed), 0))
+	if (__builtin_expect(atomic_load_explicit(&gs_gate_closed, memory_order_relaxed), 0))
 		wait_at_gate(s);
 }
 
@@ -281,14 +286,14 @@ static inline void depth_leave(struct gate_slot *s)
 	atomic_store_explicit(&s->depth, d, memory_order_relaxed);
 	if (d == 0) {
 		fence_after_store();
-		if (__builtin_expect(atomic_load_explicit(&gate_closed, memory_order_relaxed), 0))
+		if (__builtin_expect(atomic_load_explicit(&gs_gate_closed, memory_order_relaxed), 0))
 			notify_closer();
 	}
 }
 
 int gs_gate_enter(void *return_address)
 {
-	struct gate_slot *s = current_slot;
+	struct gate_slot *s = gs_gate_current_slot;
 	if (__builtin_expect(!s, 0)) {
 		s = slot_attach();
 		if (!s)
@@ -296,11 +301,11 @@ int gs_gate_enter(void *return_address)
 	}
 	if (s->exempt)
 		return 0;
-	if ((uintptr_t)return_address - atomic_load_explicit(&driver_lo, memory_order_relaxed) <
-	    atomic_load_explicit(&driver_len, memory_order_relaxed))
+	if ((uintptr_t)return_address - atomic_load_explicit(&gs_gate_driver_lo, memory_order_relaxed) <
+	    atomic_load_explicit(&gs_gate_driver_len, memory_order_relaxed))
 		return 0;
 	unsigned sp = s->sp;
-	if (sp >= SHADOW_DEPTH)
+	if (sp >= GS_SHADOW_DEPTH)
 		return 0;
 	depth_enter(s);
 	/* sp before the entry: a signal handler's nested call then uses the next one */
@@ -310,20 +315,15 @@ int gs_gate_enter(void *return_address)
 	return 1;
 }
 
-void *gs_gate_exit(void)
+/* The assembly return path saw depth reach 0 with the gate closed. */
+void gs_gate_notify_closer(void)
 {
-	struct gate_slot *s = current_slot;
-	unsigned sp = s->sp - 1;
-	void *ret = s->shadow[sp];
-	atomic_signal_fence(memory_order_seq_cst);
-	s->sp = sp;
-	depth_leave(s);
-	return ret;
+	notify_closer();
 }
 
 int gs_gate_enter_c(void)
 {
-	struct gate_slot *s = current_slot;
+	struct gate_slot *s = gs_gate_current_slot;
 	if (__builtin_expect(!s, 0)) {
 		s = slot_attach();
 		if (!s)
@@ -338,12 +338,12 @@ int gs_gate_enter_c(void)
 void gs_gate_exit_c(int token)
 {
 	if (token)
-		depth_leave(current_slot);
+		depth_leave(gs_gate_current_slot);
 }
 
 int gs_gate_exempt_current_thread(struct gs_err *err)
 {
-	struct gate_slot *s = current_slot;
+	struct gate_slot *s = gs_gate_current_slot;
 	if (!s)
 		s = slot_attach();
 	if (!s)
@@ -355,9 +355,9 @@ int gs_gate_exempt_current_thread(struct gs_err *err)
 void gs_gate_set_driver_range(uintptr_t lo, uintptr_t hi)
 {
 	/* len first as 0 so a reader never pairs the new lo with an old len */
-	atomic_store(&driver_len, 0);
-	atomic_store(&driver_lo, lo);
-	atomic_store(&driver_len, hi > lo ? hi - lo : 0);
+	atomic_store(&gs_gate_driver_len, 0);
+	atomic_store(&gs_gate_driver_lo, lo);
+	atomic_store(&gs_gate_driver_len, hi > lo ? hi - lo : 0);
 }
 
 /* Threads inside now, other than `self`; their tids (up to max) into tids. */
@@ -381,22 +381,23 @@ static int count_inside(const struct gate_slot *self, pid_t *tids, int max)
 int gs_gate_inside_count(void)
 {
 	pid_t none[1];
-	return count_inside(current_slot, none, 0);
+	return count_inside(gs_gate_current_slot, none, 0);
 }
 
 int gs_gate_waiting_count(void) { return atomic_load(&waiting); }
-bool gs_gate_is_closed(void) { return atomic_load(&gate_closed) != 0; }
+bool gs_gate_is_closed(void) { return atomic_load(&gs_gate_closed) != 0; }
 
 static void open_locked(void)
 {
-	atomic_store(&gate_closed, 0);
-	sys_futex(&gate_closed, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+	atomic_store(&closer_slot, NULL);
+	atomic_store(&gs_gate_closed, 0);
+	sys_futex(&gs_gate_closed, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
 }
 
-/* After it, every thread's later loads see gate_closed=1 and we see every earlier depth store. */
+/* After it, every thread's later loads see gs_gate_closed=1 and we see every earlier depth store. */
 static int publish_closed(struct gs_err *err)
 {
-	if (!atomic_load(&use_membarrier)) {
+	if (!atomic_load(&gs_gate_use_membarrier)) {
 		atomic_thread_fence(memory_order_seq_cst);
 		return 0;
 	}
@@ -414,12 +415,13 @@ int gs_gate_close(double timeout_s, struct gs_err *err)
 	if (gs_gate_init())
 		return gs_fail(err, GS_E_FAILURE, "cannot close the CUDA gate: it could not be initialized");
 	pthread_mutex_lock(&control_lock);
-	if (atomic_load(&gate_closed)) {
+	if (atomic_load(&gs_gate_closed)) {
 		pthread_mutex_unlock(&control_lock);
 		return gs_fail(err, GS_E_STATE, "the CUDA gate is already closed");
 	}
-	const struct gate_slot *self = current_slot;
-	atomic_store(&gate_closed, 1);
+	struct gate_slot *self = gs_gate_current_slot ? gs_gate_current_slot : slot_attach();
+	atomic_store(&closer_slot, self);
+	atomic_store(&gs_gate_closed, 1);
 	int rc = publish_closed(err);
 	if (rc) {
 		open_locked();

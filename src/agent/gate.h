@@ -73,8 +73,8 @@ int gs_gate_init(void);
  */
 void gs_gate_set_driver_range(uintptr_t lo, uintptr_t hi);
 
-/* Called only from gate_x86_64.S (see there). */
+/* Called only from gate_x86_64.S (see there): the slow paths of entry and exit. */
 int gs_gate_enter(void *return_address);
-void *gs_gate_exit(void);
+void gs_gate_notify_closer(void);
 
 #endif

@@ -4,19 +4,21 @@
  *
  * gs_gate_common: every gated call arrives here from a stub (trampolines.c)
  *   or a resolved export (exports_x86_64.S) with the real function in %r11
- *   and the app's arguments untouched. It saves the argument registers
- *   (rdi rsi rdx rcx r8 r9, rax = vector-register count of varargs calls,
- *   r10 = static chain, xmm0-7), calls gs_gate_enter(return address) which may
- *   block while the gate is closed, restores them, and jumps to the real
- *   function. When gs_gate_enter tracked the call, the return address slot at
- *   (%rsp) now holds gs_gate_return instead (the original is on the thread's
- *   shadow stack), so the call's exit is seen without knowing the prototype:
+ *   and the app's arguments untouched. The fast path (the thread has a slot,
+ *   the gate is open) does gate.c's entry protocol inline using only r10 and
+ *   a saved rax/rcx: depth=1, then look at gs_gate_closed, push the return
+ *   address on the thread's shadow stack and put gs_gate_return in its place
+ *   at (%rsp). So the call's exit is seen without knowing the prototype, and
  *   arguments on the stack stay exactly where the callee expects them.
+ *   Anything else (first call of a thread, gate closed) takes the slow path: save the argument registers (rdi rsi rdx rcx
+ *   r8 r9, rax = vector-register count of varargs calls, r10 = static chain,
+ *   xmm0-7), call gs_gate_enter(return address), which may block, restore.
  *
- * gs_gate_return: the real function returns here; it saves the return value
- *   registers (rax rdx xmm0 xmm1), calls gs_gate_exit() which pops the original
- *   return address, and jumps there. Functions returning long double (x87)
- *   are not supported; the driver API has none.
+ * gs_gate_return: the real function returns here. Fast path: pop the shadow
+ *   stack, depth-1, and if that left the driver while the gate is closed call
+ *   gs_gate_notify_closer (saving rax rdx xmm0 xmm1, the return registers).
+ *   Functions returning long double (x87) are not supported; the driver API
+ *   has none.
  *
  * Limits of the return-address swap: unwinding stops at gs_gate_return (its
  *   caller lives in thread-local storage, which DWARF cannot describe), so
@@ -85,20 +87,71 @@
 	.cfi_restore %rbp
 .endm
 
+#include "agent/gate_layout.h"
+
 	.globl gs_gate_common
 	.hidden gs_gate_common
 	.type gs_gate_common, @function
 	.p2align 4
 gs_gate_common:
 	.cfi_startproc
+	movq gs_gate_current_slot@gottpoff(%rip), %r10
+	movq %fs:(%r10), %r10            /* this thread's slot */
+	testq %r10, %r10
+	jz .Lslow_path                   /* first gated call of this thread */
+	pushq %rax
+	.cfi_adjust_cfa_offset 8
+	pushq %rcx
+	.cfi_adjust_cfa_offset 8
+	movq 16(%rsp), %rcx              /* the caller's return address */
+	movq %rcx, %rax
+	subq gs_gate_driver_lo(%rip), %rax
+	cmpq gs_gate_driver_len(%rip), %rax
+	jb .Lpass                        /* the driver calling its own export */
+	cmpl $0, GS_SLOT_EXEMPT(%r10)
+	jne .Lpass                       /* an agent thread */
+	movl GS_SLOT_SP(%r10), %eax
+	cmpl $GS_SHADOW_DEPTH, %eax
+	jae .Lpass                       /* nested too deep: gated only at entry (see gate_layout.h) */
+	cmpl $0, GS_SLOT_DEPTH(%r10)
+	jne .Lnested
+	movl $1, GS_SLOT_DEPTH(%r10)
+	cmpl $0, gs_gate_use_membarrier(%rip)
+	jne 1f
+	lock orl $0, (%rsp)              /* no membarrier: a full fence here instead (gate.c) */
+1:
+	cmpl $0, gs_gate_closed(%rip)
+	je .Ltrack
+	movl $0, GS_SLOT_DEPTH(%r10)     /* closed: back off, the slow path waits */
+	popq %rcx
+	.cfi_adjust_cfa_offset -8
+	popq %rax
+	.cfi_adjust_cfa_offset -8
+	jmp .Lslow_path
+	.cfi_adjust_cfa_offset 16
+.Lnested:
+	incl GS_SLOT_DEPTH(%r10)
+.Ltrack:
+	incl GS_SLOT_SP(%r10)            /* first, so a signal handler's nested call uses the next entry */
+	movq %rcx, GS_SLOT_SHADOW(%r10,%rax,8)
+	leaq gs_gate_return(%rip), %rcx
+	movq %rcx, 16(%rsp)              /* the real function will return to gs_gate_return */
+.Lpass:
+	popq %rcx
+	.cfi_adjust_cfa_offset -8
+	popq %rax
+	.cfi_adjust_cfa_offset -8
+	jmp *%r11
+
+.Lslow_path:
 	save_argument_registers
-	movq 8(%rbp), %rdi          /* the caller's return address */
+	movq 8(%rbp), %rdi               /* the caller's return address */
 	call gs_gate_enter
 	testl %eax, %eax
-	jz 1f
+	jz 2f
 	leaq gs_gate_return(%rip), %rcx
-	movq %rcx, 8(%rbp)          /* the real function will return to gs_gate_return */
-1:
+	movq %rcx, 8(%rbp)
+2:
 	restore_argument_registers
 	jmp *%r11
 	.cfi_endproc
@@ -117,20 +170,41 @@ gs_gate_common:
 	 */
 	nop
 gs_gate_return:
-	subq $48, %rsp              /* %rsp was 0 mod 16 (the callee popped our slot): still 0 */
-	.cfi_adjust_cfa_offset 48
+	/* rax rdx xmm0 xmm1 hold the result; rcx rsi rdi r8-r11 are free here */
+	movq gs_gate_current_slot@gottpoff(%rip), %r10
+	movq %fs:(%r10), %r10
+	movl GS_SLOT_SP(%r10), %ecx
+	decl %ecx
+	movq GS_SLOT_SHADOW(%r10,%rcx,8), %r11   /* the original return address */
+	movl %ecx, GS_SLOT_SP(%r10)              /* after the read: a signal's nested call keeps off it */
+	movl GS_SLOT_DEPTH(%r10), %ecx
+	decl %ecx
+	movl %ecx, GS_SLOT_DEPTH(%r10)
+	jnz 2f                                   /* still inside (flags from decl) */
+	cmpl $0, gs_gate_use_membarrier(%rip)
+	jne 1f
+	lock orl $0, (%rsp)
+1:
+	cmpl $0, gs_gate_closed(%rip)
+	jne 3f
+2:
+	jmp *%r11
+3:
+	subq $64, %rsp                           /* %rsp was 0 mod 16 (the callee popped our slot): still 0 */
+	.cfi_adjust_cfa_offset 64
 	movq %rax, 0(%rsp)
 	movq %rdx, 8(%rsp)
-	movups %xmm0, 16(%rsp)
-	movups %xmm1, 32(%rsp)
-	call gs_gate_exit           /* the original return address */
-	movq %rax, %r11
+	movq %r11, 16(%rsp)
+	movups %xmm0, 32(%rsp)
+	movups %xmm1, 48(%rsp)
+	call gs_gate_notify_closer
 	movq 0(%rsp), %rax
 	movq 8(%rsp), %rdx
-	movups 16(%rsp), %xmm0
-	movups 32(%rsp), %xmm1
-	addq $48, %rsp
-	.cfi_adjust_cfa_offset -48
+	movq 16(%rsp), %r11
+	movups 32(%rsp), %xmm0
+	movups 48(%rsp), %xmm1
+	addq $64, %rsp
+	.cfi_adjust_cfa_offset -64
 	jmp *%r11
 	.cfi_endproc
 	.size gs_gate_return, .-gs_gate_return
