@@ -385,6 +385,17 @@ int gs_gate_inside_count(void)
 }
 
 int gs_gate_waiting_count(void) { return atomic_load(&waiting); }
+
+int gs_gate_thread_count(void)
+{
+	int n = 0;
+	pthread_mutex_lock(&slots_lock);
+	for (struct slot_chunk *c = atomic_load(&chunks); c; c = atomic_load(&c->next))
+		for (int i = 0; i < SLOTS_PER_CHUNK; i++)
+			n += c->slots[i].in_use;
+	pthread_mutex_unlock(&slots_lock);
+	return n;
+}
 bool gs_gate_is_closed(void) { return atomic_load(&gs_gate_closed) != 0; }
 
 static void open_locked(void)

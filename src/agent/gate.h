@@ -56,6 +56,8 @@ void gs_gate_exit_c(int token);
 int gs_gate_inside_count(void);
 int gs_gate_waiting_count(void);
 bool gs_gate_is_closed(void);
+/* Threads holding a slot (they called through the gate and have not exited). */
+int gs_gate_thread_count(void);
 /* "membarrier" or "seq_cst": how entries are ordered against gs_gate_close. */
 const char *gs_gate_fence_name(void);
 

@@ -535,6 +535,7 @@ const struct gs_interpose_test_hooks *gpusnap_interpose_test_hooks(void)
 		.gate_exit_c = gs_gate_exit_c,
 		.gate_inside_count = gs_gate_inside_count,
 		.gate_waiting_count = gs_gate_waiting_count,
+		.gate_thread_count = gs_gate_thread_count,
 		.gate_fence_name = gs_gate_fence_name,
 		.replace = gs_interpose_replace,
 		.real = gs_interpose_real,

@@ -73,6 +73,7 @@ struct gs_interpose_test_hooks {
 	void (*gate_exit_c)(int token);
 	int (*gate_inside_count)(void);
 	int (*gate_waiting_count)(void);
+	int (*gate_thread_count)(void);
 	const char *(*gate_fence_name)(void);
 	int (*replace)(const char *versioned_name, void *replacement, void **real_out, struct gs_err *err);
 	void *(*real)(const char *versioned_name);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent/interpose.h"
@@ -48,6 +49,7 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, uns
 CUresult cuStreamSynchronize(void *stream);
 CUresult cuTexRefSetMipmapLevelClamp(void *tex, float lo, float hi);
 CUresult cuCtxSynchronize(void);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
 long cuFakeCountValue(void); /* not a driver name: never interposed */
 
 typedef CUresult (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
@@ -305,6 +307,17 @@ static int job_version(struct job *j)
 	return j->api->get_version(&v) == 0 && v == 13000;
 }
 
+/* One call to get a slot (the assembly fast path from then on), then wait for `go`, then call. */
+static _Atomic int warm_ready, warm_go;
+static int job_version_warm(struct job *j)
+{
+	int ok = job_version(j);
+	atomic_store(&warm_ready, 1);
+	while (!atomic_load(&warm_go))
+		sleep_s(0.001);
+	return ok && job_version(j);
+}
+
 static int job_sync(struct job *j) { return j->api->stream_sync((void *)(uintptr_t)j->arg) == 0; }
 
 static int wait_inside(int n, double timeout)
@@ -317,11 +330,22 @@ static int wait_inside(int n, double timeout)
 
 static void test_close_blocks_new_calls(void)
 {
-	for (int p = 0; p < 3; p++) {
+	for (int k = 0; k < 6; k++) {
+		int p = k % 3, warm = k >= 3;
+		struct job j;
+		atomic_store(&warm_ready, 0);
+		atomic_store(&warm_go, 0);
+		if (warm) {
+			job_start(&j, job_version_warm, &apis[p], 0);
+			while (!atomic_load(&warm_ready))
+				sleep_s(0.001);
+		}
 		struct gs_err err = { 0 };
 		CHECK_INT(H->gate_close(1.0, &err), 0);
-		struct job j;
-		job_start(&j, job_version, &apis[p], 0);
+		if (warm)
+			atomic_store(&warm_go, 1);
+		else
+			job_start(&j, job_version, &apis[p], 0);
 		sleep_s(0.15);
 		CHECK(!atomic_load(&j.done));
 		CHECK_INT(H->gate_waiting_count(), 1);
@@ -466,6 +490,85 @@ static void test_deep_nesting(void)
 	}
 }
 
+static void exit_from_callback(void *arg)
+{
+	(void)arg;
+	pthread_exit(NULL);
+}
+
+static int job_exit_inside(struct job *j) { return j->api->callback(exit_from_callback, NULL); }
+
+/* A thread that exits inside a call (from a callback) is not left counted as inside. */
+static void test_thread_exit_inside_call(void)
+{
+	for (int p = 1; p < 3; p++) {
+		struct job j;
+		job_start(&j, job_exit_inside, &apis[p], 0);
+		job_join(&j);
+		CHECK(!atomic_load(&j.done));
+		CHECK_INT(H->gate_inside_count(), 0);
+		struct gs_err err = { 0 };
+		CHECK_INT(H->gate_close(1.0, &err), 0);
+		H->gate_open();
+	}
+}
+
+static void test_thread_slots_recycled(void)
+{
+	struct job j;
+	job_start(&j, job_version, &apis[0], 0);
+	job_join(&j);
+	int before = H->gate_thread_count();
+	for (int i = 0; i < 300; i++) {
+		job_start(&j, job_version, &apis[i % 3], 0);
+		job_join(&j);
+		CHECK(j.result);
+	}
+	CHECK(H->gate_thread_count() <= before);
+}
+
+/* In a forked child the parent's other threads do not exist: none counts as inside, the gate is open. */
+static void test_fork(void)
+{
+	struct job slow;
+	job_start(&slow, job_sync, &apis[1], 600);
+	CHECK(wait_inside(1, 2.0));
+	pid_t pid = fork();
+	if (pid == 0) {
+		alarm(10); /* a hang fails the test instead of stalling it */
+		struct gs_err err = { 0 };
+		int ok = H->gate_inside_count() == 0 && H->gate_close(0.5, &err) == 0;
+		struct job j;
+		job_start(&j, job_version, &apis[2], 0); /* blocks: closed */
+		sleep_s(0.1);
+		ok = ok && !atomic_load(&j.done);
+		H->gate_open();
+		job_join(&j);
+		_exit(ok && j.result ? 0 : 1);
+	}
+	CHECK(pid > 0);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	job_join(&slow);
+	CHECK(slow.result);
+
+	/* closed in the parent at fork time: open in the child */
+	struct gs_err err = { 0 };
+	CHECK_INT(H->gate_close(1.0, &err), 0);
+	pid = fork();
+	if (pid == 0) {
+		alarm(10);
+		struct job j;
+		job_start(&j, job_version, &apis[0], 0);
+		job_join(&j);
+		_exit(j.result ? 0 : 1);
+	}
+	H->gate_open();
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* ---- replacements ---- */
 
 static CUresult (*real_mem_alloc)(CUdeviceptr *, size_t);
@@ -587,6 +690,28 @@ static void test_dlsym_answers(void)
 	int (*nop)(int) = dlvsym(fake_handle, "cuFakeNop", "FAKE_1.0");
 	CHECK(nop != NULL && H->is_gated((void *)nop));
 	CHECK_INT(nop ? nop(5) : 0, 5);
+	/* cuGetProcAddress reached by linking, and the legacy one by dlsym, hand out gated pointers */
+	void *viaexport = NULL;
+	int status = -1;
+	CHECK_INT(cuGetProcAddress_v2("cuFakeNop", &viaexport, 12000, 0, &status), 0);
+	CHECK(viaexport && H->is_gated(viaexport) && status == 0);
+	CHECK_INT(viaexport ? ((int (*)(int))viaexport)(3) : 0, 3);
+	CHECK_INT(cuGetProcAddress_v2("cuNoSuchThing", &viaexport, 12000, 0, &status), 500);
+	CHECK(viaexport == NULL && status == 1);
+	CUresult (*gpa_v1)(const char *, void **, int, cuuint64_t) = must_dlsym(fake_handle, "cuGetProcAddress");
+	void *viav1 = NULL;
+	CHECK_INT(gpa_v1("cuDriverGetVersion", &viav1, 11030, 0), 0);
+	CHECK(viav1 && H->is_gated(viav1));
+	/* asking cuGetProcAddress for itself gives the interposed one again */
+	void *self = NULL;
+	CHECK_INT(cuGetProcAddress_v2("cuGetProcAddress", &self, 12000, 0, &status), 0);
+	CHECK(self == must_dlsym(fake_handle, "cuGetProcAddress_v2"));
+	/* cuGetExportTable is gated, its table is the driver's own */
+	CUresult (*get_table)(const void **, const void *) = must_dlsym(fake_handle, "cuGetExportTable");
+	const void *table = NULL;
+	CHECK(H->is_gated((void *)get_table));
+	CHECK_INT(get_table(&table, NULL), 0);
+	CHECK(table && ((const void *const *)table)[0] == (const void *)0x1);
 	/* a pointer the driver took through its GOT is our export already */
 	CHECK(H->is_gated((void *)apis[2].ctx_sync));
 	/* an export the driver lacks returns CUDA_ERROR_NOT_FOUND when called */
@@ -615,6 +740,9 @@ static int run_gate_tests(void)
 	RUN(test_agent_threads_pass);
 	RUN(test_nested_call_passes_closed_gate);
 	RUN(test_deep_nesting);
+	RUN(test_thread_exit_inside_call);
+	RUN(test_thread_slots_recycled);
+	RUN(test_fork);
 	RUN(test_replacements);
 	return TEST_SUMMARY();
 }
@@ -719,9 +847,9 @@ static double per_call_ns(int (*fn)(int), long calls)
 {
 	int (*volatile f)(int) = fn;
 	double t0 = now();
-	int acc = 0;
+	unsigned acc = 0;
 	for (long i = 0; i < calls; i++)
-		acc += f((int)i);
+		acc += (unsigned)f((int)(i & 0xffff));
 	double t = now() - t0;
 	if (acc == 42)
 		printf(" ");
