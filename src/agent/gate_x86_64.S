@@ -160,14 +160,17 @@ gs_gate_common:
 	.globl gs_gate_return
 	.hidden gs_gate_return
 	.type gs_gate_return, @function
+	.type gs_gate_return_frame, @function
 	.p2align 4
 	.cfi_startproc
 	.cfi_undefined %rip
 	/*
-	 * Unwinders look up the frame of a return address at (address - 1); this
-	 * nop puts that byte inside this function's unwind entry, which says
-	 * "end of stack" (the real caller is on the shadow stack, not in memory).
+	 * Unwinders and debuggers look up the frame of a return address at
+	 * (address - 1); this nop puts that byte inside this unwind entry, which
+	 * says "end of stack" (the real caller is on the shadow stack, not in
+	 * memory), and inside a symbol named for what it is.
 	 */
+gs_gate_return_frame:
 	nop
 gs_gate_return:
 	/* rax rdx xmm0 xmm1 hold the result; rcx rsi rdi r8-r11 are free here */
@@ -208,6 +211,7 @@ gs_gate_return:
 	jmp *%r11
 	.cfi_endproc
 	.size gs_gate_return, .-gs_gate_return
+	.size gs_gate_return_frame, .-gs_gate_return_frame
 
 /*
  * gs_export_lazy: first call of an exported driver entry point (exports_x86_64.S)

@@ -52,6 +52,10 @@ CUresult cuCtxSynchronize(void);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
 long cuFakeCountValue(void); /* not a driver name: never interposed */
 
+/* dlsym as binaries built against glibc < 2.34 reference it (manylinux wheels, old cudart). */
+void *dlsym_glibc_2_2_5(void *handle, const char *name);
+__asm__(".symver dlsym_glibc_2_2_5, dlsym@GLIBC_2.2.5");
+
 typedef CUresult (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
 			      void **, void **);
 typedef CUresult (*gpa_v2_fn)(const char *, void **, int, cuuint64_t, int *);
@@ -686,6 +690,9 @@ static void test_dlsym_answers(void)
 	CHECK(dlsym(RTLD_NEXT, "malloc") == dlsym(RTLD_DEFAULT, "malloc"));
 	CHECK(dlsym(RTLD_DEFAULT, "malloc") != NULL);
 	CHECK(dlvsym(RTLD_DEFAULT, "malloc", "GLIBC_2.2.5") != NULL);
+	/* the pre-2.34 symbol version of dlsym is interposed as well */
+	void *old = dlsym_glibc_2_2_5(fake_handle, "cuFakeNop");
+	CHECK(old != NULL && H->is_gated(old));
 	/* dlvsym on a driver name is gated too */
 	int (*nop)(int) = dlvsym(fake_handle, "cuFakeNop", "FAKE_1.0");
 	CHECK(nop != NULL && H->is_gated((void *)nop));
