@@ -52,7 +52,11 @@ void gs_gate_exit_c(int token);
 		gs_gated_value_;                                  \
 	})
 
-/* Diagnostics: app threads inside the driver now, threads waiting at the closed gate. */
+/*
+ * Diagnostics: app threads inside the driver now, threads waiting at the
+ * closed gate. While the gate is closed the first may count, for an instant,
+ * a thread that is about to see the gate closed and back off without calling.
+ */
 int gs_gate_inside_count(void);
 int gs_gate_waiting_count(void);
 bool gs_gate_is_closed(void);

@@ -281,12 +281,13 @@ struct job {
 	long arg;
 	_Atomic int done;
 	int result;
-	double finished_at;
+	double started_at, finished_at;
 };
 
 static void *job_main(void *p)
 {
 	struct job *j = p;
+	j->started_at = now();
 	j->result = j->fn(j);
 	j->finished_at = now();
 	atomic_store(&j->done, 1);
@@ -350,9 +351,12 @@ static void test_close_blocks_new_calls(void)
 			atomic_store(&warm_go, 1);
 		else
 			job_start(&j, job_version, &apis[p], 0);
-		sleep_s(0.15);
-		CHECK(!atomic_load(&j.done));
+		double until = now() + 5.0;
+		while (H->gate_waiting_count() != 1 && now() < until)
+			sleep_s(0.001);
 		CHECK_INT(H->gate_waiting_count(), 1);
+		sleep_s(0.05);
+		CHECK(!atomic_load(&j.done));
 		double opened = now();
 		H->gate_open();
 		job_join(&j);
@@ -367,12 +371,11 @@ static void test_close_waits_for_calls_in_flight(void)
 		struct job j;
 		job_start(&j, job_sync, &apis[p], 400);
 		CHECK(wait_inside(1, 2.0));
-		double t0 = now();
 		struct gs_err err = { 0 };
 		int rc = H->gate_close(5.0, &err);
-		double waited = now() - t0;
+		double closed_at = now();
 		CHECK_INT(rc, 0);
-		CHECK(waited > 0.2);
+		CHECK(closed_at >= j.started_at + 0.4); /* not before the 400 ms call returned */
 		CHECK_INT(H->gate_inside_count(), 0);
 		H->gate_open();
 		job_join(&j);
@@ -388,7 +391,7 @@ static void test_close_timeout_reopens(void)
 	struct gs_err err = { 0 };
 	double t0 = now();
 	CHECK_INT(H->gate_close(0.2, &err), GS_E_TIMEOUT);
-	CHECK(now() - t0 < 1.0);
+	CHECK(now() - t0 < 1.2);
 	CHECK_CONTAINS(err.msg, "1 app thread still inside the CUDA driver");
 	job_start(&quick, job_version, &apis[1], 0);
 	job_join(&quick);
@@ -807,11 +810,15 @@ static int run_stress(int nthreads, int cycles)
 		closing += t;
 		if (t > worst)
 			worst = t;
-		/* closed: nobody is inside, so the driver's call counter stands still */
+		/*
+		 * Closed: nobody is inside, so the driver's call counter stands still.
+		 * (gate_inside_count may blink to 1 here: a thread that stored depth=1
+		 * and is about to see the closed gate and back off.)
+		 */
 		long a = cuFakeCountValue();
 		for (volatile int spin = 0; spin < 20000; spin++)
 			;
-		if (cuFakeCountValue() != a || H->gate_inside_count() != 0)
+		if (cuFakeCountValue() != a)
 			moved++;
 		H->gate_open();
 		if (c % 8 == 0)
