@@ -10,9 +10,12 @@
  *   address on the thread's shadow stack and put gs_gate_return in its place
  *   at (%rsp). So the call's exit is seen without knowing the prototype, and
  *   arguments on the stack stay exactly where the callee expects them.
- *   Anything else (first call of a thread, gate closed) takes the slow path: save the argument registers (rdi rsi rdx rcx
- *   r8 r9, rax = vector-register count of varargs calls, r10 = static chain,
- *   xmm0-7), call gs_gate_enter(return address), which may block, restore.
+ *   Anything else (first call of a thread, gate closed) takes the slow path:
+ *   save the argument registers (rdi rsi rdx rcx r8 r9, rax = vector-register
+ *   count of varargs calls, xmm0-7), call gs_gate_enter(return address),
+ *   which may block, and restore them. r10 and r11 are scratch: at a call
+ *   they carry nothing but a GNU C nested function's static chain (r10),
+ *   which no driver entry point takes.
  *
  * gs_gate_return: the real function returns here. Fast path: pop the shadow
  *   stack, depth-1, and if that left the driver while the gate is closed call
