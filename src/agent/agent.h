@@ -41,6 +41,7 @@ struct gs_agent_device {
 struct gs_agent {
 	struct gs_cuda cu; /* the real driver: never goes through the gate */
 	bool cuda_ready;   /* cu loaded with its memory API */
+	struct gs_err cuda_failure; /* why it could not be, after the one attempt */
 	pthread_mutex_t lock;
 	struct gs_agent_device devices[GS_AGENT_MAX_DEVICES];
 	/* allocations the app sees (DEVICE, SUBALLOC, POOL kinds) */

@@ -61,7 +61,12 @@ static bool is_ipc_pool(CUmemoryPool pool)
 	return found;
 }
 
-/* Allocates size bytes of releasable memory on the current context's device. */
+/*
+ * Allocates size bytes of releasable memory on the current context's device.
+ * If the agent itself cannot work (a driver without the VMM entry points),
+ * the allocation goes to the real driver, counted as unmanaged: the app runs
+ * on and the driver path still moves that memory.
+ */
 static CUresult managed_alloc(CUdeviceptr *dptr, size_t size)
 {
 	struct gs_agent *a = gs_agent_get();
@@ -70,6 +75,18 @@ static CUresult managed_alloc(CUdeviceptr *dptr, size_t size)
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = CUDA_SUCCESS;
+	struct gs_err agent_err = { 0 };
+	if (gs_agent_cuda(a, &agent_err)) {
+		static int warned;
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			pr_warn("allocations go straight to the driver (suspend uses the driver path): %s", agent_err.msg);
+		r = real.cuMemAlloc(dptr, size);
+		if (r == CUDA_SUCCESS) {
+			__atomic_add_fetch(&a->unmanaged_allocs, 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&a->unmanaged_bytes, size, __ATOMIC_RELAXED);
+		}
+		return r;
+	}
 	struct gs_agent_device *d = gs_agent_current_device(a, &r);
 	if (!d)
 		return r;
@@ -328,8 +345,10 @@ int gs_agent_install_hooks(struct gs_err *err)
 		{ "cuMemGetAddressRange_v2", (void *)hook_cuMemGetAddressRange, (void **)&real.cuMemGetAddressRange },
 		{ "cuMemPoolCreate", (void *)hook_cuMemPoolCreate, (void **)&real.cuMemPoolCreate },
 	};
-	for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++)
-		if (gs_interpose_replace(hooks[i].name, hooks[i].hook, hooks[i].real))
-			return gs_fail(err, GS_E_AGENT, "cannot install the replacement of %s", hooks[i].name);
+	for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++) {
+		int rc = gs_interpose_replace(hooks[i].name, hooks[i].hook, hooks[i].real, err);
+		if (rc)
+			return gs_err_wrap(err, "cannot install the replacement of %s", hooks[i].name);
+	}
 	return 0;
 }

@@ -38,12 +38,18 @@ int gs_agent_cuda(struct gs_agent *a, struct gs_err *err)
 		return 0;
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
-	if (!a->cuda_ready) {
-		rc = gs_cuda_load(&a->cu, err);
+	if (!a->cuda_ready && !a->cuda_failure.code) {
+		/* one attempt: a driver that lacks what the agent needs will not grow it */
+		rc = gs_cuda_load(&a->cu, &a->cuda_failure);
 		if (!rc)
-			rc = gs_cuda_load_memory_api(&a->cu, err);
+			rc = gs_cuda_load_memory_api(&a->cu, &a->cuda_failure);
 		if (!rc)
 			__atomic_store_n(&a->cuda_ready, true, __ATOMIC_RELEASE);
+	}
+	if (!a->cuda_ready) {
+		rc = a->cuda_failure.code;
+		if (err)
+			*err = a->cuda_failure;
 	}
 	pthread_mutex_unlock(&a->lock);
 	return rc;
@@ -229,7 +235,13 @@ __attribute__((constructor)) static void agent_init(void)
 	gs_log_init_from_env();
 	open_log();
 	struct gs_err err = { 0 };
-	if (gs_agent_install_hooks(&err)) {
+	/*
+	 * GPUSNAP_AGENT_HOOKS=0 leaves allocations to the driver (an escape hatch for
+	 * apps that need what releasable memory cannot give, e.g. legacy CUDA IPC);
+	 * suspend then takes the driver path for their memory.
+	 */
+	const char *hooks = getenv("GPUSNAP_AGENT_HOOKS");
+	if (!(hooks && !strcmp(hooks, "0")) && gs_agent_install_hooks(&err)) {
 		pr_err("%s", err.msg);
 		return;
 	}

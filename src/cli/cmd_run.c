@@ -65,6 +65,7 @@ int cmd_run(int argc, char **argv)
 		gs_print_usage(stderr, run_usage, opts);
 		return GS_E_USAGE;
 	}
+	argv[nargs] = NULL; /* the parser moved the command to the front; end it there for exec */
 	struct gs_err err = { 0 };
 	char agent[PATH_MAX];
 	if ((rc = find_agent(agent, sizeof(agent), &err)))

@@ -11,7 +11,7 @@
 # Needs GPUSNAP_BUILD (set by ctest).
 set -u
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}
-agent=$build/src/agent/libgpusnap.so
+agent=$build/libgpusnap.so
 fake=$build/tests/agent/libfakecudadrv.so
 app=$build/tests/agent/interpose_app
 if [ ! -f "$agent" ]; then
@@ -27,6 +27,8 @@ preload=$agent
 asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
 [ -n "$asan" ] && preload="$asan $agent"
 export GPUSNAP_LIBCUDA=$fake
+# The interposer is tested on its own: the agent's allocation hooks stay out (they have their own tests).
+export GPUSNAP_AGENT_HOOKS=0
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
