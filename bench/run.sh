@@ -109,6 +109,10 @@ measure() { # SIZE PATH
   case $path in
     driver) susp_args=(--driver) ;;
     agent) launch=("$GPUSNAP" run --) ;;
+    # a staging pool kept ready (--reserve): the data part at line rate
+    agent-reserve) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # only the data leaves the GPU; the context stays
+    agent-keep) launch=("$GPUSNAP" run --) susp_args=(--keep-context) ;;
     *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
   esac
   local free need
@@ -127,6 +131,8 @@ measure() { # SIZE PATH
     return
   fi
   pid=${APP_PID[b]}
+  # a reserved pool fills in the background after the app's first allocation: let it finish
+  [ "$path" == agent-reserve ] && sleep "$((bytes / 4000000000 + 2))"
   for ((rep = 1; rep <= REPEAT; rep++)); do
     export B_REP=$rep B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED='' B_DETAIL=''
     gs_run suspend "$pid" --json "${susp_args[@]}"
@@ -192,9 +198,20 @@ lines = [
     "speed-up = driver path time / this path's time, same size, same run." % (
         e["B_DEVICE"], e["B_DRIVER"], e["B_DATE"], e["B_VERSION"], sys.argv[3]),
     "",
-    "| size | path | suspend_s | resume_s | suspend GB/s | resume GB/s | speed-up vs driver (suspend / resume) | data |",
-    "|---|---|---|---|---|---|---|---|",
+    "| size | path | suspend_s | resume_s | suspend GB/s | resume GB/s | data part out / in GB/s | speed-up vs driver (suspend / resume) | wall suspend / resume s | data |",
+    "|---|---|---|---|---|---|---|---|---|---|",
 ]
+def agent_rate(rs, which, timing):
+    """GB/s of the agent's data part (bytes / copy time), median over ok cycles."""
+    v = []
+    for x in rs:
+        try:
+            ag = x[which]["processes"][0]["agent"]
+            if x["status"] == "ok" and ag.get(timing):
+                v.append(ag["bytes"] / 1e9 / ag[timing])
+        except (KeyError, TypeError, IndexError):
+            pass
+    return statistics.median(v) if v else None
 def f(x, fmt="%.2f"):
     return fmt % x if x is not None else "-"
 for (size, path) in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1])):
@@ -205,8 +222,11 @@ for (size, path) in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1]))
     bad = [x for x in rs if x["status"] != "ok"]
     data = "verified" if not bad else "%s: %s" % (bad[0]["status"].upper(), bad[0]["detail"])
     ratio = "%s / %s" % (f(bs / s if bs and s else None, "x%.2f"), f(br / r if br and r else None, "x%.2f"))
-    lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        human(size), path, f(s), f(r), f(size / 1e9 / s if s else None), f(size / 1e9 / r if r else None), ratio, data))
+    data_rates = "%s / %s" % (f(agent_rate(rs, "suspend", "copy_out_s"), "%.1f"), f(agent_rate(rs, "resume", "copy_in_s"), "%.1f"))
+    walls = "%s / %s" % (f(med(rs, "suspend_wall_s")), f(med(rs, "resume_wall_s")))
+    lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        human(size), path, f(s), f(r), f(size / 1e9 / s if s else None), f(size / 1e9 / r if r else None),
+        data_rates, ratio, walls, data))
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 EOF
 echo

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# t90-agent-pattern.sh - the fast path: a pattern process started with the
+# agent (gpusnap run) holding 8 GiB is suspended (the agent moves the data,
+# the driver the rest: VRAM -> 0), resumed and verified bit for bit; then a
+# --keep-context cycle (VRAM drops to the context only) and a --driver cycle
+# on the same process, each verified.
+. "$(dirname "$0")/lib.sh"
+gs_test_init t90-agent-pattern
+
+app_start p 180 "$GPUSNAP" run -- "$GS_APPS/pattern" --size 8G --alloc-size 1G --seed 90 || finish
+pid=${APP_PID[p]}
+expect_vram_at_least p "$pid" 8192
+gs_run state "$pid" --json
+check "the agent answers in process $pid" grep -q '"path":"agent"' <<<"$GS_OUT"
+
+suspend_checked p 8192 || finish
+check "suspend took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
+log "agent part: $(json_get "$GS_OUT" processes.0.agent <<<"$GS_OUT" 2>/dev/null)"
+resume_checked p || finish
+app_verify p "8 GiB after an agent suspend/resume" || finish
+
+# keep-context: only the data goes; the process keeps its context (~0.5 GiB)
+vram_snapshot "$pid"
+before=$SNAP_PID_MIB
+gs_run suspend "$pid" --keep-context --json
+expect_rc 0 "suspend --keep-context" || finish
+after=$(pid_vram_mib "$pid")
+if [[ $before =~ ^[0-9]+$ ]] && [ "$before" -gt 8192 ]; then
+  check "keep-context leaves only the context (${after} MiB of ${before})" [ "$after" -lt 1024 ]
+fi
+gs_run state "$pid"
+check "state says suspended with the context kept" grep -q '^suspended' <<<"$GS_OUT"
+resume_checked p || finish
+app_verify p "8 GiB after a keep-context cycle" || finish
+
+# --driver on an agent process: the driver moves everything, the agent stays out of it
+suspend_checked p 8192 --driver || finish
+check "--driver took the driver path" grep -q '"path":"driver"' <<<"$GS_OUT"
+resume_checked p || finish
+app_verify p "8 GiB after a --driver cycle" || finish
+app_quit p
+finish
