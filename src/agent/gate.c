@@ -370,7 +370,7 @@ static int count_inside(const struct gate_slot *self, pid_t *tids, int max)
 			const struct gate_slot *s = &c->slots[i];
 			if (s == self || atomic_load_explicit(&s->depth, memory_order_relaxed) <= 0)
 				continue;
-			if (n < max)
+			if (tids && n < max)
 				tids[n] = s->tid;
 			n++;
 		}
@@ -380,8 +380,7 @@ static int count_inside(const struct gate_slot *self, pid_t *tids, int max)
 
 int gs_gate_inside_count(void)
 {
-	pid_t none[1];
-	return count_inside(gs_gate_current_slot, none, 0);
+	return count_inside(gs_gate_current_slot, NULL, 0);
 }
 
 int gs_gate_waiting_count(void) { return atomic_load(&waiting); }

@@ -267,7 +267,7 @@ static void test_writer_refuses_misuse(void)
 	/* A regular file, a symlink, a missing parent, "..". */
 	CHECK_INT(gs_image_writer_open(f, NULL, &w, &err), GS_E_USAGE);
 	path_join(path, sizeof(path), dir, "link");
-	symlink("home", path);
+	CHECK_INT(symlink("home", path), 0);
 	CHECK_INT(gs_image_writer_open(path, NULL, &w, &err), GS_E_USAGE);
 	CHECK_CONTAINS(err.msg, "symbolic link");
 	path_join(path, sizeof(path), dir, "no/such/img");
@@ -628,9 +628,9 @@ static void test_flipped_bit_in_chunk(void)
 
 	int fd = open(f, O_RDWR);
 	uint8_t byte;
-	pread(fd, &byte, 1, (off_t)at);
+	CHECK_INT(pread(fd, &byte, 1, (off_t)at), 1);
 	byte ^= 0x04;
-	pwrite(fd, &byte, 1, (off_t)at);
+	CHECK_INT(pwrite(fd, &byte, 1, (off_t)at), 1);
 	close(fd);
 
 	CHECK_INT(gs_image_open(path, &img, &err), 0); /* opening does not read payloads */
@@ -868,7 +868,7 @@ static void test_hostile_names(void)
 	file_in(data, sizeof(data), dir, "gpu-data-0000.img");
 	file_in(target, sizeof(target), dir, "elsewhere.img");
 	rename(data, target);
-	symlink(target, data);
+	CHECK_INT(symlink(target, data), 0);
 	struct gs_image *img;
 	CHECK_INT(gs_image_open(dir, &img, &err), GS_E_PERMISSION);
 	CHECK_CONTAINS(err.msg, "a symbolic link");
@@ -877,7 +877,7 @@ static void test_hostile_names(void)
 	file_in(f, sizeof(f), dir, "manifest.img");
 	file_in(target, sizeof(target), dir, "m2");
 	rename(f, target);
-	symlink("m2", f);
+	CHECK_INT(symlink("m2", f), 0);
 	CHECK_INT(gs_image_open(dir, &img, &err), GS_E_PERMISSION);
 	CHECK_CONTAINS(err.msg, "manifest.img': a symbolic link");
 }
