@@ -167,6 +167,19 @@ refused "group-writable image directory" 5 "$bad" "$bad"
 fresh_copy
 refused "other GPU type" 12 "different GPU types" "$bad" FAKE_CUDA_GPU0_NAME="Other GPU"
 refused "CRIU missing" 15 "criu" "$bad" GPUSNAP_CRIU=/nonexistent
+# data files: the driver path stores none, so a copy gets a grafted allocation with stored chunks
+graft=$TEST_TMP/graft
+fresh_graft() { rm -rf "$bad" "$graft"; "$build/tests/apps/image_graft" "$img" "$graft" && cp -a "$graft" "$bad"; }
+check "grafted copy of the image has data files" fresh_graft
+check "grafted copy verifies" "$GPUSNAP_BIN" inspect --verify "$bad"
+python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(4096+70000); b=f.read(1); f.seek(4096+70000); f.write(bytes([b[0]^0x10]))' "$bad/gpu-data-0000.img"
+refused "flipped bit in a chunk" 11 "gpu-data-0000.img" "$bad"
+check "the bad chunk is named" grep -q "offset 65536" "$ERR_TXT"
+fresh_graft; truncate -s 8192 "$bad/gpu-data-0000.img"
+refused "truncated data file" 11 "gpu-data-0000.img" "$bad"
+fresh_graft; rm "$bad/gpu-data-0000.img"
+refused "missing data file" 11 "gpu-data-0000.img" "$bad"
+fresh_graft
 RC=0; "$GPUSNAP_BIN" restore --map 0=7 -D "$bad" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
 OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err; expect "--map onto a missing GPU" 10 "not on this machine"
 
