@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/agent_client.h"
@@ -268,6 +269,16 @@ int cmd_dump(int argc, char **argv)
 		return GS_E_USAGE;
 	}
 
+	/* the agent writes into the image from its own working directory: give it an absolute path */
+	char absdir[4096];
+	if (o.dir[0] != '/') {
+		char cwd[3000];
+		if (!getcwd(cwd, sizeof(cwd)) || (size_t)snprintf(absdir, sizeof(absdir), "%s/%s", cwd, o.dir) >= sizeof(absdir)) {
+			fprintf(stderr, "gpusnap: cannot make '%s' an absolute path\n", o.dir);
+			return GS_E_USAGE;
+		}
+		o.dir = absdir;
+	}
 	struct gs_err err = { 0 };
 	struct dump_run *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -298,6 +309,14 @@ int cmd_dump(int argc, char **argv)
 		rc = cli_agent_probe(r->pid, &r->agent, &err);
 	if (!rc && r->agent.present && r->agent.state != GS_AGENT_RUNNING)
 		rc = gs_fail(&err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)r->pid);
+	struct stat pst;
+	char ppath[64];
+	snprintf(ppath, sizeof(ppath), "/proc/%d", (int)r->pid);
+	/* the agent writes the image as the process's user, and restore trusts only this user's (or root's) files */
+	if (!rc && r->agent.present && stat(ppath, &pst) == 0 && pst.st_uid != geteuid() && pst.st_uid != 0)
+		rc = gs_fail(&err, GS_E_PERMISSION,
+			     "process %d runs as user %u and its agent would write the image: run gpusnap dump as that user, or "
+			     "use --driver", (int)r->pid, (unsigned)pst.st_uid);
 	if (rc) {
 		if (session)
 			cli_session_close(&r->s);

@@ -416,6 +416,10 @@ int cmd_restore(int argc, char **argv)
 		return rc == GS_PARSE_HELP ? 0 : rc;
 	}
 
+	/* the agent loads from its own working directory: give it an absolute path */
+	char absdir[PATH_MAX];
+	if (realpath(o.dir, absdir))
+		o.dir = absdir;
 	struct gs_err err = { 0 };
 	struct restore_run r = { 0 };
 	double t0 = gs_now();
