@@ -1,18 +1,285 @@
 /*
- * agent_image.c - placeholder until the image save/load of issue 5 lands:
- * both requests are refused with a clear error, nothing else is touched.
+ * agent_image.c - the agent's part of `gpusnap dump` and `gpusnap restore`
+ * (see agent_image.h): the data it holds while suspended goes from its
+ * staging pool into an image's data files, and back from there into a fresh
+ * staging pool before a resume.
+ *
+ * The image lives in a temporary directory that the gpusnap command created
+ * and holds locked (image.h: gs_image_tmp_create); the agent writes and seals
+ * it, the command publishes it once CRIU succeeded. One allocation record per
+ * released region (id = its index in the held regions, which keep their
+ * order), one chunk per copy-plan chunk, so a restore matches the image to
+ * the held regions and plan one to one. Several threads write (or read)
+ * chunks at once; the writer and reader are thread-safe.
+ *
+ * Every CUDA call of the agent for a dump (the staging pool's unregistering
+ * included) ends before the DUMP reply: the command takes the driver's lock
+ * next, after which any CUDA call of the process blocks.
  */
+#define LOG_PREFIX "agent: "
 #include "agent/agent_image.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/agent_mover.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "core/copy_plan.h"
+#include "core/staging.h"
+#include "image/image.h"
+
+#define IO_THREADS 8
+
+/* Opaque per-allocation bytes: what the agent needs beyond va and size to re-create a region. */
+struct region_blob {
+	uint64_t reserved; /* bytes of address space reserved (>= size) */
+	uint32_t is_slab;  /* a sub-allocator slab, not an allocation of the app */
+	uint32_t version;  /* 1 */
+};
+
+struct io_job {
+	struct gs_agent_held *h;
+	struct gs_image_writer *w; /* save */
+	struct gs_image *img;      /* load */
+	atomic_size_t next;
+	atomic_int failed;
+	pthread_mutex_t lock;
+	struct gs_err err; /* the first failure */
+};
+
+static void job_fail(struct io_job *j, const struct gs_err *e)
+{
+	pthread_mutex_lock(&j->lock);
+	if (!atomic_load(&j->failed)) {
+		j->err = *e;
+		atomic_store(&j->failed, 1);
+	}
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void *save_worker(void *arg)
+{
+	struct io_job *j = arg;
+	for (;;) {
+		size_t k = atomic_fetch_add(&j->next, 1);
+		if (k >= j->h->plan.nchunks || atomic_load(&j->failed))
+			return NULL;
+		const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
+		const struct held_region *r = &j->h->regions[c->region];
+		struct gs_err e = { 0 };
+		if (gs_image_write_chunk(j->w, c->region, c->va - r->va, gs_staging_ptr(j->h->pool, c->staging_offset),
+					 c->size, &e))
+			job_fail(j, &e);
+	}
+}
+
+static void *load_worker(void *arg)
+{
+	struct io_job *j = arg;
+	uint64_t seg_size = gs_staging_segment_size(j->h->pool);
+	for (;;) {
+		size_t k = atomic_fetch_add(&j->next, 1);
+		if (k >= j->h->plan.nchunks || atomic_load(&j->failed))
+			return NULL;
+		const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
+		struct gs_err e = { 0 };
+		/* segments fill in order on the pool's workers: reading overlaps with populating what comes later */
+		if (gs_staging_wait(j->h->pool, (uint32_t)(c->staging_offset / seg_size), -1, &e) ||
+		    gs_image_read_chunk(j->img, k, gs_staging_ptr(j->h->pool, c->staging_offset), &e))
+			job_fail(j, &e);
+	}
+}
+
+/* Runs fn on n threads (this one included) over the plan's chunks; the first failure is returned. */
+static int run_io(struct io_job *j, void *(*fn)(void *), struct gs_err *err)
+{
+	size_t n = j->h->plan.nchunks < IO_THREADS ? j->h->plan.nchunks : IO_THREADS;
+	pthread_t t[IO_THREADS];
+	size_t started = 0;
+	for (size_t i = 1; i < n; i++) {
+		if (pthread_create(&t[started], NULL, fn, j) != 0)
+			break; /* fewer threads: the ones running take every chunk */
+		started++;
+	}
+	fn(j);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	if (atomic_load(&j->failed)) {
+		*err = j->err;
+		return err->code ? err->code : GS_E_FAILURE;
+	}
+	return 0;
+}
+
+static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image_writer *w, struct gs_err *err)
+{
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++) {
+		if (!a->devices[i].used)
+			continue;
+		CUdevice dev;
+		CUuuid uuid;
+		char name[256] = "";
+		int major = 0, minor = 0;
+		size_t total = 0;
+		CUresult r = a->cu.cuDeviceGet(&dev, a->devices[i].ordinal);
+		if (r == CUDA_SUCCESS)
+			r = a->cu.cuDeviceGetUuid(&uuid, dev);
+		if (r != CUDA_SUCCESS)
+			return gs_fail(err, GS_E_AGENT, "cannot query GPU %d (error %d)", a->devices[i].ordinal, r);
+		a->cu.cuDeviceGetName(name, (int)sizeof(name), dev);
+		a->cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+		a->cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+		a->cu.cuDeviceTotalMem(&total, dev);
+		struct gs_image_gpu g = { .index = (uint32_t)a->devices[i].ordinal, .name = name, .cc_major = (uint32_t)major,
+					  .cc_minor = (uint32_t)minor, .total_memory = total };
+		memcpy(g.uuid, uuid.bytes, 16);
+		int rc = gs_image_writer_add_gpu(w, &g, err);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; h && i < h->nregions; i++) {
+		const struct held_region *r = &h->regions[i];
+		struct region_blob b = { .reserved = r->reserved, .is_slab = r->is_slab, .version = 1 };
+		struct gs_image_allocation al = { .id = i, .va = r->va, .size = r->size, .gpu_index = (uint32_t)r->device,
+						  .kind = GS_ALLOC_KIND_DEVICE, .blob = &b, .blob_len = sizeof(b) };
+		int rc = gs_image_writer_add_allocation(w, &al, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
 
 int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply,
 			struct gs_err *err)
 {
-	(void)a, (void)gpu_dir, (void)drop_staging, (void)reply;
-	return gs_fail(err, GS_E_AGENT, "this agent cannot write images yet");
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	struct gs_agent_held *h = a->held;
+	struct gs_image_writer *w = NULL;
+	double t0 = gs_now();
+	if (a->state != GS_AGENT_SUSPENDED && a->state != GS_AGENT_DATA_RELEASED) {
+		rc = gs_fail(err, GS_E_STATE, "the process is not suspended: suspend it before writing its image");
+		goto out;
+	}
+	if (h && !h->pool && h->plan.nchunks) {
+		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
+		goto out;
+	}
+	char comm[64] = "";
+	FILE *f = fopen("/proc/self/comm", "r");
+	if (f) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(), .source_comm = comm, .how = "agent" };
+	if ((rc = gs_image_writer_open_in(gpu_dir, &wo, &w, err)) || (rc = describe(a, h, w, err)))
+		goto out;
+	if (h && h->plan.nchunks) {
+		struct io_job j = { .h = h, .w = w };
+		pthread_mutex_init(&j.lock, NULL);
+		rc = run_io(&j, save_worker, err);
+		pthread_mutex_destroy(&j.lock);
+		if (rc)
+			goto out;
+	}
+	struct gs_image_writer_stats st;
+	gs_image_writer_stats(w, &st);
+	rc = gs_image_writer_seal(w, err);
+	w = NULL;
+	if (rc)
+		goto out;
+	double t_write = gs_now();
+	if (drop_staging && h)
+		gs_mover_drop_pool(h); /* unregisters and unmaps: its CUDA calls end here, before the driver's lock */
+	double t_drop = gs_now();
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_write", t_write - t0);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "drop_staging", t_drop - t_write);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", st.payload_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_direct_bytes", st.direct_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_zero_bytes", st.zero_bytes);
+	pr_info("wrote %llu bytes of GPU data into '%s' in %.2f s", (unsigned long long)st.payload_bytes, gpu_dir,
+		t_write - t0);
+out:
+	if (w)
+		gs_image_writer_abort(w);
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+/* The image must hold exactly the held regions and the plan's chunks, in the same order. */
+static int check_match(const struct gs_agent_held *h, const struct gs_image *img, const char *dir, struct gs_err *err)
+{
+	size_t nregions = h ? h->nregions : 0, nchunks = h ? h->plan.nchunks : 0;
+	if (gs_image_allocation_count(img) != nregions || gs_image_chunk_count(img) != nchunks)
+		return gs_fail(err, GS_E_IMAGE, "'%s' holds %zu allocations in %zu chunks, the process %zu in %zu: not this "
+			       "process's image", dir, gs_image_allocation_count(img), gs_image_chunk_count(img), nregions,
+			       nchunks);
+	for (size_t i = 0; i < nregions; i++) {
+		const struct gs_image_allocation *al = gs_image_allocation_at(img, i);
+		const struct held_region *r = &h->regions[i];
+		if (al->id != i || al->va != r->va || al->size != r->size || al->gpu_index != (uint32_t)r->device)
+			return gs_fail(err, GS_E_IMAGE, "allocation %zu of '%s' (%#llx, %llu bytes) is not the process's (%#llx, "
+				       "%llu bytes)", i, dir, (unsigned long long)al->va, (unsigned long long)al->size,
+				       (unsigned long long)r->va, (unsigned long long)r->size);
+	}
+	for (size_t k = 0; k < nchunks; k++) {
+		const struct gs_image_chunk *c = gs_image_chunk_at(img, k);
+		const struct gs_copy_chunk *p = &h->plan.chunks[k];
+		if (c->alloc_id != p->region || c->offset != p->va - h->regions[p->region].va || c->length != p->size)
+			return gs_fail(err, GS_E_IMAGE, "chunk %zu of '%s' does not match the process's copy plan", k, dir);
+	}
+	return 0;
 }
 
 int gs_agent_image_load(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err)
 {
-	(void)a, (void)gpu_dir, (void)reply;
-	return gs_fail(err, GS_E_AGENT, "this agent cannot read images yet");
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	struct gs_image *img = NULL;
+	struct gs_agent_held *h = a->held;
+	bool made_pool = false;
+	double t0 = gs_now();
+	if (a->state != GS_AGENT_SUSPENDED && a->state != GS_AGENT_DATA_RELEASED) {
+		rc = gs_fail(err, GS_E_STATE, "the process is not suspended: there is nothing to load an image into");
+		goto out;
+	}
+	if ((rc = gs_image_open(gpu_dir, &img, err)))
+		goto out;
+	if (strcmp(gs_image_get_info(img)->how, "agent")) {
+		rc = gs_fail(err, GS_E_IMAGE, "'%s' was not written by the gpusnap agent", gpu_dir);
+		goto out;
+	}
+	if ((rc = check_match(h, img, gpu_dir, err)) || !h || !h->plan.nchunks)
+		goto out;
+	if (!h->pool) {
+		if ((rc = gs_mover_make_pool(a, h->plan.staging_bytes, &h->pool, err)))
+			goto out;
+		h->pool_is_reserve = false;
+		made_pool = true;
+	}
+	/* through the page cache: restore usually follows a checksum pass (or a dump) that left the data there */
+	gs_image_set_direct_io(img, false);
+	struct io_job j = { .h = h, .img = img };
+	pthread_mutex_init(&j.lock, NULL);
+	rc = run_io(&j, load_worker, err);
+	pthread_mutex_destroy(&j.lock);
+	if (rc) {
+		if (made_pool)
+			gs_mover_drop_pool(h);
+		goto out;
+	}
+	struct gs_image_totals tot;
+	gs_image_totals(img, &tot);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_read", gs_now() - t0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", tot.stored_bytes);
+out:
+	gs_image_close(img);
+	pthread_mutex_unlock(&a->lock);
+	return rc;
 }

@@ -13,7 +13,10 @@
 
 /*
  * Writes a->held (state SUSPENDED or DATA_RELEASED, pool present) as a GPU
- * image at gpu_dir (committed atomically by the image writer). With
+ * image into gpu_dir, an empty temporary directory that the gpusnap command
+ * created and publishes later (image.h: gs_image_tmp_create,
+ * gs_image_writer_open_in, gs_image_writer_seal); the image is sealed when
+ * this returns 0. A cpu/ already in gpu_dir marks it as holding CPU state. With
  * drop_staging the pool is destroyed afterwards, so a CRIU dump of the process
  * does not carry the data a second time. Timings/counters go into reply.
  */

@@ -65,12 +65,15 @@ static void keep_fields(struct cli_agent *ag, const struct gs_msg *m)
 	}
 }
 
-static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, struct gs_err *err)
+static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
+		   struct gs_err *err)
 {
 	struct gs_msg req, reply;
 	gs_msg_init(&req, type);
 	gs_msg_add_f64(&req, GS_F_TIMEOUT, timeout_s);
 	gs_msg_add_u64(&req, GS_F_FLAGS, flags);
+	if (dir)
+		gs_msg_add_str(&req, GS_F_DIR, dir);
 	double wait = (timeout_s > 0 ? timeout_s : 0) + WORK_MARGIN_S;
 	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, wait, err);
 	gs_msg_free(&req);
@@ -84,7 +87,7 @@ static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeou
 
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err)
 {
-	int rc = request(pid, ag, GS_MSG_SUSPEND, timeout_s, keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0, err);
+	int rc = request(pid, ag, GS_MSG_SUSPEND, timeout_s, keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0, NULL, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -92,7 +95,20 @@ int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool ke
 
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
-	int rc = request(pid, ag, GS_MSG_RESUME, 0, 0, err);
+	return cli_agent_resume_from(pid, ag, NULL, err);
+}
+
+int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err)
+{
+	int rc = request(pid, ag, GS_MSG_RESUME, 0, 0, image_dir, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool drop_staging, struct gs_err *err)
+{
+	int rc = request(pid, ag, GS_MSG_DUMP, 0, drop_staging ? GS_DUMP_DROP_STAGING : 0, image_dir, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

@@ -35,6 +35,15 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the agent's work. */
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err);
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);
+/* RESUME after loading the GPU data from the image at image_dir (NULL: from the agent's staging memory). */
+int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
+/*
+ * DUMP: the agent (suspended) writes the data it holds into the image
+ * directory image_dir (a temporary one from gs_image_tmp_create) and seals it;
+ * drop_staging frees its staging memory afterwards, so CRIU does not carry the
+ * data a second time. All of the agent's CUDA calls are done when it replies.
+ */
+int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool drop_staging, struct gs_err *err);
 /* Sum of the named timings of the last reply (seconds). */
 double cli_agent_timing(const struct cli_agent *ag, const char *name);
 uint64_t cli_agent_counter(const struct cli_agent *ag, const char *name);

@@ -68,5 +68,8 @@ int cmd_suspend(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_state(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_dump(int argc, char **argv);
+int cmd_restore(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 #endif

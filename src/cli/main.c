@@ -12,6 +12,9 @@ static const struct cli_command commands[] = {
 	{ "resume", cmd_resume, "put a suspended process's GPU state back, on the same or another GPU" },
 	{ "state", cmd_state, "show whether a CUDA process is running, locked, suspended or failed" },
 	{ "run", cmd_run, "start a command with the gpusnap agent, for the fast path" },
+	{ "dump", cmd_dump, "write a CUDA process's GPU and CPU state into an image directory (CRIU)" },
+	{ "restore", cmd_restore, "bring a dumped process back from an image, on the same or another GPU" },
+	{ "inspect", cmd_inspect, "show what an image holds; --verify checks every checksum" },
 };
 
 static void usage(FILE *out)

@@ -161,15 +161,69 @@ struct gs_image_writer_stats {
 void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_stats *st);
 
 /*
- * Makes the image durable and puts it at DIR: fsync of data files, cpu/ and
- * the manifest, then rename (or an atomic exchange with the old DIR, whose
- * contents are deleted afterwards), then fsync of the parent. Always consumes
- * w: on failure the temporary directory is removed and an old DIR is left as
- * it was. No chunk write may be in flight.
+ * Makes the image durable and puts it at DIR: gs_image_writer_seal's steps,
+ * then gs_image_publish's (one code path for both ways of committing). Always
+ * consumes w: on failure the temporary directory is removed and an old DIR is
+ * left as it was. Only for writers from gs_image_writer_open. No chunk write
+ * may be in flight.
  */
 int gs_image_writer_commit(struct gs_image_writer *w, struct gs_err *err);
-/* Removes the temporary directory and frees w (no chunk write may be in flight). NULL is allowed. */
+/*
+ * Removes what the writer wrote and frees w (no chunk write may be in
+ * flight). NULL is allowed. A writer from gs_image_writer_open removes its
+ * temporary directory; one from gs_image_writer_open_in removes its manifest
+ * and data files and leaves the directory (and cpu/) to the directory's owner.
+ */
 void gs_image_writer_abort(struct gs_image_writer *w);
+
+/* --------------------------------------- writing in one process, publishing in another
+ *
+ * `gpusnap dump` of a process with the agent: the CLI creates the temporary
+ * directory (and holds its lock), the agent inside the app writes the GPU
+ * part into it and seals it (manifest written, everything fsync'ed), CRIU
+ * fills cpu/, and the CLI publishes it at DIR. The temporary name is never a
+ * valid image name, so nobody takes a sealed but unpublished image for one.
+ */
+struct gs_image_tmp;
+/*
+ * Checks DIR as gs_image_writer_open does (parent exists; DIR absent, empty or
+ * an image), removes dead writers' leftovers, creates
+ * <parent>/.<name>.tmp-<pid>-XXXXXX (0700) and flock()s it for t's lifetime.
+ */
+int gs_image_tmp_create(const char *dir, struct gs_image_tmp **t, struct gs_err *err);
+const char *gs_image_tmp_path(const struct gs_image_tmp *t);
+/* DIR, where gs_image_publish puts the image. */
+const char *gs_image_tmp_target(const struct gs_image_tmp *t);
+/* Creates cpu/ (0700) in the temporary directory; path (n bytes) gets its path, for CRIU's -D. */
+int gs_image_tmp_cpu_dir(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err);
+/*
+ * Puts a sealed temporary directory at DIR (FORMAT.md section 9, steps 7-9):
+ * fsync of cpu/ and the directory, rename or atomic exchange with the old DIR,
+ * fsync of the parent, deletion of the old image. *published says whether the
+ * image is at DIR now (it can be, with an error from the last fsync). Does not
+ * free t: call gs_image_tmp_close after success, gs_image_tmp_discard after a
+ * failure with *published false (the sealed image can still be read at its
+ * temporary path until then).
+ */
+int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err);
+/* Frees t and releases its lock, leaving the directory (after publish: nothing is left at the temporary name). */
+void gs_image_tmp_close(struct gs_image_tmp *t);
+/* Removes the temporary directory (manifest first) and frees t. NULL is allowed. */
+void gs_image_tmp_discard(struct gs_image_tmp *t);
+/*
+ * A writer into tmp_path, an existing empty directory of this user with mode
+ * 0700 (from gs_image_tmp_create in another process). If tmp_path holds cpu/
+ * already, the image is marked as holding CPU state. No lock is taken: the
+ * directory's owner holds it.
+ */
+int gs_image_writer_open_in(const char *tmp_path, const struct gs_image_writer_opts *opts,
+			    struct gs_image_writer **w, struct gs_err *err);
+/*
+ * Validates the image (every allocation covered), sets each data file's final
+ * size, fsyncs it, writes and fsyncs the manifest and the directory, without
+ * moving it. Always consumes w; on failure what w wrote is removed (as abort).
+ */
+int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err);
 
 /* ------------------------------------------------------------------ reader */
 

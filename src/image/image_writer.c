@@ -56,15 +56,24 @@ struct data_file {
 	char name[GS_FMT_DATA_NAME_MAX];
 };
 
-struct gs_image_writer {
-	pthread_mutex_t lock;
+/* A temporary image directory next to DIR, flock()ed for its owner's life (see image.h). */
+struct gs_image_tmp {
 	char *dir;      /* DIR as given, without trailing slashes */
 	char *parent;   /* its parent directory */
 	char *base;     /* its last component */
 	char *tmp_path; /* parent/tmp_name */
 	char *tmp_name; /* .base.tmp-PID-XXXXXX */
 	int parent_fd;
-	int tmp_fd;     /* holds the flock that marks the writer alive */
+	int fd;         /* holds the flock that marks the owner alive */
+	enum kill_point kill_at;
+};
+
+struct gs_image_writer {
+	pthread_mutex_t lock;
+	struct gs_image_tmp *own; /* the temporary directory this writer created (gs_image_writer_open), or NULL */
+	char *dir;      /* for messages: DIR, or the directory given to gs_image_writer_open_in */
+	char *tmp_path; /* where the files are written */
+	int tmp_fd;
 
 	struct gs_image_info info; /* strings owned */
 	uint64_t max_file_size;
@@ -88,7 +97,6 @@ struct gs_image_writer {
 
 	atomic_uint_fast64_t bytes_written; /* to every file of the image, for the fault hook */
 	uint64_t fail_after;                /* GPUSNAP_TEST_WRITE_FAIL_AFTER, or UINT64_MAX */
-	enum kill_point kill_at;
 	atomic_uint_fast64_t payload_bytes, direct_bytes;
 	uint64_t zero_chunks, zero_bytes;
 };
@@ -262,12 +270,12 @@ static int remove_image_dir(int parent_fd, const char *name)
  * owner), whose PID in the name is gone and whose flock is free. A live
  * writer in another PID namespace still holds its flock, so it is left alone.
  */
-static void remove_stale_tmp_dirs(struct gs_image_writer *w)
+static void remove_stale_tmp_dirs(struct gs_image_tmp *t)
 {
 	char prefix[300];
-	tmp_prefix(w->base, prefix, sizeof(prefix));
+	tmp_prefix(t->base, prefix, sizeof(prefix));
 	size_t plen = strlen(prefix);
-	int fd = dup(w->parent_fd);
+	int fd = dup(t->parent_fd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	if (!d) {
 		if (fd >= 0)
@@ -281,15 +289,15 @@ static void remove_stale_tmp_dirs(struct gs_image_writer *w)
 		long pid = strtol(de->d_name + plen, NULL, 10);
 		if (pid_alive(pid))
 			continue;
-		int dfd = openat(w->parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int dfd = openat(t->parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (dfd < 0)
 			continue;
 		struct stat st;
 		if (fstat(dfd, &st) == 0 && st.st_uid == geteuid() && flock(dfd, LOCK_EX | LOCK_NB) == 0) {
-			pr_info("removing '%s/%s', left by a dump that did not finish", w->parent, de->d_name);
-			int rc = remove_image_dir(w->parent_fd, de->d_name);
+			pr_info("removing '%s/%s', left by a dump that did not finish", t->parent, de->d_name);
+			int rc = remove_image_dir(t->parent_fd, de->d_name);
 			if (rc)
-				pr_warn("cannot remove '%s/%s': %s", w->parent, de->d_name, strerror(-rc));
+				pr_warn("cannot remove '%s/%s': %s", t->parent, de->d_name, strerror(-rc));
 		}
 		close(dfd);
 	}
@@ -297,23 +305,23 @@ static void remove_stale_tmp_dirs(struct gs_image_writer *w)
 }
 
 /* 0 if DIR may be replaced: absent, an empty directory, or a gpusnap image. */
-static int check_replaceable(struct gs_image_writer *w, bool *exists, struct gs_err *err)
+static int check_replaceable(struct gs_image_tmp *t, bool *exists, struct gs_err *err)
 {
 	struct stat st;
 	*exists = false;
-	if (fstatat(w->parent_fd, w->base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+	if (fstatat(t->parent_fd, t->base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (errno == ENOENT)
 			return 0;
-		return gs_fail_errno(err, errno_code(errno), errno, "cannot stat '%s'", w->dir);
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot stat '%s'", t->dir);
 	}
 	*exists = true;
 	if (S_ISLNK(st.st_mode))
-		return gs_fail(err, GS_E_USAGE, "'%s' is a symbolic link; give the directory itself", w->dir);
+		return gs_fail(err, GS_E_USAGE, "'%s' is a symbolic link; give the directory itself", t->dir);
 	if (!S_ISDIR(st.st_mode))
-		return gs_fail(err, GS_E_USAGE, "'%s' exists and is not a directory", w->dir);
-	int fd = openat(w->parent_fd, w->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		return gs_fail(err, GS_E_USAGE, "'%s' exists and is not a directory", t->dir);
+	int fd = openat(t->parent_fd, t->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", w->dir);
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", t->dir);
 	bool image = faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 	bool empty = true;
 	if (!image) {
@@ -333,36 +341,146 @@ static int check_replaceable(struct gs_image_writer *w, bool *exists, struct gs_
 	}
 	close(fd);
 	if (!image && !empty)
-		return gs_fail(err, GS_E_USAGE, "'%s' exists and is not a gpusnap image; refusing to replace it", w->dir);
+		return gs_fail(err, GS_E_USAGE, "'%s' exists and is not a gpusnap image; refusing to replace it", t->dir);
 	return 0;
 }
 
-/* ----------------------------------------------------------------- open */
-
-static int split_path(struct gs_image_writer *w, const char *dir, struct gs_err *err)
+static int split_path(struct gs_image_tmp *t, const char *dir, struct gs_err *err)
 {
 	size_t n = strlen(dir);
 	while (n > 1 && dir[n - 1] == '/')
 		n--;
-	w->dir = strndup(dir, n);
-	if (!w->dir)
+	t->dir = strndup(dir, n);
+	if (!t->dir)
 		return oom(err, "path");
-	char *slash = strrchr(w->dir, '/');
-	const char *base = slash ? slash + 1 : w->dir;
+	char *slash = strrchr(t->dir, '/');
+	const char *base = slash ? slash + 1 : t->dir;
 	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
 		return gs_fail(err, GS_E_USAGE, "'%s' cannot be an image directory: name a directory to create or replace",
 			       dir);
-	w->base = strdup(base);
+	t->base = strdup(base);
 	if (!slash)
-		w->parent = strdup(".");
-	else if (slash == w->dir)
-		w->parent = strdup("/");
+		t->parent = strdup(".");
+	else if (slash == t->dir)
+		t->parent = strdup("/");
 	else
-		w->parent = strndup(w->dir, (size_t)(slash - w->dir));
-	if (!w->base || !w->parent)
+		t->parent = strndup(t->dir, (size_t)(slash - t->dir));
+	if (!t->base || !t->parent)
 		return oom(err, "path");
 	return 0;
 }
+
+static void tmp_free(struct gs_image_tmp *t)
+{
+	if (t->fd >= 0)
+		close(t->fd);
+	if (t->parent_fd >= 0)
+		close(t->parent_fd);
+	free(t->dir);
+	free(t->parent);
+	free(t->base);
+	free(t->tmp_path);
+	free(t->tmp_name);
+	free(t);
+}
+
+int gs_image_tmp_create(const char *dir, struct gs_image_tmp **out, struct gs_err *err)
+{
+	*out = NULL;
+	if (!dir || !*dir)
+		return gs_fail(err, GS_E_USAGE, "no image directory given");
+	struct gs_image_tmp *t = calloc(1, sizeof(*t));
+	if (!t)
+		return oom(err, "image directory");
+	t->parent_fd = t->fd = -1;
+	const char *s = getenv("GPUSNAP_TEST_COMMIT_KILL_AT");
+	if (s && !strcmp(s, "before-rename"))
+		t->kill_at = KILL_BEFORE_RENAME;
+	else if (s && !strcmp(s, "after-rename"))
+		t->kill_at = KILL_AFTER_RENAME;
+	int rc = split_path(t, dir, err);
+	if (rc)
+		goto fail;
+	t->parent_fd = open(t->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (t->parent_fd < 0) {
+		int e = errno;
+		rc = gs_fail_errno(err, e == ENOENT ? GS_E_USAGE : errno_code(e), e, "cannot open '%s', the parent of"
+				   " the image directory", t->parent);
+		goto fail;
+	}
+	bool exists;
+	if ((rc = check_replaceable(t, &exists, err)))
+		goto fail;
+	remove_stale_tmp_dirs(t);
+
+	char prefix[300];
+	tmp_prefix(t->base, prefix, sizeof(prefix));
+	if (asprintf(&t->tmp_name, "%s%ld-XXXXXX", prefix, (long)getpid()) < 0) {
+		t->tmp_name = NULL;
+		rc = oom(err, "path");
+		goto fail;
+	}
+	if (asprintf(&t->tmp_path, "%s/%s", t->parent, t->tmp_name) < 0) {
+		t->tmp_path = NULL;
+		rc = oom(err, "path");
+		goto fail;
+	}
+	if (!mkdtemp(t->tmp_path)) { /* mode 0700 */
+		int e = errno;
+		free(t->tmp_path);
+		t->tmp_path = NULL;
+		rc = e == ENOSPC || e == EDQUOT
+			     ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s'", t->dir)
+			     : gs_fail_errno(err, errno_code(e), e, "cannot create a temporary directory next to '%s'", t->dir);
+		goto fail;
+	}
+	memcpy(t->tmp_name + strlen(t->tmp_name) - 6, t->tmp_path + strlen(t->tmp_path) - 6, 6);
+	t->fd = open(t->tmp_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (t->fd < 0 || flock(t->fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = gs_fail_errno(err, errno_code(errno), errno, "cannot open and lock '%s'", t->tmp_path);
+		goto fail;
+	}
+	*out = t;
+	return 0;
+fail:
+	if (t->tmp_path && t->parent_fd >= 0)
+		gs_fs_remove_tree(t->parent_fd, t->tmp_name);
+	tmp_free(t);
+	return rc;
+}
+
+const char *gs_image_tmp_path(const struct gs_image_tmp *t)
+{
+	return t->tmp_path;
+}
+
+const char *gs_image_tmp_target(const struct gs_image_tmp *t)
+{
+	return t->dir;
+}
+
+int gs_image_tmp_cpu_dir(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err)
+{
+	if (mkdirat(t->fd, GS_FMT_CPU_DIR_NAME, 0700) < 0 && errno != EEXIST)
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot create '%s/%s'", t->tmp_path,
+				     GS_FMT_CPU_DIR_NAME);
+	if ((size_t)snprintf(path, n, "%s/%s", t->tmp_path, GS_FMT_CPU_DIR_NAME) >= n)
+		return gs_fail(err, GS_E_FAILURE, "path of '%s/%s' does not fit in %zu bytes", t->tmp_path,
+			       GS_FMT_CPU_DIR_NAME, n);
+	return 0;
+}
+
+void gs_image_tmp_discard(struct gs_image_tmp *t)
+{
+	if (!t)
+		return;
+	int e = remove_image_dir(t->parent_fd, t->tmp_name);
+	if (e)
+		pr_warn("cannot remove '%s': %s", t->tmp_path, strerror(-e));
+	tmp_free(t);
+}
+
+/* ----------------------------------------------------------------- open */
 
 static void writer_free(struct gs_image_writer *w)
 {
@@ -393,13 +511,8 @@ static void writer_free(struct gs_image_writer *w)
 	free((char *)w->info.how);
 	if (w->tmp_fd >= 0)
 		close(w->tmp_fd);
-	if (w->parent_fd >= 0)
-		close(w->parent_fd);
 	free(w->dir);
-	free(w->parent);
-	free(w->base);
 	free(w->tmp_path);
-	free(w->tmp_name);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 }
@@ -416,69 +529,33 @@ static void read_test_hooks(struct gs_image_writer *w)
 			pr_warn("test hook: writes fail with ENOSPC after %llu bytes", v);
 		}
 	}
-	s = getenv("GPUSNAP_TEST_COMMIT_KILL_AT");
-	if (s && !strcmp(s, "before-rename"))
-		w->kill_at = KILL_BEFORE_RENAME;
-	else if (s && !strcmp(s, "after-rename"))
-		w->kill_at = KILL_AFTER_RENAME;
 }
 
-int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opts, struct gs_image_writer **wp,
-			 struct gs_err *err)
+/* A writer over the directory tmp_path (already created, empty, 0700); dir names it in messages. */
+static int writer_new(const char *tmp_path, const char *dir, const struct gs_image_writer_opts *opts,
+		      struct gs_image_writer **wp, struct gs_err *err)
 {
 	static const struct gs_image_writer_opts no_opts;
 	if (!opts)
 		opts = &no_opts;
 	*wp = NULL;
-	if (!dir || !*dir)
-		return gs_fail(err, GS_E_USAGE, "no image directory given");
 	struct gs_image_writer *w = calloc(1, sizeof(*w));
 	if (!w)
 		return oom(err, "writer");
 	pthread_mutex_init(&w->lock, NULL);
-	w->parent_fd = w->tmp_fd = -1;
+	w->tmp_fd = -1;
 	read_test_hooks(w);
-	int rc = split_path(w, dir, err);
-	if (rc)
-		goto fail;
-
-	w->parent_fd = open(w->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (w->parent_fd < 0) {
-		int e = errno;
-		rc = gs_fail_errno(err, e == ENOENT ? GS_E_USAGE : errno_code(e), e, "cannot open '%s', the parent of"
-				   " the image directory", w->parent);
-		goto fail;
-	}
-	bool exists;
-	if ((rc = check_replaceable(w, &exists, err)))
-		goto fail;
-	remove_stale_tmp_dirs(w);
-
-	char prefix[300];
-	tmp_prefix(w->base, prefix, sizeof(prefix));
-	if (asprintf(&w->tmp_name, "%s%ld-XXXXXX", prefix, (long)getpid()) < 0) {
-		w->tmp_name = NULL;
+	int rc = 0;
+	w->dir = strdup(dir);
+	w->tmp_path = strdup(tmp_path);
+	if (!w->dir || !w->tmp_path) {
 		rc = oom(err, "path");
 		goto fail;
 	}
-	if (asprintf(&w->tmp_path, "%s/%s", w->parent, w->tmp_name) < 0) {
-		w->tmp_path = NULL;
-		rc = oom(err, "path");
-		goto fail;
-	}
-	if (!mkdtemp(w->tmp_path)) { /* mode 0700 */
-		int e = errno;
-		free(w->tmp_path);
-		w->tmp_path = NULL;
-		rc = e == ENOSPC || e == EDQUOT
-			     ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s'", w->dir)
-			     : gs_fail_errno(err, errno_code(e), e, "cannot create a temporary directory next to '%s'", w->dir);
-		goto fail;
-	}
-	memcpy(w->tmp_name + strlen(w->tmp_name) - 6, w->tmp_path + strlen(w->tmp_path) - 6, 6);
 	w->tmp_fd = open(w->tmp_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (w->tmp_fd < 0 || flock(w->tmp_fd, LOCK_EX | LOCK_NB) < 0) {
-		rc = gs_fail_errno(err, errno_code(errno), errno, "cannot open and lock '%s'", w->tmp_path);
+	if (w->tmp_fd < 0) {
+		int e = errno;
+		rc = gs_fail_errno(err, e == ENOENT ? GS_E_USAGE : errno_code(e), e, "cannot open '%s'", w->tmp_path);
 		goto fail;
 	}
 
@@ -507,14 +584,56 @@ int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opt
 	w->max_file_size = opts->max_data_file_size;
 	w->no_direct_io = opts->no_direct_io;
 	w->store_zero_chunks = opts->store_zero_chunks;
-	pr_debug("writing image '%s' in '%s'", w->dir, w->tmp_path);
 	*wp = w;
 	return 0;
 fail:
-	if (w->tmp_path && w->parent_fd >= 0)
-		gs_fs_remove_tree(w->parent_fd, w->tmp_name);
 	writer_free(w);
 	return rc;
+}
+
+int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opts, struct gs_image_writer **wp,
+			 struct gs_err *err)
+{
+	*wp = NULL;
+	struct gs_image_tmp *t;
+	int rc = gs_image_tmp_create(dir, &t, err);
+	if (rc)
+		return rc;
+	if ((rc = writer_new(t->tmp_path, t->dir, opts, wp, err))) {
+		gs_image_tmp_discard(t);
+		return rc;
+	}
+	(*wp)->own = t;
+	pr_debug("writing image '%s' in '%s'", t->dir, t->tmp_path);
+	return 0;
+}
+
+int gs_image_writer_open_in(const char *tmp_path, const struct gs_image_writer_opts *opts,
+			    struct gs_image_writer **wp, struct gs_err *err)
+{
+	*wp = NULL;
+	if (!tmp_path || !*tmp_path)
+		return gs_fail(err, GS_E_USAGE, "no image directory given");
+	int rc = writer_new(tmp_path, tmp_path, opts, wp, err);
+	if (rc)
+		return rc;
+	struct gs_image_writer *w = *wp;
+	struct stat st;
+	if (fstat(w->tmp_fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
+		rc = gs_fail(err, GS_E_PERMISSION, "'%s' must be a directory of this user with mode 0700", tmp_path);
+	} else if (faccessat(w->tmp_fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		rc = gs_fail(err, GS_E_USAGE, "'%s' already holds an image", tmp_path);
+	} else if (faccessat(w->tmp_fd, GS_FMT_CPU_DIR_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		/* the owner made room for CRIU's images: the manifest says the image holds CPU state */
+		w->info.cpu_state = true;
+	}
+	if (rc) {
+		writer_free(w);
+		*wp = NULL;
+		return rc;
+	}
+	pr_debug("writing image in '%s'", tmp_path);
+	return 0;
 }
 
 const char *gs_image_writer_tmp_path(const struct gs_image_writer *w)
@@ -878,9 +997,9 @@ static int cmp_chunk(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static void kill_point(struct gs_image_writer *w, enum kill_point at)
+static void kill_point(struct gs_image_tmp *t, enum kill_point at)
 {
-	if (w->kill_at == at) {
+	if (t->kill_at == at) {
 		pr_warn("test hook: killing the process during commit");
 		raise(SIGKILL);
 	}
@@ -962,62 +1081,63 @@ static int write_manifest(struct gs_image_writer *w, const struct gs_manifest *m
 }
 
 /*
- * Puts the finished temporary directory at DIR. With an old image there,
+ * Puts the sealed temporary directory at DIR. With an old image there,
  * RENAME_EXCHANGE swaps the two in one step (DIR is never missing) and the
  * old one, now under the temporary name, is deleted afterwards. *old_fd keeps
  * the old directory flock()ed so no other writer takes it for stale meanwhile.
  */
-static int put_in_place(struct gs_image_writer *w, bool *exchanged, int *old_fd, struct gs_err *err)
+static int put_in_place(struct gs_image_tmp *t, bool *exchanged, int *old_fd, struct gs_err *err)
 {
 	bool exists;
-	int rc = check_replaceable(w, &exists, err);
+	int rc = check_replaceable(t, &exists, err);
 	if (rc)
 		return rc;
 	*exchanged = false;
 	if (!exists) {
-		if (renameat2(w->parent_fd, w->tmp_name, w->parent_fd, w->base, RENAME_NOREPLACE) == 0)
+		if (renameat2(t->parent_fd, t->tmp_name, t->parent_fd, t->base, RENAME_NOREPLACE) == 0)
 			return 0;
 		if (errno != EINVAL && errno != ENOSYS)
-			return gs_fail_errno(err, errno_code(errno), errno, "cannot rename '%s' to '%s'", w->tmp_path, w->dir);
+			return gs_fail_errno(err, errno_code(errno), errno, "cannot rename '%s' to '%s'", t->tmp_path, t->dir);
 		/* No RENAME_NOREPLACE here (some network file systems): rename never replaces a non-empty directory. */
-		if (renameat(w->parent_fd, w->tmp_name, w->parent_fd, w->base) < 0)
-			return gs_fail_errno(err, errno_code(errno), errno, "cannot rename '%s' to '%s'", w->tmp_path, w->dir);
+		if (renameat(t->parent_fd, t->tmp_name, t->parent_fd, t->base) < 0)
+			return gs_fail_errno(err, errno_code(errno), errno, "cannot rename '%s' to '%s'", t->tmp_path, t->dir);
 		return 0;
 	}
-	*old_fd = openat(w->parent_fd, w->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	*old_fd = openat(t->parent_fd, t->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (*old_fd < 0)
-		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", w->dir);
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", t->dir);
 	if (flock(*old_fd, LOCK_EX | LOCK_NB) < 0)
-		return gs_fail(err, GS_E_FAILURE, "another gpusnap is replacing '%s' right now", w->dir);
-	if (renameat2(w->parent_fd, w->tmp_name, w->parent_fd, w->base, RENAME_EXCHANGE) == 0) {
+		return gs_fail(err, GS_E_FAILURE, "another gpusnap is replacing '%s' right now", t->dir);
+	if (renameat2(t->parent_fd, t->tmp_name, t->parent_fd, t->base, RENAME_EXCHANGE) == 0) {
 		*exchanged = true;
 		return 0;
 	}
 	if (errno != EINVAL && errno != ENOSYS)
-		return gs_fail_errno(err, errno_code(errno), errno, "cannot exchange '%s' with '%s'", w->tmp_path, w->dir);
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot exchange '%s' with '%s'", t->tmp_path, t->dir);
 	/*
 	 * No atomic exchange on this file system: move the old image aside under a
 	 * temporary name (so it is cleaned up as stale if we die), then rename.
 	 * DIR is missing for a moment; the old image exists throughout.
 	 */
-	pr_warn("'%s': the file system cannot exchange directories atomically; replacing in two renames", w->parent);
+	pr_warn("'%s': the file system cannot exchange directories atomically; replacing in two renames", t->parent);
 	char aside[600];
-	snprintf(aside, sizeof(aside), "%s-old", w->tmp_name);
-	if (renameat(w->parent_fd, w->base, w->parent_fd, aside) < 0)
-		return gs_fail_errno(err, errno_code(errno), errno, "cannot move '%s' aside", w->dir);
-	if (renameat(w->parent_fd, w->tmp_name, w->parent_fd, w->base) < 0) {
+	snprintf(aside, sizeof(aside), "%s-old", t->tmp_name);
+	if (renameat(t->parent_fd, t->base, t->parent_fd, aside) < 0)
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot move '%s' aside", t->dir);
+	if (renameat(t->parent_fd, t->tmp_name, t->parent_fd, t->base) < 0) {
 		int e = errno;
-		renameat(w->parent_fd, aside, w->parent_fd, w->base); /* put the old one back */
-		return gs_fail_errno(err, errno_code(e), e, "cannot rename '%s' to '%s'", w->tmp_path, w->dir);
+		renameat(t->parent_fd, aside, t->parent_fd, t->base); /* put the old one back */
+		return gs_fail_errno(err, errno_code(e), e, "cannot rename '%s' to '%s'", t->tmp_path, t->dir);
 	}
 	/* Delete the old image from its aside name, as after an exchange. */
-	if (renameat(w->parent_fd, aside, w->parent_fd, w->tmp_name) < 0)
-		pr_warn("old image left at '%s/%s': %s", w->parent, aside, strerror(errno));
+	if (renameat(t->parent_fd, aside, t->parent_fd, t->tmp_name) < 0)
+		pr_warn("old image left at '%s/%s': %s", t->parent, aside, strerror(errno));
 	*exchanged = true;
 	return 0;
 }
 
-static int commit(struct gs_image_writer *w, bool *in_place, struct gs_err *err)
+/* Steps 4-6 of the commit protocol (docs/FORMAT.md): validate, sync the data files, write and sync the manifest. */
+static int seal(struct gs_image_writer *w, struct gs_err *err)
 {
 	pthread_mutex_lock(&w->lock);
 	int rc = w->failed ? get_failed_locked(w, err) : 0;
@@ -1030,57 +1150,108 @@ static int commit(struct gs_image_writer *w, bool *in_place, struct gs_err *err)
 		return oom(err, "manifest");
 	struct gs_manifest m;
 	if (!(rc = build_manifest(w, &m, files, err)) && !(rc = sync_data_files(w, err))) {
-		if (w->info.cpu_state) {
-			int e = gs_fs_fsync_tree(w->tmp_fd, GS_FMT_CPU_DIR_NAME);
-			if (e)
-				rc = io_fail(w, "syncing", GS_FMT_CPU_DIR_NAME, -e, err);
-		}
-		if (!rc)
-			rc = write_manifest(w, &m, err);
+		rc = write_manifest(w, &m, err);
 		if (!rc && fsync(w->tmp_fd) < 0)
 			rc = io_fail(w, "syncing", ".", errno, err);
 	}
 	free(m.alloc_chunk_start);
 	free(files);
-	if (rc)
-		return rc;
+	return rc;
+}
 
-	kill_point(w, KILL_BEFORE_RENAME);
+/* Removes what an open_in writer made (manifest first), leaving the directory itself to its owner. */
+static void remove_own_files(struct gs_image_writer *w)
+{
+	if (unlinkat(w->tmp_fd, GS_FMT_MANIFEST_NAME, 0) == 0)
+		fsync(w->tmp_fd);
+	for (size_t i = 0; i < w->nfiles; i++)
+		unlinkat(w->tmp_fd, w->files[i]->name, 0);
+}
+
+int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err)
+{
+	if (w->own) {
+		gs_image_writer_abort(w);
+		return gs_fail(err, GS_E_USAGE, "seal of a writer that owns its directory; commit it instead");
+	}
+	int rc = seal(w, err);
+	if (rc)
+		remove_own_files(w);
+	writer_free(w);
+	return rc;
+}
+
+int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err)
+{
+	*published = false;
+	if (faccessat(t->fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
+		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image (no %s); not publishing it", t->tmp_path,
+			       GS_FMT_MANIFEST_NAME);
+	/* CRIU wrote cpu/ after the manifest was sealed: make it durable before the image gets its name. */
+	if (faccessat(t->fd, GS_FMT_CPU_DIR_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		int e = gs_fs_fsync_tree(t->fd, GS_FMT_CPU_DIR_NAME);
+		if (e)
+			return e == -ENOSPC || e == -EDQUOT
+				       ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing "
+						 "'%s')", t->dir, GS_FMT_CPU_DIR_NAME)
+				       : gs_fail_errno(err, errno_code(-e), -e, "syncing '%s/%s' failed", t->tmp_path,
+						       GS_FMT_CPU_DIR_NAME);
+	}
+	if (fsync(t->fd) < 0)
+		return gs_fail_errno(err, errno_code(errno), errno, "syncing '%s' failed", t->tmp_path);
+
+	kill_point(t, KILL_BEFORE_RENAME);
 	bool exchanged = false;
 	int old_fd = -1;
-	rc = put_in_place(w, &exchanged, &old_fd, err);
+	int rc = put_in_place(t, &exchanged, &old_fd, err);
 	if (rc) {
 		if (old_fd >= 0)
 			close(old_fd);
 		return rc;
 	}
-	*in_place = true;
-	if (fsync(w->parent_fd) < 0)
-		rc = gs_fail_errno(err, errno_code(errno), errno, "the image is at '%s' but syncing '%s' failed", w->dir,
-				   w->parent);
-	kill_point(w, KILL_AFTER_RENAME);
+	*published = true;
+	if (fsync(t->parent_fd) < 0)
+		rc = gs_fail_errno(err, errno_code(errno), errno, "the image is at '%s' but syncing '%s' failed", t->dir,
+				   t->parent);
+	kill_point(t, KILL_AFTER_RENAME);
 	if (exchanged) {
-		int e = remove_image_dir(w->parent_fd, w->tmp_name);
+		int e = remove_image_dir(t->parent_fd, t->tmp_name);
 		if (e)
-			pr_warn("cannot remove the replaced image at '%s': %s", w->tmp_path, strerror(-e));
+			pr_warn("cannot remove the replaced image at '%s': %s", t->tmp_path, strerror(-e));
 	}
 	if (old_fd >= 0)
 		close(old_fd);
-	pr_debug("committed image '%s' (%zu allocations, %zu chunks, %zu data files)", w->dir, w->nallocs, w->nchunks,
-		 w->nfiles);
+	pr_debug("published image '%s'", t->dir);
 	return rc;
+}
+
+void gs_image_tmp_close(struct gs_image_tmp *t)
+{
+	if (t)
+		tmp_free(t);
 }
 
 int gs_image_writer_commit(struct gs_image_writer *w, struct gs_err *err)
 {
-	bool in_place = false;
-	int rc = commit(w, &in_place, err);
-	if (rc && !in_place) {
-		int e = remove_image_dir(w->parent_fd, w->tmp_name);
-		if (e)
-			pr_warn("cannot remove '%s': %s", w->tmp_path, strerror(-e));
+	struct gs_image_tmp *t = w->own;
+	if (!t) {
+		gs_image_writer_abort(w);
+		return gs_fail(err, GS_E_USAGE, "commit of a writer opened with gs_image_writer_open_in; seal it and let "
+			       "the directory's owner publish it");
 	}
+	w->own = NULL;
+	size_t nallocs = w->nallocs, nchunks = w->nchunks, nfiles = w->nfiles;
+	int rc = seal(w, err);
 	writer_free(w);
+	bool published = false;
+	if (!rc)
+		rc = gs_image_publish(t, &published, err);
+	if (rc && !published)
+		gs_image_tmp_discard(t);
+	else
+		tmp_free(t);
+	if (!rc)
+		pr_debug("committed (%zu allocations, %zu chunks, %zu data files)", nallocs, nchunks, nfiles);
 	return rc;
 }
 
@@ -1088,8 +1259,9 @@ void gs_image_writer_abort(struct gs_image_writer *w)
 {
 	if (!w)
 		return;
-	int e = remove_image_dir(w->parent_fd, w->tmp_name);
-	if (e)
-		pr_warn("cannot remove '%s': %s", w->tmp_path, strerror(-e));
+	if (w->own)
+		gs_image_tmp_discard(w->own);
+	else
+		remove_own_files(w);
 	writer_free(w);
 }

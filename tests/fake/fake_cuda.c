@@ -13,6 +13,10 @@
  *   FAKE_CUDA_LOCK_BUSY=1       lock never completes: times out (NOT_READY) after the timeout
  *   FAKE_CUDA_FAIL_CHECKPOINT=PID   checkpoint of PID fails (CUDA_ERROR_UNKNOWN)
  *   FAKE_CUDA_LOG=PATH          append one line per checkpoint-API call
+ *   FAKE_CUDA_CRIU=1            CRIU mode: each state change also records the process's start time
+ *                               ("<state> <gpu-list> <starttime>"); a process with that PID but another
+ *                               start time is a copy CRIU restored from a dump, which the driver sees in
+ *                               the state it was dumped in: checkpointed (gpusnap dumps only those)
  * Built twice: fakecuda (CUDA 13) and fakecuda_old (-DFAKE_CUDA_OLD: no checkpoint API).
  */
 #include <errno.h>
@@ -70,6 +74,26 @@ static int state_path(int pid, char *buf, size_t n)
 	return 0;
 }
 
+/* Field 22 of /proc/PID/stat: when the process started (clock ticks since boot); 0 if unreadable. */
+static unsigned long long start_time(int pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	char *p = strrchr(buf, ')');
+	unsigned long long st = 0;
+	/* after "pid (comm)": state is field 3, starttime field 22 */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			 &st) != 1)
+		return 0;
+	return st;
+}
+
 __attribute__((unused)) static int load(int pid, int *state, char *gpus, size_t n)
 {
 	char path[512];
@@ -79,11 +103,14 @@ __attribute__((unused)) static int load(int pid, int *state, char *gpus, size_t 
 	if (!f)
 		return -1;
 	gpus[0] = '\0';
-	int ok = fscanf(f, "%d %63s", state, gpus) >= 1;
+	unsigned long long started = 0;
+	int fields = fscanf(f, "%d %63s %llu", state, gpus, &started);
 	fclose(f);
 	if (!gpus[0])
 		snprintf(gpus, n, "0");
-	return ok ? 0 : -1;
+	if (fields == 3 && getenv("FAKE_CUDA_CRIU") && started != start_time(pid))
+		*state = CHECKPOINTED; /* a copy CRIU restored from a dump of a checkpointed process */
+	return fields >= 1 ? 0 : -1;
 }
 
 __attribute__((unused)) static void store(int pid, int state, const char *gpus)
@@ -93,7 +120,10 @@ __attribute__((unused)) static void store(int pid, int state, const char *gpus)
 		return;
 	FILE *f = fopen(path, "w");
 	if (f) {
-		fprintf(f, "%d %s\n", state, gpus);
+		if (getenv("FAKE_CUDA_CRIU"))
+			fprintf(f, "%d %s %llu\n", state, gpus, start_time(pid));
+		else
+			fprintf(f, "%d %s\n", state, gpus);
 		fclose(f);
 	}
 }

@@ -592,3 +592,66 @@ require_gpus() { # N REASON
     finish
   fi
 }
+
+# ---------------------------------------------------------------- dump/restore (CRIU)
+
+# Makes CRIU usable for gpusnap dump/restore or skips the test visibly: GPUSNAP_CRIU
+# if set, else the private copy in .cache/criu, else unpacked from .cache/criu-debs
+# (scripts/get-criu.sh --offline: the device machine has no network), else criu on PATH.
+require_criu() {
+  if [ -z "${GPUSNAP_CRIU:-}" ]; then
+    if [ ! -x "$GS_SRC/.cache/criu/bin/criu" ] && [ -d "$GS_SRC/.cache/criu-debs" ]; then
+      "$GS_SRC/scripts/get-criu.sh" --offline >"$GS_WORK/get-criu.log" 2>&1 ||
+        log_block "  get-criu| " "$(tail -n 5 "$GS_WORK/get-criu.log")"
+    fi
+    if [ -x "$GS_SRC/.cache/criu/bin/criu" ]; then
+      export GPUSNAP_CRIU=$GS_SRC/.cache/criu/bin/criu
+    elif ! command -v criu >/dev/null 2>&1; then
+      skip "no CRIU: carry .cache/criu-debs (scripts/get-criu.sh on a machine with network) or install criu >= 4"
+      finish
+    fi
+  fi
+  log "criu: ${GPUSNAP_CRIU:-$(command -v criu)} ($("${GPUSNAP_CRIU:-criu}" --version 2>&1 | head -n 1))"
+}
+
+# Waits up to 10 s until PID is gone (CRIU killed it; its parent reaps it).
+wait_pid_gone() { # PID
+  local i
+  for ((i = 0; i < 100; i++)); do
+    pid_alive "$1" || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# gpusnap dump --json of PID into DIR (EXTRA ARGS: --leave-running, --driver), then:
+# exit 0, JSON ok, the path taken (WANT_PATH: agent|driver), the process gone
+# (or running with --leave-running). Logs the GPU and CRIU parts.
+dump_checked() { # PID DIR WANT_PATH [EXTRA ARGS...]
+  local pid=$1 dir=$2 want=$3 leave=0 a
+  shift 3
+  for a in "$@"; do [ "$a" == --leave-running ] && leave=1; done
+  gs_run dump --json -D "$dir" "$pid" "$@"
+  expect_rc 0 "dump of $pid to $dir" || return 1
+  check_eq "dump path" "$(json_get "$GS_OUT" path)" "$want"
+  log "dump: GPU part $(json_get "$GS_OUT" times.gpu_s) s, CRIU part $(json_get "$GS_OUT" times.criu_s) s, total $(json_get "$GS_OUT" times.total_s) s, GPU data $(json_get "$GS_OUT" gpu_data_bytes) B, CPU $(json_get "$GS_OUT" cpu_bytes) B"
+  wait "$pid" 2>/dev/null
+  if [ $leave == 1 ]; then
+    check "process $pid keeps running after dump --leave-running" pid_alive "$pid"
+  else
+    check "process $pid is gone after dump" wait_pid_gone "$pid"
+  fi
+}
+
+# gpusnap restore --json from DIR (EXTRA ARGS: --map ...), then: exit 0, the PID it
+# had (WANT_PID), running, `state` says running.
+restore_checked() { # DIR WANT_PID [EXTRA ARGS...]
+  local dir=$1 want=$2
+  shift 2
+  gs_run restore --json -D "$dir" "$@"
+  expect_rc 0 "restore from $dir" || return 1
+  check_eq "restored pid" "$(json_get "$GS_OUT" pid)" "$want"
+  log "restore: checksums $(json_get "$GS_OUT" times.verify_s) s, CRIU part $(json_get "$GS_OUT" times.criu_s) s, GPU part $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+  check "restored process $want is alive" pid_alive "$want"
+  expect_state "$want" running "state after restore"
+}

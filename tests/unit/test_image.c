@@ -1204,6 +1204,99 @@ static void test_describe(void)
 	gs_image_close(img);
 }
 
+/* ------------------------------------------- seal in one place, publish in another */
+
+/* The agent path: the CLI creates and locks the temporary directory, the agent writes and seals, CRIU fills cpu/, the CLI publishes. */
+static void test_seal_then_publish(void)
+{
+	char path[800], parent[800], cpu[900], f[1000];
+	std_image("sealpub", 30, path, sizeof(path));
+	snprintf(parent, sizeof(parent), "%s", path);
+	*strrchr(parent, '/') = '\0';
+	struct gs_err err = { 0 };
+
+	struct gs_image_tmp *t;
+	CHECK_INT(gs_image_tmp_create(path, &t, &err), 0);
+	CHECK_STR(gs_image_tmp_target(t), path);
+	CHECK_CONTAINS(gs_image_tmp_path(t), "/.img.tmp-");
+	CHECK_INT(gs_image_tmp_cpu_dir(t, cpu, sizeof(cpu), &err), 0);
+	struct gs_image_writer *w;
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
+	/* the owner's writer is not the publisher: commit refuses, seal works */
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 31, &err), 0);
+	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	/* sealed: readable at its temporary path (for a rollback), DIR still the old image */
+	struct gs_image *img;
+	CHECK_INT(gs_image_open(gs_image_tmp_path(t), &img, &err), 0);
+	CHECK(gs_image_get_info(img)->cpu_state);
+	CHECK_INT(gs_image_verify(img, 2, &err), 0);
+	gs_image_close(img);
+	CHECK_INT(check_std_image(path, 30), 0);
+	/* CRIU writes after the seal */
+	path_join(f, sizeof(f), cpu, "inventory.img");
+	spit(f, "criu", 4);
+	bool published = false;
+	CHECK_INT(gs_image_publish(t, &published, &err), 0);
+	CHECK(published);
+	gs_image_tmp_close(t);
+	CHECK_INT(check_std_image(path, 31), 0);
+	CHECK_INT(count_entries(parent), 1);
+	CHECK_INT(gs_image_open(path, &img, &err), 0);
+	CHECK_INT(gs_image_cpu_dir(img, cpu, sizeof(cpu), &err), 0);
+	path_join(f, sizeof(f), cpu, "inventory.img");
+	CHECK(access(f, R_OK) == 0);
+	gs_image_close(img);
+
+	/* a writer into someone else's directory cannot commit, and its abort leaves the directory to its owner */
+	CHECK_INT(gs_image_tmp_create(path, &t, &err), 0);
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 32, &err), 0);
+	gs_image_writer_abort(w);
+	CHECK_INT(count_entries(gs_image_tmp_path(t)), 0);
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_USAGE);
+	CHECK_INT(count_entries(gs_image_tmp_path(t)), 0);
+	/* an incomplete image is not sealed, and nothing of it stays */
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(gs_image_writer_seal(w, &err), GS_E_FAILURE);
+	CHECK_INT(count_entries(gs_image_tmp_path(t)), 0);
+	/* publishing an unsealed directory is refused; DIR stays the image it was */
+	CHECK_INT(gs_image_publish(t, &published, &err), GS_E_FAILURE);
+	CHECK(!published);
+	CHECK_CONTAINS(err.msg, "no sealed image");
+	/* a sealed image already there cannot be written over */
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 33, &err), 0);
+	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), GS_E_USAGE);
+	CHECK_CONTAINS(err.msg, "already holds an image");
+	/* DIR turned into something that is not an image meanwhile: publish refuses, the sealed image stays for a rollback */
+	char moved[900];
+	snprintf(moved, sizeof(moved), "%s.moved", path);
+	CHECK(rename(path, moved) == 0);
+	CHECK(mkdir(path, 0700) == 0);
+	path_join(f, sizeof(f), path, "notes.txt");
+	spit(f, "x", 1);
+	CHECK_INT(gs_image_publish(t, &published, &err), GS_E_USAGE);
+	CHECK(!published);
+	CHECK_INT(gs_image_open(gs_image_tmp_path(t), &img, &err), 0);
+	gs_image_close(img);
+	gs_image_tmp_discard(t);
+	CHECK_INT(count_matching(parent, ".img.tmp-"), 0);
+	CHECK(access(f, R_OK) == 0);
+	CHECK_INT(check_std_image(moved, 31), 0);
+
+	/* open_in refuses a directory others could change */
+	const char *loose = scratch_dir("sealpub-loose");
+	chmod(loose, 0770);
+	CHECK_INT(gs_image_writer_open_in(loose, &agent_opts, &w, &err), GS_E_PERMISSION);
+}
+
 int main(void)
 {
 	gs_log_init_from_env();
@@ -1217,6 +1310,7 @@ int main(void)
 	RUN(test_cpu_dir);
 	RUN(test_replace_atomically);
 	RUN(test_killed_mid_commit);
+	RUN(test_seal_then_publish);
 	RUN(test_abort_leaves_nothing);
 	RUN(test_disk_full_injected);
 	RUN(test_not_an_image);

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# bench/dump.sh - `gpusnap dump` and `gpusnap restore` of pattern processes
+# (default 8 and 32 GiB) on the agent and the driver path, into tmpfs
+# (/dev/shm) and onto disk (a directory under /var/tmp), with the data verified
+# after every restore. The storage's own sequential write and read speed is
+# measured in the same run on the same file system (dd, O_DIRECT where the file
+# system takes it), for the ratio columns. Restores from disk start from a cold
+# page cache (drop_caches), restores from tmpfs are from memory.
+#
+# Writes $OUT/bench-dump.md and appends one JSON object per measurement to
+# $OUT/bench-dump.jsonl (gpusnap's own --json inside); prints the table last.
+#
+# Environment:
+#   OUT                         where results go (default ./gpu-out)
+#   GPUSNAP_BENCH_SIZES         sizes (default "8G 32G")
+#   GPUSNAP_BENCH_PATHS         paths (default "agent driver")
+#   GPUSNAP_BENCH_STORAGE       "NAME=DIR ..." (default "tmpfs=/dev/shm/gpusnap-bench disk=/var/tmp/gpusnap-bench")
+#   GPUSNAP_BENCH_DD_BYTES      bytes dd writes and reads to measure the storage (default 4G)
+#   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
+set -u
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+. "$SRC/tests/gpu/lib.sh"
+cd "$SRC" || exit 1
+
+if ! have_gpu; then
+  echo "SKIP: no NVIDIA GPU on this machine (bench/dump.sh)"
+  exit 0
+fi
+OUT=${OUT:-$SRC/gpu-out}
+case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+SIZES=${GPUSNAP_BENCH_SIZES:-8G 32G}
+PATHS=${GPUSNAP_BENCH_PATHS:-agent driver}
+STORAGE=${GPUSNAP_BENCH_STORAGE:-tmpfs=/dev/shm/gpusnap-bench disk=/var/tmp/gpusnap-bench}
+DD_BYTES=${GPUSNAP_BENCH_DD_BYTES:-4G}
+mkdir -p "$OUT" || exit 1
+JSONL=$OUT/bench-dump.jsonl
+MD=$OUT/bench-dump.md
+
+gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
+trap gs_cleanup EXIT
+trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+if [ -z "${GPUSNAP_CRIU:-}" ]; then
+  if [ ! -x "$SRC/.cache/criu/bin/criu" ] && [ -d "$SRC/.cache/criu-debs" ]; then
+    "$SRC/scripts/get-criu.sh" --offline >"$GS_WORK/get-criu.log" 2>&1
+  fi
+  if [ -x "$SRC/.cache/criu/bin/criu" ]; then
+    export GPUSNAP_CRIU=$SRC/.cache/criu/bin/criu
+  elif ! command -v criu >/dev/null 2>&1; then
+    echo "SKIP: no CRIU (carry .cache/criu-debs or install criu >= 4) (bench/dump.sh)"
+    exit 0
+  fi
+fi
+
+DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
+FAILED=0
+
+size_bytes() { numfmt --from=iec "$1"; }
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || log "note: cannot drop the page cache"; }
+
+# Sequential write and read speed of the file system holding DIR, in GB/s: dd of
+# DD_BYTES of zeros in 64 MiB blocks with O_DIRECT (tmpfs refuses it: buffered and
+# fsync'ed there, read from memory). Sets SW and SR.
+storage_speed() { # DIR
+  local f=$1/dd.test count out flags_w="oflag=direct" flags_r="iflag=direct" bytes
+  bytes=$(size_bytes "$DD_BYTES")
+  count=$((bytes / 67108864))
+  if ! dd if=/dev/zero of="$f" bs=64M count=1 oflag=direct 2>/dev/null; then
+    flags_w="conv=fsync" flags_r=""
+  fi
+  rm -f "$f"
+  # shellcheck disable=SC2086 # the flags are one word each, or none
+  out=$(dd if=/dev/zero of="$f" bs=64M count="$count" $flags_w 2>&1 | tail -n 1)
+  SW=$(awk -v b="$bytes" -v o="$out" 'BEGIN { split(o, a, ","); s = a[3] + 0; printf "%.2f", s > 0 ? b / s / 1e9 : 0 }')
+  drop_caches
+  # shellcheck disable=SC2086
+  out=$(dd if="$f" of=/dev/null bs=64M $flags_r 2>&1 | tail -n 1)
+  SR=$(awk -v b="$bytes" -v o="$out" 'BEGIN { split(o, a, ","); s = a[3] + 0; printf "%.2f", s > 0 ? b / s / 1e9 : 0 }')
+  rm -f "$f"
+  log "storage $1: write $SW GB/s, read $SR GB/s ($flags_w $flags_r)"
+}
+
+record() { # one JSON line from the B_* variables
+  python3 -S - >>"$JSONL" <<'EOF'
+import json, os
+e = os.environ
+def js(s):
+    try:
+        return json.loads(s)
+    except Exception:
+        return None
+print(json.dumps({
+    "bench": "dump", "device": e["DEVICE"], "driver": e["DRIVER"], "git": e["GITREV"],
+    "size_bytes": int(e["B_SIZE"]), "path": e["B_PATH"], "storage": e["B_STORAGE"], "dir": e["B_DIR"],
+    "storage_write_gbs": float(e["B_SW"] or 0), "storage_read_gbs": float(e["B_SR"] or 0),
+    "status": e["B_STATUS"], "detail": e["B_DETAIL"],
+    "dump_wall_s": float(e["B_DUMP_WALL"] or 0), "restore_wall_s": float(e["B_RES_WALL"] or 0),
+    "image_bytes": int(e["B_IMAGE_BYTES"] or 0),
+    "dump": js(e["B_DUMP_JSON"]), "restore": js(e["B_RES_JSON"]),
+}))
+EOF
+}
+
+measure() { # SIZE PATH STORAGE_NAME DIR
+  local size=$1 path=$2 sname=$3 dir=$4 pid launch=() img
+  export B_SIZE B_PATH=$path B_STORAGE=$sname B_DIR=$dir B_STATUS='' B_DETAIL='' B_DUMP_JSON='' B_RES_JSON='' \
+    B_DUMP_WALL='' B_RES_WALL='' B_IMAGE_BYTES='' B_SW=$SW B_SR=$SR DEVICE DRIVER GITREV
+  B_SIZE=$(size_bytes "$size")
+  img=$dir/img
+  [ "$path" == agent ] && launch=("$GPUSNAP" run --)
+  log "== $size, $path path, $sname ($dir)"
+  if ! app_start b 300 "${launch[@]}" "$GS_APPS/pattern" --size "$size" --alloc-size 1G --seed 9; then
+    B_STATUS=failed B_DETAIL="app did not start" record
+    FAILED=1
+    return
+  fi
+  pid=${APP_PID[b]}
+  GS_CMD_TIMEOUT=600 gs_run dump --json -D "$img" "$pid"
+  B_DUMP_JSON=$GS_OUT B_DUMP_WALL=$GS_SECS
+  wait "$pid" 2>/dev/null
+  if [ "$GS_RC" != 0 ]; then
+    echo "FAIL: $size $path $sname: dump exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"
+    B_STATUS=failed B_DETAIL="dump exit $GS_RC" record
+    FAILED=1
+    gs_kill_pid "$pid"
+    app_forget b
+    return
+  fi
+  B_IMAGE_BYTES=$(du -sb "$img" | cut -f1)
+  wait_pid_gone "$pid"
+  [ "$sname" != tmpfs ] && drop_caches
+  GS_CMD_TIMEOUT=600 gs_run restore --json -D "$img"
+  B_RES_JSON=$GS_OUT B_RES_WALL=$GS_SECS
+  if [ "$GS_RC" != 0 ]; then
+    echo "FAIL: $size $path $sname: restore exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"
+    B_STATUS=failed B_DETAIL="restore exit $GS_RC" record
+    FAILED=1
+  elif app_cmd b verify VERIFY 300 && [[ $REPLY_LINE == "VERIFY OK"* ]]; then
+    B_STATUS=ok record
+  else
+    echo "FAIL: $size $path $sname: data does not verify after restore: ${REPLY_LINE:-no answer}"
+    B_STATUS=failed B_DETAIL="data does not verify after restore" record
+    FAILED=1
+  fi
+  app_quit b 60 >/dev/null || gs_kill_pid "$pid"
+  app_forget b
+  rm -rf "$img"
+}
+
+for entry in $STORAGE; do
+  sname=${entry%%=*} dir=${entry#*=}
+  if ! mkdir -p "$dir" || ! chmod 700 "$dir"; then echo "ERROR: cannot use $dir"; FAILED=1; continue; fi
+  storage_speed "$dir"
+  for size in $SIZES; do
+    for path in $PATHS; do
+      measure "$size" "$path" "$sname" "$dir"
+    done
+  done
+  rm -rf "$dir"
+done
+
+python3 - "$JSONL" "$MD" "$GITREV" <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip() and json.loads(l).get("git") == sys.argv[3]]
+def g(d, *ks):
+    for k in ks:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+def f(x, fmt="%.2f"):
+    return fmt % x if isinstance(x, (int, float)) else "-"
+lines = ["## gpusnap dump/restore benchmark", "",
+         "Pattern test app (1 GiB allocations), data verified after every restore. GB/s = image bytes / time "
+         "(1 GB = 1e9 B). ratio = that speed / the storage's own sequential speed (dd, same run, same file system). "
+         "Disk restores start from a cold page cache. GPU part: driver lock + checkpoint (+ agent copy and image "
+         "write) on dump; driver restore + unlock (+ agent image load and copy) on restore. Restore includes the "
+         "checksum pass.", "",
+         "| size | path | storage | storage W/R GB/s | dump s (GPU / CRIU) | dump GB/s | dump ratio | restore s (verify / CRIU / GPU) | restore GB/s | restore ratio | data |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in recs:
+    b = r["image_bytes"]
+    d, s = r.get("dump"), r.get("restore")
+    dt, rt = g(d, "times", "total_s"), g(s, "times", "total_s")
+    dg = b / dt / 1e9 if dt else None
+    rg = b / rt / 1e9 if rt else None
+    lines.append("| %d GiB | %s | %s | %s / %s | %s (%s / %s) | %s | %s | %s (%s / %s / %s) | %s | %s | %s |" % (
+        r["size_bytes"] >> 30, r["path"], r["storage"], f(r["storage_write_gbs"]), f(r["storage_read_gbs"]),
+        f(dt), f(g(d, "times", "gpu_s")), f(g(d, "times", "criu_s")), f(dg),
+        f(dg / r["storage_write_gbs"] if dg and r["storage_write_gbs"] else None),
+        f(rt), f(g(s, "times", "verify_s")), f(g(s, "times", "criu_s")), f(g(s, "times", "gpu_s")), f(rg),
+        f(rg / r["storage_read_gbs"] if rg and r["storage_read_gbs"] else None),
+        "ok" if r["status"] == "ok" else r["status"] + ": " + r["detail"]))
+open(sys.argv[2], "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF
+exit $FAILED

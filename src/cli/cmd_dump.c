@@ -1,0 +1,353 @@
+/*
+ * cmd_dump.c - `gpusnap dump PID -D DIR`: writes a CUDA process's GPU state
+ * and CPU state (CRIU) into an image directory; the process is gone
+ * afterwards, or runs on with --leave-running.
+ *
+ * Driver path: driver lock + checkpoint (the GPU data moves into the
+ * process's host memory), a manifest without data (how=driver), CRIU dumps
+ * the process with that host copy into cpu/. Agent path: the agent moves the
+ * data to its staging memory, writes it into the image and frees the staging
+ * memory, then the driver checkpoints the rest and CRIU dumps the process.
+ * Either way the image is built under a temporary name and published at DIR
+ * only once CRIU succeeded. Any failure before that undoes the steps in
+ * reverse, so the process runs on; docs/DESIGN.md, "Dumping to files".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/agent_client.h"
+#include "cli/cli.h"
+#include "cli/dump_common.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "core/protocol.h"
+#include "criu/criu.h"
+#include "cuda/checkpoint.h"
+#include "image/image.h"
+
+static const char *const dump_usage[] = {
+	"gpusnap dump [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] [--json] "
+	"-D DIR PID",
+	NULL,
+};
+
+#define DEFAULT_LOCK_TIMEOUT_S 30.0
+
+struct dump_opts {
+	const char *dir;
+	double timeout;
+	bool leave_running, driver_only, json, tcp_close, tcp_established;
+};
+
+struct dump_run {
+	pid_t pid;
+	char comm[64];
+	struct cli_session s;
+	struct cli_agent agent;
+	struct gs_criu criu;
+	struct gs_image_tmp *tmp;
+	char cpu_dir[4096];
+	struct gs_ckpt_proc proc;
+	uint64_t vram[CLI_MAX_GPUS];
+	uint64_t gpu_mask;
+	/* what has been done, for undoing it */
+	bool agent_suspended, agent_dumped, driver_suspended, published;
+	/* timings */
+	double agent_suspend_s, agent_write_s, criu_s, publish_s, resume_s, total_s;
+	uint64_t gpu_bytes;
+};
+
+/* Records the GPUs: those the process holds memory on (NVML), or every GPU where that is unknown. */
+static int describe_gpus(struct dump_run *r, struct gs_image_writer *w, struct gs_err *err)
+{
+	for (int i = 0; i < r->s.ngpus; i++) {
+		const struct gs_gpu *g = &r->s.gpus[i];
+		if (r->gpu_mask && (i >= 64 || !(r->gpu_mask & (1ULL << i))))
+			continue;
+		struct gs_image_gpu ig = {
+			.index = (uint32_t)g->index, .name = g->name, .cc_major = (uint32_t)g->cc_major,
+			.cc_minor = (uint32_t)g->cc_minor, .total_memory = g->total_bytes,
+		};
+		memcpy(ig.uuid, g->uuid.bytes, 16);
+		int rc = gs_image_writer_add_gpu(w, &ig, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* The driver path's manifest: GPUs, no allocations (CRIU's pages carry the data), metadata. */
+static int write_driver_manifest(struct dump_run *r, struct gs_err *err)
+{
+	struct gs_image_writer_opts wo = { .source_pid = r->pid, .source_comm = r->comm, .how = "driver" };
+	struct gs_image_writer *w;
+	int rc = gs_image_writer_open_in(gs_image_tmp_path(r->tmp), &wo, &w, err);
+	if (rc)
+		return rc;
+	if ((rc = describe_gpus(r, w, err)) || (rc = dump_set_metadata(w, &r->s, r->vram, r->gpu_mask, err))) {
+		gs_image_writer_abort(w);
+		return rc;
+	}
+	return gs_image_writer_seal(w, err);
+}
+
+/* Brings the process back to running after a failure before the image was published. */
+static void undo(struct dump_run *r)
+{
+	struct gs_err e = { 0 };
+	if (r->driver_suspended) {
+		if (gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, &e))
+			fprintf(stderr, "gpusnap: could not put process %d back on the GPU: %s\n", (int)r->pid, e.msg);
+		r->driver_suspended = false;
+	}
+	if (r->agent_suspended) {
+		/* the staging memory was freed after the agent wrote the image: it reads the data back from there */
+		const char *from = r->agent_dumped ? gs_image_tmp_path(r->tmp) : NULL;
+		if (cli_agent_resume_from(r->pid, &r->agent, from, &e))
+			fprintf(stderr, "gpusnap: %s\n", e.msg);
+		r->agent_suspended = false;
+	}
+}
+
+static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)
+{
+	double t0 = gs_now();
+	int rc = gs_image_tmp_create(o->dir, &r->tmp, err);
+	if (rc)
+		return rc;
+	if ((rc = gs_image_tmp_cpu_dir(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
+		return rc;
+
+	if (r->agent.present) {
+		/* data part: the agent moves the data to staging, writes it into the image, frees the staging memory */
+		double t = gs_now();
+		if ((rc = cli_agent_suspend(r->pid, &r->agent, o->timeout, false, err)))
+			return rc;
+		r->agent_suspended = true;
+		r->agent_suspend_s = gs_now() - t;
+		r->gpu_bytes = cli_agent_counter(&r->agent, "bytes");
+		t = gs_now();
+		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
+		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), true, err)))
+			return rc;
+		r->agent_dumped = true;
+		r->agent_write_s = gs_now() - t;
+	}
+	/* control part (agent) or everything (driver): the driver takes the process off the GPU */
+	r->proc.pid = r->pid;
+	if ((rc = gs_ckpt_suspend(&r->s.cu, &r->proc, 1, o->timeout, err)))
+		return rc;
+	r->driver_suspended = true;
+	if (!r->agent.present && (rc = write_driver_manifest(r, err)))
+		return rc;
+
+	struct gs_criu_dump_opts co = {
+		.leave_running = o->leave_running,
+		.tcp = o->tcp_close ? GS_CRIU_TCP_CLOSE : o->tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE,
+	};
+	double t = gs_now();
+	rc = gs_criu_dump(&r->criu, r->pid, r->cpu_dir, &co, err);
+	r->criu_s = gs_now() - t;
+	if (rc)
+		return rc; /* criu resumes the process it could not dump: undo puts it back on the GPU */
+	if (!o->leave_running) {
+		/* the process is gone: nothing to undo from here on */
+		r->driver_suspended = r->agent_suspended = false;
+	}
+	t = gs_now();
+	rc = gs_image_publish(r->tmp, &r->published, err);
+	r->publish_s = gs_now() - t;
+	if (rc && !r->published && !o->leave_running) {
+		/* the process is gone and its image complete at the temporary name: keep that, say where */
+		gs_err_wrap(err, "process %d was dumped, but its image stays at '%s' (move it; restore with gpusnap restore "
+			    "-D)", (int)r->pid, gs_image_tmp_path(r->tmp));
+		gs_image_tmp_close(r->tmp);
+		r->tmp = NULL;
+		return rc;
+	}
+	if (rc)
+		return rc;
+	if (o->leave_running) {
+		t = gs_now();
+		rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, err);
+		r->driver_suspended = false;
+		if (!rc && r->agent_suspended)
+			rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err);
+		r->agent_suspended = false;
+		r->resume_s = gs_now() - t;
+		if (rc)
+			gs_err_wrap(err, "the image at '%s' is complete, but process %d did not resume", o->dir, (int)r->pid);
+	}
+	r->total_s = gs_now() - t0;
+	return rc;
+}
+
+static void print_outcome(const struct dump_run *r, const struct dump_opts *o, int rc, const struct gs_err *err)
+{
+	double gpu_s = r->agent.present ? r->agent_suspend_s + r->agent_write_s + r->proc.lock_s + r->proc.checkpoint_s
+					: r->proc.lock_s + r->proc.checkpoint_s;
+	if (o->json) {
+		struct gs_json j;
+		gs_json_init(&j);
+		gs_json_object_begin(&j);
+		gs_json_kv_string(&j, "action", "dump");
+		gs_json_kv_bool(&j, "ok", rc == 0);
+		if (rc) {
+			gs_json_kv_int(&j, "exit_code", rc);
+			gs_json_kv_string(&j, "error", gs_exit_name(rc));
+			gs_json_kv_string(&j, "message", err->msg);
+		}
+		gs_json_kv_int(&j, "pid", r->pid);
+		gs_json_kv_string(&j, "comm", r->comm);
+		gs_json_kv_string(&j, "dir", o->dir);
+		gs_json_kv_string(&j, "path", r->agent.present ? "agent" : "driver");
+		gs_json_kv_bool(&j, "leave_running", o->leave_running);
+		gs_json_kv_bool(&j, "published", r->published);
+		gs_json_kv_uint(&j, "gpu_data_bytes", r->gpu_bytes);
+		gs_json_kv_uint(&j, "cpu_bytes", rc ? 0 : dump_dir_bytes(o->dir, "cpu"));
+		gs_json_key(&j, "times");
+		gs_json_object_begin(&j);
+		gs_json_kv_double(&j, "total_s", r->total_s);
+		gs_json_kv_double(&j, "gpu_s", gpu_s);
+		gs_json_kv_double(&j, "agent_suspend_s", r->agent_suspend_s);
+		gs_json_kv_double(&j, "agent_write_s", r->agent_write_s);
+		gs_json_kv_double(&j, "lock_s", r->proc.lock_s);
+		gs_json_kv_double(&j, "checkpoint_s", r->proc.checkpoint_s);
+		gs_json_kv_double(&j, "criu_s", r->criu_s);
+		gs_json_kv_double(&j, "publish_s", r->publish_s);
+		gs_json_kv_double(&j, "resume_s", r->resume_s);
+		gs_json_object_end(&j);
+		gs_json_object_end(&j);
+		const char *text = gs_json_finish(&j);
+		if (text)
+			printf("%s\n", text);
+		gs_json_free(&j);
+		return;
+	}
+	if (rc)
+		return;
+	char b[32];
+	printf("dumped %d (%s) to %s: %s path, GPU part %.2f s", (int)r->pid, r->comm, o->dir,
+	       r->agent.present ? "agent" : "driver", gpu_s);
+	if (r->agent.present)
+		printf(" (%s written in %.2f s)", gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agent_write_s);
+	printf(", CRIU part %.2f s, total %.2f s\n", r->criu_s, r->total_s);
+	printf(o->leave_running ? "process %d keeps running\n" : "process %d is gone; gpusnap restore -D %s brings it back\n",
+	       (int)r->pid, o->dir);
+}
+
+int cmd_dump(int argc, char **argv)
+{
+	struct dump_opts o = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
+	const struct gs_option opts[] = {
+		GS_OPT_STRING_('D', "dir", &o.dir, "DIR", "image directory to create or replace (required)"),
+		GS_OPT_BOOL_(0, "leave-running", &o.leave_running, "the process keeps running after the dump"),
+		GS_OPT_SECONDS_(0, "timeout", &o.timeout, "SECONDS",
+				"wait at most this long for running GPU work (default 30, 0 = no limit)"),
+		GS_OPT_BOOL_(0, "driver", &o.driver_only, "use the driver path even where the gpusnap agent runs"),
+		GS_OPT_BOOL_(0, "tcp-close", &o.tcp_close, "dump established TCP connections; they come back closed"),
+		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
+			     "dump established TCP connections and restore them (needs iptables)"),
+		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
+		GS_OPT_END_(),
+	};
+	int nargs;
+	int rc = cli_parse(argc, argv, opts, dump_usage, 0, &nargs);
+	if (rc)
+		return rc == GS_PARSE_HELP ? 0 : rc;
+	if (nargs != 1 || !o.dir || !*o.dir) {
+		if (nargs == 1)
+			fprintf(stderr, "gpusnap dump: -D DIR is required\n");
+		gs_print_usage(stderr, dump_usage, opts);
+		return GS_E_USAGE;
+	}
+	if (o.tcp_close && o.tcp_established) {
+		fprintf(stderr, "gpusnap dump: --tcp-close and --tcp-established exclude each other\n");
+		return GS_E_USAGE;
+	}
+
+	/* the agent writes into the image from its own working directory: give it an absolute path */
+	char absdir[4096];
+	if (o.dir[0] != '/') {
+		char cwd[3000];
+		if (!getcwd(cwd, sizeof(cwd)) || (size_t)snprintf(absdir, sizeof(absdir), "%s/%s", cwd, o.dir) >= sizeof(absdir)) {
+			fprintf(stderr, "gpusnap: cannot make '%s' an absolute path\n", o.dir);
+			return GS_E_USAGE;
+		}
+		o.dir = absdir;
+	}
+	struct gs_err err = { 0 };
+	struct dump_run *r = calloc(1, sizeof(*r));
+	if (!r)
+		return cli_report_error(&(struct gs_err){ GS_E_FAILURE, "out of memory" });
+	int pid;
+	/* checks before anything is touched: the process, CRIU, the driver, the process's state, the agent */
+	rc = gs_parse_pid(argv[0], &pid) ? gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0])
+					 : gs_proc_check(pid, &err);
+	if (!rc)
+		rc = gs_criu_find(&r->criu, &err);
+	bool session = false;
+	if (!rc) {
+		rc = cli_session_open(&r->s, &err);
+		session = true;
+	}
+	if (!rc)
+		rc = gs_cuda_require_checkpoint(&r->s.cu, &err);
+	r->pid = pid;
+	gs_proc_comm(r->pid, r->comm, sizeof(r->comm));
+	if (!rc) {
+		CUprocessState st;
+		rc = gs_ckpt_get_state(&r->s.cu, r->pid, &st, &err);
+		if (!rc && st != CU_PROCESS_STATE_RUNNING)
+			rc = gs_fail(&err, GS_E_STATE, "process %d is %s; resume it before dumping it", (int)r->pid,
+				     gs_cuda_state_name(st));
+	}
+	if (!rc && !o.driver_only)
+		rc = cli_agent_probe(r->pid, &r->agent, &err);
+	if (!rc && r->agent.present && r->agent.state != GS_AGENT_RUNNING)
+		rc = gs_fail(&err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)r->pid);
+	struct stat pst;
+	char ppath[64];
+	snprintf(ppath, sizeof(ppath), "/proc/%d", (int)r->pid);
+	/* the agent writes the image as the process's user, and restore trusts only this user's (or root's) files */
+	if (!rc && r->agent.present && stat(ppath, &pst) == 0 && pst.st_uid != geteuid() && pst.st_uid != 0)
+		rc = gs_fail(&err, GS_E_PERMISSION,
+			     "process %d runs as user %u and its agent would write the image: run gpusnap dump as that user, or "
+			     "use --driver", (int)r->pid, (unsigned)pst.st_uid);
+	if (rc) {
+		if (session)
+			cli_session_close(&r->s);
+		free(r);
+		return cli_report_error(&err);
+	}
+	for (int i = 0; i < r->s.ngpus && i < CLI_MAX_GPUS; i++) {
+		uint64_t b = 0;
+		if (gs_nvml_process_bytes(r->s.nvml, (unsigned)i, r->pid, &b) && b) {
+			r->vram[i] = b;
+			r->gpu_mask |= 1ULL << i;
+		}
+	}
+
+	char what[64];
+	snprintf(what, sizeof(what), "dump %d", (int)r->pid);
+	struct cli_progress *progress = cli_progress_start(what);
+	rc = run_dump(r, &o, &err);
+	cli_progress_stop(progress);
+	if (rc)
+		undo(r);
+	if (r->tmp) {
+		if (r->published)
+			gs_image_tmp_close(r->tmp);
+		else
+			gs_image_tmp_discard(r->tmp);
+	}
+	print_outcome(r, &o, rc, &err);
+	if (rc)
+		cli_report_error(&err);
+	cli_session_close(&r->s);
+	free(r);
+	return rc;
+}

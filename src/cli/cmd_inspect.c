@@ -1,0 +1,85 @@
+/*
+ * cmd_inspect.c - `gpusnap inspect DIR`: what an image holds (process, GPUs,
+ * allocations, checksums, how and when it was taken, versions), as text or
+ * JSON; --verify also reads every stored chunk and checks its checksum.
+ */
+#include <stdio.h>
+
+#include "cli/cli.h"
+#include "common/util.h"
+#include "image/image.h"
+
+static const char *const inspect_usage[] = {
+	"gpusnap inspect [--verify] [--json] DIR",
+	NULL,
+};
+
+int cmd_inspect(int argc, char **argv)
+{
+	bool json = false, verify = false;
+	const char *dir = NULL;
+	const struct gs_option opts[] = {
+		GS_OPT_STRING_('D', "dir", &dir, "DIR", "the image directory (or give it as the argument)"),
+		GS_OPT_BOOL_(0, "verify", &verify, "read every stored chunk and check its checksum"),
+		GS_OPT_BOOL_(0, "json", &json, "print as JSON"),
+		GS_OPT_END_(),
+	};
+	int nargs;
+	int rc = cli_parse(argc, argv, opts, inspect_usage, 0, &nargs);
+	if (rc)
+		return rc == GS_PARSE_HELP ? 0 : rc;
+	if (nargs == 1 && !dir)
+		dir = argv[0];
+	else if (nargs != 0 || !dir) {
+		gs_print_usage(stderr, inspect_usage, opts);
+		return GS_E_USAGE;
+	}
+	struct gs_err err = { 0 };
+	struct gs_image *img;
+	if ((rc = gs_image_open(dir, &img, &err)))
+		return cli_report_error(&err);
+	double verify_s = 0;
+	if (verify) {
+		double t = gs_now();
+		rc = gs_image_verify(img, 0, &err);
+		verify_s = gs_now() - t;
+	}
+	struct gs_image_totals tot;
+	gs_image_totals(img, &tot);
+	if (json) {
+		struct gs_json j;
+		gs_json_init(&j);
+		gs_json_object_begin(&j);
+		gs_json_key(&j, "image");
+		gs_image_describe_json(img, &j);
+		gs_json_key(&j, "verify");
+		if (verify) {
+			gs_json_object_begin(&j);
+			gs_json_kv_bool(&j, "ok", rc == 0);
+			if (rc)
+				gs_json_kv_string(&j, "message", err.msg);
+			gs_json_kv_uint(&j, "stored_bytes", tot.stored_bytes);
+			gs_json_kv_double(&j, "seconds", verify_s);
+			gs_json_object_end(&j);
+		} else {
+			gs_json_null(&j);
+		}
+		gs_json_object_end(&j);
+		const char *text = gs_json_finish(&j);
+		if (text)
+			printf("%s\n", text);
+		gs_json_free(&j);
+	} else {
+		gs_image_describe_text(img, stdout);
+		if (verify && !rc) {
+			char b[32];
+			printf("verify       ok: %llu stored chunks, %s checked in %.2f s\n",
+			       (unsigned long long)(tot.chunks - tot.zero_chunks), gs_format_bytes(tot.stored_bytes, b, sizeof(b)),
+			       verify_s);
+		}
+	}
+	gs_image_close(img);
+	if (rc)
+		cli_report_error(&err);
+	return rc;
+}

@@ -1,0 +1,443 @@
+/*
+ * cmd_restore.c - `gpusnap restore -D DIR`: brings a dumped process back
+ * from an image, running, with its GPU memory, on the same GPUs or mapped
+ * ones (--map); any number of times from the same image.
+ *
+ * Everything is checked before anything is touched: the image (complete,
+ * trusted, every chunk's checksum unless --no-verify), CRIU, the GPU types
+ * (considering --map), free GPU memory, the PID the image needs. Then CRIU
+ * restores the process (it comes back checkpointed by the driver), the driver
+ * restores and unlocks it, and for agent images the agent loads the data from
+ * the image and copies it to the GPU. A failure after CRIU kills the restored
+ * process, so a refused restore leaves no process and the image as it was.
+ * The image is only read: CRIU's log and work files go to a folder of their
+ * own under the runtime directory.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/agent_client.h"
+#include "cli/cli.h"
+#include "cli/dump_common.h"
+#include "common/proc.h"
+#include "common/rundir.h"
+#include "common/util.h"
+#include "criu/criu.h"
+#include "cuda/checkpoint.h"
+#include "image/image.h"
+
+static const char *const restore_usage[] = {
+	"gpusnap restore [--map FROM=TO]... [--no-verify] [--json] -D DIR",
+	NULL,
+};
+
+struct restore_opts {
+	const char *dir;
+	struct gs_string_list maps;
+	bool no_verify, json;
+};
+
+struct restore_run {
+	struct gs_image *img;
+	const struct gs_image_info *info;
+	struct gs_criu criu;
+	struct cli_session s;
+	bool session;
+	int *target;            /* machine GPU index for each image GPU */
+	CUcheckpointGpuPair *pairs;
+	unsigned npairs;
+	char work[PATH_MAX];
+	pid_t pid;
+	struct gs_ckpt_proc proc;
+	struct cli_agent agent;
+	double verify_s, criu_s, gpu_s, total_s;
+	uint64_t verified_bytes;
+};
+
+static const char *uuid_str(const uint8_t u[16], char *b, size_t n)
+{
+	return gs_image_format_uuid(u, b, n);
+}
+
+/* The machine GPU a map side names: an index or a UUID; -1 if none. */
+static int machine_gpu(const struct cli_session *s, const char *side)
+{
+	int idx;
+	if (gs_parse_int(side, &idx) == 0)
+		return idx >= 0 && idx < s->ngpus ? idx : -1;
+	CUuuid u;
+	if (gs_cuda_uuid_parse(side, &u))
+		return -1;
+	for (int i = 0; i < s->ngpus; i++)
+		if (!memcmp(s->gpus[i].uuid.bytes, u.bytes, 16))
+			return i;
+	return -1;
+}
+
+/* The image GPU a map side names: its recorded index or its UUID; -1 if none. */
+static int image_gpu(const struct gs_image *img, const char *side)
+{
+	int idx;
+	CUuuid u;
+	bool by_index = gs_parse_int(side, &idx) == 0;
+	if (!by_index && gs_cuda_uuid_parse(side, &u))
+		return -1;
+	for (size_t k = 0; k < gs_image_gpu_count(img); k++) {
+		const struct gs_image_gpu *g = gs_image_gpu_at(img, k);
+		if (by_index ? (int)g->index == idx : !memcmp(g->uuid, u.bytes, 16))
+			return (int)k;
+	}
+	return -1;
+}
+
+/* Decides where each image GPU goes (--map, else the GPU with the same UUID) and checks the types. */
+static int plan_gpus(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
+{
+	size_t n = gs_image_gpu_count(r->img);
+	r->target = calloc(n ? n : 1, sizeof(int));
+	if (!r->target)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	for (size_t k = 0; k < n; k++)
+		r->target[k] = -1;
+	for (int i = 0; i < o->maps.count; i++) {
+		const char *spec = o->maps.items[i];
+		const char *eq = strchr(spec, '=');
+		char from[128];
+		if (!eq || eq == spec || !eq[1] || (size_t)(eq - spec) >= sizeof(from))
+			return gs_fail(err, GS_E_GPU_MAP, "bad GPU map '%s' (expected FROM=TO, e.g. 0=1)", spec);
+		snprintf(from, sizeof(from), "%.*s", (int)(eq - spec), spec);
+		int k = image_gpu(r->img, from);
+		if (k < 0)
+			return gs_fail(err, GS_E_GPU_MAP, "the image has no GPU '%s' (gpusnap inspect lists its GPUs)", from);
+		int m = machine_gpu(&r->s, eq + 1);
+		if (m < 0)
+			return gs_fail(err, GS_E_GPU_MAP, "GPU '%s' is not on this machine (it has %d GPU%s)", eq + 1,
+				       r->s.ngpus, r->s.ngpus == 1 ? "" : "s");
+		if (r->target[k] >= 0)
+			return gs_fail(err, GS_E_GPU_MAP, "image GPU '%s' is mapped twice", from);
+		r->target[k] = m;
+	}
+	for (size_t k = 0; k < n; k++) {
+		if (r->target[k] >= 0)
+			continue;
+		const struct gs_image_gpu *g = gs_image_gpu_at(r->img, k);
+		for (int m = 0; m < r->s.ngpus; m++)
+			if (!memcmp(r->s.gpus[m].uuid.bytes, g->uuid, 16))
+				r->target[k] = m;
+		if (r->target[k] < 0) {
+			char ub[48];
+			return gs_fail(err, GS_E_GPU_MAP,
+				       "image GPU %" PRIu32 " (%s, %s) is not on this machine; map it with --map %" PRIu32 "=TO",
+				       g->index, uuid_str(g->uuid, ub, sizeof(ub)), g->name, g->index);
+		}
+	}
+	bool moved = false;
+	for (size_t k = 0; k < n; k++) {
+		const struct gs_image_gpu *g = gs_image_gpu_at(r->img, k);
+		const struct gs_gpu *t = &r->s.gpus[r->target[k]];
+		if (strcmp(g->name, t->name) || g->cc_major != (uint32_t)t->cc_major || g->cc_minor != (uint32_t)t->cc_minor)
+			return gs_fail(err, GS_E_GPU_MISMATCH,
+				       "image GPU %" PRIu32 " is a %s (compute capability %" PRIu32 ".%" PRIu32 "), GPU %d of this "
+				       "machine a %s (%d.%d): different GPU types",
+				       g->index, g->name, g->cc_major, g->cc_minor, t->index, t->name, t->cc_major, t->cc_minor);
+		for (size_t j = 0; j < k; j++)
+			if (r->target[j] == r->target[k])
+				return gs_fail(err, GS_E_GPU_MAP, "two image GPUs would go to GPU %d; map each onto its own GPU",
+					       t->index);
+		moved |= memcmp(g->uuid, t->uuid.bytes, 16) != 0;
+	}
+	if (!moved)
+		return 0;
+	r->pairs = calloc(n, sizeof(*r->pairs));
+	if (!r->pairs)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	for (size_t k = 0; k < n; k++) {
+		memcpy(r->pairs[k].oldUuid.bytes, gs_image_gpu_at(r->img, k)->uuid, 16);
+		r->pairs[k].newUuid = r->s.gpus[r->target[k]].uuid;
+	}
+	r->npairs = (unsigned)n;
+	return 0;
+}
+
+/* GPU memory the image needs on image GPU k: what the process held when dumped, else its allocations. */
+static uint64_t needed_bytes(const struct restore_run *r, size_t k)
+{
+	const struct gs_image_gpu *g = gs_image_gpu_at(r->img, k);
+	char key[128], ub[48];
+	snprintf(key, sizeof(key), "%s%s", DUMP_META_VRAM_PREFIX, uuid_str(g->uuid, ub, sizeof(ub)));
+	const char *v = gs_image_metadata_get(r->img, key);
+	uint64_t bytes = 0;
+	if (v && gs_parse_size(v, &bytes) == 0)
+		return bytes;
+	for (size_t i = 0; i < gs_image_allocation_count(r->img); i++) {
+		const struct gs_image_allocation *a = gs_image_allocation_at(r->img, i);
+		if (a->gpu_index == g->index)
+			bytes += a->size;
+	}
+	return bytes;
+}
+
+static int check_vram(struct restore_run *r, struct gs_err *err)
+{
+	if (!r->s.nvml)
+		return 0; /* no NVML: the driver or the agent says so if memory runs out */
+	struct gs_nvml_gpu g[CLI_MAX_GPUS];
+	int ng = gs_nvml_gpus(r->s.nvml, g, CLI_MAX_GPUS);
+	for (int m = 0; m < ng && m < CLI_MAX_GPUS; m++) {
+		uint64_t need = 0;
+		for (size_t k = 0; k < gs_image_gpu_count(r->img); k++)
+			if (r->target[k] == m)
+				need += needed_bytes(r, k);
+		uint64_t free_b = g[m].total_bytes > g[m].used_bytes ? g[m].total_bytes - g[m].used_bytes : 0;
+		if (need > free_b) {
+			char a[32], b[32];
+			return gs_fail(err, GS_E_NO_VRAM, "not enough free memory on GPU %d: the image needs %s, %s are free", m,
+				       gs_format_bytes(need, a, sizeof(a)), gs_format_bytes(free_b, b, sizeof(b)));
+		}
+	}
+	return 0;
+}
+
+/* CRIU restores the PID the process had: say who holds it before trying. A zombie is left to CRIU's wait. */
+static int check_pid_free(pid_t pid, struct gs_err *err)
+{
+	if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+		return 0;
+	char path[64], state = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
+			state = 0;
+		fclose(f);
+	}
+	if (state == 'Z')
+		return 0;
+	char comm[64];
+	gs_proc_comm(pid, comm, sizeof(comm));
+	return gs_fail(err, GS_E_CRIU,
+		       "cannot restore: pid %d, which the image needs, is in use by '%s' (the dumped process, or an earlier "
+		       "restore of this image, still running?); stop it first",
+		       (int)pid, comm);
+}
+
+static int make_work_dir(struct restore_run *r, struct gs_err *err)
+{
+	char run[PATH_MAX - 32];
+	int rc = gs_run_dir(run, sizeof(run), err);
+	if (rc)
+		return rc;
+	snprintf(r->work, sizeof(r->work), "%s/restore-XXXXXX", run);
+	if (!mkdtemp(r->work))
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create a work folder in '%s'", run);
+	return 0;
+}
+
+static void remove_work_dir(struct restore_run *r)
+{
+	char p[PATH_MAX + 32];
+	const char *names[] = { GS_CRIU_RESTORE_LOG, GS_CRIU_RESTORE_PIDFILE, "stats-restore" };
+	for (size_t i = 0; i < GS_ARRAY_SIZE(names); i++) {
+		snprintf(p, sizeof(p), "%s/%s", r->work, names[i]);
+		unlink(p);
+	}
+	rmdir(r->work);
+}
+
+/* A restored process that cannot be completed is killed: a refused restore leaves no process. */
+static void kill_restored(pid_t pid)
+{
+	if (pid > 0 && kill(pid, SIGKILL) == 0)
+		fprintf(stderr, "gpusnap: killed the half-restored process %d\n", (int)pid);
+}
+
+static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
+{
+	int rc = gs_image_open(o->dir, &r->img, err);
+	if (rc)
+		return rc;
+	r->info = gs_image_get_info(r->img);
+	if (!r->info->cpu_state)
+		return gs_fail(err, GS_E_IMAGE, "'%s' holds no CPU state (not written by gpusnap dump): nothing to restore",
+			       o->dir);
+	bool agent = !strcmp(r->info->how, "agent");
+	if (!agent && strcmp(r->info->how, "driver"))
+		return gs_fail(err, GS_E_IMAGE, "'%s' was taken in a way this gpusnap does not restore ('%s')", o->dir,
+			       r->info->how);
+	if ((rc = gs_criu_find(&r->criu, err)))
+		return rc;
+	if ((rc = cli_session_open(&r->s, err)))
+		return rc;
+	r->session = true;
+	if ((rc = gs_cuda_require_checkpoint(&r->s.cu, err)) || (rc = plan_gpus(r, o, err)) || (rc = check_vram(r, err)))
+		return rc;
+	if ((rc = check_pid_free(r->info->source_pid, err)))
+		return rc;
+	if (!o->no_verify) {
+		double t = gs_now();
+		/* buffered: the agent reads the same bytes right after, from the page cache */
+		gs_image_set_direct_io(r->img, false);
+		rc = gs_image_verify(r->img, 0, err);
+		r->verify_s = gs_now() - t;
+		if (rc)
+			return rc;
+		struct gs_image_totals tot;
+		gs_image_totals(r->img, &tot);
+		r->verified_bytes = tot.stored_bytes;
+	}
+	return 0;
+}
+
+static int run_restore(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
+{
+	char cpu[PATH_MAX];
+	int rc = gs_image_cpu_dir(r->img, cpu, sizeof(cpu), err);
+	if (rc || (rc = make_work_dir(r, err)))
+		return rc;
+	const char *extra[] = { "--work-dir", r->work, NULL };
+	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra };
+	double t = gs_now();
+	rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
+	r->criu_s = gs_now() - t;
+	if (rc)
+		return rc;
+
+	t = gs_now();
+	r->proc.pid = r->pid;
+	if ((rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err)))
+		goto fail;
+	if (!strcmp(r->info->how, "agent")) {
+		if (!(rc = cli_agent_probe(r->pid, &r->agent, err)) && !r->agent.present)
+			rc = gs_fail(err, GS_E_AGENT, "the restored process %d has no gpusnap agent answering", (int)r->pid);
+		if (!rc)
+			rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err);
+		if (rc)
+			goto fail;
+	}
+	r->gpu_s = gs_now() - t;
+	remove_work_dir(r);
+	return 0;
+fail:
+	r->gpu_s = gs_now() - t;
+	kill_restored(r->pid);
+	remove_work_dir(r);
+	return rc;
+}
+
+static void print_outcome(const struct restore_run *r, const struct restore_opts *o, int rc, const struct gs_err *err)
+{
+	if (o->json) {
+		struct gs_json j;
+		gs_json_init(&j);
+		gs_json_object_begin(&j);
+		gs_json_kv_string(&j, "action", "restore");
+		gs_json_kv_bool(&j, "ok", rc == 0);
+		if (rc) {
+			gs_json_kv_int(&j, "exit_code", rc);
+			gs_json_kv_string(&j, "error", gs_exit_name(rc));
+			gs_json_kv_string(&j, "message", err->msg);
+		}
+		gs_json_kv_string(&j, "dir", o->dir);
+		gs_json_kv_int(&j, "pid", rc ? 0 : r->pid);
+		if (r->info)
+			gs_json_kv_string(&j, "path", r->info->how);
+		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
+		gs_json_key(&j, "gpus");
+		gs_json_array_begin(&j);
+		for (size_t k = 0; r->img && r->target && k < gs_image_gpu_count(r->img); k++) {
+			gs_json_object_begin(&j);
+			gs_json_kv_uint(&j, "image_gpu", gs_image_gpu_at(r->img, k)->index);
+			gs_json_kv_int(&j, "gpu", r->target[k]);
+			gs_json_object_end(&j);
+		}
+		gs_json_array_end(&j);
+		gs_json_key(&j, "times");
+		gs_json_object_begin(&j);
+		gs_json_kv_double(&j, "total_s", r->total_s);
+		gs_json_kv_double(&j, "verify_s", r->verify_s);
+		gs_json_kv_double(&j, "criu_s", r->criu_s);
+		gs_json_kv_double(&j, "gpu_s", r->gpu_s);
+		gs_json_kv_double(&j, "driver_restore_s", r->proc.restore_s);
+		gs_json_kv_double(&j, "unlock_s", r->proc.unlock_s);
+		if (r->agent.present) {
+			for (int k = 0; k < r->agent.last.ntimings; k++) {
+				char key[80];
+				snprintf(key, sizeof(key), "agent_%s_s", r->agent.last.timing_name[k]);
+				gs_json_kv_double(&j, key, r->agent.last.timing_s[k]);
+			}
+		}
+		gs_json_object_end(&j);
+		gs_json_object_end(&j);
+		const char *text = gs_json_finish(&j);
+		if (text)
+			printf("%s\n", text);
+		gs_json_free(&j);
+		return;
+	}
+	if (rc)
+		return;
+	char comm[64];
+	gs_proc_comm(r->pid, comm, sizeof(comm));
+	printf("restored %d (%s) from %s: %s path, CRIU part %.2f s, GPU part %.2f s", (int)r->pid, comm, o->dir,
+	       r->info->how, r->criu_s, r->gpu_s);
+	if (!o->no_verify)
+		printf(", checksums %.2f s", r->verify_s);
+	printf(", total %.2f s\n", r->total_s);
+}
+
+int cmd_restore(int argc, char **argv)
+{
+	struct restore_opts o = { 0 };
+	const struct gs_option opts[] = {
+		GS_OPT_STRING_('D', "dir", &o.dir, "DIR", "image directory written by gpusnap dump (required)"),
+		GS_OPT_LIST_(0, "map", &o.maps, "FROM=TO",
+			     "put image GPU FROM (index or UUID, as gpusnap inspect lists) on GPU TO of this machine"),
+		GS_OPT_BOOL_(0, "no-verify", &o.no_verify,
+			     "skip the checksum pass before restoring (a bad chunk is still found while loading)"),
+		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
+		GS_OPT_END_(),
+	};
+	int nargs;
+	int rc = cli_parse(argc, argv, opts, restore_usage, 0, &nargs);
+	if (rc == 0 && nargs == 1 && !o.dir)
+		o.dir = argv[0]; /* `gpusnap restore DIR` reads as well as -D DIR */
+	else if (rc == 0 && (nargs != 0 || !o.dir || !*o.dir)) {
+		gs_print_usage(stderr, restore_usage, opts);
+		rc = GS_E_USAGE;
+	}
+	if (rc) {
+		gs_string_list_free(&o.maps);
+		return rc == GS_PARSE_HELP ? 0 : rc;
+	}
+
+	/* the agent loads from its own working directory: give it an absolute path */
+	char absdir[PATH_MAX];
+	if (realpath(o.dir, absdir))
+		o.dir = absdir;
+	struct gs_err err = { 0 };
+	struct restore_run r = { 0 };
+	double t0 = gs_now();
+	rc = checks(&r, &o, &err);
+	if (!rc) {
+		struct cli_progress *progress = cli_progress_start("restore");
+		rc = run_restore(&r, &o, &err);
+		cli_progress_stop(progress);
+	}
+	r.total_s = gs_now() - t0;
+	print_outcome(&r, &o, rc, &err);
+	if (rc)
+		cli_report_error(&err);
+	free(r.target);
+	free(r.pairs);
+	gs_image_close(r.img);
+	if (r.session)
+		cli_session_close(&r.s);
+	gs_string_list_free(&o.maps);
+	return rc;
+}

@@ -1,0 +1,23 @@
+/*
+ * dump_common.h - what `gpusnap dump` and `gpusnap restore` agree on beyond
+ * the image format: metadata keys gpusnap writes, and sizes of what an image
+ * holds for reports.
+ */
+#ifndef GPUSNAP_CLI_DUMP_COMMON_H
+#define GPUSNAP_CLI_DUMP_COMMON_H
+
+#include <stdint.h>
+
+#include "cli/cli.h"
+#include "image/image.h"
+
+/* Metadata key prefix: "vram_bytes.GPU-<uuid>" = GPU memory the process held on that GPU when dumped (NVML). */
+#define DUMP_META_VRAM_PREFIX "vram_bytes."
+
+/* Records vram[i] for each GPU i in mask under DUMP_META_VRAM_PREFIX + its UUID. */
+int dump_set_metadata(struct gs_image_writer *w, const struct cli_session *s, const uint64_t *vram, uint64_t mask,
+		      struct gs_err *err);
+/* Bytes of the regular files under dir/sub (0 if absent). */
+uint64_t dump_dir_bytes(const char *dir, const char *sub);
+
+#endif

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# t5002 - `gpusnap dump`, `restore` and `inspect` end to end on the driver path:
+# a CPU-only process registered as a CUDA process in the fake libcuda
+# (FAKE_CUDA_CRIU=1: a CRIU-restored copy looks checkpointed, as with the real
+# driver) is dumped with the real CRIU 4, is gone, is restored and counts on
+# from where it was; two restores from one image; --leave-running; inspect;
+# every refusal of restore (exit code, one-line message, image unchanged, no
+# process left); dumps failing mid-way (process keeps running, an existing
+# image at DIR is intact).
+# Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
+. "$(dirname "$0")/lib.sh"
+
+src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
+app=$build/tests/apps/cpu_counter
+
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+[ "$(id -u)" = 0 ] || skip "criu needs root"
+if [ -z "${GPUSNAP_CRIU:-}" ]; then
+  rc=0
+  "$src/scripts/get-criu.sh" >"$TEST_TMP/get-criu.log" 2>&1 || rc=$?
+  [ "$rc" = 3 ] && skip "cannot get CRIU: $(tail -n 1 "$TEST_TMP/get-criu.log")"
+  [ "$rc" = 0 ] || { cat "$TEST_TMP/get-criu.log"; echo "not ok - scripts/get-criu.sh failed ($rc)"; exit 1; }
+  export GPUSNAP_CRIU=$src/.cache/criu/bin/criu
+fi
+"$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1 || skip "criu check fails here: $(tail -n 1 "$TEST_TMP/check.log")"
+
+export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
+export FAKE_CUDA_DIR=$TEST_TMP/fake
+export FAKE_CUDA_CRIU=1
+mkdir -p "$FAKE_CUDA_DIR"
+chmod 700 "$TEST_TMP"
+
+# only our counters are killed at the end: restores reuse PIDs, so check the name
+cleanup_counters() {
+  for p in $(pgrep -x cpu_counter); do
+    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
+  done
+  cleanup_test
+}
+trap cleanup_counters EXIT
+
+start_counter() { # start_counter LOG -> NEWPID, a daemon registered as a CUDA process on GPU 0
+  NEWPID=$("$app" --daemon "$1")
+  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
+  wait_lines "$1" 10
+}
+wait_lines() { # wait_lines FILE N: up to 5 s
+  local i
+  for ((i = 0; i < 500; i++)); do
+    [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
+    sleep 0.01
+  done
+  return 1
+}
+wait_gone() {
+  local i
+  for ((i = 0; i < 1000; i++)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.01
+  done
+  return 1
+}
+alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
+grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
+settled() { # prints "lines last" once FILE stopped growing
+  local a b
+  a=$(wc -l <"$1"); sleep 0.1; b=$(wc -l <"$1")
+  [ "$a" = "$b" ] && echo "$b $(tail -n 1 "$1")"
+}
+# continues LOG N VALUE: lines N+1.. are VALUE+1, VALUE+2, ... (the memory came back)
+continues() {
+  local log=$1 n=$2 value=$3 i want="" got
+  wait_lines "$log" $((n + 10)) || return 1
+  got=$(sed -n "$((n + 1)),$((n + 10))p" "$log" | tr '\n' ' ')
+  for ((i = 1; i <= 10; i++)); do want+="$((value + i)) "; done
+  [ "$got" = "$want" ] || { echo "    got '$got', want '$want'"; return 1; }
+}
+sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -printf '%p %m\n' | sort); }
+one_line() { [ "$(grep -vc "test hook" "$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
+fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
+
+# ---- usage ----
+run_gpusnap dump 1; expect "dump without -D" 2 "-D DIR is required"
+run_gpusnap restore; expect "restore without DIR" 2 "usage: gpusnap restore"
+run_gpusnap inspect; expect "inspect without DIR" 2 "usage: gpusnap inspect"
+run_gpusnap dump -D "$TEST_TMP/x" 2147483600; expect "dump of a missing process" 3 "no such process"
+sleep 300 & plain=$!; TEST_PIDS+=("$plain")
+run_gpusnap dump -D "$TEST_TMP/x" "$plain"; expect "dump of a non-CUDA process" 4 "is not a CUDA process"
+check "nothing written for a refused dump" [ ! -e "$TEST_TMP/x" ]
+
+# ---- dump, gone, restore, counts on ----
+log=$TEST_TMP/counter.log
+start_counter "$log"; pid=$NEWPID
+img=$TEST_TMP/img
+run_gpusnap dump -D "$img" "$pid"; expect "dump (driver path)" 0 "dumped $pid (cpu_counter) to $img: driver path"
+check "the dumped process is gone" wait_gone "$pid"
+check "no temporary directories left" [ "$(find "$TEST_TMP" -maxdepth 1 -name '.img.tmp-*' | wc -l)" = 0 ]
+check "image is owner-only (0700 dirs, 0600 files)" [ -z "$(find "$img" \( -type d ! -perm 700 \) -o \( -type f -perm /077 \))" ]
+read -r n value < <(settled "$log")
+check "counter stopped at the dump" [ "${value:-0}" -ge 10 ]
+run_gpusnap inspect "$img"; expect "inspect" 0 "by driver"
+check "inspect names process and CPU state" grep -q "process      $pid (cpu_counter)" "$OUT_TXT"
+check "inspect shows the GPU" grep -q "Fake GPU, compute 9.0" "$OUT_TXT"
+run_gpusnap inspect --json --verify "$img"; expect "inspect --json --verify" 0
+check "inspect JSON: how, pid, cpu state, verify" [ "$(json_get "$OUT_TXT" '["image"]["how"],d["image"]["process"]["pid"],d["image"]["cpu_state"],d["verify"]["ok"]')" = "('driver', $pid, True, True)" ]
+before=$(sums "$img")
+
+run_gpusnap restore -D "$img"; expect "restore" 0 "restored $pid (cpu_counter) from $img"
+check "restored process counts on from the dump" continues "$log" "$n" "$value"
+check "driver state is running after restore" [ "$(fake_state "$pid")" = 0 ]
+run_gpusnap restore -D "$img"; expect "second restore while the first runs" 15 "pid $pid, which the image needs, is in use by 'cpu_counter'"
+check "refusal is one line" one_line
+kill -9 "$pid"; wait_gone "$pid"
+m=$(wc -l <"$log")
+run_gpusnap restore --json "$img"; expect "restore again from the same image" 0
+check "restore JSON: pid and separate CRIU/GPU times" [ "$(json_get "$OUT_TXT" '["pid"],"criu_s" in d["times"],"gpu_s" in d["times"]')" = "($pid, True, True)" ]
+check "second restore counts on from the same point" continues "$log" "$m" "$value"
+check "restores leave the image unchanged" [ "$(sums "$img")" = "$before" ]
+
+# ---- --leave-running ----
+img2=$TEST_TMP/img2
+run_gpusnap dump --leave-running --json -D "$img2" "$pid"; expect "dump --leave-running" 0
+check "dump JSON says driver path, published" [ "$(json_get "$OUT_TXT" '["path"],d["published"],d["leave_running"]')" = "('driver', True, True)" ]
+check "process keeps running after --leave-running" grows "$log"
+check "its driver state is running" [ "$(fake_state "$pid")" = 0 ]
+kill -9 "$pid"; wait_gone "$pid"
+m=$(wc -l <"$log")
+run_gpusnap restore -D "$img2"; expect "restore of the --leave-running image" 0
+check "it runs" grows "$log"
+kill -9 "$pid"; wait_gone "$pid"
+
+# ---- refusals: exit code, one line, image unchanged, no process ----
+refused() { # refused TITLE CODE TEXT DIR [env...]: restore from DIR is refused
+  local title=$1 code=$2 text=$3 dir=$4
+  shift 4
+  local s0; s0=$(sums "$dir")
+  RC=0; env "$@" "$GPUSNAP_BIN" restore -D "$dir" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
+  OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err
+  expect "$title" "$code" "$text"
+  check "$title: one-line message" one_line
+  check "$title: image unchanged" [ "$(sums "$dir")" = "$s0" ]
+  check "$title: no process left" bash -c "! kill -0 $pid 2>/dev/null"
+}
+bad=$TEST_TMP/bad
+fresh_copy() { rm -rf "$bad"; cp -a "$img" "$bad"; }
+
+fresh_copy
+python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(100); b=f.read(1); f.seek(100); f.write(bytes([b[0]^1]))' "$bad/manifest.img"
+refused "flipped bit in the manifest" 11 "checksum" "$bad"
+fresh_copy
+python3 -c 'import sys,struct; f=open(sys.argv[1],"r+b"); f.seek(8); f.write(struct.pack("<I",99))' "$bad/manifest.img"
+refused "manifest of an unknown version" 11 "" "$bad"
+fresh_copy; truncate -s 200 "$bad/manifest.img"
+refused "truncated manifest" 11 "" "$bad"
+fresh_copy; rm "$bad/manifest.img"
+refused "no manifest" 11 "not a gpusnap image" "$bad"
+fresh_copy; chmod 660 "$bad/manifest.img"
+refused "group-writable manifest" 5 "manifest.img" "$bad"
+fresh_copy; chmod 620 "$bad/cpu/inventory.img"
+refused "group-writable CRIU file" 5 "inventory.img" "$bad"
+fresh_copy; chmod 770 "$bad"
+refused "group-writable image directory" 5 "$bad" "$bad"
+fresh_copy
+refused "other GPU type" 12 "different GPU types" "$bad" FAKE_CUDA_GPU0_NAME="Other GPU"
+refused "CRIU missing" 15 "criu" "$bad" GPUSNAP_CRIU=/nonexistent
+# data files: the driver path stores none, so a copy gets a grafted allocation with stored chunks
+graft=$TEST_TMP/graft
+fresh_graft() { rm -rf "$bad" "$graft"; "$build/tests/apps/image_graft" "$img" "$graft" && cp -a "$graft" "$bad"; }
+check "grafted copy of the image has data files" fresh_graft
+check "grafted copy verifies" "$GPUSNAP_BIN" inspect --verify "$bad"
+python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(4096+70000); b=f.read(1); f.seek(4096+70000); f.write(bytes([b[0]^0x10]))' "$bad/gpu-data-0000.img"
+refused "flipped bit in a chunk" 11 "gpu-data-0000.img" "$bad"
+check "the bad chunk is named" grep -q "offset 65536" "$ERR_TXT"
+fresh_graft; truncate -s 8192 "$bad/gpu-data-0000.img"
+refused "truncated data file" 11 "gpu-data-0000.img" "$bad"
+fresh_graft; rm "$bad/gpu-data-0000.img"
+refused "missing data file" 11 "gpu-data-0000.img" "$bad"
+fresh_graft
+RC=0; "$GPUSNAP_BIN" restore --map 0=7 -D "$bad" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
+OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err; expect "--map onto a missing GPU" 10 "not on this machine"
+
+# ---- restore onto the other GPU with --map ----
+export FAKE_CUDA_GPUS=2
+start_counter "$log"; pid=$NEWPID
+run_gpusnap dump -D "$img2" "$pid"; expect "dump on a 2-GPU machine" 0
+wait_gone "$pid"
+run_gpusnap restore -D "$img2"; expect "restore on the same GPUs" 0
+kill -9 "$pid"; wait_gone "$pid"
+run_gpusnap restore --map 0=1 --map 1=0 -D "$img2"; expect "restore with GPUs swapped" 0
+check "the driver got the map (process on GPU 1)" grep -q "^0 1 " "$FAKE_CUDA_DIR/$pid"
+kill -9 "$pid"; wait_gone "$pid"
+unset FAKE_CUDA_GPUS
+
+# ---- dumps failing mid-way: process runs on, the old image stays ----
+start_counter "$log"; pid=$NEWPID
+s0=$(sums "$img")
+GPUSNAP_TEST_WRITE_FAIL_AFTER=0 run_gpusnap dump -D "$img" "$pid"
+expect "dump with the disk full" 13 "no space left"
+check "disk full: one-line message" one_line
+check "disk full: process keeps running" grows "$log"
+check "disk full: driver state running again" [ "$(fake_state "$pid")" = 0 ]
+check "disk full: old image intact" [ "$(sums "$img")" = "$s0" ]
+check "disk full: no temporary directory left" [ "$(find "$TEST_TMP" -maxdepth 1 -name '.img.tmp-*' | wc -l)" = 0 ]
+
+failing=$TEST_TMP/failing-criu
+printf '#!/bin/sh\ncase "$1" in --version|check) exec "%s" "$@";; esac\necho "Error (criu/cr-dump.c:1): injected failure" >&2\nexit 1\n' "$GPUSNAP_CRIU" >"$failing"
+chmod 755 "$failing"
+GPUSNAP_CRIU=$failing run_gpusnap dump -D "$img" "$pid"
+expect "dump with CRIU failing" 15 "criu dump of $pid failed"
+check "CRIU failing: process keeps running" grows "$log"
+check "CRIU failing: driver state running again" [ "$(fake_state "$pid")" = 0 ]
+check "CRIU failing: old image intact" [ "$(sums "$img")" = "$s0" ]
+check "CRIU failing: no temporary directory left" [ "$(find "$TEST_TMP" -maxdepth 1 -name '.img.tmp-*' | wc -l)" = 0 ]
+mkdir -p "$TEST_TMP/notimg"; echo x >"$TEST_TMP/notimg/file"
+run_gpusnap dump -D "$TEST_TMP/notimg" "$pid"; expect "dump over a directory that is not an image" 2 "is not a gpusnap image"
+check "refused dump: process keeps running" grows "$log"
+
+# a dump over an existing image replaces it
+run_gpusnap dump -D "$img" "$pid"; expect "dump over an existing image" 0
+check "the new image is another one" [ "$(sums "$img")" != "$s0" ]
+wait_gone "$pid"
+
+test_done
