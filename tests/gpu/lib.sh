@@ -172,6 +172,10 @@ app_start() { # NAME READY_TIMEOUT CMD [ARGS...]
   local name=$1 timeout=$2
   shift 2
   local in="$GS_WORK/$name.in" out="$GS_WORK/$name.out" err="$GS_WORK/$name.stderr"
+  # Apps that CRIU dumps write stderr to /dev/null: CRIU refuses to restore a
+  # process whose open regular file changed size since the dump (a first
+  # restore appends to it, then a second restore from the same image fails).
+  [ "${GS_APP_STDERR:-file}" == null ] && err=/dev/null
   rm -f "$in" "$out"
   mkfifo "$in" "$out" || { fail "mkfifo in $GS_WORK"; return 1; }
   log "start $name: $*"

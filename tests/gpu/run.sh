@@ -86,7 +86,7 @@ save() {
     echo "logs: $LOGS (and logs.tar.gz)"
   } >"$OUT/summary.txt"
   cp "$OUT/summary.txt" "$LOGS/summary.txt"
-  tar -czf "$OUT/logs.tar.gz.tmp" -C "$WORK" logs 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+  tar -czf "$OUT/logs.tar.gz.tmp" --exclude='img*' --exclude='*.img' -C "$WORK" logs 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
 }
 
 add_row() { # NAME VERDICT DETAIL

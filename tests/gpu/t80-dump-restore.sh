@@ -6,6 +6,7 @@
 # again. The image is unchanged by the restores.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t80-dump-restore
+export GS_APP_STDERR=null
 require_criu
 
 img=$GS_WORK/img

@@ -6,6 +6,7 @@
 # image, it starts over from the dumped value (the next line is that value + 1).
 . "$(dirname "$0")/lib.sh"
 gs_test_init t81-counter-dump
+export GS_APP_STDERR=null
 require_criu
 
 values=$GS_WORK/counter.values

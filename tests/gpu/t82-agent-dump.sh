@@ -7,6 +7,7 @@
 # same image verifies again. Then --leave-running keeps it running.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t82-agent-dump
+export GS_APP_STDERR=null
 require_criu
 
 img=$GS_WORK/img

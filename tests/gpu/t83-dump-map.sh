@@ -5,6 +5,7 @@
 # across GPU types or onto a missing GPU is refused before anything starts.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t83-dump-map
+export GS_APP_STDERR=null
 require_gpus 2 "restore --map needs 2 GPUs"
 require_criu
 
