@@ -80,7 +80,12 @@ int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err)
 		MEMBER(cuMemGetAllocationGranularity),
 #undef MEMBER
 	};
-	int version = cu->driver_version ? cu->driver_version : 12000;
+	/*
+	 * The ABI asked for is CUDA 12.0's, the one the prototypes above follow: asking
+	 * for the driver's own version would hand out newer signatures (CUDA 13's
+	 * cuCtxGetDevice_v2 takes a context too).
+	 */
+	const int version = 12000;
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
 		void *fn = NULL;
 		int status = 0;
