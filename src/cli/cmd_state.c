@@ -13,15 +13,16 @@
 #include "cuda/checkpoint.h"
 
 static const char *const state_usage[] = {
-	"gpusnap state [--json] PID",
+	"gpusnap state [--json] [-v] PID",
 	NULL,
 };
 
 int cmd_state(int argc, char **argv)
 {
-	bool json = false;
+	bool json = false, verbose = false;
 	const struct gs_option opts[] = {
 		GS_OPT_BOOL_(0, "json", &json, "print the state as JSON"),
+		GS_OPT_BOOL_('v', "verbose", &verbose, "also say what the agent holds and what it cannot release"),
 		GS_OPT_END_(),
 	};
 	int nargs;
@@ -99,7 +100,13 @@ int cmd_state(int argc, char **argv)
 		gs_json_free(&j);
 	} else {
 		printf("%s\n", state);
-		if (ag.present) {
+		if (ag.present && !verbose && ag.unmanaged_count) {
+			char b[32];
+			fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",
+				(unsigned long long)ag.unmanaged_count, ag.unmanaged_count == 1 ? "" : "s",
+				gs_format_bytes(ag.unmanaged_bytes, b, sizeof(b)), pid);
+		}
+		if (ag.present && verbose) {
 			char b1[32], b2[32];
 			printf("agent: %s, %llu allocation%s, %s releasable", gs_agent_state_name(ag.state),
 			       (unsigned long long)ag.alloc_count, ag.alloc_count == 1 ? "" : "s",

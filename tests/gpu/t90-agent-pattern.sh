@@ -13,9 +13,14 @@ expect_vram_at_least p "$pid" 8192
 gs_run state "$pid" --json
 check "the agent answers in process $pid" grep -q '"path":"agent"' <<<"$GS_OUT"
 
-suspend_checked p 8192 || finish
+gs_run suspend "$pid" --json
+expect_rc 0 "agent suspend of 8 GiB" || finish
 check "suspend took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
-log "agent part: $(json_get "$GS_OUT" processes.0.agent <<<"$GS_OUT" 2>/dev/null)"
+check "the agent moved the 8 GiB" grep -q '"bytes":85[0-9]*' <<<"$GS_OUT"
+expect_state "$pid" suspended "state after an agent suspend"
+check "VRAM of the process is 0 after an agent suspend" [ "$(pid_vram_mib "$pid")" == 0 ]
+gs_run state -v "$pid"
+check "state -v reports the agent holding the data" grep -q '^agent: suspended' <<<"$GS_OUT"
 resume_checked p || finish
 app_verify p "8 GiB after an agent suspend/resume" || finish
 
@@ -34,8 +39,10 @@ resume_checked p || finish
 app_verify p "8 GiB after a keep-context cycle" || finish
 
 # --driver on an agent process: the driver moves everything, the agent stays out of it
-suspend_checked p 8192 --driver || finish
+gs_run suspend "$pid" --json --driver
+expect_rc 0 "suspend --driver of an agent process" || finish
 check "--driver took the driver path" grep -q '"path":"driver"' <<<"$GS_OUT"
+expect_state "$pid" suspended "state after suspend --driver"
 resume_checked p || finish
 app_verify p "8 GiB after a --driver cycle" || finish
 app_quit p
