@@ -291,6 +291,9 @@ app_quit() { # NAME [TIMEOUT_S]
   local name=$1 timeout=${2:-60} pid=${APP_PID[$1]} i
   APP_RC=
   app_send "$name" quit
+  if [ "${APP_OWN[$name]}" == restored ] && app_expect "$name" BYE "$timeout"; then
+    APP_RC=${REPLY_LINE#BYE }
+  fi
   for ((i = 0; i < timeout * 10; i++)); do
     pid_alive "$pid" || break
     sleep 0.1
@@ -300,7 +303,9 @@ app_quit() { # NAME [TIMEOUT_S]
     gs_kill_pid "$pid"
     return 1
   fi
-  if [ "${APP_OWN[$name]}" == 1 ]; then
+  if [ "${APP_OWN[$name]}" == restored ]; then
+    : # APP_RC from the BYE line above
+  elif [ "${APP_OWN[$name]}" == 1 ]; then
     wait "$pid" 2>/dev/null
     APP_RC=$?
   else
@@ -658,4 +663,10 @@ restore_checked() { # DIR WANT_PID [EXTRA ARGS...]
   log "restore: checksums $(json_get "$GS_OUT" times.verify_s) s, CRIU part $(json_get "$GS_OUT" times.criu_s) s, GPU part $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
   check "restored process $want is alive" pid_alive "$want"
   expect_state "$want" running "state after restore"
+  # CRIU restored it: it is no child of ours, its exit status comes from its BYE line
+  local n
+  for n in "${!APP_PID[@]}"; do
+    [ "${APP_PID[$n]}" == "$want" ] && APP_OWN[$n]=restored
+  done
+  return 0
 }

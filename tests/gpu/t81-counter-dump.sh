@@ -12,7 +12,7 @@ require_criu
 values=$GS_WORK/counter.values
 img=$GS_WORK/img
 rm -f "$values"
-setsid "$GS_APPS/counter" --no-stdin --out "$values" --quiet </dev/null >"$GS_WORK/counter.stdout" 2>"$GS_WORK/counter.stderr" &
+setsid "$GS_APPS/counter" --no-stdin --out "$values" --quiet </dev/null >/dev/null 2>/dev/null &
 pid=$!
 GS_EXTRA_PIDS+=("$pid")
 gs_track_pid "$pid"
