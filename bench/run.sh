@@ -111,6 +111,14 @@ measure() { # SIZE PATH
     agent) launch=("$GPUSNAP" run --) ;;
     # a staging pool kept ready (--reserve): the data part at line rate
     agent-reserve) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # the same, and the staging memory unpinned while the driver holds the process
+    agent-reserve-unpin) launch=(env GPUSNAP_STAGING_UNPIN=1 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # the same with 2 MiB huge pages for staging (the system's pool sized for it here)
+    agent-reserve-huge)
+      launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --)
+      HUGE_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
+      echo $(((bytes / 1073741824 + 2) * 512)) >/proc/sys/vm/nr_hugepages 2>/dev/null ||
+        { echo "SKIP: $size on $path: cannot set nr_hugepages"; return; } ;;
     # only the data leaves the GPU; the context stays
     agent-keep) launch=("$GPUSNAP" run --) susp_args=(--keep-context) ;;
     *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
@@ -132,7 +140,7 @@ measure() { # SIZE PATH
   fi
   pid=${APP_PID[b]}
   # a reserved pool fills in the background after the app's first allocation: let it finish
-  [ "$path" == agent-reserve ] && sleep "$((bytes / 4000000000 + 2))"
+  [[ $path == agent-reserve* ]] && sleep "$((bytes / 4000000000 + 2))"
   for ((rep = 1; rep <= REPEAT; rep++)); do
     export B_REP=$rep B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED='' B_DETAIL=''
     gs_run suspend "$pid" --json "${susp_args[@]}"
@@ -161,6 +169,7 @@ measure() { # SIZE PATH
       break
     fi
   done
+  [ "$path" == agent-reserve-huge ] && echo "${HUGE_BEFORE:-0}" >/proc/sys/vm/nr_hugepages 2>/dev/null
   if ! app_quit b 60 >/dev/null; then
     echo "FAIL: $size on $path: the pattern app did not exit cleanly (status ${APP_RC:-?})"
     FAILED=1

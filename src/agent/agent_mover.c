@@ -32,6 +32,7 @@
 #define STAGING_WORKERS 8
 
 static struct {
+	bool unpin; /* GPUSNAP_STAGING_UNPIN=1: unpin staging while the driver holds the process */
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
 	pthread_t reaper;
@@ -72,6 +73,8 @@ int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **o
 void gs_mover_init_from_env(struct gs_agent *a)
 {
 	(void)a;
+	const char *u = getenv("GPUSNAP_STAGING_UNPIN");
+	mover.unpin = u && !strcmp(u, "1");
 	const char *v = getenv("GPUSNAP_RESERVE");
 	if (v && *v && gs_parse_size(v, &mover.reserve_bytes))
 		pr_warn("ignoring GPUSNAP_RESERVE='%s': not a size", v);
@@ -386,6 +389,14 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		update_registry(a, r);
 	}
 	double t_release = gs_now();
+	if (mover.unpin && !keep_context && h->pool) {
+		struct gs_err e2 = { 0 };
+		if (gs_staging_set_pinned(h->pool, false, STAGING_WORKERS, &e2))
+			pr_warn("staging memory stays pinned: %s", e2.msg);
+		else
+			h->unpinned = true;
+	}
+	double t_unpin = gs_now();
 
 	h->keep_context = keep_context;
 	a->held = h;
@@ -395,6 +406,8 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "sync", t_sync - t_quiesce);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool0);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
+	if (a->held->unpinned)
+		gs_msg_add_named_f64(reply, GS_F_TIMING, "unpin", t_unpin - t_release);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", a->held->pool_is_reserve);
@@ -424,6 +437,13 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		if ((rc = recreate_all(a, h, err)))
 			goto out;
 		double t_map = gs_now();
+		if (h->unpinned) {
+			if ((rc = gs_staging_set_pinned(h->pool, true, STAGING_WORKERS, err)))
+				goto out;
+			h->unpinned = false;
+			gs_msg_add_named_f64(reply, GS_F_TIMING, "repin", gs_now() - t_map);
+			t_map = gs_now();
+		}
 		if (h->plan.nchunks && (rc = copy_all(a, h, false, -1, err))) {
 			/* the data is still in staging: stay suspended so a retry can copy it again */
 			goto out;

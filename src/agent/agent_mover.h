@@ -36,6 +36,7 @@ struct gs_agent_held {
 	struct gs_staging *pool;
 	bool pool_is_reserve;
 	bool keep_context;
+	bool unpinned; /* the pool's segments were unpinned for the driver's checkpoint */
 	uint64_t bytes;
 };
 

@@ -97,6 +97,13 @@ void *gs_staging_ptr(struct gs_staging *p, uint64_t offset);
 uint64_t gs_staging_size(struct gs_staging *p);
 uint64_t gs_staging_segment_size(struct gs_staging *p);
 uint32_t gs_staging_segments(struct gs_staging *p);
+/*
+ * Unpins (pinned = false) or pins again every segment, with `threads` threads
+ * the call owns and joins; waits for population first. Pinned host memory
+ * costs the driver time in its own checkpoint and restore, in proportion to
+ * its size, so the agent can unpin a pool while the process is checkpointed.
+ */
+int gs_staging_set_pinned(struct gs_staging *p, bool pinned, int threads, struct gs_err *err);
 void gs_staging_get_report(struct gs_staging *p, struct gs_staging_report *r);
 
 #endif

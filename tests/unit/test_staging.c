@@ -17,6 +17,8 @@
 #include "core/staging.h"
 #include "test.h"
 
+#define GS_MIN(a, b) ((a) < (b) ? (a) : (b))
+
 /* ---- fake register callback ---- */
 
 #define MAX_REGS 1024
@@ -433,12 +435,57 @@ static void test_populate_speed(void)
 	}
 }
 
+/* Unpinning unregisters every segment once; pinning again registers each once more; destroy then unregisters those. */
+static void test_unpin_and_pin_again(void)
+{
+	struct fake_reg f;
+	struct gs_staging_ops ops;
+	fake_reg_init(&f, &ops);
+	struct gs_staging_config cfg = { .segment_size = 4 * GS_MiB, .workers = 2, .no_hugetlb = true };
+	struct gs_staging *p = NULL;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_staging_create(10 * GS_MiB, &cfg, &ops, &p, &err), 0);
+	if (!p)
+		return;
+	uint32_t nsegs = gs_staging_segments(p);
+	CHECK_INT(gs_staging_set_pinned(p, false, 3, &err), 0);
+	int unregs = 0;
+	for (int i = 0; i < f.nregs; i++)
+		unregs += f.unregs[i];
+	CHECK_INT(f.nregs, nsegs);
+	CHECK_INT(unregs, nsegs);
+	CHECK_INT(gs_staging_set_pinned(p, false, 3, &err), 0); /* already unpinned: nothing more */
+	CHECK_INT(f.bad_unregs, 0);
+	CHECK_INT(gs_staging_set_pinned(p, true, 3, &err), 0);
+	CHECK_INT(f.nregs, 2 * nsegs);
+	for (uint64_t off = 0; off < 10 * GS_MiB; off += gs_staging_segment_size(p)) /* still mapped and writable */
+		memset(gs_staging_ptr(p, off), 0x5a, GS_MIN(gs_staging_segment_size(p), 10 * GS_MiB - off));
+	gs_staging_destroy(p);
+	unregs = 0;
+	for (int i = 0; i < f.nregs; i++)
+		unregs += f.unregs[i];
+	CHECK_INT(unregs, 2 * nsegs);
+	CHECK_INT(f.bad_unregs, 0);
+
+	/* a failing pin is reported */
+	fake_reg_init(&f, &ops);
+	CHECK_INT(gs_staging_create(8 * GS_MiB, &cfg, &ops, &p, &err), 0);
+	if (!p)
+		return;
+	CHECK_INT(gs_staging_set_pinned(p, false, 2, &err), 0);
+	f.fail_call = f.calls + 1;
+	CHECK_INT(gs_staging_set_pinned(p, true, 1, &err), GS_E_FAILURE);
+	CHECK_CONTAINS(err.msg, "pin staging memory");
+	gs_staging_destroy(p);
+}
+
 int main(void)
 {
 	RUN(test_sizes_and_ptr);
 	RUN(test_hugetlb_fallback);
 	RUN(test_concurrent_waits);
 	RUN(test_timeout_and_failed_register);
+	RUN(test_unpin_and_pin_again);
 	RUN(test_destroy_while_populating);
 	RUN(test_out_of_memory);
 	RUN(test_populate_speed);
