@@ -437,6 +437,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		if ((rc = recreate_all(a, h, err)))
 			goto out;
 		double t_map = gs_now();
+		gs_msg_add_named_f64(reply, GS_F_TIMING, "map", t_map - t0);
 		if (h->unpinned) {
 			if ((rc = gs_staging_set_pinned(h->pool, true, STAGING_WORKERS, err)))
 				goto out;
@@ -449,7 +450,6 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 			goto out;
 		}
 		double t_copy = gs_now();
-		gs_msg_add_named_f64(reply, GS_F_TIMING, "map", t_map - t0);
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_in", t_copy - t_map);
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
 		a->held = NULL;
