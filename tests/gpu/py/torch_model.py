@@ -1,0 +1,134 @@
+"""torch_model.py - a PyTorch process for gpusnap's GPU tests and overhead benchmark.
+
+Builds a small transformer-style model with random weights (seeded; nothing is
+downloaded), runs it on a fixed input and keeps the output as the reference. A
+CUDA graph of the forward pass is captured too. Then it answers commands on
+stdin, one per line, like the C test apps:
+  check   -> "CHECK OK" if the eager output and the graph replay are bit-identical
+             to the references (and a training step runs), else "CHECK FAIL <why>"
+  churn   -> allocates and frees tensors of many sizes (exercises the allocator)
+  quit    -> "BYE 0"
+With --bench N it instead times N training steps and N inference steps and prints
+"BENCH train_ms=<median> infer_ms=<median>" (used by bench/overhead.sh).
+The allocator backend follows PYTORCH_CUDA_ALLOC_CONF as PyTorch reads it.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+
+def build(seed, dim, layers):
+    torch.manual_seed(seed)
+    blocks = []
+    for _ in range(layers):
+        blocks.append(torch.nn.TransformerEncoderLayer(dim, nhead=8, dim_feedforward=4 * dim, batch_first=True))
+    model = torch.nn.Sequential(*blocks).cuda().eval()
+    x = torch.randn(8, 128, dim, device="cuda", generator=torch.Generator("cuda").manual_seed(seed + 1))
+    return model, x
+
+
+def forward(model, x):
+    with torch.no_grad():
+        return model(x)
+
+
+def train_step(model, opt, x):
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    loss = model(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+    model.eval()
+    return loss.item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--bench", type=int, default=0)
+    args = ap.parse_args()
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, x = build(args.seed, args.dim, args.layers)
+
+    if args.bench:
+        opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+        for _ in range(5):
+            train_step(model, opt, x)
+            forward(model, x)
+        torch.cuda.synchronize()
+        tr, inf = [], []
+        for _ in range(args.bench):
+            t0 = time.perf_counter()
+            train_step(model, opt, x)
+            torch.cuda.synchronize()
+            tr.append((time.perf_counter() - t0) * 1e3)
+            t0 = time.perf_counter()
+            forward(model, x)
+            torch.cuda.synchronize()
+            inf.append((time.perf_counter() - t0) * 1e3)
+        print("BENCH train_ms=%.4f infer_ms=%.4f" % (statistics.median(tr), statistics.median(inf)), flush=True)
+        return 0
+
+    ref = forward(model, x).clone()
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        forward(model, static_x)  # warm-up on the side stream, as graph capture needs
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        static_out = forward(model, static_x)
+    graph.replay()
+    torch.cuda.synchronize()
+    graph_ref = static_out.clone()
+    # a copy of the model to train, so the reference model's weights never change
+    trainee, _ = build(args.seed, args.dim, args.layers)
+    opt = torch.optim.SGD(trainee.parameters(), lr=1e-6)
+    print("READY %d" % os.getpid(), flush=True)
+    status = 0
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "check":
+            out = forward(model, x)
+            graph.replay()
+            torch.cuda.synchronize()
+            why = []
+            if not torch.equal(out, ref):
+                why.append("eager output differs (max diff %g)" % (out - ref).abs().max().item())
+            if not torch.equal(static_out, graph_ref):
+                why.append("graph replay differs")
+            loss = train_step(trainee, opt, x)
+            if loss != loss:
+                why.append("training step gave NaN")
+            if why:
+                status = 1
+                print("CHECK FAIL " + "; ".join(why), flush=True)
+            else:
+                print("CHECK OK %s" % os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"), flush=True)
+        elif cmd == "churn":
+            keep = []
+            for i in range(2000):
+                t = torch.empty((i * 37) % 65536 + 1, dtype=torch.uint8, device="cuda")
+                if i % 3 == 0:
+                    keep.append(t)
+            del keep
+            torch.cuda.synchronize()
+            print("CHURN OK", flush=True)
+        elif cmd == "quit":
+            break
+        else:
+            print("ERROR unknown command %r" % cmd, flush=True)
+    print("BYE %d" % status, flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

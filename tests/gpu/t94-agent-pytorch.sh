@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# t94-agent-pytorch.sh - a PyTorch model (random weights built in the test)
+# under the agent gives bit-identical outputs, and a CUDA graph captured before
+# the suspend replays identically, after agent suspend/resume cycles (and a
+# keep-context cycle), with each allocator backend: the default caching
+# allocator, expandable_segments:True and cudaMallocAsync.
+. "$(dirname "$0")/lib.sh"
+gs_test_init t94-agent-pytorch
+py=$(dirname "$0")/py/torch_model.py
+if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  skip "PyTorch with CUDA is not installed here"
+  finish
+fi
+
+for conf in default expandable_segments:True backend:cudaMallocAsync; do
+  name=${conf%%:*}
+  if [ "$conf" == default ]; then unset PYTORCH_CUDA_ALLOC_CONF; else export PYTORCH_CUDA_ALLOC_CONF=$conf; fi
+  app_start "$name" 240 "$GPUSNAP" run -- python3 "$py" --seed 94 || continue
+  pid=${APP_PID[$name]}
+  app_cmd "$name" check CHECK 120 && [[ $REPLY_LINE == "CHECK OK"* ]] && pass "$conf: outputs before suspend" ||
+    fail "$conf: check before suspend: $REPLY_LINE"
+  for cycle in 1 2; do
+    gs_run suspend "$pid" --json
+    expect_rc 0 "$conf: agent suspend $cycle" || break
+    check "$conf: suspend $cycle took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
+    check "$conf: VRAM 0 while suspended" [ "$(pid_vram_mib "$pid")" == 0 ]
+    gs_run resume "$pid" --json
+    expect_rc 0 "$conf: resume $cycle" || break
+    if app_cmd "$name" check CHECK 120 && [[ $REPLY_LINE == "CHECK OK"* ]]; then
+      pass "$conf: outputs and graph replay bit-identical after cycle $cycle"
+    else
+      fail "$conf: after cycle $cycle: $REPLY_LINE"
+    fi
+    app_cmd "$name" churn CHURN 120 || fail "$conf: allocator churn after cycle $cycle"
+  done
+  gs_run suspend "$pid" --keep-context --json
+  expect_rc 0 "$conf: keep-context suspend"
+  gs_run resume "$pid" --json
+  expect_rc 0 "$conf: resume after keep-context"
+  app_cmd "$name" check CHECK 120 && [[ $REPLY_LINE == "CHECK OK"* ]] && pass "$conf: identical after keep-context" ||
+    fail "$conf: after keep-context: $REPLY_LINE"
+  gs_run state -v "$pid"
+  log "$conf: $GS_OUT"
+  app_quit "$name" 60
+done
+unset PYTORCH_CUDA_ALLOC_CONF
+finish
