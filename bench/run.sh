@@ -121,6 +121,7 @@ measure() { # SIZE PATH
         { echo "SKIP: $size on $path: cannot set nr_hugepages"; return; } ;;
     # only the data leaves the GPU; the context stays
     agent-keep) launch=("$GPUSNAP" run --) susp_args=(--keep-context) ;;
+    agent-reserve-keep) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) susp_args=(--keep-context) ;;
     *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
   esac
   local free need
