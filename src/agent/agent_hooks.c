@@ -62,6 +62,28 @@ static bool is_ipc_pool(CUmemoryPool pool)
 }
 
 /*
+ * True while `stream` is being captured into a CUDA graph. Allocation there
+ * belongs to the graph (memory nodes the driver owns), and the calls the agent
+ * makes for its own memory (cuMemCreate, event queries) would invalidate the
+ * capture: such requests go to the real driver.
+ */
+static bool capturing(struct gs_agent *a, CUstream stream, bool per_thread)
+{
+	int status = 0;
+	if (!a->cuda_ready)
+		return false;
+	if (a->cu.cuStreamIsCapturing(stream == 0 && per_thread ? STREAM_PER_THREAD : stream, &status) != CUDA_SUCCESS)
+		return false;
+	return status != 0;
+}
+
+static void count_unmanaged(struct gs_agent *a, size_t size)
+{
+	__atomic_add_fetch(&a->unmanaged_allocs, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&a->unmanaged_bytes, size, __ATOMIC_RELAXED);
+}
+
+/*
  * Allocates size bytes of releasable memory on the current context's device.
  * If the agent itself cannot work (a driver without the VMM entry points),
  * the allocation goes to the real driver, counted as unmanaged: the app runs
@@ -81,10 +103,8 @@ static CUresult managed_alloc(CUdeviceptr *dptr, size_t size)
 		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
 			pr_warn("allocations go straight to the driver (suspend uses the driver path): %s", agent_err.msg);
 		r = real.cuMemAlloc(dptr, size);
-		if (r == CUDA_SUCCESS) {
-			__atomic_add_fetch(&a->unmanaged_allocs, 1, __ATOMIC_RELAXED);
-			__atomic_add_fetch(&a->unmanaged_bytes, size, __ATOMIC_RELAXED);
-		}
+		if (r == CUDA_SUCCESS)
+			count_unmanaged(a, size);
 		return r;
 	}
 	struct gs_agent_device *d = gs_agent_current_device(a, &r);
@@ -186,10 +206,27 @@ static CUresult hook_cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t wi
 }
 
 /* Stream-ordered allocation: the memory is ready at once, which satisfies any stream order. */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread,
+			    CUresult (*real_alloc)(CUdeviceptr *, size_t, CUstream))
+{
+	struct gs_agent *a = gs_agent_get();
+	if (capturing(a, stream, per_thread)) {
+		CUresult r = GS_GATED(real_alloc(dptr, size, stream));
+		if (r == CUDA_SUCCESS)
+			count_unmanaged(a, size);
+		return r;
+	}
+	return hook_cuMemAlloc(dptr, size);
+}
+
 static CUresult hook_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
-	(void)stream;
-	return hook_cuMemAlloc(dptr, size);
+	return alloc_async(dptr, size, stream, false, real.cuMemAllocAsync);
+}
+
+static CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+	return alloc_async(dptr, size, stream, true, real.cuMemAllocAsync_ptsz);
 }
 
 /* Stream-ordered free: released once the stream's earlier work is done (an event marks the point). */
@@ -204,6 +241,16 @@ static CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread,
 	struct gs_alloc_rec rec;
 	if (!gs_alloc_registry_get(a->allocs, dptr, &rec)) {
 		r = real_free(dptr, stream);
+		goto out;
+	}
+	if (capturing(a, stream, per_thread)) {
+		/*
+		 * A graph cannot free memory the agent owns: the block stays allocated
+		 * (and correct for the graph, which only stops using it) until the app
+		 * frees it again outside a capture or exits.
+		 */
+		pr_debug("free of %#llx during graph capture left to the app's next free", (unsigned long long)dptr);
+		r = CUDA_SUCCESS;
 		goto out;
 	}
 	struct gs_deferred_free *df = malloc(sizeof(*df));
@@ -244,11 +291,9 @@ static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool poo
 {
 	if (is_ipc_pool(pool)) {
 		struct gs_agent *a = gs_agent_get();
-		CUresult r = real_alloc(dptr, size, pool, stream);
-		if (r == CUDA_SUCCESS) {
-			__atomic_add_fetch(&a->unmanaged_allocs, 1, __ATOMIC_RELAXED);
-			__atomic_add_fetch(&a->unmanaged_bytes, size, __ATOMIC_RELAXED);
-		}
+		CUresult r = GS_GATED(real_alloc(dptr, size, pool, stream));
+		if (r == CUDA_SUCCESS)
+			count_unmanaged(a, size);
 		return r;
 	}
 	return hook_cuMemAlloc(dptr, size);
@@ -336,7 +381,7 @@ int gs_agent_install_hooks(struct gs_err *err)
 		{ "cuMemFree_v2", (void *)hook_cuMemFree, (void **)&real.cuMemFree },
 		{ "cuMemAllocPitch_v2", (void *)hook_cuMemAllocPitch, (void **)&real.cuMemAllocPitch },
 		{ "cuMemAllocAsync", (void *)hook_cuMemAllocAsync, (void **)&real.cuMemAllocAsync },
-		{ "cuMemAllocAsync_ptsz", (void *)hook_cuMemAllocAsync, (void **)&real.cuMemAllocAsync_ptsz },
+		{ "cuMemAllocAsync_ptsz", (void *)hook_cuMemAllocAsync_ptsz, (void **)&real.cuMemAllocAsync_ptsz },
 		{ "cuMemFreeAsync", (void *)hook_cuMemFreeAsync, (void **)&real.cuMemFreeAsync },
 		{ "cuMemFreeAsync_ptsz", (void *)hook_cuMemFreeAsync_ptsz, (void **)&real.cuMemFreeAsync_ptsz },
 		{ "cuMemAllocFromPoolAsync", (void *)hook_cuMemAllocFromPoolAsync, (void **)&real.cuMemAllocFromPoolAsync },

@@ -77,7 +77,7 @@ int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err)
 		MEMBER(cuMemcpyDtoH), MEMBER(cuMemHostRegister), MEMBER(cuMemHostUnregister), MEMBER(cuMemAlloc),
 		MEMBER(cuMemFree), MEMBER(cuMemGetInfo), MEMBER(cuMemAddressReserve), MEMBER(cuMemAddressFree),
 		MEMBER(cuMemCreate), MEMBER(cuMemRelease), MEMBER(cuMemMap), MEMBER(cuMemUnmap), MEMBER(cuMemSetAccess),
-		MEMBER(cuMemGetAllocationGranularity),
+		MEMBER(cuMemGetAllocationGranularity), MEMBER(cuStreamIsCapturing),
 #undef MEMBER
 	};
 	/*

@@ -69,6 +69,7 @@ struct gs_cuda {
 	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
 	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 	CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
+	CUresult (*cuStreamIsCapturing)(CUstream, int *); /* status 0 = not capturing */
 };
 
 /* Hook for the agent, which must reach the real dlsym past its own interposer. */
