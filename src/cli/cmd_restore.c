@@ -162,7 +162,15 @@ static int plan_gpus(struct restore_run *r, const struct restore_opts *o, struct
 		r->pairs[k].newUuid = r->s.gpus[r->target[k]].uuid;
 	}
 	r->npairs = (unsigned)n;
-	return 0;
+	/* on the machine it was dumped on, the process also saw GPUs it held no memory on: pair those too */
+	bool same_machine = true;
+	for (size_t k = 0; k < n; k++) {
+		bool here = false;
+		for (int m = 0; m < r->s.ngpus; m++)
+			here |= !memcmp(r->s.gpus[m].uuid.bytes, gs_image_gpu_at(r->img, k)->uuid, 16);
+		same_machine &= here;
+	}
+	return same_machine ? gs_gpu_pairs_complete(&r->pairs, &r->npairs, r->s.gpus, r->s.ngpus, err) : 0;
 }
 
 /* GPU memory the image needs on image GPU k: what the process held when dumped, else its allocations. */

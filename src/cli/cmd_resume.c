@@ -37,6 +37,11 @@ static int build_pairs(struct cli_session *s, struct resume_ctx *ctx, struct gs_
 			gs_err_wrap(err, "process %d stays suspended", (int)procs[i].pid);
 			return rc;
 		}
+		if ((rc = gs_gpu_pairs_complete(&p, &np, s->gpus, s->ngpus, err))) {
+			free(p);
+			gs_err_wrap(err, "process %d stays suspended", (int)procs[i].pid);
+			return rc;
+		}
 		*pairs = p;
 		*npairs = np;
 	}

@@ -127,3 +127,45 @@ int gs_gpu_map_parse(const char *const *specs, int nspecs, const struct gs_gpu *
 	*npairs_out = (unsigned)nspecs;
 	return 0;
 }
+
+static bool pair_has(const CUcheckpointGpuPair *pairs, unsigned n, const CUuuid *u, bool as_target)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (!memcmp(as_target ? pairs[i].newUuid.bytes : pairs[i].oldUuid.bytes, u->bytes, 16))
+			return true;
+	return false;
+}
+
+int gs_gpu_pairs_complete(CUcheckpointGpuPair **pairs_io, unsigned *npairs, const struct gs_gpu *gpus, int ngpus,
+			  struct gs_err *err)
+{
+	unsigned n = *npairs;
+	CUcheckpointGpuPair *pairs = realloc(*pairs_io, sizeof(*pairs) * (n + (unsigned)ngpus + 1));
+	if (!pairs)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	*pairs_io = pairs;
+	/* first every unnamed GPU whose own place is free, then the rest onto free GPUs of their type */
+	for (int pass = 0; pass < 2; pass++)
+		for (int g = 0; g < ngpus; g++) {
+			if (pair_has(pairs, n, &gpus[g].uuid, false))
+				continue;
+			int target = -1;
+			if (!pair_has(pairs, n, &gpus[g].uuid, true))
+				target = g;
+			for (int t = 0; pass == 1 && target < 0 && t < ngpus; t++)
+				if (!pair_has(pairs, n, &gpus[t].uuid, true) && !strcmp(gpus[t].name, gpus[g].name) &&
+				    gpus[t].cc_major == gpus[g].cc_major && gpus[t].cc_minor == gpus[g].cc_minor)
+					target = t;
+			if (target < 0) {
+				if (pass == 1)
+					return gs_fail(err, GS_E_GPU_MAP,
+						       "GPU %d has nowhere to go once the map is applied: map it too", g);
+				continue;
+			}
+			pairs[n].oldUuid = gpus[g].uuid;
+			pairs[n].newUuid = gpus[target].uuid;
+			n++;
+		}
+	*npairs = n;
+	return 0;
+}

@@ -36,4 +36,15 @@ int gs_gpus_list(struct gs_cuda *cu, struct gs_gpu **gpus, int *count, struct gs
 int gs_gpu_map_parse(const char *const *specs, int nspecs, const struct gs_gpu *gpus, int ngpus, const CUuuid *used,
 		     int nused, CUcheckpointGpuPair **pairs, unsigned *npairs, struct gs_err *err);
 
+/*
+ * Completes a GPU map so every GPU of this machine is a source exactly once:
+ * the driver wants a pair for each GPU it checkpointed, which is every GPU the
+ * process could see, not only those it held memory on. A GPU not named keeps
+ * its place when that target is free, else takes a free GPU of its type
+ * (`--map 0=1` on two GPUs becomes 0=1, 1=0). GS_E_GPU_MAP if one is left
+ * with nowhere to go. *pairs is reallocated.
+ */
+int gs_gpu_pairs_complete(CUcheckpointGpuPair **pairs, unsigned *npairs, const struct gs_gpu *gpus, int ngpus,
+			  struct gs_err *err);
+
 #endif

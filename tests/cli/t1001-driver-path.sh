@@ -96,10 +96,10 @@ check "process moved to GPU 1" grep -q "^0 1$" "$FAKE_CUDA_DIR/$p"
 
 start_cuda_proc 0,1; p=$NEWPID
 run_gpusnap suspend "$p"; expect "suspend two-GPU process" 0
-run_gpusnap resume --map 0=1 "$p"; expect "map not covering a GPU the driver needs" 10 "refused the GPU map"
+FAKE_CUDA_REFUSE_REMAP=1 run_gpusnap resume --map 0=1 --map 1=0 "$p"; expect "a map the driver refuses" 10 "refused the GPU map"
 check "still suspended after a refused map" [ "$(fake_state "$p")" = 2 ]
 check "message says it stays suspended" grep -q "still suspended" "$ERR_TXT"
-run_gpusnap resume --map 0=1 --map 1=0 "$p"; expect "full map swaps GPUs" 0
+run_gpusnap resume --map 0=1 "$p"; expect "a partial map is completed (0=1 becomes 0=1, 1=0)" 0
 check "GPUs swapped" grep -q "^0 1,0$" "$FAKE_CUDA_DIR/$p"
 
 FAKE_CUDA_GPU1_NAME="Other GPU" run_gpusnap suspend "$p"; expect "suspend before mismatch" 0

@@ -13,6 +13,7 @@
  *   FAKE_CUDA_LOCK_BUSY=1       lock never completes: times out (NOT_READY) after the timeout
  *   FAKE_CUDA_FAIL_CHECKPOINT=PID   checkpoint of PID fails (CUDA_ERROR_UNKNOWN)
  *   FAKE_CUDA_LOG=PATH          append one line per checkpoint-API call
+ *   FAKE_CUDA_REFUSE_REMAP=1    restore with GPU pairs fails (CUDA_ERROR_INVALID_VALUE)
  *   FAKE_CUDA_CRIU=1            CRIU mode: each state change also records the process's start time
  *                               ("<state> <gpu-list> <starttime>"); a process with that PID but another
  *                               start time is a copy CRIU restored from a dump, which the driver sees in
@@ -234,6 +235,8 @@ EXPORT CUresult cuCheckpointProcessRestore(int pid, RestoreArgs *args)
 		rc = 1;
 	else if (st != CHECKPOINTED)
 		rc = 401;
+	else if (args && args->gpuPairsCount && getenv("FAKE_CUDA_REFUSE_REMAP"))
+		rc = 1;
 	else if (args && args->gpuPairsCount) {
 		char copy[64];
 		snprintf(copy, sizeof(copy), "%s", gpus);
