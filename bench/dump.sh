@@ -18,6 +18,7 @@
 #   GPUSNAP_BENCH_DD_BYTES      bytes dd writes and reads to measure the storage (default 4G)
 #   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
 set -u
+export LC_ALL=C
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tests/gpu/lib.sh"
 cd "$SRC" || exit 1
@@ -70,13 +71,19 @@ storage_speed() { # DIR
     flags_w="conv=fsync" flags_r=""
   fi
   rm -f "$f"
+  # timed from outside: dd's own summary line differs between versions and locales
+  local t0 t1
+  t0=$EPOCHREALTIME
   # shellcheck disable=SC2086 # the flags are one word each, or none
-  out=$(dd if=/dev/zero of="$f" bs=64M count="$count" $flags_w 2>&1 | tail -n 1)
-  SW=$(awk -v b="$bytes" -v o="$out" 'BEGIN { split(o, a, ","); s = a[3] + 0; printf "%.2f", s > 0 ? b / s / 1e9 : 0 }')
+  dd if=/dev/zero of="$f" bs=64M count="$count" $flags_w status=none || log "dd write to $f failed"
+  t1=$EPOCHREALTIME
+  SW=$(awk -v b="$bytes" -v t0="$t0" -v t1="$t1" 'BEGIN { s = t1 - t0; printf "%.2f", (s > 0 ? b / s / 1e9 : 0) }')
   drop_caches
+  t0=$EPOCHREALTIME
   # shellcheck disable=SC2086
-  out=$(dd if="$f" of=/dev/null bs=64M $flags_r 2>&1 | tail -n 1)
-  SR=$(awk -v b="$bytes" -v o="$out" 'BEGIN { split(o, a, ","); s = a[3] + 0; printf "%.2f", s > 0 ? b / s / 1e9 : 0 }')
+  dd if="$f" of=/dev/null bs=64M $flags_r status=none || log "dd read of $f failed"
+  t1=$EPOCHREALTIME
+  SR=$(awk -v b="$bytes" -v t0="$t0" -v t1="$t1" 'BEGIN { s = t1 - t0; printf "%.2f", (s > 0 ? b / s / 1e9 : 0) }')
   rm -f "$f"
   log "storage $1: write $SW GB/s, read $SR GB/s ($flags_w $flags_r)"
 }
