@@ -28,6 +28,11 @@ int cli_report_error(const struct gs_err *err);
 /* Parses options; on -h prints usage and returns GS_PARSE_HELP; on errors prints message + usage. */
 int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *const *usage, int flags, int *nargs);
 
+/* JSON outcomes: an object opened with action, ok and (on failure) exit_code, error, message. */
+void cli_json_begin_outcome(struct gs_json *j, const char *action, int rc, const struct gs_err *err);
+/* Closes nothing: prints the finished document on stdout (if valid) and frees the writer. */
+void cli_json_print(struct gs_json *j);
+
 /* The driver and NVML, opened once per command. */
 struct cli_session {
 	struct gs_cuda cu;

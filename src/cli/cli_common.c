@@ -34,6 +34,27 @@ int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *c
 	return rc;
 }
 
+void cli_json_begin_outcome(struct gs_json *j, const char *action, int rc, const struct gs_err *err)
+{
+	gs_json_init(j);
+	gs_json_object_begin(j);
+	gs_json_kv_string(j, "action", action);
+	gs_json_kv_bool(j, "ok", rc == 0);
+	if (rc) {
+		gs_json_kv_int(j, "exit_code", rc);
+		gs_json_kv_string(j, "error", gs_exit_name(rc));
+		gs_json_kv_string(j, "message", err->msg);
+	}
+}
+
+void cli_json_print(struct gs_json *j)
+{
+	const char *text = gs_json_finish(j);
+	if (text)
+		printf("%s\n", text);
+	gs_json_free(j);
+}
+
 int cli_session_open(struct cli_session *s, struct gs_err *err)
 {
 	memset(s, 0, sizeof(*s));

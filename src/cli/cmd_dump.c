@@ -191,15 +191,7 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 					: r->proc.lock_s + r->proc.checkpoint_s;
 	if (o->json) {
 		struct gs_json j;
-		gs_json_init(&j);
-		gs_json_object_begin(&j);
-		gs_json_kv_string(&j, "action", "dump");
-		gs_json_kv_bool(&j, "ok", rc == 0);
-		if (rc) {
-			gs_json_kv_int(&j, "exit_code", rc);
-			gs_json_kv_string(&j, "error", gs_exit_name(rc));
-			gs_json_kv_string(&j, "message", err->msg);
-		}
+		cli_json_begin_outcome(&j, "dump", rc, err);
 		gs_json_kv_int(&j, "pid", r->pid);
 		gs_json_kv_string(&j, "comm", r->comm);
 		gs_json_kv_string(&j, "dir", o->dir);
@@ -221,10 +213,7 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_double(&j, "resume_s", r->resume_s);
 		gs_json_object_end(&j);
 		gs_json_object_end(&j);
-		const char *text = gs_json_finish(&j);
-		if (text)
-			printf("%s\n", text);
-		gs_json_free(&j);
+		cli_json_print(&j);
 		return;
 	}
 	if (rc)

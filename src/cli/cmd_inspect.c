@@ -65,10 +65,7 @@ int cmd_inspect(int argc, char **argv)
 			gs_json_null(&j);
 		}
 		gs_json_object_end(&j);
-		const char *text = gs_json_finish(&j);
-		if (text)
-			printf("%s\n", text);
-		gs_json_free(&j);
+		cli_json_print(&j);
 	} else {
 		gs_image_describe_text(img, stdout);
 		if (verify && !rc) {

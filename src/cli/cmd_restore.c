@@ -342,15 +342,7 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 {
 	if (o->json) {
 		struct gs_json j;
-		gs_json_init(&j);
-		gs_json_object_begin(&j);
-		gs_json_kv_string(&j, "action", "restore");
-		gs_json_kv_bool(&j, "ok", rc == 0);
-		if (rc) {
-			gs_json_kv_int(&j, "exit_code", rc);
-			gs_json_kv_string(&j, "error", gs_exit_name(rc));
-			gs_json_kv_string(&j, "message", err->msg);
-		}
+		cli_json_begin_outcome(&j, "restore", rc, err);
 		gs_json_kv_string(&j, "dir", o->dir);
 		gs_json_kv_int(&j, "pid", rc ? 0 : r->pid);
 		if (r->info)
@@ -382,10 +374,7 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		}
 		gs_json_object_end(&j);
 		gs_json_object_end(&j);
-		const char *text = gs_json_finish(&j);
-		if (text)
-			printf("%s\n", text);
-		gs_json_free(&j);
+		cli_json_print(&j);
 		return;
 	}
 	if (rc)

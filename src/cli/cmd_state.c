@@ -94,10 +94,7 @@ int cmd_state(int argc, char **argv)
 				gs_json_int(&j, g);
 		gs_json_array_end(&j);
 		gs_json_object_end(&j);
-		const char *text = gs_json_finish(&j);
-		if (text)
-			printf("%s\n", text);
-		gs_json_free(&j);
+		cli_json_print(&j);
 	} else {
 		printf("%s\n", state);
 		if (ag.present && !verbose && ag.unmanaged_count) {

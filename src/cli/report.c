@@ -12,15 +12,7 @@
 static void print_json(struct cli_session *s, const struct cli_outcome *o)
 {
 	struct gs_json j;
-	gs_json_init(&j);
-	gs_json_object_begin(&j);
-	gs_json_kv_string(&j, "action", o->action);
-	gs_json_kv_bool(&j, "ok", o->rc == 0);
-	if (o->rc) {
-		gs_json_kv_int(&j, "exit_code", o->rc);
-		gs_json_kv_string(&j, "error", gs_exit_name(o->rc));
-		gs_json_kv_string(&j, "message", o->err->msg);
-	}
+	cli_json_begin_outcome(&j, o->action, o->rc, o->err);
 	gs_json_kv_double(&j, "total_s", o->total_s);
 	gs_json_key(&j, "processes");
 	gs_json_array_begin(&j);
@@ -80,10 +72,7 @@ static void print_json(struct cli_session *s, const struct cli_outcome *o)
 	}
 	gs_json_array_end(&j);
 	gs_json_object_end(&j);
-	const char *text = gs_json_finish(&j);
-	if (text)
-		printf("%s\n", text);
-	gs_json_free(&j);
+	cli_json_print(&j);
 }
 
 static void print_human(struct cli_session *s, const struct cli_outcome *o)
