@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# demo.sh - `make demo`: a CUDA app keeps a counter in GPU memory; gpusnap
-# suspends it (its VRAM drops to 0, the counter stops), waits, resumes it, and
-# the counter goes on from where it was. Needs an NVIDIA GPU; without one it says
+# demo.sh - `make demo`: a CUDA app keeps a counter in GPU memory; started with
+# the gpusnap agent (gpusnap run), it is suspended (its VRAM drops to 0, the
+# counter stops), resumed, and the counter goes on from where it was. Needs an NVIDIA GPU; without one it says
 # so in one line and exits 1.
 #
 # usage: scripts/demo.sh [BUILD_DIR]      (default: build)
@@ -46,15 +46,16 @@ fi
 if [ "${GPUSNAP_NO_BUILD:-0}" == 1 ]; then
   say "skipped (GPUSNAP_NO_BUILD=1)"
 elif cmake -S "$SRC" -B "$BUILD" -DGPUSNAP_GPU_APPS=ON >"$DEMO_LOG" 2>&1 &&
-  cmake --build "$BUILD" -j "$(nproc)" --target gpusnap gpuapp_counter >>"$DEMO_LOG" 2>&1; then
+  cmake --build "$BUILD" -j "$(nproc)" --target gpusnap gpusnap_agent gpuapp_counter >>"$DEMO_LOG" 2>&1; then
   say "ok"
 else
   tail -n 20 "$DEMO_LOG"
   die "build failed"
 fi
 
-heading "Starting a CUDA app that counts in GPU memory (a kernel adds 1 every 100 ms)"
-app_start counter 60 "$GS_APPS/counter" --out "$values_file" --quiet >>"$DEMO_LOG" 2>&1 ||
+heading "Starting a CUDA app that counts in GPU memory (a kernel adds 1 every 100 ms), with the gpusnap agent"
+say "gpusnap run -- counter   (the agent is preloaded; the app is unchanged)"
+app_start counter 60 "$GPUSNAP" run -- "$GS_APPS/counter" --out "$values_file" --quiet >>"$DEMO_LOG" 2>&1 ||
   die "the counter app did not start"
 pid=${APP_PID[counter]}
 sleep 1.5
