@@ -241,7 +241,14 @@ static void update_registry(struct gs_agent *a, const struct held_region *r)
 
 void gs_mover_drop_pool(struct gs_agent_held *h)
 {
-	if (h->pool && !h->pool_is_reserve)
+	/*
+	 * A reserved pool goes too: the point is a small process for CRIU to dump
+	 * (tens of GiB of staging would be dumped otherwise). It is made again
+	 * after the next resume.
+	 */
+	if (h->pool && h->pool_is_reserve && h->pool == mover.reserve)
+		mover.reserve = NULL;
+	if (h->pool)
 		gs_staging_destroy(h->pool);
 	h->pool = NULL;
 	h->pool_is_reserve = false;
@@ -457,6 +464,12 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 	}
 	a->state = GS_AGENT_RUNNING;
 	gs_gate_open();
+	/* a reserved pool dropped for a dump comes back, filled in the background */
+	if (mover.reserve_bytes && !mover.reserve) {
+		struct gs_err e2 = { 0 };
+		if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &e2))
+			pr_warn("cannot reserve staging memory again: %s", e2.msg);
+	}
 out:
 	pthread_mutex_unlock(&a->lock);
 	return rc;
