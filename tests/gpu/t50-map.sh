@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # t50-map.sh - resume onto another GPU (needs 2 GPUs): a pattern process on GPU 0
 # is suspended and resumed with --map 0=1; its data verifies and nvidia-smi shows
-# its memory on GPU 1. Then back with --map UUID1=UUID0 (the UUID form). If the
-# driver refuses a map (exit 10), the process must still be suspended and resume
-# without one: that is reported as a skip, with the driver's message.
+# its memory on GPU 1. Then back with --map UUID1=UUID0 (the UUID form). gpusnap
+# completes a partial map (the driver wants every GPU paired), so a refusal
+# (exit 10) is a failure; the process must then still be suspended and resume
+# without a map.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t50-map
 require_gpus 2 "--map needs 2 GPUs"
@@ -26,7 +27,7 @@ pid_gpus() {
 resume_mapped() { # MAP DESC
   gs_run resume "$pid" --json --map "$1"
   if [ "$GS_RC" == 10 ]; then
-    skip "the driver refused --map $1: $(head -n 1 <<<"$GS_ERR")"
+    fail "the driver refused --map $1: $(head -n 1 <<<"$GS_ERR")"
     expect_state "$pid" suspended "still suspended after the refused map"
     resume_checked p && app_verify p "pattern after resume without a map"
     return 2
