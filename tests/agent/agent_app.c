@@ -1,0 +1,204 @@
+/*
+ * agent_app.c - the app of tests/cli/t4002-agent-fake.sh: runs under the
+ * gpusnap agent against the host-memory fake driver (tests/fake/
+ * fake_vmm_driver.c), so its "device memory" can be read and written through
+ * the device pointers and its contents checked across suspend and resume.
+ *
+ * It dlopen()s the driver named by GPUSNAP_LIBCUDA (no CUDA headers, no
+ * libcuda link), reaches the allocation entry points by dlsym and by
+ * cuGetProcAddress_v2, allocates three large blocks and SMALL_COUNT small
+ * ones, fills each with its own pattern, registers itself with the fake's
+ * checkpoint state (FAKE_CUDA_DIR/<pid> = "0 0"), prints "READY <pid>" and
+ * serves commands read from stdin, one per line:
+ *   verify     every live block still holds its pattern -> "VERIFY OK n" / "VERIFY FAIL ..."
+ *   free-some  frees every other small block through cuMemFree_v2 -> "FREED n"
+ *   quit       exits
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+#define SMALL_COUNT 2000
+#define LARGE_COUNT 3
+
+struct block {
+	CUdeviceptr ptr;
+	size_t size;
+	int live;
+};
+
+static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(void **, int);
+static CUresult (*p_cuCtxSetCurrent)(void *);
+static CUresult (*p_cuGetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);
+static CUresult (*p_cuMemAlloc_dlsym)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemAlloc_gpa)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemAllocAsync)(CUdeviceptr *, size_t, void *);
+static CUresult (*p_cuMemFree)(CUdeviceptr);
+static CUresult (*p_cuMemFree_gpa)(CUdeviceptr);
+static CUresult (*p_cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
+
+static struct block blocks[LARGE_COUNT + SMALL_COUNT];
+
+static unsigned char pattern(size_t block, size_t offset)
+{
+	return (unsigned char)(block * 131u + offset * 7u + (offset >> 12) + 1u);
+}
+
+static void fill(size_t i)
+{
+	unsigned char *p = (unsigned char *)(uintptr_t)blocks[i].ptr;
+	for (size_t k = 0; k < blocks[i].size; k++)
+		p[k] = pattern(i, k);
+}
+
+static int check(size_t i)
+{
+	const unsigned char *p = (const unsigned char *)(uintptr_t)blocks[i].ptr;
+	for (size_t k = 0; k < blocks[i].size; k++)
+		if (p[k] != pattern(i, k)) {
+			printf("VERIFY FAIL block %zu (%#llx, %zu bytes) byte %zu is %u, expected %u\n", i, blocks[i].ptr,
+			       blocks[i].size, k, p[k], pattern(i, k));
+			return -1;
+		}
+	return 0;
+}
+
+static void *need(void *lib, const char *name)
+{
+	void *fn = dlsym(lib, name);
+	if (!fn) {
+		fprintf(stderr, "agent_app: the driver lacks %s\n", name);
+		exit(1);
+	}
+	return fn;
+}
+
+static void verify(void)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < LARGE_COUNT + SMALL_COUNT; i++) {
+		if (!blocks[i].live)
+			continue;
+		if (check(i))
+			return;
+		n++;
+	}
+	/* a small block's range is its own, not its slab's */
+	for (size_t i = LARGE_COUNT; i < LARGE_COUNT + SMALL_COUNT; i++) {
+		if (!blocks[i].live || blocks[i].size < 2)
+			continue;
+		CUdeviceptr base = 0;
+		size_t size = 0;
+		CUresult r = p_cuMemGetAddressRange(&base, &size, blocks[i].ptr + blocks[i].size / 2);
+		if (r || base != blocks[i].ptr || size != blocks[i].size) {
+			printf("VERIFY FAIL address range of block %zu: rc %d base %#llx size %zu, expected %#llx %zu\n", i, r,
+			       base, size, blocks[i].ptr, blocks[i].size);
+			return;
+		}
+		break;
+	}
+	printf("VERIFY OK %zu\n", n);
+}
+
+static void free_some(void)
+{
+	size_t n = 0;
+	for (size_t i = LARGE_COUNT; i < LARGE_COUNT + SMALL_COUNT; i += 2) {
+		if (!blocks[i].live)
+			continue;
+		/* both ways the app may have obtained cuMemFree */
+		CUresult r = (n % 2 ? p_cuMemFree_gpa : p_cuMemFree)(blocks[i].ptr);
+		if (r) {
+			printf("FREE FAIL block %zu: rc %d\n", i, r);
+			return;
+		}
+		blocks[i].live = 0;
+		n++;
+	}
+	printf("FREED %zu\n", n);
+}
+
+static void register_with_fake(void)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (!dir)
+		return;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%d", dir, (int)getpid());
+	FILE *f = fopen(path, "w");
+	if (!f || fprintf(f, "0 0\n") < 0 || fclose(f)) {
+		fprintf(stderr, "agent_app: cannot write %s\n", path);
+		exit(1);
+	}
+}
+
+int main(void)
+{
+	const char *path = getenv("GPUSNAP_LIBCUDA");
+	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		fprintf(stderr, "agent_app: %s\n", dlerror());
+		return 1;
+	}
+	*(void **)&p_cuInit = need(lib, "cuInit");
+	*(void **)&p_cuDevicePrimaryCtxRetain = need(lib, "cuDevicePrimaryCtxRetain");
+	*(void **)&p_cuCtxSetCurrent = need(lib, "cuCtxSetCurrent");
+	*(void **)&p_cuGetProcAddress_v2 = need(lib, "cuGetProcAddress_v2");
+	*(void **)&p_cuMemAlloc_dlsym = need(lib, "cuMemAlloc_v2");
+	*(void **)&p_cuMemFree = need(lib, "cuMemFree_v2");
+	*(void **)&p_cuMemGetAddressRange = need(lib, "cuMemGetAddressRange_v2");
+	int status = -1;
+	if (p_cuGetProcAddress_v2("cuMemAlloc", (void **)&p_cuMemAlloc_gpa, 12000, 0, &status) || status ||
+	    p_cuGetProcAddress_v2("cuMemFree", (void **)&p_cuMemFree_gpa, 12000, 0, &status) || status ||
+	    p_cuGetProcAddress_v2("cuMemAllocAsync", (void **)&p_cuMemAllocAsync, 12000, 0, &status) || status) {
+		fprintf(stderr, "agent_app: cuGetProcAddress_v2 failed\n");
+		return 1;
+	}
+	void *ctx = NULL;
+	if (p_cuInit(0) || p_cuDevicePrimaryCtxRetain(&ctx, 0) || p_cuCtxSetCurrent(ctx)) {
+		fprintf(stderr, "agent_app: no context\n");
+		return 1;
+	}
+
+	static const size_t large[LARGE_COUNT] = { 3u << 20, 8u << 20, (5u << 20) + 1 };
+	for (size_t i = 0; i < LARGE_COUNT + SMALL_COUNT; i++) {
+		blocks[i].size = i < LARGE_COUNT ? large[i] : 1 + (i * 2654435761u) % 4096;
+		CUresult r;
+		switch (i % 3) { /* every way the app has to allocate */
+		case 0: r = p_cuMemAlloc_dlsym(&blocks[i].ptr, blocks[i].size); break;
+		case 1: r = p_cuMemAlloc_gpa(&blocks[i].ptr, blocks[i].size); break;
+		default: r = p_cuMemAllocAsync(&blocks[i].ptr, blocks[i].size, NULL); break;
+		}
+		if (r) {
+			fprintf(stderr, "agent_app: allocation %zu of %zu bytes failed: %d\n", i, blocks[i].size, r);
+			return 1;
+		}
+		blocks[i].live = 1;
+		fill(i);
+	}
+	register_with_fake();
+	printf("READY %d\n", (int)getpid());
+	fflush(stdout);
+
+	char line[64];
+	while (fgets(line, sizeof(line), stdin)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (!strcmp(line, "verify"))
+			verify();
+		else if (!strcmp(line, "free-some"))
+			free_some();
+		else if (!strcmp(line, "quit"))
+			break;
+		else
+			printf("UNKNOWN %s\n", line);
+		fflush(stdout);
+	}
+	return 0;
+}

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# t4002 - the agent's fast path end to end without a GPU: an app
+# (tests/agent/agent_app.c) runs under libgpusnap.so against a driver whose
+# device memory is host memory (tests/fake/fake_vmm_driver.c), fills its
+# allocations (3 large, 2000 small, by dlsym, cuGetProcAddress and
+# cuMemAllocAsync), and checks them through its own pointers after:
+#  - suspend (agent path: bytes moved, the app's physical memory all released,
+#    the driver state checkpointed) and resume;
+#  - a --keep-context cycle; a cycle after freeing half the small blocks;
+#  - suspend --driver of the agent's process;
+#  - double suspend and resume of a running process (exit 6).
+# Needs GPUSNAP_BUILD (set by ctest).
+. "$(dirname "$0")/lib.sh"
+
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}
+agent=$build/libgpusnap.so
+fake=$build/tests/agent/libfakevmm.so
+app=$build/tests/agent/agent_app
+if [ ! -f "$agent" ]; then
+  echo "SKIP: libgpusnap.so was not built (the agent is x86-64 only)"
+  exit 77
+fi
+if ! command -v python3 >/dev/null; then
+  echo "SKIP: python3 is needed to read the JSON outcomes"
+  exit 77
+fi
+for f in "$fake" "$app"; do
+  [ -e "$f" ] || { echo "missing $f"; exit 1; }
+done
+
+export GPUSNAP_LIBCUDA=$fake
+export FAKE_CUDA_DIR=$TEST_TMP/fake
+export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
+mkdir -p "$FAKE_CUDA_DIR"
+
+# The app, its stdin a fifo held open on fd 3, its stdout in $TEST_TMP/app.out.
+start_app() {
+  rm -f "$TEST_TMP/app.in" "$TEST_TMP/app.out"
+  mkfifo "$TEST_TMP/app.in"
+  local asan
+  asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+  if [ -n "$asan" ]; then
+    # A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
+    LD_PRELOAD="$asan $agent" "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+  else
+    "$GPUSNAP_BIN" run -- "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+  fi
+  APP=$!
+  TEST_PIDS+=("$APP")
+  exec 3>"$TEST_TMP/app.in"
+  for _ in $(seq 200); do
+    grep -q '^READY' "$TEST_TMP/app.out" 2>/dev/null && return 0
+    kill -0 "$APP" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "the app did not start: $(cat "$TEST_TMP/app.err")"
+  exit 1
+}
+
+# app_cmd CMD: sends CMD, sets REPLY to the app's answer line
+app_cmd() {
+  local before
+  before=$(wc -l <"$TEST_TMP/app.out")
+  echo "$1" >&3
+  REPLY=
+  for _ in $(seq 300); do
+    if [ "$(wc -l <"$TEST_TMP/app.out")" -gt "$before" ]; then
+      REPLY=$(tail -n 1 "$TEST_TMP/app.out")
+      return 0
+    fi
+    sleep 0.1
+  done
+  REPLY="(no answer to $1)"
+}
+
+verify_ok() { # verify_ok TITLE
+  app_cmd verify
+  case $REPLY in
+    "VERIFY OK "*) pass "$1 ($REPLY)" ;;
+    *) fail "$1" "$REPLY" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;;
+  esac
+}
+
+phys() { cat "$FAKE_CUDA_DIR/$APP.phys" 2>/dev/null || echo none; }
+fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$APP"; }
+jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
+
+start_app
+verify_ok "the app's data after allocation"
+phys0=$(phys)
+# 18 MiB of large blocks (rounded to 2 MiB) and slabs of 2 MiB for the small ones
+check "the agent made the app's memory releasable ($phys0 physical bytes)" \
+  test "$phys0" -gt $((18 << 20)) -a $((phys0 % (2 << 20))) -eq 0
+
+run_gpusnap suspend --json "$APP"; expect "suspend" 0
+check "suspend took the agent path" test "$(jget "['processes'][0]['path']")" = agent
+# the agent moves the large blocks' own sizes (3 MiB, 8 MiB, 5 MiB+1) and the whole slabs
+want=$((phys0 - (1 << 20) - ((1 << 20) - 1)))
+got=$(jget "['processes'][0]['agent']['bytes']")
+check "the agent moved $want bytes (reported: $got)" test "$got" = "$want"
+check "suspend released all of the app's physical memory (left: $(phys))" test "$(phys)" = 0
+check "the driver holds the process checkpointed" test "$(fake_state)" = 2
+check "suspend reports the state after as suspended" test "$(jget "['processes'][0]['state_after']")" = suspended
+
+run_gpusnap suspend "$APP"; expect "a second suspend is refused" 6 "already suspended"
+
+run_gpusnap resume --json "$APP"; expect "resume" 0
+check "resume re-created the physical memory" test "$(phys)" = "$phys0"
+check "the driver runs the process again" test "$(fake_state)" = 0
+verify_ok "the data is back at the same addresses"
+
+run_gpusnap resume "$APP"; expect "resume of a running process is refused" 6 "not suspended"
+
+run_gpusnap suspend --keep-context --json "$APP"; expect "suspend --keep-context" 0
+check "--keep-context released the memory" test "$(phys)" = 0
+check "--keep-context leaves the driver running" test "$(fake_state)" = 0
+run_gpusnap resume --json "$APP"; expect "resume after --keep-context" 0
+verify_ok "the data after a --keep-context cycle"
+
+app_cmd free-some
+case $REPLY in "FREED 1000") pass "the app freed half its small blocks" ;; *) fail "free-some" "$REPLY" ;; esac
+verify_ok "the rest after the frees"
+run_gpusnap suspend --json "$APP"; expect "suspend after frees" 0
+check "suspend after frees released everything" test "$(phys)" = 0
+run_gpusnap resume "$APP"; expect "resume after frees" 0
+verify_ok "the data after a cycle with frees"
+
+run_gpusnap suspend --driver --json "$APP"; expect "suspend --driver of an agent process" 0
+check "--driver took the driver path" test "$(jget "['processes'][0]['path']")" = driver
+check "--driver leaves the agent's memory alone" test "$(phys)" -gt 0
+check "--driver checkpointed the process" test "$(fake_state)" = 2
+run_gpusnap resume "$APP"; expect "resume after --driver" 0
+check "the driver runs the process again after --driver" test "$(fake_state)" = 0
+verify_ok "the data after a driver-path cycle"
+
+echo quit >&3
+exec 3>&-
+wait "$APP"; rc=$?
+check "the app exits cleanly (rc $rc)" test "$rc" = 0
+test_done

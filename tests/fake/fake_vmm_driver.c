@@ -1,0 +1,324 @@
+/*
+ * fake_vmm_driver.c - libfakevmm.so, a stand-in for libcuda.so.1 that both
+ * the agent (inside the app) and the gpusnap CLI load through GPUSNAP_LIBCUDA,
+ * so the agent's fast path runs end to end without a GPU
+ * (tests/agent/agent_app.c, tests/cli/t4002-agent-fake.sh).
+ *
+ * "Device memory" is host memory: a reservation is an mmap(PROT_NONE), a
+ * physical allocation (cuMemCreate) a memfd, cuMemMap maps the memfd at the
+ * reserved address and cuMemSetAccess makes it readable and writable. The
+ * app's test code reads and writes its data through the device pointers, and
+ * copies are memcpy. Streams and events are synchronous: work is always done.
+ *
+ * The device queries and the checkpoint API (a state file per PID under
+ * FAKE_CUDA_DIR, "<state> <gpus>") are fake_cuda.c's, included below. The
+ * live physical bytes of each process are written to FAKE_CUDA_DIR/<pid>.phys
+ * on every cuMemCreate/cuMemRelease, so a test can see that suspend released
+ * them all.
+ *
+ * Linked with -Bsymbolic: the addresses cuGetProcAddress hands out are this
+ * library's own, as dlsym on it gives, even though the preloaded agent
+ * exports the same names.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake_cuda.c"
+
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef unsigned long long cuuint64_t;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+
+#define FAKE_INVALID_VALUE 1
+#define FAKE_OUT_OF_MEMORY 2
+#define FAKE_INVALID_CONTEXT 201
+#define FAKE_NOT_FOUND 500
+#define FAKE_GRANULARITY (2ULL << 20)
+#define FAKE_TOTAL_MEM (80ULL << 30)
+
+/* One physical allocation: a memfd of `size` bytes. The handle is its address. */
+struct fake_phys {
+	int fd;
+	size_t size;
+};
+
+static int64_t live_phys_bytes;
+static pthread_mutex_t phys_file_lock = PTHREAD_MUTEX_INITIALIZER;
+static char primary_ctx[1]; /* the one device's primary context: only its address matters */
+static __thread CUcontext current_ctx;
+
+/* FAKE_CUDA_DIR/<pid>.phys = live physical bytes of this process (written under a lock, so in order). */
+static void publish_phys(void)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (!dir)
+		return;
+	char path[512], tmp[520];
+	snprintf(path, sizeof(path), "%s/%d.phys", dir, (int)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	pthread_mutex_lock(&phys_file_lock);
+	FILE *f = fopen(tmp, "w");
+	if (f) {
+		fprintf(f, "%lld\n", (long long)__atomic_load_n(&live_phys_bytes, __ATOMIC_RELAXED));
+		if (fclose(f) == 0)
+			rename(tmp, path);
+	}
+	pthread_mutex_unlock(&phys_file_lock);
+}
+
+/* contexts */
+EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
+{
+	if (!ctx)
+		return FAKE_INVALID_VALUE;
+	*ctx = current_ctx;
+	return 0;
+}
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) { current_ctx = ctx; return 0; }
+EXPORT CUresult cuCtxGetDevice(int *dev)
+{
+	if (!current_ctx)
+		return FAKE_INVALID_CONTEXT;
+	*dev = 0;
+	return 0;
+}
+EXPORT CUresult cuCtxSynchronize(void) { return current_ctx ? 0 : FAKE_INVALID_CONTEXT; }
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev)
+{
+	if (dev != 0)
+		return 101;
+	*ctx = primary_ctx;
+	return 0;
+}
+
+/* streams and events: everything is done at once */
+static char stream_tokens[1], event_tokens[1];
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = stream_tokens; return 0; }
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) { (void)s; return 0; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return 0; }
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = event_tokens; return 0; }
+EXPORT CUresult cuEventDestroy_v2(CUevent e) { (void)e; return 0; }
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return 0; }
+EXPORT CUresult cuEventQuery(CUevent e) { (void)e; return 0; }
+EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return 0; }
+
+/* copies */
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	(void)s;
+	memcpy(dst, (const void *)(uintptr_t)src, n);
+	return 0;
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	(void)s;
+	memcpy((void *)(uintptr_t)dst, src, n);
+	return 0;
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	memcpy(dst, (const void *)(uintptr_t)src, n);
+	return 0;
+}
+static int64_t host_registered;
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
+{
+	(void)flags;
+	if (!p || !n)
+		return FAKE_INVALID_VALUE;
+	__atomic_add_fetch(&host_registered, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+EXPORT CUresult cuMemHostUnregister(void *p)
+{
+	if (!p)
+		return FAKE_INVALID_VALUE;
+	__atomic_sub_fetch(&host_registered, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* plain allocations: only reached when the agent passes one through */
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	if (!p || !n)
+		return FAKE_INVALID_VALUE;
+	void *m = aligned_alloc(256, (n + 255) / 256 * 256);
+	if (!m)
+		return FAKE_OUT_OF_MEMORY;
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return 0;
+}
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc_v2(p, n); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return cuMemFree_v2(p); }
+/* Only the agent's answer (from its registry) is of interest; the fake knows no ranges. */
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	(void)base;
+	(void)size;
+	(void)p;
+	return FAKE_INVALID_VALUE;
+}
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	*total = FAKE_TOTAL_MEM;
+	*free_bytes = FAKE_TOTAL_MEM - (size_t)__atomic_load_n(&live_phys_bytes, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* virtual memory management */
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option)
+{
+	(void)prop;
+	(void)option;
+	*g = FAKE_GRANULARITY;
+	return 0;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
+{
+	(void)addr;
+	(void)flags;
+	if (!p || !size || size % FAKE_GRANULARITY)
+		return FAKE_INVALID_VALUE;
+	if (align < FAKE_GRANULARITY)
+		align = FAKE_GRANULARITY;
+	char *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return FAKE_OUT_OF_MEMORY;
+	uintptr_t start = ((uintptr_t)m + align - 1) / align * align;
+	if (start > (uintptr_t)m)
+		munmap(m, start - (uintptr_t)m);
+	size_t tail = (uintptr_t)m + size + align - (start + size);
+	if (tail)
+		munmap((void *)(start + size), tail);
+	*p = start;
+	return 0;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+	return munmap((void *)(uintptr_t)p, size) ? FAKE_INVALID_VALUE : 0;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const void *prop, unsigned long long flags)
+{
+	(void)prop;
+	(void)flags;
+	if (!h || !size || size % FAKE_GRANULARITY)
+		return FAKE_INVALID_VALUE;
+	struct fake_phys *ph = malloc(sizeof(*ph));
+	if (!ph)
+		return FAKE_OUT_OF_MEMORY;
+	ph->fd = memfd_create("fake-vram", MFD_CLOEXEC);
+	if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size)) {
+		if (ph->fd >= 0)
+			close(ph->fd);
+		free(ph);
+		return FAKE_OUT_OF_MEMORY;
+	}
+	ph->size = size;
+	*h = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+	__atomic_add_fetch(&live_phys_bytes, (int64_t)size, __ATOMIC_RELAXED);
+	publish_phys();
+	return 0;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	struct fake_phys *ph = (struct fake_phys *)(uintptr_t)h;
+	if (!ph)
+		return FAKE_INVALID_VALUE;
+	close(ph->fd);
+	__atomic_sub_fetch(&live_phys_bytes, (int64_t)ph->size, __ATOMIC_RELAXED);
+	free(ph);
+	publish_phys();
+	return 0;
+}
+
+/* Mapped without access, like the driver: cuMemSetAccess grants it. */
+EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+	(void)flags;
+	struct fake_phys *ph = (struct fake_phys *)(uintptr_t)h;
+	if (!ph || offset + size > ph->size)
+		return FAKE_INVALID_VALUE;
+	void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset);
+	return m == MAP_FAILED ? FAKE_INVALID_VALUE : 0;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
+{
+	void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+		       -1, 0);
+	return m == MAP_FAILED ? FAKE_INVALID_VALUE : 0;
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const void *desc, size_t count)
+{
+	if (!desc || !count)
+		return FAKE_INVALID_VALUE;
+	return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) ? FAKE_INVALID_VALUE : 0;
+}
+
+/*
+ * Like the driver: a name without version suffix resolves to its newest
+ * variant at the version asked for (all _v2 here exist since before CUDA 12).
+ */
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status)
+{
+	(void)flags;
+	static const struct {
+		const char *name;
+		void *fn;
+	} table[] = {
+#define ENTRY(name, fn) { name, (void *)fn }
+		ENTRY("cuInit", cuInit), ENTRY("cuDriverGetVersion", cuDriverGetVersion),
+		ENTRY("cuGetErrorName", cuGetErrorName), ENTRY("cuGetErrorString", cuGetErrorString),
+		ENTRY("cuGetProcAddress", cuGetProcAddress_v2), ENTRY("cuDeviceGetCount", cuDeviceGetCount),
+		ENTRY("cuDeviceGet", cuDeviceGet), ENTRY("cuDeviceGetName", cuDeviceGetName),
+		ENTRY("cuDeviceGetUuid", cuDeviceGetUuid_v2), ENTRY("cuDeviceTotalMem", cuDeviceTotalMem_v2),
+		ENTRY("cuDeviceGetAttribute", cuDeviceGetAttribute), ENTRY("cuCtxGetCurrent", cuCtxGetCurrent),
+		ENTRY("cuCtxSetCurrent", cuCtxSetCurrent), ENTRY("cuCtxGetDevice", cuCtxGetDevice),
+		ENTRY("cuCtxSynchronize", cuCtxSynchronize), ENTRY("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain),
+		ENTRY("cuStreamCreate", cuStreamCreate), ENTRY("cuStreamDestroy", cuStreamDestroy_v2),
+		ENTRY("cuStreamSynchronize", cuStreamSynchronize), ENTRY("cuStreamIsCapturing", cuStreamIsCapturing),
+		ENTRY("cuEventCreate", cuEventCreate), ENTRY("cuEventDestroy", cuEventDestroy_v2),
+		ENTRY("cuEventRecord", cuEventRecord), ENTRY("cuEventQuery", cuEventQuery),
+		ENTRY("cuEventSynchronize", cuEventSynchronize), ENTRY("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2),
+		ENTRY("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2), ENTRY("cuMemcpyDtoH", cuMemcpyDtoH_v2),
+		ENTRY("cuMemHostRegister", cuMemHostRegister_v2), ENTRY("cuMemHostUnregister", cuMemHostUnregister),
+		ENTRY("cuMemAlloc", cuMemAlloc_v2), ENTRY("cuMemFree", cuMemFree_v2),
+		ENTRY("cuMemAllocAsync", cuMemAllocAsync), ENTRY("cuMemFreeAsync", cuMemFreeAsync),
+		ENTRY("cuMemGetAddressRange", cuMemGetAddressRange_v2), ENTRY("cuMemGetInfo", cuMemGetInfo_v2),
+		ENTRY("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity),
+		ENTRY("cuMemAddressReserve", cuMemAddressReserve), ENTRY("cuMemAddressFree", cuMemAddressFree),
+		ENTRY("cuMemCreate", cuMemCreate), ENTRY("cuMemRelease", cuMemRelease), ENTRY("cuMemMap", cuMemMap),
+		ENTRY("cuMemUnmap", cuMemUnmap), ENTRY("cuMemSetAccess", cuMemSetAccess),
+#ifndef FAKE_CUDA_OLD
+		ENTRY("cuCheckpointProcessGetState", cuCheckpointProcessGetState),
+		ENTRY("cuCheckpointProcessLock", cuCheckpointProcessLock),
+		ENTRY("cuCheckpointProcessCheckpoint", cuCheckpointProcessCheckpoint),
+		ENTRY("cuCheckpointProcessRestore", cuCheckpointProcessRestore),
+		ENTRY("cuCheckpointProcessUnlock", cuCheckpointProcessUnlock),
+#endif
+#undef ENTRY
+	};
+	void *fn = NULL;
+	/* the versioned names (12000 asks for the CUDA 12.0 ABI; every variant here is older) */
+	for (size_t i = 0; symbol && version >= 3020 && i < sizeof(table) / sizeof(table[0]); i++)
+		if (!strcmp(symbol, table[i].name))
+			fn = table[i].fn;
+	if (pfn)
+		*pfn = fn;
+	if (status)
+		*status = fn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND */
+	return fn ? 0 : FAKE_NOT_FOUND;
+}
