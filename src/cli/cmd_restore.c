@@ -26,7 +26,7 @@
 #include "cli/cli.h"
 #include "cli/dump_common.h"
 #include "common/proc.h"
-#include "common/rundir.h"
+#include "core/control_socket.h"
 #include "common/util.h"
 #include "criu/criu.h"
 #include "cuda/checkpoint.h"
@@ -238,7 +238,7 @@ static int check_pid_free(pid_t pid, struct gs_err *err)
 static int make_work_dir(struct restore_run *r, struct gs_err *err)
 {
 	char run[PATH_MAX - 32];
-	int rc = gs_run_dir(run, sizeof(run), err);
+	int rc = gs_ctl_run_dir(run, sizeof(run), err);
 	if (rc)
 		return rc;
 	snprintf(r->work, sizeof(r->work), "%s/restore-XXXXXX", run);

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "common/rundir.h"
+#include "core/control_socket.h"
 
 static unsigned long long start_time(pid_t pid)
 {
@@ -33,7 +33,7 @@ static int record_path(pid_t pid, char *buf, size_t n)
 {
 	char dir[512];
 	struct gs_err err = { 0 };
-	if (gs_run_dir(dir, sizeof(dir), &err))
+	if (gs_ctl_run_dir(dir, sizeof(dir), &err))
 		return -1;
 	snprintf(buf, n, "%s/suspended-%d", dir, (int)pid);
 	return 0;

@@ -69,7 +69,7 @@ static int join_path(char *buf, size_t n, const char *prefix, const char *dir, p
 	return 0;
 }
 
-int gs_ctl_agent_socket_path(char *buf, size_t n, struct gs_err *err)
+int gs_ctl_run_dir(char *buf, size_t n, struct gs_err *err)
 {
 	char dirs[2][PATH_MAX];
 	uid_t uid = geteuid();
@@ -77,11 +77,21 @@ int gs_ctl_agent_socket_path(char *buf, size_t n, struct gs_err *err)
 	int rc = GS_E_FAILURE;
 	for (int i = 0; i < nd; i++) {
 		rc = gs_ctl_check_dir(dirs[i], uid, err);
-		if (!rc)
-			return join_path(buf, n, "", dirs[i], getpid(), err);
-		pr_debug("socket directory '%s' not usable: %s", dirs[i], err ? err->msg : "");
+		if (!rc) {
+			if ((size_t)snprintf(buf, n, "%s", dirs[i]) >= n)
+				return gs_fail(err, GS_E_FAILURE, "runtime directory '%s' is too long", dirs[i]);
+			return 0;
+		}
+		pr_debug("runtime directory '%s' not usable: %s", dirs[i], err ? err->msg : "");
 	}
 	return rc;
+}
+
+int gs_ctl_agent_socket_path(char *buf, size_t n, struct gs_err *err)
+{
+	char dir[PATH_MAX];
+	int rc = gs_ctl_run_dir(dir, sizeof(dir), err);
+	return rc ? rc : join_path(buf, n, "", dir, getpid(), err);
 }
 
 /* Reads a small /proc file into buf (NUL-terminated; environ keeps its inner NULs). */

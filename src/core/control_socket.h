@@ -46,6 +46,11 @@
  * GS_E_FAILURE if none can be created or the path is too long.
  */
 int gs_ctl_agent_socket_path(char *buf, size_t n, struct gs_err *err);
+/*
+ * The runtime directory of this process's user (the same choice and checks):
+ * agent sockets, records of suspended processes, restore work directories.
+ */
+int gs_ctl_run_dir(char *buf, size_t n, struct gs_err *err);
 /* Creates dir (0700) if missing and checks it belongs to uid with no group/other access. */
 int gs_ctl_check_dir(const char *dir, uid_t uid, struct gs_err *err);
 
