@@ -65,21 +65,6 @@ static const char *uuid_str(const uint8_t u[16], char *b, size_t n)
 	return gs_image_format_uuid(u, b, n);
 }
 
-/* The machine GPU a map side names: an index or a UUID; -1 if none. */
-static int machine_gpu(const struct cli_session *s, const char *side)
-{
-	int idx;
-	if (gs_parse_int(side, &idx) == 0)
-		return idx >= 0 && idx < s->ngpus ? idx : -1;
-	CUuuid u;
-	if (gs_cuda_uuid_parse(side, &u))
-		return -1;
-	for (int i = 0; i < s->ngpus; i++)
-		if (!memcmp(s->gpus[i].uuid.bytes, u.bytes, 16))
-			return i;
-	return -1;
-}
-
 /* The image GPU a map side names: its recorded index or its UUID; -1 if none. */
 static int image_gpu(const struct gs_image *img, const char *side)
 {
@@ -115,7 +100,7 @@ static int plan_gpus(struct restore_run *r, const struct restore_opts *o, struct
 		int k = image_gpu(r->img, from);
 		if (k < 0)
 			return gs_fail(err, GS_E_GPU_MAP, "the image has no GPU '%s' (gpusnap inspect lists its GPUs)", from);
-		int m = machine_gpu(&r->s, eq + 1);
+		int m = gs_gpus_find(r->s.gpus, r->s.ngpus, eq + 1);
 		if (m < 0)
 			return gs_fail(err, GS_E_GPU_MAP, "GPU '%s' is not on this machine (it has %d GPU%s)", eq + 1,
 				       r->s.ngpus, r->s.ngpus == 1 ? "" : "s");
@@ -127,9 +112,7 @@ static int plan_gpus(struct restore_run *r, const struct restore_opts *o, struct
 		if (r->target[k] >= 0)
 			continue;
 		const struct gs_image_gpu *g = gs_image_gpu_at(r->img, k);
-		for (int m = 0; m < r->s.ngpus; m++)
-			if (!memcmp(r->s.gpus[m].uuid.bytes, g->uuid, 16))
-				r->target[k] = m;
+		r->target[k] = gs_gpus_find_uuid(r->s.gpus, r->s.ngpus, g->uuid);
 		if (r->target[k] < 0) {
 			char ub[48];
 			return gs_fail(err, GS_E_GPU_MAP,
@@ -164,12 +147,8 @@ static int plan_gpus(struct restore_run *r, const struct restore_opts *o, struct
 	r->npairs = (unsigned)n;
 	/* on the machine it was dumped on, the process also saw GPUs it held no memory on: pair those too */
 	bool same_machine = true;
-	for (size_t k = 0; k < n; k++) {
-		bool here = false;
-		for (int m = 0; m < r->s.ngpus; m++)
-			here |= !memcmp(r->s.gpus[m].uuid.bytes, gs_image_gpu_at(r->img, k)->uuid, 16);
-		same_machine &= here;
-	}
+	for (size_t k = 0; k < n; k++)
+		same_machine &= gs_gpus_find_uuid(r->s.gpus, r->s.ngpus, gs_image_gpu_at(r->img, k)->uuid) >= 0;
 	return same_machine ? gs_gpu_pairs_complete(&r->pairs, &r->npairs, r->s.gpus, r->s.ngpus, err) : 0;
 }
 

@@ -40,6 +40,23 @@ int gs_gpus_list(struct gs_cuda *cu, struct gs_gpu **gpus_out, int *count_out, s
 	return 0;
 }
 
+int gs_gpus_find_uuid(const struct gs_gpu *gpus, int ngpus, const void *uuid16)
+{
+	for (int i = 0; i < ngpus; i++)
+		if (!memcmp(gpus[i].uuid.bytes, uuid16, 16))
+			return i;
+	return -1;
+}
+
+int gs_gpus_find(const struct gs_gpu *gpus, int ngpus, const char *word)
+{
+	int idx;
+	if (gs_parse_int(word, &idx) == 0)
+		return idx >= 0 && idx < ngpus ? idx : -1;
+	CUuuid u;
+	return gs_cuda_uuid_parse(word, &u) ? -1 : gs_gpus_find_uuid(gpus, ngpus, u.bytes);
+}
+
 /* Resolves one side of a map: an index of this machine or a UUID (maybe of a GPU not here). */
 static int resolve_side(const char *s, const struct gs_gpu *gpus, int ngpus, CUuuid *uuid, const struct gs_gpu **gpu,
 			struct gs_err *err)
@@ -56,9 +73,9 @@ static int resolve_side(const char *s, const struct gs_gpu *gpus, int ngpus, CUu
 	}
 	if (gs_cuda_uuid_parse(s, uuid))
 		return gs_fail(err, GS_E_GPU_MAP, "'%s' is neither a GPU index nor a GPU UUID", s);
-	for (int i = 0; i < ngpus; i++)
-		if (!memcmp(gpus[i].uuid.bytes, uuid->bytes, 16))
-			*gpu = &gpus[i];
+	int i = gs_gpus_find_uuid(gpus, ngpus, uuid->bytes);
+	if (i >= 0)
+		*gpu = &gpus[i];
 	return 0;
 }
 
@@ -108,10 +125,7 @@ int gs_gpu_map_parse(const char *const *specs, int nspecs, const struct gs_gpu *
 		if (!covered) {
 			char ub[48];
 			gs_cuda_uuid_format(&used[u], ub, sizeof(ub));
-			int idx = -1;
-			for (int g = 0; g < ngpus; g++)
-				if (!memcmp(gpus[g].uuid.bytes, used[u].bytes, 16))
-					idx = g;
+			int idx = gs_gpus_find_uuid(gpus, ngpus, used[u].bytes);
 			if (idx >= 0)
 				rc = gs_fail(err, GS_E_GPU_MAP,
 					     "the map does not cover GPU %d (%s), which the process uses: map every GPU it uses", idx, ub);

@@ -26,6 +26,11 @@ struct gs_gpu {
 /* Lists all GPUs (cuInit must have succeeded). *gpus is malloc'd. */
 int gs_gpus_list(struct gs_cuda *cu, struct gs_gpu **gpus, int *count, struct gs_err *err);
 
+/* Index of the GPU with this UUID (16 raw bytes) among gpus, or -1. */
+int gs_gpus_find_uuid(const struct gs_gpu *gpus, int ngpus, const void *uuid16);
+/* Index of the GPU a command-line word names (an index or a UUID, "GPU-" optional), or -1. */
+int gs_gpus_find(const struct gs_gpu *gpus, int ngpus, const char *word);
+
 /*
  * Parses map specs "FROM=TO" (each side an index or a UUID) against this
  * machine's GPUs into driver pairs. `used`/`nused`: the UUIDs the process was
