@@ -196,15 +196,8 @@ static int check_pid_free(pid_t pid, struct gs_err *err)
 {
 	if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
 		return 0;
-	char path[64], state = 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
-			state = 0;
-		fclose(f);
-	}
-	if (state == 'Z')
+	struct gs_proc_stat st;
+	if (gs_proc_read_stat(pid, &st) == 0 && st.state == 'Z')
 		return 0;
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));

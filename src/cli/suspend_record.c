@@ -9,24 +9,13 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/proc.h"
 #include "core/control_socket.h"
 
 static unsigned long long start_time(pid_t pid)
 {
-	char path[64], line[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t len = fread(line, 1, sizeof(line) - 1, f);
-	fclose(f);
-	line[len] = '\0';
-	char *p = strrchr(line, ')');
-	unsigned long long st = 0;
-	/* field 22 (starttime); fields after ')' start at 3 */
-	if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &st) != 1)
-		st = 0;
-	return st;
+	struct gs_proc_stat st;
+	return gs_proc_read_stat(pid, &st) ? 0 : st.start_time;
 }
 
 static int record_path(pid_t pid, char *buf, size_t n)

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,23 +38,30 @@ void gs_proc_comm(pid_t pid, char *buf, size_t n)
 		fclose(f);
 }
 
-pid_t gs_proc_ppid(pid_t pid)
+int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st)
 {
 	char path[64], line[1024];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -1;
-	size_t len = fread(line, 1, sizeof(line) - 1, f);
-	fclose(f);
+	ssize_t len = read(fd, line, sizeof(line) - 1);
+	close(fd);
+	if (len <= 0)
+		return -1;
 	line[len] = '\0';
-	/* comm may contain spaces and parentheses: the state follows the last ')' */
+	/* comm may contain spaces and parentheses: the fields follow the last ')' (field 3 on) */
 	char *p = strrchr(line, ')');
-	int ppid;
-	char state;
-	if (!p || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
+	if (!p || sscanf(p + 1, " %c %d %d %d %d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			 &st->state, &st->ppid, &st->pgrp, &st->session, &st->tty_nr, &st->start_time) != 6)
 		return -1;
-	return ppid;
+	return 0;
+}
+
+pid_t gs_proc_ppid(pid_t pid)
+{
+	struct gs_proc_stat st;
+	return gs_proc_read_stat(pid, &st) ? -1 : st.ppid;
 }
 
 struct pid_pair {

@@ -15,6 +15,15 @@
 int gs_proc_check(pid_t pid, struct gs_err *err);
 /* Short command name (comm), "?" if unreadable. */
 void gs_proc_comm(pid_t pid, char *buf, size_t n);
+/* The fields of /proc/PID/stat gpusnap uses. */
+struct gs_proc_stat {
+	char state; /* 'R', 'S', 'Z', ... */
+	pid_t ppid, pgrp, session;
+	int tty_nr;
+	unsigned long long start_time; /* clock ticks after boot: with the PID, names one process */
+};
+/* Reads /proc/PID/stat (comm may hold spaces and parentheses). 0, or -1 if unreadable. */
+int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st);
 /* Parent PID from /proc/PID/stat; -1 if unreadable. */
 pid_t gs_proc_ppid(pid_t pid);
 /*

@@ -197,35 +197,6 @@ int gs_criu_check(const struct gs_criu *c, struct gs_err *err)
 	return rc;
 }
 
-/* State, process group, session and tty from /proc/PID/stat; -1 if unreadable. */
-static int read_stat(pid_t pid, char *state, pid_t *pgrp, pid_t *session, int *tty_nr)
-{
-	char path[64], line[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t len = read(fd, line, sizeof(line) - 1);
-	close(fd);
-	if (len <= 0)
-		return -1;
-	line[len] = '\0';
-	/* comm may hold spaces and parentheses: the fields follow the last ')' */
-	char *p = strrchr(line, ')');
-	int ppid, pg, sid, tty;
-	char st;
-	if (!p || sscanf(p + 1, " %c %d %d %d %d", &st, &ppid, &pg, &sid, &tty) != 5)
-		return -1;
-	if (state)
-		*state = st;
-	if (pgrp)
-		*pgrp = pg;
-	if (session)
-		*session = sid;
-	if (tty_nr)
-		*tty_nr = tty;
-	return 0;
-}
 
 static int ensure_dir(const char *dir, struct gs_err *err)
 {
@@ -281,8 +252,8 @@ static bool wait_pid_free(pid_t pid, double timeout_s)
 
 static bool is_zombie(pid_t pid)
 {
-	char state = 0;
-	return read_stat(pid, &state, NULL, NULL, NULL) == 0 && state == 'Z';
+	struct gs_proc_stat st;
+	return gs_proc_read_stat(pid, &st) == 0 && st.state == 'Z';
 }
 
 static int path_join(char *out, size_t n, const char *dir, const char *name, struct gs_err *err)
@@ -315,10 +286,9 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 
 	bool shell_job = o->shell_job == GS_CRIU_SHELL_JOB_ON;
 	if (o->shell_job == GS_CRIU_SHELL_JOB_AUTO) {
-		pid_t pgrp, sid;
-		int tty;
-		if (read_stat(pid, NULL, &pgrp, &sid, &tty) == 0)
-			shell_job = gs_criu_needs_shell_job(pid, pgrp, sid, tty);
+		struct gs_proc_stat st;
+		if (gs_proc_read_stat(pid, &st) == 0)
+			shell_job = gs_criu_needs_shell_job(pid, st.pgrp, st.session, st.tty_nr);
 	}
 
 	struct gs_argv args = { 0 };
@@ -393,19 +363,19 @@ static char *read_small_file(const char *path, size_t max)
 
 static int pid_in_use_error(pid_t pid, const char *log_path, struct gs_err *err)
 {
-	char comm[64], state = 0;
-	pid_t pgrp;
+	char comm[64];
+	struct gs_proc_stat st;
 	gs_proc_comm(pid, comm, sizeof(comm));
-	if (read_stat(pid, &state, &pgrp, NULL, NULL) != 0)
+	if (gs_proc_read_stat(pid, &st) != 0)
 		return gs_fail(err, GS_E_CRIU,
 			       "cannot restore: pid %d, which the image needs, was in use during the restore and is "
 			       "free now; try again (log: %s)",
 			       (int)pid, log_path);
-	if (state == 'Z')
+	if (st.state == 'Z')
 		return gs_fail(err, GS_E_CRIU,
 			       "cannot restore: pid %d, which the image needs, is held by a zombie '%s' that its "
 			       "parent %d has not reaped (log: %s)",
-			       (int)pid, comm, (int)gs_proc_ppid(pid), log_path);
+			       (int)pid, comm, (int)st.ppid, log_path);
 	return gs_fail(err, GS_E_CRIU,
 		       "cannot restore: pid %d, which the image needs, is in use by '%s' (the dumped process, or an "
 		       "earlier restore of this image, still running?); stop it first (log: %s)",

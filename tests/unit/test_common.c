@@ -136,6 +136,14 @@ static void test_proc(void)
 	CHECK_INT(gs_proc_check(0x7ffffff0, &err), GS_E_NO_PROCESS);
 	CHECK_CONTAINS(err.msg, "no such process");
 	CHECK_INT(gs_proc_ppid(getpid()), getppid());
+	struct gs_proc_stat self, again;
+	CHECK_INT(gs_proc_read_stat(getpid(), &self), 0);
+	CHECK_INT(self.ppid, getppid());
+	CHECK_INT(self.state, 'R');
+	CHECK(self.start_time > 0);
+	CHECK_INT(gs_proc_read_stat(getpid(), &again), 0);
+	CHECK(again.start_time == self.start_time); /* what names this process, with its PID */
+	CHECK_INT(gs_proc_read_stat(0x7ffffff0, &again), -1);
 
 	pid_t child = fork();
 	if (child == 0) {
