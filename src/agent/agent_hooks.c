@@ -164,10 +164,7 @@ static bool managed_free_now(struct gs_agent *a, CUdeviceptr dptr, CUresult *r)
 
 static CUresult hook_cuMemAlloc(CUdeviceptr *dptr, size_t size)
 {
-	int t = gs_gate_enter_c();
-	CUresult r = managed_alloc(dptr, size);
-	gs_gate_exit_c(t);
-	return r;
+	return GS_GATED(managed_alloc(dptr, size));
 }
 
 static CUresult hook_cuMemFree(CUdeviceptr dptr)
@@ -178,7 +175,8 @@ static CUresult hook_cuMemFree(CUdeviceptr dptr)
 	int t = gs_gate_enter_c();
 	CUresult r;
 	struct gs_alloc_rec rec;
-	if (gs_alloc_registry_get(a->allocs, dptr, &rec)) {
+	/* no registry yet: the agent made nothing (or could not work), so the pointer is the driver's */
+	if (a->allocs && gs_alloc_registry_get(a->allocs, dptr, &rec)) {
 		/* cuMemFree waits for the device like the driver's own does: kernels may still use the memory */
 		a->cu.cuCtxSynchronize();
 		if (!managed_free_now(a, dptr, &r))
@@ -197,9 +195,7 @@ static CUresult hook_cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t wi
 	size_t p = (width + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
 	if (height > SIZE_MAX / p)
 		return CUDA_ERROR_INVALID_VALUE;
-	int t = gs_gate_enter_c();
-	CUresult r = managed_alloc(dptr, p * height);
-	gs_gate_exit_c(t);
+	CUresult r = GS_GATED(managed_alloc(dptr, p * height));
 	if (r == CUDA_SUCCESS)
 		*pitch = p;
 	return r;
@@ -239,7 +235,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread,
 	int t = gs_gate_enter_c();
 	CUresult r;
 	struct gs_alloc_rec rec;
-	if (!gs_alloc_registry_get(a->allocs, dptr, &rec)) {
+	if (!a->allocs || !gs_alloc_registry_get(a->allocs, dptr, &rec)) {
 		r = real_free(dptr, stream);
 		goto out;
 	}

@@ -39,15 +39,20 @@ static struct {
 	bool reaper_running;
 } mover;
 
-static int staging_register(void *ctx, void *addr, uint64_t len)
+/* Staging threads have no current context; any device's will do for PORTABLE registrations. */
+static void use_any_context(struct gs_agent *a)
 {
-	struct gs_agent *a = ctx;
-	/* worker threads have no current context; any device's will do with PORTABLE */
 	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
 		if (a->devices[i].used) {
 			a->cu.cuCtxSetCurrent(a->devices[i].ctx);
-			break;
+			return;
 		}
+}
+
+static int staging_register(void *ctx, void *addr, uint64_t len)
+{
+	struct gs_agent *a = ctx;
+	use_any_context(a);
 	return a->cu.cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS ? 0 : -1;
 }
 
@@ -55,11 +60,7 @@ static void staging_unregister(void *ctx, void *addr, uint64_t len)
 {
 	struct gs_agent *a = ctx;
 	(void)len;
-	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
-		if (a->devices[i].used) {
-			a->cu.cuCtxSetCurrent(a->devices[i].ctx);
-			break;
-		}
+	use_any_context(a);
 	a->cu.cuMemHostUnregister(addr);
 }
 
