@@ -278,6 +278,8 @@ int cmd_dump(int argc, char **argv)
 					 : gs_proc_check(pid, &err);
 	if (!rc)
 		rc = gs_criu_find(&r->criu, &err);
+	if (!rc)
+		rc = gs_criu_dumpable(pid, &err);
 	bool session = false;
 	if (!rc) {
 		rc = cli_session_open(&r->s, &err);

@@ -250,6 +250,22 @@ static bool wait_pid_free(pid_t pid, double timeout_s)
 	return true;
 }
 
+int gs_criu_dumpable(pid_t pid, struct gs_err *err)
+{
+	int rc = gs_proc_check(pid, err);
+	if (rc)
+		return rc;
+	struct gs_proc_stat st;
+	if (gs_proc_read_stat(pid, &st))
+		return gs_fail(err, GS_E_NO_PROCESS, "process %d disappeared", (int)pid);
+	/* the kernel shows 0 for a session whose leader is in an ancestor PID namespace */
+	if (st.session == 0)
+		return gs_fail(err, GS_E_CRIU,
+			       "process %d belongs to a session whose leader is outside its PID namespace, which CRIU "
+			       "cannot dump; start it in a session of its own (setsid)", (int)pid);
+	return 0;
+}
+
 static bool is_zombie(pid_t pid)
 {
 	struct gs_proc_stat st;
@@ -270,7 +286,7 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	static const struct gs_criu_dump_opts defaults;
 	if (!o)
 		o = &defaults;
-	int rc = gs_proc_check(pid, err);
+	int rc = gs_criu_dumpable(pid, err);
 	if (rc)
 		return rc;
 	rc = ensure_dir(images_dir, err);

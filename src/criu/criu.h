@@ -82,6 +82,14 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err);
 int gs_criu_check(const struct gs_criu *c, struct gs_err *err);
 
 /*
+ * Checks what CRIU needs of the process before anything is stopped: that it
+ * exists and that its session leader lives in its PID namespace (session ID 0
+ * as seen from here; CRIU cannot dump such a process, --shell-job or not).
+ * GS_E_NO_PROCESS or GS_E_CRIU with a one-line message saying what to do.
+ */
+int gs_criu_dumpable(pid_t pid, struct gs_err *err);
+
+/*
  * Dumps the process tree rooted at pid into images_dir (created 0700 if missing).
  * The log is images_dir/dump.log (-v4). Without leave_running the process is gone
  * afterwards (criu kills it; this waits up to 2 s for it to disappear). On failure
