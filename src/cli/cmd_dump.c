@@ -278,8 +278,6 @@ int cmd_dump(int argc, char **argv)
 					 : gs_proc_check(pid, &err);
 	if (!rc)
 		rc = gs_criu_find(&r->criu, &err);
-	if (!rc)
-		rc = gs_criu_dumpable(pid, &err);
 	bool session = false;
 	if (!rc) {
 		rc = cli_session_open(&r->s, &err);
@@ -300,6 +298,9 @@ int cmd_dump(int argc, char **argv)
 		rc = cli_agent_probe(r->pid, &r->agent, &err);
 	if (!rc && r->agent.present && r->agent.state != GS_AGENT_RUNNING)
 		rc = gs_fail(&err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)r->pid);
+	/* after the CUDA checks: "not a CUDA process" is the more useful answer when both apply */
+	if (!rc)
+		rc = gs_criu_dumpable(r->pid, &err);
 	struct stat pst;
 	char ppath[64];
 	snprintf(ppath, sizeof(ppath), "/proc/%d", (int)r->pid);

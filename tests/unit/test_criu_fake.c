@@ -184,6 +184,13 @@ static void test_dump_ok_records_args(void)
 	CHECK_INT(st.st_mode & 0777, 0600);
 }
 
+static void test_dumpable(void)
+{
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_criu_dumpable(getpid(), &err), 0);
+	CHECK_INT(gs_criu_dumpable(2147483600, &err), GS_E_NO_PROCESS);
+}
+
 static void test_dump_failures(void)
 {
 	struct gs_criu c;
@@ -354,11 +361,18 @@ static void cleanup(void)
 
 int main(void)
 {
+	/*
+	 * The dumps below name this process. Where the test runs in a session whose
+	 * leader is outside its PID namespace (some CI containers), gpusnap refuses
+	 * to dump it, as CRIU would fail: a session of its own makes it dumpable.
+	 */
+	setsid();
 	setup();
 	RUN(test_find_env);
 	RUN(test_find_too_old_or_broken);
 	RUN(test_find_on_path);
 	RUN(test_dump_ok_records_args);
+	RUN(test_dumpable);
 	RUN(test_dump_failures);
 	RUN(test_dump_timeout);
 	RUN(test_restore);
