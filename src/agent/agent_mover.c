@@ -266,8 +266,7 @@ static void held_free(struct gs_agent_held *h)
 	free(h);
 }
 
-/* Re-creates physical memory for every released region; on failure releases those it made. */
-static int recreate_all(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
+int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
 {
 	for (size_t i = 0; i < h->nregions; i++) {
 		struct held_region *r = &h->regions[i];
@@ -298,6 +297,92 @@ static int recreate_all(struct gs_agent *a, struct gs_agent_held *h, struct gs_e
 	return 0;
 }
 
+int gs_mover_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err)
+{
+	int rc = gs_gate_close(timeout_s, err);
+	if (rc || !a->cuda_ready)
+		return rc;
+	if ((rc = sync_devices(a, false, err))) {
+		gs_gate_open();
+		return rc;
+	}
+	gs_agent_drain_deferred(a, true);
+	return 0;
+}
+
+int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err *err)
+{
+	*out = NULL;
+	struct gs_agent_held *h = calloc(1, sizeof(*h));
+	if (!h)
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	struct collect_ctx cc = { 0 };
+	cc.is_slab = false;
+	int walk = gs_alloc_registry_foreach(a->allocs, 0, UINT64_MAX, GS_ALLOC_MASK(GS_ALLOC_DEVICE), collect, &cc);
+	cc.is_slab = true;
+	if (!walk)
+		walk = gs_alloc_registry_foreach(a->slabs, 0, UINT64_MAX, 0, collect, &cc);
+	h->regions = cc.r;
+	h->nregions = cc.n;
+	int rc = 0;
+	if (walk) {
+		rc = gs_fail(err, GS_E_AGENT, "out of memory listing allocations");
+		goto fail;
+	}
+	qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
+	struct gs_copy_region *cr = calloc(h->nregions ? h->nregions : 1, sizeof(*cr));
+	if (!cr) {
+		rc = gs_fail(err, GS_E_AGENT, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < h->nregions; i++) {
+		cr[i].va = h->regions[i].va;
+		cr[i].size = h->regions[i].size;
+		h->bytes += h->regions[i].size;
+	}
+	struct gs_copy_params params = { .chunk_size = CHUNK_BYTES, .lanes = GS_AGENT_LANES, .staging_align = 4096,
+					 .staging_segment = SEGMENT_BYTES };
+	rc = gs_copy_plan_build(cr, h->nregions, &params, &h->plan, err);
+	free(cr);
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES && !rc; i++)
+		if (a->devices[i].used)
+			rc = ensure_lanes(a, &a->devices[i], err);
+	if (rc)
+		goto fail;
+	*out = h;
+	return 0;
+fail:
+	held_free(h);
+	return rc;
+}
+
+int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
+{
+	for (size_t i = 0; i < h->nregions; i++) {
+		struct held_region *r = &h->regions[i];
+		CUresult res = gs_vmm_release_physical(a, r->va, r->reserved, r->handle);
+		if (res != CUDA_SUCCESS) {
+			char b[128];
+			int rc = gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s", (unsigned long long)r->va,
+					 gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
+			/* put back what was released, with its data: the app must not notice */
+			struct gs_err e2 = { 0 };
+			if (gs_mover_recreate(a, h, &e2) || (h->pool && copy_all(a, h, false, -1, &e2)))
+				pr_err("could not undo a partial release: %s", e2.msg);
+			return rc;
+		}
+		r->released = true;
+		r->handle = 0;
+		update_registry(a, r);
+	}
+	return 0;
+}
+
+void gs_mover_free_held(struct gs_agent_held *h)
+{
+	held_free(h);
+}
+
 int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
 {
 	pthread_mutex_lock(&a->lock);
@@ -310,7 +395,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	}
 	join_reaper();
 	double t0 = gs_now();
-	if ((rc = gs_gate_close(timeout_s, err)))
+	if ((rc = gs_mover_quiesce(a, timeout_s, err)))
 		goto out;
 	gate_closed = true;
 	double t_quiesce = gs_now();
@@ -321,49 +406,8 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", t_quiesce - t0);
 		goto out;
 	}
-	if ((rc = sync_devices(a, false, err)))
-		goto out;
-	gs_agent_drain_deferred(a, true);
 	double t_sync = gs_now();
-
-	h = calloc(1, sizeof(*h));
-	struct collect_ctx cc = { 0 };
-	if (!h) {
-		rc = gs_fail(err, GS_E_AGENT, "out of memory");
-		goto out;
-	}
-	cc.is_slab = false;
-	int walk = gs_alloc_registry_foreach(a->allocs, 0, UINT64_MAX, GS_ALLOC_MASK(GS_ALLOC_DEVICE), collect, &cc);
-	cc.is_slab = true;
-	if (!walk)
-		walk = gs_alloc_registry_foreach(a->slabs, 0, UINT64_MAX, 0, collect, &cc);
-	h->regions = cc.r;
-	h->nregions = cc.n;
-	if (walk) {
-		rc = gs_fail(err, GS_E_AGENT, "out of memory listing allocations");
-		goto out;
-	}
-	qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
-	struct gs_copy_region *cr = calloc(h->nregions ? h->nregions : 1, sizeof(*cr));
-	if (!cr) {
-		rc = gs_fail(err, GS_E_AGENT, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < h->nregions; i++) {
-		cr[i].va = h->regions[i].va;
-		cr[i].size = h->regions[i].size;
-		h->bytes += h->regions[i].size;
-	}
-	struct gs_copy_params params = { .chunk_size = CHUNK_BYTES, .lanes = GS_AGENT_LANES, .staging_align = 4096,
-					 .staging_segment = SEGMENT_BYTES };
-	rc = gs_copy_plan_build(cr, h->nregions, &params, &h->plan, err);
-	free(cr);
-	if (rc)
-		goto out;
-	for (int i = 0; i < GS_AGENT_MAX_DEVICES && !rc; i++)
-		if (a->devices[i].used)
-			rc = ensure_lanes(a, &a->devices[i], err);
-	if (rc)
+	if ((rc = gs_mover_plan(a, &h, err)))
 		goto out;
 
 	double t_pool0 = gs_now();
@@ -378,24 +422,8 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 			goto out;
 	}
 	double t_copy = gs_now();
-
-	for (size_t i = 0; i < h->nregions; i++) {
-		struct held_region *r = &h->regions[i];
-		CUresult res = gs_vmm_release_physical(a, r->va, r->reserved, r->handle);
-		if (res != CUDA_SUCCESS) {
-			char b[128];
-			rc = gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s", (unsigned long long)r->va,
-				     gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
-			/* put back what was released, with its data: the app must not notice */
-			struct gs_err e2 = { 0 };
-			if (recreate_all(a, h, &e2) || copy_all(a, h, false, timeout_s, &e2))
-				pr_err("could not undo a partial release: %s", e2.msg);
-			goto out;
-		}
-		r->released = true;
-		r->handle = 0;
-		update_registry(a, r);
-	}
+	if ((rc = gs_mover_release(a, h, err)))
+		goto out;
 	double t_release = gs_now();
 	if (mover.unpin && !keep_context && h->pool) {
 		struct gs_err e2 = { 0 };
@@ -442,7 +470,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		goto out;
 	}
 	if (h) {
-		if ((rc = recreate_all(a, h, err)))
+		if ((rc = gs_mover_recreate(a, h, err)))
 			goto out;
 		double t_map = gs_now();
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "map", t_map - t0);

@@ -51,6 +51,23 @@ void gs_mover_init_from_env(struct gs_agent *a);
 void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d);
 bool gs_mover_has_reserve(struct gs_agent *a);
 
+/*
+ * The phases of a suspend, for callers that move the data their own way
+ * (agent_image.c streams it to files). All run with a->lock held.
+ * quiesce: closes the gate (no app thread in the driver) and synchronizes
+ * every device; on failure the gate is open again. plan: lists the releasable
+ * regions and builds their copy plan (no staging pool yet; lanes created).
+ * release: frees the physical memory of every region; on failure what was
+ * released is re-created (and refilled from h->pool when there is one).
+ * recreate: re-creates physical memory at the same addresses, all or nothing
+ * (GS_E_NO_VRAM on a shortage).
+ */
+int gs_mover_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err);
+int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err *err);
+int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
+int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
+void gs_mover_free_held(struct gs_agent_held *h);
+
 /* Timings and counters go into reply (named fields); the gate stays closed on success. */
 int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
 /* Re-creates and refills the released memory, then opens the gate. */
