@@ -111,8 +111,8 @@ measure() { # SIZE PATH
     agent) launch=("$GPUSNAP" run --) ;;
     # a staging pool kept ready (--reserve): the data part at line rate
     agent-reserve) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
-    # the same, and the staging memory unpinned while the driver holds the process
-    agent-reserve-unpin) launch=(env GPUSNAP_STAGING_UNPIN=1 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # the same with the staging memory left pinned while the driver holds the process (the default unpins it)
+    agent-reserve-pinned) launch=(env GPUSNAP_STAGING_UNPIN=0 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
     # the same with 2 MiB huge pages for staging (the system's pool sized for it here)
     agent-reserve-huge)
       launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --)

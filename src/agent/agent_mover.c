@@ -17,6 +17,7 @@
 #define LOG_PREFIX "agent: "
 #include "agent/agent_mover.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,9 +31,10 @@
 #define CHUNK_BYTES (64ULL << 20)
 #define SEGMENT_BYTES (256ULL << 20)
 #define STAGING_WORKERS 8
+#define GS_AGENT_MAX_UNPIN_THREADS 32
 
 static struct {
-	bool unpin; /* GPUSNAP_STAGING_UNPIN=1: unpin staging while the driver holds the process */
+	bool unpin; /* unpin staging while the driver holds the process (default; GPUSNAP_STAGING_UNPIN=0: keep it pinned) */
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
 	pthread_t reaper;
@@ -75,7 +77,7 @@ void gs_mover_init_from_env(struct gs_agent *a)
 {
 	(void)a;
 	const char *u = getenv("GPUSNAP_STAGING_UNPIN");
-	mover.unpin = u && !strcmp(u, "1");
+	mover.unpin = !(u && !strcmp(u, "0"));
 	const char *v = getenv("GPUSNAP_RESERVE");
 	if (v && *v && gs_parse_size(v, &mover.reserve_bytes))
 		pr_warn("ignoring GPUSNAP_RESERVE='%s': not a size", v);
@@ -207,19 +209,178 @@ static int sync_devices(struct gs_agent *a, bool lanes_only, struct gs_err *err)
 	return 0;
 }
 
-/* Issues every chunk's copy in staging order (waiting for its segment), then waits for the lanes. */
-static int copy_all(struct gs_agent *a, struct gs_agent_held *h, bool to_host, double timeout_s, struct gs_err *err)
+/*
+ * Unpinning the staging pool while the copy out runs. The driver's own
+ * checkpoint and restore take time in proportion to the pinned host memory of
+ * the process (about 0.03 s per GiB on the H100), so a full suspend unpins the
+ * pool, and unpinning 32 GiB takes longer than copying it (8 threads, 0.76 s).
+ * Overlapped: once every copy into a segment has been issued, an event is
+ * recorded on every lane; unpin threads wait for a segment's events and
+ * unpin it while later segments are still being copied. Segments beyond the
+ * data (a reserved pool larger than needed) are unpinned as well.
+ */
+struct unpin_pipe {
+	struct gs_agent *a;
+	struct gs_staging *pool;
+	uint32_t nsegs;
+	int nlanes;             /* lanes of every used device */
+	int *lane_device;       /* [nlanes] */
+	CUstream *lane_stream;  /* [nlanes] */
+	CUevent *events;        /* [nsegs * nlanes]; NULL entries: nothing copied into that segment */
+	pthread_mutex_t lock;
+	pthread_cond_t issued_cond;
+	uint32_t issued;        /* segments [0, issued) have all their copies issued */
+	bool abort;
+	uint32_t next;          /* atomic: next segment for an unpin thread */
+	int failed;             /* atomic */
+	pthread_t tid[GS_AGENT_MAX_UNPIN_THREADS];
+	int nthreads;
+};
+
+static int pipe_threads(void)
+{
+	const char *v = getenv("GPUSNAP_STAGING_THREADS");
+	int n = v ? atoi(v) : STAGING_WORKERS;
+	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
+}
+
+static void *unpin_main(void *arg)
+{
+	struct unpin_pipe *u = arg;
+	use_any_context(u->a);
+	for (;;) {
+		uint32_t seg = __atomic_fetch_add(&u->next, 1, __ATOMIC_RELAXED);
+		if (seg >= u->nsegs)
+			return NULL;
+		pthread_mutex_lock(&u->lock);
+		while (u->issued <= seg && !u->abort)
+			pthread_cond_wait(&u->issued_cond, &u->lock);
+		bool abort = u->abort;
+		pthread_mutex_unlock(&u->lock);
+		if (abort)
+			return NULL;
+		for (int l = 0; l < u->nlanes; l++) {
+			CUevent e = u->events[(size_t)seg * (size_t)u->nlanes + (size_t)l];
+			if (e && u->a->cu.cuEventSynchronize(e) != CUDA_SUCCESS)
+				__atomic_store_n(&u->failed, 1, __ATOMIC_RELAXED);
+		}
+		struct gs_err e = { 0 };
+		if (gs_staging_unpin_segment(u->pool, seg, &e))
+			__atomic_store_n(&u->failed, 1, __ATOMIC_RELAXED);
+	}
+}
+
+/* Publishes segments [0, upto) as issued, recording their events first (context of each lane set). */
+static int pipe_issue_upto(struct unpin_pipe *u, uint32_t upto, uint32_t first_with_copies, struct gs_err *err)
+{
+	pthread_mutex_lock(&u->lock);
+	uint32_t from = u->issued;
+	pthread_mutex_unlock(&u->lock);
+	if (upto <= from)
+		return 0;
+	/* only the segments that had copies need events: the last of them, first_with_copies, covers the rest */
+	if (first_with_copies < upto && first_with_copies >= from) {
+		for (int l = 0; l < u->nlanes; l++) {
+			CUevent *e = &u->events[(size_t)first_with_copies * (size_t)u->nlanes + (size_t)l];
+			int rc = set_device(u->a, u->lane_device[l], err);
+			if (rc)
+				return rc;
+			CUresult r = u->a->cu.cuEventCreate(e, CU_EVENT_DISABLE_TIMING);
+			if (r == CUDA_SUCCESS)
+				r = u->a->cu.cuEventRecord(*e, u->lane_stream[l]);
+			if (r != CUDA_SUCCESS)
+				return gs_fail(err, GS_E_AGENT, "cannot record a copy event on GPU %d (error %d)", u->lane_device[l], r);
+		}
+	}
+	pthread_mutex_lock(&u->lock);
+	u->issued = upto;
+	pthread_cond_broadcast(&u->issued_cond);
+	pthread_mutex_unlock(&u->lock);
+	return 0;
+}
+
+static int pipe_start(struct gs_agent *a, struct gs_staging *pool, struct unpin_pipe *u, struct gs_err *err)
+{
+	memset(u, 0, sizeof(*u));
+	u->a = a;
+	u->pool = pool;
+	u->nsegs = gs_staging_segments(pool);
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
+		u->nlanes += a->devices[i].used ? GS_AGENT_LANES : 0;
+	u->lane_device = calloc((size_t)u->nlanes + 1, sizeof(*u->lane_device));
+	u->lane_stream = calloc((size_t)u->nlanes + 1, sizeof(*u->lane_stream));
+	u->events = calloc((size_t)u->nsegs * (size_t)u->nlanes + 1, sizeof(*u->events));
+	if (!u->lane_device || !u->lane_stream || !u->events) {
+		free(u->lane_device);
+		free(u->lane_stream);
+		free(u->events);
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	}
+	int l = 0;
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
+		for (int k = 0; a->devices[i].used && k < GS_AGENT_LANES; k++, l++) {
+			u->lane_device[l] = i;
+			u->lane_stream[l] = a->devices[i].lanes[k];
+		}
+	pthread_mutex_init(&u->lock, NULL);
+	pthread_cond_init(&u->issued_cond, NULL);
+	int want = pipe_threads();
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
+	for (; u->nthreads < want; u->nthreads++)
+		if (pthread_create(&u->tid[u->nthreads], NULL, unpin_main, u))
+			break;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return 0;
+}
+
+/* Joins the unpin threads (after an abort they stop at once) and frees the events. 0 if every segment was unpinned. */
+static int pipe_finish(struct unpin_pipe *u, bool abort)
+{
+	pthread_mutex_lock(&u->lock);
+	u->abort = abort;
+	pthread_cond_broadcast(&u->issued_cond);
+	pthread_mutex_unlock(&u->lock);
+	for (int i = 0; i < u->nthreads; i++)
+		pthread_join(u->tid[i], NULL);
+	if (!u->nthreads && !abort)
+		unpin_main(u); /* no thread could be started: this one does it */
+	for (size_t i = 0; i < (size_t)u->nsegs * (size_t)u->nlanes; i++)
+		if (u->events[i])
+			u->a->cu.cuEventDestroy(u->events[i]);
+	free(u->events);
+	free(u->lane_device);
+	free(u->lane_stream);
+	pthread_cond_destroy(&u->issued_cond);
+	pthread_mutex_destroy(&u->lock);
+	return u->failed ? -1 : 0;
+}
+
+/*
+ * Issues every chunk's copy in staging order, waiting for each chunk's
+ * segment (populated, or pinned again after a suspend that unpinned it),
+ * then waits for the lanes. With unpin (to host only), segments are unpinned
+ * as their copies complete (see unpin_pipe).
+ */
+static int copy_all(struct gs_agent *a, struct gs_agent_held *h, bool to_host, double timeout_s, struct unpin_pipe *unpin,
+		    struct gs_err *err)
 {
 	int cur = -1;
 	uint64_t seg_size = gs_staging_segment_size(h->pool);
+	uint32_t last_seg = UINT32_MAX;
 	for (size_t i = 0; i < h->plan.nchunks; i++) {
 		const struct gs_copy_chunk *c = &h->plan.chunks[i];
 		int dev = h->regions[c->region].device;
 		int rc;
-		if (dev != cur && (rc = set_device(a, dev, err)))
+		uint32_t seg = (uint32_t)(c->staging_offset / seg_size);
+		if (unpin && seg != last_seg && last_seg != UINT32_MAX && (rc = pipe_issue_upto(unpin, seg, last_seg, err)))
+			return rc;
+		last_seg = seg;
+		if ((dev != cur || unpin) && (rc = set_device(a, dev, err)))
 			return rc;
 		cur = dev;
-		if (to_host && (rc = gs_staging_wait(h->pool, (uint32_t)(c->staging_offset / seg_size), timeout_s, err)))
+		if ((rc = gs_staging_wait(h->pool, seg, timeout_s, err)))
 			return rc;
 		void *host = gs_staging_ptr(h->pool, c->staging_offset);
 		CUstream s = a->devices[dev].lanes[c->lane];
@@ -232,6 +393,9 @@ static int copy_all(struct gs_agent *a, struct gs_agent_held *h, bool to_host, d
 				       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
 		}
 	}
+	int rc;
+	if (unpin && (rc = pipe_issue_upto(unpin, unpin->nsegs, last_seg, err)))
+		return rc;
 	return sync_devices(a, true, err);
 }
 
@@ -253,6 +417,7 @@ void gs_mover_drop_pool(struct gs_agent_held *h)
 		gs_staging_destroy(h->pool);
 	h->pool = NULL;
 	h->pool_is_reserve = false;
+	h->unpinned = false;
 }
 
 static void held_free(struct gs_agent_held *h)
@@ -367,7 +532,7 @@ int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err 
 					 gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
 			/* put back what was released, with its data: the app must not notice */
 			struct gs_err e2 = { 0 };
-			if (gs_mover_recreate(a, h, &e2) || (h->pool && copy_all(a, h, false, -1, &e2)))
+			if (gs_mover_recreate(a, h, &e2) || (h->pool && copy_all(a, h, false, -1, NULL, &e2)))
 				pr_err("could not undo a partial release: %s", e2.msg);
 			return rc;
 		}
@@ -418,21 +583,30 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		} else if ((rc = gs_mover_make_pool(a, h->plan.staging_bytes, &h->pool, err))) {
 			goto out;
 		}
-		if ((rc = copy_all(a, h, true, timeout_s, err)))
+		/* a full suspend unpins the staging as the copies complete: see unpin_pipe */
+		struct unpin_pipe pipe;
+		bool pipelined = mover.unpin && !keep_context && pipe_start(a, h->pool, &pipe, err) == 0;
+		rc = copy_all(a, h, true, timeout_s, pipelined ? &pipe : NULL, err);
+		if (pipelined) {
+			h->unpinned = true; /* even partly: resume pins what is not */
+			if (pipe_finish(&pipe, rc != 0) && !rc)
+				pr_warn("some staging memory could not be unpinned: the driver's checkpoint takes longer");
+		}
+		if (rc) {
+			if (h->unpinned && !h->pool_is_reserve)
+				h->unpinned = false; /* an on-demand pool is freed */
+			else if (h->unpinned) {
+				struct gs_err e2 = { 0 };
+				if (gs_staging_set_pinned(h->pool, true, STAGING_WORKERS, &e2))
+					pr_warn("the reserved staging pool stays partly unpinned: %s", e2.msg);
+			}
 			goto out;
+		}
 	}
 	double t_copy = gs_now();
 	if ((rc = gs_mover_release(a, h, err)))
 		goto out;
 	double t_release = gs_now();
-	if (mover.unpin && !keep_context && h->pool) {
-		struct gs_err e2 = { 0 };
-		if (gs_staging_set_pinned(h->pool, false, STAGING_WORKERS, &e2))
-			pr_warn("staging memory stays pinned: %s", e2.msg);
-		else
-			h->unpinned = true;
-	}
-	double t_unpin = gs_now();
 
 	h->keep_context = keep_context;
 	a->held = h;
@@ -442,8 +616,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "sync", t_sync - t_quiesce);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool0);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
-	if (a->held->unpinned)
-		gs_msg_add_named_f64(reply, GS_F_TIMING, "unpin", t_unpin - t_release);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_unpinned", a->held->unpinned);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", a->held->pool_is_reserve);
@@ -470,21 +643,18 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		goto out;
 	}
 	if (h) {
+		/* pinning again runs on the pool's workers while the memory is re-created and the copies go in */
+		if (h->unpinned && (rc = gs_staging_repin_start(h->pool, err)))
+			goto out;
 		if ((rc = gs_mover_recreate(a, h, err)))
 			goto out;
 		double t_map = gs_now();
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "map", t_map - t0);
-		if (h->unpinned) {
-			if ((rc = gs_staging_set_pinned(h->pool, true, STAGING_WORKERS, err)))
-				goto out;
-			h->unpinned = false;
-			gs_msg_add_named_f64(reply, GS_F_TIMING, "repin", gs_now() - t_map);
-			t_map = gs_now();
-		}
-		if (h->plan.nchunks && (rc = copy_all(a, h, false, -1, err))) {
+		if (h->plan.nchunks && (rc = copy_all(a, h, false, -1, NULL, err))) {
 			/* the data is still in staging: stay suspended so a retry can copy it again */
 			goto out;
 		}
+		h->unpinned = false;
 		double t_copy = gs_now();
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_in", t_copy - t_map);
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);

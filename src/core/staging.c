@@ -39,6 +39,7 @@ struct segment {
 	uint64_t map_len; /* multiple of 2 MiB */
 	uint64_t size;    /* usable bytes: the pool's size may end inside the last segment */
 	bool hugetlb;
+	bool populated; /* faulted in once: a re-pin skips populating */
 	bool registered;
 	enum seg_state state;
 	struct gs_err err; /* why it failed */
@@ -190,12 +191,15 @@ static void *worker_main(void *arg)
 	while (!p->stop && p->next_pending < p->nsegs) {
 		uint32_t index = p->next_pending++;
 		struct segment *s = p->segs[index];
+		if (s->state != SEG_PENDING)
+			continue; /* a re-pin: this one stayed pinned */
 		s->state = SEG_BUSY;
+		bool populated = s->populated;
 		pthread_mutex_unlock(&p->lock);
 
 		struct gs_err err = { 0 };
 		double t0 = gs_now();
-		int rc = populate(p, s, &err);
+		int rc = populated ? 0 : populate(p, s, &err);
 		double t1 = gs_now();
 		if (!rc && p->ops.reg) {
 			int r = p->ops.reg(p->ops.ctx, s->addr, s->map_len);
@@ -210,8 +214,10 @@ static void *worker_main(void *arg)
 		double t2 = gs_now();
 
 		pthread_mutex_lock(&p->lock);
-		s->populate_s = t1 - t0;
-		s->register_s = t2 - t1;
+		if (rc == 0)
+			s->populated = true;
+		s->populate_s += t1 - t0;
+		s->register_s += t2 - t1;
 		if (rc == -1) {
 			s->state = SEG_FAILED;
 			gs_fail(&s->err, GS_E_FAILURE, "staging pool is being destroyed");
@@ -510,4 +516,70 @@ int gs_staging_set_pinned(struct gs_staging *p, bool pinned, int threads, struct
 	if (job.failed)
 		return gs_fail(err, GS_E_FAILURE, "cannot pin staging memory for DMA again");
 	return 0;
+}
+
+int gs_staging_unpin_segment(struct gs_staging *p, uint32_t seg, struct gs_err *err)
+{
+	if (!p->ops.unreg)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	int rc = wait_locked(p, seg, -1, -1, err);
+	struct segment *s = rc ? NULL : p->segs[seg];
+	bool was = s && s->registered;
+	if (s)
+		s->registered = false; /* READY stays: unpinned memory is still usable, only slower for DMA */
+	pthread_mutex_unlock(&p->lock);
+	if (was)
+		p->ops.unreg(p->ops.ctx, s->addr, s->map_len);
+	return rc;
+}
+
+int gs_staging_repin_start(struct gs_staging *p, struct gs_err *err)
+{
+	if (!p->ops.reg)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	/* any population or earlier re-pin must be over: the workers restart from the first segment */
+	for (uint32_t i = 0; i < p->nsegs; i++)
+		while (p->segs[i]->state == SEG_PENDING || p->segs[i]->state == SEG_BUSY)
+			wait_changed(p, -1);
+	int rc = 0;
+	for (uint32_t i = 0; i < p->nsegs && !rc; i++) {
+		struct segment *s = p->segs[i];
+		if (!s->registered && !s->populated) {
+			/* population failed: that memory is not there to pin */
+			if (err)
+				*err = s->err;
+			rc = s->err.code ? s->err.code : GS_E_FAILURE;
+		}
+	}
+	uint32_t first = p->nsegs;
+	for (uint32_t i = 0; i < p->nsegs && !rc; i++) {
+		struct segment *s = p->segs[i];
+		if (s->registered)
+			continue;
+		/* a segment whose earlier re-pin failed is tried again */
+		if (s->state == SEG_READY)
+			p->nready--;
+		else
+			p->nfailed--;
+		s->state = SEG_PENDING;
+		if (first == p->nsegs)
+			first = i;
+	}
+	if (!rc && first < p->nsegs) {
+		p->next_pending = first;
+		p->t_all_ready = 0;
+		rc = spawn_workers(p, err);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+bool gs_staging_pinned(struct gs_staging *p, uint32_t seg)
+{
+	pthread_mutex_lock(&p->lock);
+	bool pinned = seg < p->nsegs && p->segs[seg]->registered;
+	pthread_mutex_unlock(&p->lock);
+	return pinned;
 }

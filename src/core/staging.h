@@ -104,6 +104,18 @@ uint32_t gs_staging_segments(struct gs_staging *p);
  * its size, so the agent can unpin a pool while the process is checkpointed.
  */
 int gs_staging_set_pinned(struct gs_staging *p, bool pinned, int threads, struct gs_err *err);
+/*
+ * The pipelined form of the above, so unpinning overlaps the copy out and
+ * pinning the copy in. unpin_segment: waits until segment seg is ready, then
+ * unregisters it (it stays ready: unpinned memory is still usable). Safe from
+ * any thread, one call per segment at a time. repin_start: waits for any
+ * population to end, marks every unpinned segment not ready and lets the
+ * pool's workers register them again in order; gs_staging_wait(seg) then
+ * waits for segment seg, as after create. pinned: whether seg is registered.
+ */
+int gs_staging_unpin_segment(struct gs_staging *p, uint32_t seg, struct gs_err *err);
+int gs_staging_repin_start(struct gs_staging *p, struct gs_err *err);
+bool gs_staging_pinned(struct gs_staging *p, uint32_t seg);
 void gs_staging_get_report(struct gs_staging *p, struct gs_staging_report *r);
 
 #endif

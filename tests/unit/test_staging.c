@@ -479,6 +479,71 @@ static void test_unpin_and_pin_again(void)
 	gs_staging_destroy(p);
 }
 
+/* Pipelined unpin per segment and re-pin in the background, with waits per segment. */
+static void test_unpin_segments_and_repin(void)
+{
+	struct fake_reg f;
+	struct gs_staging_ops ops;
+	fake_reg_init(&f, &ops);
+	struct gs_staging_config cfg = { .segment_size = 2 * GS_MiB, .workers = 3, .no_hugetlb = true };
+	struct gs_staging *p = NULL;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_staging_create(11 * GS_MiB, &cfg, &ops, &p, &err), 0);
+	if (!p)
+		return;
+	uint32_t nsegs = gs_staging_segments(p);
+	CHECK_INT(nsegs, 6);
+	/* unpin waits for the segment's population, then unregisters it once */
+	for (uint32_t i = 0; i < nsegs; i += 2)
+		CHECK_INT(gs_staging_unpin_segment(p, i, &err), 0);
+	CHECK_INT(gs_staging_unpin_segment(p, 0, &err), 0); /* twice: nothing more */
+	CHECK_INT(gs_staging_wait_all(p, 5, &err), 0); /* the odd ones may still be populating */
+	for (uint32_t i = 0; i < nsegs; i++) {
+		CHECK(gs_staging_pinned(p, i) == (i % 2 == 1));
+		CHECK(gs_staging_ready(p, i)); /* unpinned memory stays usable */
+	}
+	int unregs = 0;
+	for (int i = 0; i < f.nregs; i++)
+		unregs += f.unregs[i];
+	CHECK_INT(unregs, 3);
+	CHECK_INT(f.bad_unregs, 0);
+	for (uint64_t off = 0; off < 11 * GS_MiB; off += gs_staging_segment_size(p))
+		memset(gs_staging_ptr(p, off), (int)(off >> 20), GS_MIN(gs_staging_segment_size(p), 11 * GS_MiB - off));
+
+	/* re-pin: only the unpinned segments, in the background, without populating again; waits per segment */
+	f.block_call = f.calls + 1; /* the first re-pin holds until released */
+	f.released = false;
+	CHECK_INT(gs_staging_repin_start(p, &err), 0);
+	CHECK(!gs_staging_ready(p, 0));
+	CHECK(gs_staging_ready(p, 1)); /* stayed pinned: ready at once */
+	CHECK_INT(gs_staging_wait(p, 0, 0.05, &err), GS_E_TIMEOUT);
+	fake_release(&f);
+	CHECK_INT(gs_staging_wait_all(p, 5, &err), 0);
+	for (uint32_t i = 0; i < nsegs; i++)
+		CHECK(gs_staging_pinned(p, i));
+	CHECK_INT(f.nregs, (int)nsegs + 3);
+	for (uint64_t off = 0; off < 11 * GS_MiB; off += gs_staging_segment_size(p)) /* data kept */
+		CHECK_INT(((uint8_t *)gs_staging_ptr(p, off))[0], (int)(off >> 20) & 0xff);
+	struct gs_staging_report rep;
+	gs_staging_get_report(p, &rep);
+	CHECK_INT(rep.ready, nsegs);
+
+	/* a failed re-pin is reported by the wait; a second re-pin retries it */
+	CHECK_INT(gs_staging_unpin_segment(p, 3, &err), 0);
+	f.fail_call = f.calls + 1;
+	CHECK_INT(gs_staging_repin_start(p, &err), 0);
+	CHECK_INT(gs_staging_wait(p, 3, 5, &err), GS_E_FAILURE);
+	CHECK_INT(gs_staging_repin_start(p, &err), 0);
+	CHECK_INT(gs_staging_wait(p, 3, 5, &err), 0);
+	CHECK(gs_staging_pinned(p, 3));
+	gs_staging_destroy(p);
+	unregs = 0;
+	for (int i = 0; i < f.nregs; i++)
+		unregs += f.unregs[i];
+	CHECK_INT(unregs, f.nregs);
+	CHECK_INT(f.bad_unregs, 0);
+}
+
 int main(void)
 {
 	RUN(test_sizes_and_ptr);
@@ -486,6 +551,7 @@ int main(void)
 	RUN(test_concurrent_waits);
 	RUN(test_timeout_and_failed_register);
 	RUN(test_unpin_and_pin_again);
+	RUN(test_unpin_segments_and_repin);
 	RUN(test_destroy_while_populating);
 	RUN(test_out_of_memory);
 	RUN(test_populate_speed);
