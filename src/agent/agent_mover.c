@@ -66,9 +66,17 @@ static void staging_unregister(void *ctx, void *addr, uint64_t len)
 	a->cu.cuMemHostUnregister(addr);
 }
 
+/* Threads that populate, pin and unpin staging memory: GPUSNAP_STAGING_THREADS, default 8. */
+static int staging_threads(void)
+{
+	const char *v = getenv("GPUSNAP_STAGING_THREADS");
+	int n = v ? atoi(v) : STAGING_WORKERS;
+	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
+}
+
 int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
 {
-	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = STAGING_WORKERS };
+	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = staging_threads() };
 	struct gs_staging_ops ops = { .reg = staging_register, .unreg = staging_unregister, .ctx = a };
 	return gs_staging_create(bytes, &cfg, &ops, out, err);
 }
@@ -237,13 +245,6 @@ struct unpin_pipe {
 	int nthreads;
 };
 
-static int pipe_threads(void)
-{
-	const char *v = getenv("GPUSNAP_STAGING_THREADS");
-	int n = v ? atoi(v) : STAGING_WORKERS;
-	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
-}
-
 static void *unpin_main(void *arg)
 {
 	struct unpin_pipe *u = arg;
@@ -324,7 +325,7 @@ static int pipe_start(struct gs_agent *a, struct gs_staging *pool, struct unpin_
 		}
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_cond_init(&u->issued_cond, NULL);
-	int want = pipe_threads();
+	int want = staging_threads();
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
@@ -597,7 +598,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 				h->unpinned = false; /* an on-demand pool is freed */
 			else if (h->unpinned) {
 				struct gs_err e2 = { 0 };
-				if (gs_staging_set_pinned(h->pool, true, STAGING_WORKERS, &e2))
+				if (gs_staging_set_pinned(h->pool, true, staging_threads(), &e2))
 					pr_warn("the reserved staging pool stays partly unpinned: %s", e2.msg);
 			}
 			goto out;
