@@ -82,6 +82,7 @@ verify_ok() { # verify_ok TITLE
 }
 
 phys() { cat "$FAKE_CUDA_DIR/$APP.phys" 2>/dev/null || echo none; }
+pinned() { cat "$FAKE_CUDA_DIR/$APP.pinned" 2>/dev/null || echo none; }
 fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$APP"; }
 jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
 
@@ -99,6 +100,7 @@ want=$((phys0 - (1 << 20) - ((1 << 20) - 1)))
 got=$(jget "['processes'][0]['agent']['bytes']")
 check "the agent moved $want bytes (reported: $got)" test "$got" = "$want"
 check "suspend released all of the app's physical memory (left: $(phys))" test "$(phys)" = 0
+check "a full suspend leaves no staging memory pinned for the driver's checkpoint ($(pinned) ranges)" test "$(pinned)" = 0
 check "the driver holds the process checkpointed" test "$(fake_state)" = 2
 check "suspend reports the state after as suspended" test "$(jget "['processes'][0]['state_after']")" = suspended
 
@@ -113,6 +115,7 @@ run_gpusnap resume "$APP"; expect "resume of a running process is refused" 6 "no
 
 run_gpusnap suspend --keep-context --json "$APP"; expect "suspend --keep-context" 0
 check "--keep-context released the memory" test "$(phys)" = 0
+check "--keep-context keeps the staging memory pinned ($(pinned) ranges)" test "$(pinned)" -gt 0
 check "--keep-context leaves the driver running" test "$(fake_state)" = 0
 run_gpusnap resume --json "$APP"; expect "resume after --keep-context" 0
 verify_ok "the data after a --keep-context cycle"

@@ -127,20 +127,40 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 	memcpy(dst, (const void *)(uintptr_t)src, n);
 	return 0;
 }
+/* FAKE_CUDA_DIR/<pid>.pinned = host ranges registered now, so a test sees what stays pinned while suspended. */
 static int64_t host_registered;
+static pthread_mutex_t pinned_file_lock = PTHREAD_MUTEX_INITIALIZER;
+static void publish_pinned(int64_t delta)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	pthread_mutex_lock(&pinned_file_lock);
+	host_registered += delta;
+	if (dir) {
+		char path[512], tmp[520];
+		snprintf(path, sizeof(path), "%s/%d.pinned", dir, (int)getpid());
+		snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+		FILE *f = fopen(tmp, "w");
+		if (f) {
+			fprintf(f, "%lld\n", (long long)host_registered);
+			if (fclose(f) == 0)
+				rename(tmp, path);
+		}
+	}
+	pthread_mutex_unlock(&pinned_file_lock);
+}
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
 	(void)flags;
 	if (!p || !n)
 		return FAKE_INVALID_VALUE;
-	__atomic_add_fetch(&host_registered, 1, __ATOMIC_RELAXED);
+	publish_pinned(1);
 	return 0;
 }
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
 	if (!p)
 		return FAKE_INVALID_VALUE;
-	__atomic_sub_fetch(&host_registered, 1, __ATOMIC_RELAXED);
+	publish_pinned(-1);
 	return 0;
 }
 
