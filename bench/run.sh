@@ -16,6 +16,7 @@
 #   OUT                   where results go (default ./gpu-out)
 #   GPUSNAP_BENCH_SIZES   sizes held by the process (default "1G 8G 32G")
 #   GPUSNAP_BENCH_PATHS   paths to measure (default "driver"; e.g. "driver agent")
+#   GPUSNAP_BENCH_PATHS_<SIZE>  paths for one size only (e.g. GPUSNAP_BENCH_PATHS_32G="driver agent-reserve")
 #   GPUSNAP_BENCH_REPEAT  suspend/resume cycles per size and path (default 1; the table shows medians)
 #   GPUSNAP_BUILD         build directory (default ./build; built here if the binaries are missing)
 set -u
@@ -113,6 +114,9 @@ measure() { # SIZE PATH
     agent-reserve) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
     # the same with the staging memory left pinned while the driver holds the process (the default unpins it)
     agent-reserve-pinned) launch=(env GPUSNAP_STAGING_UNPIN=0 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # the same with more threads populating, pinning and unpinning the staging (GPUSNAP_BENCH_THREADS, default 14)
+    agent-reserve-threads)
+      launch=(env GPUSNAP_STAGING_THREADS="${GPUSNAP_BENCH_THREADS:-14}" "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
     # the same with 2 MiB huge pages for staging (the system's pool sized for it here)
     agent-reserve-huge)
       launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --)
@@ -179,7 +183,8 @@ measure() { # SIZE PATH
 }
 
 for size in $SIZES; do
-  for path in $PATHS; do
+  paths_var=GPUSNAP_BENCH_PATHS_$size
+  for path in ${!paths_var:-$PATHS}; do
     measure "$size" "$path"
   done
 done

@@ -12,7 +12,9 @@
 #   GPUSNAP_BUILD         build directory (default ./build)
 #   GPUSNAP_NO_BUILD=1    use the build directory as it is
 #   GPUSNAP_NO_CTEST=1    skip the unit tests
-#   GPUSNAP_NO_BENCH=1    skip the benchmark
+#   GPUSNAP_NO_BENCH=1    skip the benchmarks
+#   GPUSNAP_BENCH_DUMP_SIZES  also run bench/dump.sh (dump/restore to files) for these sizes after
+#                         bench/run.sh; GPUSNAP_BENCH_DUMP_PATHS its paths (default "agent driver")
 #   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240)
 #   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
 #                         10-minute device call still ends with a summary; tests not run are SKIP rows
@@ -39,7 +41,7 @@ LOGS=$WORK/logs
 TEST_TIMEOUT=${GPUSNAP_TEST_TIMEOUT:-240}
 DEADLINE=${GPUSNAP_DEADLINE_S:-540}
 mkdir -p "$OUT" "$LOGS" || exit 1
-rm -f "$OUT/summary.txt" "$OUT/logs.tar.gz" "$OUT/bench.md" "$OUT/bench.jsonl"
+rm -f "$OUT/summary.txt" "$OUT/logs.tar.gz" "$OUT/bench.md" "$OUT/bench.jsonl" "$OUT/bench-dump.md" "$OUT/bench-dump.jsonl"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
@@ -82,6 +84,8 @@ save() {
     echo
     [ -s "$OUT/bench.md" ] && cat "$OUT/bench.md"
     echo
+    [ -s "$OUT/bench-dump.md" ] && cat "$OUT/bench-dump.md"
+    echo
     failures
     echo "logs: $LOGS (and logs.tar.gz)"
   } >"$OUT/summary.txt"
@@ -107,6 +111,10 @@ final() {
   if [ -s "$OUT/bench.md" ]; then
     echo
     cat "$OUT/bench.md"
+  fi
+  if [ -s "$OUT/bench-dump.md" ]; then
+    echo
+    cat "$OUT/bench-dump.md"
   fi
   [ $NFAIL -eq 0 ]
   exit $?
@@ -233,6 +241,28 @@ if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ]; then
       *)
         grep -E '^(FAIL|ERROR)' "$LOGS/bench.log" | head -n 8 | sed 's/^/  /'
         add_row bench FAIL "exit $rc, see logs/bench.log" ;;
+    esac
+  fi
+fi
+if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_DUMP_SIZES:-}" ]; then
+  left=$(remaining)
+  if [ "$left" -lt 60 ]; then
+    add_row bench-dump SKIP "not run: ${left}s left before the suite deadline (GPUSNAP_DEADLINE_S=$DEADLINE)"
+  else
+    echo "== Dump/restore benchmark (bench/dump.sh)"
+    t0=$SECONDS
+    OUT=$OUT GPUSNAP_BUILD=$BUILD GPUSNAP_BENCH_WORK=$LOGS/bench-dump GPUSNAP_BENCH_SIZES=$GPUSNAP_BENCH_DUMP_SIZES \
+      GPUSNAP_BENCH_PATHS=${GPUSNAP_BENCH_DUMP_PATHS:-agent driver} timeout -k 15 $((left - 5)) \
+      bash "$SRC/bench/dump.sh" >"$LOGS/bench-dump.log" 2>&1
+    rc=$?
+    kill_leftovers "$LOGS/bench-dump/pids"
+    case $rc in
+      0) add_row bench-dump PASS "data verified after every restore, $((SECONDS - t0))s" ;;
+      77) add_row bench-dump SKIP "$(grep -m 1 '^SKIP: ' "$LOGS/bench-dump.log" | cut -c 7-100)" ;;
+      124 | 137) add_row bench-dump FAIL "timed out after $((SECONDS - t0))s, see logs/bench-dump.log" ;;
+      *)
+        grep -E '^(FAIL|ERROR)' "$LOGS/bench-dump.log" | head -n 8 | sed 's/^/  /'
+        add_row bench-dump FAIL "exit $rc, see logs/bench-dump.log" ;;
     esac
   fi
 fi
