@@ -27,6 +27,7 @@ struct held_region {
 	int device;
 	bool is_slab;
 	bool released;
+	uint64_t app_handle; /* the app's own VMM handle (agent_app_vmm.h) copied through va; 0: the agent's memory */
 };
 
 struct gs_agent_held {
