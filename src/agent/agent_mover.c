@@ -378,7 +378,8 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	h->nregions = cc.n;
 	if (rc)
 		goto out;
-	qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
+	if (h->nregions) /* none when every allocation was freed: qsort must not get NULL */
+		qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
 	struct gs_copy_region *cr = calloc(h->nregions ? h->nregions : 1, sizeof(*cr));
 	if (!cr) {
 		rc = gs_fail(err, GS_E_AGENT, "out of memory");
