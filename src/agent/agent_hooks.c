@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "agent/agent.h"
+#include "agent/agent_app_vmm.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
 #include "common/log.h"
@@ -391,5 +392,6 @@ int gs_agent_install_hooks(struct gs_err *err)
 		if (rc)
 			return gs_err_wrap(err, "cannot install the replacement of %s", hooks[i].name);
 	}
-	return 0;
+	/* the app's own cuMemCreate/cuMemMap memory: virtual handles (agent_app_vmm.c) */
+	return gs_app_vmm_install_hooks(err);
 }

@@ -116,6 +116,12 @@ static int run_io(struct io_job *j, void *(*fn)(void *), struct gs_err *err)
 	return 0;
 }
 
+/* The app's own VMM handles are marked as such (the agent re-creates them with the app's properties). */
+static uint32_t region_kind(const struct held_region *r)
+{
+	return r->app_handle ? GS_ALLOC_KIND_APP_VMM : GS_ALLOC_KIND_DEVICE;
+}
+
 static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image_writer *w, struct gs_err *err)
 {
 	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++) {
@@ -146,7 +152,7 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
 		const struct held_region *r = &h->regions[i];
 		struct region_blob b = { .reserved = r->reserved, .is_slab = r->is_slab, .version = 1 };
 		struct gs_image_allocation al = { .id = i, .va = r->va, .size = r->size, .gpu_index = (uint32_t)r->device,
-						  .kind = GS_ALLOC_KIND_DEVICE, .blob = &b, .blob_len = sizeof(b) };
+						  .kind = region_kind(r), .blob = &b, .blob_len = sizeof(b) };
 		int rc = gs_image_writer_add_allocation(w, &al, err);
 		if (rc)
 			return rc;
@@ -223,7 +229,8 @@ static int check_match(const struct gs_agent_held *h, const struct gs_image *img
 	for (size_t i = 0; i < nregions; i++) {
 		const struct gs_image_allocation *al = gs_image_allocation_at(img, i);
 		const struct held_region *r = &h->regions[i];
-		if (al->id != i || al->va != r->va || al->size != r->size || al->gpu_index != (uint32_t)r->device)
+		if (al->id != i || al->va != r->va || al->size != r->size || al->gpu_index != (uint32_t)r->device ||
+		    al->kind != region_kind(r))
 			return gs_fail(err, GS_E_IMAGE, "allocation %zu of '%s' (%#llx, %llu bytes) is not the process's (%#llx, "
 				       "%llu bytes)", i, dir, (unsigned long long)al->va, (unsigned long long)al->size,
 				       (unsigned long long)r->va, (unsigned long long)r->size);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/agent_app_vmm.h"
 #include "agent/agent_image.h"
 #include "agent/agent_mover.h"
 #include "agent/gate.h"
@@ -150,6 +151,10 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	uint64_t count = 0, bytes = 0;
 	if (a->allocs)
 		gs_alloc_registry_stats(a->allocs, &count, &bytes);
+	uint64_t app_count, app_bytes;
+	gs_app_vmm_stats(&app_count, &app_bytes);
+	count += app_count;
+	bytes += app_bytes;
 	int ndev = 0;
 	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
 		ndev += a->devices[i].used;

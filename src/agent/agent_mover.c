@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/agent_app_vmm.h"
 #include "agent/gate.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -157,6 +158,32 @@ static int collect(void *ctx, const struct gs_alloc_rec *rec)
 		.device = rec->device, .is_slab = c->is_slab,
 	};
 	return 0;
+}
+
+/* One of the app's own VMM handles (agent_app_vmm.c): copied whole through va, a mapping that covers it. */
+static int collect_app(void *ctx, uint64_t vh, uint64_t va, uint64_t size, int device)
+{
+	struct collect_ctx *c = ctx;
+	struct gs_alloc_rec rec = { .va = va, .size = size, .kind = GS_ALLOC_DEVICE, .device = device, .user = size };
+	c->is_slab = false;
+	if (collect(ctx, &rec))
+		return -1;
+	c->r[c->n - 1].app_handle = vh;
+	return 0;
+}
+
+static CUresult release_region(struct gs_agent *a, const struct held_region *r)
+{
+	if (r->app_handle)
+		return gs_app_vmm_release(a, r->app_handle);
+	return gs_vmm_release_physical(a, r->va, r->reserved, r->handle);
+}
+
+static CUresult recreate_region(struct gs_agent *a, struct held_region *r)
+{
+	if (r->app_handle)
+		return gs_app_vmm_recreate(a, r->app_handle, &r->handle);
+	return gs_vmm_recreate_physical(a, r->device, r->va, r->reserved, &r->handle);
 }
 
 static int cmp_region(const void *x, const void *y)
@@ -402,6 +429,8 @@ static int copy_all(struct gs_agent *a, struct gs_agent_held *h, bool to_host, d
 
 static void update_registry(struct gs_agent *a, const struct held_region *r)
 {
+	if (r->app_handle)
+		return; /* agent_app_vmm.c keeps its handles */
 	gs_alloc_registry_update(r->is_slab ? a->slabs : a->allocs, r->va, r->handle, r->reserved);
 }
 
@@ -438,12 +467,12 @@ int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err
 		struct held_region *r = &h->regions[i];
 		if (!r->released)
 			continue;
-		CUresult cr = gs_vmm_recreate_physical(a, r->device, r->va, r->reserved, &r->handle);
+		CUresult cr = recreate_region(a, r);
 		if (cr != CUDA_SUCCESS) {
 			for (size_t j = 0; j < i; j++) {
 				struct held_region *q = &h->regions[j];
 				if (q->released && q->handle) {
-					gs_vmm_release_physical(a, q->va, q->reserved, q->handle);
+					release_region(a, q);
 					q->handle = 0;
 				}
 			}
@@ -495,7 +524,16 @@ int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err 
 		rc = gs_fail(err, GS_E_AGENT, "out of memory listing allocations");
 		goto fail;
 	}
-	qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
+	/* the app's own VMM handles (agent_app_vmm.c); on failure nothing of theirs stays prepared */
+	rc = gs_app_vmm_prepare(a, collect_app, &cc, err);
+	h->regions = cc.r;
+	h->nregions = cc.n;
+	if (rc) {
+		held_free(h);
+		return rc;
+	}
+	if (h->nregions) /* none when every allocation was freed: qsort must not get NULL */
+		qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
 	struct gs_copy_region *cr = calloc(h->nregions ? h->nregions : 1, sizeof(*cr));
 	if (!cr) {
 		rc = gs_fail(err, GS_E_AGENT, "out of memory");
@@ -518,7 +556,7 @@ int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err 
 	*out = h;
 	return 0;
 fail:
-	held_free(h);
+	gs_mover_free_held(a, h);
 	return rc;
 }
 
@@ -526,7 +564,7 @@ int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err 
 {
 	for (size_t i = 0; i < h->nregions; i++) {
 		struct held_region *r = &h->regions[i];
-		CUresult res = gs_vmm_release_physical(a, r->va, r->reserved, r->handle);
+		CUresult res = release_region(a, r);
 		if (res != CUDA_SUCCESS) {
 			char b[128];
 			int rc = gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s", (unsigned long long)r->va,
@@ -544,8 +582,9 @@ int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err 
 	return 0;
 }
 
-void gs_mover_free_held(struct gs_agent_held *h)
+void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h)
 {
+	gs_app_vmm_finish(a); /* the copy windows of the app's handles go with the plan */
 	held_free(h);
 }
 
@@ -622,9 +661,10 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", a->held->pool_is_reserve);
 out:
+	if (h) /* a failure after the plan (and after any undo of a partial release): the copy windows go last */
+		gs_mover_free_held(a, h);
 	if (rc && gate_closed)
 		gs_gate_open();
-	held_free(h);
 	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
@@ -660,7 +700,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_in", t_copy - t_map);
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
 		a->held = NULL;
-		held_free(h);
+		gs_mover_free_held(a, h);
 	}
 	a->state = GS_AGENT_RUNNING;
 	gs_gate_open();

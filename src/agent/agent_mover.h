@@ -27,6 +27,7 @@ struct held_region {
 	int device;
 	bool is_slab;
 	bool released;
+	uint64_t app_handle; /* the app's own VMM handle (agent_app_vmm.h) copied through va; 0: the agent's memory */
 };
 
 struct gs_agent_held {
@@ -66,7 +67,8 @@ int gs_mover_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err);
 int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err *err);
 int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
 int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
-void gs_mover_free_held(struct gs_agent_held *h);
+/* Drops a plan (and the app handles' copy windows it made): after a failure, or after a resume. */
+void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h);
 
 /* Timings and counters go into reply (named fields); the gate stays closed on success. */
 int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);

@@ -107,6 +107,19 @@ typedef struct CUmemAccessDesc_st {
 	int flags;
 } CUmemAccessDesc;
 
+/* cuMemMapArrayAsync's element (96 bytes); only the handle fields are named, the rest is carried as is. */
+#define CU_MEM_HANDLE_TYPE_GENERIC 0
+typedef struct CUarrayMapInfo_st {
+	unsigned char resource_and_subresource[56];
+	int memOperationType;
+	int memHandleType; /* CU_MEM_HANDLE_TYPE_GENERIC: memHandle is a cuMemCreate handle */
+	CUmemGenericAllocationHandle memHandle;
+	unsigned long long offset;
+	unsigned int deviceBitMask;
+	unsigned int flags;
+	unsigned int reserved[2];
+} CUarrayMapInfo;
+
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2

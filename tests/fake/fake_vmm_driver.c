@@ -12,9 +12,11 @@
  *
  * The device queries and the checkpoint API (a state file per PID under
  * FAKE_CUDA_DIR, "<state> <gpus>") are fake_cuda.c's, included below. The
- * live physical bytes of each process are written to FAKE_CUDA_DIR/<pid>.phys
- * on every cuMemCreate/cuMemRelease, so a test can see that suspend released
- * them all.
+ * live physical bytes and allocations of each process are written to
+ * FAKE_CUDA_DIR/<pid>.phys and <pid>.handles whenever they change, so a test
+ * can see that suspend released them all and that nothing leaked. Handles are
+ * checked and reference-counted as the driver does, so a handle passed
+ * through untranslated or released twice is refused.
  *
  * Linked with -Bsymbolic: the addresses cuGetProcAddress hands out are this
  * library's own, as dlsym on it gives, even though the preloaded agent
@@ -22,6 +24,7 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -42,34 +45,87 @@ typedef void *CUevent;
 #define FAKE_GRANULARITY (2ULL << 20)
 #define FAKE_TOTAL_MEM (80ULL << 30)
 
-/* One physical allocation: a memfd of `size` bytes. The handle is its address. */
+/*
+ * One physical allocation: a memfd of `size` bytes. The handle is its address,
+ * checked against the list of live ones (a handle the driver never gave, e.g. an
+ * untranslated virtual one, is refused). As in the driver, the memory lives until
+ * every reference is released (cuMemCreate, cuMemRetainAllocationHandle) and
+ * every mapping unmapped.
+ */
 struct fake_phys {
 	int fd;
 	size_t size;
+	int refs, maps;
+	unsigned char prop[32]; /* CUmemAllocationProp */
+	struct fake_phys *next;
+};
+struct fake_map {
+	CUdeviceptr va;
+	size_t size;
+	struct fake_phys *ph;
+	struct fake_map *next;
 };
 
-static int64_t live_phys_bytes;
+static int64_t live_phys_bytes, live_phys_handles;
+static struct fake_phys *phys_list;
+static struct fake_map *map_list;
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t phys_file_lock = PTHREAD_MUTEX_INITIALIZER;
 static char primary_ctx[1]; /* the one device's primary context: only its address matters */
 static __thread CUcontext current_ctx;
 
-/* FAKE_CUDA_DIR/<pid>.phys = live physical bytes of this process (written under a lock, so in order). */
+static void write_number(const char *dir, const char *suffix, long long v)
+{
+	char path[512], tmp[520];
+	snprintf(path, sizeof(path), "%s/%d.%s", dir, (int)getpid(), suffix);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (f) {
+		fprintf(f, "%lld\n", v);
+		if (fclose(f) == 0)
+			rename(tmp, path);
+	}
+}
+
+/*
+ * FAKE_CUDA_DIR/<pid>.phys = live physical bytes of this process, <pid>.handles =
+ * live physical allocations (written under a lock, so in order).
+ */
 static void publish_phys(void)
 {
 	const char *dir = getenv("FAKE_CUDA_DIR");
 	if (!dir)
 		return;
-	char path[512], tmp[520];
-	snprintf(path, sizeof(path), "%s/%d.phys", dir, (int)getpid());
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	pthread_mutex_lock(&phys_file_lock);
-	FILE *f = fopen(tmp, "w");
-	if (f) {
-		fprintf(f, "%lld\n", (long long)__atomic_load_n(&live_phys_bytes, __ATOMIC_RELAXED));
-		if (fclose(f) == 0)
-			rename(tmp, path);
-	}
+	write_number(dir, "phys", (long long)__atomic_load_n(&live_phys_bytes, __ATOMIC_RELAXED));
+	write_number(dir, "handles", (long long)__atomic_load_n(&live_phys_handles, __ATOMIC_RELAXED));
 	pthread_mutex_unlock(&phys_file_lock);
+}
+
+/* vmm_lock held */
+static struct fake_phys *find_phys(CUmemGenericAllocationHandle h)
+{
+	for (struct fake_phys *p = phys_list; p; p = p->next)
+		if ((CUmemGenericAllocationHandle)(uintptr_t)p == h)
+			return p;
+	return NULL;
+}
+
+/* Frees ph once nothing holds it. vmm_lock held; returns true if it was freed. */
+static bool phys_maybe_free(struct fake_phys *ph)
+{
+	if (ph->refs > 0 || ph->maps > 0)
+		return false;
+	for (struct fake_phys **pp = &phys_list; *pp; pp = &(*pp)->next)
+		if (*pp == ph) {
+			*pp = ph->next;
+			break;
+		}
+	close(ph->fd);
+	__atomic_sub_fetch(&live_phys_bytes, (int64_t)ph->size, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&live_phys_handles, 1, __ATOMIC_RELAXED);
+	free(ph);
+	return true;
 }
 
 /* contexts */
@@ -230,11 +286,9 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const void *prop, unsigned long long flags)
 {
-	(void)prop;
-	(void)flags;
-	if (!h || !size || size % FAKE_GRANULARITY)
+	if (!h || !size || size % FAKE_GRANULARITY || !prop || flags)
 		return FAKE_INVALID_VALUE;
-	struct fake_phys *ph = malloc(sizeof(*ph));
+	struct fake_phys *ph = calloc(1, sizeof(*ph));
 	if (!ph)
 		return FAKE_OUT_OF_MEMORY;
 	ph->fd = memfd_create("fake-vram", MFD_CLOEXEC);
@@ -245,47 +299,151 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
 		return FAKE_OUT_OF_MEMORY;
 	}
 	ph->size = size;
-	*h = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+	ph->refs = 1;
+	memcpy(ph->prop, prop, sizeof(ph->prop));
+	pthread_mutex_lock(&vmm_lock);
+	ph->next = phys_list;
+	phys_list = ph;
 	__atomic_add_fetch(&live_phys_bytes, (int64_t)size, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&live_phys_handles, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&vmm_lock);
+	*h = (CUmemGenericAllocationHandle)(uintptr_t)ph;
 	publish_phys();
 	return 0;
 }
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 {
-	struct fake_phys *ph = (struct fake_phys *)(uintptr_t)h;
-	if (!ph)
+	pthread_mutex_lock(&vmm_lock);
+	struct fake_phys *ph = find_phys(h);
+	if (!ph || ph->refs <= 0) {
+		pthread_mutex_unlock(&vmm_lock);
 		return FAKE_INVALID_VALUE;
-	close(ph->fd);
-	__atomic_sub_fetch(&live_phys_bytes, (int64_t)ph->size, __ATOMIC_RELAXED);
-	free(ph);
-	publish_phys();
+	}
+	ph->refs--;
+	bool freed = phys_maybe_free(ph);
+	pthread_mutex_unlock(&vmm_lock);
+	if (freed)
+		publish_phys();
 	return 0;
 }
 
 /* Mapped without access, like the driver: cuMemSetAccess grants it. */
 EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags)
 {
-	(void)flags;
-	struct fake_phys *ph = (struct fake_phys *)(uintptr_t)h;
-	if (!ph || offset + size > ph->size)
+	if (flags || !size || size % FAKE_GRANULARITY || offset % FAKE_GRANULARITY)
 		return FAKE_INVALID_VALUE;
-	void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset);
-	return m == MAP_FAILED ? FAKE_INVALID_VALUE : 0;
+	struct fake_map *fm = malloc(sizeof(*fm));
+	if (!fm)
+		return FAKE_OUT_OF_MEMORY;
+	pthread_mutex_lock(&vmm_lock);
+	struct fake_phys *ph = find_phys(h);
+	CUresult r = 0;
+	for (struct fake_map *m = map_list; m && !r; m = m->next)
+		if (p < m->va + m->size && m->va < p + size)
+			r = FAKE_INVALID_VALUE; /* already mapped */
+	if (!r && (!ph || ph->refs <= 0 || offset + size > ph->size))
+		r = FAKE_INVALID_VALUE;
+	if (!r && mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset) == MAP_FAILED)
+		r = FAKE_INVALID_VALUE;
+	if (!r) {
+		*fm = (struct fake_map){ .va = p, .size = size, .ph = ph, .next = map_list };
+		map_list = fm;
+		ph->maps++;
+	} else {
+		free(fm);
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
 }
 
+/* Unmaps the whole mappings inside [p, p+size); one cut in two is refused, as by the driver. */
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 {
-	void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-		       -1, 0);
-	return m == MAP_FAILED ? FAKE_INVALID_VALUE : 0;
+	pthread_mutex_lock(&vmm_lock);
+	int found = 0, partial = 0;
+	for (struct fake_map *m = map_list; m; m = m->next)
+		if (p < m->va + m->size && m->va < p + size) {
+			found++;
+			partial |= m->va < p || m->va + m->size > p + size;
+		}
+	if (!found || partial) {
+		pthread_mutex_unlock(&vmm_lock);
+		return FAKE_INVALID_VALUE;
+	}
+	bool freed = false;
+	for (struct fake_map **pp = &map_list; *pp;) {
+		struct fake_map *m = *pp;
+		if (m->va >= p && m->va + m->size <= p + size) {
+			*pp = m->next;
+			mmap((void *)(uintptr_t)m->va, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+			     -1, 0);
+			m->ph->maps--;
+			freed |= phys_maybe_free(m->ph);
+			free(m);
+		} else {
+			pp = &m->next;
+		}
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	if (freed)
+		publish_phys();
+	return 0;
 }
 
+/* Honours the access asked for device 0 (the fake's one device): none, read, or read and write. */
 EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const void *desc, size_t count)
 {
 	if (!desc || !count)
 		return FAKE_INVALID_VALUE;
-	return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) ? FAKE_INVALID_VALUE : 0;
+	const int *d = desc; /* CUmemAccessDesc: location type, location id, flags */
+	int prot = -1;
+	for (size_t i = 0; i < count; i++)
+		if (d[3 * i] == 1 && d[3 * i + 1] == 0)
+			prot = d[3 * i + 2] == 3 ? PROT_READ | PROT_WRITE : d[3 * i + 2] == 1 ? PROT_READ : PROT_NONE;
+	if (prot < 0)
+		return 0;
+	return mprotect((void *)(uintptr_t)p, size, prot) ? FAKE_INVALID_VALUE : 0;
+}
+
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+	CUdeviceptr a = (CUdeviceptr)(uintptr_t)addr;
+	CUresult r = FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&vmm_lock);
+	for (struct fake_map *m = map_list; m && r; m = m->next)
+		if (a >= m->va && a < m->va + m->size && h) {
+			m->ph->refs++;
+			*h = (CUmemGenericAllocationHandle)(uintptr_t)m->ph;
+			r = 0;
+		}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
+}
+
+EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(void *prop, CUmemGenericAllocationHandle h)
+{
+	pthread_mutex_lock(&vmm_lock);
+	struct fake_phys *ph = find_phys(h);
+	if (ph && ph->refs > 0 && prop)
+		memcpy(prop, ph->prop, sizeof(ph->prop));
+	pthread_mutex_unlock(&vmm_lock);
+	return ph && ph->refs > 0 && prop ? 0 : FAKE_INVALID_VALUE;
+}
+
+/* POSIX file descriptors only (type 1): a dup of the memfd. */
+EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type, unsigned long long flags)
+{
+	if (!out || type != 1 || flags)
+		return FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&vmm_lock);
+	struct fake_phys *ph = find_phys(h);
+	int fd = ph && ph->refs > 0 ? dup(ph->fd) : -1;
+	pthread_mutex_unlock(&vmm_lock);
+	if (fd < 0)
+		return FAKE_INVALID_VALUE;
+	*(int *)out = fd;
+	return 0;
 }
 
 /*
@@ -322,6 +480,9 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuMemAddressReserve", cuMemAddressReserve), ENTRY("cuMemAddressFree", cuMemAddressFree),
 		ENTRY("cuMemCreate", cuMemCreate), ENTRY("cuMemRelease", cuMemRelease), ENTRY("cuMemMap", cuMemMap),
 		ENTRY("cuMemUnmap", cuMemUnmap), ENTRY("cuMemSetAccess", cuMemSetAccess),
+		ENTRY("cuMemRetainAllocationHandle", cuMemRetainAllocationHandle),
+		ENTRY("cuMemGetAllocationPropertiesFromHandle", cuMemGetAllocationPropertiesFromHandle),
+		ENTRY("cuMemExportToShareableHandle", cuMemExportToShareableHandle),
 #ifndef FAKE_CUDA_OLD
 		ENTRY("cuCheckpointProcessGetState", cuCheckpointProcessGetState),
 		ENTRY("cuCheckpointProcessLock", cuCheckpointProcessLock),

@@ -2,7 +2,8 @@
 # t91-agent-allocs.sh - allocation shapes through the agent: 10,000 allocations
 # from 1 byte to 64 KiB (sub-allocated), every allocation API (runtime, driver,
 # pitch, stream-ordered, and the app's own cuMemCreate/cuMemMap, which the
-# driver part moves), and the app built with the shared cudart: each suspended,
+# agent releases through virtual handles: t95), and the app built with the
+# shared cudart: each suspended,
 # resumed and verified bit for bit.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t91-agent-allocs

@@ -3,7 +3,8 @@
 # under the agent gives bit-identical outputs, and a CUDA graph captured before
 # the suspend replays identically, after agent suspend/resume cycles (and a
 # keep-context cycle), with each allocator backend: the default caching
-# allocator, expandable_segments:True and cudaMallocAsync.
+# allocator, expandable_segments:True (the app's own cuMemCreate/cuMemMap,
+# released through the agent's virtual handles) and cudaMallocAsync.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t94-agent-pytorch
 py=$(dirname "$0")/py/torch_model.py
@@ -19,6 +20,11 @@ for conf in default expandable_segments:True backend:cudaMallocAsync; do
   pid=${APP_PID[$name]}
   app_cmd "$name" check CHECK 120 && [[ $REPLY_LINE == "CHECK OK"* ]] && pass "$conf: outputs before suspend" ||
     fail "$conf: check before suspend: $REPLY_LINE"
+  # every backend's memory is releasable by the agent: expandable segments (the app's
+  # own cuMemCreate/cuMemMap) through virtual handles, at least one 20 MiB segment
+  gs_run state "$pid" --json
+  check "$conf: the agent can release the model's memory ($(json_get "$GS_OUT" agent.bytes) bytes)" \
+    awk -v b="$(json_get "$GS_OUT" agent.bytes)" 'BEGIN { exit !(b >= 16 * 1048576) }'
   for cycle in 1 2; do
     gs_run suspend "$pid" --json
     expect_rc 0 "$conf: agent suspend $cycle" || break
@@ -35,6 +41,7 @@ for conf in default expandable_segments:True backend:cudaMallocAsync; do
   done
   gs_run suspend "$pid" --keep-context --json
   expect_rc 0 "$conf: keep-context suspend"
+  log "$conf: VRAM with the context kept: $(pid_vram_mib "$pid") MiB"
   gs_run resume "$pid" --json
   expect_rc 0 "$conf: resume after keep-context"
   app_cmd "$name" check CHECK 120 && [[ $REPLY_LINE == "CHECK OK"* ]] && pass "$conf: identical after keep-context" ||
