@@ -333,13 +333,18 @@ static int run(struct gs_agent *a, const struct gs_agent_held *h, struct gs_imag
 	for (size_t k = 0; k < h->plan.nchunks; k++)
 		if (h->plan.chunks[k].size > largest)
 			largest = h->plan.chunks[k].size;
+	/* no more threads than chunks, nor a ring much larger than the data (each thread pins RING_DEPTH buffers) */
+	uint64_t buf_size = gs_round_up(largest, RING_ALIGN);
+	uint64_t fill = (h->plan.total_bytes + buf_size - 1) / buf_size;
 	unsigned n = threads_wanted(w != NULL);
 	if (n > h->plan.nchunks)
 		n = (unsigned)h->plan.nchunks;
+	if (n > fill)
+		n = fill ? (unsigned)fill : 1;
 	struct ring_worker *wk = calloc(n, sizeof(*wk));
 	if (!wk)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
-	struct ring_job j = { .a = a, .h = h, .w = w, .img = img, .buf_size = gs_round_up(largest, RING_ALIGN) };
+	struct ring_job j = { .a = a, .h = h, .w = w, .img = img, .buf_size = buf_size };
 	atomic_init(&j.next, 0);
 	atomic_init(&j.failed, 0);
 	pthread_mutex_init(&j.lock, NULL);

@@ -358,8 +358,9 @@ int cmd_dump(int argc, char **argv)
 		undo(r);
 	if (r->tmp) {
 		if (r->keep_tmp)
-			fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s'\n", (int)r->pid,
-				gs_image_tmp_path(r->tmp));
+			fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
+				"'%s' %d puts it back)\n", (int)r->pid, gs_image_tmp_path(r->tmp), gs_image_tmp_path(r->tmp),
+				(int)r->pid);
 		if (r->published || r->keep_tmp)
 			gs_image_tmp_close(r->tmp);
 		else
