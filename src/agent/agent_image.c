@@ -333,6 +333,7 @@ int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double 
 		rc = gs_fail(err, GS_E_STATE, "the process is not running: a streamed dump starts from a running process");
 		goto out;
 	}
+	gs_mover_join_background(a);
 	double t0 = gs_now();
 	if ((rc = gs_mover_quiesce(a, timeout_s, err)))
 		goto out;
@@ -363,6 +364,8 @@ int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double 
 		}
 		goto out;
 	}
+	/* unused by this dump, and CRIU would carry it: unpinned and freed before the reply */
+	gs_mover_drop_reserve(a);
 	double t_release = gs_now();
 	if (h)
 		h->keep_context = false;

@@ -16,7 +16,9 @@
 #    `gpusnap resume --image` is refused while it is damaged and works once
 #    it is whole again;
 #  - a full disk while streaming: refused (exit 13), the process runs on with
-#    its data, nothing published, nothing left pinned.
+#    its data, nothing published, nothing left pinned;
+#  - a reserved staging pool (GPUSNAP_RESERVE) is freed for the dump, so
+#    CRIU does not carry it.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
 
@@ -218,6 +220,16 @@ if mount -t tmpfs -o size=64m,mode=0700 tmpfs "$MNT" 2>/dev/null; then
 else
   echo "SKIP: cannot mount a small tmpfs here: the full-disk case is not tested"
 fi
+
+# ---- a reserved staging pool is not carried by CRIU ----
+kill -9 "$PID"; wait_gone "$PID"
+GPUSNAP_RESERVE=128M start_app
+for _ in $(seq 100); do [ "$(pinned)" -ge $((128 << 20)) ] && break; sleep 0.1; done
+check "the app holds a reserved staging pool ($(pinned) bytes pinned)" test "$(pinned)" -ge $((128 << 20))
+run_gpusnap dump --leave-running --json -D "$TEST_TMP/img4" "$PID"; expect "dump --leave-running with a reserved pool" 0
+cpu=$(jget "['cpu_bytes']")
+check "CRIU's part did not carry the reserved pool ($cpu bytes)" test "$cpu" -lt $((64 << 20))
+verify_ok "the data after the dump with a reserved pool"
 
 kill -9 "$PID"; wait_gone "$PID"
 test_done
