@@ -1,8 +1,10 @@
 /*
  * agent_image.c - the agent's part of `gpusnap dump` and `gpusnap restore`
- * (see agent_image.h): the data it holds while suspended goes from its
- * staging pool into an image's data files, and back from there into a fresh
- * staging pool before a resume.
+ * (see agent_image.h). The streamed path (gs_agent_image_dump_running,
+ * gs_agent_image_restore): the data goes between the GPU and the image's
+ * data files through the pinned ring of agent_ring.c, with no staging copy.
+ * The older path: the data held in a staging pool while suspended goes into
+ * the image, and back from there into a fresh staging pool before a resume.
  *
  * The image lives in a temporary directory that the gpusnap command created
  * and holds locked (image.h: gs_image_tmp_create); the agent writes and seals
