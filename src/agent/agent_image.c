@@ -1,8 +1,10 @@
 /*
  * agent_image.c - the agent's part of `gpusnap dump` and `gpusnap restore`
- * (see agent_image.h): the data it holds while suspended goes from its
- * staging pool into an image's data files, and back from there into a fresh
- * staging pool before a resume.
+ * (see agent_image.h). The streamed path (gs_agent_image_dump_running,
+ * gs_agent_image_restore): the data goes between the GPU and the image's
+ * data files through the pinned ring of agent_ring.c, with no staging copy.
+ * The older path: the data held in a staging pool while suspended goes into
+ * the image, and back from there into a fresh staging pool before a resume.
  *
  * The image lives in a temporary directory that the gpusnap command created
  * and holds locked (image.h: gs_image_tmp_create); the agent writes and seals
@@ -27,6 +29,8 @@
 #include <unistd.h>
 
 #include "agent/agent_mover.h"
+#include "agent/agent_ring.h"
+#include "agent/gate.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
@@ -160,6 +164,20 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
 	return 0;
 }
 
+/* A writer of an agent image into gpu_dir, naming this process as its source. */
+static int open_writer(const char *gpu_dir, struct gs_image_writer **w, struct gs_err *err)
+{
+	char comm[64] = "";
+	FILE *f = fopen("/proc/self/comm", "r");
+	if (f) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(), .source_comm = comm, .how = "agent" };
+	return gs_image_writer_open_in(gpu_dir, &wo, w, err);
+}
+
 int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply,
 			struct gs_err *err)
 {
@@ -176,15 +194,7 @@ int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_stagi
 		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
 		goto out;
 	}
-	char comm[64] = "";
-	FILE *f = fopen("/proc/self/comm", "r");
-	if (f) {
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-	}
-	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(), .source_comm = comm, .how = "agent" };
-	if ((rc = gs_image_writer_open_in(gpu_dir, &wo, &w, err)) || (rc = describe(a, h, w, err)))
+	if ((rc = open_writer(gpu_dir, &w, err)) || (rc = describe(a, h, w, err)))
 		goto out;
 	if (h && h->plan.nchunks) {
 		struct io_job j = { .h = h, .w = w };
@@ -285,6 +295,163 @@ int gs_agent_image_load(struct gs_agent *a, const char *gpu_dir, struct gs_msg *
 	gs_image_totals(img, &tot);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_read", gs_now() - t0);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", tot.stored_bytes);
+out:
+	gs_image_close(img);
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+/* Opens the agent image at gpu_dir and checks that it is h's (same regions, same chunks). */
+static int open_matching(const struct gs_agent_held *h, const char *gpu_dir, struct gs_image **img, struct gs_err *err)
+{
+	int rc = gs_image_open(gpu_dir, img, err);
+	if (!rc && strcmp(gs_image_get_info(*img)->how, "agent"))
+		rc = gs_fail(err, GS_E_IMAGE, "'%s' was not written by the gpusnap agent", gpu_dir);
+	if (!rc)
+		rc = check_match(h, *img, gpu_dir, err);
+	if (rc) {
+		gs_image_close(*img);
+		*img = NULL;
+	}
+	return rc;
+}
+
+/* After a failed release that re-created the regions: their data comes back from the image just sealed. */
+static int refill_from_image(struct gs_agent *a, const struct gs_agent_held *h, const char *gpu_dir, struct gs_err *err)
+{
+	struct gs_image *img = NULL;
+	struct gs_ring_stats st;
+	int rc = open_matching(h, gpu_dir, &img, err);
+	if (!rc) {
+		gs_image_set_direct_io(img, false);
+		rc = gs_ring_from_image(a, h, img, &st, err);
+	}
+	gs_image_close(img);
+	return rc;
+}
+
+int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct gs_msg *reply,
+				struct gs_err *err)
+{
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	struct gs_agent_held *h = NULL;
+	struct gs_image_writer *w = NULL;
+	bool gate_closed = false;
+	if (a->state != GS_AGENT_RUNNING) {
+		rc = gs_fail(err, GS_E_STATE, "the process is not running: a streamed dump starts from a running process");
+		goto out;
+	}
+	gs_mover_join_background(a);
+	double t0 = gs_now();
+	if ((rc = gs_mover_quiesce(a, timeout_s, err)))
+		goto out;
+	gate_closed = true;
+	double t_quiesce = gs_now();
+	/* an app that never allocated has nothing of ours to move: its image lists no allocations */
+	if (a->cuda_ready && (rc = gs_mover_plan(a, &h, err)))
+		goto out;
+	double t_plan = gs_now();
+	if ((rc = open_writer(gpu_dir, &w, err)) || (rc = describe(a, h, w, err)))
+		goto out;
+	struct gs_ring_stats rs = { 0 };
+	if (h && h->plan.nchunks && (rc = gs_ring_to_image(a, h, w, &rs, err)))
+		goto out;
+	struct gs_image_writer_stats st;
+	gs_image_writer_stats(w, &st);
+	rc = gs_image_writer_seal(w, err);
+	w = NULL;
+	if (rc)
+		goto out;
+	double t_write = gs_now();
+	if (h && (rc = gs_mover_release(a, h, err))) {
+		/* the release put back what it had released, without data (there is no staging copy): refill it */
+		struct gs_err e2 = { 0 };
+		if (refill_from_image(a, h, gpu_dir, &e2)) {
+			pr_err("could not refill GPU memory from '%s' after a failed release: %s", gpu_dir, e2.msg);
+			gs_err_wrap(err, "the app's GPU data could not be put back (%s)", e2.msg);
+		}
+		goto out;
+	}
+	/* unused by this dump, and CRIU would carry it: unpinned and freed before the reply */
+	gs_mover_drop_reserve(a);
+	double t_release = gs_now();
+	if (h)
+		h->keep_context = false;
+	a->held = h; /* pool NULL: the data is in the image */
+	h = NULL;
+	a->state = GS_AGENT_SUSPENDED;
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", t_quiesce - t0);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "plan", t_plan - t_quiesce);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_write", t_write - t_plan);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_write);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held ? a->held->bytes : 0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held ? a->held->nregions : 0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", st.payload_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_direct_bytes", st.direct_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_zero_bytes", st.zero_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "io_threads", rs.threads);
+	pr_info("streamed %llu bytes of GPU data into '%s' in %.2f s (ring of %llu bytes, %u threads)",
+		(unsigned long long)st.payload_bytes, gpu_dir, t_write - t_plan, (unsigned long long)rs.ring_bytes,
+		rs.threads);
+out:
+	if (w)
+		gs_image_writer_abort(w);
+	if (rc && gate_closed)
+		gs_gate_open();
+	if (h)
+		gs_mover_free_held(a, h);
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err)
+{
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	struct gs_image *img = NULL;
+	struct gs_agent_held *h = a->held;
+	if (a->state != GS_AGENT_SUSPENDED && a->state != GS_AGENT_DATA_RELEASED) {
+		rc = gs_fail(err, GS_E_STATE, "the process is not suspended: there is nothing to restore an image into");
+		goto out;
+	}
+	if (h && h->pool) {
+		/* the data is still in staging memory (suspended, then saved): read into it as before */
+		pthread_mutex_unlock(&a->lock);
+		return gs_agent_image_load(a, gpu_dir, reply, err);
+	}
+	double t0 = gs_now();
+	if ((rc = open_matching(h, gpu_dir, &img, err)) || !h || !h->plan.nchunks)
+		goto out;
+	if ((rc = gs_mover_recreate(a, h, err)))
+		goto out; /* all or nothing: nothing is mapped, the process stays suspended */
+	double t_map = gs_now();
+	/* through the page cache: restore usually follows a checksum pass (or a dump) that left the data there */
+	gs_image_set_direct_io(img, false);
+	struct gs_ring_stats rs;
+	if ((rc = gs_ring_from_image(a, h, img, &rs, err))) {
+		/* back to "data in the image": the memory is released again, so a retry starts over */
+		struct gs_err e2 = { 0 };
+		if (gs_mover_release(a, h, &e2))
+			pr_warn("GPU memory stays mapped after a failed restore: %s", e2.msg);
+		goto out;
+	}
+	double t_read = gs_now();
+	/* the data is on the GPU: nothing is left for gs_mover_resume to copy, it only opens the gate */
+	gs_copy_plan_free(&h->plan);
+	struct gs_image_totals tot;
+	gs_image_totals(img, &tot);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "recreate", t_map - t0);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_read", t_read - t_map);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", tot.stored_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "io_threads", rs.threads);
+	pr_info("restored %llu bytes of GPU data from '%s' in %.2f s (ring of %llu bytes, %u threads)",
+		(unsigned long long)tot.stored_bytes, gpu_dir, t_read - t_map, (unsigned long long)rs.ring_bytes,
+		rs.threads);
 out:
 	gs_image_close(img);
 	pthread_mutex_unlock(&a->lock);

@@ -1,9 +1,10 @@
 /*
  * agent_image.h - the agent's part of `gpusnap dump` and `gpusnap restore`:
  * writing the data it holds while suspended (agent_mover.h: regions, plan,
- * staging pool) into the GPU part of an image, and reading it back into a
- * fresh staging pool before a resume. Runs on the control server's thread
- * inside the app; CUDA-free apart from what the staging pool registers.
+ * staging pool) into the GPU part of an image, and reading it back; and the
+ * streamed dump and restore, which move the data between the GPU and the
+ * image through a small pinned ring (agent_ring.h) with no staging pool.
+ * Runs on the control server's thread inside the app.
  */
 #ifndef GPUSNAP_AGENT_AGENT_IMAGE_H
 #define GPUSNAP_AGENT_AGENT_IMAGE_H
@@ -28,5 +29,27 @@ int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_stagi
  * verifying every chunk's checksum; after it, gs_mover_resume copies to the GPU.
  */
 int gs_agent_image_load(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err);
+
+/*
+ * The streamed dump of a running process (state RUNNING): quiesces the app,
+ * plans the copy, streams every chunk from the GPU through a small pinned
+ * ring into a GPU image in gpu_dir (as for gs_agent_image_save) and seals it,
+ * then releases the GPU memory: the agent is SUSPENDED with its data only in
+ * the image (held->pool NULL). No staging pool: host memory needed is the
+ * ring's (agent_ring.h). On failure nothing was released (or what was is
+ * refilled from the sealed image), the gate is open again and the app runs
+ * on; the caller discards gpu_dir. Every CUDA call has ended when it returns.
+ */
+int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct gs_msg *reply,
+				struct gs_err *err);
+/*
+ * Brings the data of a suspended process back from the image at gpu_dir
+ * before gs_mover_resume opens the gate. Data only in the image (pool NULL):
+ * re-creates the physical memory and streams the chunks through the ring to
+ * the GPU, reading, checksumming and copying at once; on failure the memory
+ * is released again, so the process stays suspended and a retry starts over.
+ * Data still in a staging pool: gs_agent_image_load.
+ */
+int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err);
 
 #endif

@@ -2,7 +2,7 @@
  * agent_main.c - libgpusnap.so's life: the constructor (install the
  * replacements, start the control server), the per-device state made on
  * first use, and the control handler that serves gpusnap's requests
- * (HELLO, STATUS, SUSPEND, RESUME) on the server's thread.
+ * (HELLO, STATUS, SUSPEND, RESUME, DUMP) on the server's thread.
  *
  * Nothing here runs in a signal handler. The constructor makes no CUDA
  * call: the driver is loaded when the app first allocates or when gpusnap
@@ -163,7 +163,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_str(reply, GS_F_VERSION, GPUSNAP_VERSION);
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
-	gs_msg_add_u64(reply, GS_F_CAPS, GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0));
+	gs_msg_add_u64(reply, GS_F_CAPS, GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0));
 	gs_msg_add_u64(reply, GS_F_STATE, (uint64_t)a->state);
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_COUNT, __atomic_load_n(&a->unmanaged_allocs, __ATOMIC_RELAXED));
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_BYTES, __atomic_load_n(&a->unmanaged_bytes, __ATOMIC_RELAXED));
@@ -190,14 +190,15 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 	}
 	case GS_MSG_DUMP: {
 		const char *dir = gs_msg_get_str(req, GS_F_DIR);
-		int rc = dir ? gs_agent_image_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err)
-			     : gs_fail(&err, GS_E_USAGE, "dump request without a directory");
+		int rc = !dir			       ? gs_fail(&err, GS_E_USAGE, "dump request without a directory")
+			 : (flags & GS_DUMP_RUNNING) ? gs_agent_image_dump_running(a, dir, timeout, reply, &err)
+						     : gs_agent_image_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
 	case GS_MSG_RESUME: {
 		const char *dir = gs_msg_get_str(req, GS_F_DIR);
-		int rc = dir ? gs_agent_image_load(a, dir, reply, &err) : 0;
+		int rc = dir ? gs_agent_image_restore(a, dir, reply, &err) : 0;
 		if (!rc)
 			rc = gs_mover_resume(a, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");

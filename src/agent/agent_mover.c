@@ -714,3 +714,25 @@ out:
 	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
+
+/*
+ * For callers that move the data without a staging pool (agent_image.c's
+ * streamed dump). join_background: waits for the background freeing of an
+ * earlier pool, so none of its CUDA calls runs after a DUMP reply.
+ * drop_reserve: frees the reserved pool, which a streamed dump does not use
+ * and CRIU must not carry; gs_mover_resume makes it again.
+ */
+void gs_mover_join_background(struct gs_agent *a)
+{
+	(void)a;
+	join_reaper();
+}
+
+void gs_mover_drop_reserve(struct gs_agent *a)
+{
+	(void)a;
+	if (mover.reserve) {
+		gs_staging_destroy(mover.reserve);
+		mover.reserve = NULL;
+	}
+}

@@ -70,6 +70,15 @@ int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err
 /* Drops a plan (and the app handles' copy windows it made): after a failure, or after a resume. */
 void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h);
 
+/*
+ * For a dump that streams the data without staging (agent_image.c), with
+ * a->lock held: join_background waits for the background freeing of an
+ * earlier pool (its CUDA calls must end before the DUMP reply); drop_reserve
+ * frees the reserved pool, which CRIU must not carry (resume makes it again).
+ */
+void gs_mover_join_background(struct gs_agent *a);
+void gs_mover_drop_reserve(struct gs_agent *a);
+
 /* Timings and counters go into reply (named fields); the gate stays closed on success. */
 int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
 /* Re-creates and refills the released memory, then opens the gate. */

@@ -114,6 +114,15 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
 	return rc;
 }
 
+int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
+			   struct gs_err *err)
+{
+	int rc = request(pid, ag, GS_MSG_DUMP, timeout_s, GS_DUMP_RUNNING, image_dir, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
 double cli_agent_timing(const struct cli_agent *ag, const char *name)
 {
 	double s = 0;

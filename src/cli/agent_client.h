@@ -44,6 +44,16 @@ int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir
  * data a second time. All of the agent's CUDA calls are done when it replies.
  */
 int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool drop_staging, struct gs_err *err);
+/*
+ * DUMP of a running process (the agent offers GS_CAP_DUMP_RUNNING): the agent
+ * quiesces the app, streams its GPU data into image_dir through a small
+ * pinned ring, seals the image and releases the GPU memory; it is suspended
+ * afterwards, its data only in the image (resume with cli_agent_resume_from).
+ * On failure it runs on as before. timeout_s bounds the wait for running GPU
+ * work. All of the agent's CUDA calls are done when it replies.
+ */
+int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
+			   struct gs_err *err);
 /* Sum of the named timings of the last reply (seconds). */
 double cli_agent_timing(const struct cli_agent *ag, const char *name);
 uint64_t cli_agent_counter(const struct cli_agent *ag, const char *name);

@@ -5,9 +5,11 @@
  *
  * Driver path: driver lock + checkpoint (the GPU data moves into the
  * process's host memory), a manifest without data (how=driver), CRIU dumps
- * the process with that host copy into cpu/. Agent path: the agent moves the
- * data to its staging memory, writes it into the image and frees the staging
- * memory, then the driver checkpoints the rest and CRIU dumps the process.
+ * the process with that host copy into cpu/. Agent path: the agent streams
+ * the data from the GPU into the image through a small pinned ring and
+ * releases the GPU memory (older agents: suspend into staging memory as large
+ * as the data, write the image from there, free it), then the driver
+ * checkpoints the rest and CRIU dumps the process.
  * Either way the image is built under a temporary name and published at DIR
  * only once CRIU succeeded. Any failure before that undoes the steps in
  * reverse, so the process runs on; docs/DESIGN.md, "Dumping to files".
@@ -55,9 +57,11 @@ struct dump_run {
 	uint64_t gpu_mask;
 	/* what has been done, for undoing it */
 	bool agent_suspended, agent_dumped, driver_suspended, published;
+	bool streamed;   /* the agent streamed the data (no staging copy) */
+	bool keep_tmp;   /* the agent could not take its data back: its only copy is in the temporary image */
 	/* timings */
 	double agent_suspend_s, agent_write_s, criu_s, publish_s, resume_s, total_s;
-	uint64_t gpu_bytes;
+	uint64_t gpu_bytes, ring_bytes;
 };
 
 /* Records the GPUs: those the process holds memory on (NVML), or every GPU where that is unknown. */
@@ -106,8 +110,11 @@ static void undo(struct dump_run *r)
 	if (r->agent_suspended) {
 		/* the staging memory was freed after the agent wrote the image: it reads the data back from there */
 		const char *from = r->agent_dumped ? gs_image_tmp_path(r->tmp) : NULL;
-		if (cli_agent_resume_from(r->pid, &r->agent, from, &e))
+		if (cli_agent_resume_from(r->pid, &r->agent, from, &e)) {
 			fprintf(stderr, "gpusnap: %s\n", e.msg);
+			/* the process stays suspended; the image is where its GPU data is: keep it */
+			r->keep_tmp = from != NULL;
+		}
 		r->agent_suspended = false;
 	}
 }
@@ -121,8 +128,20 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	if ((rc = gs_image_tmp_cpu_dir(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
 		return rc;
 
-	if (r->agent.present) {
-		/* data part: the agent moves the data to staging, writes it into the image, frees the staging memory */
+	if (r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING)) {
+		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
+		double t = gs_now();
+		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
+		if ((rc = cli_agent_dump_running(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, err)))
+			return rc; /* the agent released nothing: the process runs on */
+		r->agent_suspended = r->agent_dumped = r->streamed = true;
+		double total = gs_now() - t;
+		r->agent_suspend_s = cli_agent_timing(&r->agent, "quiesce") + cli_agent_timing(&r->agent, "release");
+		r->agent_write_s = total > r->agent_suspend_s ? total - r->agent_suspend_s : 0;
+		r->gpu_bytes = cli_agent_counter(&r->agent, "bytes");
+		r->ring_bytes = cli_agent_counter(&r->agent, "ring_bytes");
+	} else if (r->agent.present) {
+		/* data part (agents without the streamed dump): staging, image, free the staging memory */
 		double t = gs_now();
 		if ((rc = cli_agent_suspend(r->pid, &r->agent, o->timeout, false, err)))
 			return rc;
@@ -199,6 +218,8 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_bool(&j, "leave_running", o->leave_running);
 		gs_json_kv_bool(&j, "published", r->published);
 		gs_json_kv_uint(&j, "gpu_data_bytes", r->gpu_bytes);
+		gs_json_kv_bool(&j, "streamed", r->streamed);
+		gs_json_kv_uint(&j, "ring_bytes", r->ring_bytes);
 		gs_json_kv_uint(&j, "cpu_bytes", rc ? 0 : dump_dir_bytes(o->dir, "cpu"));
 		gs_json_key(&j, "times");
 		gs_json_object_begin(&j);
@@ -221,8 +242,13 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 	char b[32];
 	printf("dumped %d (%s) to %s: %s path, GPU part %.2f s", (int)r->pid, r->comm, o->dir,
 	       r->agent.present ? "agent" : "driver", gpu_s);
-	if (r->agent.present)
+	if (r->streamed) {
+		char rb[32];
+		printf(" (%s written in %.2f s through %s of pinned memory)", gs_format_bytes(r->gpu_bytes, b, sizeof(b)),
+		       r->agent_write_s, gs_format_bytes(r->ring_bytes, rb, sizeof(rb)));
+	} else if (r->agent.present) {
 		printf(" (%s written in %.2f s)", gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agent_write_s);
+	}
 	printf(", CRIU part %.2f s, total %.2f s\n", r->criu_s, r->total_s);
 	printf(o->leave_running ? "process %d keeps running\n" : "process %d is gone; gpusnap restore -D %s brings it back\n",
 	       (int)r->pid, o->dir);
@@ -331,7 +357,11 @@ int cmd_dump(int argc, char **argv)
 	if (rc)
 		undo(r);
 	if (r->tmp) {
-		if (r->published)
+		if (r->keep_tmp)
+			fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
+				"'%s' %d puts it back)\n", (int)r->pid, gs_image_tmp_path(r->tmp), gs_image_tmp_path(r->tmp),
+				(int)r->pid);
+		if (r->published || r->keep_tmp)
 			gs_image_tmp_close(r->tmp);
 		else
 			gs_image_tmp_discard(r->tmp);

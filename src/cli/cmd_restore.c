@@ -7,8 +7,8 @@
  * trusted, every chunk's checksum unless --no-verify), CRIU, the GPU types
  * (considering --map), free GPU memory, the PID the image needs. Then CRIU
  * restores the process (it comes back checkpointed by the driver), the driver
- * restores and unlocks it, and for agent images the agent loads the data from
- * the image and copies it to the GPU. A failure after CRIU kills the restored
+ * restores and unlocks it, and for agent images the agent streams the data
+ * from the image to the GPU (reading and copying at once). A failure after CRIU kills the restored
  * process, so a refused restore leaves no process and the image as it was.
  * The image is only read: CRIU's log and work files go to a folder of their
  * own under the runtime directory.

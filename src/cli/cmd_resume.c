@@ -1,7 +1,11 @@
 /*
  * cmd_resume.c - `gpusnap resume PID`: put a suspended process's GPU state
- * back, on the same GPUs or, with --map, on others of the same type.
+ * back, on the same GPUs or, with --map, on others of the same type. With
+ * --image DIR the agent takes its GPU data from an image it wrote (a dump
+ * that could not put the process back says where that image is).
  */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cli/process_op.h"
@@ -9,12 +13,13 @@
 #include "cuda/checkpoint.h"
 
 static const char *const resume_usage[] = {
-	"gpusnap resume [--map FROM=TO]... [--tree] [--json] PID",
+	"gpusnap resume [--map FROM=TO]... [--tree] [--image DIR] [--json] PID",
 	NULL,
 };
 
 struct resume_ctx {
 	struct gs_string_list maps;
+	const char *image; /* the agent's data is in this image (absolute path), or NULL */
 };
 
 /* Parses the map against every driver-suspended process's recorded GPUs. */
@@ -102,7 +107,7 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	for (int i = 0; i < n; i++) {
 		if (!agents[i].present || agents[i].state == GS_AGENT_RUNNING)
 			continue;
-		int r = cli_agent_resume(procs[i].pid, &agents[i], err);
+		int r = cli_agent_resume_from(procs[i].pid, &agents[i], ctx->image, err);
 		if (r && !rc)
 			rc = r;
 	}
@@ -115,11 +120,13 @@ out:
 int cmd_resume(int argc, char **argv)
 {
 	bool tree = false, json = false;
-	struct resume_ctx ctx = { { 0 } };
+	struct resume_ctx ctx = { .image = NULL };
 	const struct gs_option opts[] = {
 		GS_OPT_LIST_(0, "map", &ctx.maps, "FROM=TO",
 			     "resume GPU FROM's state on GPU TO (index or UUID; repeat for each GPU used)"),
 		GS_OPT_BOOL_(0, "tree", &tree, "resume every suspended CUDA process in PID's process tree"),
+		GS_OPT_STRING_(0, "image", &ctx.image, "DIR",
+			       "the agent takes the process's GPU data from this image (one its dump left behind)"),
 		GS_OPT_BOOL_(0, "json", &json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -128,6 +135,20 @@ int cmd_resume(int argc, char **argv)
 	if (rc == 0 && nargs != 1) {
 		gs_print_usage(stderr, resume_usage, opts);
 		rc = GS_E_USAGE;
+	}
+	char absimage[PATH_MAX];
+	if (rc == 0 && ctx.image && tree) {
+		fprintf(stderr, "gpusnap resume: --image is for one process, not --tree\n");
+		rc = GS_E_USAGE;
+	}
+	if (rc == 0 && ctx.image) {
+		/* the agent reads it from its own working directory */
+		if (!realpath(ctx.image, absimage)) {
+			fprintf(stderr, "gpusnap resume: no image at '%s'\n", ctx.image);
+			rc = GS_E_IMAGE;
+		} else {
+			ctx.image = absimage;
+		}
 	}
 	if (rc == 0) {
 		struct process_op op = {

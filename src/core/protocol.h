@@ -49,9 +49,9 @@ enum gs_msg_type {
 	GS_MSG_HELLO = 1,   /* gpusnap -> agent: who are you; reply INFO */
 	GS_MSG_INFO = 2,    /* agent -> gpusnap: pid, version, allocations, capabilities, state, unmanaged memory */
 	GS_MSG_SUSPEND = 3, /* gpusnap -> agent: TIMEOUT, FLAGS (GS_SUSPEND_*); reply RESULT */
-	GS_MSG_RESUME = 4,  /* gpusnap -> agent: TIMEOUT; reply RESULT */
+	GS_MSG_RESUME = 4,  /* gpusnap -> agent: TIMEOUT, DIR (the image holding the data, if any); reply RESULT */
 	GS_MSG_STATUS = 5,  /* gpusnap -> agent: current state; reply INFO */
-	GS_MSG_DUMP = 6,    /* gpusnap -> agent: DIR, TIMEOUT; reply RESULT (reserved for the dump path) */
+	GS_MSG_DUMP = 6,    /* gpusnap -> agent: DIR, TIMEOUT, FLAGS (GS_DUMP_*); reply RESULT */
 	GS_MSG_RESULT = 7,  /* agent -> gpusnap: CODE, MESSAGE, TIMING*, COUNTER* */
 };
 
@@ -90,11 +90,13 @@ enum gs_agent_caps {
 	GS_CAP_KEEP_CONTEXT = 1u << 1,
 	GS_CAP_DUMP = 1u << 2,
 	GS_CAP_RESERVED_POOL = 1u << 3, /* a staging pool is reserved (--reserve) */
+	GS_CAP_DUMP_RUNNING = 1u << 4,  /* DUMP with GS_DUMP_RUNNING: streams a running process's data into the image */
 };
 
 enum gs_suspend_flags {
 	GS_SUSPEND_KEEP_CONTEXT = 1u << 0, /* release data only; keep the CUDA context (no driver checkpoint) */
 	GS_DUMP_DROP_STAGING = 1u << 1,    /* DUMP: free the staging memory once the image is written */
+	GS_DUMP_RUNNING = 1u << 2,         /* DUMP of a running process: quiesce, stream to the image, release */
 };
 
 enum gs_agent_state {

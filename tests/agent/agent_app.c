@@ -13,8 +13,14 @@
  *   verify     every live block still holds its pattern -> "VERIFY OK n" / "VERIFY FAIL ..."
  *   free-some  frees every other small block through cuMemFree_v2 -> "FREED n"
  *   quit       exits
+ * With --signals (for dumps by CRIU, tests/cli/t4004-agent-image.sh) it reads
+ * no stdin: SIGUSR1 runs verify, SIGTERM ends it; stdout is the test's log.
+ * AGENT_APP_BIG_MB=N makes the second large block N MiB (several copy chunks).
  */
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,8 +145,40 @@ static void register_with_fake(void)
 	}
 }
 
-int main(void)
+static volatile sig_atomic_t verify_asked;
+
+static void on_usr1(int sig)
 {
+	(void)sig;
+	verify_asked = 1;
+}
+
+/* --signals: the app's only input is SIGUSR1 (verify); it runs until killed. */
+static void serve_signals(void)
+{
+	for (;;) {
+		if (verify_asked) {
+			verify_asked = 0;
+			verify();
+			fflush(stdout);
+		}
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int signals = argc == 2 && !strcmp(argv[1], "--signals");
+	if (signals) {
+		struct sigaction sa = { .sa_handler = on_usr1 };
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR1, &sa, NULL);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0)
+			return 1;
+		close(null);
+	}
 	const char *path = getenv("GPUSNAP_LIBCUDA");
 	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
@@ -167,7 +205,10 @@ int main(void)
 		return 1;
 	}
 
-	static const size_t large[LARGE_COUNT] = { 3u << 20, 8u << 20, (5u << 20) + 1 };
+	size_t large[LARGE_COUNT] = { 3u << 20, 8u << 20, (5u << 20) + 1 };
+	const char *big = getenv("AGENT_APP_BIG_MB");
+	if (big && atoi(big) > 0)
+		large[1] = (size_t)atoi(big) << 20;
 	for (size_t i = 0; i < LARGE_COUNT + SMALL_COUNT; i++) {
 		blocks[i].size = i < LARGE_COUNT ? large[i] : 1 + (i * 2654435761u) % 4096;
 		CUresult r;
@@ -186,6 +227,8 @@ int main(void)
 	register_with_fake();
 	printf("READY %d\n", (int)getpid());
 	fflush(stdout);
+	if (signals)
+		serve_signals();
 
 	char line[64];
 	while (fgets(line, sizeof(line), stdin)) {

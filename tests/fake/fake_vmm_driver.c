@@ -8,7 +8,12 @@
  * physical allocation (cuMemCreate) a memfd, cuMemMap maps the memfd at the
  * reserved address and cuMemSetAccess makes it readable and writable. The
  * app's test code reads and writes its data through the device pointers, and
- * copies are memcpy. Streams and events are synchronous: work is always done.
+ * copies are memcpy. Asynchronous copies on a stream of cuStreamCreate are
+ * deferred, as on a GPU: they happen, in stream order, only when something
+ * waits for them (cuEventSynchronize/Query on an event recorded behind them,
+ * cuStreamSynchronize, cuCtxSynchronize, a synchronous copy). So a caller
+ * that reuses or reads a host buffer before waiting for its copy sees wrong
+ * data, as it would with real DMA. Other work is done at once.
  *
  * The device queries and the checkpoint API (a state file per PID under
  * FAKE_CUDA_DIR, "<state> <gpus>") are fake_cuda.c's, included below. The
@@ -16,7 +21,9 @@
  * FAKE_CUDA_DIR/<pid>.phys and <pid>.handles whenever they change, so a test
  * can see that suspend released them all and that nothing leaked. Handles are
  * checked and reference-counted as the driver does, so a handle passed
- * through untranslated or released twice is refused.
+ * through untranslated or released twice is refused; the bytes registered with
+ * cuMemHostRegister (pinned) go to <pid>.pinned, so a test can see that
+ * nothing stays pinned.
  *
  * Linked with -Bsymbolic: the addresses cuGetProcAddress hands out are this
  * library's own, as dlsym on it gives, even though the preloaded agent
@@ -144,7 +151,14 @@ EXPORT CUresult cuCtxGetDevice(int *dev)
 	*dev = 0;
 	return 0;
 }
-EXPORT CUresult cuCtxSynchronize(void) { return current_ctx ? 0 : FAKE_INVALID_CONTEXT; }
+static void flush_all(void);
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	if (!current_ctx)
+		return FAKE_INVALID_CONTEXT;
+	flush_all();
+	return 0;
+}
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev)
 {
 	if (dev != 0)
@@ -153,71 +167,236 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev)
 	return 0;
 }
 
-/* streams and events: everything is done at once */
-static char stream_tokens[1], event_tokens[1];
-EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = stream_tokens; return 0; }
-EXPORT CUresult cuStreamDestroy_v2(CUstream s) { (void)s; return 0; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return 0; }
+/*
+ * Streams and events. A stream queues its asynchronous copies; `issued`
+ * counts copies queued so far and `done` those performed. An event records a
+ * stream and its `issued` count; waiting for it performs the stream's copies
+ * up to there. One lock serializes all of it (a test driver, not a fast one).
+ */
+struct fake_copy {
+	void *dst;
+	const void *src;
+	size_t n;
+};
+struct fake_stream {
+	struct fake_stream *next; /* every live stream, for cuCtxSynchronize */
+	struct fake_copy *q;      /* queued copies, oldest first */
+	size_t nq, capq;
+	uint64_t issued, done;
+};
+struct fake_event {
+	struct fake_stream *s; /* NULL: recorded on a stream without deferred work */
+	uint64_t seq;
+};
+static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_stream *streams;
+
+static struct fake_stream *find_stream_locked(CUstream h)
+{
+	for (struct fake_stream *s = streams; s; s = s->next)
+		if ((void *)s == (void *)h)
+			return s;
+	return NULL;
+}
+
+/* Performs s's queued copies up to number `upto`. */
+static void flush_locked(struct fake_stream *s, uint64_t upto)
+{
+	size_t k = 0;
+	while (s->done < upto && k < s->nq) {
+		memcpy(s->q[k].dst, s->q[k].src, s->q[k].n);
+		s->done++;
+		k++;
+	}
+	memmove(s->q, s->q + k, (s->nq - k) * sizeof(*s->q));
+	s->nq -= k;
+}
+
+static void flush_all(void)
+{
+	pthread_mutex_lock(&stream_lock);
+	for (struct fake_stream *s = streams; s; s = s->next)
+		flush_locked(s, s->issued);
+	pthread_mutex_unlock(&stream_lock);
+}
+
+/* A copy on stream h: queued on one of ours, done at once on any other (the default stream, the app's). */
+static CUresult copy_async(void *dst, const void *src, size_t n, CUstream h)
+{
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	if (s && s->nq == s->capq) {
+		size_t cap = s->capq ? s->capq * 2 : 16;
+		struct fake_copy *q = realloc(s->q, cap * sizeof(*q));
+		if (!q) {
+			pthread_mutex_unlock(&stream_lock);
+			return FAKE_OUT_OF_MEMORY;
+		}
+		s->q = q;
+		s->capq = cap;
+	}
+	if (s) {
+		s->q[s->nq++] = (struct fake_copy){ dst, src, n };
+		s->issued++;
+	} else {
+		memcpy(dst, src, n);
+	}
+	pthread_mutex_unlock(&stream_lock);
+	return 0;
+}
+
+EXPORT CUresult cuStreamCreate(CUstream *h, unsigned flags)
+{
+	(void)flags;
+	struct fake_stream *s = calloc(1, sizeof(*s));
+	if (!h || !s) {
+		free(s);
+		return h ? FAKE_OUT_OF_MEMORY : FAKE_INVALID_VALUE;
+	}
+	pthread_mutex_lock(&stream_lock);
+	s->next = streams;
+	streams = s;
+	pthread_mutex_unlock(&stream_lock);
+	*h = s;
+	return 0;
+}
+EXPORT CUresult cuStreamDestroy_v2(CUstream h)
+{
+	pthread_mutex_lock(&stream_lock);
+	for (struct fake_stream **p = &streams; *p; p = &(*p)->next)
+		if ((void *)*p == (void *)h) {
+			struct fake_stream *s = *p;
+			flush_locked(s, s->issued);
+			*p = s->next;
+			free(s->q);
+			free(s);
+			break;
+		}
+	pthread_mutex_unlock(&stream_lock);
+	return 0;
+}
+EXPORT CUresult cuStreamSynchronize(CUstream h)
+{
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	if (s)
+		flush_locked(s, s->issued);
+	pthread_mutex_unlock(&stream_lock);
+	return 0;
+}
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
-EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = event_tokens; return 0; }
-EXPORT CUresult cuEventDestroy_v2(CUevent e) { (void)e; return 0; }
-EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return 0; }
-EXPORT CUresult cuEventQuery(CUevent e) { (void)e; return 0; }
-EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return 0; }
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
+{
+	(void)flags;
+	if (!e)
+		return FAKE_INVALID_VALUE;
+	*e = calloc(1, sizeof(struct fake_event));
+	return *e ? 0 : FAKE_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuEventDestroy_v2(CUevent e) { free(e); return 0; }
+EXPORT CUresult cuEventRecord(CUevent e, CUstream h)
+{
+	struct fake_event *ev = e;
+	if (!ev)
+		return FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&stream_lock);
+	ev->s = find_stream_locked(h);
+	ev->seq = ev->s ? ev->s->issued : 0;
+	pthread_mutex_unlock(&stream_lock);
+	return 0;
+}
+EXPORT CUresult cuEventSynchronize(CUevent e)
+{
+	struct fake_event *ev = e;
+	if (!ev)
+		return FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&stream_lock);
+	if (ev->s)
+		flush_locked(ev->s, ev->seq);
+	pthread_mutex_unlock(&stream_lock);
+	return 0;
+}
+/* Done once asked: the work behind it is performed now. */
+EXPORT CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
 
 /* copies */
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
-	(void)s;
-	memcpy(dst, (const void *)(uintptr_t)src, n);
-	return 0;
+	return copy_async(dst, (const void *)(uintptr_t)src, n, s);
 }
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
-	(void)s;
-	memcpy((void *)(uintptr_t)dst, src, n);
-	return 0;
+	return copy_async((void *)(uintptr_t)dst, src, n, s);
 }
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
+	flush_all(); /* the legacy default stream waits for the other streams */
 	memcpy(dst, (const void *)(uintptr_t)src, n);
 	return 0;
 }
-/* FAKE_CUDA_DIR/<pid>.pinned = host ranges registered now, so a test sees what stays pinned while suspended. */
-static int64_t host_registered;
-static pthread_mutex_t pinned_file_lock = PTHREAD_MUTEX_INITIALIZER;
-static void publish_pinned(int64_t delta)
+
+/* pinned host memory: only counted, FAKE_CUDA_DIR/<pid>.pinned = bytes registered now */
+struct fake_pin {
+	void *p;
+	size_t n;
+};
+static struct fake_pin *pins;
+static size_t npins, cap_pins;
+static int64_t pinned_bytes;
+static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void publish_pinned_locked(void)
 {
 	const char *dir = getenv("FAKE_CUDA_DIR");
-	pthread_mutex_lock(&pinned_file_lock);
-	host_registered += delta;
-	if (dir) {
-		char path[512], tmp[520];
-		snprintf(path, sizeof(path), "%s/%d.pinned", dir, (int)getpid());
-		snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-		FILE *f = fopen(tmp, "w");
-		if (f) {
-			fprintf(f, "%lld\n", (long long)host_registered);
-			if (fclose(f) == 0)
-				rename(tmp, path);
-		}
+	if (!dir)
+		return;
+	char path[512], tmp[520];
+	snprintf(path, sizeof(path), "%s/%d.pinned", dir, (int)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (f) {
+		fprintf(f, "%lld\n", (long long)pinned_bytes);
+		if (fclose(f) == 0)
+			rename(tmp, path);
 	}
-	pthread_mutex_unlock(&pinned_file_lock);
 }
+
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
 	(void)flags;
 	if (!p || !n)
 		return FAKE_INVALID_VALUE;
-	publish_pinned(1);
+	pthread_mutex_lock(&pin_lock);
+	if (npins == cap_pins) {
+		size_t cap = cap_pins ? cap_pins * 2 : 64;
+		struct fake_pin *np = realloc(pins, cap * sizeof(*np));
+		if (!np) {
+			pthread_mutex_unlock(&pin_lock);
+			return FAKE_OUT_OF_MEMORY;
+		}
+		pins = np;
+		cap_pins = cap;
+	}
+	pins[npins++] = (struct fake_pin){ p, n };
+	pinned_bytes += (int64_t)n;
+	publish_pinned_locked();
+	pthread_mutex_unlock(&pin_lock);
 	return 0;
 }
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
-	if (!p)
-		return FAKE_INVALID_VALUE;
-	publish_pinned(-1);
-	return 0;
+	CUresult r = FAKE_INVALID_VALUE; /* like the driver: not registered */
+	pthread_mutex_lock(&pin_lock);
+	for (size_t i = 0; i < npins; i++)
+		if (pins[i].p == p) {
+			pinned_bytes -= (int64_t)pins[i].n;
+			pins[i] = pins[--npins];
+			publish_pinned_locked();
+			r = 0;
+			break;
+		}
+	pthread_mutex_unlock(&pin_lock);
+	return r;
 }
 
 /* plain allocations: only reached when the agent passes one through */

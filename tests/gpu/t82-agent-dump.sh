@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # t82-agent-dump.sh - agent path to files: a pattern process started with
-# `gpusnap run` (8 GiB) is dumped (the agent writes its data into the image's
-# data files, the driver checkpoints the rest, CRIU the CPU state), is gone,
-# is restored (the agent loads the data from the image) and verifies; inspect
+# `gpusnap run` (8 GiB) is dumped (the agent streams its data from the GPU
+# through a small pinned ring into the image's data files, with no staging
+# copy of the data; the driver checkpoints the rest, CRIU the CPU state), is
+# gone, is restored (the agent re-creates its memory and streams the data
+# from the image through the ring to the GPU) and verifies; inspect
 # lists the allocations and their checksums verify; a second restore from the
 # same image verifies again. Then --leave-running keeps it running.
 . "$(dirname "$0")/lib.sh"
@@ -16,6 +18,10 @@ pid=${APP_PID[p]}
 expect_vram_at_least p "$pid" 8192
 dump_checked "$pid" "$img" agent || finish
 check "the agent wrote 8 GiB of GPU data" test "$(json_get "$GS_OUT" gpu_data_bytes)" -ge $((8 << 30))
+check_eq "the agent streamed the data" "$(json_get "$GS_OUT" streamed)" true
+ring=$(json_get "$GS_OUT" ring_bytes)
+log "dump: pinned ring of $ring B"
+check "the pinned ring ($ring B) is far smaller than the data" test "$ring" -gt 0 -a "$ring" -le $((2 << 30))
 
 gs_run inspect --json --verify "$img"
 expect_rc 0 "inspect --verify of the agent image"
@@ -27,6 +33,7 @@ gs_run inspect "$img"
 
 restore_checked "$img" "$pid" || finish
 expect_vram_at_least p "$pid" 8192
+log "restore, agent: re-create $(json_get "$GS_OUT" times.agent_recreate_s) s, read + copy to the GPU $(json_get "$GS_OUT" times.agent_image_read_s) s"
 app_verify p "8 GiB pattern after an agent-path restore" || finish
 
 gs_kill_pid "$pid"

@@ -1,0 +1,399 @@
+/*
+ * agent_ring.c - the pinned bounce ring between the GPU and an image (see
+ * agent_ring.h).
+ *
+ * Why a ring and not a staging pool as large as the data: a pool must be
+ * faulted in (about 3 GB/s per thread for fresh memory) and pinned before the
+ * first byte moves, and the host must have the data's size free. The ring is
+ * a few hundred MiB that each IO thread maps and pins for itself, in
+ * parallel, and the copies over PCIe (~55 GB/s) overlap the file I/O, which
+ * is the slower side.
+ *
+ * Buffer life: free -> copy issued (event recorded on the chunk's lane) ->
+ * event waited for -> written to (or refilled from) the image -> free. A
+ * buffer is unpinned and unmapped only once nothing can be in flight into
+ * or out of it: when a CUDA call failed part way, the caller synchronizes
+ * every lane before tearing the buffers down.
+ *
+ * Threads: started and joined by gs_ring_to_image / gs_ring_from_image; the
+ * caller's thread works as one of them. Events are created with
+ * BLOCKING_SYNC, so waiting threads sleep instead of spinning beside the
+ * threads doing I/O.
+ */
+#define LOG_PREFIX "agent: "
+#include "agent/agent_ring.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "core/copy_plan.h"
+
+#define RING_DEPTH 2          /* buffers per thread: one with the copy engine, one with the file */
+#define RING_THREADS_OUT 8    /* dump: the storage is the bottleneck; 8 writers fill it */
+#define RING_THREADS_IN_MIN 8 /* restore: reads and checksums scale with cores, up to RING_THREADS_MAX */
+#define RING_THREADS_MAX 32
+#define RING_ALIGN (2ULL << 20) /* buffers in whole huge pages */
+
+struct ring_slot {
+	void *buf;
+	size_t len;                          /* mapped bytes */
+	bool pinned;
+	bool busy;                           /* a copy was issued and not yet waited for */
+	size_t chunk;
+	int dev;
+	CUevent ev[GS_AGENT_MAX_DEVICES]; /* per device: an event lives in one context */
+};
+
+struct ring_job;
+
+struct ring_worker {
+	struct ring_job *job;
+	pthread_t thread;
+	bool clean; /* every copy it issued was waited for: it tore its own buffers down */
+	int cur_dev;
+	double setup_s;
+	struct ring_slot slots[RING_DEPTH];
+};
+
+struct ring_job {
+	struct gs_agent *a;
+	const struct gs_agent_held *h;
+	struct gs_image_writer *w; /* to the image */
+	struct gs_image *img;      /* from the image */
+	size_t buf_size;
+	atomic_size_t next;
+	atomic_int failed;
+	pthread_mutex_t lock;
+	struct gs_err err; /* the first failure */
+};
+
+static bool job_failed(struct ring_job *j) { return atomic_load(&j->failed) != 0; }
+
+static void job_fail(struct ring_job *j, const struct gs_err *e)
+{
+	pthread_mutex_lock(&j->lock);
+	if (!atomic_load(&j->failed)) {
+		j->err = *e;
+		atomic_store(&j->failed, 1);
+	}
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void cuda_fail(struct ring_job *j, const char *what, int dev, CUresult r)
+{
+	char b[128];
+	struct gs_err e = { 0 };
+	gs_fail(&e, GS_E_AGENT, "%s on GPU %d failed: %s", what, dev, gs_cuda_strerror(&j->a->cu, r, b, sizeof(b)));
+	job_fail(j, &e);
+}
+
+static unsigned threads_wanted(bool to_image)
+{
+	const char *v = getenv("GPUSNAP_IO_THREADS");
+	int n = v ? atoi(v) : 0;
+	if (n >= 1 && n <= RING_THREADS_MAX)
+		return (unsigned)n;
+	if (to_image)
+		return RING_THREADS_OUT;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned c = cpus > 0 ? (unsigned)cpus : 1;
+	return c < RING_THREADS_IN_MIN ? RING_THREADS_IN_MIN : c > RING_THREADS_MAX ? RING_THREADS_MAX : c;
+}
+
+static int use_device(struct ring_worker *wk, int dev)
+{
+	if (wk->cur_dev == dev)
+		return 0;
+	struct gs_agent *a = wk->job->a;
+	CUresult r = a->cu.cuCtxSetCurrent(a->devices[dev].ctx);
+	if (r != CUDA_SUCCESS) {
+		cuda_fail(wk->job, "making the context current", dev, r);
+		return -1;
+	}
+	wk->cur_dev = dev;
+	return 0;
+}
+
+/* Maps and pins this thread's buffers (in parallel with the other threads: fault-in is per thread). */
+static int setup(struct ring_worker *wk, int first_dev)
+{
+	struct ring_job *j = wk->job;
+	struct gs_agent *a = j->a;
+	double t0 = gs_now();
+	if (use_device(wk, first_dev))
+		return -1;
+	for (int i = 0; i < RING_DEPTH; i++) {
+		struct ring_slot *s = &wk->slots[i];
+		void *p = mmap(NULL, j->buf_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			struct gs_err e = { 0 };
+			gs_fail_errno(&e, GS_E_NO_SPACE, errno, "cannot map %zu bytes for the copy ring", j->buf_size);
+			job_fail(j, &e);
+			return -1;
+		}
+		s->buf = p;
+		s->len = j->buf_size;
+		madvise(p, s->len, MADV_HUGEPAGE); /* a hint: fewer faults and pins where transparent huge pages are on */
+		/* PORTABLE: the buffer serves every device's context */
+		CUresult r = a->cu.cuMemHostRegister(p, s->len, CU_MEMHOSTREGISTER_PORTABLE);
+		if (r != CUDA_SUCCESS) {
+			cuda_fail(j, "pinning the copy ring", first_dev, r);
+			return -1;
+		}
+		s->pinned = true;
+	}
+	wk->setup_s = gs_now() - t0;
+	return 0;
+}
+
+/* Unpins and unmaps the buffers and destroys the events; nothing may be in flight. */
+static void teardown(struct ring_worker *wk)
+{
+	struct gs_agent *a = wk->job->a;
+	for (int i = 0; i < RING_DEPTH; i++) {
+		struct ring_slot *s = &wk->slots[i];
+		for (int d = 0; d < GS_AGENT_MAX_DEVICES; d++)
+			if (s->ev[d]) {
+				a->cu.cuEventDestroy(s->ev[d]);
+				s->ev[d] = NULL;
+			}
+		if (s->pinned)
+			a->cu.cuMemHostUnregister(s->buf);
+		if (s->buf)
+			munmap(s->buf, s->len);
+		memset(s, 0, sizeof(*s));
+	}
+}
+
+static CUstream lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *dev)
+{
+	*dev = j->h->regions[c->region].device;
+	return j->a->devices[*dev].lanes[c->lane];
+}
+
+/* Starts chunk k's copy between the GPU and slot s (on its lane) and records s's event behind it. */
+static int issue(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host)
+{
+	struct ring_job *j = wk->job;
+	struct gs_agent *a = j->a;
+	const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
+	int dev;
+	CUstream lane = lane_of(j, c, &dev);
+	if (use_device(wk, dev))
+		return -1;
+	CUresult r = CUDA_SUCCESS;
+	if (!s->ev[dev] && (r = a->cu.cuEventCreate(&s->ev[dev], CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))) {
+		s->ev[dev] = NULL;
+		cuda_fail(j, "creating an event", dev, r);
+		return -1;
+	}
+	r = to_host ? a->cu.cuMemcpyDtoHAsync(s->buf, c->va, c->size, lane)
+		    : a->cu.cuMemcpyHtoDAsync(c->va, s->buf, c->size, lane);
+	if (r != CUDA_SUCCESS) {
+		char what[96];
+		snprintf(what, sizeof(what), "copy of %llu bytes at %#llx %s", (unsigned long long)c->size,
+			 (unsigned long long)c->va, to_host ? "to host" : "to the GPU");
+		cuda_fail(j, what, dev, r);
+		wk->clean = false; /* an error may leave earlier work of the lane behind */
+		return -1;
+	}
+	s->busy = true; /* from here the buffer may be in use by the copy engine */
+	s->chunk = k;
+	s->dev = dev;
+	if ((r = a->cu.cuEventRecord(s->ev[dev], lane)) != CUDA_SUCCESS) {
+		cuda_fail(j, "recording an event", dev, r);
+		wk->clean = false; /* the copy runs, but nothing says when it is done: the caller syncs the lanes */
+		return -1;
+	}
+	return 0;
+}
+
+/* Waits until slot s's copy is done. */
+static int wait_slot(struct ring_worker *wk, struct ring_slot *s)
+{
+	struct ring_job *j = wk->job;
+	if (use_device(wk, s->dev)) {
+		wk->clean = false;
+		return -1;
+	}
+	CUresult r = j->a->cu.cuEventSynchronize(s->ev[s->dev]);
+	if (r != CUDA_SUCCESS) {
+		const struct gs_copy_chunk *c = &j->h->plan.chunks[s->chunk];
+		char what[96];
+		snprintf(what, sizeof(what), "copy of %llu bytes at %#llx", (unsigned long long)c->size,
+			 (unsigned long long)c->va);
+		cuda_fail(j, what, s->dev, r);
+		wk->clean = false;
+		return -1;
+	}
+	s->busy = false;
+	return 0;
+}
+
+/* GPU -> buffer -> image: keeps RING_DEPTH copies in flight, writes the oldest when it is done. */
+static void run_to_image(struct ring_worker *wk)
+{
+	struct ring_job *j = wk->job;
+	size_t n = j->h->plan.nchunks, head = 0, count = 0;
+	for (;;) {
+		while (count < RING_DEPTH && !job_failed(j)) {
+			size_t k = atomic_fetch_add(&j->next, 1);
+			if (k >= n)
+				break;
+			if (issue(wk, &wk->slots[(head + count) % RING_DEPTH], k, true))
+				break;
+			count++;
+		}
+		if (!count)
+			return;
+		struct ring_slot *s = &wk->slots[head];
+		head = (head + 1) % RING_DEPTH;
+		count--;
+		if (wait_slot(wk, s) || job_failed(j))
+			continue; /* after a failure: only drain what is in flight */
+		const struct gs_copy_chunk *c = &j->h->plan.chunks[s->chunk];
+		const struct held_region *r = &j->h->regions[c->region];
+		struct gs_err e = { 0 };
+		if (gs_image_write_chunk(j->w, c->region, c->va - r->va, s->buf, c->size, &e))
+			job_fail(j, &e);
+	}
+}
+
+/* Image -> buffer -> GPU: reads into a buffer once its previous copy is done, then starts the copy. */
+static void run_from_image(struct ring_worker *wk)
+{
+	struct ring_job *j = wk->job;
+	size_t n = j->h->plan.nchunks;
+	for (size_t i = 0; !job_failed(j); i++) {
+		size_t k = atomic_fetch_add(&j->next, 1);
+		if (k >= n)
+			break;
+		struct ring_slot *s = &wk->slots[i % RING_DEPTH];
+		if (s->busy && wait_slot(wk, s))
+			break;
+		struct gs_err e = { 0 };
+		if (gs_image_read_chunk(j->img, k, s->buf, &e)) {
+			job_fail(j, &e);
+			break;
+		}
+		if (issue(wk, s, k, false))
+			break;
+	}
+	for (int i = 0; i < RING_DEPTH; i++)
+		if (wk->slots[i].busy)
+			wait_slot(wk, &wk->slots[i]);
+}
+
+static void *worker_main(void *arg)
+{
+	struct ring_worker *wk = arg;
+	struct ring_job *j = wk->job;
+	int first_dev = j->h->regions[j->h->plan.chunks[0].region].device;
+	if (!setup(wk, first_dev) && !job_failed(j)) {
+		if (j->w)
+			run_to_image(wk);
+		else
+			run_from_image(wk);
+	}
+	for (int i = 0; i < RING_DEPTH; i++)
+		if (wk->slots[i].busy)
+			wk->clean = false;
+	if (wk->clean)
+		teardown(wk);
+	return NULL;
+}
+
+/* Synchronizes every lane of every device: after it nothing of ours is in flight. */
+static void sync_lanes(struct gs_agent *a)
+{
+	for (int d = 0; d < GS_AGENT_MAX_DEVICES; d++) {
+		struct gs_agent_device *dev = &a->devices[d];
+		if (!dev->used || !dev->lanes_ready)
+			continue;
+		a->cu.cuCtxSetCurrent(dev->ctx);
+		for (int l = 0; l < GS_AGENT_LANES; l++)
+			a->cu.cuStreamSynchronize(dev->lanes[l]);
+	}
+}
+
+static int run(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image_writer *w, struct gs_image *img,
+	       struct gs_ring_stats *st, struct gs_err *err)
+{
+	memset(st, 0, sizeof(*st));
+	if (!h->plan.nchunks)
+		return 0;
+	uint64_t largest = 0;
+	for (size_t k = 0; k < h->plan.nchunks; k++)
+		if (h->plan.chunks[k].size > largest)
+			largest = h->plan.chunks[k].size;
+	/* no more threads than chunks, nor a ring much larger than the data (each thread pins RING_DEPTH buffers) */
+	uint64_t buf_size = gs_round_up(largest, RING_ALIGN);
+	uint64_t fill = (h->plan.total_bytes + buf_size - 1) / buf_size;
+	unsigned n = threads_wanted(w != NULL);
+	if (n > h->plan.nchunks)
+		n = (unsigned)h->plan.nchunks;
+	if (n > fill)
+		n = fill ? (unsigned)fill : 1;
+	struct ring_worker *wk = calloc(n, sizeof(*wk));
+	if (!wk)
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	struct ring_job j = { .a = a, .h = h, .w = w, .img = img, .buf_size = buf_size };
+	atomic_init(&j.next, 0);
+	atomic_init(&j.failed, 0);
+	pthread_mutex_init(&j.lock, NULL);
+	unsigned started = 0;
+	for (unsigned i = 0; i < n; i++) {
+		wk[i] = (struct ring_worker){ .job = &j, .clean = true, .cur_dev = -1 };
+		/* the caller's thread is worker 0; fewer threads is slower, not wrong */
+		if (i > 0 && pthread_create(&wk[i].thread, NULL, worker_main, &wk[i]) != 0)
+			break;
+		started = i + 1;
+	}
+	/* the caller keeps its current context: worker 0 changes it, so put it back afterwards */
+	CUcontext saved = NULL;
+	a->cu.cuCtxGetCurrent(&saved);
+	worker_main(&wk[0]);
+	for (unsigned i = 1; i < started; i++)
+		pthread_join(wk[i].thread, NULL);
+	bool all_clean = true;
+	for (unsigned i = 0; i < started; i++)
+		all_clean &= wk[i].clean;
+	if (!all_clean) {
+		sync_lanes(a); /* a copy may still run into or out of a buffer: nothing may be freed before this */
+		for (unsigned i = 0; i < started; i++)
+			if (!wk[i].clean)
+				teardown(&wk[i]);
+	}
+	a->cu.cuCtxSetCurrent(saved);
+	st->threads = started;
+	st->ring_bytes = (uint64_t)started * RING_DEPTH * j.buf_size;
+	for (unsigned i = 0; i < started; i++)
+		if (wk[i].setup_s > st->setup_s)
+			st->setup_s = wk[i].setup_s;
+	free(wk);
+	pthread_mutex_destroy(&j.lock);
+	if (atomic_load(&j.failed)) {
+		*err = j.err;
+		return err->code ? err->code : GS_E_FAILURE;
+	}
+	return 0;
+}
+
+int gs_ring_to_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image_writer *w,
+		     struct gs_ring_stats *st, struct gs_err *err)
+{
+	return run(a, h, w, NULL, st, err);
+}
+
+int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img,
+		       struct gs_ring_stats *st, struct gs_err *err)
+{
+	return run(a, h, NULL, img, st, err);
+}

@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# t4004 - `gpusnap dump` and `restore` on the agent path without a GPU: the
+# app of t4002 (tests/agent/agent_app.c --signals) under libgpusnap.so on the
+# host-memory fake driver (tests/fake/fake_vmm_driver.c, whose asynchronous
+# copies happen only when waited for, as DMA would), dumped with the real
+# CRIU 4. The agent streams its GPU data through a small pinned ring into the
+# image and back; checked here:
+#  - dump: streamed, a ring smaller than the data, nothing left pinned, the
+#    process gone; restore: every byte back at its address (the app checks);
+#  - --leave-running: the app runs on with its data after the dump;
+#  - a corrupt chunk read by the agent (restore --no-verify): refused, no
+#    process left, the image unchanged, a restore from the good image works;
+#  - a dump whose CRIU step fails after the image was written, and whose
+#    image was damaged meanwhile: the agent cannot take its data back, the
+#    process stays suspended with its memory released and the image kept;
+#    `gpusnap resume --image` is refused while it is damaged and works once
+#    it is whole again;
+#  - a full disk while streaming: refused (exit 13), the process runs on with
+#    its data, nothing published, nothing left pinned;
+#  - a reserved staging pool (GPUSNAP_RESERVE) is freed for the dump, so
+#    CRIU does not carry it.
+# Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
+. "$(dirname "$0")/lib.sh"
+
+src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
+agent=$build/libgpusnap.so
+fake=$build/tests/agent/libfakevmm.so
+app=$build/tests/agent/agent_app
+
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+[ -f "$agent" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
+command -v python3 >/dev/null || skip "python3 is needed to read the JSON outcomes"
+[ "$(id -u)" = 0 ] || skip "criu needs root"
+if [ -z "${GPUSNAP_CRIU:-}" ]; then
+  rc=0
+  "$src/scripts/get-criu.sh" >"$TEST_TMP/get-criu.log" 2>&1 || rc=$?
+  [ "$rc" = 3 ] && skip "cannot get CRIU: $(tail -n 1 "$TEST_TMP/get-criu.log")"
+  [ "$rc" = 0 ] || { cat "$TEST_TMP/get-criu.log"; echo "not ok - scripts/get-criu.sh failed ($rc)"; exit 1; }
+  export GPUSNAP_CRIU=$src/.cache/criu/bin/criu
+fi
+"$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1 || skip "criu check fails here: $(tail -n 1 "$TEST_TMP/check.log")"
+
+export GPUSNAP_LIBCUDA=$fake
+export FAKE_CUDA_DIR=$TEST_TMP/fake
+export FAKE_CUDA_CRIU=1
+export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
+# 300 MiB in one block: several 64 MiB chunks in one allocation, beside 2000 small ones in slabs
+export AGENT_APP_BIG_MB=300
+# two IO threads: a ring of 2 x 2 x 64 MiB, each buffer reused many times
+export GPUSNAP_IO_THREADS=2
+mkdir -p "$FAKE_CUDA_DIR"
+chmod 700 "$TEST_TMP"
+log=$TEST_TMP/app.log
+MNT=""
+
+# only our apps are killed at the end: restores reuse PIDs, so check the name
+cleanup_apps() {
+  for p in $(pgrep -x agent_app); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "FAKE_CUDA_DIR=$FAKE_CUDA_DIR" && kill -9 "$p"
+  done
+  [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
+  cleanup_test
+}
+trap cleanup_apps EXIT
+
+# A daemon of its own session (CRIU dumps whole sessions): setsid execs in place, so $! is the app.
+# A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
+start_app() {
+  : >"$log"
+  local asan
+  asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+  if [ -n "$asan" ]; then
+    LD_PRELOAD="$asan $agent" setsid "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err" &
+  else
+    setsid "$GPUSNAP_BIN" run -- "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err" &
+  fi
+  disown
+  for _ in $(seq 300); do
+    PID=$(awk '/^READY/ {print $2; exit}' "$log")
+    [ -n "$PID" ] && return 0
+    sleep 0.1
+  done
+  echo "the app did not start: $(cat "$TEST_TMP/app.err")"
+  exit 1
+}
+
+# verify_ok TITLE: the app checks every block through its own pointers (SIGUSR1 -> a VERIFY line)
+verify_ok() {
+  local before reply=""
+  before=$(grep -c '^VERIFY' "$log")
+  if kill -USR1 "$PID" 2>/dev/null; then
+    for _ in $(seq 300); do
+      [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break
+      sleep 0.1
+    done
+    reply=$(grep '^VERIFY' "$log" | tail -n 1)
+    [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] || reply="(no answer)"
+  else
+    reply="(no process $PID)"
+  fi
+  case $reply in
+    "VERIFY OK "*) pass "$1 ($reply)" ;;
+    *) fail "$1" "$reply" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;;
+  esac
+}
+
+wait_gone() {
+  local i
+  for ((i = 0; i < 500; i++)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.01
+  done
+  return 1
+}
+alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
+phys() { cat "$FAKE_CUDA_DIR/$PID.phys" 2>/dev/null || echo none; }
+pinned() { cat "$FAKE_CUDA_DIR/$PID.pinned" 2>/dev/null || echo 0; }
+jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
+sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+tmp_dirs() { find "$(dirname "$1")" -maxdepth 1 -name ".$(basename "$1").tmp-*"; }
+flip() { # flip FILE OFFSET: inverts one bit
+  python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"
+}
+
+# ---- dump (streamed), gone, restore ----
+start_app
+verify_ok "the app's data after allocation"
+phys0=$(phys)
+img=$TEST_TMP/img
+run_gpusnap dump --json -D "$img" "$PID"; expect "dump (agent path)" 0
+check "the agent streamed the data (no staging pool)" test "$(jget "['streamed']")" = True
+data=$(jget "['gpu_data_bytes']")
+ring=$(jget "['ring_bytes']")
+check "the ring ($ring bytes) is smaller than the data ($data bytes)" test "$ring" -gt 0 -a "$ring" -lt "$data"
+check "the data is the app's: at least its 300 MiB block ($data bytes)" test "$data" -gt $((300 << 20))
+check "nothing stays pinned after the dump ($(pinned) bytes)" test "$(pinned)" = 0
+check "the dumped process is gone" wait_gone "$PID"
+check "no temporary directories left" test -z "$(tmp_dirs "$img")"
+run_gpusnap inspect --json --verify "$img"; expect "inspect --verify of the image" 0
+check "the image says agent and holds the data" \
+  test "$(jget "['image']['how']")" = agent -a "$(jget "['verify']['ok']")" = True
+good=$(sums "$img")
+
+run_gpusnap restore --json -D "$img"; expect "restore" 0
+check "restore streamed the data through the agent" python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["times"]; sys.exit(not ("agent_image_read_s" in t and "agent_recreate_s" in t))' "$OUT_TXT"
+check "the restored process runs" alive "$PID"
+verify_ok "every byte is back at its address after restore"
+check "restore re-created all the physical memory" test "$(phys)" = "$phys0"
+check "nothing stays pinned after the restore" test "$(pinned)" = 0
+
+# ---- --leave-running ----
+img2=$TEST_TMP/img2
+run_gpusnap dump --leave-running --json -D "$img2" "$PID"; expect "dump --leave-running" 0
+check "the process runs on" alive "$PID"
+verify_ok "its data after dump --leave-running"
+check "its memory is on the GPU again" test "$(phys)" = "$phys0"
+check "nothing stays pinned after --leave-running" test "$(pinned)" = 0
+kill -9 "$PID"; wait_gone "$PID"
+run_gpusnap restore -D "$img2"; expect "restore of the --leave-running image" 0
+verify_ok "the data from the --leave-running image"
+
+# ---- a corrupt chunk found by the agent itself ----
+kill -9 "$PID"; wait_gone "$PID"
+bad=$TEST_TMP/bad
+cp -a "$img" "$bad"
+flip "$bad/gpu-data-0000.img" $((4096 + (100 << 20)))
+s0=$(sums "$bad")
+run_gpusnap restore --no-verify -D "$bad"; expect "restore --no-verify of a corrupt chunk is refused" 11 "is corrupt"
+gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
+check "no process is left (killed by gpusnap)" gone_or_zombie "$PID"
+check "the image is unchanged" test "$(sums "$bad")" = "$s0"
+run_gpusnap restore -D "$bad"; expect "restore (checksum pass) of a corrupt chunk is refused" 11 "is corrupt"
+run_gpusnap restore -D "$img"; expect "restore from the good image after that" 0
+verify_ok "the data after the refused restores"
+check "the good image is unchanged" test "$(sums "$img")" = "$good"
+
+# ---- CRIU fails after the agent wrote the image, which was damaged meanwhile ----
+failing=$TEST_TMP/failing-criu
+cat >"$failing" <<EOF
+#!/bin/sh
+case "\$1" in --version|check) exec "$GPUSNAP_CRIU" "\$@";; esac
+while [ \$# -gt 0 ]; do
+  [ "\$1" = --images-dir ] && python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(4096+4096); b=f.read(1); f.seek(4096+4096); f.write(bytes([b[0]^0x20]))' "\$2/../gpu-data-0000.img"
+  shift
+done
+echo "Error (criu/cr-dump.c:1): injected failure" >&2
+exit 1
+EOF
+chmod 755 "$failing"
+img3=$TEST_TMP/img3
+GPUSNAP_CRIU=$failing run_gpusnap dump -D "$img3" "$PID"
+expect "dump with CRIU failing" 15 "criu dump of $PID failed"
+check "the agent could not take its data back: it says where the image is" grep -q "gpusnap resume --image" "$ERR_TXT"
+kept=$(tmp_dirs "$img3")
+check "the temporary image is kept ($kept)" test -n "$kept" -a -f "$kept/manifest.img"
+check "nothing was published" test ! -e "$img3"
+check "the process is alive" alive "$PID"
+check "its GPU memory is released (suspended, data in the image)" test "$(phys)" = 0
+check "nothing stays pinned" test "$(pinned)" = 0
+run_gpusnap resume --image "$kept" "$PID"; expect "resume from the damaged image is refused" 11 "is corrupt"
+check "the process stays suspended, its memory released again" test "$(phys)" = 0
+flip "$kept/gpu-data-0000.img" $((4096 + 4096))
+run_gpusnap resume --image "$kept" "$PID"; expect "resume from the mended image" 0
+check "its memory is back" test "$(phys)" = "$phys0"
+verify_ok "the data after the retried resume"
+rm -rf "$kept"
+
+# ---- the disk fills while streaming ----
+MNT=$TEST_TMP/small
+mkdir -p "$MNT"
+if mount -t tmpfs -o size=64m,mode=0700 tmpfs "$MNT" 2>/dev/null; then
+  run_gpusnap dump -D "$MNT/img" "$PID"; expect "dump onto a full disk is refused" 13 "no space left"
+  check "the process runs on" alive "$PID"
+  verify_ok "its data after the refused dump"
+  check "its memory stayed on the GPU" test "$(phys)" = "$phys0"
+  check "nothing stays pinned" test "$(pinned)" = 0
+  check "nothing published, no temporary directory left" test -z "$(ls -A "$MNT")"
+  umount "$MNT" && MNT=""
+else
+  echo "SKIP: cannot mount a small tmpfs here: the full-disk case is not tested"
+fi
+
+# ---- a reserved staging pool is not carried by CRIU ----
+kill -9 "$PID"; wait_gone "$PID"
+GPUSNAP_RESERVE=128M start_app
+for _ in $(seq 100); do [ "$(pinned)" -ge $((128 << 20)) ] && break; sleep 0.1; done
+check "the app holds a reserved staging pool ($(pinned) bytes pinned)" test "$(pinned)" -ge $((128 << 20))
+run_gpusnap dump --leave-running --json -D "$TEST_TMP/img4" "$PID"; expect "dump --leave-running with a reserved pool" 0
+cpu=$(jget "['cpu_bytes']")
+check "CRIU's part did not carry the reserved pool ($cpu bytes)" test "$cpu" -lt $((64 << 20))
+verify_ok "the data after the dump with a reserved pool"
+
+kill -9 "$PID"; wait_gone "$PID"
+test_done
