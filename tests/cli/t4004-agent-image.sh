@@ -67,16 +67,28 @@ cleanup_apps() {
 }
 trap cleanup_apps EXIT
 
+# Closes every descriptor above 2 of the calling (sub)shell.
+close_inherited_fds() {
+  local fd
+  for fd in "/proc/$BASHPID/fd"/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+  done
+  return 0
+}
+
 # A daemon of its own session (CRIU dumps whole sessions): setsid execs in place, so $! is the app.
 # A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
 start_app() {
   : >"$log"
   local asan
   asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+  # none of the descriptors this shell inherited (ctest -j leaves its own log open in
+  # tests): CRIU would refuse to restore a file that changed size since the dump
   if [ -n "$asan" ]; then
-    LD_PRELOAD="$asan $agent" setsid "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err" &
+    (close_inherited_fds && LD_PRELOAD="$asan $agent" exec setsid "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
   else
-    setsid "$GPUSNAP_BIN" run -- "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err" &
+    (close_inherited_fds && exec setsid "$GPUSNAP_BIN" run -- "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
   fi
   disown
   for _ in $(seq 300); do
