@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t4003 - the app's own VMM memory (cuMemCreate/cuMemMap, as PyTorch's
 # expandable segments use it) made releasable by the agent, without a GPU: an
-# app (tests/agent/app_vmm.c) maps handles twice, at an offset, releases one
+# app (tests/agent/app_vmm.c) maps a handle twice, maps one again elsewhere
+# (a mapping at an offset is refused, as by the driver), releases one
 # while mapped, exports one, and gives access over two mappings at once,
 # against the host-memory fake driver (tests/fake/fake_vmm_driver.c), which
 # refuses any handle it did not make. Checks:

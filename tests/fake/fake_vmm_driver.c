@@ -49,6 +49,7 @@ typedef void *CUevent;
 #define FAKE_OUT_OF_MEMORY 2
 #define FAKE_INVALID_CONTEXT 201
 #define FAKE_NOT_FOUND 500
+#define FAKE_NOT_SUPPORTED 801
 #define FAKE_GRANULARITY (2ULL << 20)
 #define FAKE_TOTAL_MEM (80ULL << 30)
 
@@ -512,6 +513,8 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
 {
 	if (flags || !size || size % FAKE_GRANULARITY || offset % FAKE_GRANULARITY)
 		return FAKE_INVALID_VALUE;
+	if (offset)
+		return FAKE_NOT_SUPPORTED; /* as driver 580 answers: the offset "currently must be zero" */
 	struct fake_map *fm = malloc(sizeof(*fm));
 	if (!fm)
 		return FAKE_OUT_OF_MEMORY;

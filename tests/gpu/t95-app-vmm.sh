@@ -2,7 +2,7 @@
 # t95-app-vmm.sh - the app's own VMM memory (cuMemCreate + cuMemMap, as
 # PyTorch's expandable segments, vLLM and TensorRT-LLM use it) is released by
 # the agent: vmm_app (tests/gpu/apps/vmm_app.cu) holds 6 GiB in 1 GiB handles
-# plus handles mapped twice, mapped at an offset, released while mapped, and
+# plus a handle mapped twice, one mapped again elsewhere, one released while mapped, and
 # one exported handle. Under `gpusnap run`:
 #  - `state --json` counts the exported handle as not releasable;
 #  - an agent suspend moves every releasable byte (the JSON says how many) and
