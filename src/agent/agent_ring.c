@@ -121,6 +121,18 @@ static int use_device(struct ring_worker *wk, int dev)
 	return 0;
 }
 
+/* Writes every page of [p, p + len) into memory (MADV_POPULATE_WRITE, or a store per page before Linux 5.14). */
+static void prefault(void *p, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(p, len, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	long page = sysconf(_SC_PAGESIZE);
+	for (size_t off = 0; off < len; off += (size_t)(page > 0 ? page : 4096))
+		((volatile char *)p)[off] = 0;
+}
+
 /* Maps and pins this thread's buffers (in parallel with the other threads: fault-in is per thread). */
 static int setup(struct ring_worker *wk, int first_dev)
 {
@@ -141,6 +153,12 @@ static int setup(struct ring_worker *wk, int first_dev)
 		s->buf = p;
 		s->len = j->buf_size;
 		madvise(p, s->len, MADV_HUGEPAGE); /* a hint: fewer faults and pins where transparent huge pages are on */
+		/*
+		 * Fault the buffer in here, on this thread, before pinning: cuMemHostRegister
+		 * faulting it in itself ran at ~5 GB/s for all threads together on the H100
+		 * (2 GiB of ring took 0.41 s), registering populated memory runs at ~22 GB/s.
+		 */
+		prefault(p, s->len);
 		/* PORTABLE: the buffer serves every device's context */
 		CUresult r = a->cu.cuMemHostRegister(p, s->len, CU_MEMHOSTREGISTER_PORTABLE);
 		if (r != CUDA_SUCCESS) {
