@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent_app_vmm.h"
 #include "agent/gate.h"
@@ -31,7 +32,6 @@
 
 #define CHUNK_BYTES (64ULL << 20)
 #define SEGMENT_BYTES (256ULL << 20)
-#define STAGING_WORKERS 8
 #define GS_AGENT_MAX_UNPIN_THREADS 32
 
 static struct {
@@ -67,11 +67,23 @@ static void staging_unregister(void *ctx, void *addr, uint64_t len)
 	a->cu.cuMemHostUnregister(addr);
 }
 
-/* Threads that populate, pin and unpin staging memory: GPUSNAP_STAGING_THREADS, default 8. */
+/*
+ * Threads that populate, pin and unpin staging memory: GPUSNAP_STAGING_THREADS,
+ * else all CPUs but two, from 4 to 16. On the 16-core H100 machine 14 threads
+ * made a 32 GiB suspend/resume 1.55/1.48 s against 1.64/1.54 s with 8.
+ */
 static int staging_threads(void)
 {
 	const char *v = getenv("GPUSNAP_STAGING_THREADS");
-	int n = v ? atoi(v) : STAGING_WORKERS;
+	int n;
+	if (v && *v) {
+		n = atoi(v);
+	} else {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		n = cpus > 6 ? (int)cpus - 2 : 4;
+		if (n > 16)
+			n = 16;
+	}
 	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
 }
 
