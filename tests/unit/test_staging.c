@@ -29,6 +29,7 @@ struct fake_reg {
 	int calls;
 	int fail_call;       /* 1-based call number that fails; 0 never */
 	int block_call;      /* 1-based call number that waits for `released`; 0 never */
+	bool block_all;      /* every call waits for `released` */
 	bool released;
 	useconds_t delay_us; /* every call takes this long */
 	void *addr[MAX_REGS];
@@ -43,7 +44,7 @@ static int fake_reg_fn(void *ctx, void *addr, uint64_t len)
 	struct fake_reg *f = ctx;
 	pthread_mutex_lock(&f->lock);
 	int call = ++f->calls;
-	if (call == f->block_call)
+	if (call == f->block_call || f->block_all)
 		while (!f->released)
 			pthread_cond_wait(&f->cond, &f->lock);
 	pthread_mutex_unlock(&f->lock);
@@ -511,7 +512,7 @@ static void test_unpin_segments_and_repin(void)
 		memset(gs_staging_ptr(p, off), (int)(off >> 20), GS_MIN(gs_staging_segment_size(p), 11 * GS_MiB - off));
 
 	/* re-pin: only the unpinned segments, in the background, without populating again; waits per segment */
-	f.block_call = f.calls + 1; /* the first re-pin holds until released */
+	f.block_all = true; /* every re-pin holds until released: which worker registers first is a race */
 	f.released = false;
 	CHECK_INT(gs_staging_repin_start(p, &err), 0);
 	CHECK(!gs_staging_ready(p, 0));
@@ -519,6 +520,7 @@ static void test_unpin_segments_and_repin(void)
 	CHECK_INT(gs_staging_wait(p, 0, 0.05, &err), GS_E_TIMEOUT);
 	fake_release(&f);
 	CHECK_INT(gs_staging_wait_all(p, 5, &err), 0);
+	f.block_all = false;
 	for (uint32_t i = 0; i < nsegs; i++)
 		CHECK(gs_staging_pinned(p, i));
 	CHECK_INT(f.nregs, (int)nsegs + 3);
