@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh - helpers for the command-line tests (tests/cli/t*.sh), in the
 # spirit of git's test library: each check prints "ok" or "not ok" with its
 # title; test_done prints "N passed, N failed" and sets the exit status.
@@ -52,3 +53,23 @@ test_done() {
 
 # Python 3 validates JSON where it exists; without it the JSON checks skip visibly.
 json_get() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval("d"+sys.argv[2]))' "$@"; }
+
+# skip REASON: the test cannot run here; ctest shows it as skipped (exit 77).
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+
+# require_criu: root and a usable CRIU (GPUSNAP_CRIU, else scripts/get-criu.sh's
+# private copy), or the test skips visibly. Exports GPUSNAP_CRIU.
+require_criu() {
+  local src=${GPUSNAP_SRC:?GPUSNAP_SRC not set} rc=0
+  [ "$(id -u)" = 0 ] || skip "criu needs root"
+  if [ -z "${GPUSNAP_CRIU:-}" ]; then
+    "$src/scripts/get-criu.sh" >"$TEST_TMP/get-criu.log" 2>&1 || rc=$?
+    [ "$rc" = 3 ] && skip "cannot get CRIU: $(tail -n 1 "$TEST_TMP/get-criu.log")"
+    [ "$rc" = 0 ] || { cat "$TEST_TMP/get-criu.log"; echo "not ok - scripts/get-criu.sh failed ($rc)"; exit 1; }
+    export GPUSNAP_CRIU=$src/.cache/criu/bin/criu
+  fi
+  "$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1 || skip "criu check fails here: $(tail -n 1 "$TEST_TMP/check.log")"
+}

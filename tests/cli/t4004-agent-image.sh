@@ -28,21 +28,9 @@ agent=$build/libgpusnap.so
 fake=$build/tests/agent/libfakevmm.so
 app=$build/tests/agent/agent_app
 
-skip() {
-  echo "SKIP: $*"
-  exit 77
-}
 [ -f "$agent" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
 command -v python3 >/dev/null || skip "python3 is needed to read the JSON outcomes"
-[ "$(id -u)" = 0 ] || skip "criu needs root"
-if [ -z "${GPUSNAP_CRIU:-}" ]; then
-  rc=0
-  "$src/scripts/get-criu.sh" >"$TEST_TMP/get-criu.log" 2>&1 || rc=$?
-  [ "$rc" = 3 ] && skip "cannot get CRIU: $(tail -n 1 "$TEST_TMP/get-criu.log")"
-  [ "$rc" = 0 ] || { cat "$TEST_TMP/get-criu.log"; echo "not ok - scripts/get-criu.sh failed ($rc)"; exit 1; }
-  export GPUSNAP_CRIU=$src/.cache/criu/bin/criu
-fi
-"$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1 || skip "criu check fails here: $(tail -n 1 "$TEST_TMP/check.log")"
+require_criu
 
 export GPUSNAP_LIBCUDA=$fake
 export FAKE_CUDA_DIR=$TEST_TMP/fake

@@ -14,19 +14,7 @@ src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 app=$build/tests/apps/cpu_counter
 
-skip() {
-  echo "SKIP: $*"
-  exit 77
-}
-[ "$(id -u)" = 0 ] || skip "criu needs root"
-if [ -z "${GPUSNAP_CRIU:-}" ]; then
-  rc=0
-  "$src/scripts/get-criu.sh" >"$TEST_TMP/get-criu.log" 2>&1 || rc=$?
-  [ "$rc" = 3 ] && skip "cannot get CRIU: $(tail -n 1 "$TEST_TMP/get-criu.log")"
-  [ "$rc" = 0 ] || { cat "$TEST_TMP/get-criu.log"; echo "not ok - scripts/get-criu.sh failed ($rc)"; exit 1; }
-  export GPUSNAP_CRIU=$src/.cache/criu/bin/criu
-fi
-"$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1 || skip "criu check fails here: $(tail -n 1 "$TEST_TMP/check.log")"
+require_criu
 
 export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
 export FAKE_CUDA_DIR=$TEST_TMP/fake
