@@ -19,12 +19,18 @@
  * cuMemGetAllocationPropertiesFromHandle (the properties it gave).
  * Entry points come by dlsym and by cuGetProcAddress_v2.
  *
+ * With --signals (for dumps by CRIU, tests/cli/t4006-app-vmm-image.sh) it
+ * reads no stdin: SIGUSR1 runs verify, SIGTERM ends it; stdout is the log.
+ *
  * Prints "READY <pid>", then serves commands on stdin, one per line:
  *   verify   every range holds its pattern -> "VERIFY OK n" / "VERIFY FAIL ..."
  *   cleanup  unmaps, releases and frees everything -> "CLEAN OK" / "CLEAN FAIL ..."
  *   quit     exits
  */
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,8 +285,40 @@ static void register_with_fake(void)
 	}
 }
 
-int main(void)
+static volatile sig_atomic_t verify_asked;
+
+static void on_usr1(int sig)
 {
+	(void)sig;
+	verify_asked = 1;
+}
+
+/* --signals: the only input is SIGUSR1 (verify); runs until killed. */
+static void serve_signals(void)
+{
+	for (;;) {
+		if (verify_asked) {
+			verify_asked = 0;
+			verify();
+			fflush(stdout);
+		}
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int signals = argc == 2 && !strcmp(argv[1], "--signals");
+	if (signals) {
+		struct sigaction sa = { .sa_handler = on_usr1 };
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR1, &sa, NULL);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0)
+			return 1;
+		close(null);
+	}
 	const char *path = getenv("GPUSNAP_LIBCUDA");
 	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
@@ -311,6 +349,8 @@ int main(void)
 	register_with_fake();
 	printf("READY %d\n", (int)getpid());
 	fflush(stdout);
+	if (signals)
+		serve_signals();
 
 	char line[64];
 	while (fgets(line, sizeof(line), stdin)) {

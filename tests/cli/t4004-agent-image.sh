@@ -21,107 +21,28 @@
 #    CRIU does not carry it.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
 
-src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-agent=$build/libgpusnap.so
-fake=$build/tests/agent/libfakevmm.so
 app=$build/tests/agent/agent_app
-
-[ -f "$agent" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
+log=$TEST_TMP/app.log
+MNT=""
+[ -f "$build/libgpusnap.so" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
 command -v python3 >/dev/null || skip "python3 is needed to read the JSON outcomes"
 require_criu
-
-export GPUSNAP_LIBCUDA=$fake
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export FAKE_CUDA_CRIU=1
-export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
+fake_agent_env
 # 300 MiB in one block: several 64 MiB chunks in one allocation, beside 2000 small ones in slabs
 export AGENT_APP_BIG_MB=300
 # two IO threads: a ring of 2 x 2 x 64 MiB, each buffer reused many times
 export GPUSNAP_IO_THREADS=2
-mkdir -p "$FAKE_CUDA_DIR"
-chmod 700 "$TEST_TMP"
-log=$TEST_TMP/app.log
-MNT=""
 
-# only our apps are killed at the end: restores reuse PIDs, so check the name
 cleanup_apps() {
-  for p in $(pgrep -x agent_app); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "FAKE_CUDA_DIR=$FAKE_CUDA_DIR" && kill -9 "$p"
-  done
+  kill_our_apps agent_app
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
   cleanup_test
 }
 trap cleanup_apps EXIT
 
-# Closes every descriptor above 2 of the calling (sub)shell.
-close_inherited_fds() {
-  local fd
-  for fd in "/proc/$BASHPID/fd"/*; do
-    fd=${fd##*/}
-    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
-  done
-  return 0
-}
-
-# A daemon of its own session (CRIU dumps whole sessions): setsid execs in place, so $! is the app.
-# A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
-start_app() {
-  : >"$log"
-  local asan
-  asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
-  # none of the descriptors this shell inherited (ctest -j leaves its own log open in
-  # tests): CRIU would refuse to restore a file that changed size since the dump
-  if [ -n "$asan" ]; then
-    (close_inherited_fds && LD_PRELOAD="$asan $agent" exec setsid "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
-  else
-    (close_inherited_fds && exec setsid "$GPUSNAP_BIN" run -- "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
-  fi
-  disown
-  for _ in $(seq 300); do
-    PID=$(awk '/^READY/ {print $2; exit}' "$log")
-    [ -n "$PID" ] && return 0
-    sleep 0.1
-  done
-  echo "the app did not start: $(cat "$TEST_TMP/app.err")"
-  exit 1
-}
-
-# verify_ok TITLE: the app checks every block through its own pointers (SIGUSR1 -> a VERIFY line)
-verify_ok() {
-  local before reply=""
-  before=$(grep -c '^VERIFY' "$log")
-  if kill -USR1 "$PID" 2>/dev/null; then
-    for _ in $(seq 300); do
-      [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break
-      sleep 0.1
-    done
-    reply=$(grep '^VERIFY' "$log" | tail -n 1)
-    [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] || reply="(no answer)"
-  else
-    reply="(no process $PID)"
-  fi
-  case $reply in
-    "VERIFY OK "*) pass "$1 ($reply)" ;;
-    *) fail "$1" "$reply" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;;
-  esac
-}
-
-wait_gone() {
-  local i
-  for ((i = 0; i < 500; i++)); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 0.01
-  done
-  return 1
-}
-alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
-phys() { cat "$FAKE_CUDA_DIR/$PID.phys" 2>/dev/null || echo none; }
-pinned() { cat "$FAKE_CUDA_DIR/$PID.pinned" 2>/dev/null || echo 0; }
-jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
-sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
-tmp_dirs() { find "$(dirname "$1")" -maxdepth 1 -name ".$(basename "$1").tmp-*"; }
 flip() { # flip FILE OFFSET: inverts one bit
   python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"
 }
