@@ -9,7 +9,10 @@
 #    the process, and the pinned host memory is only the kept ring (reserve)
 #    or nothing (on demand); resume gives the data back bit for bit;
 #  - a second cycle (the kept ring is reused, not set up again);
-#  - a --keep-context cycle; a cycle after the app freed half its small blocks.
+#  - a --keep-context cycle; a suspend whose release fails part way (the fake
+#    fails one cuMemUnmap): the memory comes back with its data, refilled
+#    through the ring, and the next cycle works; a cycle after the app freed
+#    half its small blocks.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
 
@@ -129,6 +132,21 @@ for mode in on-demand reserve; do
   check "$mode: resume re-created the physical memory" test "$(phys)" = "$phys0"
   cycle "a second full suspend"
   cycle "a --keep-context suspend" --keep-context
+  # the third release fails: what was released is re-created and refilled through the ring
+  echo 3 >"$FAKE_CUDA_DIR/$APP.fail_unmap"
+  run_gpusnap suspend --json "$APP"
+  check "$mode: a suspend whose release fails is refused (rc $RC)" test "$RC" -ne 0
+  check "$mode: it says why" grep -q "cannot release GPU memory" "$ERR_TXT" "$OUT_TXT"
+  check "$mode: the fake failed an unmap" test ! -e "$FAKE_CUDA_DIR/$APP.fail_unmap"
+  check "$mode: the failed release put the physical memory back ($(phys))" test "$(phys)" = "$phys0"
+  check "$mode: the driver still runs the process" test "$(fake_state)" = 0
+  if [ -n "${GPUSNAP_RESERVE:-}" ]; then
+    check "$mode: only the kept ring is pinned ($(pinned) bytes)" test "$(pinned)" = "$first_ring"
+  else
+    check "$mode: nothing is pinned after the failed suspend ($(pinned) bytes)" test "$(pinned)" = 0
+  fi
+  verify_ok "$mode: the data after a failed release (refilled through the ring)"
+  cycle "a suspend after a failed one"
   app_cmd free-some
   case $REPLY in "FREED 1000") pass "$mode: the app freed half its small blocks" ;; *) fail "$mode: free-some" "$REPLY" ;; esac
   verify_ok "$mode: the rest after the frees"
