@@ -117,6 +117,11 @@ measure() { # SIZE PATH
     # the same with more threads populating, pinning and unpinning the staging (GPUSNAP_BENCH_THREADS, default 14)
     agent-reserve-threads)
       launch=(env GPUSNAP_STAGING_THREADS="${GPUSNAP_BENCH_THREADS:-14}" "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # bounce staging: the pool is never pinned, copies go through a small pinned ring plus a host memcpy
+    agent-bounce) launch=(env GPUSNAP_STAGING_MODE=bounce "$GPUSNAP" run --) ;;
+    # the same with a reserved pool; its ring is kept pinned across cycles
+    agent-reserve-bounce)
+      launch=(env GPUSNAP_STAGING_MODE=bounce "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
     # the same with 2 MiB huge pages for staging (the system's pool sized for it here)
     agent-reserve-huge)
       launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --)

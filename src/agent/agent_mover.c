@@ -13,6 +13,15 @@
  * on a shortage what was re-created is released again and the app stays
  * suspended), copy back, open the gate. An on-demand staging pool is freed
  * afterwards by a background thread the agent joins before the next suspend.
+ *
+ * Two staging modes (GPUSNAP_STAGING_MODE). pinned (default): the pool is
+ * registered with the driver and the copies go straight into it; a full
+ * suspend unpins it as the copies complete (the driver's checkpoint costs
+ * time per pinned GiB) and resume pins it again. bounce: the pool is only
+ * populated, never pinned, and the copies go through a small ring of pinned
+ * buffers plus a memcpy on the host (agent_ring.h). With a reserved pool the
+ * ring is kept across cycles (built in the background when the pool is made,
+ * freed with it); without one each suspend and resume sets one up.
  */
 #define LOG_PREFIX "agent: "
 #include "agent/agent_mover.h"
@@ -23,6 +32,7 @@
 #include <unistd.h>
 
 #include "agent/agent_app_vmm.h"
+#include "agent/agent_ring.h"
 #include "agent/gate.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -36,11 +46,22 @@
 
 static struct {
 	bool unpin; /* unpin staging while the driver holds the process (default; GPUSNAP_STAGING_UNPIN=0: keep it pinned) */
+	bool bounce; /* GPUSNAP_STAGING_MODE=bounce: staging never pinned, copies through a pinned ring */
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
 	pthread_t reaper;
 	bool reaper_running;
-} mover;
+	/*
+	 * Bounce mode with a reserved pool: the ring kept with it, built by
+	 * ring_builder off the app's critical path. ring_lock guards these three
+	 * (a device's first use may start the builder while a control request
+	 * runs); the builder thread touches none of them, it returns its ring.
+	 */
+	pthread_mutex_t ring_lock;
+	struct gs_ring *ring;
+	pthread_t ring_builder;
+	bool ring_building;
+} mover = { .ring_lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Staging threads have no current context; any device's will do for PORTABLE registrations. */
 static void use_any_context(struct gs_agent *a)
@@ -91,7 +112,102 @@ int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **o
 {
 	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = staging_threads() };
 	struct gs_staging_ops ops = { .reg = staging_register, .unreg = staging_unregister, .ctx = a };
+	if (mover.bounce)
+		ops = (struct gs_staging_ops){ 0 }; /* populated only: the ring does the DMA */
 	return gs_staging_create(bytes, &cfg, &ops, out, err);
+}
+
+/*
+ * The kept ring: one set of buffers per staging thread (the memcpy is the CPU's
+ * share of a bounce transfer), each buffer one chunk, but no more sets than
+ * the reserve holds chunk pairs: a small reserve gets a small ring.
+ */
+static unsigned kept_ring_threads(void)
+{
+	uint64_t sets = mover.reserve_bytes / (2 * CHUNK_BYTES);
+	unsigned n = (unsigned)staging_threads();
+	if (sets < n)
+		n = sets ? (unsigned)sets : 1;
+	return n;
+}
+
+static void *build_ring(void *arg)
+{
+	struct gs_agent *a = arg;
+	struct gs_ring *r = NULL;
+	struct gs_err err = { 0 };
+	if (gs_ring_create(a, kept_ring_threads(), CHUNK_BYTES, &r, &err))
+		pr_warn("cannot set up the copy ring ahead of suspends (the next suspend sets one up): %s", err.msg);
+	return r;
+}
+
+/* Bounce mode with a reserved pool and no ring yet: builds the kept ring in the background. */
+static void start_ring_builder(struct gs_agent *a)
+{
+	pthread_mutex_lock(&mover.ring_lock);
+	if (mover.bounce && mover.reserve && !mover.ring && !mover.ring_building) {
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
+		mover.ring_building = pthread_create(&mover.ring_builder, NULL, build_ring, a) == 0;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	pthread_mutex_unlock(&mover.ring_lock);
+}
+
+/* Waits for the builder, if one runs, and keeps its ring. */
+static void join_ring_builder(void)
+{
+	pthread_mutex_lock(&mover.ring_lock);
+	if (mover.ring_building) {
+		void *r = NULL;
+		pthread_join(mover.ring_builder, &r);
+		mover.ring_building = false;
+		if (mover.ring)
+			gs_ring_destroy(r);
+		else
+			mover.ring = r;
+	}
+	pthread_mutex_unlock(&mover.ring_lock);
+}
+
+/* Frees the kept ring (unpinned before the call returns: a dump must not carry it). */
+static void drop_ring(void)
+{
+	join_ring_builder();
+	pthread_mutex_lock(&mover.ring_lock);
+	gs_ring_destroy(mover.ring);
+	mover.ring = NULL;
+	pthread_mutex_unlock(&mover.ring_lock);
+}
+
+/*
+ * The ring for a bounce transfer: the kept one (made now if a reserved pool
+ * exists and the background build failed or was dropped), else NULL, and the
+ * transfer sets up its own.
+ */
+static struct gs_ring *ring_for_transfer(struct gs_agent *a)
+{
+	join_ring_builder();
+	pthread_mutex_lock(&mover.ring_lock);
+	if (!mover.ring && mover.reserve) {
+		struct gs_err e = { 0 };
+		if (gs_ring_create(a, kept_ring_threads(), CHUNK_BYTES, &mover.ring, &e))
+			pr_warn("cannot set up a kept copy ring (this transfer sets up its own): %s", e.msg);
+	}
+	struct gs_ring *r = mover.ring;
+	pthread_mutex_unlock(&mover.ring_lock);
+	return r;
+}
+
+/* A pool that is not pinned takes the ring: h's data to it (to_host) or back to the GPU. */
+static int bounce_copy(struct gs_agent *a, struct gs_agent_held *h, bool to_host, double timeout_s,
+		       struct gs_ring_stats *st, struct gs_err *err)
+{
+	struct gs_ring *ring = ring_for_transfer(a);
+	unsigned threads = (unsigned)staging_threads();
+	return to_host ? gs_ring_to_staging(a, h, h->pool, ring, threads, timeout_s, st, err)
+		       : gs_ring_from_staging(a, h, h->pool, ring, threads, st, err);
 }
 
 void gs_mover_init_from_env(struct gs_agent *a)
@@ -99,6 +215,11 @@ void gs_mover_init_from_env(struct gs_agent *a)
 	(void)a;
 	const char *u = getenv("GPUSNAP_STAGING_UNPIN");
 	mover.unpin = !(u && !strcmp(u, "0"));
+	const char *m = getenv("GPUSNAP_STAGING_MODE");
+	if (m && !strcmp(m, "bounce"))
+		mover.bounce = true;
+	else if (m && *m && strcmp(m, "pinned"))
+		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'pinned' or 'bounce'", m);
 	const char *v = getenv("GPUSNAP_RESERVE");
 	if (v && *v && gs_parse_size(v, &mover.reserve_bytes))
 		pr_warn("ignoring GPUSNAP_RESERVE='%s': not a size", v);
@@ -112,6 +233,8 @@ void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 	struct gs_err err = { 0 };
 	if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &err))
 		pr_err("cannot reserve %llu bytes of staging memory: %s", (unsigned long long)mover.reserve_bytes, err.msg);
+	else
+		start_ring_builder(a);
 }
 
 bool gs_mover_has_reserve(struct gs_agent *a)
@@ -457,6 +580,8 @@ void gs_mover_drop_pool(struct gs_agent_held *h)
 		mover.reserve = NULL;
 	if (h->pool)
 		gs_staging_destroy(h->pool);
+	if (!mover.reserve)
+		drop_ring(); /* it goes with the reserved pool: pinned, CRIU would carry it too; resume builds it again */
 	h->pool = NULL;
 	h->pool_is_reserve = false;
 	h->unpinned = false;
@@ -572,6 +697,15 @@ fail:
 	return rc;
 }
 
+/* Copies the staging pool back to the GPU: straight from a pinned pool, through the ring from one that is not. */
+static int copy_back(struct gs_agent *a, struct gs_agent_held *h, struct gs_ring_stats *st, struct gs_err *err)
+{
+	memset(st, 0, sizeof(*st));
+	if (gs_staging_registers(h->pool))
+		return copy_all(a, h, false, -1, NULL, err);
+	return bounce_copy(a, h, false, -1, st, err);
+}
+
 int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
 {
 	for (size_t i = 0; i < h->nregions; i++) {
@@ -583,7 +717,8 @@ int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err 
 					 gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
 			/* put back what was released, with its data: the app must not notice */
 			struct gs_err e2 = { 0 };
-			if (gs_mover_recreate(a, h, &e2) || (h->pool && copy_all(a, h, false, -1, NULL, &e2)))
+			struct gs_ring_stats st;
+			if (gs_mover_recreate(a, h, &e2) || (h->pool && copy_back(a, h, &st, &e2)))
 				pr_err("could not undo a partial release: %s", e2.msg);
 			return rc;
 		}
@@ -611,6 +746,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		goto out;
 	}
 	join_reaper();
+	join_ring_builder(); /* its CUDA calls end before the gate closes; a suspend uses its ring */
 	double t0 = gs_now();
 	if ((rc = gs_mover_quiesce(a, timeout_s, err)))
 		goto out;
@@ -628,6 +764,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		goto out;
 
 	double t_pool0 = gs_now();
+	struct gs_ring_stats rs = { 0 };
 	if (h->plan.staging_bytes) {
 		if (mover.reserve && gs_staging_size(mover.reserve) >= h->plan.staging_bytes) {
 			h->pool = mover.reserve;
@@ -635,6 +772,12 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		} else if ((rc = gs_mover_make_pool(a, h->plan.staging_bytes, &h->pool, err))) {
 			goto out;
 		}
+	}
+	if (h->pool && !gs_staging_registers(h->pool)) {
+		/* bounce: nothing of the pool is pinned, so nothing to unpin for the driver's checkpoint */
+		if ((rc = bounce_copy(a, h, true, timeout_s, &rs, err)))
+			goto out;
+	} else if (h->pool) {
 		/* a full suspend unpins the staging as the copies complete: see unpin_pipe */
 		struct unpin_pipe pipe;
 		bool pipelined = mover.unpin && !keep_context && pipe_start(a, h->pool, &pipe, err) == 0;
@@ -668,7 +811,11 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "sync", t_sync - t_quiesce);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool0);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
+	if (rs.threads)
+		gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_unpinned", a->held->unpinned);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", mover.bounce);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", a->held->pool_is_reserve);
@@ -703,14 +850,19 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 			goto out;
 		double t_map = gs_now();
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "map", t_map - t0);
-		if (h->plan.nchunks && (rc = copy_all(a, h, false, -1, NULL, err))) {
+		struct gs_ring_stats rs = { 0 };
+		if (h->plan.nchunks && (rc = copy_back(a, h, &rs, err))) {
 			/* the data is still in staging: stay suspended so a retry can copy it again */
 			goto out;
 		}
 		h->unpinned = false;
 		double t_copy = gs_now();
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_in", t_copy - t_map);
+		if (rs.threads)
+			gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", mover.bounce);
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
 		a->held = NULL;
 		gs_mover_free_held(a, h);
 	}
@@ -722,6 +874,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &e2))
 			pr_warn("cannot reserve staging memory again: %s", e2.msg);
 	}
+	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */
 out:
 	pthread_mutex_unlock(&a->lock);
 	return rc;
@@ -738,6 +891,7 @@ void gs_mover_join_background(struct gs_agent *a)
 {
 	(void)a;
 	join_reaper();
+	join_ring_builder();
 }
 
 void gs_mover_drop_reserve(struct gs_agent *a)
@@ -747,4 +901,5 @@ void gs_mover_drop_reserve(struct gs_agent *a)
 		gs_staging_destroy(mover.reserve);
 		mover.reserve = NULL;
 	}
+	drop_ring();
 }

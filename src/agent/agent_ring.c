@@ -1,30 +1,36 @@
 /*
- * agent_ring.c - the pinned bounce ring between the GPU and an image (see
- * agent_ring.h).
+ * agent_ring.c - the pinned bounce ring between the GPU and an image or an
+ * unpinned staging pool (see agent_ring.h).
  *
  * Why a ring and not a staging pool as large as the data: a pool must be
  * faulted in (about 3 GB/s per thread for fresh memory) and pinned before the
  * first byte moves, and the host must have the data's size free. The ring is
  * a few hundred MiB that each IO thread maps and pins for itself, in
  * parallel, and the copies over PCIe (~55 GB/s) overlap the file I/O, which
- * is the slower side.
+ * is the slower side. For a suspend in bounce mode the other side is a
+ * staging pool that is populated but never pinned: the driver's checkpoint
+ * and restore take time in proportion to the pinned host memory, and
+ * unpinning and pinning again tens of GiB costs more than the copies; the
+ * price is a memcpy of every byte on the host, spread over many threads.
  *
  * Buffer life: free -> copy issued (event recorded on the chunk's lane) ->
- * event waited for -> written to (or refilled from) the image -> free. A
- * buffer is unpinned and unmapped only once nothing can be in flight into
- * or out of it: when a CUDA call failed part way, the caller synchronizes
- * every lane before tearing the buffers down.
+ * event waited for -> written to (or refilled from) the image or the pool ->
+ * free. A buffer is unpinned and unmapped only once nothing can be in flight
+ * into or out of it: when a CUDA call failed part way, the caller
+ * synchronizes every lane before tearing the buffers down. A kept ring
+ * (struct gs_ring) lends its buffers to the workers; a transfer destroys only
+ * the events it made.
  *
- * Threads: started and joined by gs_ring_to_image / gs_ring_from_image; the
- * caller's thread works as one of them. Events are created with
- * BLOCKING_SYNC, so waiting threads sleep instead of spinning beside the
- * threads doing I/O.
+ * Threads: started and joined by each transfer; the caller's thread works as
+ * one of them. Events are created with BLOCKING_SYNC, so waiting threads
+ * sleep instead of spinning beside the threads doing I/O or memcpy.
  */
 #define LOG_PREFIX "agent: "
 #include "agent/agent_ring.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +41,7 @@
 #include "common/util.h"
 #include "core/copy_plan.h"
 
-#define RING_DEPTH 2          /* buffers per thread: one with the copy engine, one with the file */
+#define RING_DEPTH 2          /* buffers per thread: one with the copy engine, one with the file or the memcpy */
 #define RING_THREADS_OUT 8    /* dump: the storage is the bottleneck; 8 writers fill it */
 #define RING_THREADS_IN_MIN 8 /* restore: reads and checksums scale with cores, up to RING_THREADS_MAX */
 #define RING_THREADS_MAX 32
@@ -51,28 +57,45 @@ struct ring_slot {
 	CUevent ev[GS_AGENT_MAX_DEVICES]; /* per device: an event lives in one context */
 };
 
+struct gs_ring {
+	struct gs_agent *a;
+	unsigned threads;
+	uint64_t buf_size;
+	struct ring_slot *slots; /* threads * RING_DEPTH; thread i's are [i * RING_DEPTH, (i + 1) * RING_DEPTH) */
+};
+
+/* The other side of a transfer. */
+enum ring_side { SIDE_TO_IMAGE, SIDE_FROM_IMAGE, SIDE_TO_STAGING, SIDE_FROM_STAGING };
+
 struct ring_job;
 
 struct ring_worker {
 	struct ring_job *job;
 	pthread_t thread;
 	bool clean; /* every copy it issued was waited for: it tore its own buffers down */
+	bool borrowed; /* slots belong to a gs_ring: only their events are this transfer's */
 	int cur_dev;
 	double setup_s;
-	struct ring_slot slots[RING_DEPTH];
+	struct ring_slot *slots; /* own, or a gs_ring's */
+	struct ring_slot own[RING_DEPTH];
 };
 
 struct ring_job {
 	struct gs_agent *a;
 	const struct gs_agent_held *h;
-	struct gs_image_writer *w; /* to the image */
-	struct gs_image *img;      /* from the image */
+	enum ring_side side;
+	struct gs_image_writer *w; /* SIDE_TO_IMAGE */
+	struct gs_image *img;      /* SIDE_FROM_IMAGE */
+	struct gs_staging *pool;   /* SIDE_*_STAGING */
+	double timeout_s;          /* per staging segment wait */
 	size_t buf_size;
 	atomic_size_t next;
 	atomic_int failed;
 	pthread_mutex_t lock;
 	struct gs_err err; /* the first failure */
 };
+
+static bool to_host(const struct ring_job *j) { return j->side == SIDE_TO_IMAGE || j->side == SIDE_TO_STAGING; }
 
 static bool job_failed(struct ring_job *j) { return atomic_load(&j->failed) != 0; }
 
@@ -133,61 +156,75 @@ static void prefault(void *p, size_t len)
 		((volatile char *)p)[off] = 0;
 }
 
+/* Maps, faults in and pins one buffer of len bytes; a context must be current. On failure s holds what to undo. */
+static int slot_setup(struct gs_agent *a, struct ring_slot *s, size_t len, int dev, struct gs_err *err)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return gs_fail_errno(err, GS_E_NO_SPACE, errno, "cannot map %zu bytes for the copy ring", len);
+	s->buf = p;
+	s->len = len;
+	madvise(p, len, MADV_HUGEPAGE); /* a hint: fewer faults and pins where transparent huge pages are on */
+	/*
+	 * Fault the buffer in here, on this thread, before pinning: cuMemHostRegister
+	 * faulting it in itself ran at ~5 GB/s for all threads together on the H100
+	 * (2 GiB of ring took 0.41 s), registering populated memory runs at ~22 GB/s.
+	 */
+	prefault(p, len);
+	/* PORTABLE: the buffer serves every device's context */
+	CUresult r = a->cu.cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+	if (r != CUDA_SUCCESS) {
+		char b[128];
+		return gs_fail(err, GS_E_AGENT, "pinning the copy ring on GPU %d failed: %s", dev,
+			       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+	}
+	s->pinned = true;
+	return 0;
+}
+
+/* Destroys a slot's events; with `buffer`, unpins and unmaps its buffer too. Nothing may be in flight. */
+static void slot_teardown(struct gs_agent *a, struct ring_slot *s, bool buffer)
+{
+	for (int d = 0; d < GS_AGENT_MAX_DEVICES; d++)
+		if (s->ev[d]) {
+			a->cu.cuEventDestroy(s->ev[d]);
+			s->ev[d] = NULL;
+		}
+	s->busy = false;
+	if (!buffer)
+		return;
+	if (s->pinned)
+		a->cu.cuMemHostUnregister(s->buf);
+	if (s->buf)
+		munmap(s->buf, s->len);
+	memset(s, 0, sizeof(*s));
+}
+
 /* Maps and pins this thread's buffers (in parallel with the other threads: fault-in is per thread). */
 static int setup(struct ring_worker *wk, int first_dev)
 {
 	struct ring_job *j = wk->job;
-	struct gs_agent *a = j->a;
+	if (wk->borrowed)
+		return 0;
 	double t0 = gs_now();
 	if (use_device(wk, first_dev))
 		return -1;
 	for (int i = 0; i < RING_DEPTH; i++) {
-		struct ring_slot *s = &wk->slots[i];
-		void *p = mmap(NULL, j->buf_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED) {
-			struct gs_err e = { 0 };
-			gs_fail_errno(&e, GS_E_NO_SPACE, errno, "cannot map %zu bytes for the copy ring", j->buf_size);
+		struct gs_err e = { 0 };
+		if (slot_setup(j->a, &wk->slots[i], j->buf_size, first_dev, &e)) {
 			job_fail(j, &e);
 			return -1;
 		}
-		s->buf = p;
-		s->len = j->buf_size;
-		madvise(p, s->len, MADV_HUGEPAGE); /* a hint: fewer faults and pins where transparent huge pages are on */
-		/*
-		 * Fault the buffer in here, on this thread, before pinning: cuMemHostRegister
-		 * faulting it in itself ran at ~5 GB/s for all threads together on the H100
-		 * (2 GiB of ring took 0.41 s), registering populated memory runs at ~22 GB/s.
-		 */
-		prefault(p, s->len);
-		/* PORTABLE: the buffer serves every device's context */
-		CUresult r = a->cu.cuMemHostRegister(p, s->len, CU_MEMHOSTREGISTER_PORTABLE);
-		if (r != CUDA_SUCCESS) {
-			cuda_fail(j, "pinning the copy ring", first_dev, r);
-			return -1;
-		}
-		s->pinned = true;
 	}
 	wk->setup_s = gs_now() - t0;
 	return 0;
 }
 
-/* Unpins and unmaps the buffers and destroys the events; nothing may be in flight. */
+/* Unpins and unmaps the buffers (only the events of a borrowed ring's) ; nothing may be in flight. */
 static void teardown(struct ring_worker *wk)
 {
-	struct gs_agent *a = wk->job->a;
-	for (int i = 0; i < RING_DEPTH; i++) {
-		struct ring_slot *s = &wk->slots[i];
-		for (int d = 0; d < GS_AGENT_MAX_DEVICES; d++)
-			if (s->ev[d]) {
-				a->cu.cuEventDestroy(s->ev[d]);
-				s->ev[d] = NULL;
-			}
-		if (s->pinned)
-			a->cu.cuMemHostUnregister(s->buf);
-		if (s->buf)
-			munmap(s->buf, s->len);
-		memset(s, 0, sizeof(*s));
-	}
+	for (int i = 0; i < RING_DEPTH; i++)
+		slot_teardown(wk->job->a, &wk->slots[i], !wk->borrowed);
 }
 
 static CUstream lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *dev)
@@ -255,8 +292,49 @@ static int wait_slot(struct ring_worker *wk, struct ring_slot *s)
 	return 0;
 }
 
-/* GPU -> buffer -> image: keeps RING_DEPTH copies in flight, writes the oldest when it is done. */
-static void run_to_image(struct ring_worker *wk)
+/* Chunk c's place in the staging pool, once the pool's workers have populated its segment; NULL on failure. */
+static void *staging_at(struct ring_job *j, const struct gs_copy_chunk *c, struct gs_err *e)
+{
+	uint32_t seg = (uint32_t)(c->staging_offset / gs_staging_segment_size(j->pool));
+	if (gs_staging_wait(j->pool, seg, j->timeout_s, e))
+		return NULL;
+	void *p = gs_staging_ptr(j->pool, c->staging_offset);
+	if (!p || c->staging_offset + c->size > gs_staging_size(j->pool))
+		gs_fail(e, GS_E_AGENT, "chunk at staging offset %llu (%llu bytes) lies past the staging pool's end",
+			(unsigned long long)c->staging_offset, (unsigned long long)c->size);
+	return p && !e->code ? p : NULL;
+}
+
+/* The copied chunk in slot s goes to the other side: written to the image, or copied into the pool. */
+static int drain(struct ring_job *j, const struct ring_slot *s, struct gs_err *e)
+{
+	const struct gs_copy_chunk *c = &j->h->plan.chunks[s->chunk];
+	if (j->side == SIDE_TO_IMAGE) {
+		const struct held_region *r = &j->h->regions[c->region];
+		return gs_image_write_chunk(j->w, c->region, c->va - r->va, s->buf, c->size, e);
+	}
+	void *dst = staging_at(j, c, e);
+	if (!dst)
+		return e->code ? e->code : GS_E_FAILURE;
+	memcpy(dst, s->buf, c->size);
+	return 0;
+}
+
+/* Slot s gets chunk k's bytes from the other side: read from the image, or copied from the pool. */
+static int fill(struct ring_job *j, size_t k, struct ring_slot *s, struct gs_err *e)
+{
+	if (j->side == SIDE_FROM_IMAGE)
+		return gs_image_read_chunk(j->img, k, s->buf, e);
+	const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
+	const void *src = staging_at(j, c, e);
+	if (!src)
+		return e->code ? e->code : GS_E_FAILURE;
+	memcpy(s->buf, src, c->size);
+	return 0;
+}
+
+/* GPU -> buffer -> other side: keeps RING_DEPTH copies in flight, drains the oldest when it is done. */
+static void run_to_host(struct ring_worker *wk)
 {
 	struct ring_job *j = wk->job;
 	size_t n = j->h->plan.nchunks, head = 0, count = 0;
@@ -276,16 +354,14 @@ static void run_to_image(struct ring_worker *wk)
 		count--;
 		if (wait_slot(wk, s) || job_failed(j))
 			continue; /* after a failure: only drain what is in flight */
-		const struct gs_copy_chunk *c = &j->h->plan.chunks[s->chunk];
-		const struct held_region *r = &j->h->regions[c->region];
 		struct gs_err e = { 0 };
-		if (gs_image_write_chunk(j->w, c->region, c->va - r->va, s->buf, c->size, &e))
+		if (drain(j, s, &e))
 			job_fail(j, &e);
 	}
 }
 
-/* Image -> buffer -> GPU: reads into a buffer once its previous copy is done, then starts the copy. */
-static void run_from_image(struct ring_worker *wk)
+/* Other side -> buffer -> GPU: fills a buffer once its previous copy is done, then starts the copy. */
+static void run_from_host(struct ring_worker *wk)
 {
 	struct ring_job *j = wk->job;
 	size_t n = j->h->plan.nchunks;
@@ -297,7 +373,7 @@ static void run_from_image(struct ring_worker *wk)
 		if (s->busy && wait_slot(wk, s))
 			break;
 		struct gs_err e = { 0 };
-		if (gs_image_read_chunk(j->img, k, s->buf, &e)) {
+		if (fill(j, k, s, &e)) {
 			job_fail(j, &e);
 			break;
 		}
@@ -315,10 +391,10 @@ static void *worker_main(void *arg)
 	struct ring_job *j = wk->job;
 	int first_dev = j->h->regions[j->h->plan.chunks[0].region].device;
 	if (!setup(wk, first_dev) && !job_failed(j)) {
-		if (j->w)
-			run_to_image(wk);
+		if (to_host(j))
+			run_to_host(wk);
 		else
-			run_from_image(wk);
+			run_from_host(wk);
 	}
 	for (int i = 0; i < RING_DEPTH; i++)
 		if (wk->slots[i].busy)
@@ -341,9 +417,11 @@ static void sync_lanes(struct gs_agent *a)
 	}
 }
 
-static int run(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image_writer *w, struct gs_image *img,
-	       struct gs_ring_stats *st, struct gs_err *err)
+/* Runs the transfer j describes with `want` threads, on buffers of its own or borrowed from ring. */
+static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct gs_ring_stats *st, struct gs_err *err)
 {
+	struct gs_agent *a = j->a;
+	const struct gs_agent_held *h = j->h;
 	memset(st, 0, sizeof(*st));
 	if (!h->plan.nchunks)
 		return 0;
@@ -351,24 +429,33 @@ static int run(struct gs_agent *a, const struct gs_agent_held *h, struct gs_imag
 	for (size_t k = 0; k < h->plan.nchunks; k++)
 		if (h->plan.chunks[k].size > largest)
 			largest = h->plan.chunks[k].size;
-	/* no more threads than chunks, nor a ring much larger than the data (each thread pins RING_DEPTH buffers) */
-	uint64_t buf_size = gs_round_up(largest, RING_ALIGN);
-	uint64_t fill = (h->plan.total_bytes + buf_size - 1) / buf_size;
-	unsigned n = threads_wanted(w != NULL);
+	unsigned n;
+	if (ring) {
+		if (largest > ring->buf_size)
+			return gs_fail(err, GS_E_AGENT, "a chunk of %llu bytes does not fit the copy ring's buffers of %llu bytes",
+				       (unsigned long long)largest, (unsigned long long)ring->buf_size);
+		j->buf_size = ring->buf_size;
+		n = ring->threads;
+	} else {
+		/* no more threads than chunks, nor a ring much larger than the data (each thread pins RING_DEPTH buffers) */
+		j->buf_size = gs_round_up(largest, RING_ALIGN);
+		uint64_t filled = (h->plan.total_bytes + j->buf_size - 1) / j->buf_size;
+		n = want < 1 ? 1 : want > RING_THREADS_MAX ? RING_THREADS_MAX : want;
+		if (n > filled)
+			n = filled ? (unsigned)filled : 1;
+	}
 	if (n > h->plan.nchunks)
 		n = (unsigned)h->plan.nchunks;
-	if (n > fill)
-		n = fill ? (unsigned)fill : 1;
 	struct ring_worker *wk = calloc(n, sizeof(*wk));
 	if (!wk)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
-	struct ring_job j = { .a = a, .h = h, .w = w, .img = img, .buf_size = buf_size };
-	atomic_init(&j.next, 0);
-	atomic_init(&j.failed, 0);
-	pthread_mutex_init(&j.lock, NULL);
+	atomic_init(&j->next, 0);
+	atomic_init(&j->failed, 0);
+	pthread_mutex_init(&j->lock, NULL);
 	unsigned started = 0;
 	for (unsigned i = 0; i < n; i++) {
-		wk[i] = (struct ring_worker){ .job = &j, .clean = true, .cur_dev = -1 };
+		wk[i] = (struct ring_worker){ .job = j, .clean = true, .cur_dev = -1, .borrowed = ring != NULL };
+		wk[i].slots = ring ? &ring->slots[(size_t)i * RING_DEPTH] : wk[i].own;
 		/* the caller's thread is worker 0; fewer threads is slower, not wrong */
 		if (i > 0 && pthread_create(&wk[i].thread, NULL, worker_main, &wk[i]) != 0)
 			break;
@@ -391,14 +478,14 @@ static int run(struct gs_agent *a, const struct gs_agent_held *h, struct gs_imag
 	}
 	a->cu.cuCtxSetCurrent(saved);
 	st->threads = started;
-	st->ring_bytes = (uint64_t)started * RING_DEPTH * j.buf_size;
+	st->ring_bytes = ring ? gs_ring_bytes(ring) : (uint64_t)started * RING_DEPTH * j->buf_size;
 	for (unsigned i = 0; i < started; i++)
 		if (wk[i].setup_s > st->setup_s)
 			st->setup_s = wk[i].setup_s;
 	free(wk);
-	pthread_mutex_destroy(&j.lock);
-	if (atomic_load(&j.failed)) {
-		*err = j.err;
+	pthread_mutex_destroy(&j->lock);
+	if (atomic_load(&j->failed)) {
+		*err = j->err;
 		return err->code ? err->code : GS_E_FAILURE;
 	}
 	return 0;
@@ -407,11 +494,141 @@ static int run(struct gs_agent *a, const struct gs_agent_held *h, struct gs_imag
 int gs_ring_to_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image_writer *w,
 		     struct gs_ring_stats *st, struct gs_err *err)
 {
-	return run(a, h, w, NULL, st, err);
+	struct ring_job j = { .a = a, .h = h, .side = SIDE_TO_IMAGE, .w = w };
+	return run(&j, NULL, threads_wanted(true), st, err);
 }
 
 int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img,
 		       struct gs_ring_stats *st, struct gs_err *err)
 {
-	return run(a, h, NULL, img, st, err);
+	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_IMAGE, .img = img };
+	return run(&j, NULL, threads_wanted(false), st, err);
+}
+
+int gs_ring_to_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
+		       struct gs_ring *ring, unsigned threads, double timeout_s, struct gs_ring_stats *st,
+		       struct gs_err *err)
+{
+	struct ring_job j = { .a = a, .h = h, .side = SIDE_TO_STAGING, .pool = pool, .timeout_s = timeout_s };
+	return run(&j, ring, threads, st, err);
+}
+
+int gs_ring_from_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
+			 struct gs_ring *ring, unsigned threads, struct gs_ring_stats *st, struct gs_err *err)
+{
+	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_STAGING, .pool = pool, .timeout_s = -1 };
+	return run(&j, ring, threads, st, err);
+}
+
+/* The kept ring: one thread per set of RING_DEPTH buffers maps, faults in and pins them. */
+struct ring_build {
+	struct gs_ring *r;
+	CUcontext ctx;
+	int dev;
+	unsigned index;
+	pthread_t thread;
+	struct gs_err err;
+};
+
+static void *build_main(void *arg)
+{
+	struct ring_build *b = arg;
+	struct gs_agent *a = b->r->a;
+	CUresult cr = a->cu.cuCtxSetCurrent(b->ctx);
+	if (cr != CUDA_SUCCESS) {
+		char m[128];
+		gs_fail(&b->err, GS_E_AGENT, "making the context of GPU %d current failed: %s", b->dev,
+			gs_cuda_strerror(&a->cu, cr, m, sizeof(m)));
+		return NULL;
+	}
+	for (int i = 0; i < RING_DEPTH && !b->err.code; i++)
+		slot_setup(a, &b->r->slots[(size_t)b->index * RING_DEPTH + (size_t)i], b->r->buf_size, b->dev, &b->err);
+	return NULL;
+}
+
+int gs_ring_create(struct gs_agent *a, unsigned threads, uint64_t buf_size, struct gs_ring **out, struct gs_err *err)
+{
+	*out = NULL;
+	int dev = -1;
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES && dev < 0; i++)
+		if (a->devices[i].used)
+			dev = i;
+	if (dev < 0)
+		return gs_fail(err, GS_E_AGENT, "no GPU in use to pin the copy ring with");
+	if (threads < 1 || threads > RING_THREADS_MAX || !buf_size)
+		return gs_fail(err, GS_E_USAGE, "a copy ring of %u threads and %llu-byte buffers is out of range", threads,
+			       (unsigned long long)buf_size);
+	struct gs_ring *r = calloc(1, sizeof(*r));
+	struct ring_build *b = calloc(threads, sizeof(*b));
+	if (r)
+		r->slots = calloc((size_t)threads * RING_DEPTH, sizeof(*r->slots));
+	if (!r || !b || !r->slots) {
+		if (r)
+			free(r->slots);
+		free(r);
+		free(b);
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	}
+	r->a = a;
+	r->threads = threads;
+	r->buf_size = gs_round_up(buf_size, RING_ALIGN);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
+	unsigned started = 0;
+	for (unsigned i = 0; i < threads; i++) {
+		b[i] = (struct ring_build){ .r = r, .ctx = a->devices[dev].ctx, .dev = dev, .index = i };
+		if (pthread_create(&b[i].thread, NULL, build_main, &b[i]) != 0)
+			break;
+		started = i + 1;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(b[i].thread, NULL);
+	/* a thread that could not start leaves its buffers to this one */
+	if (started < threads) {
+		CUcontext saved = NULL;
+		a->cu.cuCtxGetCurrent(&saved);
+		for (unsigned i = started; i < threads; i++)
+			build_main(&b[i]);
+		a->cu.cuCtxSetCurrent(saved);
+	}
+	int rc = 0;
+	for (unsigned i = 0; i < threads && !rc; i++)
+		if (b[i].err.code) {
+			*err = b[i].err;
+			rc = err->code;
+		}
+	free(b);
+	if (rc) {
+		gs_ring_destroy(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void gs_ring_destroy(struct gs_ring *r)
+{
+	if (!r)
+		return;
+	struct gs_agent *a = r->a;
+	/* unregistering needs a context; PORTABLE buffers take any of the app's */
+	CUcontext saved = NULL;
+	a->cu.cuCtxGetCurrent(&saved);
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
+		if (a->devices[i].used) {
+			a->cu.cuCtxSetCurrent(a->devices[i].ctx);
+			break;
+		}
+	for (size_t i = 0; i < (size_t)r->threads * RING_DEPTH; i++)
+		slot_teardown(a, &r->slots[i], true);
+	a->cu.cuCtxSetCurrent(saved);
+	free(r->slots);
+	free(r);
+}
+
+uint64_t gs_ring_bytes(const struct gs_ring *r)
+{
+	return r ? (uint64_t)r->threads * RING_DEPTH * r->buf_size : 0;
 }

@@ -583,3 +583,8 @@ bool gs_staging_pinned(struct gs_staging *p, uint32_t seg)
 	pthread_mutex_unlock(&p->lock);
 	return pinned;
 }
+
+bool gs_staging_registers(const struct gs_staging *p)
+{
+	return p->ops.reg != NULL; /* fixed at create */
+}

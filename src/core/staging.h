@@ -116,6 +116,12 @@ int gs_staging_set_pinned(struct gs_staging *p, bool pinned, int threads, struct
 int gs_staging_unpin_segment(struct gs_staging *p, uint32_t seg, struct gs_err *err);
 int gs_staging_repin_start(struct gs_staging *p, struct gs_err *err);
 bool gs_staging_pinned(struct gs_staging *p, uint32_t seg);
+/*
+ * Whether the pool pins its segments at all (made with a register callback).
+ * A pool without one is only populated: DMA to and from it goes through a
+ * pinned bounce buffer (the agent's bounce mode, agent_ring.h).
+ */
+bool gs_staging_registers(const struct gs_staging *p);
 void gs_staging_get_report(struct gs_staging *p, struct gs_staging_report *r);
 
 #endif

@@ -540,8 +540,40 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
 }
 
 /* Unmaps the whole mappings inside [p, p+size); one cut in two is refused, as by the driver. */
+/*
+ * For tests of a failed release: while FAKE_CUDA_DIR/<pid>.fail_unmap holds a
+ * number N, each cuMemUnmap counts it down and the one that finds 1 fails
+ * (and removes the file) without unmapping anything.
+ */
+static bool unmap_should_fail(void)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (!dir)
+		return false;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%d.fail_unmap", dir, (int)getpid());
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	long n = 0;
+	int got = fscanf(f, "%ld", &n);
+	fclose(f);
+	if (got != 1 || n <= 1) {
+		unlink(path);
+		return got == 1;
+	}
+	f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%ld\n", n - 1);
+		fclose(f);
+	}
+	return false;
+}
+
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 {
+	if (unmap_should_fail())
+		return FAKE_INVALID_VALUE;
 	pthread_mutex_lock(&vmm_lock);
 	int found = 0, partial = 0;
 	for (struct fake_map *m = map_list; m; m = m->next)

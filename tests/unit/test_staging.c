@@ -2,7 +2,8 @@
  * test_staging.c - the host staging pool with a fake register callback and an
  * injectable mmap: sizes that are not whole segments, hugetlb fallback,
  * concurrent waiters, timeouts and failed registration, destroy while
- * populating, out of host memory; and populate speed for 1 GiB with 1 and 4
+ * populating, out of host memory; a pool without a register callback (the
+ * agent's bounce mode); and populate speed for 1 GiB with 1 and 4
  * threads (printed).
  */
 #include <errno.h>
@@ -546,6 +547,55 @@ static void test_unpin_segments_and_repin(void)
 	CHECK_INT(f.bad_unregs, 0);
 }
 
+/* Without a register callback (bounce mode): populated, never pinned, and the pin calls change nothing. */
+static void test_unregistered_pool(void)
+{
+	struct fake_reg f;
+	struct gs_staging_ops ops;
+	fake_reg_init(&f, &ops);
+	struct gs_staging_config cfg = { .segment_size = 2 * GS_MiB, .workers = 2, .no_hugetlb = true };
+	struct gs_staging *p = NULL;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_staging_create(4 * GS_MiB, &cfg, &ops, &p, &err), 0);
+	if (!p)
+		return;
+	CHECK(gs_staging_registers(p));
+	CHECK_INT(gs_staging_wait_all(p, 5, &err), 0);
+	gs_staging_destroy(p);
+
+	struct gs_staging_ops none = { 0 };
+	CHECK_INT(gs_staging_create(5 * GS_MiB, &cfg, &none, &p, &err), 0);
+	if (!p)
+		return;
+	CHECK(!gs_staging_registers(p));
+	uint32_t nsegs = gs_staging_segments(p);
+	CHECK_INT(nsegs, 3);
+	CHECK_INT(gs_staging_wait_all(p, 5, &err), 0);
+	long page = sysconf(_SC_PAGESIZE);
+	for (uint32_t i = 0; i < nsegs; i++) {
+		CHECK(!gs_staging_pinned(p, i));
+		/* populated: every page of the segment is resident before anyone writes it */
+		uint8_t *base = gs_staging_ptr(p, (uint64_t)i * gs_staging_segment_size(p));
+		size_t len = (size_t)(2 * GS_MiB), npages = len / (size_t)page, resident = 0;
+		unsigned char *vec = calloc(npages, 1);
+		CHECK(vec && mincore(base, len, vec) == 0);
+		for (size_t k = 0; vec && k < npages; k++)
+			resident += vec[k] & 1;
+		CHECK_INT(resident, npages);
+		free(vec);
+	}
+	CHECK_INT(gs_staging_set_pinned(p, true, 2, &err), 0);
+	CHECK_INT(gs_staging_unpin_segment(p, 1, &err), 0);
+	CHECK_INT(gs_staging_repin_start(p, &err), 0);
+	for (uint32_t i = 0; i < nsegs; i++) {
+		CHECK(gs_staging_ready(p, i)); /* nothing to pin again: ready at once */
+		CHECK(!gs_staging_pinned(p, i));
+	}
+	memset(gs_staging_ptr(p, 0), 0x77, 5 * GS_MiB - 4 * GS_MiB); /* usable memory */
+	gs_staging_destroy(p);
+	CHECK_INT(f.nregs, 2); /* only the first pool's two segments ever registered */
+}
+
 int main(void)
 {
 	RUN(test_sizes_and_ptr);
@@ -554,6 +604,7 @@ int main(void)
 	RUN(test_timeout_and_failed_register);
 	RUN(test_unpin_and_pin_again);
 	RUN(test_unpin_segments_and_repin);
+	RUN(test_unregistered_pool);
 	RUN(test_destroy_while_populating);
 	RUN(test_out_of_memory);
 	RUN(test_populate_speed);

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# t4005 - the agent's bounce staging mode (GPUSNAP_STAGING_MODE=bounce) end to
+# end on the fake driver (tests/fake/fake_vmm_driver.c, whose asynchronous
+# copies land only when waited for, like DMA): the staging pool is never
+# pinned and the data goes through a small pinned ring. Once on demand and
+# once with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
+# cycles; each time:
+#  - a full suspend: data moved, physical memory released, the driver holds
+#    the process, and the pinned host memory is only the kept ring (reserve)
+#    or nothing (on demand); resume gives the data back bit for bit;
+#  - a second cycle (the kept ring is reused, not set up again);
+#  - a --keep-context cycle; a suspend whose release fails part way (the fake
+#    fails one cuMemUnmap): the memory comes back with its data, refilled
+#    through the ring, and the next cycle works; a cycle after the app freed
+#    half its small blocks.
+# Needs GPUSNAP_BUILD (set by ctest).
+. "$(dirname "$0")/lib.sh"
+
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}
+agent=$build/libgpusnap.so
+fake=$build/tests/agent/libfakevmm.so
+app=$build/tests/agent/agent_app
+if [ ! -f "$agent" ]; then
+  echo "SKIP: libgpusnap.so was not built (the agent is x86-64 only)"
+  exit 77
+fi
+if ! command -v python3 >/dev/null; then
+  echo "SKIP: python3 is needed to read the JSON outcomes"
+  exit 77
+fi
+for f in "$fake" "$app"; do
+  [ -e "$f" ] || { echo "missing $f"; exit 1; }
+done
+
+export GPUSNAP_LIBCUDA=$fake
+export FAKE_CUDA_DIR=$TEST_TMP/fake
+export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
+export GPUSNAP_STAGING_MODE=bounce
+mkdir -p "$FAKE_CUDA_DIR"
+
+# The app, its stdin a fifo held open on fd 3, its stdout in $TEST_TMP/app.out.
+start_app() {
+  rm -f "$TEST_TMP/app.in" "$TEST_TMP/app.out"
+  mkfifo "$TEST_TMP/app.in"
+  local asan
+  asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+  if [ -n "$asan" ]; then
+    # A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
+    LD_PRELOAD="$asan $agent" "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+  else
+    "$GPUSNAP_BIN" run -- "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+  fi
+  APP=$!
+  TEST_PIDS+=("$APP")
+  exec 3>"$TEST_TMP/app.in"
+  for _ in $(seq 200); do
+    grep -q '^READY' "$TEST_TMP/app.out" 2>/dev/null && return 0
+    kill -0 "$APP" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "the app did not start: $(cat "$TEST_TMP/app.err")"
+  exit 1
+}
+
+# app_cmd CMD: sends CMD, sets REPLY to the app's answer line
+app_cmd() {
+  local before
+  before=$(wc -l <"$TEST_TMP/app.out")
+  echo "$1" >&3
+  REPLY=
+  for _ in $(seq 300); do
+    if [ "$(wc -l <"$TEST_TMP/app.out")" -gt "$before" ]; then
+      REPLY=$(tail -n 1 "$TEST_TMP/app.out")
+      return 0
+    fi
+    sleep 0.1
+  done
+  REPLY="(no answer to $1)"
+}
+
+verify_ok() { # verify_ok TITLE
+  app_cmd verify
+  case $REPLY in
+    "VERIFY OK "*) pass "$1 ($REPLY)" ;;
+    *) fail "$1" "$REPLY" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;;
+  esac
+}
+
+phys() { cat "$FAKE_CUDA_DIR/$APP.phys" 2>/dev/null || echo none; }
+pinned() { cat "$FAKE_CUDA_DIR/$APP.pinned" 2>/dev/null || echo 0; }
+fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$APP"; }
+jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
+counter() { jget "['processes'][0]['agent']['$1']"; }
+
+# cycle TITLE [SUSPEND ARGS...]: suspend (checks what is released and pinned), resume, verify
+cycle() {
+  local title=$1 state=2 ring
+  shift
+  [ "${1:-}" = --keep-context ] && state=0
+  run_gpusnap suspend --json "$@" "$APP"; expect "$mode: suspend $title" 0
+  check "$mode: $title took the agent path" test "$(jget "['processes'][0]['path']")" = agent
+  check "$mode: $title staged in bounce mode" test "$(counter staging_bounce)" = 1
+  ring=$(counter ring_bytes)
+  check "$mode: $title went through a ring ($ring bytes)" test "${ring:-0}" -gt 0
+  check "$mode: $title released all of the app's physical memory (left: $(phys))" test "$(phys)" = 0
+  check "$mode: $title left the driver in state $state" test "$(fake_state)" = "$state"
+  if [ -n "${GPUSNAP_RESERVE:-}" ]; then
+    check "$mode: $title left only the kept ring pinned ($(pinned) bytes, ring $ring)" test "$(pinned)" = "$ring"
+    check "$mode: $title used the reserved pool" test "$(counter reserved_pool)" = 1
+    # the kept ring was set up in the background when the pool was made: no setup in the suspend
+    check "$mode: $title set up no ring of its own (ring_setup_s $(counter ring_setup_s))" \
+      python3 -c 'import sys; sys.exit(float(sys.argv[1]) != 0)' "$(counter ring_setup_s)"
+    [ -n "$first_ring" ] &&
+      check "$mode: $title reused the kept ring" test "$ring" = "$first_ring"
+    first_ring=$ring
+  else
+    check "$mode: $title left nothing pinned ($(pinned) bytes)" test "$(pinned)" = 0
+  fi
+  run_gpusnap resume --json "$APP"; expect "$mode: resume after $title" 0
+  check "$mode: resume after $title came back through a ring" test "$(counter ring_bytes)" -gt 0
+  check "$mode: the driver runs the process again after $title" test "$(fake_state)" = 0
+  verify_ok "$mode: the data after $title"
+}
+
+for mode in on-demand reserve; do
+  first_ring=
+  if [ $mode = reserve ]; then export GPUSNAP_RESERVE=64M; else unset GPUSNAP_RESERVE; fi
+  start_app
+  verify_ok "$mode: the app's data after allocation"
+  phys0=$(phys)
+  cycle "a full suspend"
+  check "$mode: resume re-created the physical memory" test "$(phys)" = "$phys0"
+  cycle "a second full suspend"
+  cycle "a --keep-context suspend" --keep-context
+  # the third release fails: what was released is re-created and refilled through the ring
+  echo 3 >"$FAKE_CUDA_DIR/$APP.fail_unmap"
+  run_gpusnap suspend --json "$APP"
+  check "$mode: a suspend whose release fails is refused (rc $RC)" test "$RC" -ne 0
+  check "$mode: it says why" grep -q "cannot release GPU memory" "$ERR_TXT" "$OUT_TXT"
+  check "$mode: the fake failed an unmap" test ! -e "$FAKE_CUDA_DIR/$APP.fail_unmap"
+  check "$mode: the failed release put the physical memory back ($(phys))" test "$(phys)" = "$phys0"
+  check "$mode: the driver still runs the process" test "$(fake_state)" = 0
+  if [ -n "${GPUSNAP_RESERVE:-}" ]; then
+    check "$mode: only the kept ring is pinned ($(pinned) bytes)" test "$(pinned)" = "$first_ring"
+  else
+    check "$mode: nothing is pinned after the failed suspend ($(pinned) bytes)" test "$(pinned)" = 0
+  fi
+  verify_ok "$mode: the data after a failed release (refilled through the ring)"
+  cycle "a suspend after a failed one"
+  app_cmd free-some
+  case $REPLY in "FREED 1000") pass "$mode: the app freed half its small blocks" ;; *) fail "$mode: free-some" "$REPLY" ;; esac
+  verify_ok "$mode: the rest after the frees"
+  cycle "a suspend after frees"
+  if [ $mode = on-demand ]; then
+    check "$mode: nothing stays pinned while the app runs ($(pinned) bytes)" test "$(pinned)" = 0
+  fi
+  echo quit >&3
+  exec 3>&-
+  wait "$APP"; rc=$?
+  check "$mode: the app exits cleanly (rc $rc)" test "$rc" = 0
+done
+if grep -q "GPUSNAP_STAGING_MODE" "$GPUSNAP_AGENT_LOG" 2>/dev/null; then
+  fail "the agent accepted GPUSNAP_STAGING_MODE=bounce" "$(grep GPUSNAP_STAGING_MODE "$GPUSNAP_AGENT_LOG")"
+fi
+test_done
