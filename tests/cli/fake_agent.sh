@@ -1,19 +1,30 @@
 # shellcheck shell=bash
 # fake_agent.sh - helpers for the CLI tests that run an app under the agent
-# on the host-memory fake driver (tests/fake/fake_vmm_driver.c) and dump it
-# with the real CRIU (t4004, t4006). Sourced after lib.sh. The test sets
-# $app (the app, which takes --signals) and $log (its stdout), and calls
-# fake_agent_env first.
+# on the host-memory fake driver (tests/fake/fake_vmm_driver.c): t4002-t4006.
+# Sourced after lib.sh. The test sets $app and calls fake_agent_env. Two ways
+# to talk to the app:
+#  - fifo (default): commands on a fifo held open on fd 3, answers in
+#    $TEST_TMP/app.out (app_cmd, verify_ok, quit_app);
+#  - APP_IO=signals, for apps CRIU dumps: a daemon of its own session with no
+#    stdin, SIGUSR1 asks it to verify, its stdout is $log (start_app,
+#    verify_ok).
+# PID (also APP) is the app's process once start_app returns.
 # shellcheck disable=SC2154 # app and log are the sourcing test's
 
-# fake_agent_env: the fake driver for the CLI and the agent, its state files in $FAKE_CUDA_DIR.
+# fake_agent_env [criu]: the fake driver for the CLI and the agent, its state files in
+# $FAKE_CUDA_DIR; skips without the agent or python3. With criu: CRIU must be usable too.
 fake_agent_env() {
+  [ -f "$GPUSNAP_BUILD/libgpusnap.so" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
+  command -v python3 >/dev/null || skip "python3 is needed to read the JSON outcomes"
+  if [ "${1:-}" = criu ]; then
+    require_criu
+    export FAKE_CUDA_CRIU=1
+    chmod 700 "$TEST_TMP"
+  fi
   export GPUSNAP_LIBCUDA=$GPUSNAP_BUILD/tests/agent/libfakevmm.so
   export FAKE_CUDA_DIR=$TEST_TMP/fake
-  export FAKE_CUDA_CRIU=1
   export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
   mkdir -p "$FAKE_CUDA_DIR"
-  chmod 700 "$TEST_TMP"
   [ -e "$GPUSNAP_LIBCUDA" ] || { echo "not ok - missing $GPUSNAP_LIBCUDA"; exit 1; }
   [ -e "$app" ] || { echo "not ok - missing $app"; exit 1; }
 }
@@ -28,43 +39,93 @@ close_inherited_fds() {
   return 0
 }
 
-# start_app: $app --signals under the agent, a daemon of its own session (CRIU dumps
-# whole sessions): setsid execs in place, so $! is the app. Sets PID once it is READY.
+# start_app [ARGS...]: $app under the agent (gpusnap run), talked to as APP_IO says.
 # A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
 start_app() {
-  : >"$log"
   local asan agent=$GPUSNAP_BUILD/libgpusnap.so
   asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
-  # none of the descriptors this shell inherited (ctest -j leaves its own log open in
-  # tests): CRIU would refuse to restore a file that changed size since the dump
-  if [ -n "$asan" ]; then
-    (close_inherited_fds && LD_PRELOAD="$asan $agent" exec setsid "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
+  if [ "${APP_IO:-fifo}" = signals ]; then
+    # a daemon of its own session (CRIU dumps whole sessions): setsid execs in place, so
+    # $! is the app; none of the descriptors this shell inherited (ctest -j leaves its own
+    # log open in tests): CRIU would refuse to restore a file that changed size since
+    : >"$log"
+    if [ -n "$asan" ]; then
+      (close_inherited_fds && LD_PRELOAD="$asan $agent" exec setsid "$app" --signals "$@" </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
+    else
+      (close_inherited_fds && exec setsid "$GPUSNAP_BIN" run -- "$app" --signals "$@" </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
+    fi
+    disown
+    for _ in $(seq 300); do
+      PID=$(awk '/^READY/ {print $2; exit}' "$log")
+      [ -n "$PID" ] && APP=$PID && return 0
+      sleep 0.1
+    done
   else
-    (close_inherited_fds && exec setsid "$GPUSNAP_BIN" run -- "$app" --signals </dev/null >>"$log" 2>"$TEST_TMP/app.err") &
+    rm -f "$TEST_TMP/app.in" "$TEST_TMP/app.out"
+    mkfifo "$TEST_TMP/app.in"
+    if [ -n "$asan" ]; then
+      LD_PRELOAD="$asan $agent" "$app" "$@" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+    else
+      "$GPUSNAP_BIN" run -- "$app" "$@" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+    fi
+    APP=$!
+    PID=$APP
+    TEST_PIDS+=("$APP")
+    exec 3>"$TEST_TMP/app.in"
+    for _ in $(seq 200); do
+      grep -q '^READY' "$TEST_TMP/app.out" 2>/dev/null && return 0
+      kill -0 "$APP" 2>/dev/null || break
+      sleep 0.1
+    done
   fi
-  disown
-  for _ in $(seq 300); do
-    PID=$(awk '/^READY/ {print $2; exit}' "$log")
-    [ -n "$PID" ] && return 0
-    sleep 0.1
-  done
   echo "the app did not start: $(cat "$TEST_TMP/app.err")"
   exit 1
 }
 
-# verify_ok TITLE: the app checks every block through its own pointers (SIGUSR1 -> a VERIFY line)
+# app_cmd CMD (fifo): sends CMD, sets REPLY to the app's answer line
+app_cmd() {
+  local before
+  before=$(wc -l <"$TEST_TMP/app.out")
+  echo "$1" >&3
+  REPLY=
+  for _ in $(seq 300); do
+    if [ "$(wc -l <"$TEST_TMP/app.out")" -gt "$before" ]; then
+      REPLY=$(tail -n 1 "$TEST_TMP/app.out")
+      return 0
+    fi
+    kill -0 "$APP" 2>/dev/null || break
+    sleep 0.1
+  done
+  REPLY="(no answer to $1; app stderr: $(tail -n 3 "$TEST_TMP/app.err"))"
+}
+
+# quit_app TITLE (fifo): the app exits with status 0
+quit_app() {
+  echo quit >&3
+  exec 3>&-
+  local rc=0
+  wait "$APP" || rc=$?
+  check "$1 (rc $rc)" test "$rc" = 0
+}
+
+# verify_ok TITLE: the app checks every block through its own pointers and answers VERIFY
 verify_ok() {
   local before reply=""
-  before=$(grep -c '^VERIFY' "$log")
-  if kill -USR1 "$PID" 2>/dev/null; then
-    for _ in $(seq 300); do
-      [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break
-      sleep 0.1
-    done
-    reply=$(grep '^VERIFY' "$log" | tail -n 1)
-    [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] || reply="(no answer)"
+  if [ "${APP_IO:-fifo}" = signals ]; then
+    before=$(grep -c '^VERIFY' "$log")
+    if kill -USR1 "$PID" 2>/dev/null; then
+      for _ in $(seq 300); do
+        [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break
+        sleep 0.1
+      done
+      reply=$(grep '^VERIFY' "$log" | tail -n 1)
+      [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] || reply="(no answer)"
+    else
+      reply="(no process $PID)"
+    fi
   else
-    reply="(no process $PID)"
+    app_cmd verify
+    reply=$REPLY
   fi
   case $reply in
     "VERIFY OK "*) pass "$1 ($reply)" ;;
@@ -93,6 +154,7 @@ alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z 
 phys() { cat "$FAKE_CUDA_DIR/$PID.phys" 2>/dev/null || echo none; }
 handles() { cat "$FAKE_CUDA_DIR/$PID.handles" 2>/dev/null || echo none; }
 pinned() { cat "$FAKE_CUDA_DIR/$PID.pinned" 2>/dev/null || echo 0; }
+fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$PID"; }
 jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
 sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 tmp_dirs() { find "$(dirname "$1")" -maxdepth 1 -name ".$(basename "$1").tmp-*"; }

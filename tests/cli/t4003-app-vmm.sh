@@ -14,90 +14,11 @@
 #  - with GPUSNAP_AGENT_HOOKS=0 the same app runs on the driver's handles.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}
-agent=$build/libgpusnap.so
-fake=$build/tests/agent/libfakevmm.so
-app=$build/tests/agent/app_vmm
-if [ ! -f "$agent" ]; then
-  echo "SKIP: libgpusnap.so was not built (the agent is x86-64 only)"
-  exit 77
-fi
-if ! command -v python3 >/dev/null; then
-  echo "SKIP: python3 is needed to read the JSON outcomes"
-  exit 77
-fi
-for f in "$fake" "$app"; do
-  [ -e "$f" ] || { echo "missing $f"; exit 1; }
-done
-
-export GPUSNAP_LIBCUDA=$fake
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
-mkdir -p "$FAKE_CUDA_DIR"
+app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/app_vmm
+fake_agent_env
 MiB=$((1 << 20))
-
-# The app, its stdin a fifo held open on fd 3, its stdout in $TEST_TMP/app.out.
-start_app() {
-  rm -f "$TEST_TMP/app.in" "$TEST_TMP/app.out"
-  mkfifo "$TEST_TMP/app.in"
-  local asan
-  asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
-  if [ -n "$asan" ]; then
-    # A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
-    LD_PRELOAD="$asan $agent" "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
-  else
-    "$GPUSNAP_BIN" run -- "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
-  fi
-  APP=$!
-  TEST_PIDS+=("$APP")
-  exec 3>"$TEST_TMP/app.in"
-  for _ in $(seq 200); do
-    grep -q '^READY' "$TEST_TMP/app.out" 2>/dev/null && return 0
-    kill -0 "$APP" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "the app did not start: $(cat "$TEST_TMP/app.err")"
-  exit 1
-}
-
-# app_cmd CMD: sends CMD, sets REPLY to the app's answer line
-app_cmd() {
-  local before
-  before=$(wc -l <"$TEST_TMP/app.out")
-  echo "$1" >&3
-  REPLY=
-  for _ in $(seq 300); do
-    if [ "$(wc -l <"$TEST_TMP/app.out")" -gt "$before" ]; then
-      REPLY=$(tail -n 1 "$TEST_TMP/app.out")
-      return 0
-    fi
-    kill -0 "$APP" 2>/dev/null || break
-    sleep 0.1
-  done
-  REPLY="(no answer to $1; app stderr: $(tail -n 3 "$TEST_TMP/app.err"))"
-}
-
-verify_ok() { # verify_ok TITLE
-  app_cmd verify
-  case $REPLY in
-    "VERIFY OK "*) pass "$1 ($REPLY)" ;;
-    *) fail "$1" "$REPLY" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;;
-  esac
-}
-
-quit_app() { # quit_app TITLE
-  echo quit >&3
-  exec 3>&-
-  local rc=0
-  wait "$APP" || rc=$?
-  check "$1 (rc $rc)" test "$rc" = 0
-}
-
-phys() { cat "$FAKE_CUDA_DIR/$APP.phys" 2>/dev/null || echo none; }
-handles() { cat "$FAKE_CUDA_DIR/$APP.handles" 2>/dev/null || echo none; }
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$APP"; }
-jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
 
 # h1 4 + h2 6 + h3 4 + h5a 4 + h5b 4 MiB releasable; h4 (2 MiB) exported
 releasable=$((22 * MiB))

@@ -27,10 +27,8 @@ build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 app=$build/tests/agent/agent_app
 log=$TEST_TMP/app.log
 MNT=""
-[ -f "$build/libgpusnap.so" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
-command -v python3 >/dev/null || skip "python3 is needed to read the JSON outcomes"
-require_criu
-fake_agent_env
+APP_IO=signals
+fake_agent_env criu
 # 300 MiB in one block: several 64 MiB chunks in one allocation, beside 2000 small ones in slabs
 export AGENT_APP_BIG_MB=300
 # two IO threads: a ring of 2 x 2 x 64 MiB, each buffer reused many times

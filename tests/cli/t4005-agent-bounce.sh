@@ -15,81 +15,11 @@
 #    half its small blocks.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}
-agent=$build/libgpusnap.so
-fake=$build/tests/agent/libfakevmm.so
-app=$build/tests/agent/agent_app
-if [ ! -f "$agent" ]; then
-  echo "SKIP: libgpusnap.so was not built (the agent is x86-64 only)"
-  exit 77
-fi
-if ! command -v python3 >/dev/null; then
-  echo "SKIP: python3 is needed to read the JSON outcomes"
-  exit 77
-fi
-for f in "$fake" "$app"; do
-  [ -e "$f" ] || { echo "missing $f"; exit 1; }
-done
-
-export GPUSNAP_LIBCUDA=$fake
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
+app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/agent_app
+fake_agent_env
 export GPUSNAP_STAGING_MODE=bounce
-mkdir -p "$FAKE_CUDA_DIR"
-
-# The app, its stdin a fifo held open on fd 3, its stdout in $TEST_TMP/app.out.
-start_app() {
-  rm -f "$TEST_TMP/app.in" "$TEST_TMP/app.out"
-  mkfifo "$TEST_TMP/app.in"
-  local asan
-  asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
-  if [ -n "$asan" ]; then
-    # A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
-    LD_PRELOAD="$asan $agent" "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
-  else
-    "$GPUSNAP_BIN" run -- "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
-  fi
-  APP=$!
-  TEST_PIDS+=("$APP")
-  exec 3>"$TEST_TMP/app.in"
-  for _ in $(seq 200); do
-    grep -q '^READY' "$TEST_TMP/app.out" 2>/dev/null && return 0
-    kill -0 "$APP" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "the app did not start: $(cat "$TEST_TMP/app.err")"
-  exit 1
-}
-
-# app_cmd CMD: sends CMD, sets REPLY to the app's answer line
-app_cmd() {
-  local before
-  before=$(wc -l <"$TEST_TMP/app.out")
-  echo "$1" >&3
-  REPLY=
-  for _ in $(seq 300); do
-    if [ "$(wc -l <"$TEST_TMP/app.out")" -gt "$before" ]; then
-      REPLY=$(tail -n 1 "$TEST_TMP/app.out")
-      return 0
-    fi
-    sleep 0.1
-  done
-  REPLY="(no answer to $1)"
-}
-
-verify_ok() { # verify_ok TITLE
-  app_cmd verify
-  case $REPLY in
-    "VERIFY OK "*) pass "$1 ($REPLY)" ;;
-    *) fail "$1" "$REPLY" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;;
-  esac
-}
-
-phys() { cat "$FAKE_CUDA_DIR/$APP.phys" 2>/dev/null || echo none; }
-pinned() { cat "$FAKE_CUDA_DIR/$APP.pinned" 2>/dev/null || echo 0; }
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$APP"; }
-jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
 counter() { jget "['processes'][0]['agent']['$1']"; }
 
 # cycle TITLE [SUSPEND ARGS...]: suspend (checks what is released and pinned), resume, verify

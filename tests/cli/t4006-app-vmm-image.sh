@@ -16,10 +16,8 @@
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 app=$build/tests/agent/app_vmm
 log=$TEST_TMP/app.log
-[ -f "$build/libgpusnap.so" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
-command -v python3 >/dev/null || skip "python3 is needed to read the JSON outcomes"
-require_criu
-fake_agent_env
+APP_IO=signals
+fake_agent_env criu
 cleanup_apps() {
   kill_our_apps app_vmm
   cleanup_test
