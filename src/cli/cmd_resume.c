@@ -4,9 +4,11 @@
  * --image DIR the agent takes its GPU data from an image it wrote (a dump
  * that could not put the process back says where that image is).
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/process_op.h"
 #include "core/protocol.h"
@@ -144,7 +146,7 @@ int cmd_resume(int argc, char **argv)
 	if (rc == 0 && ctx.image) {
 		/* the agent reads it from its own working directory */
 		if (!realpath(ctx.image, absimage)) {
-			fprintf(stderr, "gpusnap resume: no image at '%s'\n", ctx.image);
+			fprintf(stderr, "gpusnap: no image at '%s': %s\n", ctx.image, strerror(errno));
 			rc = GS_E_IMAGE;
 		} else {
 			ctx.image = absimage;
