@@ -22,6 +22,7 @@
 #include "agent/agent_image.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,6 +317,72 @@ static int open_matching(const struct gs_agent_held *h, const char *gpu_dir, str
 	return rc;
 }
 
+/*
+ * The ring a restore will use, got ready by PREPARE while the driver restores
+ * the process: a thread (owned here, joined by the restore or the next
+ * PREPARE) maps and faults in the buffers, which needs no CUDA call; the
+ * restore only pins them. Protected by a->lock, except the thread's result,
+ * which it hands over by being joined.
+ */
+static struct {
+	pthread_t thread;
+	bool running;
+	struct gs_agent *a;
+	const struct gs_agent_held *h;
+	struct gs_ring *ring;
+	struct gs_err err;
+} prep;
+
+static void *prepare_main(void *arg)
+{
+	(void)arg;
+	if (gs_ring_prepare(prep.a, prep.h, &prep.ring, &prep.err))
+		prep.ring = NULL;
+	return NULL;
+}
+
+/* Joins a running preparation; returns its ring if it was made for h (else frees it). a->lock held. */
+static struct gs_ring *take_prepared(const struct gs_agent_held *h)
+{
+	if (prep.running) {
+		pthread_join(prep.thread, NULL);
+		prep.running = false;
+		if (prep.err.code)
+			pr_warn("the copy ring could not be made ready in advance (the restore makes its own): %s", prep.err.msg);
+	}
+	struct gs_ring *r = prep.ring;
+	prep.ring = NULL;
+	if (r && prep.h != h) {
+		gs_ring_destroy(r);
+		r = NULL;
+	}
+	return r;
+}
+
+int gs_agent_image_prepare(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err)
+{
+	pthread_mutex_lock(&a->lock);
+	int rc = 0;
+	struct gs_agent_held *h = a->held;
+	gs_ring_destroy(take_prepared(NULL)); /* an earlier one, unused */
+	if (a->state != GS_AGENT_SUSPENDED || !h || h->pool || !h->plan.nchunks)
+		goto out; /* nothing to get ready: the restore will say what is wrong, if anything is */
+	prep.a = a;
+	prep.h = h;
+	prep.err = (struct gs_err){ 0 };
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
+	prep.running = pthread_create(&prep.thread, NULL, prepare_main, NULL) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!prep.running)
+		rc = gs_fail(err, GS_E_AGENT, "cannot start a thread to get the copy ring ready");
+out:
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "preparing", prep.running);
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
 /* After a failed release that re-created the regions: their data comes back from the image just sealed. */
 static int refill_from_image(struct gs_agent *a, const struct gs_agent_held *h, const char *gpu_dir, struct gs_err *err)
 {
@@ -324,7 +391,7 @@ static int refill_from_image(struct gs_agent *a, const struct gs_agent_held *h, 
 	int rc = open_matching(h, gpu_dir, &img, err);
 	if (!rc) {
 		gs_image_set_direct_io(img, false);
-		rc = gs_ring_from_image(a, h, img, &st, err);
+		rc = gs_ring_from_image(a, h, img, NULL, &st, err);
 	}
 	gs_image_close(img);
 	return rc;
@@ -412,6 +479,7 @@ int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_ms
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
 	struct gs_image *img = NULL;
+	struct gs_ring *ring = NULL;
 	struct gs_agent_held *h = a->held;
 	if (a->state != GS_AGENT_SUSPENDED && a->state != GS_AGENT_DATA_RELEASED) {
 		rc = gs_fail(err, GS_E_STATE, "the process is not suspended: there is nothing to restore an image into");
@@ -428,10 +496,13 @@ int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_ms
 	if ((rc = gs_mover_recreate(a, h, err)))
 		goto out; /* all or nothing: nothing is mapped, the process stays suspended */
 	double t_map = gs_now();
+	/* the buffers PREPARE mapped while the driver restored the process, if it did */
+	ring = take_prepared(h);
+	double t_prep = gs_now();
 	/* through the page cache: restore usually follows a checksum pass (or a dump) that left the data there */
 	gs_image_set_direct_io(img, false);
 	struct gs_ring_stats rs;
-	if ((rc = gs_ring_from_image(a, h, img, &rs, err))) {
+	if ((rc = gs_ring_from_image(a, h, img, ring, &rs, err))) {
 		/* back to "data in the image": the memory is released again, so a retry starts over */
 		struct gs_err e2 = { 0 };
 		if (gs_mover_release(a, h, &e2))
@@ -444,7 +515,9 @@ int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_ms
 	struct gs_image_totals tot;
 	gs_image_totals(img, &tot);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "recreate", t_map - t0);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "prepare_wait", t_prep - t_map);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_prepared", ring != NULL);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_read", t_read - t_map);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", tot.stored_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
@@ -453,6 +526,7 @@ int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_ms
 		(unsigned long long)tot.stored_bytes, gpu_dir, t_read - t_map, (unsigned long long)rs.ring_bytes,
 		rs.threads);
 out:
+	gs_ring_destroy(ring);
 	gs_image_close(img);
 	pthread_mutex_unlock(&a->lock);
 	return rc;

@@ -50,6 +50,13 @@ int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double 
  * is released again, so the process stays suspended and a retry starts over.
  * Data still in a staging pool: gs_agent_image_load.
  */
+/*
+ * PREPARE: when suspended with the data in an image (restored by CRIU, the
+ * driver about to restore the CUDA state), starts a thread that maps and
+ * faults in the copy ring the restore will use; makes no CUDA call and
+ * replies at once. The restore joins the thread and only pins the ring.
+ */
+int gs_agent_image_prepare(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err);
 int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err);
 
 #endif

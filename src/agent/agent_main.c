@@ -163,7 +163,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_str(reply, GS_F_VERSION, GPUSNAP_VERSION);
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
-	gs_msg_add_u64(reply, GS_F_CAPS, GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0));
+	gs_msg_add_u64(reply, GS_F_CAPS, GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_PREPARE | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0));
 	gs_msg_add_u64(reply, GS_F_STATE, (uint64_t)a->state);
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_COUNT, __atomic_load_n(&a->unmanaged_allocs, __ATOMIC_RELAXED));
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_BYTES, __atomic_load_n(&a->unmanaged_bytes, __ATOMIC_RELAXED));
@@ -193,6 +193,11 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		int rc = !dir			       ? gs_fail(&err, GS_E_USAGE, "dump request without a directory")
 			 : (flags & GS_DUMP_RUNNING) ? gs_agent_image_dump_running(a, dir, timeout, reply, &err)
 						     : gs_agent_image_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
+		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+		return;
+	}
+	case GS_MSG_PREPARE: {
+		int rc = gs_agent_image_prepare(a, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}

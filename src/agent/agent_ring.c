@@ -156,8 +156,8 @@ static void prefault(void *p, size_t len)
 		((volatile char *)p)[off] = 0;
 }
 
-/* Maps, faults in and pins one buffer of len bytes; a context must be current. On failure s holds what to undo. */
-static int slot_setup(struct gs_agent *a, struct ring_slot *s, size_t len, int dev, struct gs_err *err)
+/* Maps one buffer of len bytes and faults it in: no CUDA call. On failure s holds what to undo. */
+static int slot_map(struct ring_slot *s, size_t len, struct gs_err *err)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
@@ -171,8 +171,14 @@ static int slot_setup(struct gs_agent *a, struct ring_slot *s, size_t len, int d
 	 * (2 GiB of ring took 0.41 s), registering populated memory runs at ~22 GB/s.
 	 */
 	prefault(p, len);
+	return 0;
+}
+
+/* Pins a mapped buffer; a context must be current. */
+static int slot_pin(struct gs_agent *a, struct ring_slot *s, int dev, struct gs_err *err)
+{
 	/* PORTABLE: the buffer serves every device's context */
-	CUresult r = a->cu.cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+	CUresult r = a->cu.cuMemHostRegister(s->buf, s->len, CU_MEMHOSTREGISTER_PORTABLE);
 	if (r != CUDA_SUCCESS) {
 		char b[128];
 		return gs_fail(err, GS_E_AGENT, "pinning the copy ring on GPU %d failed: %s", dev,
@@ -180,6 +186,13 @@ static int slot_setup(struct gs_agent *a, struct ring_slot *s, size_t len, int d
 	}
 	s->pinned = true;
 	return 0;
+}
+
+/* Maps, faults in and pins one buffer of len bytes; a context must be current. On failure s holds what to undo. */
+static int slot_setup(struct gs_agent *a, struct ring_slot *s, size_t len, int dev, struct gs_err *err)
+{
+	int rc = slot_map(s, len, err);
+	return rc ? rc : slot_pin(a, s, dev, err);
 }
 
 /* Destroys a slot's events; with `buffer`, unpins and unmaps its buffer too. Nothing may be in flight. */
@@ -204,9 +217,25 @@ static void slot_teardown(struct gs_agent *a, struct ring_slot *s, bool buffer)
 static int setup(struct ring_worker *wk, int first_dev)
 {
 	struct ring_job *j = wk->job;
-	if (wk->borrowed)
-		return 0;
 	double t0 = gs_now();
+	if (wk->borrowed) {
+		/* a prepared ring (gs_ring_prepare) is mapped and faulted in, but not pinned yet; a kept one is ready */
+		bool pinned_here = false;
+		for (int i = 0; i < RING_DEPTH; i++) {
+			struct gs_err e = { 0 };
+			if (wk->slots[i].pinned)
+				continue;
+			if (use_device(wk, first_dev) || slot_pin(j->a, &wk->slots[i], first_dev, &e)) {
+				if (e.code)
+					job_fail(j, &e);
+				return -1;
+			}
+			pinned_here = true;
+		}
+		if (pinned_here)
+			wk->setup_s = gs_now() - t0;
+		return 0;
+	}
 	if (use_device(wk, first_dev))
 		return -1;
 	for (int i = 0; i < RING_DEPTH; i++) {
@@ -418,6 +447,27 @@ static void sync_lanes(struct gs_agent *a)
 }
 
 /* Runs the transfer j describes with `want` threads, on buffers of its own or borrowed from ring. */
+/*
+ * A per-transfer ring for h's plan: buffers of its largest chunk, and no more
+ * threads than chunks nor a ring much larger than the data (each thread has
+ * RING_DEPTH buffers). Returns the threads.
+ */
+static unsigned ring_shape(const struct gs_agent_held *h, unsigned want, uint64_t *buf_size)
+{
+	uint64_t largest = 0;
+	for (size_t k = 0; k < h->plan.nchunks; k++)
+		if (h->plan.chunks[k].size > largest)
+			largest = h->plan.chunks[k].size;
+	*buf_size = gs_round_up(largest ? largest : 1, RING_ALIGN);
+	uint64_t filled = (h->plan.total_bytes + *buf_size - 1) / *buf_size;
+	unsigned n = want < 1 ? 1 : want > RING_THREADS_MAX ? RING_THREADS_MAX : want;
+	if (n > filled)
+		n = filled ? (unsigned)filled : 1;
+	if (n > h->plan.nchunks && h->plan.nchunks)
+		n = (unsigned)h->plan.nchunks;
+	return n;
+}
+
 static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct gs_ring_stats *st, struct gs_err *err)
 {
 	struct gs_agent *a = j->a;
@@ -437,12 +487,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 		j->buf_size = ring->buf_size;
 		n = ring->threads;
 	} else {
-		/* no more threads than chunks, nor a ring much larger than the data (each thread pins RING_DEPTH buffers) */
-		j->buf_size = gs_round_up(largest, RING_ALIGN);
-		uint64_t filled = (h->plan.total_bytes + j->buf_size - 1) / j->buf_size;
-		n = want < 1 ? 1 : want > RING_THREADS_MAX ? RING_THREADS_MAX : want;
-		if (n > filled)
-			n = filled ? (unsigned)filled : 1;
+		n = ring_shape(h, want, &j->buf_size);
 	}
 	if (n > h->plan.nchunks)
 		n = (unsigned)h->plan.nchunks;
@@ -498,11 +543,11 @@ int gs_ring_to_image(struct gs_agent *a, const struct gs_agent_held *h, struct g
 	return run(&j, NULL, threads_wanted(true), st, err);
 }
 
-int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img,
+int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img, struct gs_ring *ring,
 		       struct gs_ring_stats *st, struct gs_err *err)
 {
 	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_IMAGE, .img = img };
-	return run(&j, NULL, threads_wanted(false), st, err);
+	return run(&j, ring, threads_wanted(false), st, err);
 }
 
 int gs_ring_to_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
@@ -608,11 +653,86 @@ int gs_ring_create(struct gs_agent *a, unsigned threads, uint64_t buf_size, stru
 	return 0;
 }
 
+/* One thread of gs_ring_prepare: maps and faults in its RING_DEPTH buffers. */
+struct ring_prep {
+	struct gs_ring *r;
+	unsigned index;
+	pthread_t thread;
+	struct gs_err err;
+};
+
+static void *prepare_main(void *arg)
+{
+	struct ring_prep *p = arg;
+	for (int i = 0; i < RING_DEPTH && !p->err.code; i++)
+		slot_map(&p->r->slots[(size_t)p->index * RING_DEPTH + (size_t)i], p->r->buf_size, &p->err);
+	return NULL;
+}
+
+int gs_ring_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs_ring **out, struct gs_err *err)
+{
+	*out = NULL;
+	if (!h || !h->plan.nchunks)
+		return 0;
+	struct gs_ring *r = calloc(1, sizeof(*r));
+	if (!r)
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	r->a = a;
+	r->threads = ring_shape(h, threads_wanted(false), &r->buf_size);
+	r->slots = calloc((size_t)r->threads * RING_DEPTH, sizeof(*r->slots));
+	struct ring_prep *p = calloc(r->threads, sizeof(*p));
+	if (!r->slots || !p) {
+		free(p);
+		gs_ring_destroy(r);
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	}
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
+	unsigned started = 0;
+	for (unsigned i = 0; i < r->threads; i++) {
+		p[i] = (struct ring_prep){ .r = r, .index = i };
+		if (pthread_create(&p[i].thread, NULL, prepare_main, &p[i]) != 0)
+			break;
+		started = i + 1;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(p[i].thread, NULL);
+	for (unsigned i = started; i < r->threads; i++)
+		prepare_main(&p[i]); /* a thread that could not start leaves its buffers to this one */
+	int rc = 0;
+	for (unsigned i = 0; i < r->threads && !rc; i++)
+		if (p[i].err.code) {
+			*err = p[i].err;
+			rc = err->code;
+		}
+	free(p);
+	if (rc) {
+		gs_ring_destroy(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
 void gs_ring_destroy(struct gs_ring *r)
 {
 	if (!r)
 		return;
 	struct gs_agent *a = r->a;
+	bool cuda = false; /* a prepared ring never used holds nothing of the driver's: no CUDA call then */
+	for (size_t i = 0; r->slots && i < (size_t)r->threads * RING_DEPTH; i++)
+		for (int d = 0; d < GS_AGENT_MAX_DEVICES && !cuda; d++)
+			cuda = r->slots[i].pinned || r->slots[i].ev[d];
+	if (!cuda) {
+		for (size_t i = 0; r->slots && i < (size_t)r->threads * RING_DEPTH; i++)
+			if (r->slots[i].buf)
+				munmap(r->slots[i].buf, r->slots[i].len);
+		free(r->slots);
+		free(r);
+		return;
+	}
 	/* unregistering needs a context; PORTABLE buffers take any of the app's */
 	CUcontext saved = NULL;
 	a->cu.cuCtxGetCurrent(&saved);

@@ -64,8 +64,17 @@ int gs_ring_to_image(struct gs_agent *a, const struct gs_agent_held *h, struct g
  * plan chunk k's address, for every k. The regions must be mapped. On failure
  * the GPU memory holds part of the data (nothing is in flight any more).
  */
-int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img,
+int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img, struct gs_ring *ring,
 		       struct gs_ring_stats *st, struct gs_err *err);
+/*
+ * A ring for a later gs_ring_from_image of h's plan, shaped as that transfer
+ * would make its own, with its buffers mapped and faulted in (by as many
+ * threads, joined before return) but not pinned: it makes no CUDA call, so it
+ * can run while the driver still holds the process. The transfer pins the
+ * buffers; gs_ring_destroy frees them (without a CUDA call if never pinned).
+ * *out stays NULL when h has nothing to copy.
+ */
+int gs_ring_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs_ring **out, struct gs_err *err);
 
 /*
  * The staging side, for a pool that is not pinned: every chunk of h's plan

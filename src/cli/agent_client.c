@@ -106,6 +106,16 @@ int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir
 	return rc;
 }
 
+int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err)
+{
+	if (!(ag->caps & GS_CAP_PREPARE))
+		return 0;
+	int rc = request(pid, ag, GS_MSG_PREPARE, 0, 0, NULL, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
 int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool drop_staging, struct gs_err *err)
 {
 	int rc = request(pid, ag, GS_MSG_DUMP, 0, drop_staging ? GS_DUMP_DROP_STAGING : 0, image_dir, err);

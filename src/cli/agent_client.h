@@ -35,6 +35,12 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the agent's work. */
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err);
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);
+/*
+ * PREPARE (agents that offer it; others: 0 at once): the agent starts getting
+ * its copy ring ready for a RESUME from an image, without any CUDA call, so
+ * it may be sent before the driver restores the process. Replies at once.
+ */
+int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* RESUME after loading the GPU data from the image at image_dir (NULL: from the agent's staging memory). */
 int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
 /*

@@ -13,6 +13,7 @@
  * The image is only read: CRIU's log and work files go to a folder of their
  * own under the runtime directory.
  */
+#define LOG_PREFIX "restore: "
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -25,6 +26,7 @@
 #include "cli/agent_client.h"
 #include "cli/cli.h"
 #include "cli/dump_common.h"
+#include "common/log.h"
 #include "common/proc.h"
 #include "core/control_socket.h"
 #include "common/util.h"
@@ -289,17 +291,23 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		return rc;
 
 	t = gs_now();
+	bool agent = !strcmp(r->info->how, "agent");
+	if (agent) {
+		/* the agent answers without CUDA while the driver still holds the process */
+		if (!(rc = cli_agent_probe(r->pid, &r->agent, err)) && !r->agent.present)
+			rc = gs_fail(err, GS_E_AGENT, "the restored process %d has no gpusnap agent answering", (int)r->pid);
+		if (rc)
+			goto fail;
+		/* it maps its copy ring meanwhile; if it cannot, the restore makes its own */
+		struct gs_err e = { 0 };
+		if (cli_agent_prepare(r->pid, &r->agent, &e))
+			pr_debug("%s", e.msg);
+	}
 	r->proc.pid = r->pid;
 	if ((rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err)))
 		goto fail;
-	if (!strcmp(r->info->how, "agent")) {
-		if (!(rc = cli_agent_probe(r->pid, &r->agent, err)) && !r->agent.present)
-			rc = gs_fail(err, GS_E_AGENT, "the restored process %d has no gpusnap agent answering", (int)r->pid);
-		if (!rc)
-			rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err);
-		if (rc)
-			goto fail;
-	}
+	if (agent && (rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err)))
+		goto fail;
 	r->gpu_s = gs_now() - t;
 	remove_work_dir(r);
 	return 0;
@@ -319,6 +327,8 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_kv_int(&j, "pid", rc ? 0 : r->pid);
 		if (r->info)
 			gs_json_kv_string(&j, "path", r->info->how);
+		if (r->agent.present) /* the agent's copy ring was mapped while the driver restored the process */
+			gs_json_kv_bool(&j, "ring_prepared", cli_agent_counter(&r->agent, "ring_prepared") != 0);
 		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
 		gs_json_key(&j, "gpus");
 		gs_json_array_begin(&j);

@@ -53,6 +53,8 @@ enum gs_msg_type {
 	GS_MSG_STATUS = 5,  /* gpusnap -> agent: current state; reply INFO */
 	GS_MSG_DUMP = 6,    /* gpusnap -> agent: DIR, TIMEOUT, FLAGS (GS_DUMP_*); reply RESULT */
 	GS_MSG_RESULT = 7,  /* agent -> gpusnap: CODE, MESSAGE, TIMING*, COUNTER* */
+	GS_MSG_PREPARE = 8, /* gpusnap -> agent, before the driver restores it: start getting host memory ready for
+			       a RESUME from an image (no CUDA call); reply RESULT at once */
 };
 
 /* Field tags: one namespace for all message types. */
@@ -91,6 +93,7 @@ enum gs_agent_caps {
 	GS_CAP_DUMP = 1u << 2,
 	GS_CAP_RESERVED_POOL = 1u << 3, /* a staging pool is reserved (--reserve) */
 	GS_CAP_DUMP_RUNNING = 1u << 4,  /* DUMP with GS_DUMP_RUNNING: streams a running process's data into the image */
+	GS_CAP_PREPARE = 1u << 5,       /* PREPARE: maps the copy ring while the driver restores the process */
 };
 
 enum gs_suspend_flags {

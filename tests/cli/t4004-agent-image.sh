@@ -66,6 +66,7 @@ good=$(sums "$img")
 
 run_gpusnap restore --json -D "$img"; expect "restore" 0
 check "restore streamed the data through the agent" python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["times"]; sys.exit(not ("agent_image_read_s" in t and "agent_recreate_s" in t))' "$OUT_TXT"
+check "the agent's copy ring was got ready while the driver restored the process" test "$(jget "['ring_prepared']")" = True
 check "the restored process runs" alive "$PID"
 verify_ok "every byte is back at its address after restore"
 check "restore re-created all the physical memory" test "$(phys)" = "$phys0"
