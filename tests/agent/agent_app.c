@@ -18,14 +18,13 @@
  * AGENT_APP_BIG_MB=N makes the second large block N MiB (several copy chunks).
  */
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "fake_app_common.h"
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -131,54 +130,11 @@ static void free_some(void)
 	printf("FREED %zu\n", n);
 }
 
-static void register_with_fake(void)
-{
-	const char *dir = getenv("FAKE_CUDA_DIR");
-	if (!dir)
-		return;
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%d", dir, (int)getpid());
-	FILE *f = fopen(path, "w");
-	if (!f || fprintf(f, "0 0\n") < 0 || fclose(f)) {
-		fprintf(stderr, "agent_app: cannot write %s\n", path);
-		exit(1);
-	}
-}
-
-static volatile sig_atomic_t verify_asked;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	verify_asked = 1;
-}
-
-/* --signals: the app's only input is SIGUSR1 (verify); it runs until killed. */
-static void serve_signals(void)
-{
-	for (;;) {
-		if (verify_asked) {
-			verify_asked = 0;
-			verify();
-			fflush(stdout);
-		}
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-}
-
 int main(int argc, char **argv)
 {
 	int signals = argc == 2 && !strcmp(argv[1], "--signals");
-	if (signals) {
-		struct sigaction sa = { .sa_handler = on_usr1 };
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGUSR1, &sa, NULL);
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (null < 0 || dup2(null, 0) < 0)
-			return 1;
-		close(null);
-	}
+	if (signals && fake_app_signals_setup())
+		return 1;
 	const char *path = getenv("GPUSNAP_LIBCUDA");
 	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
@@ -224,11 +180,11 @@ int main(int argc, char **argv)
 		blocks[i].live = 1;
 		fill(i);
 	}
-	register_with_fake();
+	fake_app_register("agent_app");
 	printf("READY %d\n", (int)getpid());
 	fflush(stdout);
 	if (signals)
-		serve_signals();
+		fake_app_serve_signals(verify);
 
 	char line[64];
 	while (fgets(line, sizeof(line), stdin)) {
