@@ -565,7 +565,11 @@ int gs_ring_from_staging(struct gs_agent *a, const struct gs_agent_held *h, stru
 	return run(&j, ring, threads, st, err);
 }
 
-/* The kept ring: one thread per set of RING_DEPTH buffers maps, faults in and pins them. */
+/*
+ * Building a ring: one thread per set of RING_DEPTH buffers maps and faults
+ * them in, and pins them too when given a context (dev >= 0); a prepared ring
+ * (dev < 0) makes no CUDA call.
+ */
 struct ring_build {
 	struct gs_ring *r;
 	CUcontext ctx;
@@ -579,30 +583,30 @@ static void *build_main(void *arg)
 {
 	struct ring_build *b = arg;
 	struct gs_agent *a = b->r->a;
-	CUresult cr = a->cu.cuCtxSetCurrent(b->ctx);
-	if (cr != CUDA_SUCCESS) {
-		char m[128];
-		gs_fail(&b->err, GS_E_AGENT, "making the context of GPU %d current failed: %s", b->dev,
-			gs_cuda_strerror(&a->cu, cr, m, sizeof(m)));
-		return NULL;
+	if (b->dev >= 0) {
+		CUresult cr = a->cu.cuCtxSetCurrent(b->ctx);
+		if (cr != CUDA_SUCCESS) {
+			char m[128];
+			gs_fail(&b->err, GS_E_AGENT, "making the context of GPU %d current failed: %s", b->dev,
+				gs_cuda_strerror(&a->cu, cr, m, sizeof(m)));
+			return NULL;
+		}
 	}
-	for (int i = 0; i < RING_DEPTH && !b->err.code; i++)
-		slot_setup(a, &b->r->slots[(size_t)b->index * RING_DEPTH + (size_t)i], b->r->buf_size, b->dev, &b->err);
+	for (int i = 0; i < RING_DEPTH && !b->err.code; i++) {
+		struct ring_slot *s = &b->r->slots[(size_t)b->index * RING_DEPTH + (size_t)i];
+		if (b->dev >= 0)
+			slot_setup(a, s, b->r->buf_size, b->dev, &b->err);
+		else
+			slot_map(s, b->r->buf_size, &b->err);
+	}
 	return NULL;
 }
 
-int gs_ring_create(struct gs_agent *a, unsigned threads, uint64_t buf_size, struct gs_ring **out, struct gs_err *err)
+/* A ring of threads x RING_DEPTH buffers of buf_size, built in parallel; pinned with dev's context when dev >= 0. */
+static int build_ring(struct gs_agent *a, unsigned threads, uint64_t buf_size, int dev, struct gs_ring **out,
+		      struct gs_err *err)
 {
 	*out = NULL;
-	int dev = -1;
-	for (int i = 0; i < GS_AGENT_MAX_DEVICES && dev < 0; i++)
-		if (a->devices[i].used)
-			dev = i;
-	if (dev < 0)
-		return gs_fail(err, GS_E_AGENT, "no GPU in use to pin the copy ring with");
-	if (threads < 1 || threads > RING_THREADS_MAX || !buf_size)
-		return gs_fail(err, GS_E_USAGE, "a copy ring of %u threads and %llu-byte buffers is out of range", threads,
-			       (unsigned long long)buf_size);
 	struct gs_ring *r = calloc(1, sizeof(*r));
 	struct ring_build *b = calloc(threads, sizeof(*b));
 	if (r)
@@ -617,12 +621,13 @@ int gs_ring_create(struct gs_agent *a, unsigned threads, uint64_t buf_size, stru
 	r->a = a;
 	r->threads = threads;
 	r->buf_size = gs_round_up(buf_size, RING_ALIGN);
+	CUcontext ctx = dev >= 0 ? a->devices[dev].ctx : NULL;
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
 	unsigned started = 0;
 	for (unsigned i = 0; i < threads; i++) {
-		b[i] = (struct ring_build){ .r = r, .ctx = a->devices[dev].ctx, .dev = dev, .index = i };
+		b[i] = (struct ring_build){ .r = r, .ctx = ctx, .dev = dev, .index = i };
 		if (pthread_create(&b[i].thread, NULL, build_main, &b[i]) != 0)
 			break;
 		started = i + 1;
@@ -633,10 +638,12 @@ int gs_ring_create(struct gs_agent *a, unsigned threads, uint64_t buf_size, stru
 	/* a thread that could not start leaves its buffers to this one */
 	if (started < threads) {
 		CUcontext saved = NULL;
-		a->cu.cuCtxGetCurrent(&saved);
+		if (dev >= 0)
+			a->cu.cuCtxGetCurrent(&saved);
 		for (unsigned i = started; i < threads; i++)
 			build_main(&b[i]);
-		a->cu.cuCtxSetCurrent(saved);
+		if (dev >= 0)
+			a->cu.cuCtxSetCurrent(saved);
 	}
 	int rc = 0;
 	for (unsigned i = 0; i < threads && !rc; i++)
@@ -653,20 +660,19 @@ int gs_ring_create(struct gs_agent *a, unsigned threads, uint64_t buf_size, stru
 	return 0;
 }
 
-/* One thread of gs_ring_prepare: maps and faults in its RING_DEPTH buffers. */
-struct ring_prep {
-	struct gs_ring *r;
-	unsigned index;
-	pthread_t thread;
-	struct gs_err err;
-};
-
-static void *prepare_main(void *arg)
+int gs_ring_create(struct gs_agent *a, unsigned threads, uint64_t buf_size, struct gs_ring **out, struct gs_err *err)
 {
-	struct ring_prep *p = arg;
-	for (int i = 0; i < RING_DEPTH && !p->err.code; i++)
-		slot_map(&p->r->slots[(size_t)p->index * RING_DEPTH + (size_t)i], p->r->buf_size, &p->err);
-	return NULL;
+	*out = NULL;
+	int dev = -1;
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES && dev < 0; i++)
+		if (a->devices[i].used)
+			dev = i;
+	if (dev < 0)
+		return gs_fail(err, GS_E_AGENT, "no GPU in use to pin the copy ring with");
+	if (threads < 1 || threads > RING_THREADS_MAX || !buf_size)
+		return gs_fail(err, GS_E_USAGE, "a copy ring of %u threads and %llu-byte buffers is out of range", threads,
+			       (unsigned long long)buf_size);
+	return build_ring(a, threads, buf_size, dev, out, err);
 }
 
 int gs_ring_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs_ring **out, struct gs_err *err)
@@ -674,46 +680,9 @@ int gs_ring_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs
 	*out = NULL;
 	if (!h || !h->plan.nchunks)
 		return 0;
-	struct gs_ring *r = calloc(1, sizeof(*r));
-	if (!r)
-		return gs_fail(err, GS_E_AGENT, "out of memory");
-	r->a = a;
-	r->threads = ring_shape(h, threads_wanted(false), &r->buf_size);
-	r->slots = calloc((size_t)r->threads * RING_DEPTH, sizeof(*r->slots));
-	struct ring_prep *p = calloc(r->threads, sizeof(*p));
-	if (!r->slots || !p) {
-		free(p);
-		gs_ring_destroy(r);
-		return gs_fail(err, GS_E_AGENT, "out of memory");
-	}
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
-	unsigned started = 0;
-	for (unsigned i = 0; i < r->threads; i++) {
-		p[i] = (struct ring_prep){ .r = r, .index = i };
-		if (pthread_create(&p[i].thread, NULL, prepare_main, &p[i]) != 0)
-			break;
-		started = i + 1;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(p[i].thread, NULL);
-	for (unsigned i = started; i < r->threads; i++)
-		prepare_main(&p[i]); /* a thread that could not start leaves its buffers to this one */
-	int rc = 0;
-	for (unsigned i = 0; i < r->threads && !rc; i++)
-		if (p[i].err.code) {
-			*err = p[i].err;
-			rc = err->code;
-		}
-	free(p);
-	if (rc) {
-		gs_ring_destroy(r);
-		return rc;
-	}
-	*out = r;
-	return 0;
+	uint64_t buf_size;
+	unsigned threads = ring_shape(h, threads_wanted(false), &buf_size);
+	return build_ring(a, threads, buf_size, -1, out, err);
 }
 
 void gs_ring_destroy(struct gs_ring *r)
