@@ -180,24 +180,5 @@ int main(int argc, char **argv)
 		blocks[i].live = 1;
 		fill(i);
 	}
-	fake_app_register("agent_app");
-	printf("READY %d\n", (int)getpid());
-	fflush(stdout);
-	if (signals)
-		fake_app_serve_signals(verify);
-
-	char line[64];
-	while (fgets(line, sizeof(line), stdin)) {
-		line[strcspn(line, "\n")] = '\0';
-		if (!strcmp(line, "verify"))
-			verify();
-		else if (!strcmp(line, "free-some"))
-			free_some();
-		else if (!strcmp(line, "quit"))
-			break;
-		else
-			printf("UNKNOWN %s\n", line);
-		fflush(stdout);
-	}
-	return 0;
+	return fake_app_serve("agent_app", signals, verify, "free-some", free_some);
 }

@@ -302,24 +302,5 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	setup();
-	fake_app_register("app_vmm");
-	printf("READY %d\n", (int)getpid());
-	fflush(stdout);
-	if (signals)
-		fake_app_serve_signals(verify);
-
-	char line[64];
-	while (fgets(line, sizeof(line), stdin)) {
-		line[strcspn(line, "\n")] = '\0';
-		if (!strcmp(line, "verify"))
-			verify();
-		else if (!strcmp(line, "cleanup"))
-			cleanup();
-		else if (!strcmp(line, "quit"))
-			break;
-		else
-			printf("UNKNOWN %s\n", line);
-		fflush(stdout);
-	}
-	return 0;
+	return fake_app_serve("app_vmm", signals, verify, "cleanup", cleanup);
 }

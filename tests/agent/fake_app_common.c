@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,9 +46,13 @@ int fake_app_signals_setup(void)
 	return 0;
 }
 
-void fake_app_serve_signals(void (*verify)(void))
+int fake_app_serve(const char *app_name, int signals, void (*verify)(void), const char *command,
+		   void (*command_fn)(void))
 {
-	for (;;) {
+	fake_app_register(app_name);
+	printf("READY %d\n", (int)getpid());
+	fflush(stdout);
+	while (signals) {
 		if (verify_asked) {
 			verify_asked = 0;
 			verify();
@@ -56,4 +61,18 @@ void fake_app_serve_signals(void (*verify)(void))
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
+	char line[64];
+	while (fgets(line, sizeof(line), stdin)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (!strcmp(line, "verify"))
+			verify();
+		else if (!strcmp(line, command))
+			command_fn();
+		else if (!strcmp(line, "quit"))
+			break;
+		else
+			printf("UNKNOWN %s\n", line);
+		fflush(stdout);
+	}
+	return 0;
 }

@@ -11,7 +11,12 @@
 void fake_app_register(const char *app_name);
 /* For --signals: SIGUSR1 handler installed, stdin from /dev/null. 0, or -1 if stdin cannot be replaced. */
 int fake_app_signals_setup(void);
-/* Serves SIGUSR1 by calling verify (then flushing stdout) until the process is killed. */
-void fake_app_serve_signals(void (*verify)(void)) __attribute__((noreturn));
+/*
+ * Registers with the fake, prints "READY <pid>", then serves: with signals,
+ * SIGUSR1 runs verify until the process is killed; else one command per
+ * stdin line: "verify", `command` (runs command_fn), "quit" (returns 0).
+ */
+int fake_app_serve(const char *app_name, int signals, void (*verify)(void), const char *command,
+		   void (*command_fn)(void));
 
 #endif
