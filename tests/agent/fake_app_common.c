@@ -12,7 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-void fake_app_register(const char *app_name)
+/* Writes FAKE_CUDA_DIR/<pid> ("running, no GPU state moved"), so gpusnap sees a CUDA process; exits on failure. */
+static void fake_app_register(const char *app_name)
 {
 	const char *dir = getenv("FAKE_CUDA_DIR");
 	if (!dir)

@@ -7,8 +7,6 @@
 #ifndef GPUSNAP_TESTS_FAKE_APP_COMMON_H
 #define GPUSNAP_TESTS_FAKE_APP_COMMON_H
 
-/* Writes FAKE_CUDA_DIR/<pid> ("running, no GPU state moved"), so gpusnap sees a CUDA process; exits on failure. */
-void fake_app_register(const char *app_name);
 /* For --signals: SIGUSR1 handler installed, stdin from /dev/null. 0, or -1 if stdin cannot be replaced. */
 int fake_app_signals_setup(void);
 /*
