@@ -792,7 +792,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 				h->unpinned = false; /* an on-demand pool is freed */
 			else if (h->unpinned) {
 				struct gs_err e2 = { 0 };
-				if (gs_staging_set_pinned(h->pool, true, staging_threads(), &e2))
+				if (gs_staging_set_pinned(h->pool, true, &e2))
 					pr_warn("the reserved staging pool stays partly unpinned: %s", e2.msg);
 			}
 			goto out;

@@ -464,57 +464,19 @@ void gs_staging_get_report(struct gs_staging *p, struct gs_staging_report *r)
 	r->page_kind = r->hugetlb_bytes == r->mapped_bytes ? "huge" : r->hugetlb_bytes ? "mixed" : "normal";
 }
 
-/* One thread of gs_staging_set_pinned: takes segments by index until none is left. */
-struct pin_job {
-	struct gs_staging *p;
-	bool pin;
-	uint32_t next; /* atomic */
-	int failed;    /* atomic: a reg call failed */
-};
-
-static void *pin_main(void *arg)
-{
-	struct pin_job *j = arg;
-	for (;;) {
-		uint32_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-		if (i >= j->p->nsegs)
-			return NULL;
-		struct segment *s = j->p->segs[i];
-		if (j->pin && !s->registered) {
-			if (j->p->ops.reg(j->p->ops.ctx, s->addr, s->map_len))
-				__atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
-			else
-				s->registered = true;
-		} else if (!j->pin && s->registered) {
-			j->p->ops.unreg(j->p->ops.ctx, s->addr, s->map_len);
-			s->registered = false;
-		}
-	}
-}
-
-int gs_staging_set_pinned(struct gs_staging *p, bool pinned, int threads, struct gs_err *err)
+int gs_staging_set_pinned(struct gs_staging *p, bool pinned, struct gs_err *err)
 {
 	if (!p->ops.reg || !p->ops.unreg)
 		return 0;
-	int rc = gs_staging_wait_all(p, -1, err);
-	if (rc)
+	int rc = 0;
+	if (!pinned) {
+		for (uint32_t i = 0; i < p->nsegs && !rc; i++)
+			rc = gs_staging_unpin_segment(p, i, err);
 		return rc;
-	if (threads < 1)
-		threads = 1;
-	if ((uint32_t)threads > p->nsegs)
-		threads = (int)p->nsegs;
-	struct pin_job job = { .p = p, .pin = pinned };
-	pthread_t tid[64];
-	int started = 0;
-	for (; started < threads && started < 64; started++)
-		if (pthread_create(&tid[started], NULL, pin_main, &job))
-			break;
-	if (started == 0)
-		pin_main(&job);
-	for (int i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
-	if (job.failed)
-		return gs_fail(err, GS_E_FAILURE, "cannot pin staging memory for DMA again");
+	}
+	struct gs_err e = { 0 };
+	if ((rc = gs_staging_repin_start(p, &e)) || (rc = gs_staging_wait_all(p, -1, &e)))
+		return gs_fail(err, rc, "cannot pin staging memory for DMA again: %s", e.msg);
 	return 0;
 }
 

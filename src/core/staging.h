@@ -98,12 +98,14 @@ uint64_t gs_staging_size(struct gs_staging *p);
 uint64_t gs_staging_segment_size(struct gs_staging *p);
 uint32_t gs_staging_segments(struct gs_staging *p);
 /*
- * Unpins (pinned = false) or pins again every segment, with `threads` threads
- * the call owns and joins; waits for population first. Pinned host memory
- * costs the driver time in its own checkpoint and restore, in proportion to
- * its size, so the agent can unpin a pool while the process is checkpointed.
+ * Unpins (pinned = false) or pins again every segment and waits until that is
+ * done (pinning runs on the pool's workers); waits for population first.
+ * Pinned host memory costs the driver time in its own checkpoint and restore,
+ * in proportion to its size, so the agent unpins a pool while the process is
+ * checkpointed (segment by segment, below) and pins it again in one go after
+ * a failed suspend.
  */
-int gs_staging_set_pinned(struct gs_staging *p, bool pinned, int threads, struct gs_err *err);
+int gs_staging_set_pinned(struct gs_staging *p, bool pinned, struct gs_err *err);
 /*
  * The pipelined form of the above, so unpinning overlaps the copy out and
  * pinning the copy in. unpin_segment: waits until segment seg is ready, then

@@ -450,15 +450,15 @@ static void test_unpin_and_pin_again(void)
 	if (!p)
 		return;
 	uint32_t nsegs = gs_staging_segments(p);
-	CHECK_INT(gs_staging_set_pinned(p, false, 3, &err), 0);
+	CHECK_INT(gs_staging_set_pinned(p, false, &err), 0);
 	int unregs = 0;
 	for (int i = 0; i < f.nregs; i++)
 		unregs += f.unregs[i];
 	CHECK_INT(f.nregs, nsegs);
 	CHECK_INT(unregs, nsegs);
-	CHECK_INT(gs_staging_set_pinned(p, false, 3, &err), 0); /* already unpinned: nothing more */
+	CHECK_INT(gs_staging_set_pinned(p, false, &err), 0); /* already unpinned: nothing more */
 	CHECK_INT(f.bad_unregs, 0);
-	CHECK_INT(gs_staging_set_pinned(p, true, 3, &err), 0);
+	CHECK_INT(gs_staging_set_pinned(p, true, &err), 0);
 	CHECK_INT(f.nregs, 2 * nsegs);
 	for (uint64_t off = 0; off < 10 * GS_MiB; off += gs_staging_segment_size(p)) /* still mapped and writable */
 		memset(gs_staging_ptr(p, off), 0x5a, GS_MIN(gs_staging_segment_size(p), 10 * GS_MiB - off));
@@ -474,9 +474,9 @@ static void test_unpin_and_pin_again(void)
 	CHECK_INT(gs_staging_create(8 * GS_MiB, &cfg, &ops, &p, &err), 0);
 	if (!p)
 		return;
-	CHECK_INT(gs_staging_set_pinned(p, false, 2, &err), 0);
+	CHECK_INT(gs_staging_set_pinned(p, false, &err), 0);
 	f.fail_call = f.calls + 1;
-	CHECK_INT(gs_staging_set_pinned(p, true, 1, &err), GS_E_FAILURE);
+	CHECK_INT(gs_staging_set_pinned(p, true, &err), GS_E_FAILURE);
 	CHECK_CONTAINS(err.msg, "pin staging memory");
 	gs_staging_destroy(p);
 }
@@ -584,7 +584,7 @@ static void test_unregistered_pool(void)
 		CHECK_INT(resident, npages);
 		free(vec);
 	}
-	CHECK_INT(gs_staging_set_pinned(p, true, 2, &err), 0);
+	CHECK_INT(gs_staging_set_pinned(p, true, &err), 0);
 	CHECK_INT(gs_staging_unpin_segment(p, 1, &err), 0);
 	CHECK_INT(gs_staging_repin_start(p, &err), 0);
 	for (uint32_t i = 0; i < nsegs; i++) {
