@@ -17,6 +17,7 @@
 #   GPUSNAP_BENCH_SIZES   sizes held by the process (default "1G 8G 32G")
 #   GPUSNAP_BENCH_PATHS   paths to measure (default "driver"; e.g. "driver agent")
 #   GPUSNAP_BENCH_PATHS_<SIZE>  paths for one size only (e.g. GPUSNAP_BENCH_PATHS_32G="driver agent-reserve")
+#                         A path may carry variables for the app: "agent-reserve-bounce+GPUSNAP_STAGING_THREADS=16"
 #   GPUSNAP_BENCH_REPEAT  suspend/resume cycles per size and path (default 1; the table shows medians)
 #   GPUSNAP_BUILD         build directory (default ./build; built here if the binaries are missing)
 set -u
@@ -102,18 +103,26 @@ EOF
 }
 
 # One size on one path: start, REPEAT x (suspend, resume, verify), quit.
-measure() { # SIZE PATH
-  local size=$1 path=$2 bytes rep pid launch=() susp_args=()
+measure() { # SIZE PATH[+VAR=VALUE...]
+  local size=$1 path=$2 bytes rep pid launch=() susp_args=() extra_env=()
   bytes=$(size_bytes "$size")
+  # PATH+VAR=VALUE+...: the same path with the app started under those variables (a tuning sweep)
+  if [[ $path == *+* ]]; then
+    IFS='+' read -r -a extra_env <<<"${path#*+}"
+  fi
   export B_SIZE=$bytes B_PATH=$path B_REP=0 B_STATUS='' B_DETAIL='' B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' \
     B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED=''
-  case $path in
+  case ${path%%+*} in
     driver) susp_args=(--driver) ;;
     agent) launch=("$GPUSNAP" run --) ;;
     # a staging pool kept ready (--reserve): the data part at line rate
     agent-reserve) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
-    # the same with the staging memory left pinned while the driver holds the process (the default unpins it)
-    agent-reserve-pinned) launch=(env GPUSNAP_STAGING_UNPIN=0 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # a pinned reserved pool (the default bounces a reserved pool), unpinned as the copies complete
+    agent-reserve-unpin)
+      launch=(env GPUSNAP_STAGING_MODE=pinned "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
+    # a pinned reserved pool left pinned while the driver holds the process
+    agent-reserve-pinned)
+      launch=(env GPUSNAP_STAGING_MODE=pinned GPUSNAP_STAGING_UNPIN=0 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
     # the same with more threads populating, pinning and unpinning the staging (GPUSNAP_BENCH_THREADS, default 14)
     agent-reserve-threads)
       launch=(env GPUSNAP_STAGING_THREADS="${GPUSNAP_BENCH_THREADS:-14}" "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) ;;
@@ -133,6 +142,9 @@ measure() { # SIZE PATH
     agent-reserve-keep) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) susp_args=(--keep-context) ;;
     *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
   esac
+  if ((${#extra_env[@]})); then
+    launch=(env "${extra_env[@]}" "${launch[@]}")
+  fi
   local free need
   free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | tr -d ' ')
   need=$((bytes / 1048576 + 1024))
@@ -179,7 +191,7 @@ measure() { # SIZE PATH
       break
     fi
   done
-  [ "$path" == agent-reserve-huge ] && echo "${HUGE_BEFORE:-0}" >/proc/sys/vm/nr_hugepages 2>/dev/null
+  [ "${path%%+*}" == agent-reserve-huge ] && echo "${HUGE_BEFORE:-0}" >/proc/sys/vm/nr_hugepages 2>/dev/null
   if ! app_quit b 60 >/dev/null; then
     echo "FAIL: $size on $path: the pattern app did not exit cleanly (status ${APP_RC:-?})"
     FAILED=1

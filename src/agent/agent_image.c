@@ -416,7 +416,7 @@ int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double 
 	gate_closed = true;
 	double t_quiesce = gs_now();
 	/* an app that never allocated has nothing of ours to move: its image lists no allocations */
-	if (a->cuda_ready && (rc = gs_mover_plan(a, &h, err)))
+	if (a->cuda_ready && (rc = gs_mover_plan(a, GS_MOVER_IMAGE_CHUNK_BYTES, &h, err)))
 		goto out;
 	double t_plan = gs_now();
 	if ((rc = open_writer(gpu_dir, &w, err)) || (rc = describe(a, h, w, err)))
@@ -450,7 +450,7 @@ int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double 
 	a->state = GS_AGENT_SUSPENDED;
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", t_quiesce - t0);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "plan", t_plan - t_quiesce);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
+	gs_ring_stats_report(&rs, reply);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_write", t_write - t_plan);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_write);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held ? a->held->bytes : 0);
@@ -516,7 +516,7 @@ int gs_agent_image_restore(struct gs_agent *a, const char *gpu_dir, struct gs_ms
 	gs_image_totals(img, &tot);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "recreate", t_map - t0);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "prepare_wait", t_prep - t_map);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
+	gs_ring_stats_report(&rs, reply);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_prepared", ring != NULL);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_read", t_read - t_map);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", tot.stored_bytes);

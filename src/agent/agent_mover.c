@@ -40,13 +40,21 @@
 #include "core/copy_plan.h"
 #include "core/staging.h"
 
-#define CHUNK_BYTES (64ULL << 20)
+#define CHUNK_BYTES (64ULL << 20) /* a suspend's chunks (GPUSNAP_CHUNK_SIZE), and so its ring's buffers */
 #define SEGMENT_BYTES (256ULL << 20)
 #define GS_AGENT_MAX_UNPIN_THREADS 32
 
 static struct {
 	bool unpin; /* unpin staging while the driver holds the process (default; GPUSNAP_STAGING_UNPIN=0: keep it pinned) */
-	bool bounce; /* GPUSNAP_STAGING_MODE=bounce: staging never pinned, copies through a pinned ring */
+	/*
+	 * GPUSNAP_STAGING_MODE: which pools are pinned. auto (default): a reserved
+	 * pool bounces (its kept ring is the only pinned memory the driver's
+	 * checkpoint sees), an on-demand pool is pinned and unpinned as the copies
+	 * complete (its population already bounds the copy; a ring would add its
+	 * own setup). bounce or pinned: every pool the same way.
+	 */
+	enum { MODE_AUTO, MODE_BOUNCE, MODE_PINNED } mode;
+	uint64_t chunk_bytes; /* CHUNK_BYTES unless GPUSNAP_CHUNK_SIZE says otherwise */
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
 	pthread_t reaper;
@@ -61,7 +69,7 @@ static struct {
 	struct gs_ring *ring;
 	pthread_t ring_builder;
 	bool ring_building;
-} mover = { .ring_lock = PTHREAD_MUTEX_INITIALIZER };
+} mover = { .chunk_bytes = CHUNK_BYTES, .ring_lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Staging threads have no current context; any device's will do for PORTABLE registrations. */
 static void use_any_context(struct gs_agent *a)
@@ -108,13 +116,24 @@ static int staging_threads(void)
 	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
 }
 
-int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
+/* Whether a pool (the reserved one, or one made for a transfer) is left unpinned, its copies going through a ring. */
+static bool pool_bounces(bool reserved)
+{
+	return mover.mode == MODE_BOUNCE || (mover.mode == MODE_AUTO && reserved);
+}
+
+static int make_pool(struct gs_agent *a, uint64_t bytes, bool reserved, struct gs_staging **out, struct gs_err *err)
 {
 	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = staging_threads() };
 	struct gs_staging_ops ops = { .reg = staging_register, .unreg = staging_unregister, .ctx = a };
-	if (mover.bounce)
+	if (pool_bounces(reserved))
 		ops = (struct gs_staging_ops){ 0 }; /* populated only: the ring does the DMA */
 	return gs_staging_create(bytes, &cfg, &ops, out, err);
+}
+
+int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
+{
+	return make_pool(a, bytes, false, out, err);
 }
 
 /*
@@ -124,7 +143,7 @@ int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **o
  */
 static unsigned kept_ring_threads(void)
 {
-	uint64_t sets = mover.reserve_bytes / (2 * CHUNK_BYTES);
+	uint64_t sets = mover.reserve_bytes / (2 * mover.chunk_bytes);
 	unsigned n = (unsigned)staging_threads();
 	if (sets < n)
 		n = sets ? (unsigned)sets : 1;
@@ -136,7 +155,7 @@ static void *build_ring(void *arg)
 	struct gs_agent *a = arg;
 	struct gs_ring *r = NULL;
 	struct gs_err err = { 0 };
-	if (gs_ring_create(a, kept_ring_threads(), CHUNK_BYTES, &r, &err))
+	if (gs_ring_create(a, kept_ring_threads(), mover.chunk_bytes, &r, &err))
 		pr_warn("cannot set up the copy ring ahead of suspends (the next suspend sets one up): %s", err.msg);
 	return r;
 }
@@ -145,7 +164,7 @@ static void *build_ring(void *arg)
 static void start_ring_builder(struct gs_agent *a)
 {
 	pthread_mutex_lock(&mover.ring_lock);
-	if (mover.bounce && mover.reserve && !mover.ring && !mover.ring_building) {
+	if (mover.reserve && !gs_staging_registers(mover.reserve) && !mover.ring && !mover.ring_building) {
 		sigset_t all, old;
 		sigfillset(&all);
 		pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
@@ -192,7 +211,7 @@ static struct gs_ring *ring_for_transfer(struct gs_agent *a)
 	pthread_mutex_lock(&mover.ring_lock);
 	if (!mover.ring && mover.reserve) {
 		struct gs_err e = { 0 };
-		if (gs_ring_create(a, kept_ring_threads(), CHUNK_BYTES, &mover.ring, &e))
+		if (gs_ring_create(a, kept_ring_threads(), mover.chunk_bytes, &mover.ring, &e))
 			pr_warn("cannot set up a kept copy ring (this transfer sets up its own): %s", e.msg);
 	}
 	struct gs_ring *r = mover.ring;
@@ -216,10 +235,21 @@ void gs_mover_init_from_env(struct gs_agent *a)
 	const char *u = getenv("GPUSNAP_STAGING_UNPIN");
 	mover.unpin = !(u && !strcmp(u, "0"));
 	const char *m = getenv("GPUSNAP_STAGING_MODE");
+	mover.mode = MODE_AUTO;
 	if (m && !strcmp(m, "bounce"))
-		mover.bounce = true;
-	else if (m && *m && strcmp(m, "pinned"))
-		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'pinned' or 'bounce'", m);
+		mover.mode = MODE_BOUNCE;
+	else if (m && !strcmp(m, "pinned"))
+		mover.mode = MODE_PINNED;
+	else if (m && *m && strcmp(m, "auto"))
+		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'auto', 'pinned' or 'bounce'", m);
+	/* a tuning knob: smaller chunks make the bounce ring smaller (less pinned memory), at more copies */
+	const char *c = getenv("GPUSNAP_CHUNK_SIZE");
+	mover.chunk_bytes = CHUNK_BYTES;
+	if (c && *c && (gs_parse_size(c, &mover.chunk_bytes) || mover.chunk_bytes < (1ULL << 20) ||
+			mover.chunk_bytes > SEGMENT_BYTES)) {
+		pr_warn("ignoring GPUSNAP_CHUNK_SIZE='%s': not a size from 1M to 256M", c);
+		mover.chunk_bytes = CHUNK_BYTES;
+	}
 	const char *v = getenv("GPUSNAP_RESERVE");
 	if (v && *v && gs_parse_size(v, &mover.reserve_bytes))
 		pr_warn("ignoring GPUSNAP_RESERVE='%s': not a size", v);
@@ -231,7 +261,7 @@ void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 	if (!mover.reserve_bytes || mover.reserve)
 		return;
 	struct gs_err err = { 0 };
-	if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &err))
+	if (make_pool(a, mover.reserve_bytes, true, &mover.reserve, &err))
 		pr_err("cannot reserve %llu bytes of staging memory: %s", (unsigned long long)mover.reserve_bytes, err.msg);
 	else
 		start_ring_builder(a);
@@ -642,7 +672,7 @@ int gs_mover_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err)
 	return 0;
 }
 
-int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err *err)
+int gs_mover_plan(struct gs_agent *a, uint64_t chunk_bytes, struct gs_agent_held **out, struct gs_err *err)
 {
 	*out = NULL;
 	struct gs_agent_held *h = calloc(1, sizeof(*h));
@@ -681,7 +711,7 @@ int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err 
 		cr[i].size = h->regions[i].size;
 		h->bytes += h->regions[i].size;
 	}
-	struct gs_copy_params params = { .chunk_size = CHUNK_BYTES, .lanes = GS_AGENT_LANES, .staging_align = 4096,
+	struct gs_copy_params params = { .chunk_size = chunk_bytes, .lanes = GS_AGENT_LANES, .staging_align = 4096,
 					 .staging_segment = SEGMENT_BYTES };
 	rc = gs_copy_plan_build(cr, h->nregions, &params, &h->plan, err);
 	free(cr);
@@ -760,7 +790,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		goto out;
 	}
 	double t_sync = gs_now();
-	if ((rc = gs_mover_plan(a, &h, err)))
+	if ((rc = gs_mover_plan(a, mover.chunk_bytes, &h, err)))
 		goto out;
 
 	double t_pool0 = gs_now();
@@ -811,10 +841,9 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "sync", t_sync - t_quiesce);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool0);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
-	if (rs.threads)
-		gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
+	gs_ring_stats_report(&rs, reply);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_unpinned", a->held->unpinned);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", mover.bounce);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", a->held->pool && !gs_staging_registers(a->held->pool));
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
@@ -858,10 +887,9 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		h->unpinned = false;
 		double t_copy = gs_now();
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_in", t_copy - t_map);
-		if (rs.threads)
-			gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", rs.setup_s);
+		gs_ring_stats_report(&rs, reply);
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
-		gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", mover.bounce);
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", h->pool && !gs_staging_registers(h->pool));
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
 		a->held = NULL;
 		gs_mover_free_held(a, h);
@@ -871,7 +899,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 	/* a reserved pool dropped for a dump comes back, filled in the background */
 	if (mover.reserve_bytes && !mover.reserve) {
 		struct gs_err e2 = { 0 };
-		if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &e2))
+		if (make_pool(a, mover.reserve_bytes, true, &mover.reserve, &e2))
 			pr_warn("cannot reserve staging memory again: %s", e2.msg);
 	}
 	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */

@@ -63,8 +63,10 @@ bool gs_mover_has_reserve(struct gs_agent *a);
  * recreate: re-creates physical memory at the same addresses, all or nothing
  * (GS_E_NO_VRAM on a shortage).
  */
+/* The chunk size of a dump's plan, and so of its image's chunks. */
+#define GS_MOVER_IMAGE_CHUNK_BYTES (64ULL << 20)
 int gs_mover_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err);
-int gs_mover_plan(struct gs_agent *a, struct gs_agent_held **out, struct gs_err *err);
+int gs_mover_plan(struct gs_agent *a, uint64_t chunk_bytes, struct gs_agent_held **out, struct gs_err *err);
 int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
 int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
 /* Drops a plan (and the app handles' copy windows it made): after a failure, or after a resume. */

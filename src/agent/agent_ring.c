@@ -76,6 +76,8 @@ struct ring_worker {
 	bool borrowed; /* slots belong to a gs_ring: only their events are this transfer's */
 	int cur_dev;
 	double setup_s;
+	double wait_s; /* in cuEventSynchronize */
+	double host_s; /* in drain or fill */
 	struct ring_slot *slots; /* own, or a gs_ring's */
 	struct ring_slot own[RING_DEPTH];
 };
@@ -307,7 +309,9 @@ static int wait_slot(struct ring_worker *wk, struct ring_slot *s)
 		wk->clean = false;
 		return -1;
 	}
+	double t0 = gs_now();
 	CUresult r = j->a->cu.cuEventSynchronize(s->ev[s->dev]);
+	wk->wait_s += gs_now() - t0;
 	if (r != CUDA_SUCCESS) {
 		const struct gs_copy_chunk *c = &j->h->plan.chunks[s->chunk];
 		char what[96];
@@ -384,8 +388,10 @@ static void run_to_host(struct ring_worker *wk)
 		if (wait_slot(wk, s) || job_failed(j))
 			continue; /* after a failure: only drain what is in flight */
 		struct gs_err e = { 0 };
+		double t0 = gs_now();
 		if (drain(j, s, &e))
 			job_fail(j, &e);
+		wk->host_s += gs_now() - t0;
 	}
 }
 
@@ -402,7 +408,10 @@ static void run_from_host(struct ring_worker *wk)
 		if (s->busy && wait_slot(wk, s))
 			break;
 		struct gs_err e = { 0 };
-		if (fill(j, k, s, &e)) {
+		double t0 = gs_now();
+		int frc = fill(j, k, s, &e);
+		wk->host_s += gs_now() - t0;
+		if (frc) {
 			job_fail(j, &e);
 			break;
 		}
@@ -524,9 +533,12 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	a->cu.cuCtxSetCurrent(saved);
 	st->threads = started;
 	st->ring_bytes = ring ? gs_ring_bytes(ring) : (uint64_t)started * RING_DEPTH * j->buf_size;
-	for (unsigned i = 0; i < started; i++)
+	for (unsigned i = 0; i < started; i++) {
 		if (wk[i].setup_s > st->setup_s)
 			st->setup_s = wk[i].setup_s;
+		st->wait_s += wk[i].wait_s / started;
+		st->host_s += wk[i].host_s / started;
+	}
 	free(wk);
 	pthread_mutex_destroy(&j->lock);
 	if (atomic_load(&j->failed)) {
@@ -720,4 +732,14 @@ void gs_ring_destroy(struct gs_ring *r)
 uint64_t gs_ring_bytes(const struct gs_ring *r)
 {
 	return r ? (uint64_t)r->threads * RING_DEPTH * r->buf_size : 0;
+}
+
+void gs_ring_stats_report(const struct gs_ring_stats *st, struct gs_msg *reply)
+{
+	if (!st->threads)
+		return;
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_setup", st->setup_s);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_wait", st->wait_s);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_host", st->host_s);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_threads", st->threads);
 }

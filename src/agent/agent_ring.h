@@ -29,6 +29,7 @@
 #include "agent/agent.h"
 #include "agent/agent_mover.h"
 #include "common/err.h"
+#include "core/protocol.h"
 #include "core/staging.h"
 #include "image/image.h"
 
@@ -36,7 +37,17 @@ struct gs_ring_stats {
 	uint64_t ring_bytes; /* pinned host memory the ring held */
 	unsigned threads;    /* IO threads used */
 	double setup_s;      /* allocating and pinning the ring (the slowest thread's); 0 for a kept ring */
+	/*
+	 * Where the IO threads' time went, averaged over them: waiting for copy
+	 * engines (the link is the bottleneck when this dominates), and the host
+	 * side, file I/O or memcpy (the host is, when that does).
+	 */
+	double wait_s;
+	double host_s;
 };
+
+/* Adds st to a reply: ring_setup, ring_wait and ring_host timings (nothing for a transfer that used no ring). */
+void gs_ring_stats_report(const struct gs_ring_stats *st, struct gs_msg *reply);
 
 /*
  * A ring kept across transfers: `threads` sets of RING_DEPTH pinned buffers

@@ -31,6 +31,8 @@ got=$(jget "['processes'][0]['agent']['bytes']")
 check "the agent moved $want bytes (reported: $got)" test "$got" = "$want"
 check "suspend released all of the app's physical memory (left: $(phys))" test "$(phys)" = 0
 check "a full suspend leaves no staging memory pinned for the driver's checkpoint ($(pinned) ranges)" test "$(pinned)" = 0
+check "an on-demand pool is pinned, not bounced, by default (staging_bounce $(jget "['processes'][0]['agent']['staging_bounce']"))" \
+  test "$(jget "['processes'][0]['agent']['staging_bounce']")" = 0
 check "the driver holds the process checkpointed" test "$(fake_state)" = 2
 check "suspend reports the state after as suspended" test "$(jget "['processes'][0]['state_after']")" = suspended
 

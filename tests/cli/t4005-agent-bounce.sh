@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# t4005 - the agent's bounce staging mode (GPUSNAP_STAGING_MODE=bounce) end to
-# end on the fake driver (tests/fake/fake_vmm_driver.c, whose asynchronous
-# copies land only when waited for, like DMA): the staging pool is never
-# pinned and the data goes through a small pinned ring. Once on demand and
-# once with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
-# cycles; each time:
+# t4005 - the agent's bounce staging mode end to end on the fake driver
+# (tests/fake/fake_vmm_driver.c, whose asynchronous copies land only when
+# waited for, like DMA): the staging pool is never pinned and the data goes
+# through a small pinned ring. Three runs: GPUSNAP_STAGING_MODE=bounce on
+# demand and with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
+# cycles, and the default mode (auto) with a reserved pool, which bounces too;
+# each time:
 #  - a full suspend: data moved, physical memory released, the driver holds
 #    the process, and the pinned host memory is only the kept ring (reserve)
 #    or nothing (on demand); resume gives the data back bit for bit;
@@ -19,7 +20,6 @@
 
 app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/agent_app
 fake_agent_env
-export GPUSNAP_STAGING_MODE=bounce
 counter() { jget "['processes'][0]['agent']['$1']"; }
 
 # cycle TITLE [SUSPEND ARGS...]: suspend (checks what is released and pinned), resume, verify
@@ -32,6 +32,9 @@ cycle() {
   check "$mode: $title staged in bounce mode" test "$(counter staging_bounce)" = 1
   ring=$(counter ring_bytes)
   check "$mode: $title went through a ring ($ring bytes)" test "${ring:-0}" -gt 0
+  [ -n "${GPUSNAP_CHUNK_SIZE:-}" ] &&
+    check "$mode: $title used a ring of 2 MiB buffers ($ring bytes, $(counter ring_threads) threads)" \
+      test "$ring" = $(($(counter ring_threads) * 2 * (2 << 20)))
   check "$mode: $title released all of the app's physical memory (left: $(phys))" test "$(phys)" = 0
   check "$mode: $title left the driver in state $state" test "$(fake_state)" = "$state"
   if [ -n "${GPUSNAP_RESERVE:-}" ]; then
@@ -52,9 +55,12 @@ cycle() {
   verify_ok "$mode: the data after $title"
 }
 
-for mode in on-demand reserve; do
+for mode in on-demand reserve auto-reserve; do
   first_ring=
-  if [ $mode = reserve ]; then export GPUSNAP_RESERVE=64M; else unset GPUSNAP_RESERVE; fi
+  if [ $mode = on-demand ]; then unset GPUSNAP_RESERVE; else export GPUSNAP_RESERVE=64M; fi
+  if [ $mode = auto-reserve ]; then unset GPUSNAP_STAGING_MODE; else export GPUSNAP_STAGING_MODE=bounce; fi
+  # the auto run also takes smaller chunks, and so a smaller kept ring (2 buffers of 2 MiB a thread)
+  if [ $mode = auto-reserve ]; then export GPUSNAP_CHUNK_SIZE=2M; else unset GPUSNAP_CHUNK_SIZE; fi
   start_app
   verify_ok "$mode: the app's data after allocation"
   phys0=$(phys)
@@ -92,4 +98,7 @@ done
 if grep -q "GPUSNAP_STAGING_MODE" "$GPUSNAP_AGENT_LOG" 2>/dev/null; then
   fail "the agent accepted GPUSNAP_STAGING_MODE=bounce" "$(grep GPUSNAP_STAGING_MODE "$GPUSNAP_AGENT_LOG")"
 fi
+# the ring reports where its threads' time went
+check "the ring reports its threads' wait and host time (ring_wait_s $(counter ring_wait_s), ring_host_s $(counter ring_host_s))" \
+  python3 -c 'import sys; sys.exit(not (float(sys.argv[1]) >= 0 and float(sys.argv[2]) > 0))' "$(counter ring_wait_s)" "$(counter ring_host_s)"
 test_done
