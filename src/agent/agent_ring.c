@@ -40,6 +40,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
+#include "core/host_copy.h"
 
 #define RING_DEPTH 2          /* buffers per thread: one with the copy engine, one with the file or the memcpy */
 #define RING_THREADS_OUT 8    /* dump: the storage is the bottleneck; 8 writers fill it */
@@ -338,6 +339,26 @@ static void *staging_at(struct ring_job *j, const struct gs_copy_chunk *c, struc
 	return p && !e->code ? p : NULL;
 }
 
+/*
+ * The host copy of a bounce transfer: memcpy, or non-temporal stores
+ * (GPUSNAP_HOST_COPY=stream; core/host_copy.h says why it can matter). Read
+ * once: the environment does not change under a running transfer.
+ */
+static void host_copy(void *dst, const void *src, size_t n)
+{
+	static atomic_int mode; /* 0 unknown, 1 memcpy, 2 stream */
+	int m = atomic_load_explicit(&mode, memory_order_relaxed);
+	if (!m) {
+		const char *v = getenv("GPUSNAP_HOST_COPY");
+		m = v && !strcmp(v, "stream") ? 2 : 1;
+		atomic_store_explicit(&mode, m, memory_order_relaxed);
+	}
+	if (m == 2)
+		gs_host_copy_stream(dst, src, n);
+	else
+		memcpy(dst, src, n);
+}
+
 /* The copied chunk in slot s goes to the other side: written to the image, or copied into the pool. */
 static int drain(struct ring_job *j, const struct ring_slot *s, struct gs_err *e)
 {
@@ -349,7 +370,7 @@ static int drain(struct ring_job *j, const struct ring_slot *s, struct gs_err *e
 	void *dst = staging_at(j, c, e);
 	if (!dst)
 		return e->code ? e->code : GS_E_FAILURE;
-	memcpy(dst, s->buf, c->size);
+	host_copy(dst, s->buf, c->size);
 	return 0;
 }
 
@@ -362,7 +383,7 @@ static int fill(struct ring_job *j, size_t k, struct ring_slot *s, struct gs_err
 	const void *src = staging_at(j, c, e);
 	if (!src)
 		return e->code ? e->code : GS_E_FAILURE;
-	memcpy(s->buf, src, c->size);
+	host_copy(s->buf, src, c->size);
 	return 0;
 }
 

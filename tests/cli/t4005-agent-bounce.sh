@@ -4,8 +4,9 @@
 # waited for, like DMA): the staging pool is never pinned and the data goes
 # through a small pinned ring. Three runs: GPUSNAP_STAGING_MODE=bounce on
 # demand and with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
-# cycles, and the default mode (auto) with a reserved pool, which bounces too;
-# each time:
+# cycles (its host copies with non-temporal stores, GPUSNAP_HOST_COPY=stream),
+# and the default mode (auto) with a reserved pool, which bounces too, in
+# chunks of 2 MiB (GPUSNAP_CHUNK_SIZE); each time:
 #  - a full suspend: data moved, physical memory released, the driver holds
 #    the process, and the pinned host memory is only the kept ring (reserve)
 #    or nothing (on demand); resume gives the data back bit for bit;
@@ -61,6 +62,8 @@ for mode in on-demand reserve auto-reserve; do
   if [ $mode = auto-reserve ]; then unset GPUSNAP_STAGING_MODE; else export GPUSNAP_STAGING_MODE=bounce; fi
   # the auto run also takes smaller chunks, and so a smaller kept ring (2 buffers of 2 MiB a thread)
   if [ $mode = auto-reserve ]; then export GPUSNAP_CHUNK_SIZE=2M; else unset GPUSNAP_CHUNK_SIZE; fi
+  # the reserve run copies on the host with non-temporal stores (core/host_copy.c)
+  if [ $mode = reserve ]; then export GPUSNAP_HOST_COPY=stream; else unset GPUSNAP_HOST_COPY; fi
   start_app
   verify_ok "$mode: the app's data after allocation"
   phys0=$(phys)
