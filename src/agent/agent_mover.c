@@ -14,14 +14,15 @@
  * suspended), copy back, open the gate. An on-demand staging pool is freed
  * afterwards by a background thread the agent joins before the next suspend.
  *
- * Two staging modes (GPUSNAP_STAGING_MODE). pinned (default): the pool is
- * registered with the driver and the copies go straight into it; a full
- * suspend unpins it as the copies complete (the driver's checkpoint costs
- * time per pinned GiB) and resume pins it again. bounce: the pool is only
- * populated, never pinned, and the copies go through a small ring of pinned
- * buffers plus a memcpy on the host (agent_ring.h). With a reserved pool the
- * ring is kept across cycles (built in the background when the pool is made,
- * freed with it); without one each suspend and resume sets one up.
+ * Two staging modes (GPUSNAP_STAGING_MODE). bounce (default): the pool is
+ * only populated, never pinned, and the copies go through a small ring of
+ * pinned buffers plus a memcpy on the host (agent_ring.h), in 4 MiB chunks so
+ * that the ring stays in the CPU's cache. With a reserved pool the ring is
+ * kept across cycles (built in the background when the pool is made, freed
+ * with it); without one each suspend and resume sets one up. pinned: the
+ * pool is registered with the driver and the copies go straight into it; a
+ * full suspend unpins it as the copies complete (the driver's checkpoint
+ * costs time per pinned GiB) and resume pins it again.
  */
 #define LOG_PREFIX "agent: "
 #include "agent/agent_mover.h"
@@ -40,21 +41,30 @@
 #include "core/copy_plan.h"
 #include "core/staging.h"
 
-#define CHUNK_BYTES (64ULL << 20) /* a suspend's chunks (GPUSNAP_CHUNK_SIZE), and so its ring's buffers */
+#define CHUNK_BYTES (64ULL << 20) /* a suspend's chunks in pinned mode: one copy per chunk straight into the pool */
+/*
+ * A suspend's chunks in bounce mode, and so the ring's buffers: small enough
+ * that the whole ring (threads x 2 x 4 MiB, 112 MiB with 14 threads) stays in
+ * the last-level cache, so the DMA and the memcpy meet there instead of in
+ * DRAM, large enough that a copy's fixed cost stays small. Measured for 32
+ * GiB on the H100 host (300 MiB L3): 2 MiB 38/43 GB/s out/in, 4 MiB 50/49,
+ * 8 MiB 40/47, 64 MiB 36/36. GPUSNAP_CHUNK_SIZE overrides it (hosts with a
+ * much smaller cache may want less).
+ */
+#define BOUNCE_CHUNK_BYTES (4ULL << 20)
 #define SEGMENT_BYTES (256ULL << 20)
 #define GS_AGENT_MAX_UNPIN_THREADS 32
 
 static struct {
 	bool unpin; /* unpin staging while the driver holds the process (default; GPUSNAP_STAGING_UNPIN=0: keep it pinned) */
 	/*
-	 * GPUSNAP_STAGING_MODE: which pools are pinned. auto (default): a reserved
-	 * pool bounces (its kept ring is the only pinned memory the driver's
-	 * checkpoint sees), an on-demand pool is pinned and unpinned as the copies
-	 * complete (its population already bounds the copy; a ring would add its
-	 * own setup). bounce or pinned: every pool the same way.
+	 * GPUSNAP_STAGING_MODE: bounce (default) or pinned, for every pool. Measured
+	 * on the H100 (docs/benchmarks.md, 05:53): bounce in 4 MiB chunks beat the
+	 * pinned pool with its pipelined unpin for 8 and 32 GiB, on demand and
+	 * reserved, on suspend and on resume.
 	 */
-	enum { MODE_AUTO, MODE_BOUNCE, MODE_PINNED } mode;
-	uint64_t chunk_bytes; /* CHUNK_BYTES unless GPUSNAP_CHUNK_SIZE says otherwise */
+	enum { MODE_BOUNCE, MODE_PINNED } mode;
+	uint64_t chunk_bytes; /* per mode (BOUNCE_CHUNK_BYTES, CHUNK_BYTES) unless GPUSNAP_CHUNK_SIZE says otherwise */
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
 	pthread_t reaper;
@@ -69,7 +79,7 @@ static struct {
 	struct gs_ring *ring;
 	pthread_t ring_builder;
 	bool ring_building;
-} mover = { .chunk_bytes = CHUNK_BYTES, .ring_lock = PTHREAD_MUTEX_INITIALIZER };
+} mover = { .chunk_bytes = BOUNCE_CHUNK_BYTES, .ring_lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Staging threads have no current context; any device's will do for PORTABLE registrations. */
 static void use_any_context(struct gs_agent *a)
@@ -117,23 +127,13 @@ static int staging_threads(void)
 }
 
 /* Whether a pool (the reserved one, or one made for a transfer) is left unpinned, its copies going through a ring. */
-static bool pool_bounces(bool reserved)
-{
-	return mover.mode == MODE_BOUNCE || (mover.mode == MODE_AUTO && reserved);
-}
-
-static int make_pool(struct gs_agent *a, uint64_t bytes, bool reserved, struct gs_staging **out, struct gs_err *err)
+int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
 {
 	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = staging_threads() };
 	struct gs_staging_ops ops = { .reg = staging_register, .unreg = staging_unregister, .ctx = a };
-	if (pool_bounces(reserved))
+	if (mover.mode == MODE_BOUNCE)
 		ops = (struct gs_staging_ops){ 0 }; /* populated only: the ring does the DMA */
 	return gs_staging_create(bytes, &cfg, &ops, out, err);
-}
-
-int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
-{
-	return make_pool(a, bytes, false, out, err);
 }
 
 /*
@@ -235,20 +235,18 @@ void gs_mover_init_from_env(struct gs_agent *a)
 	const char *u = getenv("GPUSNAP_STAGING_UNPIN");
 	mover.unpin = !(u && !strcmp(u, "0"));
 	const char *m = getenv("GPUSNAP_STAGING_MODE");
-	mover.mode = MODE_AUTO;
-	if (m && !strcmp(m, "bounce"))
-		mover.mode = MODE_BOUNCE;
-	else if (m && !strcmp(m, "pinned"))
+	mover.mode = MODE_BOUNCE;
+	if (m && !strcmp(m, "pinned"))
 		mover.mode = MODE_PINNED;
-	else if (m && *m && strcmp(m, "auto"))
-		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'auto', 'pinned' or 'bounce'", m);
-	/* a tuning knob: smaller chunks make the bounce ring smaller (less pinned memory), at more copies */
+	else if (m && *m && strcmp(m, "bounce"))
+		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'bounce' or 'pinned'", m);
+	uint64_t dflt = mover.mode == MODE_BOUNCE ? BOUNCE_CHUNK_BYTES : CHUNK_BYTES;
 	const char *c = getenv("GPUSNAP_CHUNK_SIZE");
-	mover.chunk_bytes = CHUNK_BYTES;
+	mover.chunk_bytes = dflt;
 	if (c && *c && (gs_parse_size(c, &mover.chunk_bytes) || mover.chunk_bytes < (1ULL << 20) ||
 			mover.chunk_bytes > SEGMENT_BYTES)) {
 		pr_warn("ignoring GPUSNAP_CHUNK_SIZE='%s': not a size from 1M to 256M", c);
-		mover.chunk_bytes = CHUNK_BYTES;
+		mover.chunk_bytes = dflt;
 	}
 	const char *v = getenv("GPUSNAP_RESERVE");
 	if (v && *v && gs_parse_size(v, &mover.reserve_bytes))
@@ -261,7 +259,7 @@ void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 	if (!mover.reserve_bytes || mover.reserve)
 		return;
 	struct gs_err err = { 0 };
-	if (make_pool(a, mover.reserve_bytes, true, &mover.reserve, &err))
+	if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &err))
 		pr_err("cannot reserve %llu bytes of staging memory: %s", (unsigned long long)mover.reserve_bytes, err.msg);
 	else
 		start_ring_builder(a);
@@ -899,7 +897,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 	/* a reserved pool dropped for a dump comes back, filled in the background */
 	if (mover.reserve_bytes && !mover.reserve) {
 		struct gs_err e2 = { 0 };
-		if (make_pool(a, mover.reserve_bytes, true, &mover.reserve, &e2))
+		if (gs_mover_make_pool(a, mover.reserve_bytes, &mover.reserve, &e2))
 			pr_warn("cannot reserve staging memory again: %s", e2.msg);
 	}
 	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */

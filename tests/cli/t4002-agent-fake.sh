@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t4002 - the agent's fast path end to end without a GPU: an app
+# t4002 - the agent's fast path end to end without a GPU, pinned staging: an app
 # (tests/agent/agent_app.c) runs under libgpusnap.so against a driver whose
 # device memory is host memory (tests/fake/fake_vmm_driver.c), fills its
 # allocations (3 large, 2000 small, by dlsym, cuGetProcAddress and
@@ -15,6 +15,8 @@
 
 app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/agent_app
 fake_agent_env
+# the pinned staging mode (the default, bounce, is t4005's)
+export GPUSNAP_STAGING_MODE=pinned
 
 start_app
 verify_ok "the app's data after allocation"
@@ -31,7 +33,7 @@ got=$(jget "['processes'][0]['agent']['bytes']")
 check "the agent moved $want bytes (reported: $got)" test "$got" = "$want"
 check "suspend released all of the app's physical memory (left: $(phys))" test "$(phys)" = 0
 check "a full suspend leaves no staging memory pinned for the driver's checkpoint ($(pinned) ranges)" test "$(pinned)" = 0
-check "an on-demand pool is pinned, not bounced, by default (staging_bounce $(jget "['processes'][0]['agent']['staging_bounce']"))" \
+check "GPUSNAP_STAGING_MODE=pinned pins the pool instead of bouncing (staging_bounce $(jget "['processes'][0]['agent']['staging_bounce']"))" \
   test "$(jget "['processes'][0]['agent']['staging_bounce']")" = 0
 check "the driver holds the process checkpointed" test "$(fake_state)" = 2
 check "suspend reports the state after as suspended" test "$(jget "['processes'][0]['state_after']")" = suspended

@@ -145,14 +145,19 @@ else
 fi
 
 # ---- a reserved staging pool is not carried by CRIU ----
-kill -9 "$PID"; wait_gone "$PID"
-GPUSNAP_RESERVE=128M start_app
-for _ in $(seq 100); do [ "$(pinned)" -ge $((128 << 20)) ] && break; sleep 0.1; done
-check "the app holds a reserved staging pool ($(pinned) bytes pinned)" test "$(pinned)" -ge $((128 << 20))
-run_gpusnap dump --leave-running --json -D "$TEST_TMP/img4" "$PID"; expect "dump --leave-running with a reserved pool" 0
-cpu=$(jget "['cpu_bytes']")
-check "CRIU's part did not carry the reserved pool ($cpu bytes)" test "$cpu" -lt $((64 << 20))
-verify_ok "the data after the dump with a reserved pool"
+# pinned: the pool itself is pinned; bounce (the default): the pool is only
+# populated and its kept ring is what is pinned, made after the pool
+for mode in pinned bounce; do
+  kill -9 "$PID"; wait_gone "$PID"
+  GPUSNAP_STAGING_MODE=$mode GPUSNAP_RESERVE=128M start_app
+  if [ $mode = pinned ]; then want=$((128 << 20)); else want=1; fi
+  for _ in $(seq 100); do [ "$(pinned)" -ge $want ] && break; sleep 0.1; done
+  check "$mode: the app holds a reserved staging pool ($(pinned) bytes pinned)" test "$(pinned)" -ge $want
+  run_gpusnap dump --leave-running --json -D "$TEST_TMP/img4-$mode" "$PID"; expect "$mode: dump --leave-running with a reserved pool" 0
+  cpu=$(jget "['cpu_bytes']")
+  check "$mode: CRIU's part did not carry the reserved pool ($cpu bytes)" test "$cpu" -lt $((64 << 20))
+  verify_ok "$mode: the data after the dump with a reserved pool"
+done
 
 kill -9 "$PID"; wait_gone "$PID"
 test_done

@@ -2,11 +2,11 @@
 # t4005 - the agent's bounce staging mode end to end on the fake driver
 # (tests/fake/fake_vmm_driver.c, whose asynchronous copies land only when
 # waited for, like DMA): the staging pool is never pinned and the data goes
-# through a small pinned ring. Three runs: GPUSNAP_STAGING_MODE=bounce on
-# demand and with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
-# cycles (its host copies with non-temporal stores, GPUSNAP_HOST_COPY=stream),
-# and the default mode (auto) with a reserved pool, which bounces too, in
-# chunks of 2 MiB (GPUSNAP_CHUNK_SIZE); each time:
+# through a small pinned ring (the default staging mode). Three runs: on
+# demand; with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
+# cycles, its host copies with non-temporal stores (GPUSNAP_HOST_COPY=stream);
+# the same with GPUSNAP_STAGING_MODE=bounce said and chunks of 2 MiB
+# (GPUSNAP_CHUNK_SIZE); each time:
 #  - a full suspend: data moved, physical memory released, the driver holds
 #    the process, and the pinned host memory is only the kept ring (reserve)
 #    or nothing (on demand); resume gives the data back bit for bit;
@@ -56,12 +56,12 @@ cycle() {
   verify_ok "$mode: the data after $title"
 }
 
-for mode in on-demand reserve auto-reserve; do
+for mode in on-demand reserve said-reserve; do
   first_ring=
   if [ $mode = on-demand ]; then unset GPUSNAP_RESERVE; else export GPUSNAP_RESERVE=64M; fi
-  if [ $mode = auto-reserve ]; then unset GPUSNAP_STAGING_MODE; else export GPUSNAP_STAGING_MODE=bounce; fi
-  # the auto run also takes smaller chunks, and so a smaller kept ring (2 buffers of 2 MiB a thread)
-  if [ $mode = auto-reserve ]; then export GPUSNAP_CHUNK_SIZE=2M; else unset GPUSNAP_CHUNK_SIZE; fi
+  if [ $mode = said-reserve ]; then export GPUSNAP_STAGING_MODE=bounce; else unset GPUSNAP_STAGING_MODE; fi
+  # that run also takes other chunks, and so another kept ring (2 buffers of 2 MiB a thread)
+  if [ $mode = said-reserve ]; then export GPUSNAP_CHUNK_SIZE=2M; else unset GPUSNAP_CHUNK_SIZE; fi
   # the reserve run copies on the host with non-temporal stores (core/host_copy.c)
   if [ $mode = reserve ]; then export GPUSNAP_HOST_COPY=stream; else unset GPUSNAP_HOST_COPY; fi
   start_app
