@@ -815,8 +815,10 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 					pr_warn("cannot set up the copy ring ahead of the staging pool: %s", e.msg);
 				own_ring_setup = gs_now() - t_pool0;
 			}
+			double t = gs_now();
 			if ((rc = gs_mover_make_pool(a, h->plan.staging_bytes, &h->pool, err)))
 				goto out;
+			gs_msg_add_named_f64(reply, GS_F_TIMING, "pool_create", gs_now() - t);
 		}
 	}
 	if (h->pool && !gs_staging_registers(h->pool)) {
@@ -824,8 +826,11 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 		rc = bounce_copy(a, h, own_ring, true, timeout_s, &rs, err);
 		if (own_ring)
 			rs.setup_s = own_ring_setup;
+		double t = gs_now();
 		gs_ring_destroy(own_ring); /* nothing is in flight: the transfer synchronized */
 		own_ring = NULL;
+		if (own_ring_setup > 0)
+			gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_free", gs_now() - t);
 		if (rc)
 			goto out;
 	} else if (h->pool) {

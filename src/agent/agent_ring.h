@@ -44,9 +44,10 @@ struct gs_ring_stats {
 	 */
 	double wait_s;
 	double host_s;
+	double issue_s; /* starting copies and recording events */
 };
 
-/* Adds st to a reply: ring_setup, ring_wait and ring_host timings (nothing for a transfer that used no ring). */
+/* Adds st to a reply: ring_setup, ring_wait, ring_host and ring_issue timings (nothing for a transfer that used no ring). */
 void gs_ring_stats_report(const struct gs_ring_stats *st, struct gs_msg *reply);
 
 /*
