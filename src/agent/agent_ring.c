@@ -223,7 +223,16 @@ static int setup(struct ring_worker *wk, int first_dev)
 	struct ring_job *j = wk->job;
 	double t0 = gs_now();
 	if (wk->borrowed) {
-		/* a prepared ring (gs_ring_prepare) is mapped and faulted in, but not pinned yet; a kept one is ready */
+		/*
+		 * A prepared ring (gs_ring_prepare) is mapped and faulted in, but not
+		 * pinned yet; a kept one is ready. Toward the GPU a buffer is pinned
+		 * when first filled (run_from_host): the driver serializes pinning,
+		 * so the other threads read while one pins, instead of all waiting
+		 * for every pin before the first read (2 GiB took 0.06-0.19 s on
+		 * the H100).
+		 */
+		if (!to_host(j))
+			return 0;
 		bool pinned_here = false;
 		for (int i = 0; i < RING_DEPTH; i++) {
 			struct gs_err e = { 0 };
@@ -428,6 +437,25 @@ static void run_to_host(struct ring_worker *wk)
 	}
 }
 
+/* Pins a buffer of a prepared ring on its first use toward the GPU; the time counts as this thread's setup. */
+static int ensure_pinned(struct ring_worker *wk, struct ring_slot *s, size_t k)
+{
+	if (s->pinned)
+		return 0;
+	struct ring_job *j = wk->job;
+	int dev = j->h->regions[j->h->plan.chunks[k].region].device;
+	double t0 = gs_now();
+	struct gs_err e = { 0 };
+	if (use_device(wk, dev))
+		return -1;
+	if (slot_pin(j->a, s, dev, &e)) {
+		job_fail(j, &e);
+		return -1;
+	}
+	wk->setup_s += gs_now() - t0;
+	return 0;
+}
+
 /* Other side -> buffer -> GPU: fills a buffer once its previous copy is done, then starts the copy. */
 static void run_from_host(struct ring_worker *wk)
 {
@@ -448,7 +476,7 @@ static void run_from_host(struct ring_worker *wk)
 			job_fail(j, &e);
 			break;
 		}
-		if (issue(wk, s, k, false))
+		if (ensure_pinned(wk, s, k) || issue(wk, s, k, false))
 			break;
 	}
 	for (int i = 0; i < RING_DEPTH; i++)
