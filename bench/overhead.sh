@@ -7,7 +7,10 @@
 # then falls on both sides alike), and gives one ratio per workload; the table
 # shows the medians and the median ratio with the lowest and highest of the
 # rounds, so a difference smaller than the spread is seen as such.
-# Prints a markdown table and writes $OUT/overhead.md.
+# Under the agent the PyTorch run also reports the driver calls of a step and the
+# gate's cost per call, both measured inside the process; a second table gives
+# their product as a share of the step, a bound that does not depend on how much
+# two processes differ. Prints the tables and writes $OUT/overhead.md.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${GPUSNAP_BUILD:-$SRC/build}
@@ -30,6 +33,7 @@ python3 - "$raw" "$OUT/overhead.md" <<'PY'
 import re, statistics, sys, collections
 vals = collections.defaultdict(dict)  # (mode, workload) -> {round: value}
 names = []
+calls_seen = {}  # train / infer / gate_ns -> values over the rounds (agent runs only)
 for line in open(sys.argv[1]):
     rnd, mode, rest = line.split(" ", 2)
     found = []
@@ -40,6 +44,10 @@ for line in open(sys.argv[1]):
         found = [("cudaMalloc+cudaFree %s B (us)" % size, float(v))]
     elif rest.startswith("LAUNCH_US"):
         found = [("kernel launch (us)", float(rest.split()[1]))]
+    elif rest.startswith("CALLS") and mode == "agent":
+        kv = dict(re.findall(r"(\w+)=([\d.eE+-]+)", rest))
+        for k, v in kv.items():
+            calls_seen.setdefault(k, []).append(float(v))
     for n, v in found:
         vals[(mode, n)][rnd] = v
         if n not in names:
@@ -55,6 +63,21 @@ for n in names:
     lines.append("| %s | %.3f | %.3f | %.3f | %.3f - %.3f | %d |" % (
         n, statistics.median(a.values()), statistics.median(b.values()), statistics.median(ratios),
         min(ratios), max(ratios), len(rounds)))
+# The bound that does not compare two processes: driver calls per step (counted by the
+# agent) x what the gate adds to a call (timed by the agent in the same process).
+if calls_seen.get("gate_ns"):
+    gate = statistics.median(calls_seen["gate_ns"])
+    # the probe runs one call site in a loop, so the gate's indirect jump back is always
+    # predicted; in an app it may miss: the last column doubles the cost to cover that
+    lines += ["", "| step | driver calls per step | gate cost per call (ns) | gate's share of the step | at twice that cost |",
+              "|---|---|---|---|---|"]
+    for k, label in (("train", "PyTorch train step (ms)"), ("infer", "PyTorch infer step (ms)")):
+        step = vals.get(("agent", label), {})
+        if k in calls_seen and step:
+            c = statistics.median(calls_seen[k])
+            ms = statistics.median(step.values())
+            share = 100.0 * c * gate * 1e-9 / (ms * 1e-3)
+            lines.append("| %s | %.0f | %.1f | %.3f%% | %.3f%% |" % (k, c, gate, share, 2 * share))
 text = "\n".join(lines) + "\n"
 open(sys.argv[2], "w").write(text)
 print(text)

@@ -52,14 +52,16 @@ struct gate_slot {
 	unsigned sp;            /* used entries of shadow[]; owner thread only */
 	int exempt;             /* an agent thread: never gated, never counted */
 	int in_use;             /* under slots_lock */
+	uint64_t calls;         /* gated calls; the owner increments, gs_gate_call_count reads (relaxed) */
 	pid_t tid;              /* for messages */
-	struct gate_slot *next_free; /* under slots_lock */
 	void *shadow[GS_SHADOW_DEPTH];
+	struct gate_slot *next_free; /* under slots_lock */
 } __attribute__((aligned(64))); /* one slot per cache line start: no false sharing of depth */
 
 _Static_assert(offsetof(struct gate_slot, depth) == GS_SLOT_DEPTH, "gate_layout.h is stale");
 _Static_assert(offsetof(struct gate_slot, sp) == GS_SLOT_SP, "gate_layout.h is stale");
 _Static_assert(offsetof(struct gate_slot, exempt) == GS_SLOT_EXEMPT, "gate_layout.h is stale");
+_Static_assert(offsetof(struct gate_slot, calls) == GS_SLOT_CALLS, "gate_layout.h is stale");
 _Static_assert(offsetof(struct gate_slot, shadow) == GS_SLOT_SHADOW, "gate_layout.h is stale");
 _Static_assert(sizeof(_Atomic int) == 4 && sizeof(void *) == 8, "gate_x86_64.S assumes LP64");
 
@@ -308,6 +310,7 @@ int gs_gate_enter(void *return_address)
 	if (sp >= GS_SHADOW_DEPTH)
 		return 0;
 	depth_enter(s);
+	__atomic_store_n(&s->calls, s->calls + 1, __ATOMIC_RELAXED);
 	/* sp before the entry: a signal handler's nested call then uses the next one */
 	s->sp = sp + 1;
 	atomic_signal_fence(memory_order_seq_cst);
@@ -332,6 +335,7 @@ int gs_gate_enter_c(void)
 	if (s->exempt)
 		return 0;
 	depth_enter(s);
+	__atomic_store_n(&s->calls, s->calls + 1, __ATOMIC_RELAXED);
 	return 1;
 }
 
@@ -472,4 +476,15 @@ void gs_gate_open(void)
 	pthread_mutex_lock(&control_lock);
 	open_locked();
 	pthread_mutex_unlock(&control_lock);
+}
+
+uint64_t gs_gate_call_count(void)
+{
+	/* slots are never freed and keep their count when reused: the sum covers threads that exited too */
+	uint64_t n = 0;
+	for (struct slot_chunk *c = atomic_load_explicit(&chunks, memory_order_acquire); c;
+	     c = atomic_load_explicit(&c->next, memory_order_relaxed))
+		for (int i = 0; i < SLOTS_PER_CHUNK; i++)
+			n += __atomic_load_n(&c->slots[i].calls, __ATOMIC_RELAXED);
+	return n;
 }

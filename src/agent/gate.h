@@ -62,6 +62,8 @@ int gs_gate_waiting_count(void);
 bool gs_gate_is_closed(void);
 /* Threads holding a slot (they called through the gate and have not exited). */
 int gs_gate_thread_count(void);
+/* Gated calls made so far by all threads (exited ones included); a snapshot, counts are relaxed. */
+uint64_t gs_gate_call_count(void);
 /* "membarrier" or "seq_cst": how entries are ordered against gs_gate_close. */
 const char *gs_gate_fence_name(void);
 

@@ -9,6 +9,7 @@
 #define GS_SLOT_DEPTH 0   /* int: nesting depth of gated calls, > 0 means inside the driver */
 #define GS_SLOT_SP 4      /* unsigned: used entries of the shadow stack */
 #define GS_SLOT_EXEMPT 8  /* int: an agent thread, never gated */
+#define GS_SLOT_CALLS 16  /* uint64_t: gated calls this slot's threads made (written by the owner only) */
 #define GS_SLOT_SHADOW 32 /* void *[GS_SHADOW_DEPTH]: the callers' return addresses */
 
 /*

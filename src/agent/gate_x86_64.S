@@ -135,6 +135,7 @@ gs_gate_common:
 .Lnested:
 	incl GS_SLOT_DEPTH(%r10)
 .Ltrack:
+	incq GS_SLOT_CALLS(%r10)         /* gs_gate_call_count: the owner thread alone writes it */
 	incl GS_SLOT_SP(%r10)            /* first, so a signal handler's nested call uses the next entry */
 	movq %rcx, GS_SLOT_SHADOW(%r10,%rax,8)
 	leaq gs_gate_return(%rip), %rcx

@@ -740,6 +740,37 @@ static void test_dlsym_answers(void)
 	CHECK_INT(st.ungated, 0);
 }
 
+/*
+ * The agent's self-measurement exports (agent_probe.h): the call counter
+ * grows by exactly one per gated call on this thread (no other thread of this
+ * app calls the driver now) and not for a call that bypasses the gate, and
+ * the gate's measured cost is a plausible number.
+ */
+static void test_probe_exports(void)
+{
+	uint64_t (*calls)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "gpusnap_driver_calls");
+	double (*cost)(unsigned long) = (double (*)(unsigned long))dlsym(RTLD_DEFAULT, "gpusnap_gate_cost_ns");
+	CHECK(calls && cost);
+	if (!calls || !cost)
+		return;
+	int v = 0;
+	uint64_t before = calls();
+	for (int i = 0; i < 1000; i++)
+		CHECK_INT(apis[1].get_version(&v), 0); /* through dlsym: a gated stub */
+	uint64_t after = calls();
+	CHECK_INT(after - before, 1000);
+	CUresult (*real_version)(int *) = (CUresult (*)(int *))H->real("cuDriverGetVersion");
+	CHECK(real_version != NULL);
+	if (real_version) {
+		before = calls();
+		CHECK_INT(real_version(&v), 0);
+		CHECK_INT(calls() - before, 0);
+	}
+	double ns = cost(200000);
+	printf("gate cost measured by the agent: %.2f ns per call\n", ns);
+	CHECK(ns > -50 && ns < 5000); /* noise may make it slightly negative on a loaded machine */
+}
+
 static int run_gate_tests(void)
 {
 	printf("fence: %s\n", H->gate_fence_name());
@@ -754,6 +785,7 @@ static int run_gate_tests(void)
 	RUN(test_thread_slots_recycled);
 	RUN(test_fork);
 	RUN(test_replacements);
+	RUN(test_probe_exports);
 	return TEST_SUMMARY();
 }
 

@@ -9,7 +9,9 @@ stdin, one per line, like the C test apps:
   churn   -> allocates and frees tensors of many sizes (exercises the allocator)
   quit    -> "BYE 0"
 With --bench N it instead times N training steps and N inference steps and prints
-"BENCH train_ms=<median> infer_ms=<median>" (used by bench/overhead.sh).
+"BENCH train_ms=<median> infer_ms=<median>" (used by bench/overhead.sh); under the
+gpusnap agent also "CALLS train=<driver calls per step> infer=<...> gate_ns=<the
+gate's cost per call>", from the agent's own exports.
 The allocator backend follows PYTORCH_CUDA_ALLOC_CONF as PyTorch reads it.
 """
 import argparse
@@ -19,6 +21,20 @@ import sys
 import time
 
 import torch
+
+
+def agent_probe():
+    """The gpusnap agent's self-measurement exports when it is preloaded (src/agent/agent_probe.h), else None."""
+    import ctypes
+    lib = ctypes.CDLL(None)
+    try:
+        calls, gate_ns = lib.gpusnap_driver_calls, lib.gpusnap_gate_cost_ns
+    except AttributeError:
+        return None
+    calls.restype = ctypes.c_uint64
+    gate_ns.restype = ctypes.c_double
+    gate_ns.argtypes = [ctypes.c_ulong]
+    return calls, gate_ns
 
 
 def build(seed, dim, layers):
@@ -74,6 +90,20 @@ def main():
             torch.cuda.synchronize()
             inf.append((time.perf_counter() - t0) * 1e3)
         print("BENCH train_ms=%.4f infer_ms=%.4f" % (statistics.median(tr), statistics.median(inf)), flush=True)
+        probe = agent_probe()
+        if probe:
+            calls, gate_ns = probe
+            c0 = calls()
+            for _ in range(20):
+                train_step(model, opt, x)
+                torch.cuda.synchronize()
+            c1 = calls()
+            for _ in range(20):
+                forward(model, x)
+                torch.cuda.synchronize()
+            c2 = calls()
+            print("CALLS train=%.1f infer=%.1f gate_ns=%.2f" % ((c1 - c0) / 20, (c2 - c1) / 20, gate_ns(2000000)),
+                  flush=True)
         return 0
 
     ref = forward(model, x).clone()
