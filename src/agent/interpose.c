@@ -10,8 +10,9 @@
  *  (c) cuGetProcAddress(_v2): handed out as our own functions, which call the
  *      real one and hand out whatever pointer it returns.
  * hand_out() gives our cuGetProcAddress for the driver's, the agent's
- * replacement when one is registered for that address, and otherwise the
- * gated stub of the function (trampolines.c). cuGetExportTable is handed out
+ * replacement when one is registered for that address, the real function for
+ * the pure queries of ungated_names[], and otherwise the gated stub of the
+ * function (trampolines.c). cuGetExportTable is handed out
  * gated like any function, but the private tables it returns are passed
  * through untouched: calls through them are not gated.
  *
@@ -214,8 +215,42 @@ static CUresult interposed_cuGetProcAddress_v2(const char *symbol, void **pfn, i
 					      void *status);
 static CUresult interposed_cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags);
 
-/* What the app gets for the real driver function `real`. */
-static void *hand_out(void *real)
+/*
+ * Entry points the app gets ungated: queries that neither touch device memory
+ * nor queue work nor change what a suspend moves, so a thread inside one
+ * while the agent moves data is harmless. They are the bulk of a framework's
+ * driver calls: cudart asks for the current context before most runtime
+ * calls, PyTorch's allocator polls events and capture state. Measured on the
+ * H100 with everything gated: 7,287 gated calls per PyTorch training step of
+ * 15 ms, 1,199 per 2.3 ms inference step, at 19.6 ns each: 0.9% and 1.0% of
+ * the step. Matched on the name before any version suffix (_v2, _ptsz).
+ * cuDriverGetVersion and cuDeviceGetCount stay gated: rarely called, and the
+ * interposer's tests use them as ordinary gated calls.
+ */
+static const char *const ungated_names[] = {
+	"cuCtxGetApiVersion", "cuCtxGetCacheConfig", "cuCtxGetCurrent", "cuCtxGetDevice", "cuCtxGetFlags",
+	"cuCtxGetId", "cuCtxGetLimit", "cuCtxGetSharedMemConfig", "cuCtxGetStreamPriorityRange",
+	"cuDeviceCanAccessPeer", "cuDeviceComputeCapability", "cuDeviceGet", "cuDeviceGetAttribute",
+	"cuDeviceGetName", "cuDeviceGetP2PAttribute", "cuDeviceGetPCIBusId", "cuDeviceGetProperties",
+	"cuDeviceGetUuid", "cuDevicePrimaryCtxGetState", "cuDeviceTotalMem", "cuEventQuery", "cuFuncGetAttribute",
+	"cuGetErrorName", "cuGetErrorString", "cuStreamGetCaptureInfo", "cuStreamGetCtx", "cuStreamGetDevice",
+	"cuStreamGetFlags", "cuStreamGetId", "cuStreamGetPriority", "cuStreamIsCapturing", "cuStreamQuery",
+	"cuThreadExchangeStreamCaptureMode",
+};
+
+bool gs_interpose_is_ungated_name(const char *name)
+{
+	if (!name)
+		return false;
+	size_t base = strcspn(name, "_");
+	for (size_t i = 0; i < sizeof(ungated_names) / sizeof(ungated_names[0]); i++)
+		if (strlen(ungated_names[i]) == base && !strncmp(name, ungated_names[i], base))
+			return true;
+	return false;
+}
+
+/* What the app gets for the real driver function `real`, found under `name` (NULL: unknown). */
+static void *hand_out(void *real, const char *name)
 {
 	if (!real || owned_by_us(real))
 		return real;
@@ -226,6 +261,8 @@ static void *hand_out(void *real)
 	void *rep = replacement_for(real);
 	if (rep)
 		return rep;
+	if (gs_interpose_is_ungated_name(name))
+		return real;
 	void *stub = gs_tramp_for(real);
 	if (stub)
 		return stub;
@@ -365,7 +402,7 @@ static void *lookup_result(const char *name, void *res)
 	const ElfW(Sym) *sym = NULL;
 	if (dladdr1(res, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && ELF64_ST_TYPE(sym->st_info) == STT_OBJECT)
 		return res; /* data, not an entry point */
-	return hand_out(res);
+	return hand_out(res, name);
 }
 
 /*
@@ -394,7 +431,7 @@ static CUresult interposed_cuGetProcAddress_v2(const char *symbol, void **pfn, i
 	CUresult r = real(symbol, pfn, cuda_version, flags, status);
 	gs_gate_exit_c(token);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
-		*pfn = hand_out(*pfn);
+		*pfn = hand_out(*pfn, symbol);
 	return r;
 }
 
@@ -407,7 +444,7 @@ static CUresult interposed_cuGetProcAddress(const char *symbol, void **pfn, int 
 	CUresult r = real(symbol, pfn, cuda_version, flags);
 	gs_gate_exit_c(token);
 	if (r == CUDA_SUCCESS && pfn && *pfn)
-		*pfn = hand_out(*pfn);
+		*pfn = hand_out(*pfn, symbol);
 	return r;
 }
 
@@ -419,7 +456,7 @@ void *gs_export_resolve(unsigned index)
 		void *real = gs_real_dlsym(drv_handle, name);
 		if (real) {
 			atomic_store(&export_real[index], real);
-			target = hand_out(real);
+			target = hand_out(real, name);
 		} else {
 			dlerror();
 			pr_warn("the CUDA driver lacks '%s'; the app's calls to it return CUDA_ERROR_NOT_FOUND", name);

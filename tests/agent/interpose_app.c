@@ -38,6 +38,7 @@ struct fake_big {
 };
 
 /* (a): the fake driver's exports under real names, linked directly. */
+CUresult cuCtxGetCurrent(void **ctx);
 CUresult cuInit(unsigned int flags);
 CUresult cuDriverGetVersion(int *v);
 CUresult cuDeviceGetCount(int *n);
@@ -743,8 +744,9 @@ static void test_dlsym_answers(void)
 /*
  * The agent's self-measurement exports (agent_probe.h): the call counter
  * grows by exactly one per gated call on this thread (no other thread of this
- * app calls the driver now) and not for a call that bypasses the gate, and
- * the gate's measured cost is a plausible number.
+ * app calls the driver now) and not for a call that bypasses the gate; pure
+ * queries (cuCtxGetCurrent) are handed out ungated; the gate's measured cost
+ * is a plausible number.
  */
 static void test_probe_exports(void)
 {
@@ -765,6 +767,26 @@ static void test_probe_exports(void)
 		before = calls();
 		CHECK_INT(real_version(&v), 0);
 		CHECK_INT(calls() - before, 0);
+	}
+	/* pure queries are handed out ungated, by dlsym and cuGetProcAddress alike, and not counted */
+	void *drv = dlopen(getenv("GPUSNAP_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+	CUresult (*get_ctx_dlsym)(void **) = drv ? (CUresult (*)(void **))dlsym(drv, "cuCtxGetCurrent") : NULL;
+	gpa_v2_fn gpa = drv ? (gpa_v2_fn)dlsym(drv, "cuGetProcAddress_v2") : NULL;
+	CHECK(get_ctx_dlsym != NULL && gpa != NULL);
+	if (get_ctx_dlsym && gpa) {
+		CUresult (*get_ctx_gpa)(void **) = (CUresult (*)(void **))must_gpa(gpa, "cuCtxGetCurrent", 12000, 0);
+		CHECK(!H->is_gated((void *)get_ctx_dlsym));
+		CHECK(!H->is_gated((void *)get_ctx_gpa));
+		CHECK(get_ctx_gpa == get_ctx_dlsym); /* both the driver's own function */
+		void *ctx = (void *)1;
+		before = calls();
+		CHECK_INT(get_ctx_dlsym(&ctx), 0);
+		CHECK_INT(get_ctx_gpa(&ctx), 0);
+		CHECK_INT(cuCtxGetCurrent(&ctx), 0); /* linked: our export, which leads straight to the driver */
+		CHECK(ctx == NULL);
+		CHECK_INT(calls() - before, 0);
+		/* an ordinary entry point stays gated */
+		CHECK(H->is_gated(must_gpa(gpa, "cuFakeNop", 12000, 0)));
 	}
 	double ns = cost(200000);
 	printf("gate cost measured by the agent: %.2f ns per call\n", ns);

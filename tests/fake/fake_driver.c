@@ -39,6 +39,9 @@ struct fake_big {
 static CUresult fd_init(unsigned int flags) { return flags == 0 ? 0 : 1; }
 static CUresult fd_driver_get_version(int *v) { *v = 13000; return 0; }
 
+/* A pure query the agent hands out ungated (interpose.c, ungated_names). */
+static CUresult fd_ctx_get_current(void **ctx) { *ctx = NULL; return 0; }
+
 static CUresult fd_device_get_count(int *n)
 {
 	atomic_fetch_add(&call_counter, 1);
@@ -154,6 +157,7 @@ static CUresult fd_get_proc_address_v2(const char *symbol, void **pfn, int versi
 	const struct proc_entry plain[] = {
 		{ "cuInit", (void *)fd_init },
 		{ "cuDriverGetVersion", (void *)fd_driver_get_version },
+		{ "cuCtxGetCurrent", (void *)fd_ctx_get_current },
 		{ "cuDeviceGetCount", (void *)fd_device_get_count },
 		{ "cuTexRefSetMipmapLevelClamp", (void *)fd_texref_mip_clamp },
 		{ "cuGetExportTable", (void *)fd_get_export_table },
@@ -188,6 +192,7 @@ static CUresult fd_get_proc_address_v2(const char *symbol, void **pfn, int versi
 
 EXPORT_AS(cuInit, fd_init)
 EXPORT_AS(cuDriverGetVersion, fd_driver_get_version)
+EXPORT_AS(cuCtxGetCurrent, fd_ctx_get_current)
 EXPORT_AS(cuDeviceGetCount, fd_device_get_count)
 EXPORT_AS(cuMemAlloc_v2, fd_mem_alloc_v2)
 EXPORT_AS(cuMemAlloc, fd_mem_alloc_v1)
