@@ -567,6 +567,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	atomic_init(&j->next, 0);
 	atomic_init(&j->failed, 0);
 	pthread_mutex_init(&j->lock, NULL);
+	double t_run = gs_now();
 	unsigned started = 0;
 	for (unsigned i = 0; i < n; i++) {
 		wk[i] = (struct ring_worker){ .job = j, .clean = true, .cur_dev = -1, .borrowed = ring != NULL };
@@ -582,6 +583,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	worker_main(&wk[0]);
 	for (unsigned i = 1; i < started; i++)
 		pthread_join(wk[i].thread, NULL);
+	st->run_s = gs_now() - t_run;
 	bool all_clean = true;
 	for (unsigned i = 0; i < started; i++)
 		all_clean &= wk[i].clean;
@@ -804,5 +806,6 @@ void gs_ring_stats_report(const struct gs_ring_stats *st, struct gs_msg *reply)
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_wait", st->wait_s);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_host", st->host_s);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_issue", st->issue_s);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_run", st->run_s);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_threads", st->threads);
 }

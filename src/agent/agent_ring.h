@@ -45,6 +45,7 @@ struct gs_ring_stats {
 	double wait_s;
 	double host_s;
 	double issue_s; /* starting copies and recording events */
+	double run_s;   /* the transfer's wall time, threads started to threads joined */
 };
 
 /* Adds st to a reply: ring_setup, ring_wait, ring_host and ring_issue timings (nothing for a transfer that used no ring). */
