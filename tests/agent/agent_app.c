@@ -17,7 +17,6 @@
  * no stdin: SIGUSR1 runs verify, SIGTERM ends it; stdout is the test's log.
  * AGENT_APP_BIG_MB=N makes the second large block N MiB (several copy chunks).
  */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,10 +37,6 @@ struct block {
 	int live;
 };
 
-static CUresult (*p_cuInit)(unsigned);
-static CUresult (*p_cuDevicePrimaryCtxRetain)(void **, int);
-static CUresult (*p_cuCtxSetCurrent)(void *);
-static CUresult (*p_cuGetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);
 static CUresult (*p_cuMemAlloc_dlsym)(CUdeviceptr *, size_t);
 static CUresult (*p_cuMemAlloc_gpa)(CUdeviceptr *, size_t);
 static CUresult (*p_cuMemAllocAsync)(CUdeviceptr *, size_t, void *);
@@ -73,16 +68,6 @@ static int check(size_t i)
 			return -1;
 		}
 	return 0;
-}
-
-static void *need(void *lib, const char *name)
-{
-	void *fn = dlsym(lib, name);
-	if (!fn) {
-		fprintf(stderr, "agent_app: the driver lacks %s\n", name);
-		exit(1);
-	}
-	return fn;
 }
 
 static void verify(void)
@@ -135,31 +120,15 @@ int main(int argc, char **argv)
 	int signals = argc == 2 && !strcmp(argv[1], "--signals");
 	if (signals && fake_app_signals_setup())
 		return 1;
-	const char *path = getenv("GPUSNAP_LIBCUDA");
-	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		fprintf(stderr, "agent_app: %s\n", dlerror());
+	fake_app_open_driver("agent_app");
+	*(void **)&p_cuMemAlloc_dlsym = fake_app_need("cuMemAlloc_v2");
+	*(void **)&p_cuMemFree = fake_app_need("cuMemFree_v2");
+	*(void **)&p_cuMemGetAddressRange = fake_app_need("cuMemGetAddressRange_v2");
+	fake_app_gpa("cuMemAlloc", &p_cuMemAlloc_gpa);
+	fake_app_gpa("cuMemFree", &p_cuMemFree_gpa);
+	fake_app_gpa("cuMemAllocAsync", &p_cuMemAllocAsync);
+	if (fake_app_make_context())
 		return 1;
-	}
-	*(void **)&p_cuInit = need(lib, "cuInit");
-	*(void **)&p_cuDevicePrimaryCtxRetain = need(lib, "cuDevicePrimaryCtxRetain");
-	*(void **)&p_cuCtxSetCurrent = need(lib, "cuCtxSetCurrent");
-	*(void **)&p_cuGetProcAddress_v2 = need(lib, "cuGetProcAddress_v2");
-	*(void **)&p_cuMemAlloc_dlsym = need(lib, "cuMemAlloc_v2");
-	*(void **)&p_cuMemFree = need(lib, "cuMemFree_v2");
-	*(void **)&p_cuMemGetAddressRange = need(lib, "cuMemGetAddressRange_v2");
-	int status = -1;
-	if (p_cuGetProcAddress_v2("cuMemAlloc", (void **)&p_cuMemAlloc_gpa, 12000, 0, &status) || status ||
-	    p_cuGetProcAddress_v2("cuMemFree", (void **)&p_cuMemFree_gpa, 12000, 0, &status) || status ||
-	    p_cuGetProcAddress_v2("cuMemAllocAsync", (void **)&p_cuMemAllocAsync, 12000, 0, &status) || status) {
-		fprintf(stderr, "agent_app: cuGetProcAddress_v2 failed\n");
-		return 1;
-	}
-	void *ctx = NULL;
-	if (p_cuInit(0) || p_cuDevicePrimaryCtxRetain(&ctx, 0) || p_cuCtxSetCurrent(ctx)) {
-		fprintf(stderr, "agent_app: no context\n");
-		return 1;
-	}
 
 	size_t large[LARGE_COUNT] = { 3u << 20, 8u << 20, (5u << 20) + 1 };
 	const char *big = getenv("AGENT_APP_BIG_MB");

@@ -27,7 +27,6 @@
  *   cleanup  unmaps, releases and frees everything -> "CLEAN OK" / "CLEAN FAIL ..."
  *   quit     exits
  */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +52,6 @@ struct access {
 #define MiB (1ULL << 20)
 #define POSIX_FD 1
 
-static CUresult (*p_cuInit)(unsigned);
-static CUresult (*p_cuDevicePrimaryCtxRetain)(void **, int);
-static CUresult (*p_cuCtxSetCurrent)(void *);
-static CUresult (*p_cuGetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);
 static CUresult (*p_cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
 static CUresult (*p_cuMemAddressFree)(CUdeviceptr, size_t);
 static CUresult (*p_cuMemCreate)(CUhandle *, size_t, const struct prop *, unsigned long long);
@@ -109,25 +104,6 @@ static int die(const char *what, CUresult r)
 		if (r_)                   \
 			die(#call, r_);   \
 	} while (0)
-
-static void *need(void *lib, const char *name)
-{
-	void *fn = dlsym(lib, name);
-	if (!fn) {
-		fprintf(stderr, "app_vmm: the driver lacks %s\n", name);
-		exit(1);
-	}
-	return fn;
-}
-
-static void gpa(const char *name, void *out)
-{
-	int status = -1;
-	if (p_cuGetProcAddress_v2(name, (void **)out, 12000, 0, &status) || status) {
-		fprintf(stderr, "app_vmm: cuGetProcAddress_v2(%s) failed\n", name);
-		exit(1);
-	}
-}
 
 static void set_access(CUdeviceptr va, size_t size, int flags)
 {
@@ -275,32 +251,20 @@ int main(int argc, char **argv)
 	int signals = argc == 2 && !strcmp(argv[1], "--signals");
 	if (signals && fake_app_signals_setup())
 		return 1;
-	const char *path = getenv("GPUSNAP_LIBCUDA");
-	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		fprintf(stderr, "app_vmm: %s\n", dlerror());
-		return 1;
-	}
-	*(void **)&p_cuInit = need(lib, "cuInit");
-	*(void **)&p_cuDevicePrimaryCtxRetain = need(lib, "cuDevicePrimaryCtxRetain");
-	*(void **)&p_cuCtxSetCurrent = need(lib, "cuCtxSetCurrent");
-	*(void **)&p_cuGetProcAddress_v2 = need(lib, "cuGetProcAddress_v2");
-	*(void **)&p_cuMemAddressReserve = need(lib, "cuMemAddressReserve");
-	*(void **)&p_cuMemAddressFree = need(lib, "cuMemAddressFree");
-	*(void **)&p_cuMemCreate = need(lib, "cuMemCreate");
-	*(void **)&p_cuMemRelease = need(lib, "cuMemRelease");
-	*(void **)&p_cuMemUnmap = need(lib, "cuMemUnmap");
-	*(void **)&p_cuMemExportToShareableHandle = need(lib, "cuMemExportToShareableHandle");
+	fake_app_open_driver("app_vmm");
+	*(void **)&p_cuMemAddressReserve = fake_app_need("cuMemAddressReserve");
+	*(void **)&p_cuMemAddressFree = fake_app_need("cuMemAddressFree");
+	*(void **)&p_cuMemCreate = fake_app_need("cuMemCreate");
+	*(void **)&p_cuMemRelease = fake_app_need("cuMemRelease");
+	*(void **)&p_cuMemUnmap = fake_app_need("cuMemUnmap");
+	*(void **)&p_cuMemExportToShareableHandle = fake_app_need("cuMemExportToShareableHandle");
 	/* the rest the way cudart and PyTorch find them */
-	gpa("cuMemMap", &p_cuMemMap);
-	gpa("cuMemSetAccess", &p_cuMemSetAccess);
-	gpa("cuMemRetainAllocationHandle", &p_cuMemRetainAllocationHandle);
-	gpa("cuMemGetAllocationPropertiesFromHandle", &p_cuMemGetAllocationPropertiesFromHandle);
-	void *ctx = NULL;
-	if (p_cuInit(0) || p_cuDevicePrimaryCtxRetain(&ctx, 0) || p_cuCtxSetCurrent(ctx)) {
-		fprintf(stderr, "app_vmm: no context\n");
+	fake_app_gpa("cuMemMap", &p_cuMemMap);
+	fake_app_gpa("cuMemSetAccess", &p_cuMemSetAccess);
+	fake_app_gpa("cuMemRetainAllocationHandle", &p_cuMemRetainAllocationHandle);
+	fake_app_gpa("cuMemGetAllocationPropertiesFromHandle", &p_cuMemGetAllocationPropertiesFromHandle);
+	if (fake_app_make_context())
 		return 1;
-	}
 	setup();
 	return fake_app_serve("app_vmm", signals, verify, "cleanup", cleanup);
 }

@@ -4,6 +4,7 @@
  */
 #include "fake_app_common.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,57 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+static const char *app = "fake_app";
+static void *driver;
+
+void fake_app_open_driver(const char *app_name)
+{
+	app = app_name;
+	const char *path = getenv("GPUSNAP_LIBCUDA");
+	driver = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!driver) {
+		fprintf(stderr, "%s: %s\n", app, dlerror());
+		exit(1);
+	}
+}
+
+void *fake_app_need(const char *name)
+{
+	void *fn = driver ? dlsym(driver, name) : NULL;
+	if (!fn) {
+		fprintf(stderr, "%s: the driver lacks %s\n", app, name);
+		exit(1);
+	}
+	return fn;
+}
+
+void fake_app_gpa(const char *name, void *out)
+{
+	int (*gpa)(const char *, void **, int, unsigned long long, int *);
+	*(void **)&gpa = fake_app_need("cuGetProcAddress_v2");
+	int status = -1;
+	if (gpa(name, (void **)out, 12000, 0, &status) || status) {
+		fprintf(stderr, "%s: cuGetProcAddress_v2(%s) failed\n", app, name);
+		exit(1);
+	}
+}
+
+int fake_app_make_context(void)
+{
+	int (*init)(unsigned);
+	int (*retain)(void **, int);
+	int (*set_current)(void *);
+	*(void **)&init = fake_app_need("cuInit");
+	*(void **)&retain = fake_app_need("cuDevicePrimaryCtxRetain");
+	*(void **)&set_current = fake_app_need("cuCtxSetCurrent");
+	void *ctx = NULL;
+	if (init(0) || retain(&ctx, 0) || set_current(ctx)) {
+		fprintf(stderr, "%s: no context\n", app);
+		return -1;
+	}
+	return 0;
+}
 
 /* Writes FAKE_CUDA_DIR/<pid> ("running, no GPU state moved"), so gpusnap sees a CUDA process; exits on failure. */
 static void fake_app_register(const char *app_name)

@@ -1,11 +1,24 @@
 /*
  * fake_app_common.h - what the fake-driver test apps (agent_app.c,
- * app_vmm.c) share: telling the fake driver they are CUDA processes, and
+ * app_vmm.c) share: finding the driver's entry points the ways real apps do
+ * and making a context, telling the fake driver they are CUDA processes, and
  * the --signals mode in which CRIU can dump them (no stdin; SIGUSR1 asks for
  * a verify, whose answer goes to stdout).
  */
 #ifndef GPUSNAP_TESTS_FAKE_APP_COMMON_H
 #define GPUSNAP_TESTS_FAKE_APP_COMMON_H
+
+/*
+ * Opens the driver (GPUSNAP_LIBCUDA, else libcuda.so.1) for the app named
+ * app_name, which later messages carry; exits on failure.
+ */
+void fake_app_open_driver(const char *app_name);
+/* An entry point by dlsym from the opened driver; exits naming it if the driver lacks it. */
+void *fake_app_need(const char *name);
+/* An entry point by cuGetProcAddress_v2 (CUDA 12 semantics) into *out; exits on failure. */
+void fake_app_gpa(const char *name, void *out);
+/* cuInit, then device 0's primary context made current: 0, or -1 with a message. */
+int fake_app_make_context(void);
 
 /* For --signals: SIGUSR1 handler installed, stdin from /dev/null. 0, or -1 if stdin cannot be replaced. */
 int fake_app_signals_setup(void);
