@@ -1,6 +1,7 @@
 /*
  * app_common.cuh - what every GPU test app shares: checked CUDA calls, size
- * parsing, and the line protocol on stdin/stdout.
+ * parsing, the mixer behind the data patterns, and the line protocol on
+ * stdin/stdout.
  *
  * Protocol: the app prints "READY <pid>" once set up, then reads one command
  * per line from stdin and answers with one line on stdout (flushed at once,
@@ -25,6 +26,17 @@
 #include <mutex>
 #include <string>
 #include <unistd.h>
+
+/* The apps' patterns: a 64-bit mixer (splitmix64's finalizer), so every word of every allocation differs. */
+__host__ __device__ static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
 
 static const char *g_app_name = "app";
 /* Every error ever seen; quit and end of input exit non-zero when it is not 0. */

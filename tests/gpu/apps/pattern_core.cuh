@@ -51,16 +51,6 @@ struct pattern_device {
 	struct verify_result *result; /* device memory, one per device */
 };
 
-__host__ __device__ static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebULL;
-	x ^= x >> 31;
-	return x;
-}
-
 static uint64_t region_key(uint64_t seed, uint64_t region)
 {
 	return mix64(mix64(seed ^ 0x5851f42d4c957f2dULL) + region * 0x9e3779b97f4a7c15ULL);

@@ -28,16 +28,6 @@
 
 static const char *const usage = "[--size BYTES] [--chunk BYTES] [--device N] [--seed S]";
 
-__host__ __device__ static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebULL;
-	x ^= x >> 31;
-	return x;
-}
-
 __host__ __device__ static inline uint64_t word(uint64_t key, size_t index)
 {
 	return mix64(key ^ ((uint64_t)index * 0x9e3779b97f4a7c15ULL));
