@@ -142,15 +142,6 @@ kill_our_apps() {
   done
 }
 
-wait_gone() {
-  local i
-  for ((i = 0; i < 500; i++)); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 0.01
-  done
-  return 1
-}
-alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
 phys() { cat "$FAKE_CUDA_DIR/$PID.phys" 2>/dev/null || echo none; }
 handles() { cat "$FAKE_CUDA_DIR/$PID.handles" 2>/dev/null || echo none; }
 pinned() { cat "$FAKE_CUDA_DIR/$PID.pinned" 2>/dev/null || echo 0; }

@@ -16,6 +16,18 @@ cleanup_test() {
 }
 trap cleanup_test EXIT
 
+# wait_gone PID [SECONDS]: 0 once PID no longer exists (default: wait up to 10 s), else 1.
+wait_gone() {
+  local i steps=$((${2:-10} * 100))
+  for ((i = 0; i < steps; i++)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.01
+  done
+  return 1
+}
+# alive PID: PID exists and is not a zombie.
+alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
+
 pass() { TEST_PASSED=$((TEST_PASSED + 1)); echo "ok - $1"; }
 fail() { TEST_FAILED=$((TEST_FAILED + 1)); echo "not ok - $1"; shift; [ $# -gt 0 ] && printf '    %s\n' "$@"; }
 

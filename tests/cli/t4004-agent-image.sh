@@ -57,7 +57,7 @@ ring=$(jget "['ring_bytes']")
 check "the ring ($ring bytes) is smaller than the data ($data bytes)" test "$ring" -gt 0 -a "$ring" -lt "$data"
 check "the data is the app's: at least its 300 MiB block ($data bytes)" test "$data" -gt $((300 << 20))
 check "nothing stays pinned after the dump ($(pinned) bytes)" test "$(pinned)" = 0
-check "the dumped process is gone" wait_gone "$PID"
+check "the dumped process is gone" wait_gone "$PID" 5
 check "no temporary directories left" test -z "$(tmp_dirs "$img")"
 run_gpusnap inspect --json --verify "$img"; expect "inspect --verify of the image" 0
 check "the image says agent and holds the data" \

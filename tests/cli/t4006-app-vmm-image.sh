@@ -37,7 +37,7 @@ check "the agent streamed the data" test "$(jget "['streamed']")" = True
 # h1 4 MiB, h2 6 MiB, h3 4 MiB, h5a+h5b 8 MiB; h4 (2 MiB, exported) stays with the driver
 data=$(jget "['gpu_data_bytes']")
 check "the agent wrote the app's releasable handles ($data bytes)" test "$data" = $((22 * MiB))
-check "the dumped process is gone" wait_gone "$PID"
+check "the dumped process is gone" wait_gone "$PID" 5
 
 run_gpusnap inspect --json --verify "$img"; expect "inspect --verify" 0
 kinds=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(sorted(set(a["kind"] for a in d["image"]["allocations"]["list"]))))' "$OUT_TXT" 2>/dev/null)

@@ -44,15 +44,6 @@ wait_lines() { # wait_lines FILE N: up to 5 s
   done
   return 1
 }
-wait_gone() {
-  local i
-  for ((i = 0; i < 1000; i++)); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 0.01
-  done
-  return 1
-}
-alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
 grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
 settled() { # prints "lines last" once FILE stopped growing
   local a b
