@@ -165,8 +165,13 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
 	return 0;
 }
 
-/* A writer of an agent image into gpu_dir, naming this process as its source. */
-static int open_writer(const char *gpu_dir, struct gs_image_writer **w, struct gs_err *err)
+/*
+ * A writer of an agent image into gpu_dir, naming this process as its
+ * source, with the GPUs and h's regions described. On failure *w may be set:
+ * the caller aborts it.
+ */
+static int open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, struct gs_image_writer **w,
+		       struct gs_err *err)
 {
 	char comm[64] = "";
 	FILE *f = fopen("/proc/self/comm", "r");
@@ -176,7 +181,17 @@ static int open_writer(const char *gpu_dir, struct gs_image_writer **w, struct g
 		fclose(f);
 	}
 	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(), .source_comm = comm, .how = "agent" };
-	return gs_image_writer_open_in(gpu_dir, &wo, w, err);
+	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
+	return rc ? rc : describe(a, h, *w, err);
+}
+
+/* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */
+static int seal_writer(struct gs_image_writer **w, struct gs_image_writer_stats *st, struct gs_err *err)
+{
+	gs_image_writer_stats(*w, st);
+	int rc = gs_image_writer_seal(*w, err);
+	*w = NULL;
+	return rc;
 }
 
 int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply,
@@ -195,7 +210,7 @@ int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_stagi
 		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
 		goto out;
 	}
-	if ((rc = open_writer(gpu_dir, &w, err)) || (rc = describe(a, h, w, err)))
+	if ((rc = open_writer(a, h, gpu_dir, &w, err)))
 		goto out;
 	if (h && h->plan.nchunks) {
 		struct io_job j = { .h = h, .w = w };
@@ -206,10 +221,7 @@ int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_stagi
 			goto out;
 	}
 	struct gs_image_writer_stats st;
-	gs_image_writer_stats(w, &st);
-	rc = gs_image_writer_seal(w, err);
-	w = NULL;
-	if (rc)
+	if ((rc = seal_writer(&w, &st, err)))
 		goto out;
 	double t_write = gs_now();
 	if (drop_staging && h)
@@ -419,16 +431,13 @@ int gs_agent_image_dump_running(struct gs_agent *a, const char *gpu_dir, double 
 	if (a->cuda_ready && (rc = gs_mover_plan(a, GS_MOVER_IMAGE_CHUNK_BYTES, &h, err)))
 		goto out;
 	double t_plan = gs_now();
-	if ((rc = open_writer(gpu_dir, &w, err)) || (rc = describe(a, h, w, err)))
+	if ((rc = open_writer(a, h, gpu_dir, &w, err)))
 		goto out;
 	struct gs_ring_stats rs = { 0 };
 	if (h && h->plan.nchunks && (rc = gs_ring_to_image(a, h, w, &rs, err)))
 		goto out;
 	struct gs_image_writer_stats st;
-	gs_image_writer_stats(w, &st);
-	rc = gs_image_writer_seal(w, err);
-	w = NULL;
-	if (rc)
+	if ((rc = seal_writer(&w, &st, err)))
 		goto out;
 	double t_write = gs_now();
 	if (h && (rc = gs_mover_release(a, h, err))) {
