@@ -217,6 +217,27 @@ static void slot_teardown(struct gs_agent *a, struct ring_slot *s, bool buffer)
 	memset(s, 0, sizeof(*s));
 }
 
+/*
+ * Pins a borrowed slot that is not pinned yet (a prepared ring's), with dev's
+ * context current; the time counts as this thread's setup.
+ */
+static int pin_borrowed(struct ring_worker *wk, struct ring_slot *s, int dev)
+{
+	if (s->pinned)
+		return 0;
+	struct ring_job *j = wk->job;
+	double t0 = gs_now();
+	struct gs_err e = { 0 };
+	if (use_device(wk, dev))
+		return -1;
+	if (slot_pin(j->a, s, dev, &e)) {
+		job_fail(j, &e);
+		return -1;
+	}
+	wk->setup_s += gs_now() - t0;
+	return 0;
+}
+
 /* Maps and pins this thread's buffers (in parallel with the other threads: fault-in is per thread). */
 static int setup(struct ring_worker *wk, int first_dev)
 {
@@ -233,20 +254,9 @@ static int setup(struct ring_worker *wk, int first_dev)
 		 */
 		if (!to_host(j))
 			return 0;
-		bool pinned_here = false;
-		for (int i = 0; i < RING_DEPTH; i++) {
-			struct gs_err e = { 0 };
-			if (wk->slots[i].pinned)
-				continue;
-			if (use_device(wk, first_dev) || slot_pin(j->a, &wk->slots[i], first_dev, &e)) {
-				if (e.code)
-					job_fail(j, &e);
+		for (int i = 0; i < RING_DEPTH; i++)
+			if (pin_borrowed(wk, &wk->slots[i], first_dev))
 				return -1;
-			}
-			pinned_here = true;
-		}
-		if (pinned_here)
-			wk->setup_s = gs_now() - t0;
 		return 0;
 	}
 	if (use_device(wk, first_dev))
@@ -276,18 +286,7 @@ static CUstream lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *
 }
 
 /* Starts chunk k's copy between the GPU and slot s (on its lane) and records s's event behind it. */
-static int issue_timed(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host);
-
-/* issue_timed, with its time counted in wk->issue_s */
-static int issue(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host)
-{
-	double t0 = gs_now();
-	int rc = issue_timed(wk, s, k, to_host);
-	wk->issue_s += gs_now() - t0;
-	return rc;
-}
-
-static int issue_timed(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host)
+static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host)
 {
 	struct ring_job *j = wk->job;
 	struct gs_agent *a = j->a;
@@ -321,6 +320,15 @@ static int issue_timed(struct ring_worker *wk, struct ring_slot *s, size_t k, bo
 		return -1;
 	}
 	return 0;
+}
+
+/* start_copy, with its time counted in wk->issue_s */
+static int issue(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host)
+{
+	double t0 = gs_now();
+	int rc = start_copy(wk, s, k, to_host);
+	wk->issue_s += gs_now() - t0;
+	return rc;
 }
 
 /* Waits until slot s's copy is done. */
@@ -437,25 +445,6 @@ static void run_to_host(struct ring_worker *wk)
 	}
 }
 
-/* Pins a buffer of a prepared ring on its first use toward the GPU; the time counts as this thread's setup. */
-static int ensure_pinned(struct ring_worker *wk, struct ring_slot *s, size_t k)
-{
-	if (s->pinned)
-		return 0;
-	struct ring_job *j = wk->job;
-	int dev = j->h->regions[j->h->plan.chunks[k].region].device;
-	double t0 = gs_now();
-	struct gs_err e = { 0 };
-	if (use_device(wk, dev))
-		return -1;
-	if (slot_pin(j->a, s, dev, &e)) {
-		job_fail(j, &e);
-		return -1;
-	}
-	wk->setup_s += gs_now() - t0;
-	return 0;
-}
-
 /* Other side -> buffer -> GPU: fills a buffer once its previous copy is done, then starts the copy. */
 static void run_from_host(struct ring_worker *wk)
 {
@@ -476,7 +465,7 @@ static void run_from_host(struct ring_worker *wk)
 			job_fail(j, &e);
 			break;
 		}
-		if (ensure_pinned(wk, s, k) || issue(wk, s, k, false))
+		if (pin_borrowed(wk, s, j->h->regions[j->h->plan.chunks[k].region].device) || issue(wk, s, k, false))
 			break;
 	}
 	for (int i = 0; i < RING_DEPTH; i++)
