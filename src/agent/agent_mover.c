@@ -126,7 +126,6 @@ static int staging_threads(void)
 	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
 }
 
-/* Whether a pool (the reserved one, or one made for a transfer) is left unpinned, its copies going through a ring. */
 /*
  * Threads for a suspend into an on-demand pool, both for populating the pool
  * and for the ring: the copy waits for fresh memory there, and population and
@@ -140,7 +139,7 @@ static int on_demand_threads(void)
 	int n = staging_threads();
 	const char *v = getenv("GPUSNAP_STAGING_THREADS");
 	if (v && *v)
-		return n;
+		return n; /* said: for every pool alike */
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int half = cpus > 0 ? (int)(cpus + 4) / 2 : 4;
 	if (half < 4)
@@ -789,6 +788,26 @@ void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h)
 	held_free(h);
 }
 
+/*
+ * The ring of an on-demand bounce suspend, made before its pool: set up while
+ * the pool's workers populate tens of GiB, its fault-in and pinning took
+ * 0.27 s for 112 MiB on the H100 (8 GiB suspend), alone a few ms. NULL on
+ * failure (the transfer then sets up its own); *setup_s is the time it took.
+ */
+static struct gs_ring *ring_before_pool(struct gs_agent *a, const struct gs_agent_held *h, double *setup_s)
+{
+	double t0 = gs_now();
+	unsigned n = (unsigned)on_demand_threads();
+	if (n > h->plan.nchunks)
+		n = (unsigned)h->plan.nchunks;
+	struct gs_ring *r = NULL;
+	struct gs_err e = { 0 };
+	if (gs_ring_create(a, n, mover.chunk_bytes, &r, &e))
+		pr_warn("cannot set up the copy ring ahead of the staging pool: %s", e.msg);
+	*setup_s = gs_now() - t0;
+	return r;
+}
+
 int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
 {
 	pthread_mutex_lock(&a->lock);
@@ -826,21 +845,8 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 			h->pool = mover.reserve;
 			h->pool_is_reserve = true;
 		} else {
-			if (mover.mode == MODE_BOUNCE) {
-				/*
-				 * The ring before the pool: set up while the pool's workers
-				 * populate tens of GiB, its fault-in and pinning took 0.27 s
-				 * for 112 MiB on the H100 (8 GiB suspend), alone a few ms.
-				 * On failure the transfer sets up its own.
-				 */
-				unsigned n = (unsigned)on_demand_threads();
-				if (n > h->plan.nchunks)
-					n = (unsigned)h->plan.nchunks;
-				struct gs_err e = { 0 };
-				if (gs_ring_create(a, n, mover.chunk_bytes, &own_ring, &e))
-					pr_warn("cannot set up the copy ring ahead of the staging pool: %s", e.msg);
-				own_ring_setup = gs_now() - t_pool0;
-			}
+			if (mover.mode == MODE_BOUNCE)
+				own_ring = ring_before_pool(a, h, &own_ring_setup);
 			double t = gs_now();
 			if ((rc = gs_mover_make_pool(a, h->plan.staging_bytes, &h->pool, err)))
 				goto out;
@@ -850,13 +856,13 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	if (h->pool && !gs_staging_registers(h->pool)) {
 		/* bounce: nothing of the pool is pinned, so nothing to unpin for the driver's checkpoint */
 		rc = bounce_copy(a, h, own_ring, true, timeout_s, &rs, err);
-		if (own_ring)
+		if (own_ring) {
 			rs.setup_s = own_ring_setup;
-		double t = gs_now();
-		gs_ring_destroy(own_ring); /* nothing is in flight: the transfer synchronized */
-		own_ring = NULL;
-		if (own_ring_setup > 0)
+			double t = gs_now();
+			gs_ring_destroy(own_ring); /* nothing is in flight: the transfer synchronized */
+			own_ring = NULL;
 			gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_free", gs_now() - t);
+		}
 		if (rc)
 			goto out;
 	} else if (h->pool) {
