@@ -238,7 +238,8 @@ static const char *const ungated_names[] = {
 	"cuThreadExchangeStreamCaptureMode",
 };
 
-bool gs_interpose_is_ungated_name(const char *name)
+/* Whether the app gets `name` (a driver entry point, any version suffix) ungated. */
+static bool is_ungated_name(const char *name)
 {
 	if (!name)
 		return false;
@@ -261,7 +262,7 @@ static void *hand_out(void *real, const char *name)
 	void *rep = replacement_for(real);
 	if (rep)
 		return rep;
-	if (gs_interpose_is_ungated_name(name))
+	if (is_ungated_name(name))
 		return real;
 	void *stub = gs_tramp_for(real);
 	if (stub)

@@ -12,7 +12,6 @@
 #ifndef GPUSNAP_AGENT_INTERPOSE_H
 #define GPUSNAP_AGENT_INTERPOSE_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/err.h"
@@ -84,9 +83,6 @@ struct gs_interpose_test_hooks {
 };
 #define GPUSNAP_TEST_HOOKS_SYMBOL "gpusnap_interpose_test_hooks"
 __attribute__((visibility("default"))) const struct gs_interpose_test_hooks *gpusnap_interpose_test_hooks(void);
-
-/* Whether the app gets `name` (a driver entry point, any version suffix) ungated: a pure query (interpose.c). */
-bool gs_interpose_is_ungated_name(const char *name);
 
 /* Called only from the assembly (gate_x86_64.S, exports_x86_64.S). */
 int gs_dl_bootstrap(void);
