@@ -333,14 +333,8 @@ static int collect(void *ctx, const struct gs_alloc_rec *rec)
 	struct collect_ctx *c = ctx;
 	if (rec->kind != GS_ALLOC_DEVICE)
 		return 0;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-		struct held_region *nr = realloc(c->r, cap * sizeof(*nr));
-		if (!nr)
-			return -1;
-		c->r = nr;
-		c->cap = cap;
-	}
+	if (gs_grow_array((void **)&c->r, &c->cap, c->n, sizeof(*c->r), 256))
+		return -1;
 	c->r[c->n++] = (struct held_region){
 		.va = rec->va, .size = rec->size, .reserved = rec->user, .handle = rec->handle,
 		.device = rec->device, .is_slab = c->is_slab,

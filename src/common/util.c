@@ -63,3 +63,20 @@ int gs_parse_pid(const char *s, int *pid)
 	*pid = (int)v;
 	return 0;
 }
+
+int gs_grow_array(void **arr, size_t *cap, size_t n, size_t elem_size, size_t first_cap)
+{
+	if (n < *cap)
+		return 0;
+	size_t ncap = *cap ? *cap * 2 : first_cap;
+	if (ncap <= n)
+		ncap = n + 1;
+	if (ncap < *cap || (elem_size && ncap > SIZE_MAX / elem_size))
+		return -1;
+	void *p = realloc(*arr, ncap * elem_size);
+	if (!p)
+		return -1;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}

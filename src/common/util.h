@@ -23,6 +23,13 @@ const char *gs_format_bytes(uint64_t bytes, char *buf, size_t n);
 int gs_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out);
 /* Rounds v up to a multiple of align (a power of two or any non-zero value). */
 uint64_t gs_round_up(uint64_t v, uint64_t align);
+/*
+ * Makes the array *arr of *cap elements of elem_size bytes hold at least n + 1
+ * (call it before storing element n): doubles the capacity, or starts at
+ * first_cap. 0, or -1 when out of memory or the size would overflow (*arr and
+ * *cap unchanged then).
+ */
+int gs_grow_array(void **arr, size_t *cap, size_t n, size_t elem_size, size_t first_cap);
 /* Parses a PID ("1234", > 0). Returns 0 or -1. */
 int gs_parse_pid(const char *s, int *pid);
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "core/alloc_registry.h"
 
 struct gs_vh_table {
@@ -83,14 +84,8 @@ int gs_vh_add(struct gs_vh_table *t, const struct gs_vh_handle *init, uint64_t *
 			       GS_VH_PROP_MAX);
 	if (t->next & GS_VH_TAG_MASK)
 		return gs_fail(err, GS_E_FAILURE, "virtual allocation handles exhausted");
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 64;
-		struct gs_vh_handle **nh = realloc(t->h, cap * sizeof(*nh));
-		if (!nh)
-			return gs_fail(err, GS_E_FAILURE, "out of memory recording an allocation handle");
-		t->h = nh;
-		t->cap = cap;
-	}
+	if (gs_grow_array((void **)&t->h, &t->cap, t->n, sizeof(*t->h), 64))
+		return gs_fail(err, GS_E_FAILURE, "out of memory recording an allocation handle");
 	struct gs_vh_handle *h = malloc(sizeof(*h));
 	if (!h)
 		return gs_fail(err, GS_E_FAILURE, "out of memory recording an allocation handle");
@@ -144,14 +139,8 @@ int gs_vh_map(struct gs_vh_table *t, uint64_t vh, uint64_t va, uint64_t size, ui
 	if (size == 0 || offset > h->size || size > h->size - offset)
 		return gs_fail(err, GS_E_STATE, "mapping of %llu bytes at offset %llu exceeds the allocation of %llu bytes",
 			       (unsigned long long)size, (unsigned long long)offset, (unsigned long long)h->size);
-	if (h->nmaps == h->maps_cap) {
-		size_t cap = h->maps_cap ? h->maps_cap * 2 : 2;
-		struct gs_vh_mapping **nm = realloc(h->maps, cap * sizeof(*nm));
-		if (!nm)
-			return gs_fail(err, GS_E_FAILURE, "out of memory recording a mapping");
-		h->maps = nm;
-		h->maps_cap = cap;
-	}
+	if (gs_grow_array((void **)&h->maps, &h->maps_cap, h->nmaps, sizeof(*h->maps), 2))
+		return gs_fail(err, GS_E_FAILURE, "out of memory recording a mapping");
 	struct gs_vh_mapping *m = calloc(1, sizeof(*m));
 	if (!m)
 		return gs_fail(err, GS_E_FAILURE, "out of memory recording a mapping");
@@ -186,14 +175,8 @@ struct collect {
 static int collect_mapping(void *ctx, const struct gs_alloc_rec *rec)
 {
 	struct collect *c = ctx;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 8;
-		struct gs_vh_mapping **nm = realloc(c->m, cap * sizeof(*nm));
-		if (!nm)
-			return -1;
-		c->m = nm;
-		c->cap = cap;
-	}
+	if (gs_grow_array((void **)&c->m, &c->cap, c->n, sizeof(*c->m), 8))
+		return -1;
 	c->m[c->n++] = (struct gs_vh_mapping *)(uintptr_t)rec->user;
 	return 0;
 }
@@ -291,14 +274,8 @@ static int add_op(struct gs_vh_mapping *m, struct gs_vh_access_op *op)
 			m->ops[k++] = *o;
 	}
 	m->nops = k;
-	if (m->nops == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 2;
-		struct gs_vh_access_op *no = realloc(m->ops, cap * sizeof(*no));
-		if (!no)
-			return -1;
-		m->ops = no;
-		m->cap = cap;
-	}
+	if (gs_grow_array((void **)&m->ops, &m->cap, m->nops, sizeof(*m->ops), 2))
+		return -1;
 	m->ops[m->nops++] = *op;
 	return 0;
 }

@@ -133,15 +133,7 @@ static int oom(struct gs_err *err, const char *what)
 /* Grows *arr (of *cap elements of size sz) to hold n + 1. */
 static int grow(void **arr, size_t *cap, size_t n, size_t sz)
 {
-	if (n < *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 16;
-	void *p = realloc(*arr, ncap * sz);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = ncap;
-	return 0;
+	return gs_grow_array(arr, cap, n, sz, 16);
 }
 
 /* The fault-injection hook: true if writing n more bytes must fail with ENOSPC. */

@@ -1,5 +1,5 @@
 /*
- * test_common.c - unit tests of src/common: options, sizes, JSON, errors, /proc helpers.
+ * test_common.c - unit tests of src/common: options, sizes, JSON, errors, /proc helpers, growing arrays.
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -177,6 +177,31 @@ static void test_format_bytes(void)
 	CHECK_INT(gs_parse_pid("0", &pid), -1);
 }
 
+static void test_grow_array(void)
+{
+	int *a = NULL;
+	size_t cap = 0;
+	for (size_t n = 0; n < 1000; n++) {
+		CHECK_INT(gs_grow_array((void **)&a, &cap, n, sizeof(*a), 4), 0);
+		CHECK(cap > n);
+		a[n] = (int)n;
+	}
+	CHECK_INT(cap, 1024); /* 4, doubled */
+	int bad = 0;
+	for (size_t n = 0; n < 1000; n++)
+		bad += a[n] != (int)n;
+	CHECK_INT(bad, 0);
+	/* room already: nothing moves */
+	int *before = a;
+	CHECK_INT(gs_grow_array((void **)&a, &cap, 10, sizeof(*a), 4), 0);
+	CHECK(a == before && cap == 1024);
+	/* a size that would overflow is refused and leaves the array as it was */
+	size_t huge = SIZE_MAX / 2 + 1;
+	CHECK_INT(gs_grow_array((void **)&a, &huge, huge, sizeof(*a), 4), -1);
+	CHECK(a == before);
+	free(a);
+}
+
 int main(void)
 {
 	RUN(test_parse_size);
@@ -186,5 +211,6 @@ int main(void)
 	RUN(test_errors);
 	RUN(test_proc);
 	RUN(test_format_bytes);
+	RUN(test_grow_array);
 	return TEST_SUMMARY();
 }
