@@ -1,0 +1,138 @@
+/*
+ * host_fault.c - how fast this machine hands out fresh host memory, the limit
+ * of an on-demand suspend (issue 4): N threads fault in SIZE bytes of new
+ * anonymous memory the way the staging pool does (256 MiB segments claimed by
+ * the next free thread, populated in STEP pieces), with transparent huge pages
+ * asked for, refused, or hugetlb pages, or by copying into the fresh pages
+ * directly. Prints one line per run: mode, threads, GB/s, the part that
+ * ended up in huge pages.
+ *
+ * usage: host_fault SIZE_GIB THREADS MODE [STEP_MIB]
+ *   MODE: thp (MADV_HUGEPAGE + MADV_POPULATE_WRITE), 4k (MADV_NOHUGEPAGE +
+ *         populate), hugetlb (MAP_HUGETLB + populate), copy (MADV_HUGEPAGE,
+ *         memcpy of a warm 4 MiB buffer into the fresh pages)
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define MiB (1024ull * 1024)
+#define SEGMENT (256 * MiB)
+
+enum mode { MODE_THP, MODE_4K, MODE_HUGETLB, MODE_COPY };
+
+struct run {
+	uint8_t *base;
+	uint64_t size, step;
+	enum mode mode;
+	atomic_uint_fast64_t next; /* next segment offset to claim */
+	uint8_t *warm;             /* copy mode: the source, in cache */
+	atomic_int failed;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *worker(void *arg)
+{
+	struct run *r = arg;
+	for (;;) {
+		uint64_t seg = atomic_fetch_add(&r->next, SEGMENT);
+		if (seg >= r->size)
+			return NULL;
+		uint64_t end = seg + SEGMENT < r->size ? seg + SEGMENT : r->size;
+		for (uint64_t off = seg; off < end; off += r->step) {
+			uint64_t n = end - off < r->step ? end - off : r->step;
+			if (r->mode == MODE_COPY) {
+				for (uint64_t k = 0; k < n; k += 4 * MiB)
+					memcpy(r->base + off + k, r->warm, n - k < 4 * MiB ? n - k : 4 * MiB);
+			} else if (madvise(r->base + off, n, MADV_POPULATE_WRITE)) {
+				perror("madvise(MADV_POPULATE_WRITE)");
+				atomic_store(&r->failed, 1);
+				return NULL;
+			}
+		}
+	}
+}
+
+/* AnonHugePages of this process, in MiB (the part of the pool in transparent huge pages). */
+static long anon_huge_mib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	long kb = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb < 0 ? -1 : kb / 1024;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 4) {
+		fprintf(stderr, "usage: host_fault SIZE_GIB THREADS thp|4k|hugetlb|copy [STEP_MIB]\n");
+		return 2;
+	}
+	struct run r = { .size = strtoull(argv[1], NULL, 10) << 30, .step = 4 * MiB };
+	int threads = atoi(argv[2]);
+	const char *m = argv[3];
+	r.mode = !strcmp(m, "4k") ? MODE_4K : !strcmp(m, "hugetlb") ? MODE_HUGETLB : !strcmp(m, "copy") ? MODE_COPY
+									      : MODE_THP;
+	if (argc > 4)
+		r.step = strtoull(argv[4], NULL, 10) * MiB;
+	if (!r.size || threads < 1 || threads > 1024 || !r.step) {
+		fprintf(stderr, "host_fault: bad arguments\n");
+		return 2;
+	}
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | (r.mode == MODE_HUGETLB ? MAP_HUGETLB : 0);
+	uint8_t *raw = mmap(NULL, r.size + 2 * MiB, PROT_READ | PROT_WRITE, flags, -1, 0);
+	if (raw == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	r.base = (uint8_t *)(((uintptr_t)raw + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+	if (r.mode != MODE_HUGETLB)
+		madvise(r.base, r.size, r.mode == MODE_4K ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+	if (r.mode == MODE_COPY) {
+		r.warm = aligned_alloc(2 * MiB, 4 * MiB);
+		if (!r.warm)
+			return 1;
+		memset(r.warm, 0x5a, 4 * MiB);
+	}
+	long huge_before = anon_huge_mib();
+	pthread_t *tid = calloc((size_t)threads, sizeof(*tid));
+	double t0 = now();
+	for (int i = 0; i < threads; i++)
+		if (pthread_create(&tid[i], NULL, worker, &r)) {
+			perror("pthread_create");
+			return 1;
+		}
+	for (int i = 0; i < threads; i++)
+		pthread_join(tid[i], NULL);
+	double s = now() - t0;
+	long huge = anon_huge_mib() - huge_before;
+	printf("host_fault %s threads=%d step=%lluMiB size=%lluGiB: %.2f s, %.1f GB/s, huge pages %ld MiB (%.0f%%)\n", m,
+	       threads, (unsigned long long)(r.step / MiB), (unsigned long long)(r.size >> 30), s,
+	       (double)r.size / s / 1e9, r.mode == MODE_HUGETLB ? (long)(r.size / MiB) : huge,
+	       r.mode == MODE_HUGETLB ? 100.0 : 100.0 * (double)huge * (double)MiB / (double)r.size);
+	munmap(raw, r.size + 2 * MiB);
+	free(tid);
+	free(r.warm);
+	return atomic_load(&r.failed);
+}
