@@ -10,7 +10,9 @@
  * usage: host_fault SIZE_GIB THREADS MODE [STEP_MIB]
  *   MODE: thp (MADV_HUGEPAGE + MADV_POPULATE_WRITE), 4k (MADV_NOHUGEPAGE +
  *         populate), hugetlb (MAP_HUGETLB + populate), copy (MADV_HUGEPAGE,
- *         memcpy of a warm 4 MiB buffer into the fresh pages)
+ *         memcpy of a warm 4 MiB buffer into the fresh pages), shm (pwrite of
+ *         that buffer into a memfd per segment: tmpfs does not zero pages a
+ *         write fills, so allocation and copy are one pass)
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -29,14 +32,15 @@
 #define MiB (1024ull * 1024)
 #define SEGMENT (256 * MiB)
 
-enum mode { MODE_THP, MODE_4K, MODE_HUGETLB, MODE_COPY };
+enum mode { MODE_THP, MODE_4K, MODE_HUGETLB, MODE_COPY, MODE_SHM };
 
 struct run {
 	uint8_t *base;
 	uint64_t size, step;
 	enum mode mode;
 	atomic_uint_fast64_t next; /* next segment offset to claim */
-	uint8_t *warm;             /* copy mode: the source, in cache */
+	uint8_t *warm;             /* copy and shm modes: the source, in cache */
+	int *fds;                  /* shm mode: one memfd per segment */
 	atomic_int failed;
 };
 
@@ -57,7 +61,18 @@ static void *worker(void *arg)
 		uint64_t end = seg + SEGMENT < r->size ? seg + SEGMENT : r->size;
 		for (uint64_t off = seg; off < end; off += r->step) {
 			uint64_t n = end - off < r->step ? end - off : r->step;
-			if (r->mode == MODE_COPY) {
+			if (r->mode == MODE_SHM) {
+				/* full pages written into tmpfs are not zeroed first: one pass */
+				int fd = r->fds[seg / SEGMENT];
+				for (uint64_t k = 0; k < n; k += 4 * MiB) {
+					size_t len = n - k < 4 * MiB ? n - k : 4 * MiB;
+					if (pwrite(fd, r->warm, len, (off_t)(off - seg + k)) != (ssize_t)len) {
+						perror("pwrite");
+						atomic_store(&r->failed, 1);
+						return NULL;
+					}
+				}
+			} else if (r->mode == MODE_COPY) {
 				for (uint64_t k = 0; k < n; k += 4 * MiB)
 					memcpy(r->base + off + k, r->warm, n - k < 4 * MiB ? n - k : 4 * MiB);
 			} else if (madvise(r->base + off, n, MADV_POPULATE_WRITE)) {
@@ -86,14 +101,17 @@ static long anon_huge_mib(void)
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: host_fault SIZE_GIB THREADS thp|4k|hugetlb|copy [STEP_MIB]\n");
+		fprintf(stderr, "usage: host_fault SIZE_GIB THREADS thp|4k|hugetlb|copy|shm [STEP_MIB]\n");
 		return 2;
 	}
 	struct run r = { .size = strtoull(argv[1], NULL, 10) << 30, .step = 4 * MiB };
 	int threads = atoi(argv[2]);
 	const char *m = argv[3];
-	r.mode = !strcmp(m, "4k") ? MODE_4K : !strcmp(m, "hugetlb") ? MODE_HUGETLB : !strcmp(m, "copy") ? MODE_COPY
-									      : MODE_THP;
+	r.mode = !strcmp(m, "4k")	 ? MODE_4K
+		 : !strcmp(m, "hugetlb") ? MODE_HUGETLB
+		 : !strcmp(m, "copy")	 ? MODE_COPY
+		 : !strcmp(m, "shm")	 ? MODE_SHM
+					 : MODE_THP;
 	if (argc > 4)
 		r.step = strtoull(argv[4], NULL, 10) * MiB;
 	if (!r.size || threads < 1 || threads > 1024 || !r.step) {
@@ -109,7 +127,18 @@ int main(int argc, char **argv)
 	r.base = (uint8_t *)(((uintptr_t)raw + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
 	if (r.mode != MODE_HUGETLB)
 		madvise(r.base, r.size, r.mode == MODE_4K ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
-	if (r.mode == MODE_COPY) {
+	uint64_t nseg = (r.size + SEGMENT - 1) / SEGMENT;
+	if (r.mode == MODE_SHM) {
+		r.fds = calloc(nseg, sizeof(int));
+		for (uint64_t i = 0; r.fds && i < nseg; i++)
+			if ((r.fds[i] = memfd_create("host_fault", 0)) < 0) {
+				perror("memfd_create");
+				return 1;
+			}
+		if (!r.fds)
+			return 1;
+	}
+	if (r.mode == MODE_COPY || r.mode == MODE_SHM) {
 		r.warm = aligned_alloc(2 * MiB, 4 * MiB);
 		if (!r.warm)
 			return 1;
@@ -132,6 +161,9 @@ int main(int argc, char **argv)
 	       (double)r.size / s / 1e9, r.mode == MODE_HUGETLB ? (long)(r.size / MiB) : huge,
 	       r.mode == MODE_HUGETLB ? 100.0 : 100.0 * (double)huge * (double)MiB / (double)r.size);
 	munmap(raw, r.size + 2 * MiB);
+	for (uint64_t i = 0; r.fds && i < nseg; i++)
+		close(r.fds[i]);
+	free(r.fds);
 	free(tid);
 	free(r.warm);
 	return atomic_load(&r.failed);

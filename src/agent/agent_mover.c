@@ -28,6 +28,7 @@
 #include "agent/agent_mover.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@
 #include "common/options.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
+#include "core/hostmem.h"
 #include "core/staging.h"
 
 #define CHUNK_BYTES (64ULL << 20) /* a suspend's chunks in pinned mode: one copy per chunk straight into the pool */
@@ -64,6 +66,14 @@ static struct {
 	 * reserved, on suspend and on resume.
 	 */
 	enum { MODE_BOUNCE, MODE_PINNED } mode;
+	/*
+	 * GPUSNAP_STAGING_POPULATE=ahead: an on-demand pool in bounce mode is
+	 * populated by its own workers ahead of the copies, as before 2026-11-23
+	 * 08:00. Default (lazy): the ring's memcpy faults the fresh pages in
+	 * itself (staging.h, config.lazy), measured faster. Pinned mode always
+	 * populates (pinning needs the pages).
+	 */
+	bool populate_ahead;
 	uint64_t chunk_bytes; /* per mode (BOUNCE_CHUNK_BYTES, CHUNK_BYTES) unless GPUSNAP_CHUNK_SIZE says otherwise */
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
@@ -126,19 +136,27 @@ static int staging_threads(void)
 	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
 }
 
+/* An on-demand pool is populated by the copies themselves (no workers). */
+static bool on_demand_lazy(void)
+{
+	return mover.mode == MODE_BOUNCE && !mover.populate_ahead;
+}
+
 /*
- * Threads for a suspend into an on-demand pool, both for populating the pool
- * and for the ring: the copy waits for fresh memory there, and population and
- * memcpy threads together beyond the CPUs only compete (mmap lock, CPU time).
- * Measured for 8 GiB on 16 CPUs, data part out, median of 3 cycles: 4 threads
- * 16.5 GB/s, 6 18.0, 8 19.8, 10 19.3, 14 16.6, 16 17.4. So (CPUs + 4) / 2,
- * with GPUSNAP_STAGING_THREADS still the override.
+ * Threads for a suspend into an on-demand pool. Lazy (the default): the
+ * ring's threads fault the pool in as they copy, so as many as for a reserved
+ * pool. Populated ahead: the same number for populating the pool and for the
+ * ring, which waits for fresh memory there, and population and memcpy threads
+ * together beyond the CPUs only compete (mmap lock, CPU time). Measured for 8
+ * GiB on 16 CPUs, populated ahead, data part out, median of 3 cycles: 4
+ * threads 16.5 GB/s, 6 18.0, 8 19.8, 10 19.3, 14 16.6, 16 17.4. So (CPUs +
+ * 4) / 2 there. GPUSNAP_STAGING_THREADS overrides both.
  */
 static int on_demand_threads(void)
 {
 	int n = staging_threads();
 	const char *v = getenv("GPUSNAP_STAGING_THREADS");
-	if (v && *v)
+	if ((v && *v) || on_demand_lazy())
 		return n; /* said: for every pool alike */
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int half = cpus > 0 ? (int)(cpus + 4) / 2 : 4;
@@ -147,18 +165,47 @@ static int on_demand_threads(void)
 	return half < n ? half : n;
 }
 
-static int make_pool(struct gs_agent *a, uint64_t bytes, int workers, struct gs_staging **out, struct gs_err *err)
+static int make_pool(struct gs_agent *a, uint64_t bytes, int workers, bool lazy, struct gs_staging **out,
+		     struct gs_err *err)
 {
-	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = workers };
+	struct gs_staging_config cfg = { .segment_size = SEGMENT_BYTES, .workers = workers, .lazy = lazy };
 	struct gs_staging_ops ops = { .reg = staging_register, .unreg = staging_unregister, .ctx = a };
 	if (mover.mode == MODE_BOUNCE)
 		ops = (struct gs_staging_ops){ 0 }; /* populated only: the ring does the DMA */
 	return gs_staging_create(bytes, &cfg, &ops, out, err);
 }
 
+/*
+ * Refuses a pool the host cannot hold, before any data moves: a lazy pool's
+ * pages fault in during the copy, where running out means the OOM killer, not
+ * an error (core/hostmem.h). GPUSNAP_HOST_MEMORY_LIMIT caps it further, for
+ * hosts that keep memory for other work.
+ */
+static int check_host_memory(uint64_t bytes, struct gs_err *err)
+{
+	struct gs_hostmem m;
+	gs_hostmem_read("", &m);
+	const char *v = getenv("GPUSNAP_HOST_MEMORY_LIMIT");
+	uint64_t cap;
+	if (v && *v && gs_parse_size(v, &cap))
+		pr_warn("ignoring GPUSNAP_HOST_MEMORY_LIMIT='%s': not a size", v);
+	else if (v && *v && cap < m.avail) {
+		m.avail = cap;
+		snprintf(m.limit, sizeof(m.limit), "GPUSNAP_HOST_MEMORY_LIMIT");
+	}
+	if (m.avail == UINT64_MAX || bytes <= m.avail)
+		return 0;
+	char need[32], have[32];
+	return gs_fail(err, GS_E_NO_SPACE,
+		       "not enough host memory to hold the GPU data: %s needed, %s available (%s); the process keeps "
+		       "running on the GPU",
+		       gs_format_bytes(bytes, need, sizeof(need)), gs_format_bytes(m.avail, have, sizeof(have)), m.limit);
+}
+
 int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
 {
-	return make_pool(a, bytes, on_demand_threads(), out, err);
+	int rc = check_host_memory(bytes, err);
+	return rc ? rc : make_pool(a, bytes, on_demand_threads(), on_demand_lazy(), out, err);
 }
 
 /*
@@ -265,6 +312,10 @@ void gs_mover_init_from_env(struct gs_agent *a)
 		mover.mode = MODE_PINNED;
 	else if (m && *m && strcmp(m, "bounce"))
 		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'bounce' or 'pinned'", m);
+	const char *pop = getenv("GPUSNAP_STAGING_POPULATE");
+	mover.populate_ahead = pop && !strcmp(pop, "ahead");
+	if (pop && *pop && strcmp(pop, "ahead") && strcmp(pop, "lazy"))
+		pr_warn("ignoring GPUSNAP_STAGING_POPULATE='%s': not 'lazy' or 'ahead'", pop);
 	uint64_t dflt = mover.mode == MODE_BOUNCE ? BOUNCE_CHUNK_BYTES : CHUNK_BYTES;
 	const char *c = getenv("GPUSNAP_CHUNK_SIZE");
 	mover.chunk_bytes = dflt;
@@ -284,7 +335,7 @@ void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 	if (!mover.reserve_bytes || mover.reserve)
 		return;
 	struct gs_err err = { 0 };
-	if (make_pool(a, mover.reserve_bytes, staging_threads(), &mover.reserve, &err))
+	if (make_pool(a, mover.reserve_bytes, staging_threads(), false, &mover.reserve, &err))
 		pr_err("cannot reserve %llu bytes of staging memory: %s", (unsigned long long)mover.reserve_bytes, err.msg);
 	else
 		start_ring_builder(a);
@@ -952,7 +1003,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 	/* a reserved pool dropped for a dump comes back, filled in the background */
 	if (mover.reserve_bytes && !mover.reserve) {
 		struct gs_err e2 = { 0 };
-		if (make_pool(a, mover.reserve_bytes, staging_threads(), &mover.reserve, &e2))
+		if (make_pool(a, mover.reserve_bytes, staging_threads(), false, &mover.reserve, &e2))
 			pr_warn("cannot reserve staging memory again: %s", e2.msg);
 	}
 	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */

@@ -287,6 +287,18 @@ undo:
 	return err ? err->code : GS_E_FAILURE;
 }
 
+/* A lazy pool: every segment usable at once, its pages faulted in by the first writes. Lock held. */
+static void mark_all_ready(struct gs_staging *p)
+{
+	for (uint32_t i = 0; i < p->nsegs; i++) {
+		p->segs[i]->state = SEG_READY;
+		p->segs[i]->populated = true; /* as far as the workers are concerned: they never run */
+	}
+	p->nready = p->nsegs;
+	p->next_pending = p->nsegs;
+	p->t_all_ready = gs_now();
+}
+
 int gs_staging_create(uint64_t size, const struct gs_staging_config *cfg, const struct gs_staging_ops *ops,
 		      struct gs_staging **out, struct gs_err *err)
 {
@@ -324,9 +336,15 @@ int gs_staging_create(uint64_t size, const struct gs_staging_config *cfg, const 
 	}
 	p->size = size;
 	p->t_start = gs_now();
+	if (c.lazy && p->ops.reg) {
+		gs_staging_destroy(p);
+		return gs_fail(err, GS_E_USAGE, "a lazily populated staging pool cannot be pinned");
+	}
 	pthread_mutex_lock(&p->lock);
 	int rc = map_segments(p, err);
-	if (!rc)
+	if (!rc && c.lazy)
+		mark_all_ready(p);
+	else if (!rc)
 		rc = spawn_workers(p, err);
 	pthread_mutex_unlock(&p->lock);
 	if (rc) {

@@ -13,6 +13,9 @@
  * the register callback (the CUDA layer passes cuMemHostRegister) and mark
  * each one ready.
  *
+ * A lazy pool (config.lazy) skips the workers: its pages fault in as the
+ * copies write them.
+ *
  * Two uses, one mechanism:
  *  - reserved: `gpusnap run --reserve 40G` creates the pool at agent start
  *    and keeps it across suspend/resume cycles; by the time of a suspend it
@@ -57,6 +60,17 @@ struct gs_staging_config {
 	uint64_t segment_size; /* 0: 256 MiB; rounded up to 2 MiB */
 	int workers;           /* populating threads; 0: 4 */
 	bool no_hugetlb;       /* do not try MAP_HUGETLB */
+	/*
+	 * Populate nothing ahead: every segment is ready at once and its pages
+	 * fault in on the first write to them (the copy into the pool does that).
+	 * Faults on separate pages run in parallel under per-VMA locks, where
+	 * MADV_POPULATE_WRITE holds the process's mmap lock: on the H100 machine
+	 * 10 threads copying 8 GiB into fresh 2 MiB pages ran at 28-34 GB/s,
+	 * populating alone at 27-30 and populating then copying at 18-20
+	 * (bench/host_fault). No workers are started. Not with a register
+	 * callback (pinning would populate anyway): GS_E_USAGE.
+	 */
+	bool lazy;
 };
 
 struct gs_staging_report {

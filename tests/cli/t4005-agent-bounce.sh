@@ -6,7 +6,8 @@
 # demand; with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
 # cycles, its host copies with non-temporal stores (GPUSNAP_HOST_COPY=stream);
 # the same with GPUSNAP_STAGING_MODE=bounce said and chunks of 2 MiB
-# (GPUSNAP_CHUNK_SIZE); each time:
+# (GPUSNAP_CHUNK_SIZE); and on demand with the pool populated ahead
+# (GPUSNAP_STAGING_POPULATE=ahead; the default lets the copies fault it in); each time:
 #  - a full suspend: data moved, physical memory released, the driver holds
 #    the process, and the pinned host memory is only the kept ring (reserve)
 #    or nothing (on demand); resume gives the data back bit for bit;
@@ -15,6 +16,8 @@
 #    fails one cuMemUnmap): the memory comes back with its data, refilled
 #    through the ring, and the next cycle works; a cycle after the app freed
 #    half its small blocks.
+# Then a suspend that needs more host memory than GPUSNAP_HOST_MEMORY_LIMIT
+# allows: refused (exit 13, the cause named), the app's data stays on the GPU.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -56,9 +59,11 @@ cycle() {
   verify_ok "$mode: the data after $title"
 }
 
-for mode in on-demand reserve said-reserve; do
+for mode in on-demand on-demand-ahead reserve said-reserve; do
   first_ring=
-  if [ $mode = on-demand ]; then unset GPUSNAP_RESERVE; else export GPUSNAP_RESERVE=64M; fi
+  case $mode in on-demand*) unset GPUSNAP_RESERVE ;; *) export GPUSNAP_RESERVE=64M ;; esac
+  # on demand the ring's copies fault the pool in (lazy, the default) or its workers populate it first
+  if [ $mode = on-demand-ahead ]; then export GPUSNAP_STAGING_POPULATE=ahead; else unset GPUSNAP_STAGING_POPULATE; fi
   if [ $mode = said-reserve ]; then export GPUSNAP_STAGING_MODE=bounce; else unset GPUSNAP_STAGING_MODE; fi
   # that run also takes other chunks, and so another kept ring (2 buffers of 2 MiB a thread)
   if [ $mode = said-reserve ]; then export GPUSNAP_CHUNK_SIZE=2M; else unset GPUSNAP_CHUNK_SIZE; fi
@@ -90,9 +95,9 @@ for mode in on-demand reserve said-reserve; do
   case $REPLY in "FREED 1000") pass "$mode: the app freed half its small blocks" ;; *) fail "$mode: free-some" "$REPLY" ;; esac
   verify_ok "$mode: the rest after the frees"
   cycle "a suspend after frees"
-  if [ $mode = on-demand ]; then
-    check "$mode: nothing stays pinned while the app runs ($(pinned) bytes)" test "$(pinned)" = 0
-  fi
+  case $mode in on-demand*)
+    check "$mode: nothing stays pinned while the app runs ($(pinned) bytes)" test "$(pinned)" = 0 ;;
+  esac
   echo quit >&3
   exec 3>&-
   wait "$APP"; rc=$?
@@ -104,4 +109,21 @@ fi
 # the ring reports where its threads' time went
 check "the ring reports its threads' wait and host time (ring_wait_s $(counter ring_wait_s), ring_host_s $(counter ring_host_s))" \
   python3 -c 'import sys; sys.exit(not (float(sys.argv[1]) >= 0 and float(sys.argv[2]) > 0))' "$(counter ring_wait_s)" "$(counter ring_host_s)"
+# a suspend the host memory cannot hold is refused before anything moves, and the app goes on
+unset GPUSNAP_RESERVE GPUSNAP_STAGING_MODE GPUSNAP_CHUNK_SIZE GPUSNAP_HOST_COPY GPUSNAP_STAGING_POPULATE
+export GPUSNAP_HOST_MEMORY_LIMIT=1M
+mode=host-memory
+start_app
+phys0=$(phys)
+run_gpusnap suspend "$APP"
+expect "a suspend needing more host memory than GPUSNAP_HOST_MEMORY_LIMIT is refused" 13
+check "it names the cause" grep -q "not enough host memory to hold the GPU data: .* needed, .* available (GPUSNAP_HOST_MEMORY_LIMIT)" "$ERR_TXT"
+check "the physical memory stayed ($(phys))" test "$(phys)" = "$phys0"
+check "the driver still runs the process" test "$(fake_state)" = 0
+verify_ok "the data after the refused suspend"
+unset GPUSNAP_HOST_MEMORY_LIMIT
+echo quit >&3
+exec 3>&-
+wait "$APP"; rc=$?
+check "the app exits cleanly after the refused suspend (rc $rc)" test "$rc" = 0
 test_done

@@ -3,7 +3,7 @@
  * injectable mmap: sizes that are not whole segments, hugetlb fallback,
  * concurrent waiters, timeouts and failed registration, destroy while
  * populating, out of host memory; a pool without a register callback (the
- * agent's bounce mode); and populate speed for 1 GiB with 1 and 4
+ * agent's bounce mode); a lazy pool (nothing populated ahead); and populate speed for 1 GiB with 1 and 4
  * threads (printed).
  */
 #include <errno.h>
@@ -596,6 +596,54 @@ static void test_unregistered_pool(void)
 	CHECK_INT(f.nregs, 2); /* only the first pool's two segments ever registered */
 }
 
+/* A lazy pool: ready at once, nothing resident until written, no workers; refused with a register callback. */
+static void test_lazy_pool(void)
+{
+	struct gs_staging_config cfg = { .segment_size = 2 * GS_MiB, .workers = 2, .no_hugetlb = true, .lazy = true };
+	struct gs_staging_ops none = { 0 };
+	struct gs_staging *p = NULL;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_staging_create(5 * GS_MiB, &cfg, &none, &p, &err), 0);
+	if (!p)
+		return;
+	uint32_t nsegs = gs_staging_segments(p);
+	CHECK_INT(nsegs, 3);
+	for (uint32_t i = 0; i < nsegs; i++)
+		CHECK(gs_staging_ready(p, i));
+	CHECK_INT(gs_staging_wait_all(p, 0, &err), 0);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t len = (size_t)(2 * GS_MiB), npages = len / (size_t)page, resident = 0;
+	uint8_t *base = gs_staging_ptr(p, 2 * GS_MiB);
+	unsigned char *vec = calloc(npages, 1);
+	CHECK(vec && mincore(base, len, vec) == 0);
+	for (size_t k = 0; vec && k < npages; k++)
+		resident += vec[k] & 1;
+	CHECK_INT(resident, 0); /* nothing faulted in ahead */
+	memset(base, 0x5a, len);
+	CHECK(vec && mincore(base, len, vec) == 0);
+	resident = 0;
+	for (size_t k = 0; vec && k < npages; k++)
+		resident += vec[k] & 1;
+	CHECK_INT(resident, npages);
+	free(vec);
+	struct gs_staging_report r;
+	gs_staging_get_report(p, &r);
+	CHECK_INT(r.ready, 3);
+	CHECK(r.populate_s == 0);
+	CHECK(r.ready_wall_s >= 0 && r.ready_wall_s < 1);
+	CHECK_INT(gs_staging_set_pinned(p, false, &err), 0); /* nothing to unpin */
+	gs_staging_destroy(p);
+
+	struct fake_reg f;
+	struct gs_staging_ops ops;
+	fake_reg_init(&f, &ops);
+	p = NULL;
+	CHECK_INT(gs_staging_create(4 * GS_MiB, &cfg, &ops, &p, &err), GS_E_USAGE);
+	CHECK(p == NULL);
+	CHECK_CONTAINS(err.msg, "cannot be pinned");
+	CHECK_INT(f.calls, 0);
+}
+
 int main(void)
 {
 	RUN(test_sizes_and_ptr);
@@ -605,6 +653,7 @@ int main(void)
 	RUN(test_unpin_and_pin_again);
 	RUN(test_unpin_segments_and_repin);
 	RUN(test_unregistered_pool);
+	RUN(test_lazy_pool);
 	RUN(test_destroy_while_populating);
 	RUN(test_out_of_memory);
 	RUN(test_populate_speed);
