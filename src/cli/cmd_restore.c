@@ -3,20 +3,31 @@
  * from an image, running, with its GPU memory, on the same GPUs or mapped
  * ones (--map); any number of times from the same image.
  *
- * Everything is checked before anything is touched: the image (complete,
- * trusted, every chunk's checksum unless --no-verify), CRIU, the GPU types
- * (considering --map), free GPU memory, the PID the image needs. Then CRIU
- * restores the process (it comes back checkpointed by the driver), the driver
- * restores and unlocks it, and for agent images the agent streams the data
- * from the image to the GPU (reading and copying at once). A failure after CRIU kills the restored
- * process, so a refused restore leaves no process and the image as it was.
- * The image is only read: CRIU's log and work files go to a folder of their
- * own under the runtime directory.
+ * Checked before anything is started: the image (complete, trusted), CRIU,
+ * the GPU types (considering --map), free GPU memory, the PID the image needs.
+ * Every chunk's checksum (unless --no-verify) is checked before the process
+ * runs a single instruction of its own: the checksum pass reads the whole
+ * image, at the disk's speed from a cold disk, so it runs while CRIU brings
+ * the process back *stopped* (--leave-stopped) and the driver restores its
+ * GPU state on the driver's own restore thread, the only thread let run
+ * (common/lone_thread.h; the app's threads must not touch GPU memory before
+ * the driver mapped it back, as CRIU's CUDA plugin also ensures). Only when
+ * the pass is good does the process continue (SIGCONT); for agent images the
+ * agent then streams the data from the image (now in the page cache) to the
+ * GPU. --verify-first runs the pass before CRIU instead. Where the restore
+ * thread cannot be run alone (no ptrace rights, a driver that names none),
+ * the process continues after the pass and the driver restores it running,
+ * the order before 2026-11-23.
+ *
+ * Any failure after CRIU kills the restored process, so a refused restore
+ * leaves no process and the image as it was. The image is only read: CRIU's
+ * log and work files go to a folder of their own under the runtime directory.
  */
 #define LOG_PREFIX "restore: "
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +38,7 @@
 #include "cli/cli.h"
 #include "cli/dump_common.h"
 #include "common/log.h"
+#include "common/lone_thread.h"
 #include "common/proc.h"
 #include "core/control_socket.h"
 #include "common/util.h"
@@ -35,14 +47,14 @@
 #include "image/image.h"
 
 static const char *const restore_usage[] = {
-	"gpusnap restore [--map FROM=TO]... [--no-verify] [--json] -D DIR",
+	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--json] -D DIR",
 	NULL,
 };
 
 struct restore_opts {
 	const char *dir;
 	struct gs_string_list maps;
-	bool no_verify, json;
+	bool no_verify, verify_first, json;
 };
 
 struct restore_run {
@@ -59,7 +71,14 @@ struct restore_run {
 	struct gs_ckpt_proc proc;
 	struct cli_agent agent;
 	double verify_s, criu_s, gpu_s, total_s;
+	double verify_wait_s; /* how long the held process waited for the checksum pass */
 	uint64_t verified_bytes;
+	/* the checksum pass on its own thread, alongside CRIU and the driver */
+	pthread_t verify_thread;
+	bool verifying;
+	int verify_rc;
+	struct gs_err verify_err;
+	bool held_restore; /* the driver restored while the app's threads were held stopped */
 };
 
 static const char *uuid_str(const uint8_t u[16], char *b, size_t n)
@@ -232,11 +251,24 @@ static void remove_work_dir(struct restore_run *r)
 	rmdir(r->work);
 }
 
-/* A restored process that cannot be completed is killed: a refused restore leaves no process. */
-static void kill_restored(pid_t pid)
+/*
+ * A restored process that cannot be completed is killed: a refused restore
+ * leaves no process. It is waited for (up to 5 s), so no copy of it is seen
+ * after gpusnap returns; said on stderr only if it had been let run.
+ */
+static void kill_restored(pid_t pid, bool ran)
 {
-	if (pid > 0 && kill(pid, SIGKILL) == 0)
+	if (pid <= 0 || kill(pid, SIGKILL))
+		return;
+	if (ran)
 		fprintf(stderr, "gpusnap: killed the half-restored process %d\n", (int)pid);
+	for (int i = 0; i < 500; i++) {
+		struct gs_proc_stat st;
+		/* a zombie runs nothing, but `kill -0` still finds it until its new parent reaps it */
+		if (gs_proc_read_stat(pid, &st))
+			return;
+		usleep(10000);
+	}
 }
 
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
@@ -261,19 +293,76 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 		return rc;
 	if ((rc = check_pid_free(r->info->source_pid, err)))
 		return rc;
-	if (!o->no_verify) {
-		double t = gs_now();
-		/* buffered: the agent reads the same bytes right after, from the page cache */
-		gs_image_set_direct_io(r->img, false);
-		rc = gs_image_verify(r->img, 0, err);
-		r->verify_s = gs_now() - t;
-		if (rc)
-			return rc;
+	/* buffered: the agent reads the same bytes right after, from the page cache */
+	gs_image_set_direct_io(r->img, false);
+	return 0;
+}
+
+/* The checksum pass; sets verify_rc, verify_err, verify_s and verified_bytes. */
+static void verify_image(struct restore_run *r)
+{
+	double t = gs_now();
+	r->verify_rc = gs_image_verify(r->img, 0, &r->verify_err);
+	r->verify_s = gs_now() - t;
+	if (!r->verify_rc) {
 		struct gs_image_totals tot;
 		gs_image_totals(r->img, &tot);
 		r->verified_bytes = tot.stored_bytes;
 	}
+}
+
+static void *verify_main(void *arg)
+{
+	verify_image(arg);
+	return NULL;
+}
+
+static int start_verify(struct restore_run *r, struct gs_err *err)
+{
+	int e = pthread_create(&r->verify_thread, NULL, verify_main, r);
+	if (e)
+		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot start the checksum pass");
+	r->verifying = true;
 	return 0;
+}
+
+/* Waits for the checksum pass started alongside; its error, if any, into err. */
+static int join_verify(struct restore_run *r, struct gs_err *err)
+{
+	if (!r->verifying)
+		return 0;
+	double t = gs_now();
+	pthread_join(r->verify_thread, NULL);
+	r->verifying = false;
+	r->verify_wait_s = gs_now() - t;
+	if (r->verify_rc && err)
+		*err = r->verify_err;
+	return r->verify_rc;
+}
+
+/*
+ * The driver's restore while the app's threads stay stopped: only the
+ * driver's restore thread runs. -1 when that cannot be done here (no ptrace
+ * rights, no restore thread named): the caller lets the process continue
+ * and restores it running. 0 or an error code otherwise.
+ */
+static int driver_restore_held(struct restore_run *r, struct gs_err *err)
+{
+	struct gs_err e = { 0 };
+	pid_t tid = 0;
+	struct gs_lone_thread lone;
+	if (gs_process_wait_stopped(r->pid, 5, &e) || gs_ckpt_restore_thread(&r->s.cu, r->pid, &tid, &e) ||
+	    gs_lone_thread_start(r->pid, tid, &lone, &e)) {
+		pr_info("the driver restores process %d running, not held: %s", (int)r->pid, e.msg);
+		return -1;
+	}
+	r->proc.pid = r->pid;
+	int rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err);
+	int src = gs_lone_thread_stop(&lone, &e);
+	if (!rc && src)
+		rc = gs_fail(err, src, "after the driver's restore: %s", e.msg);
+	r->held_restore = !rc;
+	return rc;
 }
 
 static int run_restore(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
@@ -282,38 +371,66 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	int rc = gs_image_cpu_dir(r->img, cpu, sizeof(cpu), err);
 	if (rc || (rc = make_work_dir(r, err)))
 		return rc;
+	if (!o->no_verify && o->verify_first) {
+		verify_image(r);
+		if (r->verify_rc) {
+			*err = r->verify_err;
+			remove_work_dir(r);
+			return r->verify_rc;
+		}
+	} else if (!o->no_verify && (rc = start_verify(r, err))) {
+		remove_work_dir(r);
+		return rc;
+	}
 	const char *extra[] = { "--work-dir", r->work, NULL };
-	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra };
+	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true };
 	double t = gs_now();
 	rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
 	r->criu_s = gs_now() - t;
-	if (rc)
-		return rc;
+	if (rc) {
+		struct gs_err verr = { 0 };
+		if (join_verify(r, &verr))
+			*err = verr; /* a corrupt image explains a failing CRIU better than CRIU does */
+		remove_work_dir(r);
+		return err->code ? err->code : rc;
+	}
 
 	t = gs_now();
-	bool agent = !strcmp(r->info->how, "agent");
-	if (agent) {
-		/* the agent answers without CUDA while the driver still holds the process */
+	bool ran = false; /* let continue (SIGCONT): from then on a failure is visible to the app */
+	int held = driver_restore_held(r, err);
+	if (held > 0) {
+		rc = held;
+		join_verify(r, NULL);
+		goto fail;
+	}
+	if ((rc = join_verify(r, err)))
+		goto fail; /* the app never ran: it is killed stopped */
+	if (kill(r->pid, SIGCONT)) {
+		rc = gs_fail_errno(err, GS_E_NO_PROCESS, errno, "the restored process %d is gone", (int)r->pid);
+		goto fail;
+	}
+	ran = true;
+	r->proc.pid = r->pid;
+	if (held < 0 && (rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err)))
+		goto fail;
+	if (!strcmp(r->info->how, "agent")) {
 		if (!(rc = cli_agent_probe(r->pid, &r->agent, err)) && !r->agent.present)
 			rc = gs_fail(err, GS_E_AGENT, "the restored process %d has no gpusnap agent answering", (int)r->pid);
 		if (rc)
 			goto fail;
-		/* it maps its copy ring meanwhile; if it cannot, the restore makes its own */
+		/* it maps its copy ring; if it cannot, the load makes its own */
 		struct gs_err e = { 0 };
 		if (cli_agent_prepare(r->pid, &r->agent, &e))
 			pr_debug("%s", e.msg);
+		if ((rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err)))
+			goto fail;
 	}
-	r->proc.pid = r->pid;
-	if ((rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err)))
-		goto fail;
-	if (agent && (rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err)))
-		goto fail;
-	r->gpu_s = gs_now() - t;
+	r->gpu_s = gs_now() - t - r->verify_wait_s;
 	remove_work_dir(r);
 	return 0;
 fail:
-	r->gpu_s = gs_now() - t;
-	kill_restored(r->pid);
+	r->gpu_s = gs_now() - t - r->verify_wait_s;
+	kill_restored(r->pid, ran);
 	remove_work_dir(r);
 	return rc;
 }
@@ -327,9 +444,11 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_kv_int(&j, "pid", rc ? 0 : r->pid);
 		if (r->info)
 			gs_json_kv_string(&j, "path", r->info->how);
-		if (r->agent.present) /* the agent's copy ring was mapped while the driver restored the process */
+		if (r->agent.present) /* the agent mapped its copy ring before the load */
 			gs_json_kv_bool(&j, "ring_prepared", cli_agent_counter(&r->agent, "ring_prepared") != 0);
 		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
+		gs_json_kv_bool(&j, "verified_first", o->verify_first && !o->no_verify);
+		gs_json_kv_bool(&j, "driver_restore_held", r->held_restore);
 		gs_json_key(&j, "gpus");
 		gs_json_array_begin(&j);
 		for (size_t k = 0; r->img && r->target && k < gs_image_gpu_count(r->img); k++) {
@@ -343,6 +462,7 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_object_begin(&j);
 		gs_json_kv_double(&j, "total_s", r->total_s);
 		gs_json_kv_double(&j, "verify_s", r->verify_s);
+		gs_json_kv_double(&j, "verify_wait_s", r->verify_wait_s);
 		gs_json_kv_double(&j, "criu_s", r->criu_s);
 		gs_json_kv_double(&j, "gpu_s", r->gpu_s);
 		gs_json_kv_double(&j, "driver_restore_s", r->proc.restore_s);
@@ -366,7 +486,7 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 	printf("restored %d (%s) from %s: %s path, CRIU part %.2f s, GPU part %.2f s", (int)r->pid, comm, o->dir,
 	       r->info->how, r->criu_s, r->gpu_s);
 	if (!o->no_verify)
-		printf(", checksums %.2f s", r->verify_s);
+		printf(", checksums %.2f s%s", r->verify_s, o->verify_first ? " first" : " alongside");
 	printf(", total %.2f s\n", r->total_s);
 }
 
@@ -379,6 +499,8 @@ int cmd_restore(int argc, char **argv)
 			     "put image GPU FROM (index or UUID, as gpusnap inspect lists) on GPU TO of this machine"),
 		GS_OPT_BOOL_(0, "no-verify", &o.no_verify,
 			     "skip the checksum pass before restoring (a bad chunk is still found while loading)"),
+		GS_OPT_BOOL_(0, "verify-first", &o.verify_first,
+			     "finish the checksum pass before CRIU starts (default: alongside, the process held stopped)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};

@@ -70,6 +70,7 @@ struct gs_criu_restore_opts {
 	const char *work_dir;          /* where restore.log and restore.pid go; NULL: the images folder */
 	double timeout_s;              /* kill criu after this long; <= 0: no limit */
 	const char *const *extra_args; /* NULL-terminated, appended as given; NULL: none */
+	bool leave_stopped;            /* --leave-stopped: the process comes back stopped (SIGSTOP) */
 };
 
 /*

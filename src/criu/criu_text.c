@@ -218,6 +218,8 @@ int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const 
 		ADD(tcp_flag(tcp));
 	if (o->libdir)
 		ADD("--libdir", o->libdir);
+	if (o->leave_stopped)
+		ADD("--leave-stopped");
 	int rc = add_all(out, o->extra_args, err);
 	if (rc)
 		gs_argv_free(out);

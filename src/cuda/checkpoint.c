@@ -58,6 +58,19 @@ int gs_ckpt_get_state(struct gs_cuda *cu, pid_t pid, CUprocessState *state, stru
 	return gs_fail(err, GS_E_NOT_CUDA, "process %d (%s) is not a CUDA process", (int)pid, comm);
 }
 
+int gs_ckpt_restore_thread(struct gs_cuda *cu, pid_t pid, pid_t *tid, struct gs_err *err)
+{
+	if (!cu->cuCheckpointProcessGetRestoreThreadId)
+		return gs_fail(err, GS_E_DRIVER_OLD, "this driver does not name its restore thread");
+	int t = 0;
+	CUresult r = cu->cuCheckpointProcessGetRestoreThreadId((int)pid, &t);
+	if (r != CUDA_SUCCESS || t <= 0)
+		return gs_fail(err, GS_E_NOT_CUDA, "the driver names no restore thread in process %d (error %d)", (int)pid,
+			       (int)r);
+	*tid = (pid_t)t;
+	return 0;
+}
+
 int gs_ckpt_lock(struct gs_cuda *cu, pid_t pid, double timeout_s, double *secs, struct gs_err *err)
 {
 	CUcheckpointLockArgs args;

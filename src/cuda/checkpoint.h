@@ -51,5 +51,11 @@ int gs_ckpt_checkpoint(struct gs_cuda *cu, pid_t pid, double *secs, struct gs_er
 int gs_ckpt_restore(struct gs_cuda *cu, pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, double *secs,
 		    struct gs_err *err);
 int gs_ckpt_unlock(struct gs_cuda *cu, pid_t pid, double *secs, struct gs_err *err);
+/*
+ * The thread of pid on which the driver carries out checkpoint and restore
+ * (it must run for them, also while the app's threads are held stopped).
+ * GS_E_NOT_CUDA if the driver names none, GS_E_DRIVER_OLD without the call.
+ */
+int gs_ckpt_restore_thread(struct gs_cuda *cu, pid_t pid, pid_t *tid, struct gs_err *err);
 
 #endif

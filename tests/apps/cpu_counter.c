@@ -9,13 +9,27 @@
  * file is opened with O_APPEND, so restores after later writes still append. With
  * --daemon it detaches (fork, setsid: its own session and group leader, parent init)
  * and prints the daemon's PID; without, it is a shell job of whoever started it.
+ *
+ * A second thread named "cuda-restore" only waits, standing in for the thread the
+ * CUDA driver starts in every CUDA process to carry out checkpoint and restore:
+ * the fake libcuda names it as the restore thread and requires it to run during a
+ * restore, and logs whether the main thread was held stopped meanwhile.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+static void *restore_thread(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return NULL;
+}
 
 int main(int argc, char **argv)
 {
@@ -45,6 +59,10 @@ int main(int argc, char **argv)
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return 1;
+	pthread_t t;
+	if (pthread_create(&t, NULL, restore_thread, NULL))
+		return 1;
+	pthread_setname_np(t, "cuda-restore");
 	unsigned long long counter = 0;
 	for (;;) {
 		counter++;

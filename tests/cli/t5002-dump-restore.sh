@@ -5,7 +5,9 @@
 # driver) is dumped with the real CRIU 4, is gone, is restored and counts on
 # from where it was; two restores from one image; --leave-running; inspect;
 # every refusal of restore (exit code, one-line message, image unchanged, no
-# process left); dumps failing mid-way (process keeps running, an existing
+# process left; a bad chunk found while the process was held stopped: it never
+# ran; --verify-first: nothing started); the driver's restore with the app's
+# main thread held stopped (the fake's restore thread alone runs); dumps failing mid-way (process keeps running, an existing
 # image at DIR is intact).
 # Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
 . "$(dirname "$0")/lib.sh"
@@ -19,6 +21,7 @@ require_criu
 export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
 export FAKE_CUDA_DIR=$TEST_TMP/fake
 export FAKE_CUDA_CRIU=1
+export FAKE_CUDA_LOG=$TEST_TMP/fake.log
 mkdir -p "$FAKE_CUDA_DIR"
 chmod 700 "$TEST_TMP"
 
@@ -91,12 +94,16 @@ before=$(sums "$img")
 run_gpusnap restore -D "$img"; expect "restore" 0 "restored $pid (cpu_counter) from $img"
 check "restored process counts on from the dump" continues "$log" "$n" "$value"
 check "driver state is running after restore" [ "$(fake_state "$pid")" = 0 ]
+# the driver restored on its restore thread alone, the app's main thread held stopped
+check "the app's main thread was stopped during the driver's restore" grep -q "^restore-main $pid T$" "$FAKE_CUDA_LOG"
+check "the driver's restore succeeded" grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG"
 run_gpusnap restore -D "$img"; expect "second restore while the first runs" 15 "pid $pid, which the image needs, is in use by 'cpu_counter'"
 check "refusal is one line" one_line
 kill -9 "$pid"; wait_gone "$pid"
 m=$(wc -l <"$log")
 run_gpusnap restore --json "$img"; expect "restore again from the same image" 0
 check "restore JSON: pid and separate CRIU/GPU times" [ "$(json_get "$OUT_TXT" '["pid"],"criu_s" in d["times"],"gpu_s" in d["times"]')" = "($pid, True, True)" ]
+check "restore JSON: the driver restored the process held, the checksums alongside" [ "$(json_get "$OUT_TXT" '["driver_restore_held"],d["verified_first"],"verify_wait_s" in d["times"]')" = "(True, False, True)" ]
 check "second restore counts on from the same point" continues "$log" "$m" "$value"
 check "restores leave the image unchanged" [ "$(sums "$img")" = "$before" ]
 
@@ -152,8 +159,18 @@ fresh_graft() { rm -rf "$bad" "$graft"; "$build/tests/apps/image_graft" "$img" "
 check "grafted copy of the image has data files" fresh_graft
 check "grafted copy verifies" "$GPUSNAP_BIN" inspect --verify "$bad"
 python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(4096+70000); b=f.read(1); f.seek(4096+70000); f.write(bytes([b[0]^0x10]))' "$bad/gpu-data-0000.img"
+lines=$(wc -l <"$log")
 refused "flipped bit in a chunk" 11 "gpu-data-0000.img" "$bad"
 check "the bad chunk is named" grep -q "offset 65536" "$ERR_TXT"
+# CRIU brought it back alongside the checksum pass, held stopped: it never ran
+check "the refused process never ran (its counter log did not grow)" [ "$(wc -l <"$log")" = "$lines" ]
+fresh_graft
+python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(4096+70000); b=f.read(1); f.seek(4096+70000); f.write(bytes([b[0]^0x10]))' "$bad/gpu-data-0000.img"
+: >"$FAKE_CUDA_LOG"
+RC=0; "$GPUSNAP_BIN" restore --verify-first -D "$bad" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
+OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err; expect "--verify-first: a flipped bit in a chunk" 11 "gpu-data-0000.img"
+check "--verify-first: CRIU and the driver were never started" [ ! -s "$FAKE_CUDA_LOG" ]
+check "--verify-first: no process left" bash -c "! kill -0 $pid 2>/dev/null"
 fresh_graft; truncate -s 8192 "$bad/gpu-data-0000.img"
 refused "truncated data file" 11 "gpu-data-0000.img" "$bad"
 fresh_graft; rm "$bad/gpu-data-0000.img"

@@ -18,8 +18,14 @@
  *                               ("<state> <gpu-list> <starttime>"); a process with that PID but another
  *                               start time is a copy CRIU restored from a dump, which the driver sees in
  *                               the state it was dumped in: checkpointed (gpusnap dumps only those)
+ * A thread named "cuda-restore" in the process (tests/apps/cpu_counter.c starts one)
+ * plays the driver's restore thread: cuCheckpointProcessGetRestoreThreadId names it,
+ * a restore fails while it is stopped (the real driver's restore runs on it), and
+ * every restore logs "restore-main PID STATE", the main thread's state letter then
+ * (T: held stopped). Without such a thread there is no restore thread.
  * Built twice: fakecuda (CUDA 13) and fakecuda_old (-DFAKE_CUDA_OLD: no checkpoint API).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +182,53 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 }
 
 #ifndef FAKE_CUDA_OLD
+/* State letter of thread tid of pid (field 3 of its stat); 0 if it is gone. */
+static char thread_state(int pid, int tid)
+{
+	char path[96], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* The thread of pid named "cuda-restore"; 0 if none. */
+static int restore_tid(int pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	int found = 0;
+	struct dirent *e;
+	while (d && !found && (e = readdir(d))) {
+		char cpath[128], comm[32] = "";
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/comm", pid, e->d_name);
+		FILE *f = fopen(cpath, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strcmp(comm, "cuda-restore\n"))
+			found = atoi(e->d_name);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+{
+	int t = restore_tid(pid);
+	if (!t)
+		return 1;
+	*tid = t;
+	return 0;
+}
+
 EXPORT CUresult cuCheckpointProcessGetState(int pid, int *state)
 {
 	char gpus[64];
@@ -253,8 +306,19 @@ EXPORT CUresult cuCheckpointProcessRestore(int pid, RestoreArgs *args)
 				snprintf(newgpus + strlen(newgpus), sizeof(newgpus) - strlen(newgpus), "%s%d", newgpus[0] ? "," : "", found);
 		}
 	}
+	int rt = rc ? 0 : restore_tid(pid);
+	char rs = rt ? thread_state(pid, rt) : 0;
+	if (rs == 'T' || rs == 't')
+		rc = 999; /* the driver's restore runs on that thread: it cannot while stopped */
 	if (!rc)
 		store(pid, LOCKED, newgpus[0] ? newgpus : gpus);
+	const char *path = getenv("FAKE_CUDA_LOG");
+	FILE *lf = path ? fopen(path, "a") : NULL;
+	if (lf) {
+		char ms = thread_state(pid, pid);
+		fprintf(lf, "restore-main %d %c\n", pid, ms ? ms : '-');
+		fclose(lf);
+	}
 	log_call("restore", pid, rc);
 	return rc;
 }

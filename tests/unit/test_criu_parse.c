@@ -182,6 +182,13 @@ static void test_restore_args(void)
 	struct gs_criu_restore_opts o = { .shell_job = true, .libdir = "/plugins", .extra_args = extra };
 	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", &o, NULL, &a, &err), 0);
 	CHECK_CONTAINS(joined(&a), "-v4 --shell-job --libdir /plugins --manage-cgroups ignore");
+	CHECK(!strstr(joined(&a), "--leave-stopped"));
+	gs_argv_free(&a);
+
+	/* restore brings the process back stopped while it finishes (cmd_restore.c) */
+	o.leave_stopped = true;
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", &o, NULL, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "--libdir /plugins --leave-stopped --manage-cgroups ignore");
 	gs_argv_free(&a);
 }
 

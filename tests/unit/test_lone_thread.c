@@ -1,0 +1,146 @@
+/*
+ * test_lone_thread.c - one thread of a stopped process let run alone: a child
+ * with two counting threads is stopped (SIGSTOP); its second thread is let
+ * run and counts while the first does not; stopped again, neither counts;
+ * SIGCONT, both count. Also: refusals (a thread that is not stopped, one that
+ * does not exist) and gs_process_wait_stopped on a running and a stopped
+ * process. Needs ptrace of a child (SKIP where a sandbox forbids it).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/lone_thread.h"
+#include "common/util.h"
+#include "test.h"
+
+struct shared {
+	atomic_ulong main_count, helper_count;
+	atomic_int helper_tid;
+};
+
+static struct shared *sh;
+
+static void *helper(void *arg)
+{
+	(void)arg;
+	atomic_store(&sh->helper_tid, (int)syscall(SYS_gettid));
+	for (;;) {
+		atomic_fetch_add(&sh->helper_count, 1);
+		usleep(200);
+	}
+	return NULL;
+}
+
+static void child_main(void)
+{
+	pthread_t t;
+	if (pthread_create(&t, NULL, helper, NULL))
+		_exit(1);
+	for (;;) {
+		atomic_fetch_add(&sh->main_count, 1);
+		usleep(200);
+	}
+}
+
+static void nap(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* How much each counter moved in ms milliseconds. */
+static void moved(long ms, unsigned long *main_d, unsigned long *helper_d)
+{
+	unsigned long m0 = atomic_load(&sh->main_count), h0 = atomic_load(&sh->helper_count);
+	nap(ms);
+	*main_d = atomic_load(&sh->main_count) - m0;
+	*helper_d = atomic_load(&sh->helper_count) - h0;
+}
+
+static bool not_allowed; /* ptrace refused here: the test is skipped, not passed */
+
+static void test_lone_thread(void)
+{
+	pid_t pid = fork();
+	if (pid == 0)
+		child_main();
+	for (int i = 0; i < 2000 && !atomic_load(&sh->helper_tid); i++)
+		nap(1);
+	pid_t tid = atomic_load(&sh->helper_tid);
+	CHECK(tid > 0);
+	struct gs_err err = { 0 };
+	struct gs_lone_thread t;
+
+	/* running: not stopped, and no thread of it can be let run alone */
+	CHECK_INT(gs_process_wait_stopped(pid, 0.05, &err), GS_E_TIMEOUT);
+	CHECK_CONTAINS(err.msg, "is not stopped");
+	CHECK_INT(gs_lone_thread_start(pid, tid, &t, &err), GS_E_STATE);
+	CHECK(!t.running);
+
+	kill(pid, SIGSTOP);
+	CHECK_INT(gs_process_wait_stopped(pid, 5, &err), 0);
+	unsigned long dm, dh;
+	moved(50, &dm, &dh);
+	CHECK(dm == 0 && dh == 0);
+	CHECK_INT(gs_lone_thread_start(pid, 999999, &t, &err), GS_E_NO_PROCESS);
+
+	int rc = gs_lone_thread_start(pid, tid, &t, &err);
+	if (rc == GS_E_PERMISSION) {
+		printf("SKIP: ptrace of a child is not allowed here (%s)\n", err.msg);
+		not_allowed = true;
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return;
+	}
+	CHECK_INT(rc, 0);
+	CHECK(t.running);
+	moved(100, &dm, &dh);
+	printf("     alone: main thread +%lu, helper +%lu in 100 ms\n", dm, dh);
+	CHECK(dm == 0); /* the rest of the process stays stopped */
+	CHECK(dh > 10); /* the lone thread runs */
+
+	CHECK_INT(gs_lone_thread_stop(&t, &err), 0);
+	CHECK(!t.running);
+	CHECK_INT(gs_lone_thread_stop(&t, &err), 0); /* a second stop is harmless */
+	CHECK_INT(gs_process_wait_stopped(pid, 5, &err), 0);
+	moved(50, &dm, &dh);
+	CHECK(dm == 0 && dh == 0); /* back in the process's stop */
+
+	/* it can be done again (restore of a second GPU process, a retry) */
+	CHECK_INT(gs_lone_thread_start(pid, tid, &t, &err), 0);
+	moved(50, &dm, &dh);
+	CHECK(dm == 0 && dh > 0);
+	CHECK_INT(gs_lone_thread_stop(&t, &err), 0);
+
+	kill(pid, SIGCONT);
+	moved(100, &dm, &dh);
+	printf("     after SIGCONT: main thread +%lu, helper +%lu in 100 ms\n", dm, dh);
+	CHECK(dm > 10 && dh > 10);
+	/* the helper's signal mask came back: a signal it handled before is handled now (here: the default, fatal) */
+	kill(pid, SIGTERM);
+	int st = 0;
+	CHECK_INT(waitpid(pid, &st, 0), pid);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+}
+
+int main(void)
+{
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
+		return 1;
+	RUN(test_lone_thread);
+	if (not_allowed)
+		return 77;
+	return TEST_SUMMARY();
+}
