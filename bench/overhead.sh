@@ -16,6 +16,11 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${GPUSNAP_BUILD:-$SRC/build}
 OUT=${OUT:-$SRC/gpu-out}
 ROUNDS=${GPUSNAP_OVERHEAD_ROUNDS:-3}
+# The PyTorch model: the tests' small one (launch-bound: host noise shows) and,
+# with GPUSNAP_OVERHEAD_LARGE=1, also a GPU-bound one (1024 wide, 4 layers,
+# 16 x 256 tokens), whose GPU time per step is stable enough to show 1%.
+MODELS=("small:")
+[ "${GPUSNAP_OVERHEAD_LARGE:-0}" = 1 ] && MODELS+=("large:--dim 1024 --layers 4 --batch 16 --seq 256")
 G=$BUILD/gpusnap
 mkdir -p "$OUT"
 raw=$(mktemp)
@@ -25,7 +30,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for mode in $order; do
     pre=()
     [ "$mode" == agent ] && pre=("$G" run --)
-    "${pre[@]}" python3 "$SRC/tests/gpu/py/torch_model.py" --bench 100 | sed "s/^/$r $mode /" >>"$raw"
+    for m in "${MODELS[@]}"; do
+      # shellcheck disable=SC2086 # the model's arguments are words
+      "${pre[@]}" python3 "$SRC/tests/gpu/py/torch_model.py" --bench 100 ${m#*:} |
+        sed "s/^BENCH /BENCH ${m%%:*} /; s/^CALLS /CALLS ${m%%:*} /; s/^/$r $mode /" >>"$raw"
+    done
     "${pre[@]}" "$BUILD/bench/malloc_bench" 2000 | sed "s/^/$r $mode /" >>"$raw"
   done
 done
@@ -38,16 +47,19 @@ for line in open(sys.argv[1]):
     rnd, mode, rest = line.split(" ", 2)
     found = []
     if rest.startswith("BENCH"):
-        found = [("PyTorch %s step (ms)" % k, float(v)) for k, v in re.findall(r"(\w+)_ms=([\d.]+)", rest)]
+        model = rest.split()[1]
+        found = [("PyTorch %s %s step (ms)" % (model, k.replace("_", " ")), float(v))
+                 for k, v in re.findall(r"(\w+)_ms=([\d.]+)", rest)]
     elif rest.startswith("MALLOC_US"):
         size, v = re.match(r"MALLOC_US size=(\d+) ([\d.]+)", rest).groups()
         found = [("cudaMalloc+cudaFree %s B (us)" % size, float(v))]
     elif rest.startswith("LAUNCH_US"):
         found = [("kernel launch (us)", float(rest.split()[1]))]
     elif rest.startswith("CALLS") and mode == "agent":
+        model = rest.split()[1]
         kv = dict(re.findall(r"(\w+)=([\d.eE+-]+)", rest))
         for k, v in kv.items():
-            calls_seen.setdefault(k, []).append(float(v))
+            calls_seen.setdefault(k if k == "gate_ns" else model + " " + k, []).append(float(v))
     for n, v in found:
         vals[(mode, n)][rnd] = v
         if n not in names:
@@ -71,8 +83,8 @@ if calls_seen.get("gate_ns"):
     # predicted; in an app it may miss: the last column doubles the cost to cover that
     lines += ["", "| step | driver calls per step | gate cost per call (ns) | gate's share of the step | at twice that cost |",
               "|---|---|---|---|---|"]
-    for k, label in (("train", "PyTorch train step (ms)"), ("infer", "PyTorch infer step (ms)")):
-        step = vals.get(("agent", label), {})
+    for k in ("small train", "small infer", "large train", "large infer"):
+        step = vals.get(("agent", "PyTorch %s step (ms)" % k), {})
         if k in calls_seen and step:
             c = statistics.median(calls_seen[k])
             ms = statistics.median(step.values())

@@ -9,7 +9,9 @@ stdin, one per line, like the C test apps:
   churn   -> allocates and frees tensors of many sizes (exercises the allocator)
   quit    -> "BYE 0"
 With --bench N it instead times N training steps and N inference steps and prints
-"BENCH train_ms=<median> infer_ms=<median>" (used by bench/overhead.sh); under the
+"BENCH train_ms=<median> infer_ms=<median> gpu_train_ms=<median> gpu_infer_ms=<median>"
+(wall time per step, and the GPU's own time per step from CUDA events, which
+host noise does not reach; used by bench/overhead.sh); under the
 gpusnap agent also "CALLS train=<driver calls per step> infer=<...> gate_ns=<the
 gate's cost per call>", from the agent's own exports.
 The allocator backend follows PYTORCH_CUDA_ALLOC_CONF as PyTorch reads it.
@@ -37,13 +39,13 @@ def agent_probe():
     return calls, gate_ns
 
 
-def build(seed, dim, layers):
+def build(seed, dim, layers, batch=8, seq=128):
     torch.manual_seed(seed)
     blocks = []
     for _ in range(layers):
         blocks.append(torch.nn.TransformerEncoderLayer(dim, nhead=8, dim_feedforward=4 * dim, batch_first=True))
     model = torch.nn.Sequential(*blocks).cuda().eval()
-    x = torch.randn(8, 128, dim, device="cuda", generator=torch.Generator("cuda").manual_seed(seed + 1))
+    x = torch.randn(batch, seq, dim, device="cuda", generator=torch.Generator("cuda").manual_seed(seed + 1))
     return model, x
 
 
@@ -67,11 +69,13 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--bench", type=int, default=0)
     args = ap.parse_args()
     torch.backends.cudnn.deterministic = True
     torch.backends.cuda.matmul.allow_tf32 = False
-    model, x = build(args.seed, args.dim, args.layers)
+    model, x = build(args.seed, args.dim, args.layers, args.batch, args.seq)
 
     if args.bench:
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
@@ -79,17 +83,25 @@ def main():
             train_step(model, opt, x)
             forward(model, x)
         torch.cuda.synchronize()
-        tr, inf = [], []
+        tr, inf, gtr, ginf = [], [], [], []
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         for _ in range(args.bench):
             t0 = time.perf_counter()
+            ev[0].record()
             train_step(model, opt, x)
+            ev[1].record()
             torch.cuda.synchronize()
             tr.append((time.perf_counter() - t0) * 1e3)
             t0 = time.perf_counter()
+            ev[2].record()
             forward(model, x)
+            ev[3].record()
             torch.cuda.synchronize()
             inf.append((time.perf_counter() - t0) * 1e3)
-        print("BENCH train_ms=%.4f infer_ms=%.4f" % (statistics.median(tr), statistics.median(inf)), flush=True)
+            gtr.append(ev[0].elapsed_time(ev[1]))
+            ginf.append(ev[2].elapsed_time(ev[3]))
+        print("BENCH train_ms=%.4f infer_ms=%.4f gpu_train_ms=%.4f gpu_infer_ms=%.4f" % (
+            statistics.median(tr), statistics.median(inf), statistics.median(gtr), statistics.median(ginf)), flush=True)
         probe = agent_probe()
         if probe:
             calls, gate_ns = probe
