@@ -4,9 +4,11 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 double gs_now(void)
 {
@@ -79,4 +81,23 @@ int gs_grow_array(void **arr, size_t *cap, size_t n, size_t elem_size, size_t fi
 	*arr = p;
 	*cap = ncap;
 	return 0;
+}
+
+ssize_t gs_read_small_file(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 0;
+	while (len + 1 < n) {
+		ssize_t r = read(fd, buf + len, n - 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+	}
+	close(fd);
+	buf[len] = '\0';
+	return (ssize_t)len;
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define GS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define GS_KiB (1024ULL)
@@ -32,5 +33,11 @@ uint64_t gs_round_up(uint64_t v, uint64_t align);
 int gs_grow_array(void **arr, size_t *cap, size_t n, size_t elem_size, size_t first_cap);
 /* Parses a PID ("1234", > 0). Returns 0 or -1. */
 int gs_parse_pid(const char *s, int *pid);
+/*
+ * Reads a small file (procfs, cgroupfs) whole into buf, NUL-terminated
+ * (inner NULs, as in /proc/PID/environ, are kept); at most n - 1 bytes.
+ * Returns the length, or -1 if it cannot be opened.
+ */
+ssize_t gs_read_small_file(const char *path, char *buf, size_t n);
 
 #endif

@@ -94,26 +94,6 @@ int gs_ctl_agent_socket_path(char *buf, size_t n, struct gs_err *err)
 	return rc ? rc : join_path(buf, n, "", dir, getpid(), err);
 }
 
-/* Reads a small /proc file into buf (NUL-terminated; environ keeps its inner NULs). */
-static ssize_t read_small(const char *path, char *buf, size_t n)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t len = 0;
-	while (len + 1 < n) {
-		ssize_t r = read(fd, buf + len, n - 1 - len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		len += (size_t)r;
-	}
-	close(fd);
-	buf[len] = '\0';
-	return (ssize_t)len;
-}
-
 /* The value of variable name in an environ file (NUL-separated). 0 if found. */
 static int environ_get(const char *path, const char *name, char *out, size_t n)
 {
@@ -141,7 +121,7 @@ static int read_status(pid_t pid, uid_t *uid, pid_t *nspid)
 {
 	char path[64], text[8192];
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (read_small(path, text, sizeof(text)) < 0)
+	if (gs_read_small_file(path, text, sizeof(text)) < 0)
 		return -1;
 	unsigned ruid, euid;
 	const char *u = strstr(text, "\nUid:");

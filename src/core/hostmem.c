@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/util.h"
+
 /* The kB value of "Name:   123 kB" in meminfo text; -1 if absent. */
 static int meminfo_kb(const char *text, const char *name, uint64_t *kb)
 {
@@ -88,26 +90,6 @@ int gs_hostmem_parse_cgroup_path(const char *text, char *buf, size_t n)
 	return -1;
 }
 
-/* The whole of a small text file (procfs, cgroupfs) into buf; -1 if unreadable. */
-static int read_text(const char *path, char *buf, size_t n)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t got = 0;
-	while (got + 1 < n) {
-		ssize_t r = read(fd, buf + got, n - 1 - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	buf[got] = 0;
-	return got ? 0 : -1;
-}
-
 /* The tightest headroom over the cgroup at rel and its ancestors; UINT64_MAX if none limits. */
 static uint64_t cgroup_headroom(const char *root, const char *rel)
 {
@@ -119,9 +101,9 @@ static uint64_t cgroup_headroom(const char *root, const char *rel)
 	for (;;) {
 		uint64_t h;
 		snprintf(path, sizeof(path), "%s/memory.max", dir);
-		if (!read_text(path, max, sizeof(max))) {
+		if (gs_read_small_file(path, max, sizeof(max)) > 0) {
 			snprintf(path, sizeof(path), "%s/memory.current", dir);
-			if (!read_text(path, cur, sizeof(cur)) && !gs_hostmem_cgroup_headroom(max, cur, &h) && h < best)
+			if (gs_read_small_file(path, cur, sizeof(cur)) > 0 && !gs_hostmem_cgroup_headroom(max, cur, &h) && h < best)
 				best = h;
 		}
 		char *slash = strrchr(dir, '/');
@@ -137,10 +119,10 @@ void gs_hostmem_read(const char *root, struct gs_hostmem *m)
 	char text[8192], path[PATH_MAX], rel[PATH_MAX];
 	m->system = m->cgroup = UINT64_MAX;
 	snprintf(path, sizeof(path), "%s/proc/meminfo", root);
-	if (!read_text(path, text, sizeof(text)))
+	if (gs_read_small_file(path, text, sizeof(text)) > 0)
 		gs_hostmem_parse_meminfo(text, &m->system);
 	snprintf(path, sizeof(path), "%s/proc/self/cgroup", root);
-	if (!read_text(path, text, sizeof(text)) && !gs_hostmem_parse_cgroup_path(text, rel, sizeof(rel)))
+	if (gs_read_small_file(path, text, sizeof(text)) > 0 && !gs_hostmem_parse_cgroup_path(text, rel, sizeof(rel)))
 		m->cgroup = cgroup_headroom(root, strcmp(rel, "/") ? rel : "");
 	m->avail = m->system < m->cgroup ? m->system : m->cgroup;
 	snprintf(m->limit, sizeof(m->limit), "%s",

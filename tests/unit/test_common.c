@@ -3,6 +3,7 @@
  */
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -202,6 +203,25 @@ static void test_grow_array(void)
 	free(a);
 }
 
+static void test_read_small_file(void)
+{
+	char path[] = "/tmp/gpusnap-small-XXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	CHECK_INT((int)write(fd, "ab\0cdef\n", 8), 8);
+	close(fd);
+	char buf[16];
+	CHECK_INT((int)gs_read_small_file(path, buf, sizeof(buf)), 8);
+	CHECK(!memcmp(buf, "ab\0cdef\n", 9)); /* inner NUL kept, terminated */
+	char tiny[4];
+	CHECK_INT((int)gs_read_small_file(path, tiny, sizeof(tiny)), 3);
+	CHECK(!memcmp(tiny, "ab\0", 4));
+	unlink(path);
+	CHECK_INT((int)gs_read_small_file(path, buf, sizeof(buf)), -1);
+}
+
 int main(void)
 {
 	RUN(test_parse_size);
@@ -212,5 +232,6 @@ int main(void)
 	RUN(test_proc);
 	RUN(test_format_bytes);
 	RUN(test_grow_array);
+	RUN(test_read_small_file);
 	return TEST_SUMMARY();
 }
