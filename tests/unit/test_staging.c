@@ -548,6 +548,20 @@ static void test_unpin_segments_and_repin(void)
 }
 
 /* Without a register callback (bounce mode): populated, never pinned, and the pin calls change nothing. */
+/* Pages of [base, base + len) resident in memory (mincore); -1 if it cannot tell. */
+static long resident_pages(const void *base, size_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	size_t npages = len / (size_t)page;
+	unsigned char *vec = calloc(npages, 1);
+	long n = -1;
+	if (vec && mincore((void *)base, len, vec) == 0)
+		for (size_t k = n = 0; k < npages; k++)
+			n += vec[k] & 1;
+	free(vec);
+	return n;
+}
+
 static void test_unregistered_pool(void)
 {
 	struct fake_reg f;
@@ -576,13 +590,7 @@ static void test_unregistered_pool(void)
 		CHECK(!gs_staging_pinned(p, i));
 		/* populated: every page of the segment is resident before anyone writes it */
 		uint8_t *base = gs_staging_ptr(p, (uint64_t)i * gs_staging_segment_size(p));
-		size_t len = (size_t)(2 * GS_MiB), npages = len / (size_t)page, resident = 0;
-		unsigned char *vec = calloc(npages, 1);
-		CHECK(vec && mincore(base, len, vec) == 0);
-		for (size_t k = 0; vec && k < npages; k++)
-			resident += vec[k] & 1;
-		CHECK_INT(resident, npages);
-		free(vec);
+		CHECK_INT(resident_pages(base, 2 * GS_MiB), 2 * GS_MiB / page);
 	}
 	CHECK_INT(gs_staging_set_pinned(p, true, &err), 0);
 	CHECK_INT(gs_staging_unpin_segment(p, 1, &err), 0);
@@ -612,20 +620,10 @@ static void test_lazy_pool(void)
 		CHECK(gs_staging_ready(p, i));
 	CHECK_INT(gs_staging_wait_all(p, 0, &err), 0);
 	long page = sysconf(_SC_PAGESIZE);
-	size_t len = (size_t)(2 * GS_MiB), npages = len / (size_t)page, resident = 0;
 	uint8_t *base = gs_staging_ptr(p, 2 * GS_MiB);
-	unsigned char *vec = calloc(npages, 1);
-	CHECK(vec && mincore(base, len, vec) == 0);
-	for (size_t k = 0; vec && k < npages; k++)
-		resident += vec[k] & 1;
-	CHECK_INT(resident, 0); /* nothing faulted in ahead */
-	memset(base, 0x5a, len);
-	CHECK(vec && mincore(base, len, vec) == 0);
-	resident = 0;
-	for (size_t k = 0; vec && k < npages; k++)
-		resident += vec[k] & 1;
-	CHECK_INT(resident, npages);
-	free(vec);
+	CHECK_INT(resident_pages(base, 2 * GS_MiB), 0); /* nothing faulted in ahead */
+	memset(base, 0x5a, 2 * GS_MiB);
+	CHECK_INT(resident_pages(base, 2 * GS_MiB), 2 * GS_MiB / page);
 	struct gs_staging_report r;
 	gs_staging_get_report(p, &r);
 	CHECK_INT(r.ready, 3);
