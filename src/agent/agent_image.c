@@ -32,6 +32,7 @@
 #include "agent/agent_mover.h"
 #include "agent/agent_ring.h"
 #include "agent/gate.h"
+#include "common/first_err.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
@@ -52,34 +53,22 @@ struct io_job {
 	struct gs_image_writer *w; /* save */
 	struct gs_image *img;      /* load */
 	atomic_size_t next;
-	atomic_int failed;
-	pthread_mutex_t lock;
-	struct gs_err err; /* the first failure */
+	struct gs_first_err fail;
 };
-
-static void job_fail(struct io_job *j, const struct gs_err *e)
-{
-	pthread_mutex_lock(&j->lock);
-	if (!atomic_load(&j->failed)) {
-		j->err = *e;
-		atomic_store(&j->failed, 1);
-	}
-	pthread_mutex_unlock(&j->lock);
-}
 
 static void *save_worker(void *arg)
 {
 	struct io_job *j = arg;
 	for (;;) {
 		size_t k = atomic_fetch_add(&j->next, 1);
-		if (k >= j->h->plan.nchunks || atomic_load(&j->failed))
+		if (k >= j->h->plan.nchunks || gs_first_err_any(&j->fail))
 			return NULL;
 		const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
 		const struct held_region *r = &j->h->regions[c->region];
 		struct gs_err e = { 0 };
 		if (gs_image_write_chunk(j->w, c->region, c->va - r->va, gs_staging_ptr(j->h->pool, c->staging_offset),
 					 c->size, &e))
-			job_fail(j, &e);
+			gs_first_err_set(&j->fail, &e);
 	}
 }
 
@@ -89,14 +78,14 @@ static void *load_worker(void *arg)
 	uint64_t seg_size = gs_staging_segment_size(j->h->pool);
 	for (;;) {
 		size_t k = atomic_fetch_add(&j->next, 1);
-		if (k >= j->h->plan.nchunks || atomic_load(&j->failed))
+		if (k >= j->h->plan.nchunks || gs_first_err_any(&j->fail))
 			return NULL;
 		const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
 		struct gs_err e = { 0 };
 		/* segments fill in order on the pool's workers: reading overlaps with populating what comes later */
 		if (gs_staging_wait(j->h->pool, (uint32_t)(c->staging_offset / seg_size), -1, &e) ||
 		    gs_image_read_chunk(j->img, k, gs_staging_ptr(j->h->pool, c->staging_offset), &e))
-			job_fail(j, &e);
+			gs_first_err_set(&j->fail, &e);
 	}
 }
 
@@ -114,11 +103,7 @@ static int run_io(struct io_job *j, void *(*fn)(void *), struct gs_err *err)
 	fn(j);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
-	if (atomic_load(&j->failed)) {
-		*err = j->err;
-		return err->code ? err->code : GS_E_FAILURE;
-	}
-	return 0;
+	return gs_first_err_take(&j->fail, err);
 }
 
 /* The app's own VMM handles are marked as such (the agent re-creates them with the app's properties). */
@@ -214,9 +199,9 @@ int gs_agent_image_save(struct gs_agent *a, const char *gpu_dir, bool drop_stagi
 		goto out;
 	if (h && h->plan.nchunks) {
 		struct io_job j = { .h = h, .w = w };
-		pthread_mutex_init(&j.lock, NULL);
+		gs_first_err_init(&j.fail);
 		rc = run_io(&j, save_worker, err);
-		pthread_mutex_destroy(&j.lock);
+		gs_first_err_destroy(&j.fail);
 		if (rc)
 			goto out;
 	}
@@ -296,9 +281,9 @@ int gs_agent_image_load(struct gs_agent *a, const char *gpu_dir, struct gs_msg *
 	/* through the page cache: restore usually follows a checksum pass (or a dump) that left the data there */
 	gs_image_set_direct_io(img, false);
 	struct io_job j = { .h = h, .img = img };
-	pthread_mutex_init(&j.lock, NULL);
+	gs_first_err_init(&j.fail);
 	rc = run_io(&j, load_worker, err);
-	pthread_mutex_destroy(&j.lock);
+	gs_first_err_destroy(&j.fail);
 	if (rc) {
 		if (made_pool)
 			gs_mover_drop_pool(h);

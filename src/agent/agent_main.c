@@ -163,7 +163,17 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_str(reply, GS_F_VERSION, GPUSNAP_VERSION);
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
-	gs_msg_add_u64(reply, GS_F_CAPS, GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_PREPARE | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0));
+	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_PREPARE |
+			(gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
+	/*
+	 * For tests: answer as the agents before the streamed dump did, so the
+	 * command line's path for them (suspend into staging, then DUMP of the
+	 * staging) keeps being exercised (t4004).
+	 */
+	const char *old = getenv("GPUSNAP_AGENT_NO_DUMP_RUNNING");
+	if (old && !strcmp(old, "1"))
+		caps &= ~(uint64_t)GS_CAP_DUMP_RUNNING;
+	gs_msg_add_u64(reply, GS_F_CAPS, caps);
 	gs_msg_add_u64(reply, GS_F_STATE, (uint64_t)a->state);
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_COUNT, __atomic_load_n(&a->unmanaged_allocs, __ATOMIC_RELAXED));
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_BYTES, __atomic_load_n(&a->unmanaged_bytes, __ATOMIC_RELAXED));

@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/first_err.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
@@ -94,24 +95,14 @@ struct ring_job {
 	double timeout_s;          /* per staging segment wait */
 	size_t buf_size;
 	atomic_size_t next;
-	atomic_int failed;
-	pthread_mutex_t lock;
-	struct gs_err err; /* the first failure */
+	struct gs_first_err fail;
 };
 
 static bool to_host(const struct ring_job *j) { return j->side == SIDE_TO_IMAGE || j->side == SIDE_TO_STAGING; }
 
-static bool job_failed(struct ring_job *j) { return atomic_load(&j->failed) != 0; }
+static bool job_failed(struct ring_job *j) { return gs_first_err_any(&j->fail); }
 
-static void job_fail(struct ring_job *j, const struct gs_err *e)
-{
-	pthread_mutex_lock(&j->lock);
-	if (!atomic_load(&j->failed)) {
-		j->err = *e;
-		atomic_store(&j->failed, 1);
-	}
-	pthread_mutex_unlock(&j->lock);
-}
+static void job_fail(struct ring_job *j, const struct gs_err *e) { gs_first_err_set(&j->fail, e); }
 
 static void cuda_fail(struct ring_job *j, const char *what, int dev, CUresult r)
 {
@@ -554,8 +545,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	if (!wk)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
 	atomic_init(&j->next, 0);
-	atomic_init(&j->failed, 0);
-	pthread_mutex_init(&j->lock, NULL);
+	gs_first_err_init(&j->fail);
 	double t_run = gs_now();
 	unsigned started = 0;
 	for (unsigned i = 0; i < n; i++) {
@@ -593,11 +583,10 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 		st->issue_s += wk[i].issue_s / started;
 	}
 	free(wk);
-	pthread_mutex_destroy(&j->lock);
-	if (atomic_load(&j->failed)) {
-		*err = j->err;
-		return err->code ? err->code : GS_E_FAILURE;
-	}
+	int rc = gs_first_err_take(&j->fail, err);
+	gs_first_err_destroy(&j->fail);
+	if (rc)
+		return rc;
 	return 0;
 }
 

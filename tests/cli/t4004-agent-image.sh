@@ -17,6 +17,8 @@
 #    it is whole again;
 #  - a full disk while streaming: refused (exit 13), the process runs on with
 #    its data, nothing published, nothing left pinned;
+#  - an agent that offers no streamed dump (GPUSNAP_AGENT_NO_DUMP_RUNNING=1,
+#    as before it existed): dumped through staging memory, restored;
 #  - a reserved staging pool (GPUSNAP_RESERVE) is freed for the dump, so
 #    CRIU does not carry it.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
@@ -143,6 +145,24 @@ if mount -t tmpfs -o size=64m,mode=0700 tmpfs "$MNT" 2>/dev/null; then
 else
   echo "SKIP: cannot mount a small tmpfs here: the full-disk case is not tested"
 fi
+
+# ---- an agent without the streamed dump (gpusnap builds before it) ----
+# the command line then suspends into staging memory and has the agent write
+# the image from there (gs_agent_image_save); restore is the same
+kill -9 "$PID"; wait_gone "$PID"
+GPUSNAP_AGENT_NO_DUMP_RUNNING=1 start_app
+verify_ok "old agent: the app's data after allocation"
+img5=$TEST_TMP/img5
+run_gpusnap dump --json -D "$img5" "$PID"; expect "old agent: dump (through staging)" 0
+check "old agent: the data went through staging, not streamed" test "$(jget "['streamed']")" = False
+check "old agent: the image holds the data ($(jget "['gpu_data_bytes']") bytes)" test "$(jget "['gpu_data_bytes']")" -gt $((300 << 20))
+check "old agent: nothing stays pinned after the dump ($(pinned) bytes)" test "$(pinned)" = 0
+check "old agent: the dumped process is gone" wait_gone "$PID" 5
+run_gpusnap inspect --json --verify "$img5"; expect "old agent: inspect --verify" 0
+check "old agent: the image says agent and verifies" \
+  test "$(jget "['image']['how']")" = agent -a "$(jget "['verify']['ok']")" = True
+run_gpusnap restore -D "$img5"; expect "old agent: restore" 0
+verify_ok "old agent: every byte is back after restore"
 
 # ---- a reserved staging pool is not carried by CRIU ----
 # pinned: the pool itself is pinned; bounce (the default): the pool is only
