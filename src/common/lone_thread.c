@@ -107,11 +107,19 @@ int gs_lone_thread_start(pid_t pid, pid_t tid, struct gs_lone_thread *t, struct 
 		return gs_fail(err, GS_E_NO_PROCESS, "thread %d of process %d does not exist", (int)tid, (int)pid);
 	if (s != 'T' && s != 't')
 		return gs_fail(err, GS_E_STATE, "thread %d of process %d is not stopped (state %c)", (int)tid, (int)pid, s);
-	if (ptrace(PTRACE_SEIZE, tid, NULL, (void *)(long)PTRACE_O_EXITKILL))
+	/*
+	 * EXITKILL only once the thread is in our trace stop: a thread we could
+	 * not stop stays traced until gpusnap exits, and must not be killed then.
+	 */
+	if (ptrace(PTRACE_SEIZE, tid, NULL, NULL))
 		return gs_fail_errno(err, errno == EPERM ? GS_E_PERMISSION : GS_E_FAILURE, errno,
 				     "cannot trace thread %d of process %d", (int)tid, (int)pid);
 	int rc = wait_event_stop(tid, err);
+	if (rc)
+		return rc; /* not in a trace stop: it cannot be detached before gpusnap exits */
 	uint64_t all = ~0ULL;
+	if (ptrace(PTRACE_SETOPTIONS, tid, NULL, (void *)(long)PTRACE_O_EXITKILL))
+		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot set the trace options of thread %d", (int)tid);
 	if (!rc && ptrace(PTRACE_GETSIGMASK, tid, (void *)sizeof(t->saved_mask), &t->saved_mask))
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot read the signal mask of thread %d", (int)tid);
 	if (!rc && ptrace(PTRACE_SETSIGMASK, tid, (void *)sizeof(all), &all))
@@ -119,6 +127,7 @@ int gs_lone_thread_start(pid_t pid, pid_t tid, struct gs_lone_thread *t, struct 
 	if (!rc && ptrace(PTRACE_CONT, tid, NULL, NULL))
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot let thread %d run", (int)tid);
 	if (rc) {
+		ptrace(PTRACE_SETOPTIONS, tid, NULL, NULL);
 		ptrace(PTRACE_DETACH, tid, NULL, NULL); /* back to the group stop (or gone) */
 		return rc;
 	}
@@ -139,6 +148,8 @@ int gs_lone_thread_stop(struct gs_lone_thread *t, struct gs_err *err)
 		rc = wait_event_stop(t->tid, err);
 	if (!rc && ptrace(PTRACE_SETSIGMASK, t->tid, (void *)sizeof(t->saved_mask), &t->saved_mask))
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot restore the signal mask of thread %d", (int)t->tid);
+	if (!rc)
+		ptrace(PTRACE_SETOPTIONS, t->tid, NULL, NULL); /* no EXITKILL once it is handed back */
 	/* the process is group-stopped: detaching returns the thread to that stop */
 	if (ptrace(PTRACE_DETACH, t->tid, NULL, NULL) && !rc && errno != ESRCH)
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot detach from thread %d", (int)t->tid);

@@ -14,9 +14,10 @@
  * into a trace stop), block all its signals (PTRACE_SETSIGMASK: none of the
  * app's handlers runs on it), PTRACE_CONT. Stopping: PTRACE_INTERRUPT, put
  * the signal mask back, PTRACE_DETACH; since the process is still
- * group-stopped, the kernel returns the thread to that stop. PTRACE_O_EXITKILL:
- * if gpusnap dies in between, the process is killed rather than left
- * half-restored with one thread running.
+ * group-stopped, the kernel returns the thread to that stop. PTRACE_O_EXITKILL
+ * while it runs: if gpusnap dies in between, the process is killed rather
+ * than left half-restored with one thread running (set only once the thread
+ * is in our trace stop, and cleared before it is handed back).
  *
  * The caller needs ptrace rights over the process (root, or same user where
  * Yama allows). Not thread-safe per struct; one lone thread per process at a time.

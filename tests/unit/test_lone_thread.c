@@ -134,12 +134,55 @@ static void test_lone_thread(void)
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
 }
 
+/*
+ * gpusnap dying while a lone thread runs: the process is killed (EXITKILL),
+ * not left with one thread running. The tracer is a sibling of the target,
+ * which Yama allows root only: skipped (with a line) otherwise.
+ */
+static void test_tracer_dies(void)
+{
+	atomic_store(&sh->helper_tid, 0);
+	pid_t pid = fork();
+	if (pid == 0)
+		child_main();
+	for (int i = 0; i < 2000 && !atomic_load(&sh->helper_tid); i++)
+		nap(1);
+	pid_t tid = atomic_load(&sh->helper_tid);
+	kill(pid, SIGSTOP);
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_process_wait_stopped(pid, 5, &err), 0);
+	pid_t tracer = fork();
+	if (tracer == 0) {
+		struct gs_lone_thread t;
+		int rc = gs_lone_thread_start(pid, tid, &t, &err);
+		_exit(rc == GS_E_PERMISSION ? 3 : rc ? 1 : 0); /* dies with the thread running */
+	}
+	int st = 0;
+	CHECK_INT(waitpid(tracer, &st, 0), tracer);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		kill(pid, SIGKILL); /* the tracer could not start it: do not wait for a death that will not come */
+		waitpid(pid, NULL, 0);
+		return;
+	}
+	CHECK_INT(waitpid(pid, &st, 0), pid);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
 int main(void)
 {
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
 	RUN(test_lone_thread);
+	/* a sibling may trace where Yama allows it (scope 0) or as root */
+	char scope[8] = "0";
+	gs_read_small_file("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
+	if (not_allowed || (geteuid() != 0 && scope[0] != '0'))
+		printf("SKIP: test_tracer_dies: a process may not trace its sibling here (not root, Yama scope %c)\n",
+		       scope[0]);
+	else
+		RUN(test_tracer_dies);
 	if (not_allowed)
 		return 77;
 	return TEST_SUMMARY();
