@@ -341,6 +341,45 @@ static int join_verify(struct restore_run *r, struct gs_err *err)
 }
 
 /*
+ * The restored process while it is held stopped and has never run: a signal
+ * that ends gpusnap (Ctrl-C, SIGTERM, a closed terminal) kills it too, so an
+ * interrupted restore leaves no process. The handler only calls kill, signal
+ * and raise, which are async-signal-safe.
+ */
+static volatile sig_atomic_t held_pid;
+
+static void on_ending_signal(int sig)
+{
+	pid_t p = (pid_t)held_pid;
+	if (p > 0)
+		kill(p, SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static const int ending_signals[] = { SIGINT, SIGTERM, SIGHUP };
+
+static void guard_held(bool on, struct sigaction *saved)
+{
+	struct sigaction sa = { .sa_handler = on_ending_signal };
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < GS_ARRAY_SIZE(ending_signals); i++)
+		sigaction(ending_signals[i], on ? &sa : &saved[i], on ? &saved[i] : NULL);
+}
+
+/*
+ * GPUSNAP_TEST_HOLD_S: tests hold the restored process this many seconds more
+ * before it may continue, to interrupt a restore at that point.
+ */
+static void test_hold(void)
+{
+	const char *v = getenv("GPUSNAP_TEST_HOLD_S");
+	double s = v ? atof(v) : 0;
+	for (double t0 = gs_now(); s > 0 && gs_now() - t0 < s;)
+		usleep(10000);
+}
+
+/*
  * The driver's restore while the app's threads stay stopped: only the
  * driver's restore thread runs. -1 when that cannot be done here (no ptrace
  * rights, no restore thread named): the caller lets the process continue
@@ -384,10 +423,15 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	}
 	const char *extra[] = { "--work-dir", r->work, NULL };
 	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true };
+	struct sigaction saved[GS_ARRAY_SIZE(ending_signals)];
+	guard_held(true, saved);
 	double t = gs_now();
 	rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
 	r->criu_s = gs_now() - t;
+	if (!rc)
+		held_pid = r->pid;
 	if (rc) {
+		guard_held(false, saved);
 		struct gs_err verr = { 0 };
 		if (join_verify(r, &verr))
 			*err = verr; /* a corrupt image explains a failing CRIU better than CRIU does */
@@ -405,6 +449,9 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	}
 	if ((rc = join_verify(r, err)))
 		goto fail; /* the app never ran: it is killed stopped */
+	test_hold();
+	held_pid = 0;
+	guard_held(false, saved);
 	if (kill(r->pid, SIGCONT)) {
 		rc = gs_fail_errno(err, GS_E_NO_PROCESS, errno, "the restored process %d is gone", (int)r->pid);
 		goto fail;
@@ -431,6 +478,10 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 fail:
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
 	kill_restored(r->pid, ran);
+	if (!ran) {
+		held_pid = 0;
+		guard_held(false, saved);
+	}
 	remove_work_dir(r);
 	return rc;
 }

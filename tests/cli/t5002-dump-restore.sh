@@ -6,7 +6,8 @@
 # from where it was; two restores from one image; --leave-running; inspect;
 # every refusal of restore (exit code, one-line message, image unchanged, no
 # process left; a bad chunk found while the process was held stopped: it never
-# ran; --verify-first: nothing started); the driver's restore with the app's
+# ran; --verify-first: nothing started); a restore interrupted (SIGTERM)
+# while the process is held: the process goes too, having never run; the driver's restore with the app's
 # main thread held stopped (the fake's restore thread alone runs); dumps failing mid-way (process keeps running, an existing
 # image at DIR is intact).
 # Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
@@ -106,6 +107,24 @@ check "restore JSON: pid and separate CRIU/GPU times" [ "$(json_get "$OUT_TXT" '
 check "restore JSON: the driver restored the process held, the checksums alongside" [ "$(json_get "$OUT_TXT" '["driver_restore_held"],d["verified_first"],"verify_wait_s" in d["times"]')" = "(True, False, True)" ]
 check "second restore counts on from the same point" continues "$log" "$m" "$value"
 check "restores leave the image unchanged" [ "$(sums "$img")" = "$before" ]
+
+# ---- an interrupted restore: the held process goes with gpusnap ----
+kill -9 "$pid"; wait_gone "$pid"
+lines=$(wc -l <"$log")
+: >"$FAKE_CUDA_LOG"
+GPUSNAP_TEST_HOLD_S=30 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
+gp=$!
+# held: CRIU is done and the driver has restored it (the fake logs that), and it is stopped
+for _ in $(seq 1000); do grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG" && break; sleep 0.01; done
+check "the driver restored the process" grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG"
+check "the restore holds the process stopped" test "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = T
+kill -TERM "$gp"; rc=0; wait "$gp" || rc=$?
+check "gpusnap restore ended by SIGTERM (rc $rc)" test "$rc" = 143
+check "the held process went with it" wait_gone "$pid" 5
+check "the interrupted process never ran" [ "$(wc -l <"$log")" = "$lines" ]
+check "the image is unchanged after the interrupted restore" [ "$(sums "$img")" = "$before" ]
+run_gpusnap restore -D "$img"; expect "restore after the interrupted one" 0
+check "it counts on from the dump" continues "$log" "$lines" "$value"
 
 # ---- --leave-running ----
 img2=$TEST_TMP/img2
