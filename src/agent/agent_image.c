@@ -66,8 +66,12 @@ static void *save_worker(void *arg)
 		const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
 		const struct held_region *r = &j->h->regions[c->region];
 		struct gs_err e = { 0 };
-		if (gs_image_write_chunk(j->w, c->region, c->va - r->va, gs_staging_ptr(j->h->pool, c->staging_offset),
-					 c->size, &e))
+		/* a zero chunk is not in the pool (a reserved pool may hold an older cycle's bytes there) */
+		int rc = j->h->zero_chunks && j->h->zero_chunks[k]
+				 ? gs_image_write_zero_chunk(j->w, c->region, c->va - r->va, c->size, &e)
+				 : gs_image_write_chunk(j->w, c->region, c->va - r->va,
+							gs_staging_ptr(j->h->pool, c->staging_offset), c->size, &e);
+		if (rc)
 			gs_first_err_set(&j->fail, &e);
 	}
 }
@@ -280,6 +284,10 @@ int gs_agent_image_load(struct gs_agent *a, const char *gpu_dir, struct gs_msg *
 	}
 	/* through the page cache: restore usually follows a checksum pass (or a dump) that left the data there */
 	gs_image_set_direct_io(img, false);
+	/* every chunk comes into the pool from the image, zeros included: nothing is set by memset any more */
+	free(h->zero_chunks);
+	h->zero_chunks = NULL;
+	h->zero_bytes = 0;
 	struct io_job j = { .h = h, .img = img };
 	gs_first_err_init(&j.fail);
 	rc = run_io(&j, load_worker, err);

@@ -74,6 +74,12 @@ static struct {
 	 * populates (pinning needs the pages).
 	 */
 	bool populate_ahead;
+	/*
+	 * GPUSNAP_ZERO_CHUNKS=0: copy all-zero chunks like any other. By default
+	 * a bounce suspend keeps none of them in host memory and resume sets them
+	 * with a memset (agent_ring.h).
+	 */
+	bool no_zero_chunks;
 	uint64_t chunk_bytes; /* per mode (BOUNCE_CHUNK_BYTES, CHUNK_BYTES) unless GPUSNAP_CHUNK_SIZE says otherwise */
 	uint64_t reserve_bytes;
 	struct gs_staging *reserve;
@@ -297,8 +303,16 @@ static int bounce_copy(struct gs_agent *a, struct gs_agent_held *h, struct gs_ri
 {
 	struct gs_ring *ring = own ? own : ring_for_transfer(a);
 	unsigned threads = (unsigned)staging_threads();
-	return to_host ? gs_ring_to_staging(a, h, h->pool, ring, threads, timeout_s, st, err)
-		       : gs_ring_from_staging(a, h, h->pool, ring, threads, st, err);
+	if (!to_host)
+		return gs_ring_from_staging(a, h, h->pool, ring, threads, h->zero_chunks, st, err);
+	free(h->zero_chunks);
+	h->zero_chunks = NULL;
+	h->zero_bytes = 0;
+	if (!mover.no_zero_chunks && h->plan.nchunks && !(h->zero_chunks = calloc(h->plan.nchunks, 1)))
+		pr_warn("no memory to track zero chunks: every chunk is copied");
+	int rc = gs_ring_to_staging(a, h, h->pool, ring, threads, timeout_s, h->zero_chunks, st, err);
+	h->zero_bytes = st->zero_bytes;
+	return rc;
 }
 
 void gs_mover_init_from_env(struct gs_agent *a)
@@ -312,6 +326,8 @@ void gs_mover_init_from_env(struct gs_agent *a)
 		mover.mode = MODE_PINNED;
 	else if (m && *m && strcmp(m, "bounce"))
 		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'bounce' or 'pinned'", m);
+	const char *z = getenv("GPUSNAP_ZERO_CHUNKS");
+	mover.no_zero_chunks = z && !strcmp(z, "0");
 	const char *pop = getenv("GPUSNAP_STAGING_POPULATE");
 	mover.populate_ahead = pop && !strcmp(pop, "ahead");
 	if (pop && *pop && strcmp(pop, "ahead") && strcmp(pop, "lazy"))
@@ -693,6 +709,7 @@ static void held_free(struct gs_agent_held *h)
 		retire_pool(h->pool);
 	gs_copy_plan_free(&h->plan);
 	free(h->regions);
+	free(h->zero_chunks);
 	free(h);
 }
 
@@ -948,6 +965,7 @@ int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, st
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_unpinned", a->held->unpinned);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", a->held->pool && !gs_staging_registers(a->held->pool));
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", a->held->zero_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", a->held->pool_is_reserve);
@@ -995,6 +1013,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", h->pool && !gs_staging_registers(h->pool));
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", rs.zero_bytes);
 		a->held = NULL;
 		gs_mover_free_held(a, h);
 	}

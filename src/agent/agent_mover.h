@@ -39,6 +39,13 @@ struct gs_agent_held {
 	bool keep_context;
 	bool unpinned; /* the pool's segments were unpinned for the driver's checkpoint */
 	uint64_t bytes;
+	/*
+	 * Bounce staging: zero_chunks[k] is 1 when plan chunk k was all zero on
+	 * the GPU, so it is not in the pool (agent_ring.h); NULL when none are
+	 * known. zero_bytes: their total.
+	 */
+	uint8_t *zero_chunks;
+	uint64_t zero_bytes;
 };
 
 /* A staging pool for bytes (on demand; its segments register with the driver as they fill). */

@@ -96,6 +96,14 @@ struct ring_job {
 	size_t buf_size;
 	atomic_size_t next;
 	struct gs_first_err fail;
+	/*
+	 * Zero chunks, bounce staging only: to_staging marks a chunk found all
+	 * zero in its ring buffer (and leaves the pool alone), from_staging sets
+	 * a marked chunk on the GPU with a memset instead of copying it.
+	 */
+	uint8_t *zero_out;
+	const uint8_t *zero_in;
+	atomic_uint_fast64_t zero_bytes;
 };
 
 static bool to_host(const struct ring_job *j) { return j->side == SIDE_TO_IMAGE || j->side == SIDE_TO_STAGING; }
@@ -277,7 +285,8 @@ static CUstream lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *
 }
 
 /* Starts chunk k's copy between the GPU and slot s (on its lane) and records s's event behind it. */
-static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host)
+/* The copy of chunk k through slot s (or, zero, the memset of chunk k on the GPU). */
+static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host, bool zero)
 {
 	struct ring_job *j = wk->job;
 	struct gs_agent *a = j->a;
@@ -292,12 +301,14 @@ static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, boo
 		cuda_fail(j, "creating an event", dev, r);
 		return -1;
 	}
-	r = to_host ? a->cu.cuMemcpyDtoHAsync(s->buf, c->va, c->size, lane)
-		    : a->cu.cuMemcpyHtoDAsync(c->va, s->buf, c->size, lane);
+	r = zero      ? a->cu.cuMemsetD8Async(c->va, 0, c->size, lane)
+	    : to_host ? a->cu.cuMemcpyDtoHAsync(s->buf, c->va, c->size, lane)
+		      : a->cu.cuMemcpyHtoDAsync(c->va, s->buf, c->size, lane);
 	if (r != CUDA_SUCCESS) {
 		char what[96];
-		snprintf(what, sizeof(what), "copy of %llu bytes at %#llx %s", (unsigned long long)c->size,
-			 (unsigned long long)c->va, to_host ? "to host" : "to the GPU");
+		snprintf(what, sizeof(what), "%s of %llu bytes at %#llx%s", zero ? "memset" : "copy",
+			 (unsigned long long)c->size, (unsigned long long)c->va,
+			 zero ? "" : to_host ? " to host" : " to the GPU");
 		cuda_fail(j, what, dev, r);
 		wk->clean = false; /* an error may leave earlier work of the lane behind */
 		return -1;
@@ -314,10 +325,10 @@ static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, boo
 }
 
 /* start_copy, with its time counted in wk->issue_s */
-static int issue(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host)
+static int issue(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host, bool zero)
 {
 	double t0 = gs_now();
-	int rc = start_copy(wk, s, k, to_host);
+	int rc = start_copy(wk, s, k, to_host, zero);
 	wk->issue_s += gs_now() - t0;
 	return rc;
 }
@@ -387,6 +398,12 @@ static int drain(struct ring_job *j, const struct ring_slot *s, struct gs_err *e
 		const struct held_region *r = &j->h->regions[c->region];
 		return gs_image_write_chunk(j->w, c->region, c->va - r->va, s->buf, c->size, e);
 	}
+	if (j->zero_out && gs_all_zero(s->buf, c->size)) {
+		/* nothing to keep: the pool's pages for it are never touched (a lazy pool never faults them in) */
+		j->zero_out[s->chunk] = 1;
+		atomic_fetch_add(&j->zero_bytes, c->size);
+		return 0;
+	}
 	void *dst = staging_at(j, c, e);
 	if (!dst)
 		return e->code ? e->code : GS_E_FAILURE;
@@ -417,7 +434,7 @@ static void run_to_host(struct ring_worker *wk)
 			size_t k = atomic_fetch_add(&j->next, 1);
 			if (k >= n)
 				break;
-			if (issue(wk, &wk->slots[(head + count) % RING_DEPTH], k, true))
+			if (issue(wk, &wk->slots[(head + count) % RING_DEPTH], k, true, false))
 				break;
 			count++;
 		}
@@ -448,6 +465,13 @@ static void run_from_host(struct ring_worker *wk)
 		struct ring_slot *s = &wk->slots[i % RING_DEPTH];
 		if (s->busy && wait_slot(wk, s))
 			break;
+		if (j->zero_in && j->zero_in[k]) {
+			/* all zero when it was copied out: set on the GPU, the buffer stays unused */
+			if (issue(wk, s, k, false, true))
+				break;
+			atomic_fetch_add(&j->zero_bytes, j->h->plan.chunks[k].size);
+			continue;
+		}
 		struct gs_err e = { 0 };
 		double t0 = gs_now();
 		int frc = fill(j, k, s, &e);
@@ -456,7 +480,7 @@ static void run_from_host(struct ring_worker *wk)
 			job_fail(j, &e);
 			break;
 		}
-		if (pin_borrowed(wk, s, j->h->regions[j->h->plan.chunks[k].region].device) || issue(wk, s, k, false))
+		if (pin_borrowed(wk, s, j->h->regions[j->h->plan.chunks[k].region].device) || issue(wk, s, k, false, false))
 			break;
 	}
 	for (int i = 0; i < RING_DEPTH; i++)
@@ -605,18 +629,26 @@ int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct
 }
 
 int gs_ring_to_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
-		       struct gs_ring *ring, unsigned threads, double timeout_s, struct gs_ring_stats *st,
+		       struct gs_ring *ring, unsigned threads, double timeout_s, uint8_t *zero, struct gs_ring_stats *st,
 		       struct gs_err *err)
 {
-	struct ring_job j = { .a = a, .h = h, .side = SIDE_TO_STAGING, .pool = pool, .timeout_s = timeout_s };
-	return run(&j, ring, threads, st, err);
+	struct ring_job j = { .a = a, .h = h, .side = SIDE_TO_STAGING, .pool = pool, .timeout_s = timeout_s,
+			      .zero_out = zero };
+	atomic_init(&j.zero_bytes, 0);
+	int rc = run(&j, ring, threads, st, err);
+	st->zero_bytes = atomic_load(&j.zero_bytes);
+	return rc;
 }
 
 int gs_ring_from_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
-			 struct gs_ring *ring, unsigned threads, struct gs_ring_stats *st, struct gs_err *err)
+			 struct gs_ring *ring, unsigned threads, const uint8_t *zero, struct gs_ring_stats *st,
+			 struct gs_err *err)
 {
-	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_STAGING, .pool = pool, .timeout_s = -1 };
-	return run(&j, ring, threads, st, err);
+	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_STAGING, .pool = pool, .timeout_s = -1, .zero_in = zero };
+	atomic_init(&j.zero_bytes, 0);
+	int rc = run(&j, ring, threads, st, err);
+	st->zero_bytes = atomic_load(&j.zero_bytes);
+	return rc;
 }
 
 /*

@@ -46,6 +46,7 @@ struct gs_ring_stats {
 	double host_s;
 	double issue_s; /* starting copies and recording events */
 	double run_s;   /* the transfer's wall time, threads started to threads joined */
+	uint64_t zero_bytes; /* staging transfers: bytes of all-zero chunks, not copied (see gs_ring_to_staging) */
 };
 
 /* Adds st to a reply: ring_setup, ring_wait, ring_host and ring_issue timings (nothing for a transfer that used no ring). */
@@ -100,11 +101,20 @@ int gs_ring_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs
  * as many threads as the staging pool's workers suit it. On failure nothing
  * is in flight any more; to_staging leaves the GPU memory untouched,
  * from_staging leaves part of the data on the GPU (the pool keeps all of it).
+ *
+ * zero (NULL: off), one byte per chunk of the plan: to_staging sets it for
+ * every chunk whose bytes were all zero when they reached the ring buffer,
+ * and copies nothing of those into the pool (frameworks reserve much more
+ * GPU memory than they fill, and fresh GPU memory reads as zero: that host
+ * memory is then never taken); from_staging sets those chunks to zero on the
+ * GPU (cuMemsetD8Async, in order with the lane's copies) instead of copying.
+ * st->zero_bytes says how many bytes that was.
  */
 int gs_ring_to_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
-		       struct gs_ring *ring, unsigned threads, double timeout_s, struct gs_ring_stats *st,
+		       struct gs_ring *ring, unsigned threads, double timeout_s, uint8_t *zero, struct gs_ring_stats *st,
 		       struct gs_err *err);
 int gs_ring_from_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
-			 struct gs_ring *ring, unsigned threads, struct gs_ring_stats *st, struct gs_err *err);
+			 struct gs_ring *ring, unsigned threads, const uint8_t *zero, struct gs_ring_stats *st,
+			 struct gs_err *err);
 
 #endif

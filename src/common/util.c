@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,4 +101,15 @@ ssize_t gs_read_small_file(const char *path, char *buf, size_t n)
 	close(fd);
 	buf[len] = '\0';
 	return (ssize_t)len;
+}
+
+bool gs_all_zero(const void *data, size_t len)
+{
+	const unsigned char *p = data;
+	size_t head = len < 16 ? len : 16;
+	for (size_t i = 0; i < head; i++)
+		if (p[i])
+			return false;
+	/* p[0..16) is zero and p[i] == p[i + 16] for every i: all of it is zero */
+	return len <= 16 || memcmp(p, p + 16, len - 16) == 0;
 }

@@ -6,6 +6,7 @@
 #define GPUSNAP_COMMON_UTIL_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -39,5 +40,7 @@ int gs_parse_pid(const char *s, int *pid);
  * Returns the length, or -1 if it cannot be opened.
  */
 ssize_t gs_read_small_file(const char *path, char *buf, size_t n);
+/* Whether all n bytes at p are zero (stops at the first that is not). */
+bool gs_all_zero(const void *p, size_t n);
 
 #endif

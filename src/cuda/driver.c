@@ -73,7 +73,7 @@ int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err)
 		MEMBER(cuCtxGetCurrent), MEMBER(cuCtxSetCurrent), MEMBER(cuCtxGetDevice), MEMBER(cuCtxSynchronize),
 		MEMBER(cuDevicePrimaryCtxRetain), MEMBER(cuStreamCreate), MEMBER(cuStreamDestroy),
 		MEMBER(cuStreamSynchronize), MEMBER(cuEventCreate), MEMBER(cuEventDestroy), MEMBER(cuEventRecord),
-		MEMBER(cuEventQuery), MEMBER(cuEventSynchronize), MEMBER(cuMemcpyDtoHAsync), MEMBER(cuMemcpyHtoDAsync),
+		MEMBER(cuEventQuery), MEMBER(cuEventSynchronize), MEMBER(cuMemcpyDtoHAsync), MEMBER(cuMemcpyHtoDAsync), MEMBER(cuMemsetD8Async),
 		MEMBER(cuMemcpyDtoH), MEMBER(cuMemHostRegister), MEMBER(cuMemHostUnregister), MEMBER(cuMemAlloc),
 		MEMBER(cuMemFree), MEMBER(cuMemGetInfo), MEMBER(cuMemAddressReserve), MEMBER(cuMemAddressFree),
 		MEMBER(cuMemCreate), MEMBER(cuMemRelease), MEMBER(cuMemMap), MEMBER(cuMemUnmap), MEMBER(cuMemSetAccess),

@@ -55,6 +55,7 @@ struct gs_cuda {
 	CUresult (*cuEventSynchronize)(CUevent);
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 	CUresult (*cuMemHostRegister)(void *, size_t, unsigned int);
 	CUresult (*cuMemHostUnregister)(void *);

@@ -779,17 +779,6 @@ void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_sta
 
 /* --------------------------------------------------------------- chunks */
 
-static bool all_zero(const void *data, size_t len)
-{
-	const unsigned char *p = data;
-	size_t head = len < 16 ? len : 16;
-	for (size_t i = 0; i < head; i++)
-		if (p[i])
-			return false;
-	/* p[0..16) is zero and p[i] == p[i + 16] for every i: all of it is zero. */
-	return len <= 16 || memcmp(p, p + 16, len - 16) == 0;
-}
-
 static int create_data_file_locked(struct gs_image_writer *w, struct data_file **out, struct gs_err *err)
 {
 	if (w->nfiles >= GS_FMT_DATA_FILES_MAX)
@@ -881,7 +870,7 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 {
 	if (len == 0)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
-	bool zero = known_zero || (!w->store_zero_chunks && all_zero(data, len));
+	bool zero = known_zero || (!w->store_zero_chunks && gs_all_zero(data, len));
 	if (!zero && len > GS_FMT_CHUNK_DATA_MAX)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": chunk of %" PRIu64 " bytes, more than %llu MiB",
 			       alloc_id, len, GS_FMT_CHUNK_DATA_MAX / GS_MiB);

@@ -12,10 +12,14 @@
  * serves commands read from stdin, one per line:
  *   verify     every live block still holds its pattern -> "VERIFY OK n" / "VERIFY FAIL ..."
  *   free-some  frees every other small block through cuMemFree_v2 -> "FREED n"
+ *   zero-flip  with AGENT_APP_ZERO_MB: fills the zero block with a pattern, or
+ *              zeroes it again -> "ZERO 0" (now zero) / "ZERO 1" (now filled)
  *   quit       exits
  * With --signals (for dumps by CRIU, tests/cli/t4004-agent-image.sh) it reads
  * no stdin: SIGUSR1 runs verify, SIGTERM ends it; stdout is the test's log.
  * AGENT_APP_BIG_MB=N makes the second large block N MiB (several copy chunks).
+ * AGENT_APP_ZERO_MB=N adds a block of N MiB that the app leaves zero (as a
+ * framework's reserved but unused memory), checked to be zero by verify.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +34,7 @@ typedef unsigned long long CUdeviceptr;
 
 #define SMALL_COUNT 2000
 #define LARGE_COUNT 3
+#define ZERO_BLOCK (LARGE_COUNT + SMALL_COUNT) /* blocks[] index of the AGENT_APP_ZERO_MB block */
 
 struct block {
 	CUdeviceptr ptr;
@@ -44,10 +49,13 @@ static CUresult (*p_cuMemFree)(CUdeviceptr);
 static CUresult (*p_cuMemFree_gpa)(CUdeviceptr);
 static CUresult (*p_cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
 
-static struct block blocks[LARGE_COUNT + SMALL_COUNT];
+static struct block blocks[LARGE_COUNT + SMALL_COUNT + 1];
+static int zero_filled; /* the zero block holds a pattern now (zero-flip) */
 
 static unsigned char pattern(size_t block, size_t offset)
 {
+	if (block == ZERO_BLOCK && !zero_filled)
+		return 0;
 	return (unsigned char)(block * 131u + offset * 7u + (offset >> 12) + 1u);
 }
 
@@ -73,7 +81,7 @@ static int check(size_t i)
 static void verify(void)
 {
 	size_t n = 0;
-	for (size_t i = 0; i < LARGE_COUNT + SMALL_COUNT; i++) {
+	for (size_t i = 0; i < LARGE_COUNT + SMALL_COUNT + 1; i++) {
 		if (!blocks[i].live)
 			continue;
 		if (check(i))
@@ -115,6 +123,17 @@ static void free_some(void)
 	printf("FREED %zu\n", n);
 }
 
+static void zero_flip(void)
+{
+	if (!blocks[ZERO_BLOCK].live) {
+		printf("ZERO FAIL no zero block (AGENT_APP_ZERO_MB)\n");
+		return;
+	}
+	zero_filled = !zero_filled;
+	fill(ZERO_BLOCK);
+	printf("ZERO %d\n", zero_filled);
+}
+
 int main(int argc, char **argv)
 {
 	int signals = argc == 2 && !strcmp(argv[1], "--signals");
@@ -149,5 +168,18 @@ int main(int argc, char **argv)
 		blocks[i].live = 1;
 		fill(i);
 	}
-	return fake_app_serve("agent_app", signals, verify, "free-some", free_some);
+	const char *zmb = getenv("AGENT_APP_ZERO_MB");
+	if (zmb && atoi(zmb) > 0) {
+		struct block *z = &blocks[ZERO_BLOCK];
+		z->size = (size_t)atoi(zmb) << 20;
+		if (p_cuMemAlloc_dlsym(&z->ptr, z->size)) {
+			fprintf(stderr, "agent_app: the zero block of %zu bytes failed\n", z->size);
+			return 1;
+		}
+		z->live = 1;
+		fill(ZERO_BLOCK); /* zeros: fresh memory need not be */
+	}
+	static const struct fake_app_command commands[] = { { "free-some", free_some }, { "zero-flip", zero_flip },
+							    { NULL, NULL } };
+	return fake_app_serve("agent_app", signals, verify, commands);
 }

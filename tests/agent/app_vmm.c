@@ -266,5 +266,6 @@ int main(int argc, char **argv)
 	if (fake_app_make_context())
 		return 1;
 	setup();
-	return fake_app_serve("app_vmm", signals, verify, "cleanup", cleanup);
+	static const struct fake_app_command commands[] = { { "cleanup", cleanup }, { NULL, NULL } };
+	return fake_app_serve("app_vmm", signals, verify, commands);
 }

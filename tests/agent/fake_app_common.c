@@ -99,8 +99,7 @@ int fake_app_signals_setup(void)
 	return 0;
 }
 
-int fake_app_serve(const char *app_name, int signals, void (*verify)(void), const char *command,
-		   void (*command_fn)(void))
+int fake_app_serve(const char *app_name, int signals, void (*verify)(void), const struct fake_app_command *commands)
 {
 	fake_app_register(app_name);
 	printf("READY %d\n", (int)getpid());
@@ -117,10 +116,13 @@ int fake_app_serve(const char *app_name, int signals, void (*verify)(void), cons
 	char line[64];
 	while (fgets(line, sizeof(line), stdin)) {
 		line[strcspn(line, "\n")] = '\0';
+		const struct fake_app_command *c = commands;
+		while (c->name && strcmp(line, c->name))
+			c++;
 		if (!strcmp(line, "verify"))
 			verify();
-		else if (!strcmp(line, command))
-			command_fn();
+		else if (c->name)
+			c->fn();
 		else if (!strcmp(line, "quit"))
 			break;
 		else

@@ -25,9 +25,12 @@ int fake_app_signals_setup(void);
 /*
  * Registers with the fake, prints "READY <pid>", then serves: with signals,
  * SIGUSR1 runs verify until the process is killed; else one command per
- * stdin line: "verify", `command` (runs command_fn), "quit" (returns 0).
+ * stdin line: "verify", a name in commands (ends with a NULL name; runs its fn), "quit" (returns 0).
  */
-int fake_app_serve(const char *app_name, int signals, void (*verify)(void), const char *command,
-		   void (*command_fn)(void));
+struct fake_app_command {
+	const char *name;
+	void (*fn)(void);
+};
+int fake_app_serve(const char *app_name, int signals, void (*verify)(void), const struct fake_app_command *commands);
 
 #endif

@@ -16,6 +16,9 @@
 #    fails one cuMemUnmap): the memory comes back with its data, refilled
 #    through the ring, and the next cycle works; a cycle after the app freed
 #    half its small blocks.
+# Then all-zero chunks (AGENT_APP_ZERO_MB): not copied on suspend, set by a
+# memset on resume, on demand and with a reserved pool holding an older
+# cycle's bytes there; GPUSNAP_ZERO_CHUNKS=0 copies them.
 # Then a suspend that needs more host memory than GPUSNAP_HOST_MEMORY_LIMIT
 # allows: refused (exit 13, the cause named), the app's data stays on the GPU.
 # Needs GPUSNAP_BUILD (set by ctest).
@@ -109,6 +112,52 @@ fi
 # the ring reports where its threads' time went
 check "the ring reports its threads' wait and host time (ring_wait_s $(counter ring_wait_s), ring_host_s $(counter ring_host_s))" \
   python3 -c 'import sys; sys.exit(not (float(sys.argv[1]) >= 0 and float(sys.argv[2]) > 0))' "$(counter ring_wait_s)" "$(counter ring_host_s)"
+# all-zero chunks (a 64 MiB block the app leaves zero): not kept in host memory on
+# suspend, set with a memset on resume; with a reserved pool, whose bytes at that
+# block's place are an older cycle's, the memset must win over the stale bytes
+unset GPUSNAP_STAGING_MODE GPUSNAP_CHUNK_SIZE GPUSNAP_HOST_COPY GPUSNAP_STAGING_POPULATE
+export AGENT_APP_ZERO_MB=64
+zero_cycle() { # TITLE WANT(zero|data|off)
+  run_gpusnap suspend --json "$APP"; expect "$mode: suspend, $1" 0
+  local z; z=$(counter zero_bytes)
+  case $2 in
+    zero) check "$mode: $1: the zero block was not copied ($z zero bytes)" test "${z:-0}" -ge $((64 << 20)) ;;
+    data) check "$mode: $1: the filled block was copied ($z zero bytes)" test "${z:-0}" -lt $((64 << 20)) ;;
+    off) check "$mode: $1: GPUSNAP_ZERO_CHUNKS=0 copies every chunk ($z zero bytes)" test "${z:-1}" = 0 ;;
+  esac
+  check "$mode: $1: all physical memory released" test "$(phys)" = 0
+  run_gpusnap resume --json "$APP"; expect "$mode: resume, $1" 0
+  [ "$2" = zero ] && check "$mode: $1: resume set the zero chunks ($(counter zero_bytes) bytes)" \
+    test "$(counter zero_bytes)" -ge $((64 << 20))
+  verify_ok "$mode: $1: every block, the zero one included"
+}
+zero_flip() { # WANT
+  app_cmd zero-flip
+  case $REPLY in "ZERO $1") pass "$mode: the app flipped its zero block ($REPLY)" ;; *) fail "$mode: zero-flip" "$REPLY" ;; esac
+}
+for mode in zero-on-demand zero-reserve; do
+  if [ $mode = zero-reserve ]; then export GPUSNAP_RESERVE=256M; else unset GPUSNAP_RESERVE; fi
+  start_app
+  verify_ok "$mode: the app's data, a zero block among it"
+  zero_cycle "a zero block" zero
+  zero_flip 1
+  zero_cycle "the block filled" data
+  zero_flip 0
+  zero_cycle "the block zero again" zero
+  echo quit >&3
+  exec 3>&-
+  wait "$APP"
+done
+mode=zero-off
+unset GPUSNAP_RESERVE
+export GPUSNAP_ZERO_CHUNKS=0
+start_app
+zero_cycle "zero chunks not looked for" off
+echo quit >&3
+exec 3>&-
+wait "$APP"
+unset GPUSNAP_ZERO_CHUNKS AGENT_APP_ZERO_MB
+
 # a suspend the host memory cannot hold is refused before anything moves, and the app goes on
 unset GPUSNAP_RESERVE GPUSNAP_STAGING_MODE GPUSNAP_CHUNK_SIZE GPUSNAP_HOST_COPY GPUSNAP_STAGING_POPULATE
 export GPUSNAP_HOST_MEMORY_LIMIT=1M

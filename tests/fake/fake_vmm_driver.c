@@ -205,7 +205,10 @@ static void flush_locked(struct fake_stream *s, uint64_t upto)
 {
 	size_t k = 0;
 	while (s->done < upto && k < s->nq) {
-		memcpy(s->q[k].dst, s->q[k].src, s->q[k].n);
+		if (s->q[k].src)
+			memcpy(s->q[k].dst, s->q[k].src, s->q[k].n);
+		else
+			memset(s->q[k].dst, 0, s->q[k].n); /* a memset */
 		s->done++;
 		k++;
 	}
@@ -239,8 +242,10 @@ static CUresult copy_async(void *dst, const void *src, size_t n, CUstream h)
 	if (s) {
 		s->q[s->nq++] = (struct fake_copy){ dst, src, n };
 		s->issued++;
-	} else {
+	} else if (src) {
 		memcpy(dst, src, n);
+	} else {
+		memset(dst, 0, n);
 	}
 	pthread_mutex_unlock(&stream_lock);
 	return 0;
@@ -328,6 +333,13 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstr
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
 	return copy_async((void *)(uintptr_t)dst, src, n, s);
+}
+/* a memset is a copy of zeros: queued the same way (src NULL) */
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
+{
+	if (v)
+		return 1; /* only zeros are ever set by the agent */
+	return copy_async((void *)(uintptr_t)dst, NULL, n, s);
 }
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
@@ -685,7 +697,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuEventCreate", cuEventCreate), ENTRY("cuEventDestroy", cuEventDestroy_v2),
 		ENTRY("cuEventRecord", cuEventRecord), ENTRY("cuEventQuery", cuEventQuery),
 		ENTRY("cuEventSynchronize", cuEventSynchronize), ENTRY("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2),
-		ENTRY("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2), ENTRY("cuMemcpyDtoH", cuMemcpyDtoH_v2),
+		ENTRY("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2), ENTRY("cuMemsetD8Async", cuMemsetD8Async), ENTRY("cuMemcpyDtoH", cuMemcpyDtoH_v2),
 		ENTRY("cuMemHostRegister", cuMemHostRegister_v2), ENTRY("cuMemHostUnregister", cuMemHostUnregister),
 		ENTRY("cuMemAlloc", cuMemAlloc_v2), ENTRY("cuMemFree", cuMemFree_v2),
 		ENTRY("cuMemAllocAsync", cuMemAllocAsync), ENTRY("cuMemFreeAsync", cuMemFreeAsync),

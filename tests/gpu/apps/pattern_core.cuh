@@ -67,24 +67,25 @@ static uint8_t pattern_byte(uint64_t key, uint64_t offset)
 	return (uint8_t)(pattern_word(key, offset / 8) >> (8 * (offset % 8)));
 }
 
-__global__ void pattern_fill_kernel(uint64_t *p, size_t nwords, unsigned tail, uint64_t key)
+/* zero: the region is one of --zero-percent's, all zero (as memory a framework reserves and leaves unused) */
+__global__ void pattern_fill_kernel(uint64_t *p, size_t nwords, unsigned tail, uint64_t key, int zero)
 {
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nwords; i += stride)
-		p[i] = pattern_word(key, i);
+		p[i] = zero ? 0 : pattern_word(key, i);
 	if (blockIdx.x == 0 && threadIdx.x < tail) {
 		uint8_t *bytes = (uint8_t *)(p + nwords);
-		bytes[threadIdx.x] = (uint8_t)(pattern_word(key, nwords) >> (8 * threadIdx.x));
+		bytes[threadIdx.x] = zero ? 0 : (uint8_t)(pattern_word(key, nwords) >> (8 * threadIdx.x));
 	}
 }
 
-__global__ void pattern_verify_kernel(const uint64_t *p, size_t nwords, unsigned tail, uint64_t key,
+__global__ void pattern_verify_kernel(const uint64_t *p, size_t nwords, unsigned tail, uint64_t key, int zero,
 				      unsigned long long region, struct verify_result *res)
 {
 	unsigned long long bad = 0, first = ~0ULL;
 	size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nwords; i += stride) {
-		if (p[i] != pattern_word(key, i)) {
+		if (p[i] != (zero ? 0 : pattern_word(key, i))) {
 			if (!bad)
 				first = (unsigned long long)i * 8;
 			bad++;
@@ -92,7 +93,7 @@ __global__ void pattern_verify_kernel(const uint64_t *p, size_t nwords, unsigned
 	}
 	if (blockIdx.x == 0 && threadIdx.x < tail) {
 		const uint8_t *bytes = (const uint8_t *)(p + nwords);
-		uint8_t want = (uint8_t)(pattern_word(key, nwords) >> (8 * threadIdx.x));
+		uint8_t want = zero ? 0 : (uint8_t)(pattern_word(key, nwords) >> (8 * threadIdx.x));
 		if (bytes[threadIdx.x] != want) {
 			unsigned long long off = (unsigned long long)nwords * 8 + threadIdx.x;
 			bad++;
@@ -127,10 +128,16 @@ static unsigned pattern_grid(const struct pattern_device *dev, size_t nwords)
 struct pattern_app {
 	enum alloc_api api;
 	uint64_t seed;
+	unsigned zero_percent; /* --zero-percent: the first this many percent of the regions are all zero */
 	std::vector<struct pattern_device> devices;
 	std::vector<struct region> regions;
 	unsigned long long total_bytes;
 };
+
+static bool region_zero(const struct pattern_app *app, size_t i)
+{
+	return app->zero_percent && (i * 100 + 50) / app->regions.size() < app->zero_percent;
+}
 
 static struct pattern_device *device_of(struct pattern_app *app, int device)
 {
@@ -259,8 +266,8 @@ static bool pattern_fill(struct pattern_app *app)
 		if (!CK(cudaSetDevice(r->device)))
 			return false;
 		size_t nwords = r->size / 8;
-		pattern_fill_kernel<<<pattern_grid(dev, nwords), PATTERN_BLOCK>>>(r->ptr, nwords, (unsigned)(r->size % 8),
-									       region_key(app->seed, i));
+		pattern_fill_kernel<<<pattern_grid(dev, nwords), PATTERN_BLOCK>>>(
+			r->ptr, nwords, (unsigned)(r->size % 8), region_key(app->seed, i), region_zero(app, i));
 		if (!CK_LAUNCH("pattern_fill_kernel"))
 			return false;
 	}
@@ -295,7 +302,7 @@ static bool pattern_verify(struct pattern_app *app, std::string *detail)
 		}
 		size_t nwords = r->size / 8;
 		pattern_verify_kernel<<<pattern_grid(dev, nwords), PATTERN_BLOCK>>>(
-			r->ptr, nwords, (unsigned)(r->size % 8), region_key(app->seed, i), i, dev->result);
+			r->ptr, nwords, (unsigned)(r->size % 8), region_key(app->seed, i), region_zero(app, i), i, dev->result);
 		if (!CK_LAUNCH("pattern_verify_kernel")) {
 			*detail = "cuda error: " + first_error();
 			return false;
@@ -332,7 +339,7 @@ static bool pattern_verify(struct pattern_app *app, std::string *detail)
 		snprintf(buf, sizeof(buf),
 			 "%llu mismatched word(s); first: allocation %zu (%s, %zu bytes at %p, device %d) offset %llu expected 0x%02x found 0x%02x",
 			 total_bad, ri, api_names[r->api], r->size, (void *)r->ptr, r->device, off,
-			 pattern_byte(region_key(app->seed, ri), off), got);
+			 region_zero(app, ri) ? 0 : pattern_byte(region_key(app->seed, ri), off), got);
 	}
 	*detail = buf;
 	return false;
@@ -340,7 +347,8 @@ static bool pattern_verify(struct pattern_app *app, std::string *detail)
 
 static const char *const pattern_usage =
 	"[--size BYTES] [--alloc-size BYTES] [--count N --min BYTES --max BYTES]\n"
-	"       [--api runtime|driver|pitch|async|vmm] [--device N|all] [--seed S]\n"
+	"       [--api runtime|driver|pitch|async|vmm] [--device N|all] [--seed S] [--zero-percent P]\n"
+	"  --zero-percent P: the first P percent of the allocations hold zeros instead of the pattern\n"
 	"  --size/--alloc-size: hold BYTES (default 1G) in allocations of at most --alloc-size (default 1G)\n"
 	"  --count N: instead, N allocations of seeded random sizes in [--min, --max] (the first is --min, the second --max)\n"
 	"  --device all: the same allocations on every visible GPU\n"
@@ -352,6 +360,11 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 	long count = 0, device = 0;
 	enum alloc_api api = API_RUNTIME;
 	uint64_t seed = 1;
+	/* PATTERN_ZERO_PERCENT: the same as --zero-percent, for benchmarks that can only set the environment */
+	const char *zp = getenv("PATTERN_ZERO_PERCENT");
+	long zero_percent = zp ? atol(zp) : 0;
+	if (zero_percent < 0 || zero_percent > 100)
+		die_usage(pattern_usage, "PATTERN_ZERO_PERCENT must be 0 to 100");
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -365,6 +378,8 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 			min_size = opt_size(argc, argv, &i, pattern_usage);
 		else if (!strcmp(a, "--max"))
 			max_size = opt_size(argc, argv, &i, pattern_usage);
+		else if (!strcmp(a, "--zero-percent"))
+			zero_percent = opt_long(argc, argv, &i, pattern_usage, 0, 100);
 		else if (!strcmp(a, "--seed"))
 			seed = (uint64_t)opt_long(argc, argv, &i, pattern_usage, 0, 0x7fffffffffffffffL);
 		else if (!strcmp(a, "--device")) {
@@ -399,6 +414,7 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 	struct pattern_app app;
 	app.api = api;
 	app.seed = seed;
+	app.zero_percent = (unsigned)zero_percent;
 	app.total_bytes = 0;
 
 	int ndev = 0;

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# t96-agent-zero.sh - all-zero GPU memory on the fast path: a pattern process
+# holding 8 GiB of which 75% is zero (--zero-percent 75, as a framework's
+# reserved but unused memory) is suspended: the agent keeps none of the zero
+# chunks in host memory (zero_bytes >= 6 GiB, VRAM -> 0), resume sets them with
+# a memset, and every byte verifies (the zeros and the pattern). Then the same
+# with a reserved pool over two cycles (its bytes are the last cycle's where
+# zero chunks were not copied), a --keep-context cycle, and
+# GPUSNAP_ZERO_CHUNKS=0 (every chunk copied).
+. "$(dirname "$0")/lib.sh"
+gs_test_init t96-agent-zero
+
+zero_bytes() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["processes"][0]["agent"].get("zero_bytes", -1))' "$GS_OUT"; }
+
+cycle() { # NAME WHAT MIN_ZERO_BYTES MAX_ZERO_BYTES [SUSPEND ARGS...]
+  local name=$1 what=$2 lo=$3 hi=$4 pid=${APP_PID[$1]} z
+  shift 4
+  gs_run suspend "$pid" --json "$@"
+  expect_rc 0 "suspend $what" || return 1
+  check "$what took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
+  z=$(zero_bytes)
+  check "$what: $z bytes were zero and not copied (want $lo to $hi)" [ "$z" -ge "$lo" ] && [ "$z" -le "$hi" ]
+  [ "${1:-}" != --keep-context ] && check "$what: VRAM of the process is 0" [ "$(pid_vram_mib "$pid")" == 0 ]
+  resume_checked "$name" || return 1
+  z=$(zero_bytes)
+  check "$what: resume set $z zero bytes (want $lo to $hi)" [ "$z" -ge "$lo" ] && [ "$z" -le "$hi" ]
+  app_verify "$name" "8 GiB, 75% zero, after $what"
+}
+
+# 6 of the 8 allocations are zero; the runtime's own small blocks may add a zero chunk or two
+six=$((6 << 30)) most=$(((6 << 30) + (64 << 20)))
+app_start z 180 "$GPUSNAP" run -- "$GS_APPS/pattern" --size 8G --alloc-size 1G --zero-percent 75 --seed 96 || finish
+cycle z "an on-demand suspend" "$six" "$most" || finish
+cycle z "a second on-demand suspend" "$six" "$most" || finish
+cycle z "a keep-context suspend" "$six" "$most" --keep-context || finish
+app_quit z
+
+app_start r 180 "$GPUSNAP" run --reserve 9G -- "$GS_APPS/pattern" --size 8G --alloc-size 1G --zero-percent 75 --seed 97 || finish
+cycle r "a suspend into a reserved pool" "$six" "$most" || finish
+cycle r "a second suspend into the reserved pool" "$six" "$most" || finish
+app_quit r
+
+GPUSNAP_ZERO_CHUNKS=0 app_start o 180 "$GPUSNAP" run -- "$GS_APPS/pattern" --size 8G --alloc-size 1G --zero-percent 75 --seed 98 || finish
+cycle o "a suspend with GPUSNAP_ZERO_CHUNKS=0" 0 0 || finish
+app_quit o
+finish
