@@ -21,9 +21,11 @@ cycle() { # NAME WHAT MIN_ZERO_BYTES MAX_ZERO_BYTES [SUSPEND ARGS...]
   z=$(zero_bytes)
   check "$what: $z bytes were zero and not copied (want $lo to $hi)" [ "$z" -ge "$lo" ] && [ "$z" -le "$hi" ]
   [ "${1:-}" != --keep-context ] && check "$what: VRAM of the process is 0" [ "$(pid_vram_mib "$pid")" == 0 ]
-  resume_checked "$name" || return 1
+  gs_run resume "$pid" --json
+  expect_rc 0 "resume after $what" || return 1
   z=$(zero_bytes)
   check "$what: resume set $z zero bytes (want $lo to $hi)" [ "$z" -ge "$lo" ] && [ "$z" -le "$hi" ]
+  expect_state "$pid" running "state after resuming from $what"
   app_verify "$name" "8 GiB, 75% zero, after $what"
 }
 
