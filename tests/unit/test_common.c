@@ -222,6 +222,21 @@ static void test_read_small_file(void)
 	CHECK_INT((int)gs_read_small_file(path, buf, sizeof(buf)), -1);
 }
 
+static void test_all_zero(void)
+{
+	static unsigned char buf[4096 + 17];
+	CHECK(gs_all_zero(buf, 0));
+	CHECK(gs_all_zero(buf, 5));
+	CHECK(gs_all_zero(buf, sizeof(buf)));
+	size_t where[] = { 0, 7, 15, 16, 17, 4095, sizeof(buf) - 1 };
+	for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+		buf[where[i]] = 1;
+		CHECK(!gs_all_zero(buf, sizeof(buf)));
+		CHECK(gs_all_zero(buf, where[i])); /* everything before it is zero */
+		buf[where[i]] = 0;
+	}
+}
+
 int main(void)
 {
 	RUN(test_parse_size);
@@ -233,5 +248,6 @@ int main(void)
 	RUN(test_format_bytes);
 	RUN(test_grow_array);
 	RUN(test_read_small_file);
+	RUN(test_all_zero);
 	return TEST_SUMMARY();
 }
