@@ -70,15 +70,24 @@ static void moved(long ms, unsigned long *main_d, unsigned long *helper_d)
 
 static bool not_allowed; /* ptrace refused here: the test is skipped, not passed */
 
-static void test_lone_thread(void)
+/* A child with two counting threads; returns its PID, *tid the helper thread's. */
+static pid_t start_child(pid_t *tid)
 {
+	atomic_store(&sh->helper_tid, 0);
 	pid_t pid = fork();
 	if (pid == 0)
 		child_main();
 	for (int i = 0; i < 2000 && !atomic_load(&sh->helper_tid); i++)
 		nap(1);
-	pid_t tid = atomic_load(&sh->helper_tid);
-	CHECK(tid > 0);
+	*tid = atomic_load(&sh->helper_tid);
+	CHECK(*tid > 0);
+	return pid;
+}
+
+static void test_lone_thread(void)
+{
+	pid_t tid;
+	pid_t pid = start_child(&tid);
 	struct gs_err err = { 0 };
 	struct gs_lone_thread t;
 
@@ -141,13 +150,8 @@ static void test_lone_thread(void)
  */
 static void test_tracer_dies(void)
 {
-	atomic_store(&sh->helper_tid, 0);
-	pid_t pid = fork();
-	if (pid == 0)
-		child_main();
-	for (int i = 0; i < 2000 && !atomic_load(&sh->helper_tid); i++)
-		nap(1);
-	pid_t tid = atomic_load(&sh->helper_tid);
+	pid_t tid;
+	pid_t pid = start_child(&tid);
 	kill(pid, SIGSTOP);
 	struct gs_err err = { 0 };
 	CHECK_INT(gs_process_wait_stopped(pid, 5, &err), 0);
