@@ -150,8 +150,9 @@ fi
 # the command line then suspends into staging memory and has the agent write
 # the image from there (gs_agent_image_save); restore is the same
 kill -9 "$PID"; wait_gone "$PID"
-GPUSNAP_AGENT_NO_DUMP_RUNNING=1 start_app
-verify_ok "old agent: the app's data after allocation"
+# with an 8 MiB block left zero: its chunks are not in staging, the image gets ZERO chunks for them
+GPUSNAP_AGENT_NO_DUMP_RUNNING=1 AGENT_APP_ZERO_MB=8 start_app
+verify_ok "old agent: the app's data after allocation, a zero block among it"
 img5=$TEST_TMP/img5
 run_gpusnap dump --json -D "$img5" "$PID"; expect "old agent: dump (through staging)" 0
 check "old agent: the data went through staging, not streamed" test "$(jget "['streamed']")" = False
@@ -161,6 +162,8 @@ check "old agent: the dumped process is gone" wait_gone "$PID" 5
 run_gpusnap inspect --json --verify "$img5"; expect "old agent: inspect --verify" 0
 check "old agent: the image says agent and verifies" \
   test "$(jget "['image']['how']")" = agent -a "$(jget "['verify']['ok']")" = True
+check "old agent: the zero block is ZERO chunks in the image ($(jget "['image']['chunks']['zero_bytes']") bytes)" \
+  test "$(jget "['image']['chunks']['zero_bytes']")" -ge $((8 << 20))
 run_gpusnap restore -D "$img5"; expect "old agent: restore" 0
 verify_ok "old agent: every byte is back after restore"
 
