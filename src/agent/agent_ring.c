@@ -284,8 +284,10 @@ static CUstream lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *
 	return j->a->devices[*dev].lanes[c->lane];
 }
 
-/* Starts chunk k's copy between the GPU and slot s (on its lane) and records s's event behind it. */
-/* The copy of chunk k through slot s (or, zero, the memset of chunk k on the GPU). */
+/*
+ * Starts chunk k's copy between the GPU and slot s (or, zero, the memset of
+ * chunk k on the GPU) on its lane and records s's event behind it.
+ */
 static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host, bool zero)
 {
 	struct ring_job *j = wk->job;
@@ -569,6 +571,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	if (!wk)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
 	atomic_init(&j->next, 0);
+	atomic_init(&j->zero_bytes, 0);
 	gs_first_err_init(&j->fail);
 	double t_run = gs_now();
 	unsigned started = 0;
@@ -598,6 +601,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	}
 	a->cu.cuCtxSetCurrent(saved);
 	st->threads = started;
+	st->zero_bytes = atomic_load(&j->zero_bytes);
 	st->ring_bytes = ring ? gs_ring_bytes(ring) : (uint64_t)started * RING_DEPTH * j->buf_size;
 	for (unsigned i = 0; i < started; i++) {
 		if (wk[i].setup_s > st->setup_s)
@@ -609,9 +613,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	free(wk);
 	int rc = gs_first_err_take(&j->fail, err);
 	gs_first_err_destroy(&j->fail);
-	if (rc)
-		return rc;
-	return 0;
+	return rc;
 }
 
 int gs_ring_to_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image_writer *w,
@@ -634,10 +636,7 @@ int gs_ring_to_staging(struct gs_agent *a, const struct gs_agent_held *h, struct
 {
 	struct ring_job j = { .a = a, .h = h, .side = SIDE_TO_STAGING, .pool = pool, .timeout_s = timeout_s,
 			      .zero_out = zero };
-	atomic_init(&j.zero_bytes, 0);
-	int rc = run(&j, ring, threads, st, err);
-	st->zero_bytes = atomic_load(&j.zero_bytes);
-	return rc;
+	return run(&j, ring, threads, st, err);
 }
 
 int gs_ring_from_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
@@ -645,10 +644,7 @@ int gs_ring_from_staging(struct gs_agent *a, const struct gs_agent_held *h, stru
 			 struct gs_err *err)
 {
 	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_STAGING, .pool = pool, .timeout_s = -1, .zero_in = zero };
-	atomic_init(&j.zero_bytes, 0);
-	int rc = run(&j, ring, threads, st, err);
-	st->zero_bytes = atomic_load(&j.zero_bytes);
-	return rc;
+	return run(&j, ring, threads, st, err);
 }
 
 /*
