@@ -208,6 +208,12 @@ static int check_host_memory(uint64_t bytes, struct gs_err *err)
 		       gs_format_bytes(bytes, need, sizeof(need)), gs_format_bytes(m.avail, have, sizeof(have)), m.limit);
 }
 
+/* The reserved pool (GPUSNAP_RESERVE): populated ahead by all staging threads, kept across cycles. */
+static int make_reserve(struct gs_agent *a, struct gs_err *err)
+{
+	return make_pool(a, mover.reserve_bytes, staging_threads(), false, &mover.reserve, err);
+}
+
 int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
 {
 	int rc = check_host_memory(bytes, err);
@@ -351,7 +357,7 @@ void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 	if (!mover.reserve_bytes || mover.reserve)
 		return;
 	struct gs_err err = { 0 };
-	if (make_pool(a, mover.reserve_bytes, staging_threads(), false, &mover.reserve, &err))
+	if (make_reserve(a, &err))
 		pr_err("cannot reserve %llu bytes of staging memory: %s", (unsigned long long)mover.reserve_bytes, err.msg);
 	else
 		start_ring_builder(a);
@@ -1022,7 +1028,7 @@ int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err
 	/* a reserved pool dropped for a dump comes back, filled in the background */
 	if (mover.reserve_bytes && !mover.reserve) {
 		struct gs_err e2 = { 0 };
-		if (make_pool(a, mover.reserve_bytes, staging_threads(), false, &mover.reserve, &e2))
+		if (make_reserve(a, &e2))
 			pr_warn("cannot reserve staging memory again: %s", e2.msg);
 	}
 	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */
