@@ -428,8 +428,6 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	double t = gs_now();
 	rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
 	r->criu_s = gs_now() - t;
-	if (!rc)
-		held_pid = r->pid;
 	if (rc) {
 		guard_held(false, saved);
 		struct gs_err verr = { 0 };
@@ -438,6 +436,7 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		remove_work_dir(r);
 		return err->code ? err->code : rc;
 	}
+	held_pid = r->pid; /* from here until SIGCONT the guard's signals kill it too */
 
 	t = gs_now();
 	bool ran = false; /* let continue (SIGCONT): from then on a failure is visible to the app */
@@ -478,7 +477,7 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 fail:
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
 	kill_restored(r->pid, ran);
-	if (!ran) {
+	if (held_pid) { /* still guarded: it never got SIGCONT */
 		held_pid = 0;
 		guard_held(false, saved);
 	}
