@@ -5,21 +5,25 @@
 #include "core/hostmem.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/util.h"
+
+/* The line after l in text; NULL after the last. */
+static const char *next_line(const char *l)
+{
+	const char *nl = strchr(l, '\n');
+	return nl ? nl + 1 : NULL;
+}
 
 /* The kB value of "Name:   123 kB" in meminfo text; -1 if absent. */
 static int meminfo_kb(const char *text, const char *name, uint64_t *kb)
 {
 	size_t n = strlen(name);
-	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+	for (const char *l = text; l && *l; l = next_line(l)) {
 		if (strncmp(l, name, n) || l[n] != ':')
 			continue;
 		char *end;
@@ -76,7 +80,7 @@ int gs_hostmem_cgroup_headroom(const char *max_text, const char *current_text, u
 
 int gs_hostmem_parse_cgroup_path(const char *text, char *buf, size_t n)
 {
-	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+	for (const char *l = text; l && *l; l = next_line(l)) {
 		if (strncmp(l, "0::", 3))
 			continue;
 		const char *p = l + 3, *e = strchr(p, '\n');
