@@ -6,15 +6,14 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
-#include <string.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/proc.h"
 #include "common/util.h"
 
 #define TRACE_WAIT_S 10.0 /* a trace stop is reported within microseconds; this is for a hung kernel call */
@@ -25,15 +24,11 @@ static void nap_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* State letter of a thread (/proc/PID/task/TID/stat, the field after the name); 0 if it is gone. */
+/* State letter of a thread; 0 if it is gone. */
 static char thread_state(pid_t pid, pid_t tid)
 {
-	char path[96], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	if (gs_read_small_file(path, buf, sizeof(buf)) <= 0)
-		return 0;
-	char *p = strrchr(buf, ')');
-	return p && p[1] == ' ' ? p[2] : 0;
+	struct gs_proc_stat st;
+	return gs_proc_read_task_stat(pid, tid, &st) ? 0 : st.state;
 }
 
 int gs_process_wait_stopped(pid_t pid, double timeout_s, struct gs_err *err)

@@ -6,12 +6,13 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "common/util.h"
 
 int gs_proc_check(pid_t pid, struct gs_err *err)
 {
@@ -38,24 +39,32 @@ void gs_proc_comm(pid_t pid, char *buf, size_t n)
 		fclose(f);
 }
 
-int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st)
+/* A stat file of /proc: a process's or one of its threads'. */
+static int read_stat_file(const char *path, struct gs_proc_stat *st)
 {
-	char path[64], line[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	char line[1024];
+	if (gs_read_small_file(path, line, sizeof(line)) <= 0)
 		return -1;
-	ssize_t len = read(fd, line, sizeof(line) - 1);
-	close(fd);
-	if (len <= 0)
-		return -1;
-	line[len] = '\0';
 	/* comm may contain spaces and parentheses: the fields follow the last ')' (field 3 on) */
 	char *p = strrchr(line, ')');
 	if (!p || sscanf(p + 1, " %c %d %d %d %d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
 			 &st->state, &st->ppid, &st->pgrp, &st->session, &st->tty_nr, &st->start_time) != 6)
 		return -1;
 	return 0;
+}
+
+int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	return read_stat_file(path, st);
+}
+
+int gs_proc_read_task_stat(pid_t pid, pid_t tid, struct gs_proc_stat *st)
+{
+	char path[96];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	return read_stat_file(path, st);
 }
 
 pid_t gs_proc_ppid(pid_t pid)

@@ -24,6 +24,8 @@ struct gs_proc_stat {
 };
 /* Reads /proc/PID/stat (comm may hold spaces and parentheses). 0, or -1 if unreadable. */
 int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st);
+/* The same for thread tid of process pid (/proc/PID/task/TID/stat): a thread's own state. */
+int gs_proc_read_task_stat(pid_t pid, pid_t tid, struct gs_proc_stat *st);
 /* Parent PID from /proc/PID/stat; -1 if unreadable. */
 pid_t gs_proc_ppid(pid_t pid);
 /*
