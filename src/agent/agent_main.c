@@ -2,7 +2,8 @@
  * agent_main.c - libgpusnap.so's life: the constructor (install the
  * replacements, start the control server), the per-device state made on
  * first use, and the control handler that serves gpusnap's requests
- * (HELLO, STATUS, SUSPEND, RESUME, DUMP) on the server's thread.
+ * (HELLO, STATUS, SUSPEND, RESUME, DUMP, PREPARE, GATE, OPEN) on the
+ * server's thread by handing each to the lifecycle (agent_lifecycle.h).
  *
  * Nothing here runs in a signal handler. The constructor makes no CUDA
  * call: the driver is loaded when the app first allocates or when gpusnap
@@ -17,7 +18,8 @@
 
 #include "agent/agent.h"
 #include "agent/agent_app_vmm.h"
-#include "agent/agent_image.h"
+#include "agent/agent_contexts.h"
+#include "agent/agent_lifecycle.h"
 #include "agent/agent_mover.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
@@ -131,8 +133,10 @@ struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cu
 			pr_err("%s", err.msg);
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		if (r == CUDA_SUCCESS)
+		if (r == CUDA_SUCCESS) {
+			gs_ctx_note(dev, ctx); /* the first context the mover copies in; agent_contexts.c keeps it alive */
 			__atomic_store_n(&d->used, true, __ATOMIC_RELEASE);
+		}
 	}
 	bool fresh = r == CUDA_SUCCESS && d->used && !d->announced;
 	d->announced = d->used;
@@ -164,7 +168,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
 	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_PREPARE |
-			(gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
+			GS_CAP_GATE | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
 	/*
 	 * For tests: answer as the agents before the streamed dump did, so the
 	 * command line's path for them (suspend into staging, then DUMP of the
@@ -174,7 +178,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	if (old && !strcmp(old, "1"))
 		caps &= ~(uint64_t)GS_CAP_DUMP_RUNNING;
 	gs_msg_add_u64(reply, GS_F_CAPS, caps);
-	gs_msg_add_u64(reply, GS_F_STATE, (uint64_t)a->state);
+	gs_lc_info(a, reply);
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_COUNT, __atomic_load_n(&a->unmanaged_allocs, __ATOMIC_RELAXED));
 	gs_msg_add_u64(reply, GS_F_UNMANAGED_BYTES, __atomic_load_n(&a->unmanaged_bytes, __ATOMIC_RELAXED));
 	gs_msg_add_u64(reply, GS_F_DEVICE_COUNT, (uint64_t)ndev);
@@ -194,28 +198,37 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		add_info(a, reply);
 		return;
 	case GS_MSG_SUSPEND: {
-		int rc = gs_mover_suspend(a, timeout, (flags & GS_SUSPEND_KEEP_CONTEXT) != 0, reply, &err);
+		int rc = gs_lc_suspend(a, timeout, (flags & GS_SUSPEND_KEEP_CONTEXT) != 0, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
 	case GS_MSG_DUMP: {
 		const char *dir = gs_msg_get_str(req, GS_F_DIR);
 		int rc = !dir			       ? gs_fail(&err, GS_E_USAGE, "dump request without a directory")
-			 : (flags & GS_DUMP_RUNNING) ? gs_agent_image_dump_running(a, dir, timeout, reply, &err)
-						     : gs_agent_image_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
+			 : (flags & GS_DUMP_RUNNING) ? gs_lc_dump(a, dir, timeout, reply, &err)
+						     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
 	case GS_MSG_PREPARE: {
-		int rc = gs_agent_image_prepare(a, reply, &err);
+		int rc = gs_lc_prepare(a, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
 	case GS_MSG_RESUME: {
-		const char *dir = gs_msg_get_str(req, GS_F_DIR);
-		int rc = dir ? gs_agent_image_restore(a, dir, reply, &err) : 0;
-		if (!rc)
-			rc = gs_mover_resume(a, reply, &err);
+		int rc = gs_lc_resume(a, gs_msg_get_str(req, GS_F_DIR), reply, &err);
+		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+		return;
+	}
+	case GS_MSG_GATE: {
+		double lease = 0;
+		gs_msg_get_f64(req, GS_F_LEASE, &lease);
+		int rc = gs_lc_gate(a, timeout, lease, reply, &err);
+		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+		return;
+	}
+	case GS_MSG_OPEN: {
+		int rc = gs_lc_open(a, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
@@ -263,6 +276,11 @@ __attribute__((constructor)) static void agent_init(void)
 	 */
 	const char *hooks = getenv("GPUSNAP_AGENT_HOOKS");
 	if (!(hooks && !strcmp(hooks, "0")) && gs_agent_install_hooks(&err)) {
+		pr_err("%s", err.msg);
+		return;
+	}
+	/* every context the app makes, so a suspend waits for the work of each (agent_contexts.h) */
+	if (gs_ctx_install_hooks(&err)) {
 		pr_err("%s", err.msg);
 		return;
 	}

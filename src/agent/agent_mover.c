@@ -1,18 +1,7 @@
 /*
- * agent_mover.c - moves the app's releasable device memory to host staging
- * memory and back (see agent_mover.h).
- *
- * Suspend: close the gate (no app thread inside the driver, new calls wait),
- * synchronize each device, plan the copy (core/copy_plan.c: chunks dealt to
- * GS_AGENT_LANES streams per device, placed in staging order so copies
- * follow the population of an on-demand pool), copy device to host, then
- * release the physical memory. A failure before the release reopens the gate
- * and leaves everything as it was; a failure during the release re-creates
- * what was released and refills it, so the app never loses data.
- * Resume: re-create physical memory at the same addresses (all or nothing:
- * on a shortage what was re-created is released again and the app stays
- * suspended), copy back, open the gate. An on-demand staging pool is freed
- * afterwards by a background thread the agent joins before the next suspend.
+ * agent_mover.c - the app's releasable regions, their copy plan, and the
+ * staging memory they go to on a suspend (see agent_mover.h). The order of
+ * things and their undoing is agent_lifecycle.c's.
  *
  * Two staging modes (GPUSNAP_STAGING_MODE). bounce (default): the pool is
  * only populated, never pinned, and the copies go through a small ring of
@@ -20,13 +9,16 @@
  * that the ring stays in the CPU's cache. With a reserved pool the ring is
  * kept across cycles (built in the background when the pool is made, freed
  * with it); without one each suspend and resume sets one up. pinned: the
- * pool is registered with the driver and the copies go straight into it; a
- * full suspend unpins it as the copies complete (the driver's checkpoint
- * costs time per pinned GiB) and resume pins it again.
+ * pool is registered with the driver and the engine copies straight into it
+ * (a direct end); a full suspend unpins each segment as its copies complete
+ * (the driver's checkpoint costs time per pinned GiB) and resume pins it
+ * again. An on-demand pool is freed after the resume by a background thread
+ * the agent joins before the next suspend.
  */
 #define LOG_PREFIX "agent: "
 #include "agent/agent_mover.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +28,7 @@
 #include "agent/agent_app_vmm.h"
 #include "agent/agent_ring.h"
 #include "agent/gate.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "common/util.h"
@@ -55,7 +48,7 @@
  */
 #define BOUNCE_CHUNK_BYTES (4ULL << 20)
 #define SEGMENT_BYTES (256ULL << 20)
-#define GS_AGENT_MAX_UNPIN_THREADS 32
+#define MAX_STAGING_THREADS 32
 
 static struct {
 	bool unpin; /* unpin staging while the driver holds the process (default; GPUSNAP_STAGING_UNPIN=0: keep it pinned) */
@@ -139,7 +132,7 @@ static int staging_threads(void)
 		if (n > 16)
 			n = 16;
 	}
-	return n < 1 ? 1 : n > GS_AGENT_MAX_UNPIN_THREADS ? GS_AGENT_MAX_UNPIN_THREADS : n;
+	return n < 1 ? 1 : n > MAX_STAGING_THREADS ? MAX_STAGING_THREADS : n;
 }
 
 /* An on-demand pool is populated by the copies themselves (no workers). */
@@ -214,7 +207,8 @@ static int make_reserve(struct gs_agent *a, struct gs_err *err)
 	return make_pool(a, mover.reserve_bytes, staging_threads(), false, &mover.reserve, err);
 }
 
-int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
+/* An on-demand pool of bytes (host memory checked first). */
+static int make_on_demand_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
 {
 	int rc = check_host_memory(bytes, err);
 	return rc ? rc : make_pool(a, bytes, on_demand_threads(), on_demand_lazy(), out, err);
@@ -301,24 +295,6 @@ static struct gs_ring *ring_for_transfer(struct gs_agent *a)
 	struct gs_ring *r = mover.ring;
 	pthread_mutex_unlock(&mover.ring_lock);
 	return r;
-}
-
-/* A pool that is not pinned takes the ring: h's data to it (to_host) or back to the GPU. */
-static int bounce_copy(struct gs_agent *a, struct gs_agent_held *h, struct gs_ring *own, bool to_host, double timeout_s,
-		       struct gs_ring_stats *st, struct gs_err *err)
-{
-	struct gs_ring *ring = own ? own : ring_for_transfer(a);
-	unsigned threads = (unsigned)staging_threads();
-	if (!to_host)
-		return gs_ring_from_staging(a, h, h->pool, ring, threads, h->zero_chunks, st, err);
-	free(h->zero_chunks);
-	h->zero_chunks = NULL;
-	h->zero_bytes = 0;
-	if (!mover.no_zero_chunks && h->plan.nchunks && !(h->zero_chunks = calloc(h->plan.nchunks, 1)))
-		pr_warn("no memory to track zero chunks: every chunk is copied");
-	int rc = gs_ring_to_staging(a, h, h->pool, ring, threads, timeout_s, h->zero_chunks, st, err);
-	h->zero_bytes = st->zero_bytes;
-	return rc;
 }
 
 void gs_mover_init_from_env(struct gs_agent *a)
@@ -474,214 +450,6 @@ static int ensure_lanes(struct gs_agent *a, struct gs_agent_device *d, struct gs
 	return rc;
 }
 
-static int sync_devices(struct gs_agent *a, bool lanes_only, struct gs_err *err)
-{
-	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++) {
-		struct gs_agent_device *d = &a->devices[i];
-		if (!d->used)
-			continue;
-		int rc = set_device(a, i, err);
-		if (rc)
-			return rc;
-		CUresult r = CUDA_SUCCESS;
-		if (lanes_only) {
-			for (int l = 0; l < GS_AGENT_LANES && r == CUDA_SUCCESS; l++)
-				r = a->cu.cuStreamSynchronize(d->lanes[l]);
-		} else {
-			r = a->cu.cuCtxSynchronize();
-		}
-		if (r != CUDA_SUCCESS) {
-			char b[128];
-			return gs_fail(err, GS_E_AGENT, "GPU %d reported an error while synchronizing: %s", i,
-				       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
-		}
-	}
-	return 0;
-}
-
-/*
- * Unpinning the staging pool while the copy out runs. The driver's own
- * checkpoint and restore take time in proportion to the pinned host memory of
- * the process (about 0.03 s per GiB on the H100), so a full suspend unpins the
- * pool, and unpinning 32 GiB takes longer than copying it (8 threads, 0.76 s).
- * Overlapped: once every copy into a segment has been issued, an event is
- * recorded on every lane; unpin threads wait for a segment's events and
- * unpin it while later segments are still being copied. Segments beyond the
- * data (a reserved pool larger than needed) are unpinned as well.
- */
-struct unpin_pipe {
-	struct gs_agent *a;
-	struct gs_staging *pool;
-	uint32_t nsegs;
-	int nlanes;             /* lanes of every used device */
-	int *lane_device;       /* [nlanes] */
-	CUstream *lane_stream;  /* [nlanes] */
-	CUevent *events;        /* [nsegs * nlanes]; NULL entries: nothing copied into that segment */
-	pthread_mutex_t lock;
-	pthread_cond_t issued_cond;
-	uint32_t issued;        /* segments [0, issued) have all their copies issued */
-	bool abort;
-	uint32_t next;          /* atomic: next segment for an unpin thread */
-	int failed;             /* atomic */
-	pthread_t tid[GS_AGENT_MAX_UNPIN_THREADS];
-	int nthreads;
-};
-
-static void *unpin_main(void *arg)
-{
-	struct unpin_pipe *u = arg;
-	use_any_context(u->a);
-	for (;;) {
-		uint32_t seg = __atomic_fetch_add(&u->next, 1, __ATOMIC_RELAXED);
-		if (seg >= u->nsegs)
-			return NULL;
-		pthread_mutex_lock(&u->lock);
-		while (u->issued <= seg && !u->abort)
-			pthread_cond_wait(&u->issued_cond, &u->lock);
-		bool abort = u->abort;
-		pthread_mutex_unlock(&u->lock);
-		if (abort)
-			return NULL;
-		for (int l = 0; l < u->nlanes; l++) {
-			CUevent e = u->events[(size_t)seg * (size_t)u->nlanes + (size_t)l];
-			if (e && u->a->cu.cuEventSynchronize(e) != CUDA_SUCCESS)
-				__atomic_store_n(&u->failed, 1, __ATOMIC_RELAXED);
-		}
-		struct gs_err e = { 0 };
-		if (gs_staging_unpin_segment(u->pool, seg, &e))
-			__atomic_store_n(&u->failed, 1, __ATOMIC_RELAXED);
-	}
-}
-
-/* Publishes segments [0, upto) as issued, recording their events first (context of each lane set). */
-static int pipe_issue_upto(struct unpin_pipe *u, uint32_t upto, uint32_t first_with_copies, struct gs_err *err)
-{
-	pthread_mutex_lock(&u->lock);
-	uint32_t from = u->issued;
-	pthread_mutex_unlock(&u->lock);
-	if (upto <= from)
-		return 0;
-	/* only the segments that had copies need events: the last of them, first_with_copies, covers the rest */
-	if (first_with_copies < upto && first_with_copies >= from) {
-		for (int l = 0; l < u->nlanes; l++) {
-			CUevent *e = &u->events[(size_t)first_with_copies * (size_t)u->nlanes + (size_t)l];
-			int rc = set_device(u->a, u->lane_device[l], err);
-			if (rc)
-				return rc;
-			CUresult r = u->a->cu.cuEventCreate(e, CU_EVENT_DISABLE_TIMING);
-			if (r == CUDA_SUCCESS)
-				r = u->a->cu.cuEventRecord(*e, u->lane_stream[l]);
-			if (r != CUDA_SUCCESS)
-				return gs_fail(err, GS_E_AGENT, "cannot record a copy event on GPU %d (error %d)", u->lane_device[l], r);
-		}
-	}
-	pthread_mutex_lock(&u->lock);
-	u->issued = upto;
-	pthread_cond_broadcast(&u->issued_cond);
-	pthread_mutex_unlock(&u->lock);
-	return 0;
-}
-
-static int pipe_start(struct gs_agent *a, struct gs_staging *pool, struct unpin_pipe *u, struct gs_err *err)
-{
-	memset(u, 0, sizeof(*u));
-	u->a = a;
-	u->pool = pool;
-	u->nsegs = gs_staging_segments(pool);
-	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
-		u->nlanes += a->devices[i].used ? GS_AGENT_LANES : 0;
-	u->lane_device = calloc((size_t)u->nlanes + 1, sizeof(*u->lane_device));
-	u->lane_stream = calloc((size_t)u->nlanes + 1, sizeof(*u->lane_stream));
-	u->events = calloc((size_t)u->nsegs * (size_t)u->nlanes + 1, sizeof(*u->events));
-	if (!u->lane_device || !u->lane_stream || !u->events) {
-		free(u->lane_device);
-		free(u->lane_stream);
-		free(u->events);
-		return gs_fail(err, GS_E_AGENT, "out of memory");
-	}
-	int l = 0;
-	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
-		for (int k = 0; a->devices[i].used && k < GS_AGENT_LANES; k++, l++) {
-			u->lane_device[l] = i;
-			u->lane_stream[l] = a->devices[i].lanes[k];
-		}
-	pthread_mutex_init(&u->lock, NULL);
-	pthread_cond_init(&u->issued_cond, NULL);
-	int want = staging_threads();
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
-	for (; u->nthreads < want; u->nthreads++)
-		if (pthread_create(&u->tid[u->nthreads], NULL, unpin_main, u))
-			break;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return 0;
-}
-
-/* Joins the unpin threads (after an abort they stop at once) and frees the events. 0 if every segment was unpinned. */
-static int pipe_finish(struct unpin_pipe *u, bool abort)
-{
-	pthread_mutex_lock(&u->lock);
-	u->abort = abort;
-	pthread_cond_broadcast(&u->issued_cond);
-	pthread_mutex_unlock(&u->lock);
-	for (int i = 0; i < u->nthreads; i++)
-		pthread_join(u->tid[i], NULL);
-	if (!u->nthreads && !abort)
-		unpin_main(u); /* no thread could be started: this one does it */
-	for (size_t i = 0; i < (size_t)u->nsegs * (size_t)u->nlanes; i++)
-		if (u->events[i])
-			u->a->cu.cuEventDestroy(u->events[i]);
-	free(u->events);
-	free(u->lane_device);
-	free(u->lane_stream);
-	pthread_cond_destroy(&u->issued_cond);
-	pthread_mutex_destroy(&u->lock);
-	return u->failed ? -1 : 0;
-}
-
-/*
- * Issues every chunk's copy in staging order, waiting for each chunk's
- * segment (populated, or pinned again after a suspend that unpinned it),
- * then waits for the lanes. With unpin (to host only), segments are unpinned
- * as their copies complete (see unpin_pipe).
- */
-static int copy_all(struct gs_agent *a, struct gs_agent_held *h, bool to_host, double timeout_s, struct unpin_pipe *unpin,
-		    struct gs_err *err)
-{
-	int cur = -1;
-	uint64_t seg_size = gs_staging_segment_size(h->pool);
-	uint32_t last_seg = UINT32_MAX;
-	for (size_t i = 0; i < h->plan.nchunks; i++) {
-		const struct gs_copy_chunk *c = &h->plan.chunks[i];
-		int dev = h->regions[c->region].device;
-		int rc;
-		uint32_t seg = (uint32_t)(c->staging_offset / seg_size);
-		if (unpin && seg != last_seg && last_seg != UINT32_MAX && (rc = pipe_issue_upto(unpin, seg, last_seg, err)))
-			return rc;
-		last_seg = seg;
-		if ((dev != cur || unpin) && (rc = set_device(a, dev, err)))
-			return rc;
-		cur = dev;
-		if ((rc = gs_staging_wait(h->pool, seg, timeout_s, err)))
-			return rc;
-		void *host = gs_staging_ptr(h->pool, c->staging_offset);
-		CUstream s = a->devices[dev].lanes[c->lane];
-		CUresult r = to_host ? a->cu.cuMemcpyDtoHAsync(host, c->va, c->size, s)
-				     : a->cu.cuMemcpyHtoDAsync(c->va, host, c->size, s);
-		if (r != CUDA_SUCCESS) {
-			char b[128];
-			return gs_fail(err, GS_E_AGENT, "copy of %llu bytes at %#llx %s failed: %s", (unsigned long long)c->size,
-				       (unsigned long long)c->va, to_host ? "to host" : "to the GPU",
-				       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
-		}
-	}
-	int rc;
-	if (unpin && (rc = pipe_issue_upto(unpin, unpin->nsegs, last_seg, err)))
-		return rc;
-	return sync_devices(a, true, err);
-}
-
 static void update_registry(struct gs_agent *a, const struct held_region *r)
 {
 	if (r->app_handle)
@@ -689,8 +457,9 @@ static void update_registry(struct gs_agent *a, const struct held_region *r)
 	gs_alloc_registry_update(r->is_slab ? a->slabs : a->allocs, r->va, r->handle, r->reserved);
 }
 
-void gs_mover_drop_pool(struct gs_agent_held *h)
+void gs_mover_drop_pool(struct gs_agent *a, struct gs_agent_held *h)
 {
+	(void)a;
 	/*
 	 * A reserved pool goes too: the point is a small process for CRIU to dump
 	 * (tens of GiB of staging would be dumped otherwise). It is made again
@@ -707,16 +476,38 @@ void gs_mover_drop_pool(struct gs_agent_held *h)
 	h->unpinned = false;
 }
 
-static void held_free(struct gs_agent_held *h)
+void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h)
 {
+	gs_app_vmm_finish(a); /* the copy windows of the app's handles go with the plan */
 	if (!h)
 		return;
 	if (h->pool && !h->pool_is_reserve)
 		retire_pool(h->pool);
+	gs_ring_destroy(h->ring); /* nothing is in flight: every transfer synchronized */
 	gs_copy_plan_free(&h->plan);
 	free(h->regions);
 	free(h->zero_chunks);
+	free(h->image_dir);
 	free(h);
+}
+
+int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
+{
+	for (size_t i = 0; i < h->nregions; i++) {
+		struct held_region *r = &h->regions[i];
+		if (r->released)
+			continue;
+		CUresult res = gs_fault(GS_FI_AGENT_RELEASE) ? CUDA_ERROR_INVALID_VALUE : release_region(a, r);
+		if (res != CUDA_SUCCESS) {
+			char b[128];
+			return gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s", (unsigned long long)r->va,
+				       gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
+		}
+		r->released = true;
+		r->handle = 0;
+		update_registry(a, r);
+	}
+	return 0;
 }
 
 int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
@@ -725,14 +516,12 @@ int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err
 		struct held_region *r = &h->regions[i];
 		if (!r->released)
 			continue;
-		CUresult cr = recreate_region(a, r);
+		CUresult cr = gs_fault(GS_FI_AGENT_RECREATE) ? CUDA_ERROR_OUT_OF_MEMORY : recreate_region(a, r);
 		if (cr != CUDA_SUCCESS) {
 			for (size_t j = 0; j < i; j++) {
 				struct held_region *q = &h->regions[j];
-				if (q->released && q->handle) {
-					release_region(a, q);
+				if (q->released && q->handle && release_region(a, q) == CUDA_SUCCESS)
 					q->handle = 0;
-				}
 			}
 			if (cr == CUDA_ERROR_OUT_OF_MEMORY)
 				return gs_fail(err, GS_E_NO_VRAM, "not enough free GPU memory on GPU %d to resume (%llu bytes needed)",
@@ -750,22 +539,11 @@ int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err
 	return 0;
 }
 
-int gs_mover_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err)
-{
-	int rc = gs_gate_close(timeout_s, err);
-	if (rc || !a->cuda_ready)
-		return rc;
-	if ((rc = sync_devices(a, false, err))) {
-		gs_gate_open();
-		return rc;
-	}
-	gs_agent_drain_deferred(a, true);
-	return 0;
-}
-
 int gs_mover_plan(struct gs_agent *a, uint64_t chunk_bytes, struct gs_agent_held **out, struct gs_err *err)
 {
 	*out = NULL;
+	if (!chunk_bytes)
+		chunk_bytes = mover.chunk_bytes;
 	struct gs_agent_held *h = calloc(1, sizeof(*h));
 	if (!h)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
@@ -787,7 +565,9 @@ int gs_mover_plan(struct gs_agent *a, uint64_t chunk_bytes, struct gs_agent_held
 	h->regions = cc.r;
 	h->nregions = cc.n;
 	if (rc) {
-		held_free(h);
+		gs_copy_plan_free(&h->plan);
+		free(h->regions);
+		free(h);
 		return rc;
 	}
 	if (h->nregions) /* none when every allocation was freed: qsort must not get NULL */
@@ -818,49 +598,12 @@ fail:
 	return rc;
 }
 
-/* Copies the staging pool back to the GPU: straight from a pinned pool, through the ring from one that is not. */
-static int copy_back(struct gs_agent *a, struct gs_agent_held *h, struct gs_ring_stats *st, struct gs_err *err)
-{
-	memset(st, 0, sizeof(*st));
-	if (gs_staging_registers(h->pool))
-		return copy_all(a, h, false, -1, NULL, err);
-	return bounce_copy(a, h, NULL, false, -1, st, err);
-}
-
-int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
-{
-	for (size_t i = 0; i < h->nregions; i++) {
-		struct held_region *r = &h->regions[i];
-		CUresult res = release_region(a, r);
-		if (res != CUDA_SUCCESS) {
-			char b[128];
-			int rc = gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s", (unsigned long long)r->va,
-					 gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
-			/* put back what was released, with its data: the app must not notice */
-			struct gs_err e2 = { 0 };
-			struct gs_ring_stats st;
-			if (gs_mover_recreate(a, h, &e2) || (h->pool && copy_back(a, h, &st, &e2)))
-				pr_err("could not undo a partial release: %s", e2.msg);
-			return rc;
-		}
-		r->released = true;
-		r->handle = 0;
-		update_registry(a, r);
-	}
-	return 0;
-}
-
-void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h)
-{
-	gs_app_vmm_finish(a); /* the copy windows of the app's handles go with the plan */
-	held_free(h);
-}
 
 /*
  * The ring of an on-demand bounce suspend, made before its pool: set up while
- * the pool's workers populate tens of GiB, its fault-in and pinning took
- * 0.27 s for 112 MiB on the H100 (8 GiB suspend), alone a few ms. NULL on
- * failure (the transfer then sets up its own); *setup_s is the time it took.
+ * the pool's workers populate tens of GiB, its fault-in and pinning costs far
+ * more than alone (docs/benchmarks.md). NULL on failure (the transfer then
+ * sets up its own); *setup_s is the time it took.
  */
 static struct gs_ring *ring_before_pool(struct gs_agent *a, const struct gs_agent_held *h, double *setup_s)
 {
@@ -870,185 +613,113 @@ static struct gs_ring *ring_before_pool(struct gs_agent *a, const struct gs_agen
 		n = (unsigned)h->plan.nchunks;
 	struct gs_ring *r = NULL;
 	struct gs_err e = { 0 };
-	if (gs_ring_create(a, n, mover.chunk_bytes, &r, &e))
+	if (gs_ring_create(a, n ? n : 1, mover.chunk_bytes, &r, &e))
 		pr_warn("cannot set up the copy ring ahead of the staging pool: %s", e.msg);
 	*setup_s = gs_now() - t0;
 	return r;
 }
 
-int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
+int gs_mover_take_pool(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err)
 {
-	pthread_mutex_lock(&a->lock);
-	int rc = 0;
-	struct gs_agent_held *h = NULL;
-	struct gs_ring *own_ring = NULL; /* on demand, bounce mode: this suspend's ring */
-	bool gate_closed = false;
-	if (a->state != GS_AGENT_RUNNING) {
-		rc = gs_fail(err, GS_E_STATE, "the process is already suspended");
-		goto out;
+	if (h->pool || !h->plan.staging_bytes)
+		return 0;
+	if (mover.reserve && gs_staging_size(mover.reserve) >= h->plan.staging_bytes) {
+		h->pool = mover.reserve;
+		h->pool_is_reserve = true;
+		return 0;
 	}
-	join_reaper();
-	join_ring_builder(); /* its CUDA calls end before the gate closes; a suspend uses its ring */
-	double t0 = gs_now();
-	if ((rc = gs_mover_quiesce(a, timeout_s, err)))
-		goto out;
-	gate_closed = true;
-	double t_quiesce = gs_now();
-	if (!a->cuda_ready) {
-		/* the app never allocated: nothing of ours to move */
-		a->state = keep_context ? GS_AGENT_DATA_RELEASED : GS_AGENT_SUSPENDED;
-		a->held = NULL;
-		gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", t_quiesce - t0);
-		goto out;
-	}
-	double t_sync = gs_now();
-	if ((rc = gs_mover_plan(a, mover.chunk_bytes, &h, err)))
-		goto out;
-
-	double t_pool0 = gs_now();
-	struct gs_ring_stats rs = { 0 };
-	double own_ring_setup = 0;
-	if (h->plan.staging_bytes) {
-		if (mover.reserve && gs_staging_size(mover.reserve) >= h->plan.staging_bytes) {
-			h->pool = mover.reserve;
-			h->pool_is_reserve = true;
-		} else {
-			if (mover.mode == MODE_BOUNCE)
-				own_ring = ring_before_pool(a, h, &own_ring_setup);
-			double t = gs_now();
-			if ((rc = gs_mover_make_pool(a, h->plan.staging_bytes, &h->pool, err)))
-				goto out;
-			gs_msg_add_named_f64(reply, GS_F_TIMING, "pool_create", gs_now() - t);
-		}
-	}
-	if (h->pool && !gs_staging_registers(h->pool)) {
-		/* bounce: nothing of the pool is pinned, so nothing to unpin for the driver's checkpoint */
-		rc = bounce_copy(a, h, own_ring, true, timeout_s, &rs, err);
-		if (own_ring) {
-			rs.setup_s = own_ring_setup;
-			double t = gs_now();
-			gs_ring_destroy(own_ring); /* nothing is in flight: the transfer synchronized */
-			own_ring = NULL;
-			gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_free", gs_now() - t);
-		}
-		if (rc)
-			goto out;
-	} else if (h->pool) {
-		/* a full suspend unpins the staging as the copies complete: see unpin_pipe */
-		struct unpin_pipe pipe;
-		bool pipelined = mover.unpin && !keep_context && pipe_start(a, h->pool, &pipe, err) == 0;
-		rc = copy_all(a, h, true, timeout_s, pipelined ? &pipe : NULL, err);
-		if (pipelined) {
-			h->unpinned = true; /* even partly: resume pins what is not */
-			if (pipe_finish(&pipe, rc != 0) && !rc)
-				pr_warn("some staging memory could not be unpinned: the driver's checkpoint takes longer");
-		}
-		if (rc) {
-			if (h->unpinned && !h->pool_is_reserve)
-				h->unpinned = false; /* an on-demand pool is freed */
-			else if (h->unpinned) {
-				struct gs_err e2 = { 0 };
-				if (gs_staging_set_pinned(h->pool, true, &e2))
-					pr_warn("the reserved staging pool stays partly unpinned: %s", e2.msg);
-			}
-			goto out;
-		}
-	}
-	double t_copy = gs_now();
-	if ((rc = gs_mover_release(a, h, err)))
-		goto out;
-	double t_release = gs_now();
-
-	h->keep_context = keep_context;
-	a->held = h;
-	h = NULL;
-	a->state = keep_context ? GS_AGENT_DATA_RELEASED : GS_AGENT_SUSPENDED;
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", t_quiesce - t0);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "sync", t_sync - t_quiesce);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool0);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
-	gs_ring_stats_report(&rs, reply);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_unpinned", a->held->unpinned);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", a->held->pool && !gs_staging_registers(a->held->pool));
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", a->held->zero_bytes);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", a->held->bytes);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", a->held->nregions);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", a->held->pool_is_reserve);
-out:
-	gs_ring_destroy(own_ring); /* made, but the pool could not be */
-	if (h) /* a failure after the plan (and after any undo of a partial release): the copy windows go last */
-		gs_mover_free_held(a, h);
-	if (rc && gate_closed)
-		gs_gate_open();
-	pthread_mutex_unlock(&a->lock);
-	return rc;
+	if (mover.mode == MODE_BOUNCE && !h->ring)
+		h->ring = ring_before_pool(a, h, &h->ring_setup_s);
+	double t = gs_now();
+	int rc = make_on_demand_pool(a, h->plan.staging_bytes, &h->pool, err);
+	if (rc)
+		return rc;
+	h->pool_is_reserve = false;
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "pool_create", gs_now() - t);
+	return 0;
 }
 
-int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err)
+int gs_mover_stage_out(struct gs_agent *a, struct gs_agent_held *h, double timeout_s, bool unpin,
+		       struct gs_msg *reply, struct gs_err *err)
 {
-	pthread_mutex_lock(&a->lock);
-	int rc = 0;
-	if (a->state != GS_AGENT_SUSPENDED && a->state != GS_AGENT_DATA_RELEASED) {
-		rc = gs_fail(err, GS_E_STATE, "the process is not suspended");
-		goto out;
+	if (!h->pool)
+		return 0;
+	bool direct = gs_staging_registers(h->pool);
+	free(h->zero_chunks);
+	h->zero_chunks = NULL;
+	h->zero_bytes = 0;
+	if (!direct && !mover.no_zero_chunks && h->plan.nchunks && !(h->zero_chunks = calloc(h->plan.nchunks, 1)))
+		pr_warn("no memory to track zero chunks: every chunk is copied");
+	struct gs_ring_staging_end end;
+	int rc = gs_ring_staging_end(&end, h, h->pool, timeout_s, h->zero_chunks, unpin && mover.unpin, err);
+	if (rc)
+		return rc;
+	struct gs_ring_stats st = { 0 };
+	struct gs_ring *ring = direct ? NULL : h->ring ? h->ring : ring_for_transfer(a);
+	rc = gs_ring_out(a, h, &end.end, ring, (unsigned)staging_threads(), &st, err);
+	if (end.unpin) {
+		h->unpinned = true; /* even partly: resume pins what is not */
+		if (gs_ring_staging_end_finish(&end) && !rc)
+			pr_warn("some staging memory could not be unpinned: the driver's checkpoint takes longer");
+	} else {
+		gs_ring_staging_end_finish(&end);
 	}
-	struct gs_agent_held *h = a->held;
-	double t0 = gs_now();
-	if (h && !h->pool && h->plan.nchunks) {
-		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is in an image: restore it with gpusnap restore");
-		goto out;
+	h->zero_bytes = atomic_load(&end.zero_bytes);
+	if (h->ring) {
+		st.setup_s = h->ring_setup_s;
+		double t = gs_now();
+		gs_ring_destroy(h->ring); /* nothing is in flight: the transfer synchronized */
+		h->ring = NULL;
+		gs_msg_add_named_f64(reply, GS_F_TIMING, "ring_free", gs_now() - t);
 	}
-	if (h) {
-		/* pinning again runs on the pool's workers while the memory is re-created and the copies go in */
-		if (h->unpinned && (rc = gs_staging_repin_start(h->pool, err)))
-			goto out;
-		if ((rc = gs_mover_recreate(a, h, err)))
-			goto out;
-		double t_map = gs_now();
-		gs_msg_add_named_f64(reply, GS_F_TIMING, "map", t_map - t0);
-		struct gs_ring_stats rs = { 0 };
-		if (h->plan.nchunks && (rc = copy_back(a, h, &rs, err))) {
-			/* the data is still in staging: stay suspended so a retry can copy it again */
-			goto out;
-		}
-		h->unpinned = false;
-		double t_copy = gs_now();
-		gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_in", t_copy - t_map);
-		gs_ring_stats_report(&rs, reply);
-		gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
-		gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", h->pool && !gs_staging_registers(h->pool));
-		gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
-		gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", rs.zero_bytes);
-		a->held = NULL;
-		gs_mover_free_held(a, h);
-	}
-	a->state = GS_AGENT_RUNNING;
-	gs_gate_open();
-	/* a reserved pool dropped for a dump comes back, filled in the background */
-	if (mover.reserve_bytes && !mover.reserve) {
+	if (rc && h->unpinned && h->pool_is_reserve) {
+		/* the reserved pool stays, pinned as it was; an on-demand one is freed with the plan */
 		struct gs_err e2 = { 0 };
-		if (make_reserve(a, &e2))
-			pr_warn("cannot reserve staging memory again: %s", e2.msg);
+		if (gs_staging_set_pinned(h->pool, true, &e2))
+			pr_warn("the reserved staging pool stays partly unpinned: %s", e2.msg);
+		h->unpinned = false;
 	}
-	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */
-out:
-	pthread_mutex_unlock(&a->lock);
-	return rc;
+	if (rc)
+		return rc;
+	gs_ring_stats_report(&st, reply);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_unpinned", h->unpinned);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", !direct);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", st.ring_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", h->zero_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", h->pool_is_reserve);
+	return 0;
 }
 
-/*
- * For callers that move the data without a staging pool (agent_image.c's
- * streamed dump). join_background: waits for the background freeing of an
- * earlier pool, so none of its CUDA calls runs after a DUMP reply.
- * drop_reserve: frees the reserved pool, which a streamed dump does not use
- * and CRIU must not carry; gs_mover_resume makes it again.
- */
+int gs_mover_stage_in(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err)
+{
+	if (!h->pool || !h->plan.nchunks)
+		return 0;
+	bool direct = gs_staging_registers(h->pool);
+	/* pinning again runs on the pool's workers while the copies go in, segment by segment */
+	int rc = h->unpinned ? gs_staging_repin_start(h->pool, err) : 0;
+	if (rc)
+		return rc;
+	struct gs_ring_staging_end end;
+	if ((rc = gs_ring_staging_end(&end, h, h->pool, -1, h->zero_chunks, false, err)))
+		return rc;
+	struct gs_ring_stats st = { 0 };
+	rc = gs_ring_in(a, h, &end.end, direct ? NULL : ring_for_transfer(a), (unsigned)staging_threads(), &st, err);
+	gs_ring_staging_end_finish(&end);
+	if (rc)
+		return rc; /* the data is still in staging */
+	h->unpinned = false;
+	gs_ring_stats_report(&st, reply);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", !direct);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", st.ring_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", st.zero_bytes);
+	return 0;
+}
+
 void gs_mover_join_background(struct gs_agent *a)
 {
 	(void)a;
 	join_reaper();
-	join_ring_builder();
+	join_ring_builder(); /* its CUDA calls end before the gate closes; a suspend uses its ring */
 }
 
 void gs_mover_drop_reserve(struct gs_agent *a)
@@ -1058,5 +729,25 @@ void gs_mover_drop_reserve(struct gs_agent *a)
 		gs_staging_destroy(mover.reserve);
 		mover.reserve = NULL;
 	}
+	drop_ring();
+}
+
+void gs_mover_after_resume(struct gs_agent *a)
+{
+	/* a reserved pool dropped for a dump comes back, filled in the background */
+	if (mover.reserve_bytes && !mover.reserve) {
+		struct gs_err e2 = { 0 };
+		if (make_reserve(a, &e2))
+			pr_warn("cannot reserve staging memory again: %s", e2.msg);
+	}
+	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */
+}
+
+void gs_mover_context_changed(struct gs_agent *a, struct gs_agent_device *d)
+{
+	(void)a;
+	/* the old context took its streams with it: nothing to destroy, only to make again */
+	d->lanes_ready = false;
+	/* the kept ring was pinned with the first device's context, which may be the one gone */
 	drop_ring();
 }

@@ -1,9 +1,12 @@
 /*
- * agent_mover.h - the data mover: on suspend it quiesces the app (gate),
- * copies every releasable allocation into host staging memory over several
- * streams, and releases the physical GPU memory (addresses stay reserved);
- * on resume it re-creates the physical memory at the same addresses and
- * copies the data back. Runs on the control server's thread.
+ * agent_mover.h - what the agent's lifecycle (agent_lifecycle.h) moves and
+ * where it keeps it: the app's releasable regions and their copy plan, the
+ * release and re-creation of their physical memory at the same addresses,
+ * the copy streams, and the host staging memory (reserved or on demand, in
+ * bounce or pinned mode) with the copies into it and back through the
+ * transfer engine (agent_ring.h). It decides nothing about states: every
+ * call here does one thing and reports; the lifecycle orders them and undoes
+ * them. All run with a->lock held, on the thread of a control request.
  */
 #ifndef GPUSNAP_AGENT_AGENT_MOVER_H
 #define GPUSNAP_AGENT_AGENT_MOVER_H
@@ -17,16 +20,18 @@
 
 /*
  * What the agent holds while suspended: the regions it released (allocations
- * of its own and slabs; same addresses on resume), the copy plan that placed
- * them in staging memory, and the staging pool itself. pool is NULL when the
- * data lives only in an image (after a dump, before a restore's load).
+ * of its own and slabs; same addresses on resume), the copy plan, and where
+ * the data is besides the GPU (the holder): a staging pool, or the sealed
+ * image at image_dir (after a dump; pool NULL).
  */
+struct gs_ring;
+
 struct held_region {
 	uint64_t va, size, reserved;
 	CUmemGenericAllocationHandle handle;
 	int device;
 	bool is_slab;
-	bool released;
+	bool released; /* its physical memory is released (handle 0) */
 	uint64_t app_handle; /* the app's own VMM handle (agent_app_vmm.h) copied through va; 0: the agent's memory */
 };
 
@@ -36,6 +41,7 @@ struct gs_agent_held {
 	struct gs_copy_plan plan;
 	struct gs_staging *pool;
 	bool pool_is_reserve;
+	char *image_dir; /* the image holding the data when pool is NULL (malloc'd; NULL when none) */
 	bool keep_context;
 	bool unpinned; /* the pool's segments were unpinned for the driver's checkpoint */
 	uint64_t bytes;
@@ -46,51 +52,71 @@ struct gs_agent_held {
 	 */
 	uint8_t *zero_chunks;
 	uint64_t zero_bytes;
+	/* bounce, on demand: this suspend's own copy ring, made before its pool so both set up at once */
+	struct gs_ring *ring;
+	double ring_setup_s;
 };
 
-/* A staging pool for bytes (on demand; its segments register with the driver as they fill). */
-int gs_mover_make_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err);
-/* Frees the held data's staging pool now (not a reserved pool: that one is kept). */
-void gs_mover_drop_pool(struct gs_agent_held *h);
-
-/* Reads GPUSNAP_RESERVE (bytes, e.g. "40G"): a staging pool kept ready for suspends. */
+/* Reads GPUSNAP_RESERVE (bytes, e.g. "40G") and the staging settings. */
 void gs_mover_init_from_env(struct gs_agent *a);
 /* Called when a device is first used: starts filling the reserved pool, if one was asked for. */
 void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d);
 bool gs_mover_has_reserve(struct gs_agent *a);
 
-/*
- * The phases of a suspend, for callers that move the data their own way
- * (agent_image.c streams it to files). All run with a->lock held.
- * quiesce: closes the gate (no app thread in the driver) and synchronizes
- * every device; on failure the gate is open again. plan: lists the releasable
- * regions and builds their copy plan (no staging pool yet; lanes created).
- * release: frees the physical memory of every region; on failure what was
- * released is re-created (and refilled from h->pool when there is one).
- * recreate: re-creates physical memory at the same addresses, all or nothing
- * (GS_E_NO_VRAM on a shortage).
- */
 /* The chunk size of a dump's plan, and so of its image's chunks. */
 #define GS_MOVER_IMAGE_CHUNK_BYTES (64ULL << 20)
-int gs_mover_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err);
+/*
+ * Lists the releasable regions and builds their copy plan in chunks of
+ * chunk_bytes (0: the staging mode's), with the copy streams of every device
+ * ready. No memory is taken yet.
+ */
 int gs_mover_plan(struct gs_agent *a, uint64_t chunk_bytes, struct gs_agent_held **out, struct gs_err *err);
-int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
-int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
-/* Drops a plan (and the app handles' copy windows it made): after a failure, or after a resume. */
+/* Frees a plan, its pool (an on-demand one, in the background) and the app handles' copy windows. */
 void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h);
 
 /*
- * For a dump that streams the data without staging (agent_image.c), with
- * a->lock held: join_background waits for the background freeing of an
- * earlier pool (its CUDA calls must end before the DUMP reply); drop_reserve
- * frees the reserved pool, which CRIU must not carry (resume makes it again).
+ * Releases the physical memory of every region not yet released, in order;
+ * stops at the first failure (fault point agent-release), leaving the regions
+ * released so far marked released, and does not undo: the caller does.
+ */
+int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
+/*
+ * Re-creates the physical memory of every released region at its address,
+ * all or nothing (fault point agent-recreate): on failure what it re-created
+ * is released again. GS_E_NO_VRAM on a shortage.
+ */
+int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
+
+/*
+ * The staging pool for h: the reserved one when it holds h's plan, else one
+ * made for it (host memory checked first: GS_E_NO_SPACE). Timings go to reply.
+ */
+int gs_mover_take_pool(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err);
+/* Frees h's staging pool now (a reserved one too: a dump must not carry it; it is made again after a resume). */
+void gs_mover_drop_pool(struct gs_agent *a, struct gs_agent_held *h);
+/*
+ * Copies h's regions into its pool (out) or back (in) through the engine:
+ * through the ring (bounce mode; zero chunks tracked) or straight into the
+ * pinned pool (pinned mode; with unpin, each segment is unpinned as its
+ * copies complete, and h->unpinned says so). Counters and timings go to
+ * reply. On failure nothing is in flight; out leaves the GPU untouched (and
+ * a reserved pool pinned again), in leaves part of the data on the GPU.
+ */
+int gs_mover_stage_out(struct gs_agent *a, struct gs_agent_held *h, double timeout_s, bool unpin,
+		       struct gs_msg *reply, struct gs_err *err);
+int gs_mover_stage_in(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err);
+
+/*
+ * Background work around a cycle: join_background waits for the freeing of
+ * an earlier pool and the build of the kept ring (their CUDA calls end
+ * before a suspend or a dump replies); drop_reserve frees the reserved pool
+ * and its ring, which a dump does not use and CRIU must not carry;
+ * after_resume makes them again, in the background.
  */
 void gs_mover_join_background(struct gs_agent *a);
 void gs_mover_drop_reserve(struct gs_agent *a);
-
-/* Timings and counters go into reply (named fields); the gate stays closed on success. */
-int gs_mover_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
-/* Re-creates and refills the released memory, then opens the gate. */
-int gs_mover_resume(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err);
+void gs_mover_after_resume(struct gs_agent *a);
+/* The copy context of device d changed (the old one is gone): its streams and the kept ring went with it. */
+void gs_mover_context_changed(struct gs_agent *a, struct gs_agent_device *d);
 
 #endif

@@ -1,25 +1,26 @@
 /*
- * agent_ring.c - the pinned bounce ring between the GPU and an image or an
- * unpinned staging pool (see agent_ring.h).
+ * agent_ring.c - the transfer engine: the plan's chunks between the GPU and
+ * an end, through a ring of pinned buffers or straight into an end's pinned
+ * memory, and between two ends on the host (see agent_ring.h). The ends
+ * (staging memory, image writer, image reader) are at the bottom.
  *
  * Why a ring and not a staging pool as large as the data: a pool must be
  * faulted in (about 3 GB/s per thread for fresh memory) and pinned before the
  * first byte moves, and the host must have the data's size free. The ring is
  * a few hundred MiB that each IO thread maps and pins for itself, in
- * parallel, and the copies over PCIe (~55 GB/s) overlap the file I/O, which
- * is the slower side. For a suspend in bounce mode the other side is a
- * staging pool that is populated but never pinned: the driver's checkpoint
- * and restore take time in proportion to the pinned host memory, and
- * unpinning and pinning again tens of GiB costs more than the copies; the
- * price is a memcpy of every byte on the host, spread over many threads.
+ * parallel, and the copies over PCIe overlap the end's work (file I/O, or a
+ * memcpy into a staging pool that is populated but never pinned: the
+ * driver's checkpoint and restore take time in proportion to the pinned host
+ * memory, and unpinning and pinning again tens of GiB costs more than the
+ * copies).
  *
  * Buffer life: free -> copy issued (event recorded on the chunk's lane) ->
- * event waited for -> written to (or refilled from) the image or the pool ->
- * free. A buffer is unpinned and unmapped only once nothing can be in flight
- * into or out of it: when a CUDA call failed part way, the caller
- * synchronizes every lane before tearing the buffers down. A kept ring
- * (struct gs_ring) lends its buffers to the workers; a transfer destroys only
- * the events it made.
+ * event waited for -> handed to (or refilled from) the end -> free. A buffer
+ * is unpinned and unmapped only once nothing can be in flight into or out of
+ * it: when a CUDA call failed part way, every lane is synchronized before the
+ * buffers are torn down. A kept ring (struct gs_ring) lends its buffers to the
+ * workers; a transfer destroys only the events it made. A direct end has no
+ * buffers: a slot then only carries the event of a copy into the end's memory.
  *
  * Threads: started and joined by each transfer; the caller's thread works as
  * one of them. Events are created with BLOCKING_SYNC, so waiting threads
@@ -37,13 +38,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/first_err.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
 #include "core/host_copy.h"
 
-#define RING_DEPTH 2          /* buffers per thread: one with the copy engine, one with the file or the memcpy */
+#define RING_DEPTH 2          /* buffers per thread: one with the copy engine, one with the end */
 #define RING_THREADS_OUT 8    /* dump: the storage is the bottleneck; 8 writers fill it */
 #define RING_THREADS_IN_MIN 8 /* restore: reads and checksums scale with cores, up to RING_THREADS_MAX */
 #define RING_THREADS_MAX 32
@@ -66,9 +68,6 @@ struct gs_ring {
 	struct ring_slot *slots; /* threads * RING_DEPTH; thread i's are [i * RING_DEPTH, (i + 1) * RING_DEPTH) */
 };
 
-/* The other side of a transfer. */
-enum ring_side { SIDE_TO_IMAGE, SIDE_FROM_IMAGE, SIDE_TO_STAGING, SIDE_FROM_STAGING };
-
 struct ring_job;
 
 struct ring_worker {
@@ -79,7 +78,7 @@ struct ring_worker {
 	int cur_dev;
 	double setup_s;
 	double wait_s; /* in cuEventSynchronize */
-	double host_s; /* in drain or fill */
+	double host_s; /* in the end's put or get */
 	double issue_s; /* in issue */
 	struct ring_slot *slots; /* own, or a gs_ring's */
 	struct ring_slot own[RING_DEPTH];
@@ -88,25 +87,13 @@ struct ring_worker {
 struct ring_job {
 	struct gs_agent *a;
 	const struct gs_agent_held *h;
-	enum ring_side side;
-	struct gs_image_writer *w; /* SIDE_TO_IMAGE */
-	struct gs_image *img;      /* SIDE_FROM_IMAGE */
-	struct gs_staging *pool;   /* SIDE_*_STAGING */
-	double timeout_s;          /* per staging segment wait */
-	size_t buf_size;
+	bool to_host;
+	struct gs_ring_end *end;
+	size_t buf_size; /* 0: the end is direct, no buffers */
 	atomic_size_t next;
 	struct gs_first_err fail;
-	/*
-	 * Zero chunks, bounce staging only: to_staging marks a chunk found all
-	 * zero in its ring buffer (and leaves the pool alone), from_staging sets
-	 * a marked chunk on the GPU with a memset instead of copying it.
-	 */
-	uint8_t *zero_out;
-	const uint8_t *zero_in;
-	atomic_uint_fast64_t zero_bytes;
+	atomic_uint_fast64_t zero_bytes; /* towards the GPU: chunks set to zero instead of copied */
 };
-
-static bool to_host(const struct ring_job *j) { return j->side == SIDE_TO_IMAGE || j->side == SIDE_TO_STAGING; }
 
 static bool job_failed(struct ring_job *j) { return gs_first_err_any(&j->fail); }
 
@@ -120,13 +107,13 @@ static void cuda_fail(struct ring_job *j, const char *what, int dev, CUresult r)
 	job_fail(j, &e);
 }
 
-static unsigned threads_wanted(bool to_image)
+unsigned gs_ring_image_threads(bool out)
 {
 	const char *v = getenv("GPUSNAP_IO_THREADS");
 	int n = v ? atoi(v) : 0;
 	if (n >= 1 && n <= RING_THREADS_MAX)
 		return (unsigned)n;
-	if (to_image)
+	if (out)
 		return RING_THREADS_OUT;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned c = cpus > 0 ? (unsigned)cpus : 1;
@@ -170,8 +157,8 @@ static int slot_map(struct ring_slot *s, size_t len, struct gs_err *err)
 	madvise(p, len, MADV_HUGEPAGE); /* a hint: fewer faults and pins where transparent huge pages are on */
 	/*
 	 * Fault the buffer in here, on this thread, before pinning: cuMemHostRegister
-	 * faulting it in itself ran at ~5 GB/s for all threads together on the H100
-	 * (2 GiB of ring took 0.41 s), registering populated memory runs at ~22 GB/s.
+	 * faulting it in itself is several times slower for all threads together
+	 * than registering populated memory (docs/benchmarks.md).
 	 */
 	prefault(p, len);
 	return 0;
@@ -222,7 +209,7 @@ static void slot_teardown(struct gs_agent *a, struct ring_slot *s, bool buffer)
  */
 static int pin_borrowed(struct ring_worker *wk, struct ring_slot *s, int dev)
 {
-	if (s->pinned)
+	if (s->pinned || !s->buf)
 		return 0;
 	struct ring_job *j = wk->job;
 	double t0 = gs_now();
@@ -242,16 +229,17 @@ static int setup(struct ring_worker *wk, int first_dev)
 {
 	struct ring_job *j = wk->job;
 	double t0 = gs_now();
+	if (!j->buf_size)
+		return 0; /* direct: the end's memory is pinned already */
 	if (wk->borrowed) {
 		/*
 		 * A prepared ring (gs_ring_prepare) is mapped and faulted in, but not
 		 * pinned yet; a kept one is ready. Toward the GPU a buffer is pinned
 		 * when first filled (run_from_host): the driver serializes pinning,
 		 * so the other threads read while one pins, instead of all waiting
-		 * for every pin before the first read (2 GiB took 0.06-0.19 s on
-		 * the H100).
+		 * for every pin before the first read.
 		 */
-		if (!to_host(j))
+		if (!j->to_host)
 			return 0;
 		for (int i = 0; i < RING_DEPTH; i++)
 			if (pin_borrowed(wk, &wk->slots[i], first_dev))
@@ -285,10 +273,10 @@ static CUstream lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *
 }
 
 /*
- * Starts chunk k's copy between the GPU and slot s (or, zero, the memset of
- * chunk k on the GPU) on its lane and records s's event behind it.
+ * Starts chunk k's copy between the GPU and host (or, host NULL, the memset
+ * of chunk k on the GPU) on its lane and records s's event behind it.
  */
-static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host, bool zero)
+static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, void *host)
 {
 	struct ring_job *j = wk->job;
 	struct gs_agent *a = j->a;
@@ -303,19 +291,22 @@ static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, boo
 		cuda_fail(j, "creating an event", dev, r);
 		return -1;
 	}
-	r = zero      ? a->cu.cuMemsetD8Async(c->va, 0, c->size, lane)
-	    : to_host ? a->cu.cuMemcpyDtoHAsync(s->buf, c->va, c->size, lane)
-		      : a->cu.cuMemcpyHtoDAsync(c->va, s->buf, c->size, lane);
+	if (gs_fault(j->to_host ? GS_FI_AGENT_COPY_OUT : GS_FI_AGENT_COPY_IN))
+		r = CUDA_ERROR_UNKNOWN;
+	else
+		r = !host	 ? a->cu.cuMemsetD8Async(c->va, 0, c->size, lane)
+		    : j->to_host ? a->cu.cuMemcpyDtoHAsync(host, c->va, c->size, lane)
+				 : a->cu.cuMemcpyHtoDAsync(c->va, host, c->size, lane);
 	if (r != CUDA_SUCCESS) {
 		char what[96];
-		snprintf(what, sizeof(what), "%s of %llu bytes at %#llx%s", zero ? "memset" : "copy",
+		snprintf(what, sizeof(what), "%s of %llu bytes at %#llx%s", !host ? "memset" : "copy",
 			 (unsigned long long)c->size, (unsigned long long)c->va,
-			 zero ? "" : to_host ? " to host" : " to the GPU");
+			 !host ? "" : j->to_host ? " to host" : " to the GPU");
 		cuda_fail(j, what, dev, r);
 		wk->clean = false; /* an error may leave earlier work of the lane behind */
 		return -1;
 	}
-	s->busy = true; /* from here the buffer may be in use by the copy engine */
+	s->busy = true; /* from here the host memory may be in use by the copy engine */
 	s->chunk = k;
 	s->dev = dev;
 	if ((r = a->cu.cuEventRecord(s->ev[dev], lane)) != CUDA_SUCCESS) {
@@ -327,15 +318,15 @@ static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, boo
 }
 
 /* start_copy, with its time counted in wk->issue_s */
-static int issue(struct ring_worker *wk, struct ring_slot *s, size_t k, bool to_host, bool zero)
+static int issue(struct ring_worker *wk, struct ring_slot *s, size_t k, void *host)
 {
 	double t0 = gs_now();
-	int rc = start_copy(wk, s, k, to_host, zero);
+	int rc = start_copy(wk, s, k, host);
 	wk->issue_s += gs_now() - t0;
 	return rc;
 }
 
-/* Waits until slot s's copy is done. */
+/* Waits until slot s's copy is done; a direct end hears of it. */
 static int wait_slot(struct ring_worker *wk, struct ring_slot *s)
 {
 	struct ring_job *j = wk->job;
@@ -356,77 +347,25 @@ static int wait_slot(struct ring_worker *wk, struct ring_slot *s)
 		return -1;
 	}
 	s->busy = false;
+	struct gs_err e = { 0 };
+	if (j->end->direct && j->end->ops->done && j->end->ops->done(j->end, j->h, s->chunk, &e)) {
+		job_fail(j, &e);
+		return -1;
+	}
 	return 0;
 }
 
-/* Chunk c's place in the staging pool, once the pool's workers have populated its segment; NULL on failure. */
-static void *staging_at(struct ring_job *j, const struct gs_copy_chunk *c, struct gs_err *e)
+/* The end's memory for chunk k (direct ends); NULL after a failure, which is recorded. */
+static void *direct_at(struct ring_job *j, size_t k)
 {
-	uint32_t seg = (uint32_t)(c->staging_offset / gs_staging_segment_size(j->pool));
-	if (gs_staging_wait(j->pool, seg, j->timeout_s, e))
-		return NULL;
-	void *p = gs_staging_ptr(j->pool, c->staging_offset);
-	if (!p || c->staging_offset + c->size > gs_staging_size(j->pool))
-		gs_fail(e, GS_E_AGENT, "chunk at staging offset %llu (%llu bytes) lies past the staging pool's end",
-			(unsigned long long)c->staging_offset, (unsigned long long)c->size);
-	return p && !e->code ? p : NULL;
+	struct gs_err e = { 0 };
+	void *p = j->end->ops->at(j->end, j->h, k, &e);
+	if (!p)
+		job_fail(j, e.code ? &e : &(struct gs_err){ GS_E_AGENT, "no memory for a chunk of the copy" });
+	return p;
 }
 
-/*
- * The host copy of a bounce transfer: memcpy, or non-temporal stores
- * (GPUSNAP_HOST_COPY=stream; core/host_copy.h says why it can matter). Read
- * once: the environment does not change under a running transfer.
- */
-static void host_copy(void *dst, const void *src, size_t n)
-{
-	static atomic_int mode; /* 0 unknown, 1 memcpy, 2 stream */
-	int m = atomic_load_explicit(&mode, memory_order_relaxed);
-	if (!m) {
-		const char *v = getenv("GPUSNAP_HOST_COPY");
-		m = v && !strcmp(v, "stream") ? 2 : 1;
-		atomic_store_explicit(&mode, m, memory_order_relaxed);
-	}
-	if (m == 2)
-		gs_host_copy_stream(dst, src, n);
-	else
-		memcpy(dst, src, n);
-}
-
-/* The copied chunk in slot s goes to the other side: written to the image, or copied into the pool. */
-static int drain(struct ring_job *j, const struct ring_slot *s, struct gs_err *e)
-{
-	const struct gs_copy_chunk *c = &j->h->plan.chunks[s->chunk];
-	if (j->side == SIDE_TO_IMAGE) {
-		const struct held_region *r = &j->h->regions[c->region];
-		return gs_image_write_chunk(j->w, c->region, c->va - r->va, s->buf, c->size, e);
-	}
-	if (j->zero_out && gs_all_zero(s->buf, c->size)) {
-		/* nothing to keep: the pool's pages for it are never touched (a lazy pool never faults them in) */
-		j->zero_out[s->chunk] = 1;
-		atomic_fetch_add(&j->zero_bytes, c->size);
-		return 0;
-	}
-	void *dst = staging_at(j, c, e);
-	if (!dst)
-		return e->code ? e->code : GS_E_FAILURE;
-	host_copy(dst, s->buf, c->size);
-	return 0;
-}
-
-/* Slot s gets chunk k's bytes from the other side: read from the image, or copied from the pool. */
-static int fill(struct ring_job *j, size_t k, struct ring_slot *s, struct gs_err *e)
-{
-	if (j->side == SIDE_FROM_IMAGE)
-		return gs_image_read_chunk(j->img, k, s->buf, e);
-	const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
-	const void *src = staging_at(j, c, e);
-	if (!src)
-		return e->code ? e->code : GS_E_FAILURE;
-	host_copy(s->buf, src, c->size);
-	return 0;
-}
-
-/* GPU -> buffer -> other side: keeps RING_DEPTH copies in flight, drains the oldest when it is done. */
+/* GPU -> buffer (or the end's memory) -> end: keeps RING_DEPTH copies in flight, hands on the oldest when done. */
 static void run_to_host(struct ring_worker *wk)
 {
 	struct ring_job *j = wk->job;
@@ -436,7 +375,9 @@ static void run_to_host(struct ring_worker *wk)
 			size_t k = atomic_fetch_add(&j->next, 1);
 			if (k >= n)
 				break;
-			if (issue(wk, &wk->slots[(head + count) % RING_DEPTH], k, true, false))
+			struct ring_slot *s = &wk->slots[(head + count) % RING_DEPTH];
+			void *host = j->end->direct ? direct_at(j, k) : s->buf;
+			if (!host || issue(wk, s, k, host))
 				break;
 			count++;
 		}
@@ -445,17 +386,17 @@ static void run_to_host(struct ring_worker *wk)
 		struct ring_slot *s = &wk->slots[head];
 		head = (head + 1) % RING_DEPTH;
 		count--;
-		if (wait_slot(wk, s) || job_failed(j))
-			continue; /* after a failure: only drain what is in flight */
+		if (wait_slot(wk, s) || job_failed(j) || j->end->direct)
+			continue; /* after a failure: only wait for what is in flight */
 		struct gs_err e = { 0 };
 		double t0 = gs_now();
-		if (drain(j, s, &e))
+		if (j->end->ops->put(j->end, j->h, s->chunk, s->buf, &e))
 			job_fail(j, &e);
 		wk->host_s += gs_now() - t0;
 	}
 }
 
-/* Other side -> buffer -> GPU: fills a buffer once its previous copy is done, then starts the copy. */
+/* End -> buffer (or the end's memory) -> GPU: fills a buffer once its previous copy is done, then starts the copy. */
 static void run_from_host(struct ring_worker *wk)
 {
 	struct ring_job *j = wk->job;
@@ -467,22 +408,30 @@ static void run_from_host(struct ring_worker *wk)
 		struct ring_slot *s = &wk->slots[i % RING_DEPTH];
 		if (s->busy && wait_slot(wk, s))
 			break;
-		if (j->zero_in && j->zero_in[k]) {
-			/* all zero when it was copied out: set on the GPU, the buffer stays unused */
-			if (issue(wk, s, k, false, true))
+		if (j->end->ops->zero && j->end->ops->zero(j->end, k)) {
+			/* all zero when it was copied out: set on the GPU, nothing is read */
+			if (issue(wk, s, k, NULL))
 				break;
 			atomic_fetch_add(&j->zero_bytes, j->h->plan.chunks[k].size);
 			continue;
 		}
-		struct gs_err e = { 0 };
-		double t0 = gs_now();
-		int frc = fill(j, k, s, &e);
-		wk->host_s += gs_now() - t0;
-		if (frc) {
-			job_fail(j, &e);
-			break;
+		void *host = s->buf;
+		if (j->end->direct) {
+			if (!(host = direct_at(j, k)))
+				break;
+		} else {
+			struct gs_err e = { 0 };
+			double t0 = gs_now();
+			int frc = j->end->ops->get(j->end, j->h, k, s->buf, &e);
+			wk->host_s += gs_now() - t0;
+			if (frc) {
+				job_fail(j, &e);
+				break;
+			}
+			if (pin_borrowed(wk, s, j->h->regions[j->h->plan.chunks[k].region].device))
+				break;
 		}
-		if (pin_borrowed(wk, s, j->h->regions[j->h->plan.chunks[k].region].device) || issue(wk, s, k, false, false))
+		if (issue(wk, s, k, host))
 			break;
 	}
 	for (int i = 0; i < RING_DEPTH; i++)
@@ -496,7 +445,7 @@ static void *worker_main(void *arg)
 	struct ring_job *j = wk->job;
 	int first_dev = j->h->regions[j->h->plan.chunks[0].region].device;
 	if (!setup(wk, first_dev) && !job_failed(j)) {
-		if (to_host(j))
+		if (j->to_host)
 			run_to_host(wk);
 		else
 			run_from_host(wk);
@@ -522,7 +471,6 @@ static void sync_lanes(struct gs_agent *a)
 	}
 }
 
-/* Runs the transfer j describes with `want` threads, on buffers of its own or borrowed from ring. */
 /*
  * A per-transfer ring for h's plan: buffers of its largest chunk, and no more
  * threads than chunks nor a ring much larger than the data (each thread has
@@ -544,6 +492,7 @@ static unsigned ring_shape(const struct gs_agent_held *h, unsigned want, uint64_
 	return n;
 }
 
+/* Runs the transfer j describes with `want` threads, on buffers of its own or borrowed from ring (none: direct). */
 static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct gs_ring_stats *st, struct gs_err *err)
 {
 	struct gs_agent *a = j->a;
@@ -556,14 +505,20 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 		if (h->plan.chunks[k].size > largest)
 			largest = h->plan.chunks[k].size;
 	unsigned n;
-	if (ring) {
+	if (j->end->direct) {
+		ring = NULL;
+		j->buf_size = 0;
+		n = want < 1 ? 1 : want > RING_THREADS_MAX ? RING_THREADS_MAX : want;
+	} else if (ring) {
 		if (largest > ring->buf_size)
 			return gs_fail(err, GS_E_AGENT, "a chunk of %llu bytes does not fit the copy ring's buffers of %llu bytes",
 				       (unsigned long long)largest, (unsigned long long)ring->buf_size);
 		j->buf_size = ring->buf_size;
 		n = ring->threads;
 	} else {
-		n = ring_shape(h, want, &j->buf_size);
+		uint64_t bs;
+		n = ring_shape(h, want, &bs);
+		j->buf_size = bs;
 	}
 	if (n > h->plan.nchunks)
 		n = (unsigned)h->plan.nchunks;
@@ -575,6 +530,9 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	gs_first_err_init(&j->fail);
 	double t_run = gs_now();
 	unsigned started = 0;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
 	for (unsigned i = 0; i < n; i++) {
 		wk[i] = (struct ring_worker){ .job = j, .clean = true, .cur_dev = -1, .borrowed = ring != NULL };
 		wk[i].slots = ring ? &ring->slots[(size_t)i * RING_DEPTH] : wk[i].own;
@@ -583,6 +541,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 			break;
 		started = i + 1;
 	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	/* the caller keeps its current context: worker 0 changes it, so put it back afterwards */
 	CUcontext saved = NULL;
 	a->cu.cuCtxGetCurrent(&saved);
@@ -616,36 +575,243 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	return rc;
 }
 
-int gs_ring_to_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image_writer *w,
-		     struct gs_ring_stats *st, struct gs_err *err)
+int gs_ring_out(struct gs_agent *a, const struct gs_agent_held *h, struct gs_ring_end *to, struct gs_ring *ring,
+		unsigned threads, struct gs_ring_stats *st, struct gs_err *err)
 {
-	struct ring_job j = { .a = a, .h = h, .side = SIDE_TO_IMAGE, .w = w };
-	return run(&j, NULL, threads_wanted(true), st, err);
-}
-
-int gs_ring_from_image(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img, struct gs_ring *ring,
-		       struct gs_ring_stats *st, struct gs_err *err)
-{
-	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_IMAGE, .img = img };
-	return run(&j, ring, threads_wanted(false), st, err);
-}
-
-int gs_ring_to_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
-		       struct gs_ring *ring, unsigned threads, double timeout_s, uint8_t *zero, struct gs_ring_stats *st,
-		       struct gs_err *err)
-{
-	struct ring_job j = { .a = a, .h = h, .side = SIDE_TO_STAGING, .pool = pool, .timeout_s = timeout_s,
-			      .zero_out = zero };
+	struct ring_job j = { .a = a, .h = h, .to_host = true, .end = to };
 	return run(&j, ring, threads, st, err);
 }
 
-int gs_ring_from_staging(struct gs_agent *a, const struct gs_agent_held *h, struct gs_staging *pool,
-			 struct gs_ring *ring, unsigned threads, const uint8_t *zero, struct gs_ring_stats *st,
-			 struct gs_err *err)
+int gs_ring_in(struct gs_agent *a, const struct gs_agent_held *h, struct gs_ring_end *from, struct gs_ring *ring,
+	       unsigned threads, struct gs_ring_stats *st, struct gs_err *err)
 {
-	struct ring_job j = { .a = a, .h = h, .side = SIDE_FROM_STAGING, .pool = pool, .timeout_s = -1, .zero_in = zero };
+	struct ring_job j = { .a = a, .h = h, .to_host = false, .end = from };
 	return run(&j, ring, threads, st, err);
 }
+
+/* ---- end -> end, on the host ---- */
+
+struct host_job {
+	const struct gs_agent_held *h;
+	struct gs_ring_end *from, *to;
+	atomic_size_t next;
+	struct gs_first_err fail;
+};
+
+static void *host_worker(void *arg)
+{
+	struct host_job *j = arg;
+	for (;;) {
+		size_t k = atomic_fetch_add(&j->next, 1);
+		if (k >= j->h->plan.nchunks || gs_first_err_any(&j->fail))
+			return NULL;
+		struct gs_err e = { 0 };
+		bool zero = j->from->ops->zero && j->from->ops->zero(j->from, k);
+		const void *p = zero ? NULL : j->from->ops->at(j->from, j->h, k, &e);
+		if ((!zero && !p) || j->to->ops->put(j->to, j->h, k, p, &e))
+			gs_first_err_set(&j->fail, e.code ? &e : &(struct gs_err){ GS_E_AGENT, "a chunk could not be moved" });
+	}
+}
+
+int gs_ring_host(const struct gs_agent_held *h, struct gs_ring_end *from, struct gs_ring_end *to, unsigned threads,
+		 struct gs_ring_stats *st, struct gs_err *err)
+{
+	memset(st, 0, sizeof(*st));
+	if (!h->plan.nchunks)
+		return 0;
+	if (!from->ops->at)
+		return gs_fail(err, GS_E_USAGE, "a host transfer needs a source that holds its chunks in memory");
+	struct host_job j = { .h = h, .from = from, .to = to };
+	atomic_init(&j.next, 0);
+	gs_first_err_init(&j.fail);
+	size_t n = threads < 1 ? 1 : threads > RING_THREADS_MAX ? RING_THREADS_MAX : threads;
+	if (n > h->plan.nchunks)
+		n = h->plan.nchunks;
+	pthread_t t[RING_THREADS_MAX];
+	size_t started = 0;
+	double t0 = gs_now();
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (size_t i = 1; i < n; i++) {
+		if (pthread_create(&t[started], NULL, host_worker, &j) != 0)
+			break; /* fewer threads: the ones running take every chunk */
+		started++;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	host_worker(&j);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	st->threads = (unsigned)started + 1;
+	st->run_s = st->host_s = gs_now() - t0;
+	int rc = gs_first_err_take(&j.fail, err);
+	gs_first_err_destroy(&j.fail);
+	return rc;
+}
+
+/* ---- the ends ---- */
+
+/*
+ * The host copy into and out of a staging pool: memcpy, or non-temporal
+ * stores (GPUSNAP_HOST_COPY=stream; core/host_copy.h says why it can matter).
+ * Read once: the environment does not change under a running transfer.
+ */
+static void host_copy(void *dst, const void *src, size_t n)
+{
+	static atomic_int mode; /* 0 unknown, 1 memcpy, 2 stream */
+	int m = atomic_load_explicit(&mode, memory_order_relaxed);
+	if (!m) {
+		const char *v = getenv("GPUSNAP_HOST_COPY");
+		m = v && !strcmp(v, "stream") ? 2 : 1;
+		atomic_store_explicit(&mode, m, memory_order_relaxed);
+	}
+	if (m == 2)
+		gs_host_copy_stream(dst, src, n);
+	else
+		memcpy(dst, src, n);
+}
+
+/* Chunk k's place in the staging pool, once the pool's workers have populated its segment; NULL on failure. */
+static void *staging_at(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, struct gs_err *e)
+{
+	struct gs_ring_staging_end *s = (struct gs_ring_staging_end *)end;
+	const struct gs_copy_chunk *c = &h->plan.chunks[k];
+	uint32_t seg = (uint32_t)(c->staging_offset / gs_staging_segment_size(s->pool));
+	if (gs_staging_wait(s->pool, seg, s->timeout_s > 0 ? s->timeout_s : -1, e))
+		return NULL;
+	void *p = gs_staging_ptr(s->pool, c->staging_offset);
+	if (!p || c->staging_offset + c->size > gs_staging_size(s->pool)) {
+		gs_fail(e, GS_E_AGENT, "chunk at staging offset %llu (%llu bytes) lies past the staging pool's end",
+			(unsigned long long)c->staging_offset, (unsigned long long)c->size);
+		return NULL;
+	}
+	return p;
+}
+
+static int staging_put(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, const void *buf,
+		       struct gs_err *e)
+{
+	struct gs_ring_staging_end *s = (struct gs_ring_staging_end *)end;
+	const struct gs_copy_chunk *c = &h->plan.chunks[k];
+	if (s->zero && gs_all_zero(buf, c->size)) {
+		/* nothing to keep: the pool's pages for it are never touched (a lazy pool never faults them in) */
+		s->zero[k] = 1;
+		atomic_fetch_add(&s->zero_bytes, c->size);
+		return 0;
+	}
+	void *dst = staging_at(end, h, k, e);
+	if (!dst)
+		return e->code ? e->code : GS_E_FAILURE;
+	host_copy(dst, buf, c->size);
+	return 0;
+}
+
+static int staging_get(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, void *buf, struct gs_err *e)
+{
+	const struct gs_copy_chunk *c = &h->plan.chunks[k];
+	const void *src = staging_at(end, h, k, e);
+	if (!src)
+		return e->code ? e->code : GS_E_FAILURE;
+	host_copy(buf, src, c->size);
+	return 0;
+}
+
+static bool staging_zero(struct gs_ring_end *end, size_t k)
+{
+	struct gs_ring_staging_end *s = (struct gs_ring_staging_end *)end;
+	return s->zero && s->zero[k];
+}
+
+/* A direct copy into segment seg completed: the segment's last one unpins it. */
+static int staging_done(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, struct gs_err *e)
+{
+	struct gs_ring_staging_end *s = (struct gs_ring_staging_end *)end;
+	if (!s->unpin)
+		return 0;
+	uint32_t seg = (uint32_t)(h->plan.chunks[k].staging_offset / gs_staging_segment_size(s->pool));
+	if (atomic_fetch_sub(&s->seg_left[seg], 1) != 1)
+		return 0;
+	struct gs_err ue = { 0 };
+	if (gs_staging_unpin_segment(s->pool, seg, &ue))
+		atomic_store(&s->unpin_failed, 1); /* slower checkpoint, not a failed copy */
+	(void)e;
+	return 0;
+}
+
+static const struct gs_ring_end_ops staging_ops = {
+	.put = staging_put, .get = staging_get, .zero = staging_zero, .at = staging_at, .done = staging_done,
+};
+
+int gs_ring_staging_end(struct gs_ring_staging_end *e, const struct gs_agent_held *h, struct gs_staging *pool,
+			double timeout_s, uint8_t *zero, bool unpin, struct gs_err *err)
+{
+	memset(e, 0, sizeof(*e));
+	e->end.ops = &staging_ops;
+	e->end.direct = gs_staging_registers(pool);
+	e->pool = pool;
+	e->timeout_s = timeout_s;
+	e->zero = e->end.direct ? NULL : zero; /* a direct copy never sees the bytes */
+	atomic_init(&e->zero_bytes, 0);
+	atomic_init(&e->unpin_failed, 0);
+	e->unpin = unpin && e->end.direct;
+	if (!e->unpin)
+		return 0;
+	uint32_t nseg = gs_staging_segments(pool);
+	e->seg_left = calloc(nseg ? nseg : 1, sizeof(*e->seg_left));
+	if (!e->seg_left)
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	uint64_t seg_size = gs_staging_segment_size(pool);
+	for (size_t k = 0; k < h->plan.nchunks; k++)
+		atomic_fetch_add(&e->seg_left[h->plan.chunks[k].staging_offset / seg_size], 1);
+	return 0;
+}
+
+int gs_ring_staging_end_finish(struct gs_ring_staging_end *e)
+{
+	if (e->unpin) {
+		/* segments no copy reached (a reserved pool larger than the data) */
+		for (uint32_t seg = 0; seg < gs_staging_segments(e->pool); seg++) {
+			struct gs_err ue = { 0 };
+			if (atomic_load(&e->seg_left[seg]) == 0 && gs_staging_pinned(e->pool, seg) &&
+			    gs_staging_unpin_segment(e->pool, seg, &ue))
+				atomic_store(&e->unpin_failed, 1);
+		}
+	}
+	free(e->seg_left);
+	e->seg_left = NULL;
+	return atomic_load(&e->unpin_failed) ? -1 : 0;
+}
+
+static int image_put(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, const void *buf,
+		     struct gs_err *e)
+{
+	struct gs_ring_image_end *s = (struct gs_ring_image_end *)end;
+	const struct gs_copy_chunk *c = &h->plan.chunks[k];
+	uint64_t off = c->va - h->regions[c->region].va;
+	return buf ? gs_image_write_chunk(s->w, c->region, off, buf, c->size, e)
+		   : gs_image_write_zero_chunk(s->w, c->region, off, c->size, e);
+}
+
+static int image_get(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, void *buf, struct gs_err *e)
+{
+	(void)h;
+	return gs_image_read_chunk(((struct gs_ring_image_end *)end)->img, k, buf, e);
+}
+
+static const struct gs_ring_end_ops image_writer_ops = { .put = image_put };
+static const struct gs_ring_end_ops image_reader_ops = { .get = image_get };
+
+void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w)
+{
+	*e = (struct gs_ring_image_end){ .end = { .ops = &image_writer_ops }, .w = w };
+}
+
+void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img)
+{
+	*e = (struct gs_ring_image_end){ .end = { .ops = &image_reader_ops }, .img = img };
+}
+
+/* ---- kept and prepared rings ---- */
 
 /*
  * Building a ring: one thread per set of RING_DEPTH buffers maps and faults
@@ -763,7 +929,7 @@ int gs_ring_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs
 	if (!h || !h->plan.nchunks)
 		return 0;
 	uint64_t buf_size;
-	unsigned threads = ring_shape(h, threads_wanted(false), &buf_size);
+	unsigned threads = ring_shape(h, gs_ring_image_threads(false), &buf_size);
 	return build_ring(a, threads, buf_size, -1, out, err);
 }
 

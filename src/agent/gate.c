@@ -442,14 +442,14 @@ int gs_gate_close(double timeout_s, struct gs_err *err)
 		pthread_mutex_unlock(&control_lock);
 		return rc;
 	}
-	double deadline = gs_now() + (timeout_s > 0 ? timeout_s : 0);
+	double deadline = timeout_s > 0 ? gs_now() + timeout_s : -1; /* <= 0: no limit */
 	pid_t tids[8];
 	for (;;) {
 		int seq = atomic_load(&exit_seq);
 		int n = count_inside(self, tids, (int)GS_ARRAY_SIZE(tids));
 		if (n == 0)
 			break;
-		double left = deadline - gs_now();
+		double left = deadline < 0 ? 1 : deadline - gs_now();
 		if (left <= 0) {
 			open_locked();
 			pthread_mutex_unlock(&control_lock);

@@ -21,7 +21,8 @@
  * Closes the gate: app threads that call into the driver from now on block
  * (in gs_gate_enter, on a futex) until gs_gate_open; then waits until no app
  * thread is inside the driver. The calling thread never counts as inside and
- * is never blocked. Returns 0 with the gate closed; on timeout reopens the gate
+ * is never blocked. timeout_s <= 0: no limit.
+ * Returns 0 with the gate closed; on timeout reopens the gate
  * (the app keeps running) and fails with GS_E_TIMEOUT naming the threads still
  * inside; GS_E_STATE if the gate is already closed.
  */

@@ -475,6 +475,9 @@ const char *gs_msg_type_name(uint16_t type)
 	case GS_MSG_STATUS: return "status";
 	case GS_MSG_DUMP: return "dump";
 	case GS_MSG_RESULT: return "result";
+	case GS_MSG_PREPARE: return "prepare";
+	case GS_MSG_GATE: return "gate";
+	case GS_MSG_OPEN: return "open";
 	default: return "unknown";
 	}
 }
@@ -486,6 +489,7 @@ const char *gs_agent_state_name(uint64_t state)
 	case GS_AGENT_SUSPENDED: return "suspended";
 	case GS_AGENT_DATA_RELEASED: return "data-released";
 	case GS_AGENT_BUSY: return "busy";
+	case GS_AGENT_GATED: return "gated";
 	default: return "unknown";
 	}
 }

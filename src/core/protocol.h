@@ -55,6 +55,16 @@ enum gs_msg_type {
 	GS_MSG_RESULT = 7,  /* agent -> gpusnap: CODE, MESSAGE, TIMING*, COUNTER* */
 	GS_MSG_PREPARE = 8, /* gpusnap -> agent, before the driver restores it: start getting host memory ready for
 			       a RESUME from an image (no CUDA call); reply RESULT at once */
+	/*
+	 * --tree: every gate of the tree closes before any process waits for its
+	 * GPU work (ranks that wait on each other would deadlock otherwise).
+	 * GATE: TIMEOUT (for app threads to leave the driver), LEASE (seconds
+	 * until the agent reopens the gate by itself if no SUSPEND or OPEN came);
+	 * reply RESULT once the gate is closed, without waiting for GPU work.
+	 * OPEN: reopens a gate GATE closed (the rollback); RESULT.
+	 */
+	GS_MSG_GATE = 9,
+	GS_MSG_OPEN = 10,
 };
 
 /* Field tags: one namespace for all message types. */
@@ -68,7 +78,7 @@ enum gs_msg_tag {
 	GS_F_UNMANAGED_COUNT = 7,   /* u64: device memory the agent cannot release (managed, IPC) */
 	GS_F_UNMANAGED_BYTES = 8,   /* u64 */
 	GS_F_UNMANAGED_DETAIL = 9,  /* str: one line per kind, e.g. "managed 3 allocations 1.00 GiB" */
-	GS_F_TIMEOUT = 10,          /* f64: seconds the agent may take */
+	GS_F_TIMEOUT = 10,          /* f64: seconds the agent may wait for GPU work; <= 0: no limit */
 	GS_F_FLAGS = 11,            /* u64: GS_SUSPEND_* */
 	GS_F_DIR = 12,              /* str: image directory */
 	GS_F_CODE = 13,             /* u64: gs exit code (err.h) */
@@ -76,6 +86,8 @@ enum gs_msg_tag {
 	GS_F_TIMING = 15,           /* named f64, repeated: seconds per phase ("quiesce", "copy_out") */
 	GS_F_COUNTER = 16,          /* named u64, repeated: byte and item counts ("bytes_copied") */
 	GS_F_DEVICE_COUNT = 17,     /* u64: GPUs the app uses */
+	GS_F_LEASE = 18,            /* f64: GATE: seconds the gate may stay closed waiting for the SUSPEND */
+	GS_F_FAULT = 19,            /* str: INFO: why the process stays suspended (an undo failed); absent if none */
 };
 
 enum gs_msg_field_type {
@@ -94,6 +106,7 @@ enum gs_agent_caps {
 	GS_CAP_RESERVED_POOL = 1u << 3, /* a staging pool is reserved (--reserve) */
 	GS_CAP_DUMP_RUNNING = 1u << 4,  /* DUMP with GS_DUMP_RUNNING: streams a running process's data into the image */
 	GS_CAP_PREPARE = 1u << 5,       /* PREPARE: maps the copy ring while the driver restores the process */
+	GS_CAP_GATE = 1u << 6,          /* GATE and OPEN; TIMEOUT <= 0 means no limit */
 };
 
 enum gs_suspend_flags {
@@ -107,6 +120,7 @@ enum gs_agent_state {
 	GS_AGENT_SUSPENDED = 1,     /* data and context released */
 	GS_AGENT_DATA_RELEASED = 2, /* keep-context suspend: data released, context kept */
 	GS_AGENT_BUSY = 3,          /* a suspend or resume is under way */
+	GS_AGENT_GATED = 4,         /* GATE closed the gate; its SUSPEND has not come yet */
 };
 
 /* Who sent a frame being decoded: names the sides in version messages. */

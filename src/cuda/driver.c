@@ -78,6 +78,7 @@ int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err)
 		MEMBER(cuMemFree), MEMBER(cuMemGetInfo), MEMBER(cuMemAddressReserve), MEMBER(cuMemAddressFree),
 		MEMBER(cuMemCreate), MEMBER(cuMemRelease), MEMBER(cuMemMap), MEMBER(cuMemUnmap), MEMBER(cuMemSetAccess),
 		MEMBER(cuMemGetAllocationGranularity), MEMBER(cuStreamIsCapturing),
+		MEMBER(cuCtxGetApiVersion), MEMBER(cuDevicePrimaryCtxGetState),
 #undef MEMBER
 	};
 	/*

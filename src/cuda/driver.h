@@ -71,6 +71,9 @@ struct gs_cuda {
 	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 	CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
 	CUresult (*cuStreamIsCapturing)(CUstream, int *); /* status 0 = not capturing */
+	/* the app's contexts (agent_contexts.c): is it still there, is a primary one active */
+	CUresult (*cuCtxGetApiVersion)(CUcontext, unsigned int *);
+	CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
 };
 
 /* Hook for the agent, which must reach the real dlsym past its own interposer. */

@@ -29,11 +29,14 @@
  * library's own, as dlsym on it gives, even though the preloaded agent
  * exports the same names.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_cuda.c"
@@ -48,6 +51,9 @@ typedef void *CUevent;
 #define FAKE_INVALID_VALUE 1
 #define FAKE_OUT_OF_MEMORY 2
 #define FAKE_INVALID_CONTEXT 201
+#define FAKE_INVALID_HANDLE 400
+#define FAKE_NOT_READY 600
+#define FAKE_ILLEGAL_ADDRESS 700
 #define FAKE_NOT_FOUND 500
 #define FAKE_NOT_SUPPORTED 801
 #define FAKE_GRANULARITY (2ULL << 20)
@@ -79,8 +85,22 @@ static struct fake_phys *phys_list;
 static struct fake_map *map_list;
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t phys_file_lock = PTHREAD_MUTEX_INITIALIZER;
-static char primary_ctx[1]; /* the one device's primary context: only its address matters */
-static __thread CUcontext current_ctx;
+/*
+ * Contexts: the one device's primary context (active while retained) and
+ * those of cuCtxCreate. A destroyed context stays allocated (so its handle is
+ * never reused) but is dead: making it current fails, its streams are dead
+ * (copies on them fail), and its kernels are dropped.
+ */
+struct fake_ctx {
+	bool primary, alive;
+	int refs;            /* primary: retains */
+	int sticky;          /* an error its work hit (a kernel whose memory went away): every later sync returns it */
+	struct fake_ctx *next;
+};
+static struct fake_ctx primary_ctx = { .primary = true };
+static struct fake_ctx *created_ctxs;
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread struct fake_ctx *current_ctx;
 
 static void write_number(const char *dir, const char *suffix, long long v)
 {
@@ -137,6 +157,13 @@ static bool phys_maybe_free(struct fake_phys *ph)
 }
 
 /* contexts */
+static bool ctx_alive(const struct fake_ctx *c)
+{
+	pthread_mutex_lock(&ctx_lock);
+	bool alive = c && c->alive;
+	pthread_mutex_unlock(&ctx_lock);
+	return alive;
+}
 EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
 {
 	if (!ctx)
@@ -144,28 +171,101 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
 	*ctx = current_ctx;
 	return 0;
 }
-EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) { current_ctx = ctx; return 0; }
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	if (ctx && !ctx_alive(ctx))
+		return FAKE_INVALID_CONTEXT;
+	current_ctx = ctx;
+	return 0;
+}
 EXPORT CUresult cuCtxGetDevice(int *dev)
 {
-	if (!current_ctx)
+	if (!ctx_alive(current_ctx))
 		return FAKE_INVALID_CONTEXT;
 	*dev = 0;
 	return 0;
 }
-static void flush_all(void);
-EXPORT CUresult cuCtxSynchronize(void)
+EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned *version)
 {
-	if (!current_ctx)
+	if (!ctx_alive(ctx))
 		return FAKE_INVALID_CONTEXT;
-	flush_all();
+	*version = 12000;
 	return 0;
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev)
 {
 	if (dev != 0)
 		return 101;
-	*ctx = primary_ctx;
+	pthread_mutex_lock(&ctx_lock);
+	primary_ctx.refs++;
+	primary_ctx.alive = true;
+	pthread_mutex_unlock(&ctx_lock);
+	*ctx = &primary_ctx;
 	return 0;
+}
+static void ctx_died(struct fake_ctx *c);
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev)
+{
+	if (dev != 0)
+		return 101;
+	pthread_mutex_lock(&ctx_lock);
+	bool died = primary_ctx.refs > 0 && --primary_ctx.refs == 0;
+	if (died)
+		primary_ctx.alive = false;
+	pthread_mutex_unlock(&ctx_lock);
+	if (died)
+		ctx_died(&primary_ctx);
+	return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active)
+{
+	if (dev != 0)
+		return 101;
+	*flags = 0;
+	*active = ctx_alive(&primary_ctx);
+	return 0;
+}
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, int dev)
+{
+	(void)flags;
+	if (dev != 0)
+		return 101;
+	struct fake_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return FAKE_OUT_OF_MEMORY;
+	c->alive = true;
+	pthread_mutex_lock(&ctx_lock);
+	c->next = created_ctxs;
+	created_ctxs = c;
+	pthread_mutex_unlock(&ctx_lock);
+	current_ctx = c;
+	*pctx = c;
+	return 0;
+}
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	struct fake_ctx *c = ctx;
+	pthread_mutex_lock(&ctx_lock);
+	bool ok = c && !c->primary && c->alive;
+	if (ok)
+		c->alive = false;
+	pthread_mutex_unlock(&ctx_lock);
+	if (!ok)
+		return FAKE_INVALID_CONTEXT;
+	ctx_died(c);
+	if (current_ctx == c)
+		current_ctx = NULL;
+	return 0;
+}
+static void flush_all(void);
+static CUresult ctx_wait_kernels(struct fake_ctx *c, bool block);
+/* Waits for every copy of every stream, and for the kernels of the current context. */
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
+	flush_all();
+	return ctx_wait_kernels(current_ctx, true);
 }
 
 /*
@@ -181,6 +281,8 @@ struct fake_copy {
 };
 struct fake_stream {
 	struct fake_stream *next; /* every live stream, for cuCtxSynchronize */
+	struct fake_ctx *ctx;     /* made in it */
+	bool dead;                /* its context is gone */
 	struct fake_copy *q;      /* queued copies, oldest first */
 	size_t nq, capq;
 	uint64_t issued, done;
@@ -229,6 +331,10 @@ static CUresult copy_async(void *dst, const void *src, size_t n, CUstream h)
 {
 	pthread_mutex_lock(&stream_lock);
 	struct fake_stream *s = find_stream_locked(h);
+	if (s && s->dead) {
+		pthread_mutex_unlock(&stream_lock);
+		return FAKE_INVALID_HANDLE;
+	}
 	if (s && s->nq == s->capq) {
 		size_t cap = s->capq ? s->capq * 2 : 16;
 		struct fake_copy *q = realloc(s->q, cap * sizeof(*q));
@@ -254,11 +360,14 @@ static CUresult copy_async(void *dst, const void *src, size_t n, CUstream h)
 EXPORT CUresult cuStreamCreate(CUstream *h, unsigned flags)
 {
 	(void)flags;
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
 	struct fake_stream *s = calloc(1, sizeof(*s));
 	if (!h || !s) {
 		free(s);
 		return h ? FAKE_OUT_OF_MEMORY : FAKE_INVALID_VALUE;
 	}
+	s->ctx = current_ctx;
 	pthread_mutex_lock(&stream_lock);
 	s->next = streams;
 	streams = s;
@@ -285,10 +394,11 @@ EXPORT CUresult cuStreamSynchronize(CUstream h)
 {
 	pthread_mutex_lock(&stream_lock);
 	struct fake_stream *s = find_stream_locked(h);
-	if (s)
+	bool dead = s && s->dead;
+	if (s && !dead)
 		flush_locked(s, s->issued);
 	pthread_mutex_unlock(&stream_lock);
-	return 0;
+	return dead ? FAKE_INVALID_HANDLE : 0;
 }
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
@@ -324,6 +434,199 @@ EXPORT CUresult cuEventSynchronize(CUevent e)
 }
 /* Done once asked: the work behind it is performed now. */
 EXPORT CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
+
+/*
+ * Kernels, for the tests of a suspend waiting for GPU work: cuLaunchKernel's
+ * function handle says what the kernel does (there are no modules).
+ *   FAKE_KERNEL_TIMED (1): runs gridDimX milliseconds;
+ *   FAKE_KERNEL_HANG (2): runs until FAKE_CUDA_DIR/<pid>.kernel-done exists;
+ *   FAKE_KERNEL_COLLECTIVE (3): step gridDimX of a collective: it creates
+ *     FAKE_CUDA_DIR/coll/<step>.<pid> and runs until FAKE_COLL_SIZE (default 2)
+ *     processes have created theirs (as an all-reduce waits for every rank).
+ * When it ends it sets its kernelParams {CUdeviceptr *dst, size_t *n,
+ * unsigned char *value} bytes to value (dst NULL: none). Like copies, a
+ * kernel ends only when something looks: cuCtxSynchronize in its context
+ * (which blocks until it has), cuStreamSynchronize or cuStreamQuery of its
+ * stream. If the memory it writes is unmapped while it runs, it faults
+ * instead: its context's later synchronizes return CUDA_ERROR_ILLEGAL_ADDRESS,
+ * as on a GPU.
+ */
+enum { FAKE_KERNEL_TIMED = 1, FAKE_KERNEL_HANG = 2, FAKE_KERNEL_COLLECTIVE = 3 };
+struct fake_kernel {
+	struct fake_ctx *ctx;
+	struct fake_stream *stream;
+	int kind;
+	double until;
+	unsigned step;
+	unsigned char *dst;
+	size_t n;
+	unsigned char value;
+	bool faulted;
+	struct fake_kernel *next;
+};
+static struct fake_kernel *kernels;
+static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double fake_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool kernel_ended(const struct fake_kernel *k)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	char path[4096];
+	switch (k->kind) {
+	case FAKE_KERNEL_TIMED:
+		return fake_now() >= k->until;
+	case FAKE_KERNEL_HANG:
+		snprintf(path, sizeof(path), "%s/%d.kernel-done", dir ? dir : ".", (int)getpid());
+		return access(path, F_OK) == 0;
+	default: {
+		const char *g = getenv("FAKE_COLL_SIZE");
+		int want = g && atoi(g) > 0 ? atoi(g) : 2, have = 0;
+		snprintf(path, sizeof(path), "%s/coll", dir ? dir : ".");
+		DIR *d = opendir(path);
+		char prefix[32];
+		snprintf(prefix, sizeof(prefix), "%u.", k->step);
+		for (struct dirent *e; d && (e = readdir(d));)
+			have += !strncmp(e->d_name, prefix, strlen(prefix));
+		if (d)
+			closedir(d);
+		return have >= want;
+	}
+	}
+}
+
+/*
+ * Ends the kernels of ctx (stream: only those of that stream) that are done.
+ * Returns how many are still running; *sticky gets the context's error.
+ */
+static int reap_kernels(struct fake_ctx *ctx, struct fake_stream *stream, int *sticky)
+{
+	int running = 0;
+	pthread_mutex_lock(&kernel_lock);
+	for (struct fake_kernel **pp = &kernels; *pp;) {
+		struct fake_kernel *k = *pp;
+		if (k->ctx != ctx || (stream && k->stream != stream)) {
+			pp = &k->next;
+			continue;
+		}
+		if (!kernel_ended(k)) {
+			running++;
+			pp = &k->next;
+			continue;
+		}
+		if (k->faulted)
+			ctx->sticky = FAKE_ILLEGAL_ADDRESS;
+		else if (k->dst)
+			memset(k->dst, k->value, k->n);
+		*pp = k->next;
+		free(k);
+	}
+	*sticky = ctx->sticky;
+	pthread_mutex_unlock(&kernel_lock);
+	return running;
+}
+
+static CUresult ctx_wait_kernels(struct fake_ctx *c, bool block)
+{
+	int sticky = 0;
+	while (reap_kernels(c, NULL, &sticky) && block)
+		usleep(1000);
+	return sticky;
+}
+
+/* A context died: its streams with it, its kernels dropped. */
+static void ctx_died(struct fake_ctx *c)
+{
+	pthread_mutex_lock(&stream_lock);
+	for (struct fake_stream *s = streams; s; s = s->next)
+		if (s->ctx == c)
+			s->dead = true;
+	pthread_mutex_unlock(&stream_lock);
+	pthread_mutex_lock(&kernel_lock);
+	for (struct fake_kernel **pp = &kernels; *pp;) {
+		struct fake_kernel *k = *pp;
+		if (k->ctx == c) {
+			*pp = k->next;
+			free(k);
+		} else {
+			pp = &k->next;
+		}
+	}
+	pthread_mutex_unlock(&kernel_lock);
+}
+
+/* [p, p + size) is being unmapped: a running kernel that writes there faults. */
+static void kernels_lose_memory(CUdeviceptr p, size_t size)
+{
+	pthread_mutex_lock(&kernel_lock);
+	for (struct fake_kernel *k = kernels; k; k = k->next)
+		if (k->dst && (CUdeviceptr)(uintptr_t)k->dst < p + size && p < (CUdeviceptr)(uintptr_t)k->dst + k->n)
+			k->faulted = true;
+	pthread_mutex_unlock(&kernel_lock);
+}
+
+EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			       unsigned shmem, CUstream h, void **params, void **extra)
+{
+	(void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)extra;
+	int kind = (int)(uintptr_t)f;
+	if (kind < FAKE_KERNEL_TIMED || kind > FAKE_KERNEL_COLLECTIVE)
+		return FAKE_INVALID_VALUE;
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
+	struct fake_kernel *k = calloc(1, sizeof(*k));
+	if (!k)
+		return FAKE_OUT_OF_MEMORY;
+	k->ctx = current_ctx;
+	pthread_mutex_lock(&stream_lock);
+	k->stream = find_stream_locked(h);
+	pthread_mutex_unlock(&stream_lock);
+	k->kind = kind;
+	k->until = fake_now() + gx / 1000.0;
+	k->step = gx;
+	if (params && params[0]) {
+		k->dst = (unsigned char *)(uintptr_t)*(CUdeviceptr *)params[0];
+		k->n = *(size_t *)params[1];
+		k->value = *(unsigned char *)params[2];
+	}
+	if (kind == FAKE_KERNEL_COLLECTIVE) {
+		const char *dir = getenv("FAKE_CUDA_DIR");
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/coll", dir ? dir : ".");
+		mkdir(path, 0700);
+		snprintf(path, sizeof(path), "%s/coll/%u.%d", dir ? dir : ".", gx, (int)getpid());
+		int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			close(fd);
+	}
+	pthread_mutex_lock(&kernel_lock);
+	k->next = kernels;
+	kernels = k;
+	pthread_mutex_unlock(&kernel_lock);
+	return 0;
+}
+
+/* Copies are performed; kernels that ended are finished. NOT_READY while one of the stream's runs. */
+EXPORT CUresult cuStreamQuery(CUstream h)
+{
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	bool dead = s && s->dead;
+	if (s && !dead)
+		flush_locked(s, s->issued);
+	pthread_mutex_unlock(&stream_lock);
+	if (dead)
+		return FAKE_INVALID_HANDLE;
+	if (!s || !ctx_alive(s->ctx))
+		return 0;
+	int sticky = 0;
+	return reap_kernels(s->ctx, s, &sticky) ? FAKE_NOT_READY : sticky;
+}
 
 /* copies */
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
@@ -586,6 +889,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 {
 	if (unmap_should_fail())
 		return FAKE_INVALID_VALUE;
+	kernels_lose_memory(p, size);
 	pthread_mutex_lock(&vmm_lock);
 	int found = 0, partial = 0;
 	for (struct fake_map *m = map_list; m; m = m->next)
@@ -692,6 +996,10 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuDeviceGetAttribute", cuDeviceGetAttribute), ENTRY("cuCtxGetCurrent", cuCtxGetCurrent),
 		ENTRY("cuCtxSetCurrent", cuCtxSetCurrent), ENTRY("cuCtxGetDevice", cuCtxGetDevice),
 		ENTRY("cuCtxSynchronize", cuCtxSynchronize), ENTRY("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain),
+		ENTRY("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2),
+		ENTRY("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState), ENTRY("cuCtxCreate", cuCtxCreate_v2),
+		ENTRY("cuCtxDestroy", cuCtxDestroy_v2), ENTRY("cuCtxGetApiVersion", cuCtxGetApiVersion),
+		ENTRY("cuLaunchKernel", cuLaunchKernel), ENTRY("cuStreamQuery", cuStreamQuery),
 		ENTRY("cuStreamCreate", cuStreamCreate), ENTRY("cuStreamDestroy", cuStreamDestroy_v2),
 		ENTRY("cuStreamSynchronize", cuStreamSynchronize), ENTRY("cuStreamIsCapturing", cuStreamIsCapturing),
 		ENTRY("cuEventCreate", cuEventCreate), ENTRY("cuEventDestroy", cuEventDestroy_v2),
