@@ -597,15 +597,16 @@ int gs_lc_gate(struct gs_agent *a, double timeout_s, double lease_s, struct gs_m
 {
 	pthread_mutex_lock(&a->lock);
 	int rc = check_leaving(a, "", err);
-	if (!rc && lc.state == LC_GATED)
-		rc = gs_fail(err, GS_E_STATE, "the process's gate is already closed for a suspend");
 	if (rc)
 		goto out;
-	gs_mover_join_background(a); /* their CUDA calls end before the gate closes */
 	double t0 = gs_now();
-	if ((rc = gs_gate_close(timeout_s, err)))
-		goto out;
-	set_state(a, LC_GATED);
+	if (lc.state == LC_RUNNING) {
+		/* (closed already: a gpusnap that died between its GATE and SUSPEND; this one takes it over) */
+		gs_mover_join_background(a); /* their CUDA calls end before the gate closes */
+		if ((rc = gs_gate_close(timeout_s, err)))
+			goto out;
+		set_state(a, LC_GATED);
+	}
 	if ((rc = start_lease(a, lease_s, err))) {
 		gs_gate_open();
 		set_state(a, LC_RUNNING);

@@ -12,6 +12,8 @@
 /* Replies to HELLO come at once; a suspend may copy tens of GiB, so its wait follows the caller's timeout. */
 #define HELLO_TIMEOUT_S 5.0
 #define WORK_MARGIN_S 600.0
+/* --timeout 0 (no limit) waits this long for the agent's reply: gs_ctl_call has no unlimited wait */
+#define NO_LIMIT_S 1e6
 
 int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
@@ -42,6 +44,9 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 	gs_msg_get_u64(&reply, GS_F_ALLOC_BYTES, &ag->alloc_bytes);
 	gs_msg_get_u64(&reply, GS_F_UNMANAGED_COUNT, &ag->unmanaged_count);
 	gs_msg_get_u64(&reply, GS_F_UNMANAGED_BYTES, &ag->unmanaged_bytes);
+	const char *fault = gs_msg_get_str(&reply, GS_F_FAULT);
+	if (fault)
+		snprintf(ag->fault, sizeof(ag->fault), "%s", fault);
 	gs_msg_free(&reply);
 	return 0;
 }
@@ -65,8 +70,9 @@ static void keep_fields(struct cli_agent *ag, const struct gs_msg *m)
 	}
 }
 
-static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
-		   struct gs_err *err)
+/* timeout_s goes to the agent (its bound on waiting for GPU work; 0: none, or no limit where the request has one). */
+static int request_for(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
+		       double lease_s, double wait, struct gs_err *err)
 {
 	struct gs_msg req, reply;
 	gs_msg_init(&req, type);
@@ -74,7 +80,8 @@ static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeou
 	gs_msg_add_u64(&req, GS_F_FLAGS, flags);
 	if (dir)
 		gs_msg_add_str(&req, GS_F_DIR, dir);
-	double wait = (timeout_s > 0 ? timeout_s : 0) + WORK_MARGIN_S;
+	if (lease_s > 0)
+		gs_msg_add_f64(&req, GS_F_LEASE, lease_s);
 	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, wait, err);
 	gs_msg_free(&req);
 	if (!rc) {
@@ -85,9 +92,23 @@ static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeou
 	return rc;
 }
 
+static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
+		   struct gs_err *err)
+{
+	return request_for(pid, ag, type, timeout_s, flags, dir, 0, (timeout_s > 0 ? timeout_s : 0) + WORK_MARGIN_S, err);
+}
+
+/* A request whose timeout bounds waiting for the app's GPU work: <= 0 is no limit, here too. */
+static int request_bounded(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags,
+			   const char *dir, struct gs_err *err)
+{
+	return request_for(pid, ag, type, timeout_s > 0 ? timeout_s : 0, flags, dir, 0,
+			   timeout_s > 0 ? timeout_s + WORK_MARGIN_S : NO_LIMIT_S, err);
+}
+
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err)
 {
-	int rc = request(pid, ag, GS_MSG_SUSPEND, timeout_s, keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0, NULL, err);
+	int rc = request_bounded(pid, ag, GS_MSG_SUSPEND, timeout_s, keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0, NULL, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -127,7 +148,25 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
 int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
 			   struct gs_err *err)
 {
-	int rc = request(pid, ag, GS_MSG_DUMP, timeout_s, GS_DUMP_RUNNING, image_dir, err);
+	int rc = request_bounded(pid, ag, GS_MSG_DUMP, timeout_s, GS_DUMP_RUNNING, image_dir, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_gate(pid_t pid, struct cli_agent *ag, double timeout_s, double lease_s, struct gs_err *err)
+{
+	/* the lease travels in the request; the reply comes once app threads left the driver (timeout_s) */
+	int rc = request_for(pid, ag, GS_MSG_GATE, timeout_s > 0 ? timeout_s : 0, 0, NULL, lease_s,
+			     timeout_s > 0 ? timeout_s + WORK_MARGIN_S : NO_LIMIT_S, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_open(pid_t pid, struct cli_agent *ag, struct gs_err *err)
+{
+	int rc = request(pid, ag, GS_MSG_OPEN, 0, 0, NULL, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

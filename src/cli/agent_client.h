@@ -27,12 +27,13 @@ struct cli_agent {
 	char socket[512];
 	uint64_t state; /* enum gs_agent_state */
 	uint64_t caps, alloc_count, alloc_bytes, unmanaged_count, unmanaged_bytes;
+	char fault[512]; /* why it stays suspended: an undo of its own failed ("" when none) */
 	struct cli_agent_reply last; /* of the last suspend/resume */
 };
 
 /* Looks for the agent of pid; an absent agent is not an error (present = false). */
 int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err);
-/* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the agent's work. */
+/* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the wait for GPU work (<= 0: no limit). */
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err);
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /*
@@ -60,6 +61,14 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
  */
 int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
 			   struct gs_err *err);
+/*
+ * --tree (agents with GS_CAP_GATE): GATE closes the process's gate and
+ * replies without waiting for its GPU work (timeout_s bounds the wait for
+ * app threads inside the driver; <= 0: no limit); the agent reopens it by
+ * itself after lease_s unless SUSPEND or OPEN comes first. OPEN reopens it.
+ */
+int cli_agent_gate(pid_t pid, struct cli_agent *ag, double timeout_s, double lease_s, struct gs_err *err);
+int cli_agent_open(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* Sum of the named timings of the last reply (seconds). */
 double cli_agent_timing(const struct cli_agent *ag, const char *name);
 uint64_t cli_agent_counter(const struct cli_agent *ag, const char *name);

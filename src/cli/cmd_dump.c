@@ -59,6 +59,7 @@ struct dump_run {
 	bool agent_suspended, agent_dumped, driver_suspended, published;
 	bool streamed;   /* the agent streamed the data (no staging copy) */
 	bool keep_tmp;   /* the agent could not take its data back: its only copy is in the temporary image */
+	bool agent_stuck; /* the agent's own undo of a failed dump failed: it stayed suspended, data in the image */
 	/* timings */
 	double agent_suspend_s, agent_write_s, criu_s, publish_s, resume_s, total_s;
 	uint64_t gpu_bytes, ring_bytes;
@@ -114,6 +115,9 @@ static void undo(struct dump_run *r)
 			fprintf(stderr, "gpusnap: %s\n", e.msg);
 			/* the process stays suspended; the image is where its GPU data is: keep it */
 			r->keep_tmp = from != NULL;
+		} else if (r->agent_stuck) {
+			fprintf(stderr, "gpusnap: process %d took its GPU data back from the temporary image and runs on\n",
+				(int)r->pid);
 		}
 		r->agent_suspended = false;
 	}
@@ -132,8 +136,18 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
 		double t = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
-		if ((rc = cli_agent_dump_running(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, err)))
-			return rc; /* the agent released nothing: the process runs on */
+		if ((rc = cli_agent_dump_running(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, err))) {
+			/*
+			 * The agent walked back and the process runs on, unless putting its
+			 * data back failed: then it stays suspended with the data only in
+			 * this image, which undo retries from and keeps if that fails too.
+			 */
+			struct cli_agent now;
+			struct gs_err e = { 0 };
+			if (!cli_agent_probe(r->pid, &now, &e) && now.present && now.state != GS_AGENT_RUNNING)
+				r->agent_suspended = r->agent_dumped = r->agent_stuck = true;
+			return rc;
+		}
 		r->agent_suspended = r->agent_dumped = r->streamed = true;
 		double total = gs_now() - t;
 		r->agent_suspend_s = cli_agent_timing(&r->agent, "quiesce") + cli_agent_timing(&r->agent, "release");

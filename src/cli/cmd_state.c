@@ -62,6 +62,8 @@ int cmd_state(int argc, char **argv)
 	const char *state = gs_cuda_state_name(st);
 	if (ag.present && ag.state == GS_AGENT_DATA_RELEASED && st == CU_PROCESS_STATE_RUNNING)
 		state = "suspended";
+	else if (ag.present && ag.state == GS_AGENT_GATED && st == CU_PROCESS_STATE_RUNNING)
+		state = "gated"; /* between the two steps of a --tree suspend */
 	else if (ag.present && ag.state != GS_AGENT_RUNNING && st == CU_PROCESS_STATE_RUNNING)
 		state = "suspended";
 	char comm[64];
@@ -73,6 +75,8 @@ int cmd_state(int argc, char **argv)
 		gs_json_kv_int(&j, "pid", pid);
 		gs_json_kv_string(&j, "comm", comm);
 		gs_json_kv_string(&j, "state", state);
+		if (ag.present && ag.fault[0]) /* an undo of the agent failed: why it stays suspended */
+			gs_json_kv_string(&j, "fault", ag.fault);
 		gs_json_kv_string(&j, "driver_state", gs_cuda_state_name(st));
 		gs_json_kv_string(&j, "path", ag.present ? "agent" : "driver");
 		if (ag.present) {
@@ -96,7 +100,10 @@ int cmd_state(int argc, char **argv)
 		gs_json_object_end(&j);
 		cli_json_print(&j);
 	} else {
-		printf("%s\n", state);
+		if (ag.present && ag.fault[0])
+			printf("%s (%s)\n", state, ag.fault);
+		else
+			printf("%s\n", state);
 		if (ag.present && !verbose && ag.unmanaged_count) {
 			char b[32];
 			fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",

@@ -5,6 +5,12 @@
  * A process started with the gpusnap agent (`gpusnap run`) takes the fast
  * path: the agent moves its data, then the driver checkpoints what is left
  * (context, modules). Others, or any with --driver, take the driver path.
+ *
+ * --tree with several agents: ranks of one job may wait on each other's GPU
+ * work (a collective), so every gate of the tree is closed first (GATE,
+ * which does not wait for GPU work), and only then does each agent wait for
+ * its work and move its data (SUSPEND). A failure anywhere, a timeout
+ * included, rolls back all: gates opened (OPEN), suspended agents resumed.
  */
 #include <stdio.h>
 
@@ -24,13 +30,36 @@ struct suspend_ctx {
 	bool keep_context;
 };
 
-static void undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, int upto)
+/* How long a gate closed by GATE waits for its SUSPEND before the agent reopens it by itself. */
+#define GATE_LEASE_MARGIN_S 120.0
+#define GATE_LEASE_NO_LIMIT_S 3600.0
+
+/*
+ * Rolls back agents [0, upto): resumes the suspended ones; [upto, gated_to)
+ * had only their gates closed: opened. The agent at `failed` rolled itself
+ * back already (or stays suspended, saying why): left alone.
+ */
+static void undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, int upto, int gated_to, int failed)
 {
-	for (int i = 0; i < upto; i++) {
+	for (int i = 0; i < (gated_to > upto ? gated_to : upto); i++) {
 		struct gs_err e = { 0 };
-		if (agents[i].present && cli_agent_resume(procs[i].pid, &agents[i], &e))
+		if (!agents[i].present || i == failed)
+			continue;
+		if (i < upto ? cli_agent_resume(procs[i].pid, &agents[i], &e) : cli_agent_open(procs[i].pid, &agents[i], &e))
 			cli_report_error(&e);
 	}
+}
+
+/* Whether every agent of a tree can close its gate first: two or more agents, all with GS_CAP_GATE. */
+static bool gate_first(const struct cli_agent *agents, int n)
+{
+	int count = 0;
+	for (int i = 0; i < n; i++) {
+		if (agents[i].present && !(agents[i].caps & GS_CAP_GATE))
+			return false;
+		count += agents[i].present;
+	}
+	return count > 1;
 }
 
 static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n, void *arg,
@@ -42,16 +71,31 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 			return gs_fail(err, GS_E_AGENT,
 				       "--keep-context needs the gpusnap agent, and process %d runs without it (start it with gpusnap run)",
 				       (int)procs[i].pid);
-		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING)
+		/* a gate left closed by a gpusnap that died before its suspend is no obstacle: the agent takes it over */
+		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING && agents[i].state != GS_AGENT_GATED)
 			return gs_fail(err, GS_E_STATE, "process %d is already suspended", (int)procs[i].pid);
 	}
-	/* data part: each agent quiesces its app and moves its memory to host */
+	/* every gate first, then the waits: no agent waits for GPU work while another's app still runs */
+	int gated = 0;
+	if (gate_first(agents, n)) {
+		double lease = ctx->timeout > 0 ? GATE_LEASE_MARGIN_S + 2.0 * n * ctx->timeout : GATE_LEASE_NO_LIMIT_S;
+		for (; gated < n; gated++) {
+			if (!agents[gated].present)
+				continue;
+			int rc = cli_agent_gate(procs[gated].pid, &agents[gated], ctx->timeout, lease, err);
+			if (rc) {
+				undo_agents(agents, procs, 0, gated, gated);
+				return rc;
+			}
+		}
+	}
+	/* data part: each agent waits for its app's GPU work and moves its memory to host */
 	for (int i = 0; i < n; i++) {
 		if (!agents[i].present)
 			continue;
 		int rc = cli_agent_suspend(procs[i].pid, &agents[i], ctx->timeout, ctx->keep_context, err);
 		if (rc) {
-			undo_agents(agents, procs, i);
+			undo_agents(agents, procs, i, gated, i);
 			return rc;
 		}
 	}
@@ -65,7 +109,7 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 	/* control part: the driver checkpoints the rest (all processes, with its own rollback) */
 	int rc = gs_ckpt_suspend(&s->cu, procs, n, ctx->timeout, err);
 	if (rc)
-		undo_agents(agents, procs, n);
+		undo_agents(agents, procs, n, n, -1);
 	return rc;
 }
 

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# t4008 - a suspend waits for the GPU work of every context of the app, and
+# never longer than --timeout, on the host-memory fake driver
+# (tests/fake/fake_vmm_driver.c: kernels that run for a while, until told, or
+# until another process reaches the same step; tests/agent/ctx_app.c):
+#  - a kernel in a second context writes a block: the suspend waits for it,
+#    so its bytes are in the copy and it does not lose its memory under it;
+#  - the first context (current at the first allocation) destroyed: suspend
+#    and resume go on in the other one, cycle after cycle;
+#  - a kernel that never ends: suspend --timeout fails in time (exit 9)
+#    naming the GPU work, the app runs on; a second suspend while it still
+#    runs fails the same way; once it ends, suspend and resume work;
+#  - --timeout 0 is no limit on the agent path too, also while an app thread
+#    is inside the driver;
+#  - --tree over two ranks whose collectives wait for each other: every gate
+#    closes before any rank waits, so neither waits for a peer it stopped;
+#    the suspend succeeds (or, if a rank was caught mid-step, rolls both back
+#    within --timeout) and both go on after the resume.
+# Needs GPUSNAP_BUILD (set by ctest), python3.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
+
+app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/ctx_app
+fake_agent_env
+
+cleanup_apps() {
+  kill_our_apps ctx_app
+  cleanup_test
+}
+trap cleanup_apps EXIT
+
+reply_is() { # TITLE COMMAND WANT
+  app_cmd "$2"
+  case $REPLY in "$3"*) pass "$1 ($REPLY)" ;; *) fail "$1" "$REPLY" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG")" ;; esac
+}
+
+# ---- work in a second context ----
+start_app
+verify_ok "the app's data after allocation"
+phys0=$(phys)
+reply_is "a second context" ctx2 CTX2
+reply_is "a kernel in it, writing block B for 300 ms" "kernel 300" "LAUNCHED 0"
+run_gpusnap suspend --json "$APP"; expect "suspend while it runs" 0
+sync_s=$(jget "['processes'][0]['agent']['sync_s']")
+check "the suspend waited for the kernel (sync $sync_s s)" python3 -c 'import sys; sys.exit(not float(sys.argv[1]) >= 0.2)' "$sync_s"
+check "the memory was released" test "$(phys)" = 0
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "block B holds what the kernel wrote"
+reply_is "the kernel's context reports no error" sync "SYNC 0"
+
+# ---- the first context destroyed ----
+reply_is "the first context is destroyed" destroy1 "DESTROYED 0"
+for cycle in 1 2; do
+  run_gpusnap suspend "$APP"; expect "suspend $cycle without the first context" 0
+  check "cycle $cycle released the memory" test "$(phys)" = 0
+  run_gpusnap resume "$APP"; expect "resume $cycle without the first context" 0
+  check "cycle $cycle mapped it again" test "$(phys)" = "$phys0"
+  verify_ok "the data after cycle $cycle"
+done
+quit_app "the app exits cleanly"
+
+# ---- a kernel that never ends ----
+start_app
+reply_is "a kernel that runs until told" hang "LAUNCHED 0"
+t0=$(date +%s.%N)
+run_gpusnap suspend --timeout 2 "$APP"
+t1=$(date +%s.%N)
+expect "suspend --timeout 2 gives up" 9 "GPU work still running on GPU 0 after 2.0 s"
+check "within the timeout (took $(python3 -c "print(round($t1 - $t0, 1))") s)" python3 -c "import sys; sys.exit(not $t1 - $t0 < 8)"
+check "it says the app runs on" grep -q "the app was left running" "$ERR_TXT"
+reply_is "the gate is open again: the app calls the driver" ctx2 CTX2
+verify_ok "the data is the app's"
+run_gpusnap state "$APP"
+check "state says running ($(cat "$OUT_TXT"))" grep -qx running "$OUT_TXT"
+run_gpusnap suspend --timeout 1 "$APP"
+expect "a second suspend while the work still runs gives up too" 9 "still running"
+touch "$FAKE_CUDA_DIR/$APP.kernel-done"
+run_gpusnap suspend "$APP"; expect "suspend once the work ended" 0
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "the data after the cycle"
+quit_app "the app exits cleanly after the timeouts"
+
+# ---- --timeout 0: no limit, also for an app thread inside the driver ----
+start_app
+reply_is "a kernel that runs until told" hang "LAUNCHED 0"
+echo sync >&3 # the app's thread waits inside cuCtxSynchronize
+sleep 0.3
+("$GPUSNAP_BIN" suspend --timeout 0 "$APP" >"$TEST_TMP/s0.out" 2>"$TEST_TMP/s0.err"; echo $? >"$TEST_TMP/s0.rc") &
+s0=$!
+sleep 2.5
+check "suspend --timeout 0 still waits after 2.5 s ($(cat "$TEST_TMP/s0.err" 2>/dev/null))" test ! -e "$TEST_TMP/s0.rc"
+touch "$FAKE_CUDA_DIR/$APP.kernel-done"
+wait "$s0"
+check "then it succeeds (rc $(cat "$TEST_TMP/s0.rc"): $(cat "$TEST_TMP/s0.err"))" test "$(cat "$TEST_TMP/s0.rc")" = 0
+run_gpusnap resume "$APP"; expect "resume" 0
+for _ in $(seq 50); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.1; done
+check "the app's synchronize returned ($(grep '^SYNC' "$TEST_TMP/app.out"))" grep -qx "SYNC 0" "$TEST_TMP/app.out"
+verify_ok "the data after the cycle"
+quit_app "the app exits cleanly after --timeout 0"
+
+# ---- --tree over two ranks of a collective ----
+# Each rank holds its suspend's reply 2 s (fault point agent-reply): suspended
+# one after the other, the second would by then have started a step the first
+# can no longer join, and wait for it for ever.
+export FAKE_COLL_SIZE=2 CTX_APP_COLL=1
+(close_inherited_fds && GPUSNAP_FAULT=agent-reply=hold:2 exec setsid bash -c '
+  "$1" run -- "$2" --signals >>"$3/rank1.log" 2>&1 &
+  "$1" run -- "$2" --signals >>"$3/rank2.log" 2>&1 &
+  wait' ranks "$GPUSNAP_BIN" "$app" "$TEST_TMP" </dev/null >/dev/null 2>&1) &
+disown
+for _ in $(seq 100); do
+  r1=$(awk '/^READY/ {print $2; exit}' "$TEST_TMP/rank1.log" 2>/dev/null)
+  r2=$(awk '/^READY/ {print $2; exit}' "$TEST_TMP/rank2.log" 2>/dev/null)
+  [ -n "$r1" ] && [ -n "$r2" ] && break
+  sleep 0.1
+done
+parent=$(cut -d' ' -f4 "/proc/$r1/stat")
+steps() { # LOG: the step count of the rank's latest verify
+  local p=$1 log=$2 before
+  before=$(grep -c '^VERIFY' "$log")
+  kill -USR1 "$p"
+  for _ in $(seq 100); do [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break; sleep 0.05; done
+  grep '^VERIFY' "$log" | tail -n 1 | awk '$2 == "OK" {print $5; exit} {print "fail"}'
+}
+sleep 1
+a1=$(steps "$r1" "$TEST_TMP/rank1.log")
+a2=$(steps "$r2" "$TEST_TMP/rank2.log")
+check "both ranks step together ($a1, $a2)" test "${a1:-0}" -ge 2 -a "${a2:-0}" -ge 2
+rc=9
+for try in 1 2; do
+  [ "$rc" = 9 ] || break
+  t0=$(date +%s.%N)
+  RC=0
+  timeout 60 "$GPUSNAP_BIN" suspend --tree --timeout 5 "$parent" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
+  rc=$RC
+  t1=$(date +%s.%N)
+  if [ "$rc" = 9 ]; then
+    # a rank was caught between its step and its peer's: both are rolled back and step on
+    run_gpusnap state "$r1"; s1=$(cat "$OUT_TXT")
+    run_gpusnap state "$r2"; s2=$(cat "$OUT_TXT")
+    check "try $try timed out and rolled both ranks back ($s1, $s2)" test "$s1" = running -a "$s2" = running
+  fi
+done
+check "suspend --tree of two ranks waiting on each other returns (rc $rc after $(python3 -c "print(round($t1 - $t0, 1))") s: $(cat "$TEST_TMP/err"))" test "$rc" = 0
+check "both ranks' memory is released" test "$(cat "$FAKE_CUDA_DIR/$r1.phys")" = 0 -a "$(cat "$FAKE_CUDA_DIR/$r2.phys")" = 0
+run_gpusnap resume --tree "$parent"; expect "resume --tree" 0
+sleep 1
+b1=$(steps "$r1" "$TEST_TMP/rank1.log")
+b2=$(steps "$r2" "$TEST_TMP/rank2.log")
+check "both ranks step on after the resume ($a1 -> $b1, $a2 -> $b2)" test "${b1:-0}" != fail -a "${b2:-0}" != fail -a "${b1:-0}" -gt "$a1" -a "${b2:-0}" -gt "$a2"
+kill -9 "$r1" "$r2" "$parent" 2>/dev/null
+test_done
