@@ -148,5 +148,4 @@ sleep 1
 b1=$(steps "$r1" "$TEST_TMP/rank1.log")
 b2=$(steps "$r2" "$TEST_TMP/rank2.log")
 check "both ranks step on after the resume ($a1 -> $b1, $a2 -> $b2)" test "${b1:-0}" != fail -a "${b2:-0}" != fail -a "${b1:-0}" -gt "$a1" -a "${b2:-0}" -gt "$a2"
-kill -9 "$r1" "$r2" "$parent" 2>/dev/null
 test_done
