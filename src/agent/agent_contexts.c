@@ -403,3 +403,12 @@ int gs_ctx_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err)
 	waiter.list = NULL;
 	return rc;
 }
+
+void gs_ctx_use_copy_context(struct gs_agent *a)
+{
+	for (int d = 0; d < GS_AGENT_MAX_DEVICES; d++)
+		if (a->devices[d].used && a->devices[d].ctx) {
+			a->cu.cuCtxSetCurrent(a->devices[d].ctx);
+			return;
+		}
+}

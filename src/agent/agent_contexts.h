@@ -41,5 +41,11 @@ void gs_ctx_note(int dev, CUcontext ctx);
  * on the waiting thread before each context's synchronize.
  */
 int gs_ctx_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err);
+/*
+ * Makes the copy context of the first used device current on the calling
+ * thread: the driver's memory calls (map, unmap, create) want one, and the
+ * thread of a control request has none of its own.
+ */
+void gs_ctx_use_copy_context(struct gs_agent *a);
 
 #endif

@@ -214,6 +214,8 @@ static int step_quiesce(struct gs_agent *a, double deadline, struct gs_msg *repl
 static int step_release(struct gs_agent *a, struct gs_err *err)
 {
 	struct gs_agent_held *h = a->held;
+	if (h)
+		gs_ctx_use_copy_context(a);
 	int rc = h ? gs_mover_release(a, h, err) : 0;
 	bool any = false;
 	for (size_t i = 0; h && i < h->nregions && !any; i++)
@@ -292,6 +294,7 @@ static int back_bring(struct gs_agent *a, const char *dir, struct gs_msg *reply,
 		return rc;
 	}
 	double t_open = gs_now();
+	gs_ctx_use_copy_context(a);
 	if ((rc = gs_mover_recreate(a, h, err))) {
 		gs_image_close(img);
 		return rc;

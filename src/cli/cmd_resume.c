@@ -79,6 +79,19 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING)
 			nagent++;
 	}
+	/* a gate a --tree suspend closed and never got to (gpusnap died there): reopen it rather than wait for its lease */
+	int reopened = 0;
+	for (int i = 0; i < n; i++) {
+		if (!agents[i].present || agents[i].state != GS_AGENT_GATED)
+			continue;
+		if ((rc = cli_agent_open(procs[i].pid, &agents[i], err)))
+			goto out;
+		agents[i].state = GS_AGENT_RUNNING;
+		nagent--;
+		reopened++;
+	}
+	if (!ndrv && !nagent && reopened)
+		goto out;
 	if (!ndrv && !nagent) {
 		rc = gs_fail(err, GS_E_STATE, "process %d is not suspended (it is %s)", (int)procs[0].pid,
 			     gs_cuda_state_name(procs[0].state_before));

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "cli/process_op.h"
+#include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
 
@@ -87,6 +88,10 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 				undo_agents(agents, procs, 0, gated, gated);
 				return rc;
 			}
+		}
+		if (gs_fault(GS_FI_SUSPEND_AFTER_GATES)) {
+			undo_agents(agents, procs, 0, n, -1);
+			return gs_fail(err, GS_E_FAILURE, "injected failure with every gate closed");
 		}
 	}
 	/* data part: each agent waits for its app's GPU work and moves its memory to host */

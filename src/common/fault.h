@@ -58,6 +58,7 @@
 	X(RESTORE_BEFORE_CONT, "restore-before-cont", "the process is restored and held, before it continues") \
 	/* --- suspend and resume commands (src/cli) --- */                                           \
 	X(SUSPEND_AFTER_AGENT, "suspend-after-agent", "the agent released its data, before the driver") \
+	X(SUSPEND_AFTER_GATES, "suspend-after-gates", "--tree: every agent's gate closed, before any suspend") \
 	X(RESUME_AFTER_DRIVER, "resume-after-driver", "the driver restored the process, before the agent")
 
 enum gs_fault_point {

@@ -126,6 +126,29 @@ sleep 1
 a1=$(steps "$r1" "$TEST_TMP/rank1.log")
 a2=$(steps "$r2" "$TEST_TMP/rank2.log")
 check "both ranks step together ($a1, $a2)" test "${a1:-0}" -ge 2 -a "${a2:-0}" -ge 2
+# a failure with every gate closed opens them all again
+GPUSNAP_FAULT=suspend-after-gates run_gpusnap suspend --tree --timeout 5 "$parent"
+expect "a failure once the gates are closed is reported" 1 "injected failure"
+run_gpusnap state "$r1"; s1=$(cat "$OUT_TXT")
+run_gpusnap state "$r2"; s2=$(cat "$OUT_TXT")
+check "both ranks run again ($s1, $s2)" test "$s1" = running -a "$s2" = running
+# gpusnap killed with every gate closed: the gates stay closed (state says so) until resume opens them
+GPUSNAP_FAULT=suspend-after-gates=kill run_gpusnap suspend --tree --timeout 5 "$parent"
+check "gpusnap was killed there (rc $RC)" test "$RC" = 137
+run_gpusnap state "$r1"; s1=$(cat "$OUT_TXT")
+check "state says gated ($s1)" test "$s1" = gated
+g1=$(steps "$r1" "$TEST_TMP/rank1.log")
+sleep 0.6
+g2=$(steps "$r1" "$TEST_TMP/rank1.log")
+check "the rank does not step while gated ($g1, $g2)" test "$g1" = "$g2"
+run_gpusnap resume --tree "$parent"; expect "resume --tree opens the gates" 0
+run_gpusnap state "$r2"; s2=$(cat "$OUT_TXT")
+check "state says running again ($s2)" test "$s2" = running
+sleep 0.6
+g3=$(steps "$r1" "$TEST_TMP/rank1.log")
+check "the rank steps again ($g2 -> $g3)" test "${g3:-0}" != fail -a "${g3:-0}" -gt "${g2:-0}"
+a1=$(steps "$r1" "$TEST_TMP/rank1.log")
+a2=$(steps "$r2" "$TEST_TMP/rank2.log")
 rc=9
 for try in 1 2; do
   [ "$rc" = 9 ] || break
