@@ -348,9 +348,13 @@ static int wait_slot(struct ring_worker *wk, struct ring_slot *s)
 	}
 	s->busy = false;
 	struct gs_err e = { 0 };
-	if (j->end->direct && j->end->ops->done && j->end->ops->done(j->end, j->h, s->chunk, &e)) {
-		job_fail(j, &e);
-		return -1;
+	if (j->end->direct && j->end->ops->done) {
+		int rc = j->end->ops->done(j->end, j->h, s->chunk, &e);
+		wk->cur_dev = -1; /* the end may have made another context current (unpinning needs one) */
+		if (rc) {
+			job_fail(j, &e);
+			return -1;
+		}
 	}
 	return 0;
 }

@@ -314,7 +314,8 @@ static void flush_locked(struct fake_stream *s, uint64_t upto)
 		s->done++;
 		k++;
 	}
-	memmove(s->q, s->q + k, (s->nq - k) * sizeof(*s->q));
+	if (k)
+		memmove(s->q, s->q + k, (s->nq - k) * sizeof(*s->q));
 	s->nq -= k;
 }
 

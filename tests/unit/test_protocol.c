@@ -127,6 +127,10 @@ static void test_results_and_names(void)
 	CHECK_STR(gs_msg_type_name(GS_MSG_SUSPEND), "suspend");
 	CHECK_STR(gs_msg_type_name(77), "unknown");
 	CHECK_STR(gs_agent_state_name(GS_AGENT_DATA_RELEASED), "data-released");
+	CHECK_STR(gs_agent_state_name(GS_AGENT_GATED), "gated");
+	CHECK_STR(gs_msg_type_name(GS_MSG_GATE), "gate");
+	CHECK_STR(gs_msg_type_name(GS_MSG_OPEN), "open");
+	CHECK_STR(gs_msg_type_name(GS_MSG_PREPARE), "prepare");
 }
 
 static void test_builder_limits(void)
