@@ -103,10 +103,15 @@ quit_app "the app exits cleanly after --timeout 0"
 # one after the other, the second would by then have started a step the first
 # can no longer join, and wait for it for ever.
 export FAKE_COLL_SIZE=2 CTX_APP_COLL=1
+# as start_app does: a sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first
+asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+if [ -n "$asan" ]; then launch=(env LD_PRELOAD="$asan $GPUSNAP_BUILD/libgpusnap.so"); else launch=("$GPUSNAP_BIN" run --); fi
 (close_inherited_fds && GPUSNAP_FAULT=agent-reply=hold:2 exec setsid bash -c '
-  "$1" run -- "$2" --signals >>"$3/rank1.log" 2>&1 &
-  "$1" run -- "$2" --signals >>"$3/rank2.log" 2>&1 &
-  wait' ranks "$GPUSNAP_BIN" "$app" "$TEST_TMP" </dev/null >/dev/null 2>&1) &
+  app=$1 dir=$2
+  shift 2
+  "$@" "$app" --signals >>"$dir/rank1.log" 2>&1 &
+  "$@" "$app" --signals >>"$dir/rank2.log" 2>&1 &
+  wait' ranks "$app" "$TEST_TMP" "${launch[@]}" </dev/null >/dev/null 2>&1) &
 disown
 for _ in $(seq 100); do
   r1=$(awk '/^READY/ {print $2; exit}' "$TEST_TMP/rank1.log" 2>/dev/null)
@@ -114,6 +119,11 @@ for _ in $(seq 100); do
   [ -n "$r1" ] && [ -n "$r2" ] && break
   sleep 0.1
 done
+if [ -z "$r1" ] || [ -z "$r2" ]; then
+  fail "the two ranks started" "$(cat "$TEST_TMP/rank1.log" "$TEST_TMP/rank2.log" 2>/dev/null)"
+  test_done
+  exit 1
+fi
 parent=$(cut -d' ' -f4 "/proc/$r1/stat")
 steps() { # LOG: the step count of the rank's latest verify
   local p=$1 log=$2 before
