@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/process_op.h"
+#include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
 
@@ -117,6 +118,10 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 		}
 		if (rc)
 			goto out;
+		if (gs_fault(GS_FI_RESUME_AFTER_DRIVER)) {
+			rc = gs_fail(err, GS_E_FAILURE, "injected failure after the driver's resume");
+			goto out;
+		}
 	}
 	/* data part: each agent re-creates its memory at the same addresses and lets the app go on */
 	for (int i = 0; i < n; i++) {

@@ -104,6 +104,10 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 			return rc;
 		}
 	}
+	if (gs_fault(GS_FI_SUSPEND_AFTER_AGENT)) {
+		undo_agents(agents, procs, n, n, -1);
+		return gs_fail(err, GS_E_FAILURE, "injected failure after the agents' suspend");
+	}
 	if (ctx->keep_context) {
 		for (int i = 0; i < n; i++) {
 			procs[i].state_before = procs[i].state_after = CU_PROCESS_STATE_RUNNING;

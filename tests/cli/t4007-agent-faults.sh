@@ -10,6 +10,8 @@
 #   suspended  the undo failed too: the process stays suspended with its data,
 #              `gpusnap state` says why, and `gpusnap resume` brings it back
 #   gone       the app exited mid-step; the next command says so (exit 3)
+# The gpusnap command itself is killed (kill -9) too: between the agents and
+# the driver, while the agent works, between the driver and the agents.
 #   restorable the restore failed, the restored copy is gone and the image
 #              is unchanged and verifies
 # Dump and restore rows need root and CRIU; rows on the image's fault points
@@ -90,21 +92,33 @@ after() {
 }
 
 # row STEP FAULT RC MESSAGE AFTER: the app started with GPUSNAP_FAULT=FAULT, STEP run on it
+# (FAULT cli:SPEC: the gpusnap command of the step gets GPUSNAP_FAULT=SPEC instead)
 row() {
   local step=$1 fault=$2 rc=$3 msg=$4 want=$5 t="$1 with $2"
-  local point=${fault%%[@=,]*} sums0="" kept=""
+  local app_fault=$fault cli_fault="" sums0="" kept=""
+  case $fault in cli:*) cli_fault=${fault#cli:} app_fault="" ;; esac
+  local point=${fault#cli:}
+  point=${point%%[@=,]*}
   img=$TEST_TMP/img
   case $step in dump* | restore*) if [ $have_criu = 0 ]; then echo "# SKIP $t: needs root and CRIU"; return; fi ;; esac
   : >"$GPUSNAP_AGENT_LOG"
-  GPUSNAP_FAULT=$fault start_app
+  GPUSNAP_FAULT=$app_fault start_app
   verify_ok "$t: the app's data after allocation"
   phys0=$(phys)
   case $step in
-    suspend) run_gpusnap suspend "$PID" ;;
+    suspend) GPUSNAP_FAULT=$cli_fault run_gpusnap suspend "$PID" ;;
     suspend-timeout) run_gpusnap suspend --timeout 1 "$PID" ;;
+    suspend-killed) # gpusnap killed while the agent works; the agent finishes on its own
+      "$GPUSNAP_BIN" suspend "$PID" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
+      local s=$!
+      for _ in $(seq 200); do fired agent-reply && break; sleep 0.1; done
+      kill -9 "$s"
+      RC=0
+      wait "$s" || RC=$?
+      OUT_TXT=$TEST_TMP/out ERR_TXT=$TEST_TMP/err ;;
     resume)
       run_gpusnap suspend "$PID"; expect "$t: the suspend before" 0
-      run_gpusnap resume "$PID" ;;
+      GPUSNAP_FAULT=$cli_fault run_gpusnap resume "$PID" ;;
     dump) run_gpusnap dump -D "$img" "$PID" ;;
     restore)
       run_gpusnap dump -D "$img" "$PID"; expect "$t: the dump before" 0
@@ -118,7 +132,11 @@ row() {
       kill -9 "$PID" 2>/dev/null; wait_gone "$PID"; rm -rf "$img" "$(tmp_dirs "$img")"; return ;;
     esac
   fi
-  check "$t: the fault fired" fired "$point"
+  if [ -n "$cli_fault" ]; then
+    check "$t: the fault fired" test "$RC" = 137 -o -n "$(grep "injected at '$point'" "$ERR_TXT")"
+  else
+    check "$t: the fault fired" fired "$point"
+  fi
   expect "$t: the command fails naming the cause" "$rc" "$msg"
   if [ "$step" = dump ]; then
     kept=$(tmp_dirs "$img")
@@ -147,6 +165,11 @@ row suspend          agent-release@2,agent-recreate                    16  "the 
 row suspend          agent-release@2,agent-copy-in@2                   16  "the process stays suspended"    suspended
 row suspend          agent-reply                                       16  "injected failure"               running
 row suspend          agent-copy-out@2=exit:3                           16  ""                               gone
+# gpusnap dies (kill -9): between the agent and the driver, while the agent works, between driver and agent
+row suspend          cli:suspend-after-agent=kill                     137  ""                               suspended-plain
+row suspend          cli:suspend-after-agent                            1  "injected failure"               running
+row suspend-killed   agent-reply=hold:3                               137  ""                               suspended-plain
+row resume           cli:resume-after-driver=kill                     137  ""                               suspended-plain
 row resume           agent-recreate@2                                  14  "not enough free GPU memory"     suspended-plain
 row resume           agent-copy-in@2                                   16  "copy of"                        suspended-plain
 row dump             agent-copy-out@2                                  16  "copy of"                        running
