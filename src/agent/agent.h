@@ -29,7 +29,7 @@
 struct gs_agent_device {
 	bool used;
 	int ordinal;
-	CUcontext ctx;       /* the app context first seen allocating on this device; the mover copies in it */
+	CUcontext ctx;       /* the context the agent copies in here: one of the app's, alive (agent_contexts.c) */
 	uint64_t granularity;
 	struct gs_suballoc *sub;
 	struct gs_agent *agent;
@@ -48,8 +48,8 @@ struct gs_agent {
 	struct gs_alloc_registry *allocs;
 	/* slabs of the sub-allocators: kind DEVICE, handle = physical handle, user = device */
 	struct gs_alloc_registry *slabs;
-	enum gs_agent_state state; /* core/protocol.h */
-	struct gs_agent_held *held; /* the app's data while suspended (agent_mover.c) */
+	enum gs_agent_state state; /* core/protocol.h; written only by agent_lifecycle.c's set_state */
+	struct gs_agent_held *held; /* the app's data on its way out or held while suspended (agent_mover.h) */
 	/* counters for `gpusnap state`: memory the agent cannot release (left to the driver path) */
 	uint64_t unmanaged_allocs, unmanaged_bytes;
 	/* stream-ordered frees waiting for their stream (cuMemFreeAsync) */
