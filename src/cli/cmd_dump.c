@@ -22,6 +22,7 @@
 
 #include "cli/agent_client.h"
 #include "cli/cli.h"
+#include "cli/cli_criu.h"
 #include "cli/dump_common.h"
 #include "common/proc.h"
 #include "common/util.h"
@@ -303,7 +304,7 @@ int cmd_dump(int argc, char **argv)
 	rc = gs_parse_pid(argv[0], &pid) ? gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0])
 					 : gs_proc_check(pid, &err);
 	if (!rc)
-		rc = gs_criu_find(&r->criu, &err);
+		rc = cli_criu_find(&r->criu, &err);
 	bool session = false;
 	if (!rc) {
 		rc = cli_session_open(&r->s, &err);

@@ -36,6 +36,7 @@
 
 #include "cli/agent_client.h"
 #include "cli/cli.h"
+#include "cli/cli_criu.h"
 #include "cli/dump_common.h"
 #include "common/log.h"
 #include "common/lone_thread.h"
@@ -284,7 +285,7 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	if (!agent && strcmp(r->info->how, "driver"))
 		return gs_fail(err, GS_E_IMAGE, "'%s' was taken in a way this gpusnap does not restore ('%s')", o->dir,
 			       r->info->how);
-	if ((rc = gs_criu_find(&r->criu, err)))
+	if ((rc = cli_criu_find(&r->criu, err)))
 		return rc;
 	if ((rc = cli_session_open(&r->s, err)))
 		return rc;
@@ -350,6 +351,7 @@ static volatile sig_atomic_t held_pid;
 
 static void on_ending_signal(int sig)
 {
+	gs_criu_interrupt(); /* a criu still running, and the task it is restoring */
 	pid_t p = (pid_t)held_pid;
 	if (p > 0)
 		kill(p, SIGKILL);
@@ -422,7 +424,8 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		return rc;
 	}
 	const char *extra[] = { "--work-dir", r->work, NULL };
-	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true };
+	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true,
+					   .image_pid = r->info->source_pid };
 	struct sigaction saved[GS_ARRAY_SIZE(ending_signals)];
 	guard_held(true, saved);
 	double t = gs_now();

@@ -10,12 +10,14 @@
  *
  * Exit status: 0, or the gpusnap exit code of the error (printed on stderr).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "core/control_socket.h"
 #include "criu/criu.h"
 
 static int fail(const struct gs_err *err)
@@ -33,7 +35,11 @@ int main(int argc, char **argv)
 	}
 	struct gs_err err = { 0 };
 	struct gs_criu criu;
-	if (gs_criu_find(&criu, &err))
+	char run[PATH_MAX], home[PATH_MAX + 8];
+	if (gs_criu_find(&criu, &err) || gs_ctl_run_dir(run, sizeof(run), &err))
+		return fail(&err);
+	snprintf(home, sizeof(home), "%s/criu", run);
+	if (gs_criu_set_home(&criu, home, &err))
 		return fail(&err);
 	const char *cmd = argv[1];
 	if (!strcmp(cmd, "find") && argc == 2) {
