@@ -6,7 +6,9 @@
  *   criu_driver find                       prints "VERSION PATH"
  *   criu_driver check
  *   criu_driver dump PID DIR [--leave-running]
- *   criu_driver restore DIR [WORKDIR]      prints the restored PID
+ *   criu_driver restore DIR [WORKDIR [IMAGE_PID]]
+ *                                          prints the restored PID; IMAGE_PID: the PID
+ *                                          a failed restore's leftover is killed at
  *
  * Exit status: 0, or the gpusnap exit code of the error (printed on stderr).
  */
@@ -30,7 +32,7 @@ int main(int argc, char **argv)
 {
 	gs_log_init_from_env();
 	if (argc < 2) {
-		fprintf(stderr, "usage: criu_driver find|check|dump PID DIR [--leave-running]|restore DIR [WORKDIR]\n");
+		fprintf(stderr, "usage: criu_driver find|check|dump PID DIR [--leave-running]|restore DIR [WORKDIR [IMAGE_PID]]\n");
 		return GS_E_USAGE;
 	}
 	struct gs_err err = { 0 };
@@ -54,11 +56,18 @@ int main(int argc, char **argv)
 			fprintf(stderr, "criu_driver: bad pid '%s'\n", argv[2]);
 			return GS_E_USAGE;
 		}
-		struct gs_criu_dump_opts o = { .leave_running = argc == 5, .timeout_s = 120 };
+		struct gs_criu_dump_opts o = { .leave_running = argc == 5 };
 		return gs_criu_dump(&criu, pid, argv[3], &o, &err) ? fail(&err) : 0;
 	}
-	if (!strcmp(cmd, "restore") && (argc == 3 || argc == 4)) {
-		struct gs_criu_restore_opts o = { .work_dir = argc == 4 ? argv[3] : NULL, .timeout_s = 120 };
+	if (!strcmp(cmd, "restore") && argc >= 3 && argc <= 5) {
+		int image_pid = 0;
+		if (argc == 5 && gs_parse_pid(argv[4], &image_pid)) {
+			fprintf(stderr, "criu_driver: bad pid '%s'\n", argv[4]);
+			return GS_E_USAGE;
+		}
+		/* the time limit is the criu's: GPUSNAP_CRIU_TIMEOUT, else gpusnap's default */
+		struct gs_criu_restore_opts o = { .work_dir = argc >= 4 && *argv[3] ? argv[3] : NULL,
+						  .image_pid = image_pid };
 		pid_t pid;
 		if (gs_criu_restore(&criu, argv[2], &o, &pid, &err))
 			return fail(&err);
