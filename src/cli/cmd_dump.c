@@ -141,11 +141,11 @@ static void undo(struct dump_run *r)
  * be killed there (op_lock.h): while the process exists it is suspended
  * (the driver and/or the agent hold it) unless CRIU's dump went through.
  */
-enum dump_step { STEP_AGENT, STEP_DRIVER, STEP_CRIU, STEP_PUBLISH, STEP_RESUME };
+enum dump_step { STEP_AGENT, STEP_DRIVER, STEP_CRIU, STEP_PUBLISH, STEP_FINISH };
 
 static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump_step step)
 {
-	static const char *const names[] = { "agent", "driver", "criu", "publish", "resume" };
+	static const char *const names[] = { "agent", "driver", "criu", "publish", "finish" };
 	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
 	const char *tmp = gs_image_tmp_path(r->tmp);
 	/* where the agent's GPU data is should gpusnap die here: the image being written, then the published one */
@@ -173,7 +173,7 @@ static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump
 			 "published the image at '%s': the image is complete at '%s'; gpusnap restore -D '%s' brings the "
 			 "process back", me, pid, o->dir, tmp, tmp);
 		break;
-	case STEP_RESUME:
+	case STEP_FINISH:
 		data = r->data_in_tmp ? o->dir : NULL;
 		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump --leave-running (pid %d) that "
 			 "was killed after it published '%s'; gpusnap resume %d puts it back", pid, me, o->dir, pid);
@@ -313,8 +313,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	}
 	if (rc)
 		return rc;
-	if (o->leave_running)
-		record_step(r, o, STEP_RESUME);
+	record_step(r, o, STEP_FINISH);
 	bool fail_resume = gs_fault(GS_FI_DUMP_AFTER_PUBLISH) && o->leave_running;
 	if (o->leave_running) {
 		t = gs_now();
@@ -494,18 +493,20 @@ int cmd_dump(int argc, char **argv)
 	cli_progress_stop(progress);
 	if (rc)
 		undo(r);
+	/* a step that failed after the signal came (CRIU got it too, say) is told as its cause */
+	char cause[GS_ERR_MSG_MAX] = "";
 	if (rc && cli_signal_caught() && !cli_is_interrupted(rc) && !r->published) {
-		/* a step failed after the signal came (CRIU got it too, say): the signal is what the user did */
-		char cause[GS_ERR_MSG_MAX];
-		snprintf(cause, sizeof(cause), "%s", err.msg);
+		snprintf(cause, sizeof(cause), " (%s)", err.msg);
 		snprintf(what, sizeof(what), "dump of process %d", (int)r->pid);
 		rc = cli_fail_interrupted(&err, what);
-		cli_err_append(&err, "%s", cause);
 	}
-	if (cli_is_interrupted(rc))
-		cli_err_append(&err, r->undo_failed ? "not all of it could be undone (said above)"
-						    : "undone, process %d runs on and nothing was written to '%s'",
-			       (int)r->pid, o.dir);
+	if (cli_is_interrupted(rc)) {
+		if (r->undo_failed)
+			cli_err_append(&err, "not all of it could be undone (said above)%s", cause);
+		else
+			cli_err_append(&err, "undone, process %d runs on and nothing was written to '%s'%s", (int)r->pid,
+				       o.dir, cause);
+	}
 	if (r->tmp) {
 		if (r->keep_tmp) {
 			char alive[GS_ERR_MSG_MAX];

@@ -76,7 +76,10 @@ int cmd_state(int argc, char **argv)
 	gs_proc_comm(pid, comm, sizeof(comm));
 	/* what an operation at work, or one that was killed, has to do with the state */
 	char note[GS_ERR_MSG_MAX] = "";
-	if (has_op && (op.holder_alive || strcmp(state, "running")))
+	struct gs_proc_stat ps;
+	/* a killed operation left nothing to say on a process that runs, unless it is held stopped */
+	bool stopped = gs_proc_read_stat(pid, &ps) == 0 && ps.state == 'T';
+	if (has_op && (op.holder_alive || strcmp(state, "running") || stopped))
 		cli_op_describe(pid, &op, true, note, sizeof(note));
 	if (json) {
 		struct gs_json j;
