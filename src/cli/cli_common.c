@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/interrupt.h"
 #include "common/proc.h"
 #include "common/util.h"
 #include "cuda/checkpoint.h"
@@ -154,7 +155,10 @@ static void *progress_main(void *arg)
 		double el = gs_now() - p->start;
 		if (!p->stop && el >= 1.0) {
 			int phase = __atomic_load_n(&gs_ckpt_current_phase, __ATOMIC_RELAXED);
-			fprintf(stderr, "\r\033[Kgpusnap: %s: %s %.1f s", p->what, gs_ckpt_phase_name((enum gs_ckpt_phase)phase), el);
+			int sig = cli_signal_caught();
+			/* a signal is obeyed at the end of the step: say so, or the user presses Ctrl-C again */
+			fprintf(stderr, "\r\033[Kgpusnap: %s: %s %.1f s%s%s%s", p->what, gs_ckpt_phase_name((enum gs_ckpt_phase)phase),
+				el, sig ? " (" : "", sig ? cli_signal_name(sig) : "", sig ? ": ending after this step)" : "");
 			fflush(stderr);
 			p->printed = true;
 		}

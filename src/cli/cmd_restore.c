@@ -639,6 +639,14 @@ int cmd_restore(int argc, char **argv)
 		cli_progress_stop(progress);
 	}
 	r.total_s = gs_now() - t0;
+	if (rc && cli_signal_caught() && !cli_is_interrupted(rc)) {
+		/* a step cut short by the signal (CRIU's run) failed: the signal is what happened */
+		char cause[GS_ERR_MSG_MAX], what[PATH_MAX + 32];
+		snprintf(cause, sizeof(cause), "%s", err.msg);
+		snprintf(what, sizeof(what), "restore from '%s'", o.dir);
+		rc = cli_fail_interrupted(&err, what);
+		cli_err_append(&err, "no process is left and the image is unchanged (%s)", cause);
+	}
 	print_outcome(&r, &o, rc, &err);
 	if (rc)
 		cli_report_error(&err);

@@ -11,12 +11,22 @@
 
 static volatile sig_atomic_t caught;
 static bool catching;
+static void (*volatile on_first)(void);
 
-/* Async-signal-safe: one store; the operation reads it between its steps. */
+/* Async-signal-safe: one store (and the step's own cut-short, if it has one); the operation reads it between steps. */
 static void on_ending_signal(int sig)
 {
-	if (!caught)
-		caught = sig;
+	if (caught)
+		return;
+	caught = sig;
+	void (*fn)(void) = on_first;
+	if (fn)
+		fn();
+}
+
+void cli_signals_on_first(void (*fn)(void))
+{
+	on_first = fn;
 }
 
 static const int ending_signals[] = { SIGINT, SIGTERM, SIGHUP };

@@ -21,6 +21,12 @@
 
 /* Records the ending signals from now on (idempotent); helper processes get the defaults back (criu/run.h). */
 void cli_signals_catch(void);
+/*
+ * While a step can be cut short safely (a restore's CRIU run, whose
+ * half-made task is killed), fn is called from the handler at the first
+ * ending signal; NULL removes it. fn must be async-signal-safe.
+ */
+void cli_signals_on_first(void (*fn)(void));
 /* The first ending signal recorded since cli_signals_catch, or 0. Any thread. */
 int cli_signal_caught(void);
 /* "SIGTERM" for 15; "signal N" for others. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t5004 - signals and kill -9 of gpusnap at every step on the agent path,
+# t5006 - signals and kill -9 of gpusnap at every step on the agent path,
 # without a GPU: the app of t4004 (tests/agent/agent_app.c --signals) under
 # libgpusnap.so on the host-memory fake driver, dumped with the real CRIU 4.
 #  - suspend: SIGTERM after the agent released the data, or after the

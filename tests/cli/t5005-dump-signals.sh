@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t5003 - `gpusnap dump` and `restore` on the driver path (fake libcuda,
+# t5005 - `gpusnap dump` and `restore` on the driver path (fake libcuda,
 # FAKE_CUDA_CRIU=1, the real CRIU 4) interrupted at every step:
 #  - SIGTERM while CRIU dumps: CRIU finishes, the image is published (before:
 #    gpusnap ended with 143, CRIU killed the process and the image stayed
