@@ -327,10 +327,12 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 		return rc;
 	remove_left_copy(r);
 	if ((rc = check_pid_free(pid, err))) {
-		struct cli_op_record now;
-		/* the process at the PID is one a killed gpusnap left: say what to do with it */
-		if (cli_op_find(pid, &now) && !now.holder_alive && now.if_alive[0])
-			cli_err_append(err, "%s", now.if_alive);
+		/* the process at the PID may be one a killed restore left: say what to do with it */
+		struct gs_proc_stat st;
+		const struct cli_op_record *l = &r->left;
+		if (l->action[0] && l->if_alive[0] && gs_proc_read_stat(pid, &st) == 0 &&
+		    (l->restored_start ? l->restored_start == st.start_time : !strcmp(l->step, "criu")))
+			cli_err_append(err, "%s", l->if_alive);
 		return rc;
 	}
 	/* buffered: the agent reads the same bytes right after, from the page cache */
@@ -418,6 +420,11 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
 			 "killed before the driver had put it back on the GPU: gpusnap resume %d finishes it", pid, o->dir, me,
 			 pid);
+	else if (!strcmp(step, "criu"))
+		/* which process CRIU made is not known yet: the user decides */
+		snprintf(alive, sizeof(alive), "process %d may be a copy of the image at '%s' that CRIU made for a gpusnap "
+			 "restore (pid %d) that was killed; if it is stopped, it never ran: kill -9 %d, then restore again", pid,
+			 o->dir, me, pid);
 	else
 		snprintf(alive, sizeof(alive), "process %d is a copy of the image at '%s' that a gpusnap restore (pid %d) "
 			 "left stopped, never run, when it was killed: gpusnap restore -D '%s' removes it and restores again",

@@ -101,7 +101,7 @@ restores() { # restores TITLE DIR VALUE: restore from DIR brings the counter bac
 slow=$TEST_TMP/slow-criu
 cat >"$slow" <<EOF
 #!/bin/sh
-case "\$1" in dump) touch "$TEST_TMP/criu-started"; sleep 1.5;; esac
+case "\$1" in dump|restore) touch "$TEST_TMP/criu-started"; sleep 1.5;; esac
 exec "$GPUSNAP_CRIU" "\$@"
 EOF
 chmod 755 "$slow"
@@ -286,6 +286,24 @@ for point in restore-after-criu restore-before-cont; do
   check "kill -9 at $point: the process counts on from the dump" counts_on "$v"
   kill -9 "$PID"; wait_gone "$PID"
 done
+
+# kill -9 while CRIU restores: CRIU goes on and leaves the copy stopped; the next restore says what it is
+n=$(wc -l <"$log")
+rm -f "$TEST_TMP/criu-started"
+GPUSNAP_CRIU=$slow "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
+BG=$!
+criu_started
+kill -9 "$BG"
+bg_wait
+check "kill -9 while CRIU restores (rc $BG_RC)" [ "$BG_RC" = 137 ]
+for _ in $(seq 500); do [ "$(cut -d' ' -f3 "/proc/$PID/stat" 2>/dev/null)" = T ] && break; sleep 0.01; done
+check "CRIU left the copy stopped, never run" bash -c "[ \"\$(cut -d' ' -f3 /proc/$PID/stat)\" = T ] && [ \"\$(wc -l <'$log')\" = $n ]"
+run_gpusnap restore -D "$img"; expect "the next restore names the copy and what to do" 15 "may be a copy of the image at '$img' that CRIU made for a gpusnap restore (pid $BG) that was killed; if it is stopped, it never ran: kill -9 $PID"
+check "the refusal is one line" one_error
+kill -9 "$PID"; wait_gone "$PID"
+run_gpusnap restore -D "$img"; expect "restore after the copy is gone" 0
+check "the process counts on from the dump" counts_on "$v"
+kill -9 "$PID"; wait_gone "$PID"
 
 bg_gpusnap restore-before-cont=hold:3 restore -D "$img"
 check "the restore holds the process" at_fault restore-before-cont
