@@ -245,12 +245,19 @@ int cli_op_begin(pid_t pid, bool image_pid, const char *action, struct cli_op **
 		if (left)
 			*left = op->left;
 	}
-	/* the first record names this operation at once, for anyone who finds the process locked */
+	/*
+	 * The first record names this operation at once, for anyone who finds the
+	 * process locked; until its first step it keeps what a killed one left,
+	 * which still holds should this gpusnap die in its checks too.
+	 */
 	struct cli_op_record *now = &op->now;
+	if (op->has_left)
+		*now = op->left;
 	snprintf(now->action, sizeof(now->action), "%s", action);
 	snprintf(now->step, sizeof(now->step), "checks");
 	now->holder = getpid();
 	now->since = op->since;
+	now->restored_start = 0;
 	if (write_record(k->rec_path, now, op->my_start))
 		pr_warn("cannot write '%s': %s", k->rec_path, strerror(errno));
 	*out = op;
@@ -330,7 +337,11 @@ void cli_op_end(struct cli_op *op, bool ok)
 	free(op);
 }
 
-/* Records of pid in dir: calls fn for each file name "op-<pid>-<start>.rec". */
+/*
+ * The record of pid in dir with start time want_start, or (any_start: the
+ * process is gone) the latest of its PID that has something to say; 1 and
+ * *best filled if found.
+ */
 static int find_in_dir(const char *dir, pid_t pid, unsigned long long want_start, bool any_start,
 		       struct cli_op_record *best)
 {

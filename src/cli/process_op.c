@@ -12,8 +12,12 @@
 #include "common/proc.h"
 #include "common/util.h"
 
-/* What the next command says about process pid if this gpusnap is killed in the middle of op. */
-static void record_working(struct cli_op *lock, const struct process_op *op, pid_t pid)
+/*
+ * What the next command says about process pid if this gpusnap is killed in
+ * the middle of op; image: where the GPU data is that a killed gpusnap left,
+ * still there until this operation has taken it back.
+ */
+static void record_working(struct cli_op *lock, const struct process_op *op, pid_t pid, const char *image)
 {
 	char alive[GS_ERR_MSG_MAX];
 	if (op->action[0] == 's')
@@ -24,7 +28,7 @@ static void record_working(struct cli_op *lock, const struct process_op *op, pid
 		snprintf(alive, sizeof(alive),
 			 "process %d was left partly resumed by a gpusnap resume (pid %d) that was killed; gpusnap resume %d "
 			 "finishes it", (int)pid, (int)getpid(), (int)pid);
-	cli_op_step(lock, op->action, NULL, alive, NULL);
+	cli_op_step(lock, op->action, image && *image ? image : NULL, alive, NULL);
 }
 
 int process_op_execute(const struct process_op *op)
@@ -80,7 +84,7 @@ int process_op_execute(const struct process_op *op)
 	for (int i = 0; i < n; i++) {
 		if (left[i].action[0] && op->found_left)
 			op->found_left(op->ctx, pids[i], &left[i]);
-		record_working(locks[i], op, pids[i]);
+		record_working(locks[i], op, pids[i], left[i].image);
 	}
 	cli_vram_read(&s, &o.gpus_before);
 	for (int i = 0; i < n; i++) {

@@ -93,6 +93,17 @@ check "the memory is back" test "$(phys)" = "$phys0"
 verify_ok "the data after the killed dump"
 rm -rf "$kept"
 
+# a dump killed after the driver's checkpoint, then the resume of it killed half way: the next resume still finds the data
+GPUSNAP_FAULT=dump-after-driver=kill run_gpusnap dump -D "$img" "$PID"
+check "kill -9 after the driver's checkpoint (rc $RC)" test "$RC" = 137
+kept=$(tmp_dirs "$img")
+GPUSNAP_FAULT=resume-after-driver=kill run_gpusnap resume "$PID"
+check "its resume killed after the driver part (rc $RC)" test "$RC" = 137
+check "the data is still only in the image" test "$(phys)" = 0 -a "$(fake_state)" = 0 -a -f "$kept/manifest.img"
+run_gpusnap resume "$PID"; expect "the next resume takes the data from the killed dump's image" 0 "taken from '$kept'"
+verify_ok "the data after a killed dump and a killed resume"
+rm -rf "$kept"
+
 img2=$TEST_TMP/img2
 GPUSNAP_FAULT=dump-after-publish=kill run_gpusnap dump --leave-running -D "$img2" "$PID"
 check "kill -9 of dump --leave-running after publishing (rc $RC)" test "$RC" = 137
