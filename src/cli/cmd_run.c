@@ -61,10 +61,8 @@ int cmd_run(int argc, char **argv)
 	int rc = cli_parse(argc, argv, opts, run_usage, GS_PARSE_STOP_AT_NON_OPTION, &nargs);
 	if (rc)
 		return rc == GS_PARSE_HELP ? 0 : rc;
-	if (nargs < 1) {
-		gs_print_usage(stderr, run_usage, opts);
-		return GS_E_USAGE;
-	}
+	if (nargs < 1)
+		return cli_usage_error("run", "CMD is required");
 	argv[nargs] = NULL; /* the parser moved the command to the front; end it there for exec */
 	struct gs_err err = { 0 };
 	char agent[PATH_MAX];

@@ -56,8 +56,10 @@
 	/* --- the restore command (src/cli/cmd_restore.c) --- */                                     \
 	X(RESTORE_AFTER_CRIU, "restore-after-criu", "CRIU restored the process (held), before the GPU part") \
 	X(RESTORE_BEFORE_CONT, "restore-before-cont", "the process is restored and held, before it continues") \
+	X(RESTORE_AFTER_CONT, "restore-after-cont", "the restored process continued, before the agent loads its GPU data") \
 	/* --- suspend and resume commands (src/cli) --- */                                           \
 	X(SUSPEND_AFTER_AGENT, "suspend-after-agent", "the agent released its data, before the driver") \
+	X(SUSPEND_AFTER_DRIVER, "suspend-after-driver", "the driver checkpointed the processes, before suspend ends") \
 	X(RESUME_AFTER_DRIVER, "resume-after-driver", "the driver restored the process, before the agent")
 
 enum gs_fault_point {

@@ -68,7 +68,7 @@ fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
 
 # ---- usage ----
 run_gpusnap dump 1; expect "dump without -D" 2 "-D DIR is required"
-run_gpusnap restore; expect "restore without DIR" 2 "usage: gpusnap restore"
+run_gpusnap restore; expect "restore without DIR" 2 "gpusnap restore: -D DIR is required"
 run_gpusnap inspect; expect "inspect without DIR" 2 "usage: gpusnap inspect"
 run_gpusnap dump -D "$TEST_TMP/x" 2147483600; expect "dump of a missing process" 3 "no such process"
 sleep 300 & plain=$!; TEST_PIDS+=("$plain")
@@ -112,7 +112,7 @@ check "restores leave the image unchanged" [ "$(sums "$img")" = "$before" ]
 kill -9 "$pid"; wait_gone "$pid"
 lines=$(wc -l <"$log")
 : >"$FAKE_CUDA_LOG"
-GPUSNAP_TEST_HOLD_S=30 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
+GPUSNAP_FAULT=restore-before-cont=hold:3 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
 gp=$!
 # held: CRIU is done and the driver has restored it (the fake logs that), and it is stopped
 for _ in $(seq 1000); do grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG" && break; sleep 0.01; done
@@ -120,6 +120,7 @@ check "the driver restored the process" grep -q "^restore $pid 0$" "$FAKE_CUDA_L
 check "the restore holds the process stopped" test "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = T
 kill -TERM "$gp"; rc=0; wait "$gp" || rc=$?
 check "gpusnap restore ended by SIGTERM (rc $rc)" test "$rc" = 143
+check "it says so in one line" grep -q "interrupted by SIGTERM: the restored process $pid was killed before it ran; the image is unchanged" "$TEST_TMP/err"
 check "the held process went with it" wait_gone "$pid" 5
 check "the interrupted process never ran" [ "$(wc -l <"$log")" = "$lines" ]
 check "the image is unchanged after the interrupted restore" [ "$(sums "$img")" = "$before" ]
