@@ -39,6 +39,7 @@
 #include "agent/agent_app_vmm.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
+#include "common/fault.h"
 #include "common/log.h"
 
 /* cudaMallocPitch's pitch granularity */
@@ -462,6 +463,8 @@ static CUresult managed_alloc(CUdeviceptr *dptr, size_t size)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (gs_fault(GS_FI_AGENT_ALLOC))
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult r = CUDA_SUCCESS;
 	struct gs_err agent_err = { 0 };
 	if (gs_agent_cuda(a, &agent_err)) {
@@ -567,6 +570,10 @@ static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool poo
 	struct pool_info pi = { 0 };
 	CUresult r;
 	int dev;
+	if (gs_fault(GS_FI_AGENT_ALLOC)) {
+		gs_gate_exit_c(t);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (!capturing(a, stream, per_thread) && !gs_agent_cuda(a, NULL)) {
 		resolve_driver();
 		if (!current_pool) {

@@ -25,6 +25,7 @@
 #include "agent/agent_mover.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "common/util.h"
@@ -276,7 +277,11 @@ static void serve_request(void *ctx, const struct gs_msg *req, struct gs_msg *re
 		gs_msg_set_result(reply, GS_E_STATE, "busy: a %s is under way", busy);
 		return;
 	}
-	handle_request(ctx, req, reply);
+	if (gs_fault(GS_FI_AGENT_OPERATION))
+		gs_msg_set_result(reply, GS_E_AGENT, "the agent failed before the %s (fault injected)",
+				  gs_msg_type_name(req->type));
+	else
+		handle_request(ctx, req, reply);
 	pthread_mutex_lock(&operation.lock);
 	operation.running = NULL;
 	pthread_mutex_unlock(&operation.lock);
@@ -303,6 +308,8 @@ static void forget_parent_gpu_state(struct gs_agent *a)
 	pthread_mutex_init(&a->lock, NULL);
 	pthread_mutex_init(&a->setup_lock, NULL);
 	pthread_mutex_init(&a->deferred_lock, NULL);
+	/* as if the driver were never loaded: a child loads it again if it ever allocates */
+	__atomic_store_n(&a->cuda_ready, false, __ATOMIC_RELEASE);
 	memset(a->devices, 0, sizeof(a->devices));
 	a->allocs = a->slabs = NULL; /* the parent's records: left as they are, not freed */
 	a->held = NULL;
