@@ -72,6 +72,7 @@ static CUresult (*p_begin_capture)(CUstream, int);
 static CUresult (*p_end_capture)(CUstream, void **);
 static CUresult (*p_instantiate)(void **, void *, unsigned long long);
 static CUresult (*p_launch)(void *, CUstream);
+static CUresult (*p_graph_destroy)(void *);
 static CUresult (*p_ctx_set)(void *);
 static CUresult (*p_retain)(void **, int);
 
@@ -229,6 +230,8 @@ static void capture_alloc(void)
 		       pool_of(b), pool, dflt);
 	else
 		printf("CAPALLOC OK\n");
+	if (g)
+		p_graph_destroy(g);
 }
 
 static void capture_free(void)
@@ -302,6 +305,7 @@ int main(void)
 	*(void **)&p_end_capture = fake_app_need("cuStreamEndCapture");
 	*(void **)&p_instantiate = fake_app_need("cuGraphInstantiateWithFlags");
 	*(void **)&p_launch = fake_app_need("cuGraphLaunch");
+	*(void **)&p_graph_destroy = fake_app_need("cuGraphDestroy");
 	*(void **)&p_ctx_set = fake_app_need("cuCtxSetCurrent");
 	*(void **)&p_retain = fake_app_need("cuDevicePrimaryCtxRetain");
 	if (fake_app_make_context())

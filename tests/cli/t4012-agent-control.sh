@@ -114,9 +114,9 @@ app_cmd fork-return
 returned=${REPLY#RETURNED }
 check "a child that left through exit() removed its socket ($REPLY)" test ! -e "$(sock "$returned")"
 parent=$APP
-exec 3>&-
-kill -9 "$parent"
+kill -9 "$parent" # before its stdin closes: at the end of its input it would leave through exit()
 wait "$parent" 2>/dev/null
+exec 3>&-
 check "the parent's socket file is left behind" test -S "$(sock "$parent")"
 python3 -c 'import socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -135,7 +135,8 @@ kill -9 "$child"
 run_gpusnap run --reserve 1000T -- sh -c 'echo ran'
 expect "run --reserve beyond the host's memory is refused" 13 "is more than the host memory available"
 check "... before the command runs" test ! -s "$OUT_TXT"
-run_gpusnap run --reserve 1M -- sh -c 'echo ran'; expect "run --reserve 1M" 0 ran
+run_gpusnap run --reserve 1M -- "$TEST_TMP/no-such-command"
+expect "run --reserve 1M gets as far as starting the command" 2 "cannot run '$TEST_TMP/no-such-command'"
 asan=$(ldd "$GPUSNAP_BUILD/libgpusnap.so" | awk '/libasan/ {print $3; exit}')
 GPUSNAP_AGENT_LOG=$TEST_TMP/reserve.log GPUSNAP_RESERVE=1000T LD_PRELOAD="${asan:+$asan }$GPUSNAP_BUILD/libgpusnap.so" \
   ASAN_OPTIONS=detect_leaks=0 /usr/bin/env true

@@ -238,7 +238,8 @@ static void flush_locked(struct fake_stream *s, uint64_t upto)
 		s->done++;
 		k++;
 	}
-	memmove(s->q, s->q + k, (s->nq - k) * sizeof(*s->q));
+	if (k) /* s->q is NULL on a stream that never queued a copy */
+		memmove(s->q, s->q + k, (s->nq - k) * sizeof(*s->q));
 	s->nq -= k;
 }
 
