@@ -42,6 +42,9 @@
 	X(AGENT_RECREATE, "agent-recreate", "creating a region's physical memory again (ENOMEM)")    \
 	X(AGENT_COPY_IN, "agent-copy-in", "a chunk's copy to the GPU (resume, restore)")             \
 	X(AGENT_REPLY, "agent-reply", "before the agent replies to a suspend or dump")               \
+	/* --- the agent's allocation hooks and control server (agent_hooks.c, agent_main.c) --- */  \
+	X(AGENT_ALLOC, "agent-alloc", "an allocation hook inside the gate, before its device's set-up") \
+	X(AGENT_OPERATION, "agent-operation", "an operation (suspend, resume, dump) is under way, before its work") \
 	/* --- the image (src/image) --- */                                                           \
 	X(IMAGE_WRITE, "image-write", "a write of the image writer (ENOSPC, EIO)")                   \
 	X(IMAGE_READ, "image-read", "a read of a chunk from an image (EIO)")                         \
