@@ -161,12 +161,16 @@ static int read_cpu_list(struct gs_image *img, struct gs_err *err)
 	void *buf;
 	size_t len;
 	bool missing;
+	struct gs_err e = { 0 };
 	int rc = read_whole(img->dir_fd, GS_FMT_CPU_LIST_NAME, path, GS_FMT_CPU_LIST_MAX, "a list of CPU files", &buf,
-			    &len, &missing, err);
+			    &len, &missing, &e);
 	if (rc && missing)
-		return 0;
-	if (rc)
+		return 0; /* an image from before the list */
+	if (rc) {
+		if (err)
+			*err = e;
 		return rc;
+	}
 	if (!img->m.info.cpu_state) {
 		free(buf);
 		return gs_fail(err, GS_E_IMAGE, "image '%s' lists CPU files but holds no CPU state", img->path);
