@@ -57,7 +57,7 @@
 #define LIST_READ (8ULL << 20)
 
 /* How long a writer waits for another one to finish claiming a directory next to the same parent. */
-#define CLAIM_WAIT_S 5.0
+#define CLAIM_WAIT_S 2.0
 
 struct data_file {
 	int fd;           /* buffered writes, fsync */
@@ -309,9 +309,11 @@ static int keep_dir(int parent_fd, const char *name, const char *base, int32_t p
 }
 
 /*
- * A live writer of DIR: a temporary directory of DIR whose flock is held (its
- * writer runs, maybe in another PID namespace). *pid gets the PID in its name.
- * One of another user that cannot be opened counts if that PID runs.
+ * A live writer of DIR: a temporary directory of DIR, owned by this user or
+ * root (others' cannot be ours: in a shared directory anyone could make
+ * one), whose flock is held (its writer runs, maybe in another PID namespace).
+ * One that cannot be opened counts if the PID in its name runs. Our own
+ * (t->tmp_name, once made) is skipped. *pid gets the PID in its name.
  */
 static bool find_live_writer(struct gs_image_tmp *t, long *pid)
 {
@@ -329,7 +331,11 @@ static bool find_live_writer(struct gs_image_tmp *t, long *pid)
 	bool live = false;
 	struct dirent *de;
 	while (!live && (de = readdir(d))) {
-		if (strncmp(de->d_name, prefix, plen) != 0)
+		if (strncmp(de->d_name, prefix, plen) != 0 || (t->tmp_name && !strcmp(de->d_name, t->tmp_name)))
+			continue;
+		struct stat st;
+		if (fstatat(t->parent_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+		    (st.st_uid != geteuid() && st.st_uid != 0))
 			continue;
 		long p = strtol(de->d_name + plen, NULL, 10);
 		int dfd = openat(t->parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -524,19 +530,32 @@ static int open_parent(struct gs_image_tmp *t, struct gs_err *err)
 	return rc ? rc : gs_fs_check_ancestor(&st, t->parent, t->dir, err);
 }
 
-/* Takes the parent's flock for the claim (look, clean up, create): other writers hold it only a moment. */
-static int lock_parent(struct gs_image_tmp *t, struct gs_err *err)
+/*
+ * Takes the parent's flock for the claim (look, clean up, create), which
+ * other writers hold only a moment. False where it cannot be had (a file
+ * system without flock, or someone else holding it: in a shared directory
+ * anyone can): the claim then checks again after making its directory.
+ */
+static bool lock_parent(struct gs_image_tmp *t)
 {
 	double t0 = gs_now();
 	while (flock(t->parent_fd, LOCK_EX | LOCK_NB) < 0) {
-		if (errno != EWOULDBLOCK && errno != EINTR)
-			return gs_fail_errno(err, errno_code(errno), errno, "cannot lock '%s'", t->parent);
-		if (gs_now() - t0 > CLAIM_WAIT_S)
-			return gs_fail(err, GS_E_STATE, "'%s' stayed locked for %.0f s (gpusnap locks it only a moment, to"
-				       " claim a directory in it): another program holds its lock", t->parent, CLAIM_WAIT_S);
+		if ((errno != EWOULDBLOCK && errno != EINTR) || gs_now() - t0 > CLAIM_WAIT_S) {
+			pr_debug("'%s': claiming '%s' without the parent's lock (%s)", t->parent, t->base, strerror(errno));
+			return false;
+		}
 		usleep(10000);
 	}
-	return 0;
+	return true;
+}
+
+static int busy(struct gs_image_tmp *t, long holder, struct gs_err *err)
+{
+	char comm[64] = "";
+	if (pid_alive(holder))
+		gs_proc_comm((pid_t)holder, comm, sizeof(comm));
+	return gs_fail(err, GS_E_STATE, "another gpusnap (pid %ld%s%s) is writing an image to '%s' right now; wait for it,"
+		       " or dump to another directory", holder, *comm ? ", " : "", comm, t->dir);
 }
 
 /* Creates .<base>.tmp-<pid>-XXXXXX (0700) in the parent and takes its flock. */
@@ -590,21 +609,22 @@ int gs_image_tmp_create(const char *dir, const struct gs_image_tmp_opts *opts, s
 	t->parent_fd = t->fd = t->cpu_fd = -1;
 	t->source_pid = opts ? opts->source_pid : 0;
 	int rc = split_path(t, dir, err);
-	if (rc || (rc = open_parent(t, err)) || (rc = lock_parent(t, err)))
+	if (rc || (rc = open_parent(t, err)))
 		goto fail;
+	bool locked = lock_parent(t);
 	long holder;
 	bool exists;
 	if (find_live_writer(t, &holder)) {
-		char comm[64] = "";
-		if (pid_alive(holder))
-			gs_proc_comm((pid_t)holder, comm, sizeof(comm));
-		rc = gs_fail(err, GS_E_STATE, "another gpusnap (pid %ld%s%s) is writing an image to '%s' right now; wait "
-			     "for it, or dump to another directory", holder, *comm ? ", " : "", comm, t->dir);
+		rc = busy(t, holder, err);
 	} else if (!(rc = check_replaceable(t, opts, &exists, err))) {
 		clean_up_dead_writers(t);
 		rc = make_tmp_dir(t, err);
+		/* without the parent's lock another writer may have claimed DIR meanwhile: then both give way */
+		if (!rc && !locked && find_live_writer(t, &holder))
+			rc = busy(t, holder, err);
 	}
-	flock(t->parent_fd, LOCK_UN); /* the claim is made (or refused): DIR's lock is the temporary directory's */
+	if (locked)
+		flock(t->parent_fd, LOCK_UN); /* the claim is made (or refused): DIR's lock is the temporary directory's */
 	if (rc)
 		goto fail;
 	*out = t;

@@ -82,6 +82,7 @@ run_gpusnap inspect "$img"; expect "inspect: CRIU's files are checksummed" 0 "fi
 check "inspect says checksummed" grep -q "^cpu state    present (cpu/): [0-9]* files, .*, checksummed$" "$OUT_TXT"
 run_gpusnap inspect --json --verify "$img"; expect "inspect --json --verify" 0
 check "JSON: CRIU's files checksummed, counted, verified" [ "$(json_get "$OUT_TXT" '["image"]["cpu_files"]["checksummed"],d["image"]["cpu_files"]["count"]>5,d["verify"]["ok"]')" = "(True, True, True)" ]
+run_gpusnap inspect --verify "$img"; expect "inspect --verify counts CRIU's files" 0 "verify       ok: 0 stored chunks and "
 lines=$(wc -l <"$log")
 
 bad=$TEST_TMP/bad

@@ -10,6 +10,7 @@
  * Some checks need root (chown); they say SKIP where it is missing.
  */
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -515,6 +516,30 @@ static void test_one_writer_per_dir(void)
 	CHECK_INT(count_entries(dir), 1);
 	close(pfd[0]);
 	close(pfd[1]);
+
+	/* someone holding the parent's lock (anyone can, in a shared directory) delays a writer, never stops it */
+	int pdir = open(dir, O_RDONLY | O_DIRECTORY);
+	CHECK_INT(flock(pdir, LOCK_EX), 0);
+	double t0 = gs_now();
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t1, &err), 0);
+	CHECK(gs_now() - t0 < 10);
+	/* and the one-writer rule holds without it */
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t2, &err), GS_E_STATE);
+	gs_image_tmp_discard(t1);
+	close(pdir);
+	if (geteuid() != 0)
+		return;
+	/* a locked look-alike of another user (anyone can make one in /tmp) is not taken for a writer */
+	char fake[900];
+	snprintf(fake, sizeof(fake), "%s/.img.tmp-1-abcdef", dir);
+	CHECK_INT(mkdir(fake, 0755), 0);
+	CHECK_INT(chown(fake, OTHER_UID, OTHER_UID), 0);
+	int ffd = open(fake, O_RDONLY | O_DIRECTORY);
+	CHECK_INT(flock(ffd, LOCK_EX), 0);
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t1, &err), 0);
+	gs_image_tmp_discard(t1);
+	close(ffd);
+	rmdir(fake);
 }
 
 static void test_other_process_not_replaced(void)
