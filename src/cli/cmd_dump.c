@@ -42,8 +42,8 @@
 #include "image/image.h"
 
 static const char *const dump_usage[] = {
-	"gpusnap dump [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] [--json] "
-	"-D DIR PID",
+	"gpusnap dump [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] [--replace] "
+	"[--json] -D DIR PID",
 	NULL,
 };
 
@@ -52,7 +52,7 @@ static const char *const dump_usage[] = {
 struct dump_opts {
 	const char *dir;
 	double timeout;
-	bool leave_running, driver_only, json, tcp_close, tcp_established;
+	bool leave_running, driver_only, json, tcp_close, tcp_established, replace;
 };
 
 struct dump_run {
@@ -216,10 +216,12 @@ static int criu_out_of_space(int rc, const char *dir, struct gs_err *err)
 static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)
 {
 	double t0 = gs_now();
-	int rc = gs_image_tmp_create(o->dir, &r->tmp, err);
+	struct gs_image_tmp_opts to = { .source_pid = r->pid, .source_comm = r->comm, .replace = o->replace };
+	int rc = gs_image_tmp_create(o->dir, &to, &r->tmp, err);
 	if (rc)
 		return rc;
-	if ((rc = gs_image_tmp_cpu_dir(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
+	/* CRIU writes through gpusnap's descriptor of cpu/: no rename above it can redirect root's writes */
+	if ((rc = gs_image_tmp_cpu_fd_path(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
 		return rc;
 	if ((rc = stop_if_signalled(r, err)))
 		return rc;
@@ -300,16 +302,18 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	rc = gs_fault(GS_FI_DUMP_AFTER_CRIU) ? injected(r, GS_FI_DUMP_AFTER_CRIU, err) : gs_image_publish(r->tmp, &r->published, err);
 	r->publish_s = gs_now() - t;
 	if (rc && !r->published && !o->leave_running) {
-		/* the process is gone and its image complete at the temporary name: keep that, say where */
+		/* the process is gone and its image complete at the temporary name: keep it under its own name, say where */
+		char kept[4096];
+		struct gs_err ke = { 0 };
+		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
+			fprintf(stderr, "gpusnap: %s\n", ke.msg);
 		char gone[GS_ERR_MSG_MAX];
-		snprintf(gone, sizeof(gone), "process %d was dumped, but its image could not be put at '%s' and stays at "
-			 "'%s': gpusnap restore -D '%s' brings it back", (int)r->pid, o->dir, gs_image_tmp_path(r->tmp),
-			 gs_image_tmp_path(r->tmp));
-		cli_op_leave(r->lock, gs_image_tmp_path(r->tmp), NULL, gone);
-		gs_err_wrap(err, "process %d was dumped, but its image stays at '%s' (move it; restore with gpusnap restore "
-			    "-D)", (int)r->pid, gs_image_tmp_path(r->tmp));
-		gs_image_tmp_close(r->tmp);
+		snprintf(gone, sizeof(gone), "process %d was dumped, but its image could not be put at '%s' and is kept at "
+			 "'%s': gpusnap restore -D '%s' brings it back", (int)r->pid, o->dir, kept, kept);
+		cli_op_leave(r->lock, kept, NULL, gone);
 		r->tmp = NULL;
+		gs_err_wrap(err, "process %d was dumped, but its image was not published; it is kept at '%s' (gpusnap "
+			    "restore -D '%s' brings the process back)", (int)r->pid, kept, kept);
 		return rc;
 	}
 	if (rc)
@@ -401,6 +405,7 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_BOOL_(0, "tcp-close", &o.tcp_close, "dump established TCP connections; they come back closed"),
 		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
 			     "dump established TCP connections and restore them (needs iptables)"),
+		GS_OPT_BOOL_(0, "replace", &o.replace, "replace DIR even if it holds the image of another process"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -508,17 +513,19 @@ int cmd_dump(int argc, char **argv)
 			cli_err_append(&err, "undone, process %d runs on and nothing was written to '%s'%s", (int)r->pid,
 				       o.dir, cause);
 	}
-	if (r->tmp) {
-		if (r->keep_tmp) {
-			char alive[GS_ERR_MSG_MAX];
-			snprintf(alive, sizeof(alive), "process %d stays suspended after a failed dump; its GPU data is kept in "
-				 "'%s': gpusnap resume %d puts it back", (int)r->pid, gs_image_tmp_path(r->tmp), (int)r->pid);
-			cli_op_leave(r->lock, gs_image_tmp_path(r->tmp), alive, NULL);
-			fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
-				"'%s' %d puts it back)\n", (int)r->pid, gs_image_tmp_path(r->tmp), gs_image_tmp_path(r->tmp),
-				(int)r->pid);
-		}
-		if (r->published || r->keep_tmp)
+	if (r->tmp && r->keep_tmp) {
+		char kept[4096];
+		struct gs_err ke = { 0 };
+		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
+			fprintf(stderr, "gpusnap: %s\n", ke.msg);
+		char alive[GS_ERR_MSG_MAX];
+		snprintf(alive, sizeof(alive), "process %d stays suspended after a failed dump; its GPU data is kept in '%s': "
+			 "gpusnap resume %d puts it back", (int)r->pid, kept, (int)r->pid);
+		cli_op_leave(r->lock, kept, alive, NULL);
+		fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
+			"'%s' %d puts it back)\n", (int)r->pid, kept, kept, (int)r->pid);
+	} else if (r->tmp) {
+		if (r->published)
 			gs_image_tmp_close(r->tmp);
 		else
 			gs_image_tmp_discard(r->tmp);

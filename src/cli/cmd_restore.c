@@ -454,8 +454,9 @@ static int stop_held(struct restore_run *r, const struct restore_opts *o, enum g
 
 static int run_restore(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
+	/* CRIU (root) reads the cpu/ that was checked, through our descriptor of it: no rename can swap it */
 	char cpu[PATH_MAX];
-	int rc = gs_image_cpu_dir(r->img, cpu, sizeof(cpu), err);
+	int rc = gs_image_cpu_dir_fd_path(r->img, cpu, sizeof(cpu), err);
 	if (rc || (rc = make_work_dir(r, err)))
 		return rc;
 	if (!o->no_verify && o->verify_first) {

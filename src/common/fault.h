@@ -47,8 +47,8 @@
 	X(AGENT_OPERATION, "agent-operation", "an operation (suspend, resume, dump) is under way, before its work") \
 	/* --- the image (src/image) --- */                                                           \
 	X(IMAGE_WRITE, "image-write", "a write of the image writer (ENOSPC, EIO)")                   \
-	X(IMAGE_READ, "image-read", "a read of a chunk from an image (EIO)")                         \
-	X(IMAGE_PUBLISH, "image-publish", "putting a sealed image at its directory's name")          \
+	X(IMAGE_READ, "image-read", "a read of an image's file: manifest, chunk, CRIU's (EIO)")      \
+	X(IMAGE_PUBLISH, "image-publish", "publishing: 1st hit before the rename to DIR, 2nd after") \
 	/* --- CRIU (src/criu) --- */                                                                 \
 	X(CRIU_RUN, "criu-run", "running criu (it fails as if criu had)")                            \
 	/* --- the dump command (src/cli/cmd_dump.c) --- */                                           \

@@ -469,6 +469,21 @@ static const char *plugin_dir(const struct gs_criu *c, const char *asked, struct
 	return NULL;
 }
 
+/*
+ * The images folder as criu gets it: a "/proc/<pid>/fd/<n>" path (gpusnap's
+ * descriptor of a checked folder, image.h) stays as it is, since resolving
+ * it would give back a path that a rename above the folder could redirect;
+ * any other path is made absolute.
+ */
+static bool images_dir_path(const char *images_dir, char out[PATH_MAX])
+{
+	if (!strncmp(images_dir, "/proc/", 6) && strlen(images_dir) < PATH_MAX) {
+		snprintf(out, PATH_MAX, "%s", images_dir);
+		return true;
+	}
+	return realpath(images_dir, out) != NULL;
+}
+
 int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, const struct gs_criu_dump_opts *o,
 		 struct gs_err *err)
 {
@@ -485,7 +500,7 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	if (rc)
 		return rc;
 	char dir[PATH_MAX], log_path[PATH_MAX], rec_path[PATH_MAX];
-	if (!realpath(images_dir, dir))
+	if (!images_dir_path(images_dir, dir))
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot resolve images folder '%s'", images_dir);
 	if ((rc = path_join(log_path, sizeof(log_path), dir, GS_CRIU_DUMP_LOG, err)) ||
 	    (rc = path_join(rec_path, sizeof(rec_path), dir, GS_CRIU_DUMP_ARGS, err)))
@@ -664,7 +679,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		return GS_E_FAILURE;
 	char dir[PATH_MAX], work[PATH_MAX], inv[PATH_MAX], rec_path[PATH_MAX];
 	char log_path[PATH_MAX], pidfile[PATH_MAX];
-	if (!realpath(images_dir, dir))
+	if (!images_dir_path(images_dir, dir))
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "no CRIU images at '%s'", images_dir);
 	int rc;
 	if ((rc = path_join(inv, sizeof(inv), dir, "inventory.img", err)))

@@ -63,7 +63,7 @@ continues() {
   [ "$got" = "$want" ] || { echo "    got '$got', want '$want'"; return 1; }
 }
 sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -printf '%p %m\n' | sort); }
-one_line() { [ "$(grep -vc "test hook" "$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
+one_line() { [ "$(grep -vc "fault: injected at" "$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
 fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
 
 # ---- usage ----
@@ -202,7 +202,7 @@ OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err; expect "--map onto a missing GPU" 
 # ---- restore onto the other GPU with --map ----
 export FAKE_CUDA_GPUS=2
 start_counter "$log"; pid=$NEWPID
-run_gpusnap dump -D "$img2" "$pid"; expect "dump on a 2-GPU machine" 0
+run_gpusnap dump --replace -D "$img2" "$pid"; expect "dump on a 2-GPU machine (over another process's image)" 0
 wait_gone "$pid"
 run_gpusnap restore -D "$img2"; expect "restore on the same GPUs" 0
 kill -9 "$pid"; wait_gone "$pid"
@@ -214,7 +214,7 @@ unset FAKE_CUDA_GPUS
 # ---- dumps failing mid-way: process runs on, the old image stays ----
 start_counter "$log"; pid=$NEWPID
 s0=$(sums "$img")
-GPUSNAP_TEST_WRITE_FAIL_AFTER=0 run_gpusnap dump -D "$img" "$pid"
+GPUSNAP_FAULT=image-write=fail:ENOSPC run_gpusnap dump --replace -D "$img" "$pid"
 expect "dump with the disk full" 13 "no space left"
 check "disk full: one-line message" one_line
 check "disk full: process keeps running" grows "$log"
@@ -225,7 +225,7 @@ check "disk full: no temporary directory left" [ "$(find "$TEST_TMP" -maxdepth 1
 failing=$TEST_TMP/failing-criu
 printf '#!/bin/sh\ncase "$1" in --version|check) exec "%s" "$@";; esac\necho "Error (criu/cr-dump.c:1): injected failure" >&2\nexit 1\n' "$GPUSNAP_CRIU" >"$failing"
 chmod 755 "$failing"
-GPUSNAP_CRIU=$failing run_gpusnap dump -D "$img" "$pid"
+GPUSNAP_CRIU=$failing run_gpusnap dump --replace -D "$img" "$pid"
 expect "dump with CRIU failing" 15 "criu dump of $pid failed"
 check "CRIU failing: process keeps running" grows "$log"
 check "CRIU failing: driver state running again" [ "$(fake_state "$pid")" = 0 ]
@@ -235,8 +235,12 @@ mkdir -p "$TEST_TMP/notimg"; echo x >"$TEST_TMP/notimg/file"
 run_gpusnap dump -D "$TEST_TMP/notimg" "$pid"; expect "dump over a directory that is not an image" 2 "is not a gpusnap image"
 check "refused dump: process keeps running" grows "$log"
 
-# a dump over an existing image replaces it
-run_gpusnap dump -D "$img" "$pid"; expect "dump over an existing image" 0
+# a dump over another process's image: refused unless --replace, which replaces it
+run_gpusnap dump -D "$img" "$pid"; expect "dump over another process's image" 2 "holds the image of another process"
+check "refused dump: one-line message" one_line
+check "refused dump: the other image stays" [ "$(sums "$img")" = "$s0" ]
+check "refused dump: process keeps running" grows "$log"
+run_gpusnap dump --replace -D "$img" "$pid"; expect "dump --replace over another process's image" 0
 check "the new image is another one" [ "$(sums "$img")" != "$s0" ]
 wait_gone "$pid"
 
