@@ -77,7 +77,11 @@ sleep 0.8 # the suspend holds 3 s before its work
 t0=$(now_ms)
 run_gpusnap state "$APP"; expect "state while a suspend is under way" 0
 check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
-run_gpusnap suspend "$APP"; expect "a second suspend meanwhile is refused at once" 6 "busy: a suspend is under way"
+run_gpusnap suspend "$APP"; expect "a second gpusnap suspend meanwhile is refused at once (operation lock)" 6 "cannot suspend process $APP now"
+# a client that does not share the command's lock (another run directory) meets the agent's own rule
+mkdir -p -m 700 "$TEST_TMP/other-run"
+GPUSNAP_RUN_DIR=$TEST_TMP/other-run run_gpusnap suspend "$APP"
+expect "a second suspend past the lock is refused at once by the agent" 6 "busy: a suspend is under way"
 rc=0; wait "$bg" || rc=$?
 check "the first suspend succeeds (rc $rc: $(cat "$TEST_TMP/bg.err"))" test "$rc" = 0
 run_gpusnap resume "$APP"; expect "resume" 0
