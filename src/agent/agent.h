@@ -6,9 +6,12 @@
  * Ownership: one global `struct gs_agent` (gs_agent_get()), created by the
  * library constructor, never freed (the process may call CUDA until exit).
  * Allocation hooks run inside the gate and suspend closes the gate first, so
- * hooks and the data mover never run at once; `lock` protects the per-device
- * table against concurrent first use from app threads, and the state against
- * two control requests at once.
+ * hooks and the data mover never run at once. Two locks, taken in this order:
+ * `lock` protects the state against two control requests at once (a suspend
+ * holds it while it closes the gate and waits for the app's threads to leave
+ * the driver); `setup_lock` protects loading the driver table and a device's
+ * first-use set-up, which allocation hooks do inside the gate, so no thread
+ * holding it ever waits for the gate or for `lock`.
  */
 #ifndef GPUSNAP_AGENT_AGENT_H
 #define GPUSNAP_AGENT_AGENT_H
@@ -35,7 +38,7 @@ struct gs_agent_device {
 	struct gs_agent *agent;
 	CUstream lanes[GS_AGENT_LANES]; /* the mover's copy streams, made at the first suspend */
 	bool lanes_ready;
-	bool announced; /* gs_mover_device_ready was called for it */
+	bool announced; /* gs_mover_device_ready was called for it (atomic; set under setup_lock) */
 };
 
 struct gs_agent {
@@ -43,6 +46,7 @@ struct gs_agent {
 	bool cuda_ready;   /* cu loaded with its memory API */
 	struct gs_err cuda_failure; /* why it could not be, after the one attempt */
 	pthread_mutex_t lock;
+	pthread_mutex_t setup_lock; /* after `lock`: cu's loading, a device's first use */
 	struct gs_agent_device devices[GS_AGENT_MAX_DEVICES];
 	/* allocations the app sees (DEVICE, SUBALLOC, POOL kinds) */
 	struct gs_alloc_registry *allocs;
@@ -67,6 +71,21 @@ struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cu
 /* agent_vmm.c: releasable device memory at a fixed virtual address */
 CUresult gs_vmm_alloc(struct gs_agent_device *d, uint64_t size, uint64_t *va, uint64_t *reserved,
 		      CUmemGenericAllocationHandle *handle);
+/* Devices (bit i = device i) given access besides the owning device, which always reads and writes. */
+struct gs_vmm_access {
+	uint64_t rw; /* read and write */
+	uint64_t ro; /* read only */
+};
+/* gs_vmm_alloc with other devices given access as acc says (NULL: none); kept for re-creation. */
+CUresult gs_vmm_alloc_access(struct gs_agent_device *d, uint64_t size, const struct gs_vmm_access *acc, uint64_t *va,
+			     uint64_t *reserved, CUmemGenericAllocationHandle *handle);
+/* The access of the reservation at va besides its device's (zeros: none). */
+void gs_vmm_get_access(uint64_t va, struct gs_vmm_access *acc);
+/* Sets the access of the mapped reservation at va (its device's, plus acc) and keeps it for re-creation. */
+CUresult gs_vmm_set_access(struct gs_agent *a, int device, uint64_t va, uint64_t reserved,
+			   const struct gs_vmm_access *acc);
+/* In a fork child: forgets the parent's access records. */
+void gs_vmm_forget_after_fork(void);
 /* Unmaps and releases the physical memory of [va, va+reserved), keeping the reservation. */
 CUresult gs_vmm_release_physical(struct gs_agent *a, uint64_t va, uint64_t reserved, CUmemGenericAllocationHandle handle);
 /* Creates physical memory on device and maps it at va (after a release). */
@@ -77,7 +96,12 @@ CUresult gs_vmm_free(struct gs_agent *a, uint64_t va, uint64_t reserved, CUmemGe
 
 /* agent_hooks.c: installs the replacements of the allocation entry points */
 int gs_agent_install_hooks(struct gs_err *err);
-/* Frees the stream-ordered frees whose streams reached them; all of them (after a sync) when `all`. */
+/*
+ * Frees the stream-ordered frees whose streams reached them (and those of
+ * CUDA graphs that ran); all of them (after a sync) when `all`.
+ */
 void gs_agent_drain_deferred(struct gs_agent *a, bool all);
+/* In a fork child: forgets the parent's pools, frees in waiting and driver allocations (and access records). */
+void gs_agent_hooks_forget_after_fork(void);
 
 #endif

@@ -457,6 +457,12 @@ void gs_app_vmm_stats(uint64_t *count, uint64_t *bytes)
 	pthread_mutex_unlock(&vt.lock);
 }
 
+void gs_app_vmm_forget_after_fork(void)
+{
+	pthread_mutex_init(&vt.lock, NULL);
+	vt.t = NULL; /* the parent's table: left as it is */
+}
+
 /* ------------------------------------------------------------------ the mover's side (gate closed) */
 
 static CUresult replay_access(struct gs_agent *a, const struct gs_vh_mapping *m)

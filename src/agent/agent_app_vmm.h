@@ -44,5 +44,7 @@ CUresult gs_app_vmm_release(struct gs_agent *a, uint64_t vh);
 CUresult gs_app_vmm_recreate(struct gs_agent *a, uint64_t vh, CUmemGenericAllocationHandle *real);
 /* After a resume (or a suspend that failed): frees the windows that prepare made. */
 void gs_app_vmm_finish(struct gs_agent *a);
+/* In a fork child (one thread): forgets the parent's handles, which are not the child's. */
+void gs_app_vmm_forget_after_fork(void);
 
 #endif

@@ -111,6 +111,18 @@ void gs_ctx_note(int dev, CUcontext ctx)
 	note(dev, ctx, false, false);
 }
 
+/* After fork the child has no waiting thread and none of the parent's contexts. */
+static void after_fork_in_child(void)
+{
+	pthread_mutex_init(&waiter.lock, NULL);
+	waiter.running = false;
+	waiter.done = false;
+	waiter.list = NULL; /* the parent's; its memory is the child's copy, not worth a free that could race */
+	waiter.n = waiter.at = 0;
+	pthread_mutex_init(&known.lock, NULL);
+	known.n = 0;
+}
+
 /* ---- hooks: each runs inside the gate, like the call it replaces ---- */
 
 static CUresult hook_cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev)
@@ -165,6 +177,8 @@ static CUresult hook_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 int gs_ctx_install_hooks(struct gs_err *err)
 {
+	/* a fork child has none of its parent's contexts (CUDA does not carry over fork) */
+	pthread_atfork(NULL, NULL, after_fork_in_child);
 	static const struct {
 		const char *name;
 		void *hook;
@@ -251,18 +265,6 @@ static void *waiter_main(void *arg)
 	return NULL;
 }
 
-/* After fork the child has no waiting thread and none of the parent's contexts. */
-static void after_fork_in_child(void)
-{
-	pthread_mutex_init(&waiter.lock, NULL);
-	waiter.running = false;
-	waiter.done = false;
-	waiter.list = NULL; /* the parent's; its memory is the child's copy, not worth a free that could race */
-	waiter.n = waiter.at = 0;
-	pthread_mutex_init(&known.lock, NULL);
-	known.n = 0;
-}
-
 static pthread_once_t waiter_once = PTHREAD_ONCE_INIT;
 
 static void waiter_init(void)
@@ -272,7 +274,6 @@ static void waiter_init(void)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines are gs_now()'s */
 	waiter.cond_ready = pthread_cond_init(&waiter.cond, &ca) == 0;
 	pthread_condattr_destroy(&ca);
-	pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
 /*

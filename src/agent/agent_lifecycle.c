@@ -139,19 +139,24 @@ static void stop_lease(void)
 	lc.lease_running = false;
 }
 
-/* After fork the child has no lease thread, and its gate is open again (gate.c). */
+/*
+ * After fork the child has no lease thread, its gate is open again (gate.c)
+ * and it holds none of the parent's GPU data (agent_main.c forgets it): it
+ * starts RUNNING.
+ */
 static void after_fork_in_child(void)
 {
 	pthread_mutex_init(&lc.lease_lock, NULL);
 	pthread_mutex_init(&lc.fault_lock, NULL);
 	lc.lease_running = false;
-	if (lc.state == LC_GATED)
-		lc.state = LC_RUNNING;
+	lc.state = LC_RUNNING;
+	lc.keep_context = false;
+	lc.fault[0] = '\0';
 }
 
-static pthread_once_t lease_once = PTHREAD_ONCE_INIT;
+static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
 
-static void lease_init(void)
+static void lc_init(void)
 {
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -161,9 +166,14 @@ static void lease_init(void)
 	pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
+/* Every request that may change the state starts here: the fork handler is in place before the state moves. */
+static void lc_setup(void)
+{
+	pthread_once(&lc_once, lc_init);
+}
+
 static int start_lease(struct gs_agent *a, double lease_s, struct gs_err *err)
 {
-	pthread_once(&lease_once, lease_init);
 	if (!lc.lease_cond_ready)
 		return gs_fail(err, GS_E_AGENT, "cannot keep a lease on the gate: no condition variable");
 	lc.lease_stop = false;
@@ -399,6 +409,7 @@ static int check_leaving(struct gs_agent *a, const char *what, struct gs_err *er
 
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
 {
+	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = check_leaving(a, "", err);
 	if (rc)
@@ -441,6 +452,7 @@ out:
 
 int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct gs_msg *reply, struct gs_err *err)
 {
+	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	struct gs_image_writer *w = NULL;
 	int rc = check_leaving(a, ": a streamed dump starts from a running process", err);
@@ -508,6 +520,7 @@ out:
 
 int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply, struct gs_err *err)
 {
+	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
 	struct gs_agent_held *h = a->held;
@@ -566,6 +579,7 @@ out:
 
 int gs_lc_resume(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err)
 {
+	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
 	if (lc.state != LC_RELEASED) {
@@ -587,6 +601,7 @@ out:
 
 int gs_lc_prepare(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err)
 {
+	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	const struct gs_agent_held *h = a->held;
 	/* only for data in an image; otherwise the restore will say what is wrong, if anything is */
@@ -598,6 +613,7 @@ int gs_lc_prepare(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err)
 
 int gs_lc_gate(struct gs_agent *a, double timeout_s, double lease_s, struct gs_msg *reply, struct gs_err *err)
 {
+	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = check_leaving(a, "", err);
 	if (rc)
@@ -624,6 +640,7 @@ out:
 int gs_lc_open(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err)
 {
 	(void)reply;
+	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
 	stop_lease();

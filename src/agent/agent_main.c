@@ -8,6 +8,10 @@
  * Nothing here runs in a signal handler. The constructor makes no CUDA
  * call: the driver is loaded when the app first allocates or when gpusnap
  * first asks for a suspend.
+ *
+ * The control server serves clients concurrently; serve_request lets one
+ * operation run at a time. A fork child starts with no GPU state of its own
+ * and a server of its own (after_fork_in_child).
  */
 #define LOG_PREFIX "agent: "
 #include <fcntl.h>
@@ -23,12 +27,16 @@
 #include "agent/agent_mover.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
+#include "common/fault.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "common/util.h"
 #include "core/control_socket.h"
+#include "core/hostmem.h"
 
 static struct gs_agent the_agent = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.setup_lock = PTHREAD_MUTEX_INITIALIZER,
 	.deferred_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 static struct gs_ctl_server *control_server;
@@ -39,7 +47,7 @@ int gs_agent_cuda(struct gs_agent *a, struct gs_err *err)
 {
 	if (__atomic_load_n(&a->cuda_ready, __ATOMIC_ACQUIRE))
 		return 0;
-	pthread_mutex_lock(&a->lock);
+	pthread_mutex_lock(&a->setup_lock);
 	int rc = 0;
 	if (!a->cuda_ready && !a->cuda_failure.code) {
 		/* one attempt: a driver that lacks what the agent needs will not grow it */
@@ -54,7 +62,7 @@ int gs_agent_cuda(struct gs_agent *a, struct gs_err *err)
 		if (err)
 			*err = a->cuda_failure;
 	}
-	pthread_mutex_unlock(&a->lock);
+	pthread_mutex_unlock(&a->setup_lock);
 	return rc;
 }
 
@@ -103,9 +111,10 @@ struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cu
 		return NULL;
 	}
 	struct gs_agent_device *d = &a->devices[dev];
-	if (__atomic_load_n(&d->used, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&d->used, __ATOMIC_ACQUIRE) && __atomic_load_n(&d->announced, __ATOMIC_RELAXED))
 		return d;
-	pthread_mutex_lock(&a->lock);
+	/* not a->lock: a suspend holds that while it waits for this thread to leave the gate */
+	pthread_mutex_lock(&a->setup_lock);
 	if (!d->used) {
 		CUmemAllocationProp prop;
 		memset(&prop, 0, sizeof(prop));
@@ -138,9 +147,15 @@ struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cu
 			__atomic_store_n(&d->used, true, __ATOMIC_RELEASE);
 		}
 	}
-	bool fresh = r == CUDA_SUCCESS && d->used && !d->announced;
-	d->announced = d->used;
-	pthread_mutex_unlock(&a->lock);
+	/*
+	 * The reserved pool and its ring start with the device's first use, but not
+	 * while a suspend waits at the closed gate for this thread (they would run
+	 * alongside it): then the next allocation after the resume starts them.
+	 */
+	bool fresh = r == CUDA_SUCCESS && d->used && !d->announced && !gs_gate_is_closed();
+	if (fresh)
+		__atomic_store_n(&d->announced, true, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&a->setup_lock);
 	if (!d->used) {
 		*cuerr = r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN;
 		return NULL;
@@ -248,20 +263,103 @@ static void open_log(void)
 		gs_log_set_fd(fd);
 }
 
+/*
+ * Requests arrive on several connections at once (core/control_socket.h):
+ * HELLO and STATUS are answered whatever else runs, operations (suspend,
+ * resume, dump, prepare) one at a time. A second operation while one is under
+ * way is refused at once, not queued behind it: its gpusnap command would
+ * otherwise wait out the first one's copy and then act on a changed process.
+ */
+static struct {
+	pthread_mutex_t lock;
+	const char *running; /* the operation under way ("suspend"), NULL when none */
+} operation = { PTHREAD_MUTEX_INITIALIZER, NULL };
+
+static void serve_request(void *ctx, const struct gs_msg *req, struct gs_msg *reply)
+{
+	if (!gs_msg_is_operation(req->type)) {
+		handle_request(ctx, req, reply);
+		return;
+	}
+	pthread_mutex_lock(&operation.lock);
+	const char *busy = operation.running;
+	if (!busy)
+		operation.running = gs_msg_type_name(req->type);
+	pthread_mutex_unlock(&operation.lock);
+	if (busy) {
+		gs_msg_set_result(reply, GS_E_STATE, "busy: a %s is under way", busy);
+		return;
+	}
+	if (gs_fault(GS_FI_AGENT_OPERATION))
+		gs_msg_set_result(reply, GS_E_AGENT, "the agent failed before the %s (fault injected)",
+				  gs_msg_type_name(req->type));
+	else
+		handle_request(ctx, req, reply);
+	pthread_mutex_lock(&operation.lock);
+	operation.running = NULL;
+	pthread_mutex_unlock(&operation.lock);
+}
+
 static void start_control_server(void)
 {
 	struct gs_err err = { 0 };
 	char path[512];
 	if (gs_ctl_agent_socket_path(path, sizeof(path), &err) ||
-	    gs_ctl_server_start(path, handle_request, &the_agent, 0, &control_server, &err))
+	    gs_ctl_server_start(path, serve_request, &the_agent, 0, &control_server, &err))
 		pr_err("no control socket, gpusnap will use the driver path for this process: %s", err.msg);
 }
 
-/* After fork() the child has no server thread: give it its own socket. */
+/*
+ * A fork child (a DataLoader worker, say) has none of its parent's GPU
+ * memory, staging memory (MADV_DONTFORK) or threads, and CUDA does not work
+ * in it: it starts as an agent that has seen no allocation, so it never
+ * copies, releases or reports what is its parent's. Locks are made anew: a
+ * thread the fork did not copy may have held them.
+ */
+static void forget_parent_gpu_state(struct gs_agent *a)
+{
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_mutex_init(&a->setup_lock, NULL);
+	pthread_mutex_init(&a->deferred_lock, NULL);
+	/* as if the driver were never loaded: a child loads it again if it ever allocates */
+	__atomic_store_n(&a->cuda_ready, false, __ATOMIC_RELEASE);
+	memset(a->devices, 0, sizeof(a->devices));
+	a->allocs = a->slabs = NULL; /* the parent's records: left as they are, not freed */
+	a->held = NULL;
+	a->state = GS_AGENT_RUNNING;
+	a->unmanaged_allocs = a->unmanaged_bytes = 0;
+	a->deferred = NULL;
+	pthread_mutex_init(&operation.lock, NULL);
+	operation.running = NULL;
+	gs_mover_forget_after_fork();
+	gs_agent_hooks_forget_after_fork();
+	gs_app_vmm_forget_after_fork();
+}
+
+/* After fork(), in the child: let go of the parent's server (its descriptors too) and start one of its own. */
 static void after_fork_in_child(void)
 {
+	gs_ctl_server_abandon(control_server);
 	control_server = NULL;
+	forget_parent_gpu_state(&the_agent);
 	start_control_server();
+}
+
+/* `gpusnap run --reserve` refuses more than the host has; GPUSNAP_RESERVE set by hand is only warned about. */
+static void check_reserve_size(void)
+{
+	const char *v = getenv("GPUSNAP_RESERVE");
+	uint64_t bytes = 0;
+	if (!v || !*v || gs_parse_size(v, &bytes) || !bytes)
+		return;
+	struct gs_hostmem m;
+	gs_hostmem_read("", &m);
+	if (m.avail == UINT64_MAX || bytes <= m.avail)
+		return;
+	char want[32], have[32];
+	pr_warn("GPUSNAP_RESERVE=%s (%s) is more than the host memory available (%s, %s): reserving it may push the "
+		"host into swap or the OOM killer",
+		v, gs_format_bytes(bytes, want, sizeof(want)), gs_format_bytes(m.avail, have, sizeof(have)), m.limit);
 }
 
 __attribute__((constructor)) static void agent_init(void)
@@ -285,6 +383,7 @@ __attribute__((constructor)) static void agent_init(void)
 		return;
 	}
 	gs_mover_init_from_env(&the_agent);
+	check_reserve_size();
 	start_control_server();
 	pthread_atfork(NULL, NULL, after_fork_in_child);
 }

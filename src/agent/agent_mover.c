@@ -339,6 +339,16 @@ void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 		start_ring_builder(a);
 }
 
+void gs_mover_forget_after_fork(void)
+{
+	/* their memory is MADV_DONTFORK (not mapped in the child), their threads were not copied */
+	mover.reserve = NULL;
+	mover.ring = NULL;
+	mover.ring_building = false;
+	mover.reaper_running = false;
+	pthread_mutex_init(&mover.ring_lock, NULL);
+}
+
 bool gs_mover_has_reserve(struct gs_agent *a)
 {
 	(void)a;

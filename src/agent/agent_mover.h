@@ -62,6 +62,12 @@ void gs_mover_init_from_env(struct gs_agent *a);
 /* Called when a device is first used: starts filling the reserved pool, if one was asked for. */
 void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d);
 bool gs_mover_has_reserve(struct gs_agent *a);
+/*
+ * In a fork child (atfork handler, one thread): forgets the parent's reserved
+ * pool, kept ring and helper threads without touching them. The pool keeps
+ * its size setting, so a child that uses a GPU reserves a pool of its own.
+ */
+void gs_mover_forget_after_fork(void);
 
 /* The chunk size of a dump's plan, and so of its image's chunks. */
 #define GS_MOVER_IMAGE_CHUNK_BYTES (64ULL << 20)

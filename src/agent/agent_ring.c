@@ -155,6 +155,7 @@ static int slot_map(struct ring_slot *s, size_t len, struct gs_err *err)
 	s->buf = p;
 	s->len = len;
 	madvise(p, len, MADV_HUGEPAGE); /* a hint: fewer faults and pins where transparent huge pages are on */
+	madvise(p, len, MADV_DONTFORK); /* the agent's, not a fork child's (nor shared copy-on-write with one) */
 	/*
 	 * Fault the buffer in here, on this thread, before pinning: cuMemHostRegister
 	 * faulting it in itself is several times slower for all threads together

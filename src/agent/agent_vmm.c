@@ -5,12 +5,87 @@
  * cuMemSetAccess) that suspend releases and resume creates again.
  *
  * All calls go to the real driver (a->cu), never through the gate.
+ *
+ * Access: the owning device reads and writes; a memory pool's access list
+ * (cuMemPoolSetAccess) can give other devices access too. That extra access
+ * is kept per reservation (a registry keyed by the reservation's address:
+ * handle = devices that read and write, user = devices that only read), so a
+ * mapping re-created on resume gets it again.
  */
 #include "agent/agent.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "common/util.h"
+
+#define ACCESS_FLAGS_PROT_READ 1
+
+static struct {
+	pthread_mutex_t lock; /* for creating the registry; the registry locks itself */
+	struct gs_alloc_registry *extra;
+} access_table = { PTHREAD_MUTEX_INITIALIZER, NULL };
+
+static bool access_extra(const struct gs_vmm_access *acc, int device)
+{
+	uint64_t own = device >= 0 && device < 64 ? 1ULL << device : 0;
+	return acc && ((acc->rw | acc->ro) & ~own);
+}
+
+/* The extra access recorded for the reservation at va (none: zeros). */
+static void access_get(uint64_t va, struct gs_vmm_access *acc)
+{
+	struct gs_alloc_rec rec;
+	struct gs_alloc_registry *t = __atomic_load_n(&access_table.extra, __ATOMIC_ACQUIRE);
+	memset(acc, 0, sizeof(*acc));
+	if (t && gs_alloc_registry_get(t, va, &rec)) {
+		acc->rw = rec.handle;
+		acc->ro = rec.user;
+	}
+}
+
+/* Records (or, with nothing extra, forgets) the access of the reservation at va. */
+static CUresult access_record(uint64_t va, uint64_t reserved, int device, const struct gs_vmm_access *acc)
+{
+	struct gs_alloc_registry *t = __atomic_load_n(&access_table.extra, __ATOMIC_ACQUIRE);
+	if (t)
+		gs_alloc_registry_remove(t, va, NULL);
+	if (!access_extra(acc, device))
+		return CUDA_SUCCESS;
+	if (!t) {
+		pthread_mutex_lock(&access_table.lock);
+		if (!access_table.extra)
+			__atomic_store_n(&access_table.extra, gs_alloc_registry_new(), __ATOMIC_RELEASE);
+		t = access_table.extra;
+		pthread_mutex_unlock(&access_table.lock);
+		if (!t)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	struct gs_alloc_rec rec = { .va = va, .size = reserved, .kind = GS_ALLOC_DEVICE, .device = device,
+				    .handle = acc->rw, .user = acc->ro };
+	return gs_alloc_registry_insert(t, &rec, NULL) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+/* Gives device read and write access to [va, va+reserved), and the devices of acc theirs. */
+static CUresult set_access(struct gs_agent *a, int device, uint64_t va, uint64_t reserved,
+			   const struct gs_vmm_access *acc)
+{
+	CUmemAccessDesc descs[GS_AGENT_MAX_DEVICES];
+	size_t n = 0;
+	memset(descs, 0, sizeof(descs));
+	descs[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	descs[n].location.id = device;
+	descs[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	for (int i = 0; acc && i < GS_AGENT_MAX_DEVICES && i < 64; i++) {
+		uint64_t bit = 1ULL << i;
+		if (i == device || !((acc->rw | acc->ro) & bit))
+			continue;
+		descs[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		descs[n].location.id = i;
+		descs[n++].flags = (acc->rw & bit) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : ACCESS_FLAGS_PROT_READ;
+	}
+	return a->cu.cuMemSetAccess(va, reserved, descs, n);
+}
 
 static void device_prop(int device, CUmemAllocationProp *prop)
 {
@@ -34,12 +109,9 @@ static CUresult map_physical(struct gs_agent *a, int device, uint64_t va, uint64
 		a->cu.cuMemRelease(h);
 		return r;
 	}
-	CUmemAccessDesc access;
-	memset(&access, 0, sizeof(access));
-	access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	access.location.id = device;
-	access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	r = a->cu.cuMemSetAccess(va, reserved, &access, 1);
+	struct gs_vmm_access acc;
+	access_get(va, &acc);
+	r = set_access(a, device, va, reserved, &acc);
 	if (r != CUDA_SUCCESS) {
 		a->cu.cuMemUnmap(va, reserved);
 		a->cu.cuMemRelease(h);
@@ -52,14 +124,23 @@ static CUresult map_physical(struct gs_agent *a, int device, uint64_t va, uint64
 CUresult gs_vmm_alloc(struct gs_agent_device *d, uint64_t size, uint64_t *va, uint64_t *reserved,
 		      CUmemGenericAllocationHandle *handle)
 {
+	return gs_vmm_alloc_access(d, size, NULL, va, reserved, handle);
+}
+
+CUresult gs_vmm_alloc_access(struct gs_agent_device *d, uint64_t size, const struct gs_vmm_access *acc, uint64_t *va,
+			     uint64_t *reserved, CUmemGenericAllocationHandle *handle)
+{
 	struct gs_agent *a = d->agent;
 	uint64_t rsize = gs_round_up(size, d->granularity);
 	CUdeviceptr base = 0;
 	CUresult r = a->cu.cuMemAddressReserve(&base, rsize, d->granularity, 0, 0);
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = map_physical(a, d->ordinal, base, rsize, handle);
+	r = access_record(base, rsize, d->ordinal, acc);
+	if (r == CUDA_SUCCESS)
+		r = map_physical(a, d->ordinal, base, rsize, handle);
 	if (r != CUDA_SUCCESS) {
+		access_record(base, rsize, d->ordinal, NULL);
 		a->cu.cuMemAddressFree(base, rsize);
 		return r;
 	}
@@ -86,5 +167,26 @@ CUresult gs_vmm_free(struct gs_agent *a, uint64_t va, uint64_t reserved, CUmemGe
 {
 	CUresult r = handle ? gs_vmm_release_physical(a, va, reserved, handle) : CUDA_SUCCESS;
 	CUresult r2 = a->cu.cuMemAddressFree(va, reserved);
+	access_record(va, reserved, -1, NULL);
 	return r != CUDA_SUCCESS ? r : r2;
+}
+
+void gs_vmm_get_access(uint64_t va, struct gs_vmm_access *acc)
+{
+	access_get(va, acc);
+}
+
+CUresult gs_vmm_set_access(struct gs_agent *a, int device, uint64_t va, uint64_t reserved,
+			   const struct gs_vmm_access *acc)
+{
+	CUresult r = set_access(a, device, va, reserved, acc);
+	if (r == CUDA_SUCCESS)
+		r = access_record(va, reserved, device, acc);
+	return r;
+}
+
+void gs_vmm_forget_after_fork(void)
+{
+	pthread_mutex_init(&access_table.lock, NULL);
+	access_table.extra = NULL; /* the parent's: left as it is */
 }

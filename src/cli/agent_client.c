@@ -1,5 +1,13 @@
 /*
  * agent_client.c - talking to a process's gpusnap agent (see agent_client.h).
+ *
+ * The agent runs inside a process that may belong to someone else, and what
+ * it answers reaches the terminal of the user running gpusnap (often root):
+ * its messages are cut down to printable characters and a result code that
+ * is not one of gpusnap's becomes GS_E_AGENT. A reply that does not come in
+ * time is the agent failing (GS_E_AGENT), never GS_E_TIMEOUT, which says GPU
+ * work did not finish within --timeout and comes only from the agent's own
+ * answer.
  */
 #include "cli/agent_client.h"
 
@@ -14,6 +22,37 @@
 #define WORK_MARGIN_S 600.0
 /* --timeout 0 (no limit) waits this long for the agent's reply: gs_ctl_call has no unlimited wait */
 #define NO_LIMIT_S 1e6
+
+/* Replaces every byte that is not printable ASCII (escape sequences, controls, UTF-8) with '?'. */
+static void printable_only(char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e)
+			*s = '?';
+}
+
+/* The exchange with the agent failed (rc from gs_ctl_call): say so with a code of the agent's. */
+static int exchange_failed(pid_t pid, int rc, double waited_s, struct gs_err *err)
+{
+	if (rc == GS_E_TIMEOUT)
+		return gs_fail(err, GS_E_AGENT, "the agent of process %d did not answer within %.0f s", (int)pid, waited_s);
+	return rc;
+}
+
+/* The agent's result: its code if it is one of gpusnap's (err.h), else GS_E_AGENT; its message printable. */
+static int agent_result(const struct gs_msg *reply, struct gs_err *err)
+{
+	int rc = gs_msg_result_code(reply, err);
+	if (!rc)
+		return 0;
+	printable_only(err->msg);
+	if (!strcmp(gs_exit_name(rc), "unknown")) {
+		char msg[GS_ERR_MSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", err->msg);
+		return gs_fail(err, GS_E_AGENT, "the agent answered with an unknown code %d: %s", rc, msg);
+	}
+	return rc;
+}
 
 int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
@@ -31,11 +70,23 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 	gs_msg_free(&req);
 	if (rc) {
 		gs_msg_free(&reply);
-		/* a stale socket of a process that re-exec'd without the agent: treat as no agent */
+		/*
+		 * Nobody listens (an agent that ended without removing its socket, a
+		 * process that re-exec'd without the agent): no agent. An agent that
+		 * accepts and does not answer is one that fails.
+		 */
 		if (e.code == GS_E_AGENT)
 			return 0;
 		*err = e;
-		return rc;
+		return exchange_failed(pid, rc, HELLO_TIMEOUT_S, err);
+	}
+	if (reply.type == GS_MSG_RESULT) {
+		/* an agent that refuses (another user's process, too many connections) is there all the same */
+		rc = agent_result(&reply, err);
+		gs_msg_free(&reply);
+		if (!rc)
+			rc = gs_fail(err, GS_E_AGENT, "the agent answered hello with a result");
+		return gs_err_wrap(err, "agent of process %d", (int)pid);
 	}
 	ag->present = reply.type == GS_MSG_INFO;
 	gs_msg_get_u64(&reply, GS_F_STATE, &ag->state);
@@ -86,7 +137,10 @@ static int request_for(pid_t pid, struct cli_agent *ag, uint16_t type, double ti
 	gs_msg_free(&req);
 	if (!rc) {
 		keep_fields(ag, &reply);
-		rc = gs_msg_result_code(&reply, err);
+		rc = agent_result(&reply, err);
+	} else {
+		printable_only(err->msg); /* it names the socket's path */
+		rc = exchange_failed(pid, rc, wait, err);
 	}
 	gs_msg_free(&reply);
 	return rc;

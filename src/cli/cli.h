@@ -25,8 +25,19 @@ struct cli_command {
 
 /* Prints "gpusnap: <message>" on stderr and returns err->code. */
 int cli_report_error(const struct gs_err *err);
-/* Parses options; on -h prints usage and returns GS_PARSE_HELP; on errors prints message + usage. */
+/*
+ * Parses options; on -h prints usage (stdout) and returns GS_PARSE_HELP; on
+ * an error prints one line, "gpusnap CMD: <what is wrong> (see gpusnap CMD
+ * --help)", and returns GS_E_USAGE.
+ */
 int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *const *usage, int flags, int *nargs);
+/* A usage error of command cmd found after parsing: the same one line; returns GS_E_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * The positional arguments a command takes: exactly `want` (named `what`,
+ * "PID"), else a usage error naming what is missing or extra. 0 or GS_E_USAGE.
+ */
+int cli_want_args(const char *cmd, char **args, int nargs, int want, const char *what);
 
 /* JSON outcomes: an object opened with action, ok and (on failure) exit_code, error, message. */
 void cli_json_begin_outcome(struct gs_json *j, const char *action, int rc, const struct gs_err *err);

@@ -3,12 +3,14 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/interrupt.h"
 #include "common/proc.h"
 #include "common/util.h"
 #include "cuda/checkpoint.h"
@@ -22,16 +24,35 @@ int cli_report_error(const struct gs_err *err)
 int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *const *usage, int flags, int *nargs)
 {
 	struct gs_err err = { 0 };
+	const char *cmd = argv[0]; /* the parser moves positional arguments over it */
 	int rc = gs_parse_options(argc, argv, opts, flags, nargs, &err);
 	if (rc == GS_PARSE_HELP) {
 		gs_print_usage(stdout, usage, opts);
 		return rc;
 	}
-	if (rc) {
-		fprintf(stderr, "gpusnap %s: %s\n", argv[0], err.msg);
-		gs_print_usage(stderr, usage, opts);
-	}
-	return rc;
+	if (rc == GS_E_USAGE)
+		return cli_usage_error(cmd, "%s", err.msg);
+	return rc ? cli_report_error(&err) : 0;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+	char msg[GS_ERR_MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "gpusnap %s: %s (see gpusnap %s --help)\n", cmd, msg, cmd);
+	return GS_E_USAGE;
+}
+
+int cli_want_args(const char *cmd, char **args, int nargs, int want, const char *what)
+{
+	if (nargs < want)
+		return cli_usage_error(cmd, "%s is required", what);
+	if (nargs > want)
+		return cli_usage_error(cmd, "unexpected argument '%s'", args[want]);
+	return 0;
 }
 
 void cli_json_begin_outcome(struct gs_json *j, const char *action, int rc, const struct gs_err *err)
@@ -134,7 +155,10 @@ static void *progress_main(void *arg)
 		double el = gs_now() - p->start;
 		if (!p->stop && el >= 1.0) {
 			int phase = __atomic_load_n(&gs_ckpt_current_phase, __ATOMIC_RELAXED);
-			fprintf(stderr, "\r\033[Kgpusnap: %s: %s %.1f s", p->what, gs_ckpt_phase_name((enum gs_ckpt_phase)phase), el);
+			int sig = cli_signal_caught();
+			/* a signal is obeyed at the end of the step: say so, or the user presses Ctrl-C again */
+			fprintf(stderr, "\r\033[Kgpusnap: %s: %s %.1f s%s%s%s", p->what, gs_ckpt_phase_name((enum gs_ckpt_phase)phase),
+				el, sig ? " (" : "", sig ? cli_signal_name(sig) : "", sig ? ": ending after this step)" : "");
 			fflush(stderr);
 			p->printed = true;
 		}

@@ -13,7 +13,14 @@
  * Either way the image is built under a temporary name and published at DIR
  * only once CRIU succeeded. Any failure before that undoes the steps in
  * reverse, so the process runs on; docs/DESIGN.md, "Dumping to files".
+ *
+ * The process is locked for the dump (op_lock.h) and each step is recorded
+ * with what to do should gpusnap be killed there. An ending signal is
+ * obeyed between steps (interrupt.h): before CRIU has dumped the process the
+ * dump is undone, after that it is finished (CRIU may have killed the
+ * process: its image must be published).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +29,11 @@
 
 #include "cli/agent_client.h"
 #include "cli/cli.h"
+#include "cli/cli_criu.h"
 #include "cli/dump_common.h"
+#include "cli/interrupt.h"
+#include "cli/op_lock.h"
+#include "common/fault.h"
 #include "common/proc.h"
 #include "common/util.h"
 #include "core/protocol.h"
@@ -31,8 +42,8 @@
 #include "image/image.h"
 
 static const char *const dump_usage[] = {
-	"gpusnap dump [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] [--json] "
-	"-D DIR PID",
+	"gpusnap dump [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] [--replace] "
+	"[--json] -D DIR PID",
 	NULL,
 };
 
@@ -41,7 +52,7 @@ static const char *const dump_usage[] = {
 struct dump_opts {
 	const char *dir;
 	double timeout;
-	bool leave_running, driver_only, json, tcp_close, tcp_established;
+	bool leave_running, driver_only, json, tcp_close, tcp_established, replace;
 };
 
 struct dump_run {
@@ -50,6 +61,8 @@ struct dump_run {
 	struct cli_session s;
 	struct cli_agent agent;
 	struct gs_criu criu;
+	struct cli_op *lock;
+	struct cli_op_record left; /* what a killed gpusnap left on the process, if anything */
 	struct gs_image_tmp *tmp;
 	char cpu_dir[4096];
 	struct gs_ckpt_proc proc;
@@ -60,6 +73,8 @@ struct dump_run {
 	bool streamed;   /* the agent streamed the data (no staging copy) */
 	bool keep_tmp;   /* the agent could not take its data back: its only copy is in the temporary image */
 	bool agent_stuck; /* the agent's own undo of a failed dump failed: it stayed suspended, data in the image */
+	bool undo_failed; /* a step could not be undone (said on stderr) */
+	bool data_in_tmp; /* the agent's GPU data is (or is being) written to the temporary image */
 	/* timings */
 	double agent_suspend_s, agent_write_s, criu_s, publish_s, resume_s, total_s;
 	uint64_t gpu_bytes, ring_bytes;
@@ -104,8 +119,10 @@ static void undo(struct dump_run *r)
 {
 	struct gs_err e = { 0 };
 	if (r->driver_suspended) {
-		if (gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, &e))
+		if (gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, &e)) {
 			fprintf(stderr, "gpusnap: could not put process %d back on the GPU: %s\n", (int)r->pid, e.msg);
+			r->undo_failed = true;
+		}
 		r->driver_suspended = false;
 	}
 	if (r->agent_suspended) {
@@ -115,6 +132,7 @@ static void undo(struct dump_run *r)
 			fprintf(stderr, "gpusnap: %s\n", e.msg);
 			/* the process stays suspended; the image is where its GPU data is: keep it */
 			r->keep_tmp = from != NULL;
+			r->undo_failed = true;
 		} else if (r->agent_stuck) {
 			fprintf(stderr, "gpusnap: process %d took its GPU data back from the temporary image and runs on\n",
 				(int)r->pid);
@@ -123,17 +141,99 @@ static void undo(struct dump_run *r)
 	}
 }
 
+/*
+ * Records the step the dump is at, with what to tell the user should gpusnap
+ * be killed there (op_lock.h): while the process exists it is suspended
+ * (the driver and/or the agent hold it) unless CRIU's dump went through.
+ */
+enum dump_step { STEP_AGENT, STEP_DRIVER, STEP_CRIU, STEP_PUBLISH, STEP_FINISH };
+
+static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump_step step)
+{
+	static const char *const names[] = { "agent", "driver", "criu", "publish", "finish" };
+	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
+	const char *tmp = gs_image_tmp_path(r->tmp);
+	/* where the agent's GPU data is should gpusnap die here: the image being written, then the published one */
+	const char *data = r->data_in_tmp ? tmp : NULL;
+	int me = (int)getpid(), pid = (int)r->pid;
+	gone[0] = '\0';
+	switch (step) {
+	case STEP_AGENT:
+	case STEP_DRIVER:
+		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed; "
+			 "gpusnap resume %d puts it back", pid, me, pid);
+		break;
+	case STEP_CRIU:
+		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed "
+			 "while CRIU dumped it; gpusnap resume %d puts it back", pid, me, pid);
+		snprintf(gone, sizeof(gone), "CRIU dumped process %d for a gpusnap dump (pid %d) that was killed before it "
+			 "published the image at '%s': check '%s' with gpusnap inspect --verify, then gpusnap restore -D '%s' "
+			 "brings the process back", pid, me, o->dir, tmp, tmp);
+		break;
+	case STEP_PUBLISH:
+		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed "
+			 "after CRIU dumped it; its image is complete at '%s'; gpusnap resume %d puts the process back", pid, me,
+			 tmp, pid);
+		snprintf(gone, sizeof(gone), "a gpusnap dump (pid %d) was killed after CRIU dumped process %d, before it "
+			 "published the image at '%s': the image is complete at '%s'; gpusnap restore -D '%s' brings the "
+			 "process back", me, pid, o->dir, tmp, tmp);
+		break;
+	case STEP_FINISH:
+		data = r->data_in_tmp ? o->dir : NULL;
+		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump --leave-running (pid %d) that "
+			 "was killed after it published '%s'; gpusnap resume %d puts it back", pid, me, o->dir, pid);
+		snprintf(gone, sizeof(gone), "process %d was dumped to '%s' by a gpusnap dump (pid %d) that was killed as it "
+			 "ended; gpusnap restore -D '%s' brings it back", pid, o->dir, me, o->dir);
+		break;
+	}
+	cli_op_step(r->lock, names[step], data, alive, gone[0] ? gone : NULL);
+}
+
+/* A test's injected failure at point, as the step after it would fail. */
+static int injected(struct dump_run *r, enum gs_fault_point point, struct gs_err *err)
+{
+	int e = gs_fault_errno(point, EIO);
+	return gs_fail_errno(err, gs_exit_from_errno(e), e, "dump of process %d failed at '%s' (injected)", (int)r->pid,
+			     gs_fault_name(point));
+}
+
+/* Between steps before CRIU: a signal that came stops the dump here (undo follows). */
+static int stop_if_signalled(struct dump_run *r, struct gs_err *err)
+{
+	if (!cli_signal_caught())
+		return 0;
+	char what[64];
+	snprintf(what, sizeof(what), "dump of process %d", (int)r->pid);
+	return cli_fail_interrupted(err, what);
+}
+
+/* CRIU could not write its images for want of space: the documented code for a full disk. */
+static int criu_out_of_space(int rc, const char *dir, struct gs_err *err)
+{
+	if (rc != GS_E_CRIU || (!strstr(err->msg, strerror(ENOSPC)) && !strstr(err->msg, strerror(EDQUOT))))
+		return rc;
+	gs_err_wrap(err, "no space left for the image at '%s'", dir);
+	err->code = GS_E_NO_SPACE;
+	return GS_E_NO_SPACE;
+}
+
 static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)
 {
 	double t0 = gs_now();
-	int rc = gs_image_tmp_create(o->dir, &r->tmp, err);
+	struct gs_image_tmp_opts to = { .source_pid = r->pid, .source_comm = r->comm, .replace = o->replace };
+	int rc = gs_image_tmp_create(o->dir, &to, &r->tmp, err);
 	if (rc)
 		return rc;
-	if ((rc = gs_image_tmp_cpu_dir(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
+	/* CRIU writes through gpusnap's descriptor of cpu/: no rename above it can redirect root's writes */
+	if ((rc = gs_image_tmp_cpu_fd_path(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
+		return rc;
+	if ((rc = stop_if_signalled(r, err)))
 		return rc;
 
 	if (r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING)) {
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
+		r->data_in_tmp = true;
+		record_step(r, o, STEP_AGENT);
 		double t = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
 		if ((rc = cli_agent_dump_running(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, err))) {
@@ -156,63 +256,102 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->ring_bytes = cli_agent_counter(&r->agent, "ring_bytes");
 	} else if (r->agent.present) {
 		/* data part (agents without the streamed dump): staging, image, free the staging memory */
+		record_step(r, o, STEP_AGENT);
 		double t = gs_now();
 		if ((rc = cli_agent_suspend(r->pid, &r->agent, o->timeout, false, err)))
 			return rc;
 		r->agent_suspended = true;
 		r->agent_suspend_s = gs_now() - t;
 		r->gpu_bytes = cli_agent_counter(&r->agent, "bytes");
+		if ((rc = stop_if_signalled(r, err)))
+			return rc;
 		t = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
+		r->data_in_tmp = true; /* the agent drops its staging copy once the image is written */
+		record_step(r, o, STEP_AGENT);
 		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), true, err)))
 			return rc;
 		r->agent_dumped = true;
 		r->agent_write_s = gs_now() - t;
 	}
+	/* on the driver path: after the checks, before the driver */
+	if (gs_fault(GS_FI_DUMP_AFTER_AGENT))
+		return injected(r, GS_FI_DUMP_AFTER_AGENT, err);
+	if ((rc = stop_if_signalled(r, err)))
+		return rc;
 	/* control part (agent) or everything (driver): the driver takes the process off the GPU */
+	record_step(r, o, STEP_DRIVER);
 	r->proc.pid = r->pid;
 	if ((rc = gs_ckpt_suspend(&r->s.cu, &r->proc, 1, o->timeout, err)))
 		return rc;
 	r->driver_suspended = true;
 	if (!r->agent.present && (rc = write_driver_manifest(r, err)))
 		return rc;
+	if (gs_fault(GS_FI_DUMP_AFTER_DRIVER))
+		return injected(r, GS_FI_DUMP_AFTER_DRIVER, err);
+	if ((rc = stop_if_signalled(r, err)))
+		return rc;
 
 	struct gs_criu_dump_opts co = {
 		.leave_running = o->leave_running,
 		.tcp = o->tcp_close ? GS_CRIU_TCP_CLOSE : o->tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE,
 	};
+	record_step(r, o, STEP_CRIU);
 	double t = gs_now();
 	rc = gs_criu_dump(&r->criu, r->pid, r->cpu_dir, &co, err);
 	r->criu_s = gs_now() - t;
-	if (rc)
-		return rc; /* criu resumes the process it could not dump: undo puts it back on the GPU */
+	if (rc) /* criu resumes the process it could not dump: undo puts it back on the GPU */
+		return criu_out_of_space(rc, o->dir, err);
+	/*
+	 * The point of no return: without --leave-running CRIU has killed the
+	 * process, and its image is its only copy. A signal from here on is
+	 * obeyed once the dump is complete.
+	 */
 	if (!o->leave_running) {
 		/* the process is gone: nothing to undo from here on */
 		r->driver_suspended = r->agent_suspended = false;
 	}
+	record_step(r, o, STEP_PUBLISH);
 	t = gs_now();
-	rc = gs_image_publish(r->tmp, &r->published, err);
+	rc = gs_fault(GS_FI_DUMP_AFTER_CRIU) ? injected(r, GS_FI_DUMP_AFTER_CRIU, err) : gs_image_publish(r->tmp, &r->published, err);
 	r->publish_s = gs_now() - t;
 	if (rc && !r->published && !o->leave_running) {
-		/* the process is gone and its image complete at the temporary name: keep that, say where */
-		gs_err_wrap(err, "process %d was dumped, but its image stays at '%s' (move it; restore with gpusnap restore "
-			    "-D)", (int)r->pid, gs_image_tmp_path(r->tmp));
-		gs_image_tmp_close(r->tmp);
+		/* the process is gone and its image complete at the temporary name: keep it under its own name, say where */
+		char kept[4096];
+		struct gs_err ke = { 0 };
+		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
+			fprintf(stderr, "gpusnap: %s\n", ke.msg);
+		char gone[GS_ERR_MSG_MAX];
+		snprintf(gone, sizeof(gone), "process %d was dumped, but its image could not be put at '%s' and is kept at "
+			 "'%s': gpusnap restore -D '%s' brings it back", (int)r->pid, o->dir, kept, kept);
+		cli_op_leave(r->lock, kept, NULL, gone);
 		r->tmp = NULL;
+		gs_err_wrap(err, "process %d was dumped, but its image was not published; it is kept at '%s' (gpusnap "
+			    "restore -D '%s' brings the process back)", (int)r->pid, kept, kept);
 		return rc;
 	}
 	if (rc)
 		return rc;
+	record_step(r, o, STEP_FINISH);
+	bool fail_resume = gs_fault(GS_FI_DUMP_AFTER_PUBLISH) && o->leave_running;
 	if (o->leave_running) {
 		t = gs_now();
-		rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, err);
-		r->driver_suspended = false;
-		if (!rc && r->agent_suspended)
-			rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err);
-		r->agent_suspended = false;
+		rc = fail_resume ? injected(r, GS_FI_DUMP_AFTER_PUBLISH, err)
+				 : gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, err);
+		if (!rc)
+			r->driver_suspended = false;
+		if (!rc && r->agent_suspended && !(rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err)))
+			r->agent_suspended = false;
 		r->resume_s = gs_now() - t;
-		if (rc)
-			gs_err_wrap(err, "the image at '%s' is complete, but process %d did not resume", o->dir, (int)r->pid);
+		if (rc) {
+			char alive[GS_ERR_MSG_MAX];
+			snprintf(alive, sizeof(alive), "process %d stays suspended after its dump to '%s'; gpusnap resume %d "
+				 "puts it back", (int)r->pid, o->dir, (int)r->pid);
+			cli_op_leave(r->lock, r->agent.present ? o->dir : NULL, alive, NULL);
+			gs_err_wrap(err, "the image at '%s' is complete, but process %d did not resume (gpusnap resume %d)",
+				    o->dir, (int)r->pid, (int)r->pid);
+			r->driver_suspended = r->agent_suspended = false; /* the image is published: no undo */
+		}
 	}
 	r->total_s = gs_now() - t0;
 	return rc;
@@ -280,6 +419,7 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_BOOL_(0, "tcp-close", &o.tcp_close, "dump established TCP connections; they come back closed"),
 		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
 			     "dump established TCP connections and restore them (needs iptables)"),
+		GS_OPT_BOOL_(0, "replace", &o.replace, "replace DIR even if it holds the image of another process"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -287,16 +427,12 @@ int cmd_dump(int argc, char **argv)
 	int rc = cli_parse(argc, argv, opts, dump_usage, 0, &nargs);
 	if (rc)
 		return rc == GS_PARSE_HELP ? 0 : rc;
-	if (nargs != 1 || !o.dir || !*o.dir) {
-		if (nargs == 1)
-			fprintf(stderr, "gpusnap dump: -D DIR is required\n");
-		gs_print_usage(stderr, dump_usage, opts);
-		return GS_E_USAGE;
-	}
-	if (o.tcp_close && o.tcp_established) {
-		fprintf(stderr, "gpusnap dump: --tcp-close and --tcp-established exclude each other\n");
-		return GS_E_USAGE;
-	}
+	if ((rc = cli_want_args("dump", argv, nargs, 1, "PID")))
+		return rc;
+	if (!o.dir || !*o.dir)
+		return cli_usage_error("dump", "-D DIR is required");
+	if (o.tcp_close && o.tcp_established)
+		return cli_usage_error("dump", "--tcp-close and --tcp-established exclude each other");
 
 	/* the agent writes into the image from its own working directory: give it an absolute path */
 	char absdir[4096];
@@ -316,13 +452,17 @@ int cmd_dump(int argc, char **argv)
 	/* checks before anything is touched: the process, CRIU, the driver, the process's state, the agent */
 	rc = gs_parse_pid(argv[0], &pid) ? gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0])
 					 : gs_proc_check(pid, &err);
+	/* signals are recorded from here: the lock's record and every step are undone or finished, never cut */
+	cli_signals_catch();
+	/* one operation per process: the checks below hold only while no other gpusnap acts on it */
 	if (!rc)
-		rc = gs_criu_find(&r->criu, &err);
-	bool session = false;
-	if (!rc) {
+		rc = cli_op_begin(pid, false, "dump", &r->lock, &r->left, &err);
+	if (rc == GS_E_NO_PROCESS)
+		cli_op_explain_gone(pid, &err);
+	if (!rc)
+		rc = cli_criu_find(&r->criu, &err);
+	if (!rc)
 		rc = cli_session_open(&r->s, &err);
-		session = true;
-	}
 	if (!rc)
 		rc = gs_cuda_require_checkpoint(&r->s.cu, &err);
 	r->pid = pid;
@@ -338,6 +478,9 @@ int cmd_dump(int argc, char **argv)
 		rc = cli_agent_probe(r->pid, &r->agent, &err);
 	if (!rc && r->agent.present && r->agent.state != GS_AGENT_RUNNING)
 		rc = gs_fail(&err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)r->pid);
+	/* a process a killed gpusnap left suspended: say by whom and what to do */
+	if (rc == GS_E_STATE && r->left.if_alive[0])
+		cli_err_append(&err, "%s", r->left.if_alive);
 	/* after the CUDA checks: "not a CUDA process" is the more useful answer when both apply */
 	if (!rc)
 		rc = gs_criu_dumpable(r->pid, &err);
@@ -350,8 +493,8 @@ int cmd_dump(int argc, char **argv)
 			     "process %d runs as user %u and its agent would write the image: run gpusnap dump as that user, or "
 			     "use --driver", (int)r->pid, (unsigned)pst.st_uid);
 	if (rc) {
-		if (session)
-			cli_session_close(&r->s);
+		cli_op_end(r->lock, false);
+		cli_session_close(&r->s);
 		free(r);
 		return cli_report_error(&err);
 	}
@@ -370,12 +513,33 @@ int cmd_dump(int argc, char **argv)
 	cli_progress_stop(progress);
 	if (rc)
 		undo(r);
-	if (r->tmp) {
-		if (r->keep_tmp)
-			fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
-				"'%s' %d puts it back)\n", (int)r->pid, gs_image_tmp_path(r->tmp), gs_image_tmp_path(r->tmp),
-				(int)r->pid);
-		if (r->published || r->keep_tmp)
+	/* a step that failed after the signal came (CRIU got it too, say) is told as its cause */
+	char cause[GS_ERR_MSG_MAX] = "";
+	if (rc && cli_signal_caught() && !cli_is_interrupted(rc) && !r->published) {
+		snprintf(cause, sizeof(cause), " (%s)", err.msg);
+		snprintf(what, sizeof(what), "dump of process %d", (int)r->pid);
+		rc = cli_fail_interrupted(&err, what);
+	}
+	if (cli_is_interrupted(rc)) {
+		if (r->undo_failed)
+			cli_err_append(&err, "not all of it could be undone (said above)%s", cause);
+		else
+			cli_err_append(&err, "undone, process %d runs on and nothing was written to '%s'%s", (int)r->pid,
+				       o.dir, cause);
+	}
+	if (r->tmp && r->keep_tmp) {
+		char kept[4096];
+		struct gs_err ke = { 0 };
+		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
+			fprintf(stderr, "gpusnap: %s\n", ke.msg);
+		char alive[GS_ERR_MSG_MAX];
+		snprintf(alive, sizeof(alive), "process %d stays suspended after a failed dump; its GPU data is kept in '%s': "
+			 "gpusnap resume %d puts it back", (int)r->pid, kept, (int)r->pid);
+		cli_op_leave(r->lock, kept, alive, NULL);
+		fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
+			"'%s' %d puts it back)\n", (int)r->pid, kept, kept, (int)r->pid);
+	} else if (r->tmp) {
+		if (r->published)
 			gs_image_tmp_close(r->tmp);
 		else
 			gs_image_tmp_discard(r->tmp);
@@ -383,6 +547,10 @@ int cmd_dump(int argc, char **argv)
 	print_outcome(r, &o, rc, &err);
 	if (rc)
 		cli_report_error(&err);
+	else if (cli_signal_caught())
+		fprintf(stderr, "gpusnap: %s came after CRIU had dumped process %d, too late to undo; the dump was finished\n",
+			cli_signal_name(cli_signal_caught()), (int)r->pid);
+	cli_op_end(r->lock, rc == 0);
 	cli_session_close(&r->s);
 	free(r);
 	return rc;

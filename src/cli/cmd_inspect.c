@@ -1,7 +1,9 @@
 /*
  * cmd_inspect.c - `gpusnap inspect DIR`: what an image holds (process, GPUs,
- * allocations, checksums, how and when it was taken, versions), as text or
- * JSON; --verify also reads every stored chunk and checks its checksum.
+ * allocations, checksums, CRIU's files, how and when it was taken, versions),
+ * as text or JSON; --verify also reads every stored chunk and every listed
+ * file of CRIU's and checks their checksums. Opening the image already
+ * refuses one that is unsafe or incomplete (image.h: gs_image_open).
  */
 #include <stdio.h>
 
@@ -20,7 +22,7 @@ int cmd_inspect(int argc, char **argv)
 	const char *dir = NULL;
 	const struct gs_option opts[] = {
 		GS_OPT_STRING_('D', "dir", &dir, "DIR", "the image directory (or give it as the argument)"),
-		GS_OPT_BOOL_(0, "verify", &verify, "read every stored chunk and check its checksum"),
+		GS_OPT_BOOL_(0, "verify", &verify, "read every stored chunk and CRIU file and check its checksum"),
 		GS_OPT_BOOL_(0, "json", &json, "print as JSON"),
 		GS_OPT_END_(),
 	};
@@ -46,6 +48,9 @@ int cmd_inspect(int argc, char **argv)
 	}
 	struct gs_image_totals tot;
 	gs_image_totals(img, &tot);
+	size_t cpu_files = 0;
+	uint64_t cpu_bytes = 0;
+	bool cpu_listed = gs_image_cpu_files(img, &cpu_files, &cpu_bytes);
 	if (json) {
 		struct gs_json j;
 		gs_json_init(&j);
@@ -59,6 +64,8 @@ int cmd_inspect(int argc, char **argv)
 			if (rc)
 				gs_json_kv_string(&j, "message", err.msg);
 			gs_json_kv_uint(&j, "stored_bytes", tot.stored_bytes);
+			gs_json_kv_bool(&j, "cpu_files_checked", cpu_listed);
+			gs_json_kv_uint(&j, "cpu_bytes", cpu_bytes);
 			gs_json_kv_double(&j, "seconds", verify_s);
 			gs_json_object_end(&j);
 		} else {
@@ -69,10 +76,12 @@ int cmd_inspect(int argc, char **argv)
 	} else {
 		gs_image_describe_text(img, stdout);
 		if (verify && !rc) {
-			char b[32];
-			printf("verify       ok: %llu stored chunks, %s checked in %.2f s\n",
-			       (unsigned long long)(tot.chunks - tot.zero_chunks), gs_format_bytes(tot.stored_bytes, b, sizeof(b)),
-			       verify_s);
+			char b[32], cb[32] = "";
+			if (cpu_listed)
+				snprintf(cb, sizeof(cb), " and %zu CRIU file%s", cpu_files, cpu_files == 1 ? "" : "s");
+			printf("verify       ok: %llu stored chunks%s, %s checked in %.2f s\n",
+			       (unsigned long long)(tot.chunks - tot.zero_chunks), cb,
+			       gs_format_bytes(tot.stored_bytes + cpu_bytes, b, sizeof(b)), verify_s);
 		}
 	}
 	gs_image_close(img);

@@ -22,6 +22,14 @@
  * Any failure after CRIU kills the restored process, so a refused restore
  * leaves no process and the image as it was. The image is only read: CRIU's
  * log and work files go to a folder of their own under the runtime directory.
+ *
+ * The PID the image needs is locked for the restore, and the restored
+ * process too once it exists (op_lock.h): a second restore of the image, or
+ * a resume of the process it brings back, waits for nothing and is refused.
+ * An ending signal (interrupt.h) before the process continues kills it (it
+ * never ran; the image is unchanged); one after it is obeyed once the restore
+ * is complete. A half-restored process that a killed gpusnap left stopped is
+ * removed by the next restore of the image.
  */
 #define LOG_PREFIX "restore: "
 #include <errno.h>
@@ -36,7 +44,11 @@
 
 #include "cli/agent_client.h"
 #include "cli/cli.h"
+#include "cli/cli_criu.h"
 #include "cli/dump_common.h"
+#include "cli/interrupt.h"
+#include "cli/op_lock.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/lone_thread.h"
 #include "common/proc.h"
@@ -70,6 +82,8 @@ struct restore_run {
 	pid_t pid;
 	struct gs_ckpt_proc proc;
 	struct cli_agent agent;
+	struct cli_op *lock;       /* of the PID the image needs, then of the restored process too */
+	struct cli_op_record left; /* what a killed gpusnap left on that PID, if anything */
 	double verify_s, criu_s, gpu_s, total_s;
 	double verify_wait_s; /* how long the held process waited for the checksum pass */
 	uint64_t verified_bytes;
@@ -271,6 +285,23 @@ static void kill_restored(pid_t pid, bool ran)
 	}
 }
 
+/*
+ * A copy of the image that a killed gpusnap restore left stopped, never run,
+ * at the PID the image needs (its record says so, with the copy's start
+ * time): it is removed, so this restore can take the PID.
+ */
+static void remove_left_copy(struct restore_run *r)
+{
+	pid_t pid = r->info->source_pid;
+	struct gs_proc_stat st;
+	if (!r->left.action[0] || strcmp(r->left.step, "held") || !r->left.restored_start || gs_proc_read_stat(pid, &st) ||
+	    st.start_time != r->left.restored_start)
+		return;
+	fprintf(stderr, "gpusnap: note: removing process %d, a copy of this image that a gpusnap restore (pid %d) left "
+		"stopped, never run, when it was killed\n", (int)pid, (int)r->left.holder);
+	kill_restored(pid, false);
+}
+
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
 	int rc = gs_image_open(o->dir, &r->img, err);
@@ -284,15 +315,27 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	if (!agent && strcmp(r->info->how, "driver"))
 		return gs_fail(err, GS_E_IMAGE, "'%s' was taken in a way this gpusnap does not restore ('%s')", o->dir,
 			       r->info->how);
-	if ((rc = gs_criu_find(&r->criu, err)))
+	/* one restore of the PID at a time: the checks below hold only while no other gpusnap restores it */
+	pid_t pid = r->info->source_pid;
+	if ((rc = cli_op_begin(pid, true, "restore", &r->lock, &r->left, err)))
+		return rc;
+	if ((rc = cli_criu_find(&r->criu, err)))
 		return rc;
 	if ((rc = cli_session_open(&r->s, err)))
 		return rc;
 	r->session = true;
 	if ((rc = gs_cuda_require_checkpoint(&r->s.cu, err)) || (rc = plan_gpus(r, o, err)) || (rc = check_vram(r, err)))
 		return rc;
-	if ((rc = check_pid_free(r->info->source_pid, err)))
+	remove_left_copy(r);
+	if ((rc = check_pid_free(pid, err))) {
+		/* the process at the PID may be one a killed restore left: say what to do with it */
+		struct gs_proc_stat st;
+		const struct cli_op_record *l = &r->left;
+		if (l->action[0] && l->if_alive[0] && gs_proc_read_stat(pid, &st) == 0 &&
+		    (l->restored_start ? l->restored_start == st.start_time : !strcmp(l->step, "criu")))
+			cli_err_append(err, "%s", l->if_alive);
 		return rc;
+	}
 	/* buffered: the agent reads the same bytes right after, from the page cache */
 	gs_image_set_direct_io(r->img, false);
 	return 0;
@@ -341,45 +384,6 @@ static int join_verify(struct restore_run *r, struct gs_err *err)
 }
 
 /*
- * The restored process while it is held stopped and has never run: a signal
- * that ends gpusnap (Ctrl-C, SIGTERM, a closed terminal) kills it too, so an
- * interrupted restore leaves no process. The handler only calls kill, signal
- * and raise, which are async-signal-safe.
- */
-static volatile sig_atomic_t held_pid;
-
-static void on_ending_signal(int sig)
-{
-	pid_t p = (pid_t)held_pid;
-	if (p > 0)
-		kill(p, SIGKILL);
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
-static const int ending_signals[] = { SIGINT, SIGTERM, SIGHUP };
-
-static void guard_held(bool on, struct sigaction *saved)
-{
-	struct sigaction sa = { .sa_handler = on_ending_signal };
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < GS_ARRAY_SIZE(ending_signals); i++)
-		sigaction(ending_signals[i], on ? &sa : &saved[i], on ? &saved[i] : NULL);
-}
-
-/*
- * GPUSNAP_TEST_HOLD_S: tests hold the restored process this many seconds more
- * before it may continue, to interrupt a restore at that point.
- */
-static void test_hold(void)
-{
-	const char *v = getenv("GPUSNAP_TEST_HOLD_S");
-	double s = v ? atof(v) : 0;
-	for (double t0 = gs_now(); s > 0 && gs_now() - t0 < s;)
-		usleep(10000);
-}
-
-/*
  * The driver's restore while the app's threads stay stopped: only the
  * driver's restore thread runs. -1 when that cannot be done here (no ptrace
  * rights, no restore thread named): the caller lets the process continue
@@ -404,10 +408,55 @@ static int driver_restore_held(struct restore_run *r, struct gs_err *err)
 	return rc;
 }
 
+/* What the user is told should gpusnap be killed while the restored process is held or loading. */
+static void record_step(struct restore_run *r, const struct restore_opts *o, const char *step)
+{
+	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
+	int me = (int)getpid(), pid = (int)r->info->source_pid;
+	bool loading = !strcmp(step, "load");
+	if (loading)
+		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
+			 "killed before the agent loaded its GPU data: gpusnap resume %d loads it", pid, o->dir, me, pid);
+	else if (!strcmp(step, "resume"))
+		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
+			 "killed before the driver had put it back on the GPU: gpusnap resume %d finishes it", pid, o->dir, me,
+			 pid);
+	else if (!strcmp(step, "criu"))
+		/* which process CRIU made is not known yet: the user decides */
+		snprintf(alive, sizeof(alive), "process %d may be a copy of the image at '%s' that CRIU made for a gpusnap "
+			 "restore (pid %d) that was killed; if it is stopped, it never ran: kill -9 %d, then restore again", pid,
+			 o->dir, me, pid);
+	else
+		snprintf(alive, sizeof(alive), "process %d is a copy of the image at '%s' that a gpusnap restore (pid %d) "
+			 "left stopped, never run, when it was killed: gpusnap restore -D '%s' removes it and restores again",
+			 pid, o->dir, me, o->dir);
+	snprintf(gone, sizeof(gone), "a gpusnap restore (pid %d) from '%s' was killed; the image is unchanged: gpusnap "
+		 "restore -D '%s' brings the process back", me, o->dir, o->dir);
+	cli_op_step(r->lock, step, loading ? o->dir : NULL, alive, gone);
+}
+
+/* Before the process continues: a signal, or a test's injected failure at point, ends the restore here. */
+static int stop_held(struct restore_run *r, const struct restore_opts *o, enum gs_fault_point point, struct gs_err *err)
+{
+	if (gs_fault(point)) {
+		int e = gs_fault_errno(point, EIO);
+		return gs_fail_errno(err, gs_exit_from_errno(e), e, "restore from '%s' failed at '%s' (injected)", o->dir,
+				     gs_fault_name(point));
+	}
+	if (!cli_signal_caught())
+		return 0;
+	char what[PATH_MAX + 32];
+	snprintf(what, sizeof(what), "restore from '%s'", o->dir);
+	int rc = cli_fail_interrupted(err, what);
+	cli_err_append(err, "the restored process %d was killed before it ran; the image is unchanged", (int)r->pid);
+	return rc;
+}
+
 static int run_restore(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
+	/* CRIU (root) reads the cpu/ that was checked, through our descriptor of it: no rename can swap it */
 	char cpu[PATH_MAX];
-	int rc = gs_image_cpu_dir(r->img, cpu, sizeof(cpu), err);
+	int rc = gs_image_cpu_dir_fd_path(r->img, cpu, sizeof(cpu), err);
 	if (rc || (rc = make_work_dir(r, err)))
 		return rc;
 	if (!o->no_verify && o->verify_first) {
@@ -417,30 +466,50 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 			remove_work_dir(r);
 			return r->verify_rc;
 		}
-	} else if (!o->no_verify && (rc = start_verify(r, err))) {
+	}
+	/* from here a signal is obeyed between steps, never inside one (CRIU, the driver, the agent) */
+	cli_signals_catch();
+	if (cli_signal_caught()) {
+		char what[PATH_MAX + 32];
+		snprintf(what, sizeof(what), "restore from '%s'", o->dir);
+		rc = cli_fail_interrupted(err, what);
+		cli_err_append(err, "nothing was restored");
+		remove_work_dir(r);
+		return rc;
+	}
+	if (!o->no_verify && !o->verify_first && (rc = start_verify(r, err))) {
 		remove_work_dir(r);
 		return rc;
 	}
 	const char *extra[] = { "--work-dir", r->work, NULL };
-	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true };
-	struct sigaction saved[GS_ARRAY_SIZE(ending_signals)];
-	guard_held(true, saved);
+	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true,
+					   .image_pid = r->info->source_pid };
+	record_step(r, o, "criu");
 	double t = gs_now();
+	/* a signal while CRIU runs stops it and kills the task it was making, which never ran */
+	cli_signals_on_first(gs_criu_interrupt);
 	rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
+	cli_signals_on_first(NULL);
 	r->criu_s = gs_now() - t;
 	if (rc) {
-		guard_held(false, saved);
 		struct gs_err verr = { 0 };
 		if (join_verify(r, &verr))
 			*err = verr; /* a corrupt image explains a failing CRIU better than CRIU does */
 		remove_work_dir(r);
 		return err->code ? err->code : rc;
 	}
-	held_pid = r->pid; /* from here until SIGCONT the guard's signals kill it too */
+	/* the process exists, stopped: it is ours until the restore ends */
+	cli_op_restored(r->lock, r->pid);
+	record_step(r, o, "held");
 
 	t = gs_now();
 	bool ran = false; /* let continue (SIGCONT): from then on a failure is visible to the app */
-	int held = driver_restore_held(r, err);
+	int held = 0;
+	if ((rc = stop_held(r, o, GS_FI_RESTORE_AFTER_CRIU, err))) {
+		join_verify(r, NULL);
+		goto fail;
+	}
+	held = driver_restore_held(r, err);
 	if (held > 0) {
 		rc = held;
 		join_verify(r, NULL);
@@ -448,14 +517,20 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	}
 	if ((rc = join_verify(r, err)))
 		goto fail; /* the app never ran: it is killed stopped */
-	test_hold();
-	held_pid = 0;
-	guard_held(false, saved);
+	if ((rc = stop_held(r, o, GS_FI_RESTORE_BEFORE_CONT, err)))
+		goto fail;
+	/* the point of no return: the process runs its own code from here, and a signal waits for the end */
+	record_step(r, o, !strcmp(r->info->how, "agent") ? "load" : "resume");
 	if (kill(r->pid, SIGCONT)) {
 		rc = gs_fail_errno(err, GS_E_NO_PROCESS, errno, "the restored process %d is gone", (int)r->pid);
 		goto fail;
 	}
 	ran = true;
+	if (gs_fault(GS_FI_RESTORE_AFTER_CONT)) {
+		rc = gs_fail(err, GS_E_FAILURE, "restore from '%s' failed at '%s' (injected)", o->dir,
+			     gs_fault_name(GS_FI_RESTORE_AFTER_CONT));
+		goto fail;
+	}
 	r->proc.pid = r->pid;
 	if (held < 0 && (rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err)))
 		goto fail;
@@ -477,10 +552,6 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 fail:
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
 	kill_restored(r->pid, ran);
-	if (held_pid) { /* still guarded: it never got SIGCONT */
-		held_pid = 0;
-		guard_held(false, saved);
-	}
 	remove_work_dir(r);
 	return rc;
 }
@@ -558,10 +629,10 @@ int cmd_restore(int argc, char **argv)
 	int rc = cli_parse(argc, argv, opts, restore_usage, 0, &nargs);
 	if (rc == 0 && nargs == 1 && !o.dir)
 		o.dir = argv[0]; /* `gpusnap restore DIR` reads as well as -D DIR */
-	else if (rc == 0 && (nargs != 0 || !o.dir || !*o.dir)) {
-		gs_print_usage(stderr, restore_usage, opts);
-		rc = GS_E_USAGE;
-	}
+	else if (rc == 0 && nargs > 0)
+		rc = cli_usage_error("restore", "unexpected argument '%s'", argv[0]);
+	else if (rc == 0 && (!o.dir || !*o.dir))
+		rc = cli_usage_error("restore", "-D DIR is required");
 	if (rc) {
 		gs_string_list_free(&o.maps);
 		return rc == GS_PARSE_HELP ? 0 : rc;
@@ -581,9 +652,21 @@ int cmd_restore(int argc, char **argv)
 		cli_progress_stop(progress);
 	}
 	r.total_s = gs_now() - t0;
+	if (rc && cli_signal_caught() && !cli_is_interrupted(rc)) {
+		/* a step cut short by the signal (CRIU's run) failed: the signal is what happened */
+		char cause[GS_ERR_MSG_MAX], what[PATH_MAX + 32];
+		snprintf(cause, sizeof(cause), "%s", err.msg);
+		snprintf(what, sizeof(what), "restore from '%s'", o.dir);
+		rc = cli_fail_interrupted(&err, what);
+		cli_err_append(&err, "no process is left and the image is unchanged (%s)", cause);
+	}
 	print_outcome(&r, &o, rc, &err);
 	if (rc)
 		cli_report_error(&err);
+	else if (cli_signal_caught())
+		fprintf(stderr, "gpusnap: %s came after process %d had started running; the restore was finished\n",
+			cli_signal_name(cli_signal_caught()), (int)r.pid);
+	cli_op_end(r.lock, rc == 0);
 	free(r.target);
 	free(r.pairs);
 	gs_image_close(r.img);

@@ -23,7 +23,34 @@ static const char *const resume_usage[] = {
 struct resume_ctx {
 	struct gs_string_list maps;
 	const char *image; /* the agent's data is in this image (absolute path), or NULL */
+	/*
+	 * Process left_pid was left by a gpusnap that did not finish (op_lock.h):
+	 * its GPU data may be in left_image (used without --image), and a driver
+	 * lock it holds is that gpusnap's.
+	 */
+	pid_t left_pid;
+	char left_image[PATH_MAX];
 };
+
+static void found_left(void *arg, pid_t pid, const struct cli_op_record *left)
+{
+	struct resume_ctx *ctx = arg;
+	if (ctx->left_pid)
+		return; /* --image and what is left are for one process (dump and restore act on one) */
+	ctx->left_pid = pid;
+	snprintf(ctx->left_image, sizeof(ctx->left_image), "%s", left->image);
+}
+
+/* A driver lock that a killed gpusnap left on the process (it died between lock and checkpoint): released. */
+static int unlock_left(struct cli_session *s, struct gs_ckpt_proc *p, struct gs_err *err)
+{
+	int rc = gs_ckpt_unlock(&s->cu, p->pid, &p->unlock_s, err);
+	if (rc)
+		return rc;
+	fprintf(stderr, "gpusnap: note: released the driver lock a gpusnap that did not finish left on process %d\n",
+		(int)p->pid);
+	return gs_ckpt_get_state(&s->cu, p->pid, &p->state_before, err);
+}
 
 /* Parses the map against every driver-suspended process's recorded GPUs. */
 static int build_pairs(struct cli_session *s, struct resume_ctx *ctx, struct gs_ckpt_proc *procs, int n,
@@ -63,7 +90,7 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	/* which processes the driver holds checkpointed, which agents hold data */
 	struct gs_ckpt_proc *drv = calloc((size_t)n, sizeof(*drv));
 	int *drv_index = calloc((size_t)n, sizeof(int));
-	int ndrv = 0, nagent = 0, rc = 0;
+	int ndrv = 0, nagent = 0, nunlocked = 0, rc = 0;
 	if (!drv || !drv_index) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
@@ -71,6 +98,11 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	for (int i = 0; i < n; i++) {
 		if ((rc = gs_ckpt_get_state(&s->cu, procs[i].pid, &procs[i].state_before, err)))
 			goto out;
+		if (procs[i].state_before == CU_PROCESS_STATE_LOCKED && procs[i].pid == ctx->left_pid) {
+			if ((rc = unlock_left(s, &procs[i], err)))
+				goto out;
+			nunlocked++;
+		}
 		procs[i].state_after = procs[i].state_before;
 		procs[i].state_known = true;
 		if (procs[i].state_before == CU_PROCESS_STATE_CHECKPOINTED) {
@@ -91,11 +123,23 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 		nagent--;
 		reopened++;
 	}
-	if (!ndrv && !nagent && reopened)
-		goto out;
+	if (!ndrv && !nagent && (reopened || nunlocked))
+		goto out; /* a gate or the driver's lock was all there was to undo */
 	if (!ndrv && !nagent) {
 		rc = gs_fail(err, GS_E_STATE, "process %d is not suspended (it is %s)", (int)procs[0].pid,
 			     gs_cuda_state_name(procs[0].state_before));
+		goto out;
+	}
+	for (int i = 0; ctx->image && i < n; i++) {
+		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING)
+			continue;
+		/* the driver holds all of this process's GPU state: the image would go unread */
+		rc = gs_fail(err, GS_E_AGENT,
+			     agents[i].present ? "--image: the agent of process %d holds no GPU data to load (it was suspended "
+						 "with --driver); resume it without --image"
+					       : "--image: process %d runs without the gpusnap agent, so its GPU data is with the "
+						 "driver, not in an image; resume it without --image",
+			     (int)procs[i].pid);
 		goto out;
 	}
 	if (ctx->maps.count && !ndrv) {
@@ -118,16 +162,24 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 		}
 		if (rc)
 			goto out;
-		if (gs_fault(GS_FI_RESUME_AFTER_DRIVER)) {
-			rc = gs_fail(err, GS_E_FAILURE, "injected failure after the driver's resume");
-			goto out;
-		}
+	}
+	if (gs_fault(GS_FI_RESUME_AFTER_DRIVER)) {
+		rc = gs_fail(err, GS_E_FAILURE, "resume of process %d failed at '%s' (injected): the driver part is done; "
+			     "gpusnap resume %d finishes it", (int)procs[0].pid, gs_fault_name(GS_FI_RESUME_AFTER_DRIVER),
+			     (int)procs[0].pid);
+		goto out;
 	}
 	/* data part: each agent re-creates its memory at the same addresses and lets the app go on */
 	for (int i = 0; i < n; i++) {
 		if (!agents[i].present || agents[i].state == GS_AGENT_RUNNING)
 			continue;
-		int r = cli_agent_resume_from(procs[i].pid, &agents[i], ctx->image, err);
+		const char *image = ctx->image;
+		if (!image && ctx->left_image[0] && procs[i].pid == ctx->left_pid) {
+			image = ctx->left_image;
+			fprintf(stderr, "gpusnap: note: process %d's GPU data is taken from '%s', where a gpusnap that did not "
+				"finish left it\n", (int)procs[i].pid, image);
+		}
+		int r = cli_agent_resume_from(procs[i].pid, &agents[i], image, err);
 		if (r && !rc)
 			rc = r;
 	}
@@ -152,15 +204,11 @@ int cmd_resume(int argc, char **argv)
 	};
 	int nargs;
 	int rc = cli_parse(argc, argv, opts, resume_usage, 0, &nargs);
-	if (rc == 0 && nargs != 1) {
-		gs_print_usage(stderr, resume_usage, opts);
-		rc = GS_E_USAGE;
-	}
+	if (rc == 0)
+		rc = cli_want_args("resume", argv, nargs, 1, "PID");
 	char absimage[PATH_MAX];
-	if (rc == 0 && ctx.image && tree) {
-		fprintf(stderr, "gpusnap resume: --image is for one process, not --tree\n");
-		rc = GS_E_USAGE;
-	}
+	if (rc == 0 && ctx.image && tree)
+		rc = cli_usage_error("resume", "--image is for one process, not --tree");
 	if (rc == 0 && ctx.image) {
 		/* the agent reads it from its own working directory */
 		if (!realpath(ctx.image, absimage)) {
@@ -173,6 +221,7 @@ int cmd_resume(int argc, char **argv)
 	if (rc == 0) {
 		struct process_op op = {
 			.action = "resume", .pid_arg = argv[0], .tree = tree, .json = json, .run = run_resume, .ctx = &ctx,
+			.found_left = found_left,
 		};
 		rc = process_op_execute(&op);
 	}

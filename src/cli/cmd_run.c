@@ -2,7 +2,8 @@
  * cmd_run.c - `gpusnap run [--reserve SIZE] [--] CMD ARGS...`: starts CMD
  * with the gpusnap agent preloaded (LD_PRELOAD=libgpusnap.so), so that
  * suspend and resume take the fast path. Replaces itself with CMD (exec), so
- * CMD keeps gpusnap's PID, parent, terminal and signals.
+ * CMD keeps gpusnap's PID, parent, terminal and signals. A --reserve the
+ * host cannot hold is refused (exit 13) before CMD starts.
  */
 #include <errno.h>
 #include <limits.h>
@@ -12,6 +13,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/util.h"
+#include "core/hostmem.h"
 
 static const char *const run_usage[] = {
 	"gpusnap run [--reserve SIZE] [--] COMMAND [ARGS...]",
@@ -49,6 +52,22 @@ static int find_agent(char *buf, size_t n, struct gs_err *err)
 	return gs_fail(err, GS_E_AGENT, "cannot find libgpusnap.so next to %s or in ../lib (set GPUSNAP_AGENT)", self);
 }
 
+/*
+ * The reserved pool is taken in full when the app first uses a GPU: more than
+ * the host (or the memory cgroup gpusnap and so the app run in) has available
+ * would end in swap or the OOM killer, so it is refused before the app starts.
+ */
+static int check_reserve(uint64_t reserve, struct gs_err *err)
+{
+	struct gs_hostmem m;
+	gs_hostmem_read("", &m);
+	if (m.avail == UINT64_MAX || reserve <= m.avail)
+		return 0;
+	char want[32], have[32];
+	return gs_fail(err, GS_E_NO_SPACE, "--reserve %s is more than the host memory available (%s, %s)",
+		       gs_format_bytes(reserve, want, sizeof(want)), gs_format_bytes(m.avail, have, sizeof(have)), m.limit);
+}
+
 int cmd_run(int argc, char **argv)
 {
 	uint64_t reserve = 0;
@@ -61,12 +80,12 @@ int cmd_run(int argc, char **argv)
 	int rc = cli_parse(argc, argv, opts, run_usage, GS_PARSE_STOP_AT_NON_OPTION, &nargs);
 	if (rc)
 		return rc == GS_PARSE_HELP ? 0 : rc;
-	if (nargs < 1) {
-		gs_print_usage(stderr, run_usage, opts);
-		return GS_E_USAGE;
-	}
+	if (nargs < 1)
+		return cli_usage_error("run", "CMD is required");
 	argv[nargs] = NULL; /* the parser moved the command to the front; end it there for exec */
 	struct gs_err err = { 0 };
+	if (reserve && (rc = check_reserve(reserve, &err)))
+		return cli_report_error(&err);
 	char agent[PATH_MAX];
 	if ((rc = find_agent(agent, sizeof(agent), &err)))
 		return cli_report_error(&err);

@@ -1,12 +1,17 @@
 /*
  * cmd_state.c - `gpusnap state PID`: is the process running, locked,
  * suspended or failed (as the driver sees it), and what GPU memory it holds.
+ * It never waits for an operation on the process: it names the gpusnap at
+ * work (leaving its agent alone, which may be busy), or what a gpusnap that
+ * was killed left (op_lock.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/agent_client.h"
 #include "cli/cli.h"
+#include "cli/op_lock.h"
 #include "core/protocol.h"
 #include "common/proc.h"
 #include "common/util.h"
@@ -29,10 +34,8 @@ int cmd_state(int argc, char **argv)
 	int rc = cli_parse(argc, argv, opts, state_usage, 0, &nargs);
 	if (rc)
 		return rc == GS_PARSE_HELP ? 0 : rc;
-	if (nargs != 1) {
-		gs_print_usage(stderr, state_usage, opts);
-		return GS_E_USAGE;
-	}
+	if ((rc = cli_want_args("state", argv, nargs, 1, "PID")))
+		return rc;
 	struct gs_err err = { 0 };
 	struct cli_session s;
 	int pid;
@@ -42,8 +45,12 @@ int cmd_state(int argc, char **argv)
 	}
 	CUprocessState st;
 	rc = gs_proc_check(pid, &err);
-	if (rc)
+	if (rc) {
+		cli_op_explain_gone(pid, &err);
 		return cli_report_error(&err);
+	}
+	struct cli_op_record op;
+	bool has_op = cli_op_find(pid, &op) == 1;
 	rc = cli_session_open(&s, &err);
 	if (!rc)
 		rc = gs_ckpt_get_state(&s.cu, pid, &st, &err);
@@ -53,8 +60,9 @@ int cmd_state(int argc, char **argv)
 	}
 	uint64_t mask = 0;
 	uint64_t vram = cli_process_vram(&s, pid, &mask);
-	struct cli_agent ag;
-	if ((rc = cli_agent_probe(pid, &ag, &err))) {
+	struct cli_agent ag = { .present = false };
+	/* an agent at work for another gpusnap answers when its work is done: not asked then */
+	if ((!has_op || !op.holder_alive) && (rc = cli_agent_probe(pid, &ag, &err))) {
 		cli_session_close(&s);
 		return cli_report_error(&err);
 	}
@@ -68,6 +76,13 @@ int cmd_state(int argc, char **argv)
 		state = "suspended";
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));
+	/* what an operation at work, or one that was killed, has to do with the state */
+	char note[GS_ERR_MSG_MAX] = "";
+	struct gs_proc_stat ps;
+	/* a killed operation left nothing to say on a process that runs, unless it is held stopped */
+	bool stopped = gs_proc_read_stat(pid, &ps) == 0 && ps.state == 'T';
+	if (has_op && (op.holder_alive || strcmp(state, "running") || stopped))
+		cli_op_describe(pid, &op, true, note, sizeof(note));
 	if (json) {
 		struct gs_json j;
 		gs_json_init(&j);
@@ -97,6 +112,18 @@ int cmd_state(int argc, char **argv)
 			if (mask & (1ULL << g))
 				gs_json_int(&j, g);
 		gs_json_array_end(&j);
+		if (note[0]) {
+			gs_json_key(&j, "operation");
+			gs_json_object_begin(&j);
+			gs_json_kv_string(&j, "action", op.action);
+			gs_json_kv_int(&j, "gpusnap_pid", op.holder);
+			gs_json_kv_bool(&j, "at_work", op.holder_alive);
+			gs_json_kv_string(&j, "step", op.step);
+			if (op.image[0])
+				gs_json_kv_string(&j, "image", op.image);
+			gs_json_kv_string(&j, "message", note);
+			gs_json_object_end(&j);
+		}
 		gs_json_object_end(&j);
 		cli_json_print(&j);
 	} else {
@@ -104,6 +131,8 @@ int cmd_state(int argc, char **argv)
 			printf("%s (%s)\n", state, ag.fault);
 		else
 			printf("%s\n", state);
+		if (note[0])
+			fprintf(stderr, "gpusnap: note: %s\n", note);
 		if (ag.present && !verbose && ag.unmanaged_count) {
 			char b[32];
 			fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",

@@ -14,6 +14,7 @@
  */
 #include <stdio.h>
 
+#include "cli/interrupt.h"
 #include "cli/process_op.h"
 #include "common/fault.h"
 #include "core/protocol.h"
@@ -36,19 +37,45 @@ struct suspend_ctx {
 #define GATE_LEASE_NO_LIMIT_S 3600.0
 
 /*
- * Rolls back agents [0, upto): resumes the suspended ones; [upto, gated_to)
+ * Rolls back agents [0, upto): each takes its data back; [upto, gated_to)
  * had only their gates closed: opened. The agent at `failed` rolled itself
- * back already (or stays suspended, saying why): left alone.
+ * back already (or stays suspended, saying why): left alone. false if one
+ * could not (its error printed).
  */
-static void undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, int upto, int gated_to, int failed)
+static bool undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, int upto, int gated_to, int failed)
 {
+	bool all = true;
 	for (int i = 0; i < (gated_to > upto ? gated_to : upto); i++) {
 		struct gs_err e = { 0 };
 		if (!agents[i].present || i == failed)
 			continue;
-		if (i < upto ? cli_agent_resume(procs[i].pid, &agents[i], &e) : cli_agent_open(procs[i].pid, &agents[i], &e))
+		if (i < upto ? cli_agent_resume(procs[i].pid, &agents[i], &e) : cli_agent_open(procs[i].pid, &agents[i], &e)) {
 			cli_report_error(&e);
+			all = false;
+		}
 	}
+	return all;
+}
+
+/*
+ * The suspend stops before its end (a signal came, or a test injected a
+ * failure at point): the error names why; the caller appends what became of
+ * the processes.
+ */
+static int stopped(struct gs_ckpt_proc *procs, int n, enum gs_fault_point point, struct gs_err *err)
+{
+	char what[64];
+	snprintf(what, sizeof(what), "suspend of process %d%s", (int)procs[0].pid, n > 1 ? " (tree)" : "");
+	return cli_signal_caught() ? cli_fail_interrupted(err, what)
+				   : gs_fail(err, GS_E_FAILURE, "%s failed at '%s' (injected)", what, gs_fault_name(point));
+}
+
+static void say_undone(struct gs_ckpt_proc *procs, int n, bool agents_back, struct gs_err *err)
+{
+	if (!agents_back)
+		cli_err_append(err, "undone but for the agents named above");
+	else
+		cli_err_append(err, n > 1 ? "undone, the processes run on" : "undone, process %d runs on", (int)procs[0].pid);
 }
 
 /* Whether every agent of a tree can close its gate first: two or more agents, all with GS_CAP_GATE. */
@@ -89,9 +116,11 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 				return rc;
 			}
 		}
-		if (gs_fault(GS_FI_SUSPEND_AFTER_GATES)) {
-			undo_agents(agents, procs, 0, n, -1);
-			return gs_fail(err, GS_E_FAILURE, "injected failure with every gate closed");
+		if (gs_fault(GS_FI_SUSPEND_AFTER_GATES) || cli_signal_caught()) {
+			bool back = undo_agents(agents, procs, 0, n, -1);
+			int rc = stopped(procs, n, GS_FI_SUSPEND_AFTER_GATES, err);
+			say_undone(procs, n, back, err);
+			return rc;
 		}
 	}
 	/* data part: each agent waits for its app's GPU work and moves its memory to host */
@@ -104,9 +133,11 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 			return rc;
 		}
 	}
-	if (gs_fault(GS_FI_SUSPEND_AFTER_AGENT)) {
-		undo_agents(agents, procs, n, n, -1);
-		return gs_fail(err, GS_E_FAILURE, "injected failure after the agents' suspend");
+	if (gs_fault(GS_FI_SUSPEND_AFTER_AGENT) || cli_signal_caught()) {
+		bool back = undo_agents(agents, procs, n, n, -1);
+		int rc = stopped(procs, n, GS_FI_SUSPEND_AFTER_AGENT, err);
+		say_undone(procs, n, back, err);
+		return rc;
 	}
 	if (ctx->keep_context) {
 		for (int i = 0; i < n; i++) {
@@ -117,6 +148,17 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 	}
 	/* control part: the driver checkpoints the rest (all processes, with its own rollback) */
 	int rc = gs_ckpt_suspend(&s->cu, procs, n, ctx->timeout, err);
+	if (!rc && (gs_fault(GS_FI_SUSPEND_AFTER_DRIVER) || cli_signal_caught())) {
+		struct gs_err e = { 0 };
+		rc = stopped(procs, n, GS_FI_SUSPEND_AFTER_DRIVER, err);
+		if (gs_ckpt_resume(&s->cu, procs, n, NULL, 0, &e)) {
+			/* the driver keeps the processes checkpointed: suspended, whole; the agents keep their data */
+			cli_err_append(err, "cannot undo it (%s); gpusnap resume %d puts it back", e.msg, (int)procs[0].pid);
+			return rc;
+		}
+		say_undone(procs, n, undo_agents(agents, procs, n, n, -1), err);
+		return rc;
+	}
 	if (rc)
 		undo_agents(agents, procs, n, n, -1);
 	return rc;
@@ -140,14 +182,10 @@ int cmd_suspend(int argc, char **argv)
 	int rc = cli_parse(argc, argv, opts, suspend_usage, 0, &nargs);
 	if (rc)
 		return rc == GS_PARSE_HELP ? 0 : rc;
-	if (nargs != 1) {
-		gs_print_usage(stderr, suspend_usage, opts);
-		return GS_E_USAGE;
-	}
-	if (driver && ctx.keep_context) {
-		fprintf(stderr, "gpusnap suspend: --keep-context and --driver exclude each other\n");
-		return GS_E_USAGE;
-	}
+	if ((rc = cli_want_args("suspend", argv, nargs, 1, "PID")))
+		return rc;
+	if (driver && ctx.keep_context)
+		return cli_usage_error("suspend", "--keep-context and --driver exclude each other");
 	struct process_op op = {
 		.action = "suspend", .pid_arg = argv[0], .tree = tree, .json = json, .driver_only = driver,
 		.run = run_suspend, .ctx = &ctx,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/interrupt.h"
 #include "common/log.h"
 
 static const struct cli_command commands[] = {
@@ -29,6 +30,7 @@ int main(int argc, char **argv)
 {
 	gs_log_init_from_env();
 	if (argc < 2) {
+		/* nothing asked: the list of commands is the most useful answer */
 		usage(stderr);
 		return GS_E_USAGE;
 	}
@@ -42,8 +44,7 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
-			return commands[i].run(argc - 1, argv + 1);
-	fprintf(stderr, "gpusnap: '%s' is not a gpusnap command\n", argv[1]);
-	usage(stderr);
+			return cli_exit(commands[i].run(argc - 1, argv + 1));
+	fprintf(stderr, "gpusnap: '%s' is not a gpusnap command (see gpusnap --help)\n", argv[1]);
 	return GS_E_USAGE;
 }

@@ -83,7 +83,7 @@ const char *gs_exit_name(int code)
 	case GS_E_CRIU: return "criu";
 	case GS_E_AGENT: return "agent";
 	case GS_E_PARTIAL: return "partial";
-	default: return "unknown";
+	default: return code > GS_E_INTERRUPTED_BASE && code < GS_E_INTERRUPTED_BASE + 65 ? "interrupted" : "unknown";
 	}
 }
 

@@ -31,6 +31,12 @@ enum gs_exit {
 	GS_E_CRIU = 15,         /* CRIU missing, too old, or failed */
 	GS_E_AGENT = 16,        /* the preloaded agent refused or failed */
 	GS_E_PARTIAL = 17,      /* --tree: some processes were handled, some not (each is named) */
+	/*
+	 * An ending signal (N) came and the operation was undone: the command ends
+	 * by that signal, which a shell shows as 128 + N (130 SIGINT, 143 SIGTERM,
+	 * 129 SIGHUP). Never returned by library code.
+	 */
+	GS_E_INTERRUPTED_BASE = 128,
 };
 
 #define GS_ERR_MSG_MAX 512

@@ -42,10 +42,13 @@
 	X(AGENT_RECREATE, "agent-recreate", "creating a region's physical memory again (ENOMEM)")    \
 	X(AGENT_COPY_IN, "agent-copy-in", "a chunk's copy to the GPU (resume, restore)")             \
 	X(AGENT_REPLY, "agent-reply", "before the agent replies to a suspend or dump")               \
+	/* --- the agent's allocation hooks and control server (agent_hooks.c, agent_main.c) --- */  \
+	X(AGENT_ALLOC, "agent-alloc", "an allocation hook inside the gate, before its device's set-up") \
+	X(AGENT_OPERATION, "agent-operation", "an operation (suspend, resume, dump) is under way, before its work") \
 	/* --- the image (src/image) --- */                                                           \
 	X(IMAGE_WRITE, "image-write", "a write of the image writer (ENOSPC, EIO)")                   \
-	X(IMAGE_READ, "image-read", "a read of a chunk from an image (EIO)")                         \
-	X(IMAGE_PUBLISH, "image-publish", "putting a sealed image at its directory's name")          \
+	X(IMAGE_READ, "image-read", "a read of an image's file: manifest, chunk, CRIU's (EIO)")      \
+	X(IMAGE_PUBLISH, "image-publish", "publishing: 1st hit before the rename to DIR, 2nd after") \
 	/* --- CRIU (src/criu) --- */                                                                 \
 	X(CRIU_RUN, "criu-run", "running criu (it fails as if criu had)")                            \
 	/* --- the dump command (src/cli/cmd_dump.c) --- */                                           \
@@ -56,9 +59,11 @@
 	/* --- the restore command (src/cli/cmd_restore.c) --- */                                     \
 	X(RESTORE_AFTER_CRIU, "restore-after-criu", "CRIU restored the process (held), before the GPU part") \
 	X(RESTORE_BEFORE_CONT, "restore-before-cont", "the process is restored and held, before it continues") \
+	X(RESTORE_AFTER_CONT, "restore-after-cont", "the restored process continued, before the agent loads its GPU data") \
 	/* --- suspend and resume commands (src/cli) --- */                                           \
 	X(SUSPEND_AFTER_AGENT, "suspend-after-agent", "the agent released its data, before the driver") \
 	X(SUSPEND_AFTER_GATES, "suspend-after-gates", "--tree: every agent's gate closed, before any suspend") \
+	X(SUSPEND_AFTER_DRIVER, "suspend-after-driver", "the driver checkpointed the processes, before suspend ends") \
 	X(RESUME_AFTER_DRIVER, "resume-after-driver", "the driver restored the process, before the agent")
 
 enum gs_fault_point {

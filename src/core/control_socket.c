@@ -5,6 +5,7 @@
 #define LOG_PREFIX "control: "
 #include "core/control_socket.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -330,6 +331,21 @@ int gs_ctl_recv(int fd, enum gs_peer from, struct gs_msg *m, double deadline, in
 
 /* ---- server ---- */
 
+/*
+ * One thread per connection, at most GS_CTL_MAX_CONNECTIONS at once, so a
+ * client that connects and says nothing holds only its own thread (until the
+ * I/O timeout), never another client's answer. The acceptor thread owns the
+ * connection threads: it joins the finished ones before it accepts the next,
+ * and gs_ctl_server_stop joins it and then every connection thread left.
+ */
+struct conn {
+	struct gs_ctl_server *s;
+	pthread_t thread;
+	int fd;        /* -1 once its thread closed it (atomic: read without the lock after fork) */
+	bool used;     /* the slot holds a connection thread, running or finished (under s->lock) */
+	bool finished; /* its thread is done and may be joined (under s->lock) */
+};
+
 struct gs_ctl_server {
 	int listen_fd, stop_fd;
 	pthread_t thread;
@@ -340,6 +356,8 @@ struct gs_ctl_server {
 	void *ctx;
 	double io_timeout;
 	uid_t self_uid;
+	pthread_mutex_t lock;
+	struct conn conns[GS_CTL_MAX_CONNECTIONS];
 };
 
 static void serve_client(struct gs_ctl_server *s, int fd)
@@ -368,6 +386,8 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 		else
 			gs_msg_init(&req, 0);
 		free(frame);
+		if (!rc)
+			rc = gs_msg_check_request(&req, &err);
 		if (rc && io_failed) {
 			/* a client that went away or sent too little, or a stop: no one to answer */
 			pr_debug("dropping control connection: %s", err.msg);
@@ -375,7 +395,7 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 			gs_msg_free(&reply);
 			return;
 		} else if (rc) {
-			/* another protocol version or a malformed request: say so */
+			/* another protocol version, a malformed request, flags or a timeout it may not have: say so */
 			gs_msg_set_result(&reply, rc, "%s", err.msg);
 		} else {
 			s->fn(s->ctx, &req, &reply);
@@ -389,6 +409,83 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 	if (gs_ctl_send(fd, &reply, gs_now() + s->io_timeout, s->stop_fd, &err))
 		pr_debug("cannot send control reply: %s", err.msg);
 	gs_msg_free(&reply);
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	struct gs_ctl_server *s = c->s;
+	serve_client(s, c->fd);
+	pthread_mutex_lock(&s->lock);
+	int fd = __atomic_exchange_n(&c->fd, -1, __ATOMIC_RELAXED);
+	c->finished = true;
+	pthread_mutex_unlock(&s->lock);
+	close(fd);
+	return NULL;
+}
+
+/* Joins the connection threads that finished and frees their slots. */
+static void reap_finished(struct gs_ctl_server *s)
+{
+	for (int i = 0; i < GS_CTL_MAX_CONNECTIONS; i++) {
+		struct conn *c = &s->conns[i];
+		pthread_mutex_lock(&s->lock);
+		bool done = c->used && c->finished;
+		pthread_mutex_unlock(&s->lock);
+		if (!done)
+			continue;
+		pthread_join(c->thread, NULL);
+		pthread_mutex_lock(&s->lock);
+		c->used = c->finished = false;
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+/* Answers a connection over the bound at once, without reading it (one attempt: nothing waits here). */
+static void refuse_busy(struct gs_ctl_server *s, int fd, const char *why)
+{
+	struct gs_err err = { 0 };
+	struct gs_msg reply;
+	gs_msg_init(&reply, GS_MSG_RESULT);
+	gs_msg_set_result(&reply, GS_E_AGENT, "%s", why);
+	if (gs_ctl_send(fd, &reply, gs_now(), s->stop_fd, &err))
+		pr_debug("cannot send control reply: %s", err.msg);
+	gs_msg_free(&reply);
+	close(fd);
+}
+
+static void start_connection(struct gs_ctl_server *s, int fd)
+{
+	struct conn *c = NULL;
+	pthread_mutex_lock(&s->lock);
+	for (int i = 0; i < GS_CTL_MAX_CONNECTIONS && !c; i++)
+		if (!s->conns[i].used)
+			c = &s->conns[i];
+	if (c) {
+		c->s = s;
+		c->fd = fd;
+		c->used = true;
+		c->finished = false;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!c) {
+		char why[128];
+		snprintf(why, sizeof(why), "the agent is serving %d control connections already; try again",
+			 GS_CTL_MAX_CONNECTIONS);
+		pr_warn("refused a control connection: %d are open already", GS_CTL_MAX_CONNECTIONS);
+		refuse_busy(s, fd, why);
+		return;
+	}
+	/* created from the acceptor, whose signals are all blocked: so are the connection thread's */
+	int e = pthread_create(&c->thread, NULL, conn_main, c);
+	if (e) {
+		pthread_mutex_lock(&s->lock);
+		c->used = false;
+		c->fd = -1;
+		pthread_mutex_unlock(&s->lock);
+		pr_warn("cannot start a thread for a control connection: %s", strerror(e));
+		refuse_busy(s, fd, "the agent cannot start a thread for this connection");
+	}
 }
 
 static void *server_main(void *arg)
@@ -412,9 +509,67 @@ static void *server_main(void *arg)
 				pr_perror("control server accept failed");
 			continue;
 		}
-		serve_client(s, fd);
-		close(fd);
+		reap_finished(s); /* their slots are free again */
+		start_connection(s, fd);
 	}
+}
+
+/* The pid in a file name agent-<pid>.sock; 0 for any other name. */
+static pid_t socket_name_pid(const char *name)
+{
+	size_t lp = strlen(GS_CTL_SOCKET_PREFIX), ls = strlen(GS_CTL_SOCKET_SUFFIX), n = strlen(name);
+	if (n <= lp + ls || strncmp(name, GS_CTL_SOCKET_PREFIX, lp) || strcmp(name + n - ls, GS_CTL_SOCKET_SUFFIX))
+		return 0;
+	long pid = 0;
+	for (size_t i = lp; i < n - ls; i++) {
+		if (name[i] < '0' || name[i] > '9' || pid > INT_MAX / 10)
+			return 0;
+		pid = pid * 10 + (name[i] - '0');
+	}
+	return (pid_t)pid;
+}
+
+/* Nobody listens at path: connecting is refused (the socket's process closed it by ending). */
+static bool nobody_listens(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return false;
+	strcpy(addr.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return false;
+	bool refused = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) && errno == ECONNREFUSED;
+	close(fd);
+	return refused;
+}
+
+int gs_ctl_remove_stale_sockets(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int removed = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		pid_t pid = socket_name_pid(e->d_name);
+		if (pid <= 0 || pid == getpid())
+			continue;
+		/* a live pid may be a new process that reuses it: its agent binds the name itself */
+		if (!kill(pid, 0) || errno != ESRCH)
+			continue;
+		char path[PATH_MAX];
+		struct stat st;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path) || lstat(path, &st) ||
+		    !S_ISSOCK(st.st_mode) || !nobody_listens(path))
+			continue;
+		if (!unlink(path)) {
+			pr_debug("removed the stale socket of process %d", (int)pid);
+			removed++;
+		}
+	}
+	closedir(d);
+	return removed;
 }
 
 int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double io_timeout_s,
@@ -440,9 +595,15 @@ int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double i
 	s->io_timeout = io_timeout_s > 0 ? io_timeout_s : 10.0;
 	s->self_uid = geteuid();
 	snprintf(s->path, sizeof(s->path), "%s", path);
+	for (int i = 0; i < GS_CTL_MAX_CONNECTIONS; i++)
+		s->conns[i].fd = -1;
+	int rc;
+	if ((rc = pthread_mutex_init(&s->lock, NULL))) {
+		free(s);
+		return gs_fail_errno(err, GS_E_FAILURE, rc, "cannot start the control server");
+	}
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	int rc;
 	if (s->stop_fd < 0 || s->listen_fd < 0) {
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create the control socket");
 		goto fail;
@@ -460,7 +621,16 @@ int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double i
 	s->dev = st.st_dev;
 	s->ino = st.st_ino;
 
-	/* The thread starts with every signal blocked: the app's handlers must never run on it. */
+	/* agents that ended without removing their socket (a fork child's _exit, SIGKILL): the next one does */
+	char dir[SUN_PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = '\0';
+		gs_ctl_remove_stale_sockets(*dir ? dir : "/");
+	}
+
+	/* The threads start with every signal blocked: the app's handlers must never run on them. */
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -478,6 +648,7 @@ fail:
 		close(s->listen_fd);
 	if (s->stop_fd >= 0)
 		close(s->stop_fd);
+	pthread_mutex_destroy(&s->lock);
 	free(s);
 	return rc;
 }
@@ -490,10 +661,30 @@ void gs_ctl_server_stop(struct gs_ctl_server *s)
 	while (write(s->stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
 		;
 	pthread_join(s->thread, NULL);
+	/* every connection's I/O waits on stop_fd too; a handler under way is waited for */
+	for (int i = 0; i < GS_CTL_MAX_CONNECTIONS; i++)
+		if (s->conns[i].used)
+			pthread_join(s->conns[i].thread, NULL);
 	/* remove the socket file only if it is still ours (not a newer process's) */
 	struct stat st;
 	if (!lstat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino)
 		unlink(s->path);
+	close(s->listen_fd);
+	close(s->stop_fd);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+void gs_ctl_server_abandon(struct gs_ctl_server *s)
+{
+	if (!s)
+		return;
+	/* no lock: its holder may be a thread the fork did not copy; this process has one thread now */
+	for (int i = 0; i < GS_CTL_MAX_CONNECTIONS; i++) {
+		int fd = __atomic_load_n(&s->conns[i].fd, __ATOMIC_RELAXED);
+		if (fd >= 0)
+			close(fd);
+	}
 	close(s->listen_fd);
 	close(s->stop_fd);
 	free(s);

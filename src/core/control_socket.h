@@ -20,10 +20,23 @@
  * foreign socket never gets a suspend meant for another process.
  *
  * Exchange: one connection carries one request and one reply (protocol.h).
- * The server handles one client at a time on a thread it owns, with all
- * signals blocked (the app's handlers never run there), and stops cleanly:
- * gs_ctl_server_stop wakes it through an eventfd, waits for a running
- * handler to return, joins it, closes and removes the socket file.
+ * The server serves each connection on a thread of its own, at most
+ * GS_CTL_MAX_CONNECTIONS at once (one more is answered at once with
+ * GS_E_AGENT "serving N connections already"), so a client that connects and
+ * says nothing delays nobody else; it is dropped after the I/O timeout. A
+ * request whose flags or timeout the protocol does not allow
+ * (gs_msg_check_request) is answered GS_E_USAGE without reaching the
+ * handler. All the server's threads have every signal blocked (the app's
+ * handlers never run there); the acceptor thread owns the connection
+ * threads. gs_ctl_server_stop wakes them all through an eventfd, waits for
+ * running handlers to return, joins every thread, closes and removes the
+ * socket file.
+ *
+ * Stale sockets: an agent that ends without stopping its server (a fork
+ * child that leaves by _exit, a SIGKILL) leaves its socket file behind;
+ * nobody listens on it, so the client finds "no agent listening" (GS_E_AGENT)
+ * and the next server started in the directory removes it
+ * (gs_ctl_remove_stale_sockets).
  * Not async-signal-safe; no SIGPIPE is ever raised (MSG_NOSIGNAL).
  */
 #ifndef GPUSNAP_CORE_CONTROL_SOCKET_H
@@ -38,6 +51,8 @@
 
 #define GS_CTL_SOCKET_PREFIX "agent-"
 #define GS_CTL_SOCKET_SUFFIX ".sock"
+/* Connections served at once; a gpusnap command holds one, `--tree` one per process of the tree (each its own agent). */
+#define GS_CTL_MAX_CONNECTIONS 32
 
 /*
  * Agent side: picks, creates and checks the socket directory for this
@@ -68,22 +83,38 @@ bool gs_ctl_peer_allowed(uid_t peer, uid_t self);
 /*
  * Server: the handler answers one request; it fills reply (already
  * initialised as an empty RESULT; it may change the type, e.g. to INFO). It
- * runs on the server thread and may take long (a suspend).
+ * runs on the connection's thread and may take long (a suspend); several
+ * requests may be handled at once, so the handler serializes what must not
+ * overlap.
  */
 typedef void (*gs_ctl_handler)(void *ctx, const struct gs_msg *req, struct gs_msg *reply);
 
 struct gs_ctl_server;
 
 /*
- * Binds path (replacing a stale socket file there), listens and starts the
- * server thread. io_timeout_s bounds how long a client may take to send its
- * request or read the reply (0 = 10 s). The caller owns the server and must
- * stop it.
+ * Binds path (replacing a stale socket file there), listens, removes the
+ * stale agent sockets beside it and starts the server thread. io_timeout_s
+ * bounds how long a client may take to send its request or read the reply
+ * (0 = 10 s). The caller owns the server and must stop it.
  */
 int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double io_timeout_s,
 			struct gs_ctl_server **out, struct gs_err *err);
 /* Stops and frees the server (NULL is fine). Safe while idle or mid-request. */
 void gs_ctl_server_stop(struct gs_ctl_server *s);
+/*
+ * In a fork child (its only thread; an atfork child handler): closes the
+ * descriptors inherited from the parent's server s (listening socket,
+ * eventfd, connections) and frees s, leaving the parent's socket file and
+ * threads alone. A child that kept the listening socket open would accept
+ * connections meant for the parent that nobody answers, also after the
+ * parent is gone. NULL is fine.
+ */
+void gs_ctl_server_abandon(struct gs_ctl_server *s);
+/*
+ * Removes every agent-<pid>.sock in dir whose pid does not exist and on
+ * which nobody listens. Returns how many it removed.
+ */
+int gs_ctl_remove_stale_sockets(const char *dir);
 
 /*
  * Client: connects to path, checks the server is process expect_pid (0 = do

@@ -5,6 +5,7 @@
  */
 #include "core/protocol.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -463,6 +464,49 @@ int gs_msg_result_code(const struct gs_msg *m, struct gs_err *err)
 		return GS_OK;
 	const char *text = gs_msg_get_str(m, GS_F_MESSAGE);
 	return gs_fail(err, (int)code, "%s", text && *text ? text : "agent failed without a message");
+}
+
+/* The flags a request type may carry; UINT64_MAX for a type this version does not know. */
+static uint64_t known_flags(uint16_t type)
+{
+	switch (type) {
+	case GS_MSG_HELLO:
+	case GS_MSG_STATUS:
+	case GS_MSG_RESUME:
+	case GS_MSG_PREPARE:
+	case GS_MSG_GATE:
+	case GS_MSG_OPEN:
+		return 0;
+	case GS_MSG_SUSPEND:
+		return GS_SUSPEND_FLAGS_KNOWN;
+	case GS_MSG_DUMP:
+		return GS_DUMP_FLAGS_KNOWN;
+	default:
+		return UINT64_MAX;
+	}
+}
+
+int gs_msg_check_request(const struct gs_msg *req, struct gs_err *err)
+{
+	uint64_t known = known_flags(req->type), flags = 0;
+	if (known == UINT64_MAX)
+		return 0;
+	const char *name = gs_msg_type_name(req->type);
+	if (gs_msg_get_u64(req, GS_F_FLAGS, &flags) && (flags & ~known))
+		return gs_fail(err, GS_E_USAGE, "%s request with unknown flags %#llx (this agent knows %#llx)", name,
+			       (unsigned long long)(flags & ~known), (unsigned long long)known);
+	double t = 0;
+	if (gs_msg_get_f64(req, GS_F_TIMEOUT, &t) && !(isfinite(t) && t >= 0))
+		return gs_fail(err, GS_E_USAGE, "%s request with timeout %g: not a number of seconds >= 0", name, t);
+	if (gs_msg_get_f64(req, GS_F_LEASE, &t) && !(isfinite(t) && t >= 0))
+		return gs_fail(err, GS_E_USAGE, "%s request with lease %g: not a number of seconds >= 0", name, t);
+	return 0;
+}
+
+bool gs_msg_is_operation(uint16_t type)
+{
+	return type == GS_MSG_SUSPEND || type == GS_MSG_RESUME || type == GS_MSG_DUMP || type == GS_MSG_PREPARE ||
+	       type == GS_MSG_GATE || type == GS_MSG_OPEN;
 }
 
 const char *gs_msg_type_name(uint16_t type)

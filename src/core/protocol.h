@@ -114,6 +114,9 @@ enum gs_suspend_flags {
 	GS_DUMP_DROP_STAGING = 1u << 1,    /* DUMP: free the staging memory once the image is written */
 	GS_DUMP_RUNNING = 1u << 2,         /* DUMP of a running process: quiesce, stream to the image, release */
 };
+/* The FLAGS each request may carry (gs_msg_check_request refuses others): add a new flag here too. */
+#define GS_SUSPEND_FLAGS_KNOWN ((uint64_t)GS_SUSPEND_KEEP_CONTEXT)
+#define GS_DUMP_FLAGS_KNOWN ((uint64_t)(GS_DUMP_DROP_STAGING | GS_DUMP_RUNNING))
 
 enum gs_agent_state {
 	GS_AGENT_RUNNING = 0,
@@ -207,6 +210,17 @@ bool gs_msg_field_at(const struct gs_msg *m, size_t i, struct gs_msg_field *f);
  * fills err with the agent's message. A RESULT without a code is GS_E_AGENT.
  */
 int gs_msg_result_code(const struct gs_msg *m, struct gs_err *err);
+
+/*
+ * For the agent, before it acts on a request from gpusnap: the FLAGS are
+ * ones this request type knows (GS_*_FLAGS_KNOWN) and a TIMEOUT is a finite
+ * number >= 0. GS_E_USAGE naming what is wrong; a request that fails is
+ * answered with that and not carried out. Types it does not know pass (the
+ * handler answers them).
+ */
+int gs_msg_check_request(const struct gs_msg *req, struct gs_err *err);
+/* Whether a request type changes the agent's state (suspend, resume, dump, prepare, gate, open): one runs at a time. */
+bool gs_msg_is_operation(uint16_t type);
 
 /* "hello", "suspend", ... ; "unknown" otherwise. */
 const char *gs_msg_type_name(uint16_t type);

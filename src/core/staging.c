@@ -92,6 +92,18 @@ static uint8_t *map_aligned(struct gs_staging *p, uint64_t len)
 	return raw + head;
 }
 
+/*
+ * Staging memory stays with the process that made it: a fork child (a
+ * DataLoader worker) would otherwise share a reserved pool of tens of GiB
+ * copy-on-write, and every page either side writes would be copied. Advice
+ * only: memory a child cannot get is not an error here.
+ */
+static void dont_fork(void *addr, uint64_t len)
+{
+	if (madvise(addr, len, MADV_DONTFORK))
+		pr_debug("staging memory at %p may be inherited by fork children: %s", addr, strerror(errno));
+}
+
 /* Maps segment memory. Lock not needed: called before the segment is published. */
 static int map_segment(struct gs_staging *p, struct segment *s, uint32_t index, struct gs_err *err)
 {
@@ -101,6 +113,7 @@ static int map_segment(struct gs_staging *p, struct segment *s, uint32_t index, 
 		if (a != MAP_FAILED) {
 			s->addr = a;
 			s->hugetlb = true;
+			dont_fork(s->addr, s->map_len);
 			return 0;
 		}
 		/* no (more) free huge pages: normal pages from here on, silently */
@@ -115,6 +128,7 @@ static int map_segment(struct gs_staging *p, struct segment *s, uint32_t index, 
 				     gs_format_bytes(s->map_len, b1, sizeof(b1)), index,
 				     gs_format_bytes(p->size, b2, sizeof(b2)));
 	}
+	dont_fork(s->addr, s->map_len);
 	return 0;
 }
 

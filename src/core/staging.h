@@ -27,7 +27,8 @@
  *
  * Segments are separate mappings: a copy must not cross a segment boundary
  * (copy_plan.h's staging_segment does this). gs_staging_ptr turns a staging
- * offset into an address.
+ * offset into an address. They are MADV_DONTFORK: a fork child of the app has
+ * none of them (and its agent forgets the pool).
  *
  * Ownership and threads: the pool owns its mappings and its W worker threads
  * (all signals blocked; a worker exits when no segment is left). gs_staging_destroy stops the workers (a segment being

@@ -102,7 +102,7 @@ int gs_suballoc_new(const struct gs_suballoc_config *cfg, const struct gs_suball
 	if (!c.threshold)
 		c.threshold = GS_MiB;
 	if (!c.align)
-		c.align = 256;
+		c.align = GS_SUBALLOC_DEFAULT_ALIGN;
 	if (c.spare_slabs == GS_SUBALLOC_DEFAULT_SPARES)
 		c.spare_slabs = 1;
 	*out = NULL;

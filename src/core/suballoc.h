@@ -8,13 +8,16 @@
  * (the CUDA layer reserves, creates and maps them). Each slab serves one size
  * class at a time, tracked by a bitmap; classes are the powers of two from the
  * alignment up and the midpoints between them that stay multiples of the
- * alignment (256, 512, 768, 1K, 1.5K, ...), so a block wastes at most a third.
+ * alignment (512, 1K, 1.5K, 2K, 3K, ...), so a block wastes at most a third
+ * (or, below twice the alignment, less than the alignment).
  *
- * Alignment: every address is a multiple of `align` (default 256 bytes, the
- * alignment cudaMalloc documents), provided slab_alloc returns aligned slabs
- * (a slab that is not is refused). A block whose class is a power of two is
- * also aligned to its class size when slabs are aligned to the slab size, as
- * VMM reservations are (2 MiB).
+ * Alignment: every address is a multiple of `align`, provided slab_alloc
+ * returns aligned slabs (a slab that is not is refused). The default, 512
+ * bytes, is what cudaMalloc returns for every size (driver 580; cudaMalloc
+ * documents only 256): an app may rely on what it sees, so the agent's
+ * memory gives the same (tests/gpu/t97 compares the two on a GPU). A block
+ * whose class is a power of two is also aligned to its class size when slabs
+ * are aligned to the slab size, as VMM reservations are (2 MiB).
  *
  * Suspend: the data mover copies whole slabs (gs_suballoc_foreach_slab), not
  * individual blocks; the metadata lives in host memory and needs no change
@@ -49,10 +52,12 @@ struct gs_suballoc_ops {
 struct gs_suballoc_config {
 	uint64_t slab_size;   /* bytes per slab, a multiple of align; 0 = 2 MiB */
 	uint64_t threshold;   /* largest request served, <= slab_size; 0 = 1 MiB */
-	uint64_t align;       /* a power of two >= 256; 0 = 256 */
+	uint64_t align;       /* a power of two >= 256; 0 = GS_SUBALLOC_DEFAULT_ALIGN */
 	uint32_t spare_slabs; /* empty slabs kept instead of freed; GS_SUBALLOC_DEFAULT_SPARES = 1 */
 };
 #define GS_SUBALLOC_DEFAULT_SPARES UINT32_MAX
+/* cudaMalloc's alignment: see above */
+#define GS_SUBALLOC_DEFAULT_ALIGN 512
 
 struct gs_slab_info {
 	uint64_t va, size;

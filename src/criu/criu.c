@@ -2,12 +2,14 @@
  * criu.c - finding criu and running its dump, restore and check (see criu.h).
  *
  * criu reports through its log file, not its exit status: on failure the log's
- * first meaningful error line becomes the one-line gs_err message, with the log's
- * path for the rest.
+ * first meaningful error line becomes the one-line gs_err message, and a copy of
+ * the log is kept in the home's logs/ folder (the images folder or restore's work
+ * folder it was written to is usually removed after a failure) and named there.
  */
 #define LOG_PREFIX "criu: "
 #include "criu/criu.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,17 +17,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/log.h"
+#include "common/options.h"
 #include "common/proc.h"
 #include "common/util.h"
 #include "criu/run.h"
 
+/* `criu --version` prints and exits; it has its own, short, limit. */
 #define VERSION_TIMEOUT_S 30.0
-#define CHECK_TIMEOUT_S 120.0
 /* How long dump waits for the process criu killed to be reaped, and restore for a zombie holding its PID. */
 #define GONE_TIMEOUT_S 5.0
 /* Lines of a log kept while looking for the cause of a failure. */
@@ -71,9 +76,37 @@ static int search_path(char *out, size_t n)
 	}
 }
 
+/* The limit of one criu run: the caller's, else the criu's (GPUSNAP_CRIU_TIMEOUT), else the default. */
+static double run_timeout(const struct gs_criu *c, double asked)
+{
+	if (asked > 0)
+		return asked;
+	return c->timeout_s > 0 ? c->timeout_s : GS_CRIU_TIMEOUT_S;
+}
+
+/*
+ * Runs one criu command (dump, restore, check). GS_FI_CRIU_RUN makes it fail
+ * without running, the way a criu that exits 1 with an error line would.
+ */
+static int run_criu(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err)
+{
+	if (gs_fault(GS_FI_CRIU_RUN)) {
+		memset(res, 0, sizeof(*res));
+		res->status = 1 << 8; /* as waitpid reports "exit status 1" */
+		snprintf(res->output, sizeof(res->output),
+			 "Error (gpusnap fault injection): criu-run: criu failed without running\n");
+		return 0;
+	}
+	return gs_run(argv, timeout_s, flags, res, err);
+}
+
 int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 {
 	memset(c, 0, sizeof(*c));
+	c->timeout_s = GS_CRIU_TIMEOUT_S;
+	const char *limit = getenv(GS_CRIU_TIMEOUT_ENV);
+	if (limit && *limit && (gs_parse_seconds(limit, &c->timeout_s) || c->timeout_s <= 0))
+		return gs_fail(err, GS_E_USAGE, "%s='%s' is not a number of seconds > 0", GS_CRIU_TIMEOUT_ENV, limit);
 	const char *env = getenv("GPUSNAP_CRIU");
 	if (env && *env) {
 		if (!is_executable_file(env))
@@ -115,11 +148,153 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 	c->minor = mi;
 	c->patch = pa;
 	snprintf(c->version, sizeof(c->version), "%d.%d.%d", ma, mi, pa);
-	if (ma < GS_CRIU_MIN_MAJOR || (ma == GS_CRIU_MIN_MAJOR && mi < GS_CRIU_MIN_MINOR))
-		return gs_fail(err, GS_E_CRIU, "criu '%s' is version %s; gpusnap needs CRIU >= %d.%d: %s", c->path,
-			       c->version, GS_CRIU_MIN_MAJOR, GS_CRIU_MIN_MINOR, GS_CRIU_HOWTO);
-	pr_debug("using criu %s at %s", c->version, c->path);
+	struct utsname u;
+	rc = gs_criu_version_check(c, uname(&u) == 0 ? u.release : NULL, err);
+	if (rc)
+		return rc;
+	pr_debug("using criu %s at %s (time limit %.0f s)", c->version, c->path, c->timeout_s);
 	return 0;
+}
+
+/* dir as a private folder of this user: created 0700, or checked and made private. */
+static int private_dir(const char *dir, struct gs_err *err)
+{
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, errno,
+				     "cannot create criu's folder '%s'", dir);
+	struct stat st;
+	if (lstat(dir, &st))
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot check criu's folder '%s'", dir);
+	if (!S_ISDIR(st.st_mode))
+		return gs_fail(err, GS_E_PERMISSION, "criu's folder '%s' is not a folder", dir);
+	/* root's criu loads every plugin in plugins/: nobody else may write there */
+	if (st.st_uid != geteuid())
+		return gs_fail(err, GS_E_PERMISSION, "criu's folder '%s' belongs to uid %u, not %u", dir,
+			       (unsigned)st.st_uid, (unsigned)geteuid());
+	if ((st.st_mode & 077) && chmod(dir, 0700))
+		return gs_fail_errno(err, GS_E_PERMISSION, errno, "cannot make criu's folder '%s' private", dir);
+	return 0;
+}
+
+int gs_criu_set_home(struct gs_criu *c, const char *dir, struct gs_err *err)
+{
+	char plugins[PATH_MAX], logs[PATH_MAX];
+	int w1 = snprintf(plugins, sizeof(plugins), "%s/%s", dir, GS_CRIU_PLUGIN_SUBDIR);
+	int w2 = snprintf(logs, sizeof(logs), "%s/%s", dir, GS_CRIU_LOG_SUBDIR);
+	if (w1 < 0 || (size_t)w1 >= sizeof(plugins) || w2 < 0 || (size_t)w2 >= sizeof(logs))
+		return gs_fail(err, GS_E_FAILURE, "criu's folder path '%s' is too long", dir);
+	int rc;
+	if ((rc = private_dir(dir, err)) || (rc = private_dir(plugins, err)) || (rc = private_dir(logs, err)))
+		return rc;
+	snprintf(c->plugin_dir, sizeof(c->plugin_dir), "%s", plugins);
+	snprintf(c->log_dir, sizeof(c->log_dir), "%s", logs);
+	return 0;
+}
+
+/* Deletes the oldest kept logs beyond GS_CRIU_LOGS_KEPT. */
+static void prune_logs(const char *log_dir)
+{
+	DIR *d = opendir(log_dir);
+	if (!d)
+		return;
+	struct kept { char name[256]; struct timespec mtime; } *all = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len < 5 || strcmp(e->d_name + len - 4, ".log") || len >= sizeof(all->name))
+			continue;
+		struct stat st;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+			continue;
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 32;
+			struct kept *bigger = realloc(all, ncap * sizeof(*all));
+			if (!bigger)
+				break;
+			all = bigger;
+			cap = ncap;
+		}
+		snprintf(all[n].name, sizeof(all[n].name), "%s", e->d_name);
+		all[n++].mtime = st.st_mtim;
+	}
+	/* n is small (about GS_CRIU_LOGS_KEPT): delete the oldest until few enough are left */
+	while (n > GS_CRIU_LOGS_KEPT) {
+		size_t oldest = 0;
+		for (size_t i = 1; i < n; i++)
+			if (all[i].mtime.tv_sec < all[oldest].mtime.tv_sec ||
+			    (all[i].mtime.tv_sec == all[oldest].mtime.tv_sec && all[i].mtime.tv_nsec < all[oldest].mtime.tv_nsec))
+				oldest = i;
+		unlinkat(dirfd(d), all[oldest].name, 0);
+		all[oldest] = all[--n];
+	}
+	free(all);
+	closedir(d);
+}
+
+/*
+ * Keeps a copy of the log of a failed run in the home's logs/ folder, named
+ * WHAT-TIME-XXXXXX.log ("dump-1234-20260101-120000-a1B2c3.log"), and its path in
+ * kept. false (kept "") when there is no log or it cannot be copied: then the
+ * error names none.
+ */
+static bool keep_log(const struct gs_criu *c, const char *log_path, const char *what, char *kept, size_t n)
+{
+	kept[0] = '\0';
+	if (!c->log_dir[0])
+		return false;
+	int in = open(log_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (in < 0)
+		return false;
+	struct stat st;
+	if (fstat(in, &st) || !S_ISREG(st.st_mode)) {
+		close(in);
+		return false;
+	}
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+	int w = snprintf(kept, n, "%s/%s-%s-XXXXXX.log", c->log_dir, what, stamp);
+	int out = w > 0 && (size_t)w < n ? mkostemps(kept, 4, O_CLOEXEC) : -1;
+	if (out < 0) {
+		close(in);
+		kept[0] = '\0';
+		return false;
+	}
+	char buf[65536];
+	ssize_t r;
+	bool ok = true;
+	while (ok && (r = read(in, buf, sizeof(buf))) != 0) {
+		if (r < 0) {
+			ok = errno == EINTR;
+			continue;
+		}
+		for (ssize_t off = 0; ok && off < r;) {
+			ssize_t wr = write(out, buf + off, (size_t)(r - off));
+			if (wr < 0 && errno != EINTR)
+				ok = false;
+			else if (wr > 0)
+				off += wr;
+		}
+	}
+	close(in);
+	if (close(out) || !ok) {
+		unlink(kept);
+		kept[0] = '\0';
+		return false;
+	}
+	prune_logs(c->log_dir);
+	return true;
+}
+
+/* " (log: PATH)" for a kept log, "" for none: a message names only a log that exists. */
+static const char *log_note(const char *kept, char *buf, size_t n)
+{
+	if (!kept[0])
+		return "";
+	snprintf(buf, n, " (log: %s)", kept);
+	return buf;
 }
 
 /* The "Error (" lines of a log file (the first LOG_ERRORS_MAX), malloc'd; NULL if unreadable. */
@@ -182,16 +357,18 @@ int gs_criu_check(const struct gs_criu *c, struct gs_err *err)
 	struct gs_run_result *res = malloc(sizeof(*res));
 	if (!res)
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
-	int rc = gs_run(argv, CHECK_TIMEOUT_S, 0, res, err);
+	double limit = run_timeout(c, 0);
+	int rc = run_criu(argv, limit, 0, res, err);
 	if (rc) {
 		free(res);
 		return gs_err_wrap(err, "criu check");
 	}
-	if (res->timed_out || !WIFEXITED(res->status) || WEXITSTATUS(res->status) != 0) {
+	if (res->timed_out) {
+		rc = gs_fail(err, GS_E_TIMEOUT, "criu check ran past %g s (%s) and was killed", limit, GS_CRIU_TIMEOUT_ENV);
+	} else if (!WIFEXITED(res->status) || WEXITSTATUS(res->status) != 0) {
 		char cause[256];
 		failure_cause(NULL, res, cause, sizeof(cause));
-		rc = gs_fail(err, GS_E_CRIU, "criu check failed: %s%s", res->timed_out ? "timed out" : cause,
-			     root_hint());
+		rc = gs_fail(err, GS_E_CRIU, "criu check failed: %s%s", cause, root_hint());
 	}
 	free(res);
 	return rc;
@@ -280,12 +457,42 @@ static int path_join(char *out, size_t n, const char *dir, const char *name, str
 	return 0;
 }
 
+/* The plugin folder a run names: the caller's, else the home's; NULL (with err) when neither is set. */
+static const char *plugin_dir(const struct gs_criu *c, const char *asked, struct gs_err *err)
+{
+	if (asked)
+		return asked;
+	if (c->plugin_dir[0])
+		return c->plugin_dir;
+	/* without --libdir criu would load the plugins of its default folder (e.g. CRIU's cuda_plugin.so) */
+	gs_fail(err, GS_E_FAILURE, "no plugin folder for criu (gs_criu_set_home was not called)");
+	return NULL;
+}
+
+/*
+ * The images folder as criu gets it: a "/proc/<pid>/fd/<n>" path (gpusnap's
+ * descriptor of a checked folder, image.h) stays as it is, since resolving
+ * it would give back a path that a rename above the folder could redirect;
+ * any other path is made absolute.
+ */
+static bool images_dir_path(const char *images_dir, char out[PATH_MAX])
+{
+	if (!strncmp(images_dir, "/proc/", 6) && strlen(images_dir) < PATH_MAX) {
+		snprintf(out, PATH_MAX, "%s", images_dir);
+		return true;
+	}
+	return realpath(images_dir, out) != NULL;
+}
+
 int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, const struct gs_criu_dump_opts *o,
 		 struct gs_err *err)
 {
 	static const struct gs_criu_dump_opts defaults;
 	if (!o)
 		o = &defaults;
+	struct gs_criu_dump_opts opts = *o;
+	if (!(opts.libdir = plugin_dir(c, o->libdir, err)))
+		return GS_E_FAILURE;
 	int rc = gs_criu_dumpable(pid, err);
 	if (rc)
 		return rc;
@@ -293,7 +500,7 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	if (rc)
 		return rc;
 	char dir[PATH_MAX], log_path[PATH_MAX], rec_path[PATH_MAX];
-	if (!realpath(images_dir, dir))
+	if (!images_dir_path(images_dir, dir))
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot resolve images folder '%s'", images_dir);
 	if ((rc = path_join(log_path, sizeof(log_path), dir, GS_CRIU_DUMP_LOG, err)) ||
 	    (rc = path_join(rec_path, sizeof(rec_path), dir, GS_CRIU_DUMP_ARGS, err)))
@@ -308,7 +515,7 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	}
 
 	struct gs_argv args = { 0 };
-	rc = gs_criu_dump_args(c, pid, dir, log_path, o, shell_job, &args, err);
+	rc = gs_criu_dump_args(c, pid, dir, log_path, &opts, shell_job, &args, err);
 	if (rc)
 		return rc;
 	rc = write_args_record(rec_path, &args, err);
@@ -322,19 +529,23 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 		gs_argv_free(&args);
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
 	}
+	double limit = run_timeout(c, o->timeout_s);
 	/* Images hold the process's memory, which may be secret: owner-only files. */
-	rc = gs_run(args.v, o->timeout_s, GS_RUN_PRIVATE_FILES, res, err);
+	rc = run_criu(args.v, limit, GS_RUN_PRIVATE_FILES, res, err);
 	gs_argv_free(&args);
 	if (rc) {
 		free(res);
 		return gs_err_wrap(err, "criu dump of %d", (int)pid);
 	}
+	char what[48], kept[PATH_MAX], note[PATH_MAX + 16];
+	snprintf(what, sizeof(what), "dump-%d", (int)pid);
 	if (res->timed_out) {
 		free(res);
+		keep_log(c, log_path, what, kept, sizeof(kept));
 		return gs_fail(err, GS_E_TIMEOUT,
-			       "criu dump of %d ran past %.0f s and was killed; the process may be left stopped or "
-			       "killed (log: %s)",
-			       (int)pid, o->timeout_s, log_path);
+			       "criu dump of %d ran past %g s (%s) and was killed; the process may be left stopped or "
+			       "killed%s",
+			       (int)pid, limit, GS_CRIU_TIMEOUT_ENV, log_note(kept, note, sizeof(note)));
 	}
 	if (!WIFEXITED(res->status) || WEXITSTATUS(res->status) != 0) {
 		char *errors = read_log_errors(log_path);
@@ -342,8 +553,9 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 		failure_cause(errors, res, cause, sizeof(cause));
 		free(errors);
 		free(res);
-		return gs_fail(err, GS_E_CRIU, "criu dump of %d failed: %s%s (log: %s)", (int)pid, cause, root_hint(),
-			       log_path);
+		keep_log(c, log_path, what, kept, sizeof(kept));
+		return gs_fail(err, GS_E_CRIU, "criu dump of %d failed: %s%s%s", (int)pid, cause, root_hint(),
+			       log_note(kept, note, sizeof(note)));
 	}
 	free(res);
 	if (!o->leave_running && !wait_pid_free(pid, GONE_TIMEOUT_S))
@@ -377,7 +589,7 @@ static char *read_small_file(const char *path, size_t max)
 	return buf;
 }
 
-static int pid_in_use_error(pid_t pid, const char *log_path, struct gs_err *err)
+static int pid_in_use_error(pid_t pid, const char *note, struct gs_err *err)
 {
 	char comm[64];
 	struct gs_proc_stat st;
@@ -385,17 +597,75 @@ static int pid_in_use_error(pid_t pid, const char *log_path, struct gs_err *err)
 	if (gs_proc_read_stat(pid, &st) != 0)
 		return gs_fail(err, GS_E_CRIU,
 			       "cannot restore: pid %d, which the image needs, was in use during the restore and is "
-			       "free now; try again (log: %s)",
-			       (int)pid, log_path);
+			       "free now; try again%s",
+			       (int)pid, note);
 	if (st.state == 'Z')
 		return gs_fail(err, GS_E_CRIU,
 			       "cannot restore: pid %d, which the image needs, is held by a zombie '%s' that its "
-			       "parent %d has not reaped (log: %s)",
-			       (int)pid, comm, (int)st.ppid, log_path);
+			       "parent %d has not reaped%s",
+			       (int)pid, comm, (int)st.ppid, note);
 	return gs_fail(err, GS_E_CRIU,
 		       "cannot restore: pid %d, which the image needs, is in use by '%s' (the dumped process, or an "
-		       "earlier restore of this image, still running?); stop it first (log: %s)",
-		       (int)pid, comm, log_path);
+		       "earlier restore of this image, still running?); stop it first%s",
+		       (int)pid, comm, note);
+}
+
+/* The image PID of the restore in flight, for gs_criu_interrupt; 0 when none. */
+static volatile sig_atomic_t restoring_pid;
+
+void gs_criu_interrupt(void)
+{
+	pid_t child = gs_run_child();
+	if (child > 0) {
+		kill(-child, SIGKILL);
+		kill(child, SIGKILL);
+	}
+	pid_t p = (pid_t)restoring_pid;
+	if (p > 0)
+		kill(p, SIGKILL);
+}
+
+unsigned long long gs_criu_boot_ticks(void)
+{
+	struct timespec ts;
+	long hz = sysconf(_SC_CLK_TCK);
+	if (clock_gettime(CLOCK_BOOTTIME, &ts) || hz <= 0)
+		return 0;
+	return (unsigned long long)ts.tv_sec * (unsigned long long)hz +
+	       (unsigned long long)ts.tv_nsec * (unsigned long long)hz / 1000000000ULL;
+}
+
+bool gs_criu_kill_leftover(pid_t pid, unsigned long long started_ticks)
+{
+	struct gs_proc_stat st;
+	if (pid <= 0 || gs_proc_read_stat(pid, &st) || st.state == 'Z' || st.start_time < started_ticks)
+		return false;
+	if (kill(pid, SIGKILL))
+		return false;
+	pr_info("killed %d, which the failed restore left behind", (int)pid);
+	/* its parent is init once criu is gone, which may reap it late: a zombie runs nothing */
+	for (double deadline = gs_now() + GONE_TIMEOUT_S; gs_now() < deadline;) {
+		if (gs_proc_read_stat(pid, &st) || st.state == 'Z')
+			break;
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+/* True if nothing but a zombie holds pid: then a task found there later is the restore's. */
+static bool pid_unused(pid_t pid)
+{
+	struct gs_proc_stat st;
+	return gs_proc_read_stat(pid, &st) != 0 || st.state == 'Z';
+}
+
+/* After a failed restore: the task it left at the image's PID goes too. */
+static void restore_failed_cleanup(const struct gs_criu_restore_opts *o, unsigned long long started)
+{
+	restoring_pid = 0;
+	if (o->image_pid > 0)
+		gs_criu_kill_leftover(o->image_pid, started);
 }
 
 int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struct gs_criu_restore_opts *o,
@@ -404,9 +674,12 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	static const struct gs_criu_restore_opts defaults;
 	if (!o)
 		o = &defaults;
+	struct gs_criu_restore_opts opts = *o;
+	if (!(opts.libdir = plugin_dir(c, o->libdir, err)))
+		return GS_E_FAILURE;
 	char dir[PATH_MAX], work[PATH_MAX], inv[PATH_MAX], rec_path[PATH_MAX];
 	char log_path[PATH_MAX], pidfile[PATH_MAX];
-	if (!realpath(images_dir, dir))
+	if (!images_dir_path(images_dir, dir))
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "no CRIU images at '%s'", images_dir);
 	int rc;
 	if ((rc = path_join(inv, sizeof(inv), dir, "inventory.img", err)))
@@ -425,7 +698,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 
 	char *recorded = read_small_file(rec_path, 64 * 1024);
 	struct gs_argv args = { 0 };
-	rc = gs_criu_restore_args(c, dir, log_path, pidfile, o, recorded, &args, err);
+	rc = gs_criu_restore_args(c, dir, log_path, pidfile, &opts, recorded, &args, err);
 	free(recorded);
 	if (rc)
 		return rc;
@@ -435,20 +708,31 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		gs_argv_free(&args);
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
 	}
+	double limit = run_timeout(c, o->timeout_s);
+	char what[48], kept[PATH_MAX], note[PATH_MAX + 16];
+	snprintf(what, sizeof(what), "restore-%d", o->image_pid > 0 ? (int)o->image_pid : 0);
+	/* Tasks created from here on are this restore's: a failure kills the one at the image's PID. */
+	unsigned long long started = gs_criu_boot_ticks();
+	/* A signal handler kills that PID blindly: only where nothing else holds it now. */
+	if (o->image_pid > 0 && pid_unused(o->image_pid))
+		restoring_pid = o->image_pid;
 	/* A second try only when the PID we need is held by a zombie about to be reaped. */
 	for (int attempt = 0;; attempt++) {
 		/* No umask here: restored processes would keep criu's if CRIU did not restore theirs. */
-		rc = gs_run(args.v, o->timeout_s, 0, res, err);
+		rc = run_criu(args.v, limit, 0, res, err);
 		if (rc) {
+			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);
 			free(res);
 			return gs_err_wrap(err, "criu restore from '%s'", dir);
 		}
 		if (res->timed_out) {
+			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);
 			free(res);
-			return gs_fail(err, GS_E_TIMEOUT, "criu restore from '%s' ran past %.0f s and was killed (log: %s)",
-				       dir, o->timeout_s, log_path);
+			keep_log(c, log_path, what, kept, sizeof(kept));
+			return gs_fail(err, GS_E_TIMEOUT, "criu restore from '%s' ran past %g s (%s) and was killed%s", dir,
+				       limit, GS_CRIU_TIMEOUT_ENV, log_note(kept, note, sizeof(note)));
 		}
 		if (WIFEXITED(res->status) && WEXITSTATUS(res->status) == 0)
 			break;
@@ -462,14 +746,17 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 				continue;
 			}
 		}
+		restore_failed_cleanup(o, started);
 		gs_argv_free(&args);
+		keep_log(c, log_path, what, kept, sizeof(kept));
+		log_note(kept, note, sizeof(note));
 		if (busy > 0)
-			rc = pid_in_use_error(busy, log_path, err);
+			rc = pid_in_use_error(busy, kept[0] ? note : "", err);
 		else {
 			char cause[320];
 			failure_cause(errors, res, cause, sizeof(cause));
-			rc = gs_fail(err, GS_E_CRIU, "criu restore from '%s' failed: %s%s (log: %s)", dir, cause,
-				     root_hint(), log_path);
+			rc = gs_fail(err, GS_E_CRIU, "criu restore from '%s' failed: %s%s%s", dir, cause, root_hint(),
+				     kept[0] ? note : "");
 		}
 		free(errors);
 		free(res);
@@ -482,10 +769,14 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	long pid = pidtext ? strtol(pidtext, &end, 10) : 0;
 	if (!pidtext || end == pidtext || pid <= 0 || pid > INT_MAX || (*end && *end != '\n')) {
 		free(pidtext);
-		return gs_fail(err, GS_E_CRIU, "criu restore from '%s' reported success but left no pid in '%s'", dir,
-			       pidfile);
+		restore_failed_cleanup(o, started);
+		keep_log(c, log_path, what, kept, sizeof(kept));
+		return gs_fail(err, GS_E_CRIU, "criu restore from '%s' reported success but wrote no pid%s", dir,
+			       log_note(kept, note, sizeof(note)));
 	}
 	free(pidtext);
+	/* from here the caller holds the restored process (and kills it on its own failures) */
+	restoring_pid = 0;
 	if (restored_pid)
 		*restored_pid = (pid_t)pid;
 	pr_info("restored %ld from %s", pid, dir);

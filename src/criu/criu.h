@@ -1,12 +1,17 @@
 /*
- * criu.h - driving the criu command (CRIU >= 4) to dump a process tree's CPU state
- * into a folder of CRIU images and to restore it from there.
+ * criu.h - driving the criu command (CRIU >= 4.0; >= 4.2 on Linux >= 6.16) to dump
+ * a process tree's CPU state into a folder of CRIU images and to restore it from there.
  *
- * gpusnap runs criu as a child process (never through a shell) and reads criu's
- * own log file to explain a failure in one line. Which criu: $GPUSNAP_CRIU, else
- * the first `criu` on PATH; scripts/get-criu.sh provides one (docs/CRIU.md).
- * The pure parts (version parsing, log reading, argument building) are exposed
- * so they can be tested without CRIU.
+ * gpusnap runs criu as a child process (never through a shell), in a process group
+ * of its own, with a time limit, and reads criu's own log file to explain a failure
+ * in one line. Which criu: $GPUSNAP_CRIU, else the first `criu` on PATH;
+ * scripts/get-criu.sh provides one (docs/CRIU.md). Every dump and restore names a
+ * plugin folder of gpusnap's own (gs_criu_set_home), so CRIU never loads the
+ * plugins of its default folder. The pure parts (version decision, log reading,
+ * argument building) are exposed so they can be tested without CRIU.
+ *
+ * Threads: one gs_criu is used by one thread at a time; gs_criu_interrupt is the
+ * one function meant for a signal handler.
  */
 #ifndef GPUSNAP_CRIU_CRIU_H
 #define GPUSNAP_CRIU_CRIU_H
@@ -20,8 +25,29 @@
 
 #define GS_CRIU_MIN_MAJOR 4
 #define GS_CRIU_MIN_MINOR 0
+/*
+ * From Linux 6.16 on the kernel refuses SO_PASSCRED/SO_PASSSEC on sockets other than
+ * AF_UNIX and AF_NETLINK, and CRIU before 4.2 fails to dump any process holding an
+ * inet socket ("Can't get 1:16 opt: Operation not supported"): there 4.2 is needed.
+ */
+#define GS_CRIU_SOCKET_KERNEL_MAJOR 6
+#define GS_CRIU_SOCKET_KERNEL_MINOR 16
+#define GS_CRIU_SOCKET_MIN_MAJOR 4
+#define GS_CRIU_SOCKET_MIN_MINOR 2
 /* What a user is told to do when criu is missing or too old. */
-#define GS_CRIU_HOWTO "run scripts/get-criu.sh or install criu >= 4, then put it on PATH or set GPUSNAP_CRIU"
+#define GS_CRIU_HOWTO "run scripts/get-criu.sh or install criu >= 4.2, then put it on PATH or set GPUSNAP_CRIU"
+
+/*
+ * Every dump, restore and check runs at most this long unless GPUSNAP_CRIU_TIMEOUT
+ * (seconds, > 0) says otherwise; criu is then killed with its process group.
+ */
+#define GS_CRIU_TIMEOUT_S 600.0
+#define GS_CRIU_TIMEOUT_ENV "GPUSNAP_CRIU_TIMEOUT"
+/* Logs of failed criu runs kept in the home's logs/ folder; older ones are deleted. */
+#define GS_CRIU_LOGS_KEPT 20
+/* The folders in gpusnap's home for criu (gs_criu_set_home). */
+#define GS_CRIU_PLUGIN_SUBDIR "plugins"
+#define GS_CRIU_LOG_SUBDIR "logs"
 
 /* Files gpusnap keeps next to CRIU's images (in the images folder, or restore's work_dir). */
 #define GS_CRIU_DUMP_LOG "dump.log"
@@ -33,7 +59,11 @@
 struct gs_criu {
 	char path[PATH_MAX]; /* what is executed: a criu binary or a wrapper script */
 	int major, minor, patch;
-	char version[32]; /* as criu printed it, "4.1.1" */
+	char version[32]; /* as criu printed it, "4.2.1" */
+	double timeout_s; /* limit of each run: GPUSNAP_CRIU_TIMEOUT, else GS_CRIU_TIMEOUT_S */
+	/* Set by gs_criu_set_home; "" before: dump and restore refuse to run then. */
+	char plugin_dir[PATH_MAX]; /* --libdir of every dump and restore */
+	char log_dir[PATH_MAX];    /* where the logs of failed runs are kept */
 };
 
 enum gs_criu_shell_job {
@@ -56,8 +86,8 @@ struct gs_criu_dump_opts {
 	enum gs_criu_shell_job shell_job;
 	enum gs_criu_tcp tcp;
 	bool no_file_locks;            /* leave out --file-locks (on by default: held locks are saved) */
-	const char *libdir;            /* --libdir: folder of CRIU plugins (*.so); NULL: none */
-	double timeout_s;              /* kill criu after this long; <= 0: no limit */
+	const char *libdir;            /* --libdir: folder of CRIU plugins (*.so); NULL: the home's plugins/ */
+	double timeout_s;              /* kill criu after this long; <= 0: the criu's timeout_s */
 	const char *const *extra_args; /* NULL-terminated, appended as given; NULL: none */
 };
 
@@ -66,18 +96,40 @@ struct gs_criu_restore_opts {
 	 * --file-locks, --tcp-*), which restore repeats by itself. */
 	bool shell_job;
 	enum gs_criu_tcp tcp;
-	const char *libdir;            /* --libdir: folder of CRIU plugins; NULL: none */
+	const char *libdir;            /* --libdir: folder of CRIU plugins; NULL: the home's plugins/ */
 	const char *work_dir;          /* where restore.log and restore.pid go; NULL: the images folder */
-	double timeout_s;              /* kill criu after this long; <= 0: no limit */
+	double timeout_s;              /* kill criu after this long; <= 0: the criu's timeout_s */
 	const char *const *extra_args; /* NULL-terminated, appended as given; NULL: none */
 	bool leave_stopped;            /* --leave-stopped: the process comes back stopped (SIGSTOP) */
+	/*
+	 * The PID of the image's root task (the dumped process's, from the manifest),
+	 * or 0 if unknown. When criu fails, runs past its time or is interrupted
+	 * (gs_criu_interrupt), the task it left at that PID (half restored: it may
+	 * hang in the image's files, and it outlives criu) is killed, if it was
+	 * created by this restore.
+	 */
+	pid_t image_pid;
 };
 
 /*
- * Finds criu ($GPUSNAP_CRIU, else PATH), runs `criu --version` and requires >= 4.0.
- * GS_E_CRIU naming what was found and what to do when it is missing or too old.
+ * Finds criu ($GPUSNAP_CRIU, else PATH), runs `criu --version` and requires the
+ * version gs_criu_version_check asks for on this kernel. GS_E_CRIU naming what was
+ * found and what to do when it is missing or too old; GS_E_USAGE for a bad
+ * GPUSNAP_CRIU_TIMEOUT.
  */
 int gs_criu_find(struct gs_criu *c, struct gs_err *err);
+
+/*
+ * Gives criu a folder of gpusnap's own, dir (created 0700 if missing; it and its
+ * subfolders must belong to this user and are made private), holding:
+ *  - plugins/: the plugin folder every dump and restore passes as --libdir, so a
+ *    plugin in CRIU's default folder (/usr/lib/criu, or $CRIU_LIBS_DIR), such as
+ *    CRIU's cuda_plugin.so, is never loaded. Empty: gpusnap does the GPU part itself.
+ *  - logs/: the log of each failed run, kept (the newest GS_CRIU_LOGS_KEPT) so the
+ *    error message can name a log that still exists.
+ * The command line uses its run directory's criu/ (docs/CRIU.md).
+ */
+int gs_criu_set_home(struct gs_criu *c, const char *dir, struct gs_err *err);
 
 /* Runs `criu check`; GS_E_CRIU with criu's complaint when the kernel lacks something. */
 int gs_criu_check(const struct gs_criu *c, struct gs_err *err);
@@ -93,9 +145,11 @@ int gs_criu_dumpable(pid_t pid, struct gs_err *err);
 /*
  * Dumps the process tree rooted at pid into images_dir (created 0700 if missing).
  * The log is images_dir/dump.log (-v4). Without leave_running the process is gone
- * afterwards (criu kills it; this waits up to 2 s for it to disappear). On failure
+ * afterwards (criu kills it; this waits up to 5 s for it to disappear). On failure
  * GS_E_CRIU (GS_E_NO_PROCESS, GS_E_PERMISSION, GS_E_TIMEOUT where they fit) with
- * CRIU's first meaningful error line and the log's path in the message.
+ * CRIU's first meaningful error line and the path of the log's copy kept in the
+ * home's logs/ (none named when no log could be kept). Refuses (GS_E_FAILURE)
+ * before gs_criu_set_home unless o->libdir names the plugin folder.
  */
 int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir,
 		 const struct gs_criu_dump_opts *o, struct gs_err *err);
@@ -104,10 +158,31 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir,
  * Restores the process tree from images_dir, detached (-d): the processes run on
  * after criu exits, as children of init. *restored_pid gets the root's PID, which
  * is the PID it had when dumped (CRIU restores PIDs); that PID must be free, else
- * GS_E_CRIU naming who holds it. opts may be NULL.
+ * GS_E_CRIU naming who holds it. opts may be NULL. On failure (GS_E_TIMEOUT when
+ * criu ran past its time) the task left at o->image_pid is killed (see there) and
+ * the message names the kept log, as for a dump.
  */
 int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struct gs_criu_restore_opts *o,
 		    pid_t *restored_pid, struct gs_err *err);
+
+/*
+ * For a signal handler of a command that ends on the signal (async-signal-safe:
+ * only kill(2)): kills the criu now running, with its process group, and, during
+ * a restore, the task at the restore's image_pid. A restored task sits in a
+ * session of its own and outlives criu, so the second kill is what stops it.
+ * Does nothing when no criu runs.
+ */
+void gs_criu_interrupt(void);
+
+/*
+ * Kills the task at pid if it started at or after started_ticks (clock ticks since
+ * boot, as /proc/PID/stat's start time; gs_criu_boot_ticks() before criu ran):
+ * what a failed or interrupted restore left there, never an older process that
+ * holds the PID. Waits up to 5 s for it to be gone (or a zombie). true if one was killed.
+ */
+bool gs_criu_kill_leftover(pid_t pid, unsigned long long started_ticks);
+/* Clock ticks since boot now (CLOCK_BOOTTIME in /proc/PID/stat's unit). */
+unsigned long long gs_criu_boot_ticks(void);
 
 /* ---- pure helpers, exposed for tests ---- */
 
@@ -122,6 +197,19 @@ void gs_argv_free(struct gs_argv *a);
 
 /* Finds "Version: X.Y[.Z]" in `criu --version` output. 0 or -1. */
 int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch);
+
+/*
+ * The oldest CRIU gpusnap accepts on a kernel of release kernel_release (uname -r,
+ * "6.18.44-..."): 4.2 from Linux 6.16 on, else (older, NULL or unreadable) 4.0.
+ */
+void gs_criu_min_version(const char *kernel_release, int *major, int *minor);
+
+/*
+ * Whether criu c (path and version filled in) will do on that kernel. 0, or
+ * GS_E_CRIU with one line naming the version found, the one needed, why, and
+ * what to do.
+ */
+int gs_criu_version_check(const struct gs_criu *c, const char *kernel_release, struct gs_err *err);
 
 /*
  * The first meaningful "Error (...)" line of a CRIU log, without its timestamp and

@@ -23,6 +23,9 @@
 
 extern char **environ;
 
+/* The child running now, for gs_run_child (read from signal handlers). */
+static volatile sig_atomic_t running_child;
+
 /* environ without LD_PRELOAD; the strings are shared, only the array is malloc'd. */
 static char **env_without_preload(void)
 {
@@ -65,6 +68,8 @@ static void child_exec(char *const argv[], char **env, int flags, int out_fd, in
 {
 	if (flags & GS_RUN_PRIVATE_FILES)
 		umask(077);
+	/* a group of its own: gpusnap's terminal and group signals stay ours; a time-out kills the whole group */
+	setpgid(0, 0);
 	static const int reset[] = { SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGALRM, SIGUSR1, SIGUSR2 };
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
@@ -117,6 +122,11 @@ int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result
 	if (pid == 0)
 		child_exec(argv, env, flags, out[1], errp[1]);
 	int fork_errno = errno;
+	if (pid > 0) {
+		/* also here, so the group exists before gs_run returns to anyone who might signal it */
+		setpgid(pid, pid);
+		running_child = pid;
+	}
 	free(env);
 	close(out[1]);
 	close(errp[1]);
@@ -137,6 +147,7 @@ int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result
 		close(out[0]);
 		while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
 			;
+		running_child = 0;
 		return gs_fail_errno(err, GS_E_FAILURE, exec_errno, "cannot run '%s'", argv[0]);
 	}
 
@@ -157,13 +168,15 @@ int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result
 		if (w < 0 && errno != EINTR) {
 			int e = errno;
 			close(out[0]);
+			running_child = 0;
 			return gs_fail_errno(err, GS_E_FAILURE, e, "cannot wait for '%s'", argv[0]);
 		}
 		int wait_ms = 50;
 		if (deadline > 0) {
 			double left = deadline - gs_now();
 			if (left <= 0) {
-				pr_info("'%s' ran past %.1f s, killing it", argv[0], timeout_s);
+				pr_info("'%s' ran past %.1f s, killing it and its process group", argv[0], timeout_s);
+				kill(-pid, SIGKILL);
 				kill(pid, SIGKILL);
 				while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
 					;
@@ -193,7 +206,13 @@ int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result
 			append_output(res, &len, buf, (size_t)r);
 	}
 	close(out[0]);
+	running_child = 0;
 	return 0;
+}
+
+pid_t gs_run_child(void)
+{
+	return (pid_t)running_child;
 }
 
 const char *gs_run_status_str(int status, char *buf, unsigned n)

@@ -1,12 +1,15 @@
 /*
  * run.h - running a helper program (criu) as a child: fork/exec of an argument
  * vector with no shell, stdin from /dev/null, stdout and stderr captured together,
- * no descriptor of ours leaked into it, and an optional time limit.
+ * no descriptor of ours leaked into it, in a process group of its own (a signal to
+ * gpusnap's group, such as Ctrl-C, does not reach it), and an optional time limit
+ * after which it is killed with its whole group.
  */
 #ifndef GPUSNAP_CRIU_RUN_H
 #define GPUSNAP_CRIU_RUN_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 
@@ -17,7 +20,7 @@
 
 struct gs_run_result {
 	int status;     /* waitpid status */
-	bool timed_out; /* killed with SIGKILL after timeout_s */
+	bool timed_out; /* killed with SIGKILL (its process group) after timeout_s */
 	/* The last GS_RUN_OUTPUT_MAX - 1 bytes of stdout+stderr, NUL-terminated. */
 	char output[GS_RUN_OUTPUT_MAX];
 };
@@ -30,6 +33,12 @@ struct gs_run_result {
  * GS_E_FAILURE with err set when it could not be started (exec's errno named).
  */
 int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err);
+
+/*
+ * The PID of the child gs_run is running now (also its process group ID), or 0.
+ * Async-signal-safe: for a signal handler that must stop it.
+ */
+pid_t gs_run_child(void);
 
 /* "exit status 1", "killed by signal 9" into buf; returns buf. */
 const char *gs_run_status_str(int status, char *buf, unsigned n);

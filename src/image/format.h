@@ -4,8 +4,8 @@
  *
  * An image directory holds manifest.img (what the image contains), one or
  * more gpu-data-NNNN.img files (chunk payloads at 4096-aligned offsets) and
- * optionally cpu/ (CRIU's images). Every file opens with a magic and the
- * format version. All integers are little-endian; the structs below are the
+ * optionally cpu/ (CRIU's images) with cpu-files.img (their sizes and
+ * checksums). Every file opens with a magic and the format version. All integers are little-endian; the structs below are the
  * exact byte layout (natural alignment, explicit padding, sizes asserted), so
  * they are copied to and from disk with memcpy on little-endian hosts.
  *
@@ -30,6 +30,7 @@
 /* ---- names inside an image directory ---- */
 #define GS_FMT_MANIFEST_NAME "manifest.img"
 #define GS_FMT_CPU_DIR_NAME "cpu"
+#define GS_FMT_CPU_LIST_NAME "cpu-files.img" /* the list of cpu/'s files with their checksums */
 #define GS_FMT_DATA_NAME_PREFIX "gpu-data-"
 #define GS_FMT_DATA_NAME_SUFFIX ".img"
 #define GS_FMT_DATA_NAME_DIGITS 4 /* zero-padded decimal index, more digits above 9999 */
@@ -48,6 +49,8 @@
 #define GS_FMT_META_VALUE_MAX 16384u
 #define GS_FMT_META_COUNT_MAX 1024u
 #define GS_FMT_BLOB_MAX 65536u             /* per-allocation opaque bytes */
+#define GS_FMT_CPU_LIST_MAX (256ULL << 20) /* cpu-files.img: ~5e6 pieces, 300 TB of CRIU files in 64 MiB pieces */
+#define GS_FMT_CPU_PIECE (64ULL << 20)     /* the writer's piece size in cpu-files.img (readers take any up to CHUNK_DATA_MAX) */
 
 /* ---- magics (8 bytes, no NUL) ---- */
 #define GS_FMT_MANIFEST_MAGIC "GPUSNAPM"
@@ -169,6 +172,40 @@ struct gs_fmt_manifest_trailer {
 	uint32_t crc32c;  /* CRC-32C of every byte of the manifest before this field */
 };
 
+/*
+ * cpu-files.img: header, piece records, names, trailer (struct
+ * gs_fmt_manifest_trailer with GS_FMT_TRAILER_MAGIC). Written when the image
+ * is published, after CRIU filled cpu/: every regular file under cpu/, cut
+ * into pieces, each with its CRC-32C. It has its own version
+ * (GS_FMT_CPU_LIST_VERSION, same rules as GS_FMT_VERSION); images without
+ * the file (written before it existed) are read without checking cpu/'s
+ * contents. Bound to one manifest by image_id and the manifest's CRC.
+ */
+#define GS_FMT_CPU_LIST_MAGIC "GPUSNAPC"
+#define GS_FMT_CPU_LIST_VERSION 1u
+
+struct gs_fmt_cpu_list_header {
+	char magic[8];            /* GS_FMT_CPU_LIST_MAGIC */
+	uint32_t version;         /* GS_FMT_CPU_LIST_VERSION */
+	uint32_t header_size;     /* sizeof(struct gs_fmt_cpu_list_header) as written; pieces start here */
+	uint64_t list_size;       /* whole file, trailer included */
+	uint8_t image_id[16];     /* the manifest's image_id */
+	uint32_t manifest_crc32c; /* the manifest trailer's crc32c: the list belongs to that exact manifest */
+	uint32_t entry_size;      /* sizeof(struct gs_fmt_cpu_piece) as written */
+	uint64_t piece_count;     /* records right after the header; the names follow them up to the trailer */
+	uint32_t flags;           /* none defined: must be 0 */
+	uint32_t reserved;
+};
+
+struct gs_fmt_cpu_piece {
+	struct gs_fmt_ref name; /* into the names area: the file's path under cpu/ ('/'-separated, no "." or "..") */
+	uint64_t file_size;     /* the whole file's size in bytes */
+	uint64_t offset;        /* of this piece in the file */
+	uint64_t length;        /* bytes; 0 only for the one piece of an empty file */
+	uint32_t crc32c;        /* CRC-32C of the piece's bytes */
+	uint32_t flags;         /* none defined: must be 0 */
+};
+
 /* First bytes of every data file; the rest of its first GS_FMT_ALIGN bytes are zero. */
 struct gs_fmt_data_header {
 	char magic[8];         /* GS_FMT_DATA_MAGIC */
@@ -194,5 +231,7 @@ _Static_assert(sizeof(struct gs_fmt_metadata) == 32, "metadata record layout");
 _Static_assert(sizeof(struct gs_fmt_manifest_trailer) == 16, "trailer layout");
 _Static_assert(sizeof(struct gs_fmt_data_header) == 64, "data header layout");
 _Static_assert(offsetof(struct gs_fmt_data_header, crc32c) == 60, "data header crc position");
+_Static_assert(sizeof(struct gs_fmt_cpu_list_header) == 64, "cpu list header layout");
+_Static_assert(sizeof(struct gs_fmt_cpu_piece) == 48, "cpu piece record layout");
 
 #endif

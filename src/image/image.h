@@ -3,10 +3,12 @@
  * one (restore, inspect), describing one (inspect).
  *
  * An image is a directory: manifest.img, gpu-data-NNNN.img files and, when
- * CRIU took the CPU state, cpu/. The byte layout is in format.h and
- * docs/FORMAT.md. A writer builds the image under a temporary sibling name and
- * commit puts it in place atomically, so DIR is always either the old image,
- * the new one, or absent; never half of one.
+ * CRIU took the CPU state, cpu/ and cpu-files.img. The byte layout is in
+ * format.h and docs/FORMAT.md. A writer builds the image under a temporary
+ * sibling name and commit puts it in place atomically, so DIR is always
+ * either the old image, the new one, or absent; never half of one. One
+ * writer per DIR at a time; an image that will not be published is never
+ * deleted if it is complete (gs_image_tmp_keep).
  *
  * Strings and blobs in the structs returned by the reader point into the
  * image and stay valid until gs_image_close. Structs passed to the writer are
@@ -98,20 +100,17 @@ struct gs_image_writer_opts {
 	uint64_t max_data_file_size; /* start a new data file when the next payload would pass this; 0: never */
 	bool no_direct_io;           /* never use O_DIRECT (it is used only where buffer, offset and length allow) */
 	bool store_zero_chunks;      /* store all-zero chunks as data instead of flagging them ZERO */
+	bool replace;                /* gs_image_writer_open: replace an image of another process at DIR */
 };
 
 /*
- * Starts an image that will replace DIR on commit. DIR's parent must exist;
- * DIR may be absent, an empty directory, or a gpusnap image (anything else is
- * refused, so a mistyped DIR never deletes someone's files). Creates
- * <parent>/.<name>.tmp-<pid>-XXXXXX (0700), locked for as long as this writer
- * lives, and removes stale temporary directories of DIR whose writer died.
- * opts may be NULL.
+ * Starts an image that will replace DIR on commit: gs_image_tmp_create with
+ * opts' source_pid, source_comm and replace, and a writer into it that
+ * commit publishes. opts may be NULL.
  *
- * Test hooks (environment, read here): GPUSNAP_TEST_WRITE_FAIL_AFTER=<bytes>
- * makes any write to the image's files fail with ENOSPC once that many bytes
- * were written; GPUSNAP_TEST_COMMIT_KILL_AT=before-rename|after-rename makes
- * commit SIGKILL its own process at that step (crash-safety tests only).
+ * Fault points (common/fault.h): GS_FI_IMAGE_WRITE at every write of the
+ * image's files (ENOSPC: GS_E_NO_SPACE; EIO: GS_E_FAILURE), GS_FI_IMAGE_PUBLISH
+ * in gs_image_publish (first hit: before the rename, second: right after it).
  */
 int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opts, struct gs_image_writer **w,
 			 struct gs_err *err);
@@ -185,28 +184,67 @@ void gs_image_writer_abort(struct gs_image_writer *w);
  * valid image name, so nobody takes a sealed but unpublished image for one.
  */
 struct gs_image_tmp;
+struct gs_image_tmp_opts {
+	int32_t source_pid;      /* the process the image will be of; 0: unknown (no check of whose DIR is) */
+	const char *source_comm; /* its command name (/proc/PID/comm) */
+	bool replace;            /* replace an image of another process at DIR */
+};
 /*
- * Checks DIR as gs_image_writer_open does (parent exists; DIR absent, empty or
- * an image), removes dead writers' leftovers, creates
- * <parent>/.<name>.tmp-<pid>-XXXXXX (0700) and flock()s it for t's lifetime.
+ * Claims DIR for one writer and makes the directory the image is built in:
+ * - DIR's parent must exist and be safe, as every directory above it
+ *   (image_fs.h: owned by root or this user, not writable by others unless
+ *   sticky): GS_E_PERMISSION naming the directory otherwise;
+ * - another live writer of DIR (its temporary directory is locked) makes this
+ *   one fail at once: GS_E_STATE naming its PID;
+ * - DIR must be absent, an empty directory, or a gpusnap image (anything else
+ *   is refused, so a mistyped DIR never deletes someone's files), and with
+ *   opts->source_pid an image of the same process (same PID and command
+ *   name, as a restored process has) unless opts->replace: GS_E_USAGE;
+ * - leftovers of dead writers are removed, except complete images (with a
+ *   manifest), which are renamed as gs_image_tmp_keep does and reported;
+ * - creates <parent>/.<name>.tmp-<pid>-XXXXXX (0700) and flock()s it for t's
+ *   lifetime: DIR's writer lock.
+ * opts may be NULL.
  */
-int gs_image_tmp_create(const char *dir, struct gs_image_tmp **t, struct gs_err *err);
+int gs_image_tmp_create(const char *dir, const struct gs_image_tmp_opts *opts, struct gs_image_tmp **t,
+			struct gs_err *err);
 const char *gs_image_tmp_path(const struct gs_image_tmp *t);
 /* DIR, where gs_image_publish puts the image. */
 const char *gs_image_tmp_target(const struct gs_image_tmp *t);
-/* Creates cpu/ (0700) in the temporary directory; path (n bytes) gets its path, for CRIU's -D. */
+/* Creates cpu/ (0700) in the temporary directory (and holds it open); path (n bytes) gets its path. */
 int gs_image_tmp_cpu_dir(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err);
 /*
- * Puts a sealed temporary directory at DIR (FORMAT.md section 9, steps 7-9):
- * fsync of cpu/ and the directory, rename or atomic exchange with the old DIR,
- * fsync of the parent, deletion of the old image. *published says whether the
- * image is at DIR now (it can be, with an error from the last fsync). Does not
- * free t: call gs_image_tmp_close after success, gs_image_tmp_discard after a
- * failure with *published false (the sealed image can still be read at its
- * temporary path until then).
+ * cpu/ as above, its path through this process's descriptor of it
+ * ("/proc/<pid>/fd/<n>", valid until t is freed), for CRIU's -D: CRIU writes
+ * into this directory whatever happens to the names above it.
+ */
+int gs_image_tmp_cpu_fd_path(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err);
+/*
+ * Puts a sealed temporary directory at DIR (FORMAT.md section 9, steps 7-10):
+ * with CPU state, cpu-files.img listing and checksumming every file CRIU
+ * wrote into cpu/ (read back on all CPUs); fsync of cpu/ and the directory,
+ * rename or atomic exchange with the old DIR, fsync of the parent, deletion
+ * of the old image. *published says whether the image is at DIR now (it can
+ * be, with an error from the last fsync). Does not free t: call
+ * gs_image_tmp_close after success; after a failure with *published false,
+ * gs_image_tmp_keep where the image is needed (the process is gone, or its
+ * data is only there), else gs_image_tmp_discard.
  */
 int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err);
-/* Frees t and releases its lock, leaving the directory (after publish: nothing is left at the temporary name). */
+/*
+ * Gives up t's image without publishing or deleting it: renames it to
+ * <DIR>.kept-<pid>-<UTC time> (pid: the process it is of), a name no dump's
+ * cleanup touches, writes its path into path (n bytes) and frees t. If the
+ * rename fails, the image stays at its temporary name (the next dump to DIR
+ * renames it), path names that and the error says so.
+ */
+int gs_image_tmp_keep(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err);
+/*
+ * Frees t and releases its lock, leaving the directory (after publish: nothing
+ * is left at the temporary name). Not for an unpublished image that must be
+ * kept: the next dump would keep it too, but under a name the user does not
+ * know yet; use gs_image_tmp_keep.
+ */
 void gs_image_tmp_close(struct gs_image_tmp *t);
 /* Removes the temporary directory (manifest first) and frees t. NULL is allowed. */
 void gs_image_tmp_discard(struct gs_image_tmp *t);
@@ -230,13 +268,20 @@ int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err);
 struct gs_image;
 
 /*
- * Opens and validates DIR: owner and mode of the directory and every file
- * (owned by this user or root, not writable by group or others, no symlinks),
- * manifest magic, version, checksum and consistency (every allocation covered
- * by its chunks, every reference in bounds), each data file present, of the
- * recorded size, with a header of this image. Payload checksums are checked
- * by gs_image_read_chunk and gs_image_verify, not here.
- * Errors: GS_E_IMAGE (not an image, corrupt, unknown version), GS_E_PERMISSION.
+ * Opens and validates DIR: every directory above it (owned by this user or
+ * root, not writable by group or others unless sticky), the directory and
+ * everything in it (owned by this user or root, not writable by group or
+ * others; no symlinks, hard-linked files, FIFOs, sockets or devices: refused
+ * before anything is opened), manifest magic, version, checksum and
+ * consistency (every allocation covered by its chunks, every reference in
+ * bounds), each data file present, of the recorded size, with a header of
+ * this image; with CPU state, cpu/ holding exactly the files cpu-files.img
+ * lists, of the listed sizes (images written before that list: cpu/ as it
+ * is, gs_image_cpu_files says so). Payload checksums are checked by
+ * gs_image_read_chunk and gs_image_verify, not here. Nothing is opened in a
+ * way that can block (a FIFO fails at once).
+ * Errors: GS_E_IMAGE (not an image, corrupt, unknown version, a FIFO),
+ * GS_E_PERMISSION (untrusted owner or mode, a link, an unsafe directory above).
  */
 int gs_image_open(const char *dir, struct gs_image **img, struct gs_err *err);
 void gs_image_close(struct gs_image *img);
@@ -262,6 +307,19 @@ const struct gs_image_kv *gs_image_metadata_at(const struct gs_image *img, size_
 const char *gs_image_metadata_get(const struct gs_image *img, const char *key);
 /* Path of cpu/ in path (n bytes); GS_E_IMAGE if the image holds no CPU state. */
 int gs_image_cpu_dir(const struct gs_image *img, char *path, size_t n, struct gs_err *err);
+/*
+ * A path to the cpu/ that gs_image_open checked, through this process's
+ * descriptor of it: "/proc/<pid>/fd/<n>", valid until gs_image_close. Give
+ * it to CRIU (run by this process) instead of the path: whatever happens to
+ * the names meanwhile, CRIU reads the directory that was checked.
+ */
+int gs_image_cpu_dir_fd_path(const struct gs_image *img, char *path, size_t n, struct gs_err *err);
+/*
+ * True if the image lists CRIU's files (cpu-files.img: sizes and checksums,
+ * checked by gs_image_open and gs_image_verify); with their count and total
+ * size. False for images without CPU state, or written before the list.
+ */
+bool gs_image_cpu_files(const struct gs_image *img, size_t *nfiles, uint64_t *bytes);
 
 /*
  * Reads chunk i into buf (its `length` bytes) and checks its CRC-32C; a ZERO
@@ -272,7 +330,13 @@ int gs_image_cpu_dir(const struct gs_image *img, char *path, size_t n, struct gs
 int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err *err);
 /* Reads without O_DIRECT when false (restoring from the page cache is faster buffered). Default: true. */
 void gs_image_set_direct_io(struct gs_image *img, bool on);
-/* Checks every stored chunk's CRC with nthreads threads (0: one per CPU, at most 16); the first bad chunk is named. */
+/*
+ * Checks every stored chunk's CRC and every listed piece of CRIU's files
+ * (cpu-files.img) with nthreads threads (0: one per CPU, at most 16); the
+ * first bad chunk or CPU file is named (GS_E_IMAGE; also for EIO). An image
+ * with CPU state but no list gets a warning in the log: its CPU files cannot
+ * be checked. Fault point GS_FI_IMAGE_READ (each read).
+ */
 int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err);
 
 /* ---------------------------------------------------------------- describe */

@@ -93,6 +93,18 @@ void gs_image_describe_json(const struct gs_image *img, struct gs_json *j)
 	gs_json_kv_string(j, "comm", in->source_comm);
 	gs_json_object_end(j);
 	gs_json_kv_bool(j, "cpu_state", in->cpu_state);
+	gs_json_key(j, "cpu_files");
+	if (in->cpu_state) {
+		size_t nfiles;
+		uint64_t bytes;
+		gs_json_object_begin(j);
+		gs_json_kv_bool(j, "checksummed", gs_image_cpu_files(img, &nfiles, &bytes));
+		gs_json_kv_uint(j, "count", nfiles);
+		gs_json_kv_uint(j, "bytes", bytes);
+		gs_json_object_end(j);
+	} else {
+		gs_json_null(j);
+	}
 
 	gs_json_key(j, "gpus");
 	gs_json_array_begin(j);
@@ -178,7 +190,16 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 		*in->how ? gs_image_printable(in->how, b, sizeof(b)) : "?");
 	fprintf(out, "process      %" PRId32 " (%s)\n", in->source_pid,
 		gs_image_printable(in->source_comm, a, sizeof(a)));
-	fprintf(out, "cpu state    %s\n", in->cpu_state ? "present (" GS_FMT_CPU_DIR_NAME "/)" : "not present");
+	size_t ncpu;
+	uint64_t cpu_bytes;
+	if (!in->cpu_state)
+		fprintf(out, "cpu state    not present\n");
+	else if (gs_image_cpu_files(img, &ncpu, &cpu_bytes))
+		fprintf(out, "cpu state    present (" GS_FMT_CPU_DIR_NAME "/): %zu file%s, %s, checksummed\n", ncpu,
+			ncpu == 1 ? "" : "s", gs_format_bytes(cpu_bytes, c, sizeof(c)));
+	else
+		fprintf(out, "cpu state    present (" GS_FMT_CPU_DIR_NAME "/), its files not checksummed (no %s: written by"
+			" an older gpusnap, or never published)\n", GS_FMT_CPU_LIST_NAME);
 	fprintf(out, "gpus         %zu\n", gs_image_gpu_count(img));
 	for (size_t i = 0; i < gs_image_gpu_count(img); i++) {
 		const struct gs_image_gpu *g = gs_image_gpu_at(img, i);

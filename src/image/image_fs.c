@@ -1,12 +1,17 @@
 /*
- * image_fs.c - file system helpers of the image code (see image_fs.h).
+ * image_fs.c - file system helpers of the image code and its thread pool
+ * (see image_fs.h).
  */
 #include "image/image_fs.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -22,12 +27,251 @@ int gs_fs_check_trusted(const struct stat *st, const char *path, struct gs_err *
 	return 0;
 }
 
+static const char *file_kind(mode_t m)
+{
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISCHR(m) || S_ISBLK(m))
+		return "a device";
+	if (S_ISDIR(m))
+		return "a directory";
+	return "not a file";
+}
+
+int gs_fs_check_entry(const struct stat *st, const char *path, struct gs_err *err)
+{
+	if (S_ISLNK(st->st_mode))
+		return gs_fail(err, GS_E_PERMISSION, "refusing '%s': a symbolic link (nothing in an image is one: it could "
+			       "point at a file anyone controls)", path);
+	if (!S_ISDIR(st->st_mode) && !S_ISREG(st->st_mode))
+		return gs_fail(err, GS_E_IMAGE, "'%s' is %s, not a regular file", path, file_kind(st->st_mode));
+	int rc = gs_fs_check_trusted(st, path, err);
+	if (rc)
+		return rc;
+	if (S_ISREG(st->st_mode) && st->st_nlink > 1)
+		return gs_fail(err, GS_E_PERMISSION, "refusing '%s': it has %lu hard links (a file of an image has one; "
+			       "through another name it could change after it was checked)", path,
+			       (unsigned long)st->st_nlink);
+	return 0;
+}
+
+int gs_fs_check_ancestor(const struct stat *st, const char *dir, const char *image, struct gs_err *err)
+{
+	if (st->st_uid != geteuid() && st->st_uid != 0)
+		return gs_fail(err, GS_E_PERMISSION, "refusing '%s': the directory '%s' above it is owned by uid %u, not by"
+			       " you or root, who could swap the image after it was checked", image, dir,
+			       (unsigned)st->st_uid);
+	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
+		return gs_fail(err, GS_E_PERMISSION, "refusing '%s': the directory '%s' above it is writable by %s (mode "
+			       "%04o, not sticky), who could swap the image after it was checked", image, dir,
+			       (st->st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st->st_mode & 07777));
+	return 0;
+}
+
+int gs_fs_open_dir_checked(const char *path, const char *image, int *fd, struct stat *st, struct gs_err *err)
+{
+	*fd = -1;
+	char *real = realpath(path, NULL);
+	if (!real)
+		return -errno;
+	int rc = 0;
+	int cur = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (cur < 0) {
+		rc = -errno;
+		goto out;
+	}
+	/* real is absolute, without "." or ".." or repeated slashes: walk it one component at a time */
+	char *p = real + 1;
+	for (;;) {
+		struct stat ast;
+		/* the directory cur is real[0, p - 1) ("/" for the root) */
+		char saved = p > real + 1 ? p[-1] : '\0';
+		if (p > real + 1)
+			p[-1] = '\0';
+		if (fstat(cur, &ast) < 0)
+			rc = -errno;
+		else
+			rc = gs_fs_check_ancestor(&ast, p > real + 1 ? real : "/", image, err);
+		if (p > real + 1)
+			p[-1] = saved;
+		if (rc)
+			goto out;
+		char *slash = strchr(p, '/');
+		bool last = !slash;
+		if (slash)
+			*slash = '\0';
+		int next;
+		if (!*p) /* the path is "/" itself */
+			next = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		else
+			next = openat(cur, p, (last ? O_RDONLY : O_PATH) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (slash)
+			*slash = '/';
+		if (next < 0) {
+			rc = -errno;
+			goto out;
+		}
+		close(cur);
+		cur = next;
+		if (last)
+			break;
+		p = slash + 1;
+	}
+	if (fstat(cur, st) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	*fd = cur;
+	cur = -1;
+out:
+	if (cur >= 0)
+		close(cur);
+	free(real);
+	return rc;
+}
+
+static int open_code(int e)
+{
+	return e == EACCES || e == EPERM ? GS_E_PERMISSION : e == ENOENT ? GS_E_IMAGE : GS_E_FAILURE;
+}
+
+int gs_fs_open_file(int dir_fd, const char *name, const char *path, int *fd, struct stat *st, bool *missing,
+		    struct gs_err *err)
+{
+	*fd = -1;
+	if (missing)
+		*missing = false;
+	struct stat lst;
+	if (fstatat(dir_fd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno == ENOENT && missing)
+			*missing = true;
+		return gs_fail_errno(err, open_code(errno), errno, "cannot open '%s'", path);
+	}
+	int rc = gs_fs_check_entry(&lst, path, err);
+	if (rc)
+		return rc;
+	if (!S_ISREG(lst.st_mode))
+		return gs_fail(err, GS_E_IMAGE, "'%s' is %s, not a regular file", path, file_kind(lst.st_mode));
+	/* O_NONBLOCK: should a FIFO take the file's place after the check, the open does not wait for a writer */
+	int f = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (f < 0) {
+		int e = errno;
+		if (e == ENOENT && missing)
+			*missing = true;
+		if (e == ELOOP)
+			return gs_fail(err, GS_E_PERMISSION, "refusing '%s': a symbolic link", path);
+		return gs_fail_errno(err, open_code(e), e, "cannot open '%s'", path);
+	}
+	if (fstat(f, st) < 0) {
+		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot stat '%s'", path);
+	} else if (st->st_dev != lst.st_dev || st->st_ino != lst.st_ino) {
+		rc = gs_fail(err, GS_E_IMAGE, "'%s' was replaced while it was being opened", path);
+	} else {
+		rc = gs_fs_check_entry(st, path, err);
+	}
+	if (rc) {
+		close(f);
+		return rc;
+	}
+	*fd = f;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- the pool */
+
+struct parallel_job {
+	size_t n;
+	size_t buf_size;
+	gs_fs_work_fn fn;
+	void *ctx;
+	atomic_size_t next;
+	atomic_bool stop;
+	pthread_mutex_t lock;
+	size_t bad_index; /* lowest failing item so far, SIZE_MAX if none */
+	struct gs_err bad;
+	int bad_code;
+};
+
+static void parallel_fail(struct parallel_job *job, size_t i, int code, const struct gs_err *e)
+{
+	pthread_mutex_lock(&job->lock);
+	if (i < job->bad_index) {
+		job->bad_index = i;
+		job->bad = *e;
+		job->bad_code = code;
+	}
+	pthread_mutex_unlock(&job->lock);
+	atomic_store(&job->stop, true);
+}
+
+static void *parallel_worker(void *arg)
+{
+	struct parallel_job *job = arg;
+	void *buf = NULL;
+	struct gs_err e = { 0 };
+	if (job->buf_size && posix_memalign(&buf, 4096, job->buf_size)) {
+		gs_fail(&e, GS_E_NO_SPACE, "out of memory (a %zu-byte read buffer)", job->buf_size);
+		parallel_fail(job, 0, GS_E_NO_SPACE, &e);
+		return NULL;
+	}
+	/*
+	 * Items are handed out in order, so when item k fails every item below
+	 * k was already taken by some thread and is finished before the result
+	 * is read: the lowest failing item is the one reported.
+	 */
+	while (!atomic_load(&job->stop)) {
+		size_t i = atomic_fetch_add(&job->next, 1);
+		if (i >= job->n)
+			break;
+		int rc = job->fn(job->ctx, i, buf, &e);
+		if (rc)
+			parallel_fail(job, i, rc, &e);
+	}
+	free(buf);
+	return NULL;
+}
+
+int gs_fs_parallel(size_t n, unsigned nthreads, size_t buf_size, gs_fs_work_fn fn, void *ctx, struct gs_err *err)
+{
+	if (nthreads == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		nthreads = cpus > 0 ? (unsigned)cpus : 1;
+	}
+	if (nthreads > GS_FS_MAX_THREADS)
+		nthreads = GS_FS_MAX_THREADS;
+	if (nthreads > n)
+		nthreads = n ? (unsigned)n : 1;
+	struct parallel_job job = { .n = n, .buf_size = buf_size, .fn = fn, .ctx = ctx, .bad_index = SIZE_MAX };
+	atomic_init(&job.next, 0);
+	atomic_init(&job.stop, false);
+	pthread_mutex_init(&job.lock, NULL);
+	pthread_t threads[GS_FS_MAX_THREADS];
+	unsigned started = 0;
+	for (unsigned t = 1; t < nthreads; t++) {
+		if (pthread_create(&threads[started], NULL, parallel_worker, &job) != 0)
+			break; /* fewer threads is slower, not wrong */
+		started++;
+	}
+	parallel_worker(&job); /* this thread works too */
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(threads[t], NULL);
+	pthread_mutex_destroy(&job.lock);
+	if (job.bad_index != SIZE_MAX) {
+		if (err)
+			*err = job.bad;
+		return job.bad_code;
+	}
+	return 0;
+}
+
 static int check_tree(int dir_fd, const char *name, const char *path, int depth, struct gs_err *err)
 {
 	struct stat st;
 	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "cannot stat '%s'", path);
-	int rc = gs_fs_check_trusted(&st, path, err);
+	int rc = gs_fs_check_entry(&st, path, err);
 	if (rc || !S_ISDIR(st.st_mode))
 		return rc;
 	if (depth >= GS_FS_MAX_DEPTH)

@@ -2,11 +2,15 @@
  * image_reader.c - opening, validating, reading and verifying an image (see
  * image.h).
  *
- * Everything is opened relative to the image directory's descriptor with
- * O_NOFOLLOW, after the directory itself passed the trust rule, so nothing
- * in the image can make the reader look outside it. All data files stay open
- * for the image's life: an image replaced by a new dump meanwhile is still
- * read whole, from the old files.
+ * The image directory is reached by a walk from '/' that checks every
+ * directory above it (image_fs.h: gs_fs_open_dir_checked), so nobody but its
+ * owner and root can swap it after the checks. Everything inside is checked
+ * without following anything (no symlinks, FIFOs, devices, hard links) and
+ * opened relative to the directory's descriptor with O_NOFOLLOW | O_NONBLOCK,
+ * then fstat'ed before a byte is read: nothing in the image can make the
+ * reader look outside it or wait. All data files stay open for the image's
+ * life: an image replaced by a new dump meanwhile is still read whole, from
+ * the old files. cpu/ stays open too, for CRIU (gs_image_cpu_dir_fd_path).
  */
 #define LOG_PREFIX "image: "
 #include "image/image.h"
@@ -14,21 +18,21 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "image/cpu_list.h"
 #include "image/crc32c.h"
 #include "image/image_fs.h"
 #include "image/manifest.h"
 
 #define VERIFY_PIECE (8 * GS_MiB) /* read size of gs_image_verify; chunks are checked piece by piece */
-#define VERIFY_MAX_THREADS 16
 #define MAX_IO (1ULL << 30)
 /* gs_image_read_chunk reads and checksums in pieces of this (a multiple of GS_FMT_ALIGN, fits in L2) */
 #define READ_PIECE (1ULL << 20)
@@ -42,88 +46,88 @@ struct reader_file {
 struct gs_image {
 	char *path;
 	int dir_fd;
+	int cpu_fd; /* cpu/, or -1 without CPU state */
 	struct gs_manifest m;
 	struct reader_file *files;
 	atomic_bool direct_io;
+	bool cpu_listed;             /* cpu-files.img lists cpu/'s files (else: an image from before the list) */
+	struct gs_cpu_list cpu_list; /* its contents */
 };
 
-static int open_fail(const char *path, const char *name, int e, struct gs_err *err)
+/*
+ * Reads a small file of the image whole (at most max bytes) into *buf
+ * (malloc'd), after gs_fs_open_file's checks. *missing as there.
+ */
+static int read_whole(int dir_fd, const char *name, const char *path, uint64_t max, const char *what, void **buf,
+		      size_t *len, bool *missing, struct gs_err *err)
 {
-	if (e == ELOOP)
-		return gs_fail(err, GS_E_PERMISSION, "refusing '%s/%s': a symbolic link", path, name);
-	if (e == EACCES || e == EPERM)
-		return gs_fail_errno(err, GS_E_PERMISSION, e, "cannot open '%s/%s'", path, name);
-	return gs_fail_errno(err, GS_E_FAILURE, e, "cannot open '%s/%s'", path, name);
-}
-
-static int read_manifest(struct gs_image *img, struct gs_err *err)
-{
-	int fd = openat(img->dir_fd, GS_FMT_MANIFEST_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return gs_fail(err, GS_E_IMAGE, "'%s' is not a gpusnap image (no " GS_FMT_MANIFEST_NAME ")", img->path);
-		return open_fail(img->path, GS_FMT_MANIFEST_NAME, errno, err);
-	}
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/%s", img->path, GS_FMT_MANIFEST_NAME);
+	*buf = NULL;
+	int fd;
 	struct stat st;
-	int rc = 0;
-	void *buf = NULL;
-	if (fstat(fd, &st) < 0) {
-		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot stat '%s'", path);
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = gs_fail(err, GS_E_IMAGE, "'%s' is not a regular file", path);
-		goto out;
-	}
-	if ((rc = gs_fs_check_trusted(&st, path, err)))
-		goto out;
-	if ((uint64_t)st.st_size > GS_FMT_MANIFEST_MAX) {
-		rc = gs_fail(err, GS_E_IMAGE, "'%s' is %lld bytes, more than the %llu MiB a manifest may be", path,
-			     (long long)st.st_size, GS_FMT_MANIFEST_MAX / GS_MiB);
-		goto out;
-	}
-	size_t len = (size_t)st.st_size;
-	buf = malloc(len ? len : 1);
-	if (!buf) {
-		rc = gs_fail(err, GS_E_NO_SPACE, "out of memory for a %zu-byte manifest", len);
-		goto out;
-	}
-	int e = gs_fs_pread_full(fd, buf, len, 0);
-	if (e) {
-		rc = e == -EIO ? gs_fail(err, GS_E_IMAGE, "'%s' shrank while being read", path)
-			       : gs_fail_errno(err, GS_E_FAILURE, -e, "cannot read '%s'", path);
-		goto out;
-	}
-	rc = gs_manifest_decode(buf, len, &img->m, err); /* owns buf from here */
-	buf = NULL;
+	int rc = gs_fs_open_file(dir_fd, name, path, &fd, &st, missing, err);
 	if (rc)
-		gs_err_wrap(err, "image '%s'", img->path);
+		return rc;
+	if ((uint64_t)st.st_size > max) {
+		rc = gs_fail(err, GS_E_IMAGE, "'%s' is %lld bytes, more than the %llu MiB %s may be", path,
+			     (long long)st.st_size, (unsigned long long)(max / GS_MiB), what);
+		goto out;
+	}
+	*len = (size_t)st.st_size;
+	*buf = malloc(*len ? *len : 1);
+	if (!*buf) {
+		rc = gs_fail(err, GS_E_NO_SPACE, "out of memory for a %zu-byte %s", *len, what);
+		goto out;
+	}
+	int e = gs_fault(GS_FI_IMAGE_READ) ? -gs_fault_errno(GS_FI_IMAGE_READ, EIO) : gs_fs_pread_full(fd, *buf, *len, 0);
+	if (e) {
+		rc = e == -EIO ? gs_fail_errno(err, GS_E_IMAGE, EIO, "cannot read '%s' (shrank while being read?)", path)
+			       : gs_fail_errno(err, GS_E_FAILURE, -e, "cannot read '%s'", path);
+		free(*buf);
+		*buf = NULL;
+	}
 out:
-	free(buf);
 	close(fd);
 	return rc;
+}
+
+int gs_manifest_read_at(int dir_fd, const char *dir_path, struct gs_manifest *m, struct gs_err *err)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir_path, GS_FMT_MANIFEST_NAME);
+	void *buf;
+	size_t len;
+	bool missing;
+	int rc = read_whole(dir_fd, GS_FMT_MANIFEST_NAME, path, GS_FMT_MANIFEST_MAX, "a manifest", &buf, &len, &missing,
+			    err);
+	if (rc && missing)
+		return gs_fail(err, GS_E_IMAGE, "'%s' is not a gpusnap image (no " GS_FMT_MANIFEST_NAME ")", dir_path);
+	if (rc)
+		return rc;
+	rc = gs_manifest_decode(buf, len, m, err); /* owns buf from here */
+	if (rc)
+		gs_err_wrap(err, "image '%s'", dir_path);
+	return rc;
+}
+
+uint32_t gs_manifest_crc32c(const struct gs_manifest *m)
+{
+	uint32_t crc = 0;
+	if (m->raw && m->raw_len >= sizeof(crc))
+		memcpy(&crc, (const char *)m->raw + m->raw_len - sizeof(crc), sizeof(crc));
+	return crc;
 }
 
 static int open_data_file(struct gs_image *img, size_t i, struct gs_err *err)
 {
 	const struct gs_image_data_file *f = &img->m.files[i];
 	struct reader_file *rf = &img->files[i];
-	rf->fd = openat(img->dir_fd, f->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (rf->fd < 0) {
-		if (errno == ENOENT)
-			return gs_fail(err, GS_E_IMAGE, "image '%s': data file '%s' is missing", img->path, f->name);
-		return open_fail(img->path, f->name, errno, err);
-	}
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", img->path, f->name);
 	struct stat st;
-	if (fstat(rf->fd, &st) < 0)
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot stat '%s'", path);
-	if (!S_ISREG(st.st_mode))
-		return gs_fail(err, GS_E_IMAGE, "image '%s': data file '%s' is not a regular file", img->path, f->name);
-	int rc = gs_fs_check_trusted(&st, path, err);
+	bool missing;
+	int rc = gs_fs_open_file(img->dir_fd, f->name, path, &rf->fd, &st, &missing, err);
+	if (rc && missing)
+		return gs_fail(err, GS_E_IMAGE, "image '%s': data file '%s' is missing", img->path, f->name);
 	if (rc)
 		return rc;
 	if ((uint64_t)st.st_size < f->size)
@@ -139,13 +143,45 @@ static int open_data_file(struct gs_image *img, size_t i, struct gs_err *err)
 	if ((rc = gs_fmt_data_header_check(header, sizeof(header), img->m.info.image_id, f->index, f->name, err)))
 		return gs_err_wrap(err, "image '%s'", img->path);
 
-	rf->direct_fd = openat(img->dir_fd, f->name, O_RDONLY | O_NOFOLLOW | O_DIRECT | O_CLOEXEC);
+	rf->direct_fd = openat(img->dir_fd, f->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_DIRECT | O_CLOEXEC);
 	struct stat dst;
 	if (rf->direct_fd >= 0 && (fstat(rf->direct_fd, &dst) < 0 || dst.st_ino != st.st_ino || dst.st_dev != st.st_dev)) {
 		close(rf->direct_fd); /* replaced between the two opens: read everything through the checked one */
 		rf->direct_fd = -1;
 	}
 	atomic_init(&rf->direct_ok, rf->direct_fd >= 0);
+	return 0;
+}
+
+/* cpu-files.img: read, decoded, of this manifest; cpu_listed stays false where the image has none. */
+static int read_cpu_list(struct gs_image *img, struct gs_err *err)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", img->path, GS_FMT_CPU_LIST_NAME);
+	void *buf;
+	size_t len;
+	bool missing;
+	struct gs_err e = { 0 };
+	int rc = read_whole(img->dir_fd, GS_FMT_CPU_LIST_NAME, path, GS_FMT_CPU_LIST_MAX, "a list of CPU files", &buf,
+			    &len, &missing, &e);
+	if (rc && missing)
+		return 0; /* an image from before the list */
+	if (rc) {
+		if (err)
+			*err = e;
+		return rc;
+	}
+	if (!img->m.info.cpu_state) {
+		free(buf);
+		return gs_fail(err, GS_E_IMAGE, "image '%s' lists CPU files but holds no CPU state", img->path);
+	}
+	if ((rc = gs_cpu_list_decode(buf, len, &img->cpu_list, err)))
+		return gs_err_wrap(err, "image '%s': %s", img->path, GS_FMT_CPU_LIST_NAME);
+	img->cpu_listed = true;
+	if (memcmp(img->cpu_list.image_id, img->m.info.image_id, 16) ||
+	    img->cpu_list.manifest_crc32c != gs_manifest_crc32c(&img->m))
+		return gs_fail(err, GS_E_IMAGE, "image '%s': %s belongs to another image (or another manifest)", img->path,
+			       GS_FMT_CPU_LIST_NAME);
 	return 0;
 }
 
@@ -158,8 +194,21 @@ static int check_cpu_state(struct gs_image *img, struct gs_err *err)
 		return gs_fail(err, GS_E_IMAGE, "image '%s' says it holds CPU state, but '%s' is missing", img->path, path);
 	if (!S_ISDIR(st.st_mode))
 		return gs_fail(err, GS_E_IMAGE, "image '%s': '%s' is not a directory", img->path, path);
-	/* CRIU restores whatever these files say: they must be as trusted as ours. */
-	return gs_fs_check_tree_trusted(img->dir_fd, GS_FMT_CPU_DIR_NAME, path, err);
+	img->cpu_fd = openat(img->dir_fd, GS_FMT_CPU_DIR_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (img->cpu_fd < 0)
+		return gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_IMAGE, errno, "cannot open '%s'", path);
+	struct stat fst;
+	if (fstat(img->cpu_fd, &fst) < 0 || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev)
+		return gs_fail(err, GS_E_IMAGE, "image '%s': '%s' was replaced while it was being opened", img->path, path);
+	/* CRIU restores whatever these files say: they must be as trusted as ours, and be the files the dump left */
+	struct gs_cpu_scan scan;
+	int rc = gs_fs_check_entry(&fst, path, err);
+	if (!rc)
+		rc = gs_cpu_scan(img->cpu_fd, path, &scan, err);
+	if (!rc && img->cpu_listed)
+		rc = gs_cpu_list_match(&img->cpu_list, &scan, img->path, err);
+	gs_cpu_scan_free(&scan);
+	return rc;
 }
 
 int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
@@ -171,11 +220,11 @@ int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
 		return gs_fail(err, GS_E_NO_SPACE, "out of memory opening an image");
 	}
 	atomic_init(&img->direct_io, true);
-	img->dir_fd = -1;
-	int rc = 0;
-	img->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (img->dir_fd < 0) {
-		int e = errno;
+	img->dir_fd = img->cpu_fd = -1;
+	struct stat st;
+	int rc = gs_fs_open_dir_checked(dir, dir, &img->dir_fd, &st, err);
+	if (rc < 0) {
+		int e = -rc;
 		if (e == ENOENT)
 			rc = gs_fail(err, GS_E_IMAGE, "no image at '%s': no such directory", dir);
 		else if (e == ENOTDIR)
@@ -185,12 +234,11 @@ int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
 					   "cannot open '%s'", dir);
 		goto fail;
 	}
-	struct stat st;
-	if (fstat(img->dir_fd, &st) < 0) {
-		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot stat '%s'", dir);
+	if (rc)
 		goto fail;
-	}
-	if ((rc = gs_fs_check_trusted(&st, dir, err)) || (rc = read_manifest(img, err)))
+	/* the directory, then everything in it, before any file is opened: a FIFO or a link anywhere is refused */
+	if ((rc = gs_fs_check_trusted(&st, dir, err)) || (rc = gs_fs_check_tree_trusted(img->dir_fd, ".", dir, err)) ||
+	    (rc = gs_manifest_read_at(img->dir_fd, dir, &img->m, err)) || (rc = read_cpu_list(img, err)))
 		goto fail;
 	if (img->m.nfiles) {
 		img->files = calloc(img->m.nfiles, sizeof(*img->files));
@@ -228,6 +276,9 @@ void gs_image_close(struct gs_image *img)
 	}
 	if (img->dir_fd >= 0)
 		close(img->dir_fd);
+	if (img->cpu_fd >= 0)
+		close(img->cpu_fd);
+	gs_cpu_list_free(&img->cpu_list);
 	gs_manifest_free(&img->m);
 	free(img->path);
 	free(img);
@@ -310,6 +361,24 @@ int gs_image_cpu_dir(const struct gs_image *img, char *path, size_t n, struct gs
 	return 0;
 }
 
+int gs_image_cpu_dir_fd_path(const struct gs_image *img, char *path, size_t n, struct gs_err *err)
+{
+	if (!img->m.info.cpu_state || img->cpu_fd < 0)
+		return gs_fail(err, GS_E_IMAGE, "image '%s' holds no CPU state", img->path);
+	if ((size_t)snprintf(path, n, "/proc/%d/fd/%d", (int)getpid(), img->cpu_fd) >= n)
+		return gs_fail(err, GS_E_FAILURE, "no room for the path of '%s/%s'", img->path, GS_FMT_CPU_DIR_NAME);
+	return 0;
+}
+
+bool gs_image_cpu_files(const struct gs_image *img, size_t *nfiles, uint64_t *bytes)
+{
+	if (nfiles)
+		*nfiles = img->cpu_listed ? img->cpu_list.nfiles : 0;
+	if (bytes)
+		*bytes = img->cpu_listed ? img->cpu_list.bytes : 0;
+	return img->cpu_listed;
+}
+
 void gs_image_set_direct_io(struct gs_image *img, bool on)
 {
 	atomic_store(&img->direct_io, on);
@@ -329,7 +398,13 @@ static int read_range(struct gs_image *img, uint32_t fi, uint64_t off, void *buf
 		size_t n = direct ? len / GS_FMT_ALIGN * GS_FMT_ALIGN : len;
 		if (n > MAX_IO)
 			n = MAX_IO;
-		ssize_t r = pread(direct ? rf->direct_fd : rf->fd, p, n, (off_t)off);
+		ssize_t r;
+		if (gs_fault(GS_FI_IMAGE_READ)) {
+			errno = gs_fault_errno(GS_FI_IMAGE_READ, EIO);
+			r = -1;
+		} else {
+			r = pread(direct ? rf->direct_fd : rf->fd, p, n, (off_t)off);
+		}
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -337,8 +412,9 @@ static int read_range(struct gs_image *img, uint32_t fi, uint64_t off, void *buf
 				atomic_store(&rf->direct_ok, false);
 				continue;
 			}
-			return gs_fail_errno(err, GS_E_FAILURE, errno, "image '%s': reading '%s' at %" PRIu64 " failed",
-					     img->path, name, off);
+			/* EIO: the medium cannot give the image back; the image is what is bad */
+			return gs_fail_errno(err, errno == EIO ? GS_E_IMAGE : GS_E_FAILURE, errno,
+					     "image '%s': reading '%s' at %" PRIu64 " failed", img->path, name, off);
 		}
 		if (r == 0)
 			return gs_fail(err, GS_E_IMAGE, "image '%s': data file '%s' ends at %" PRIu64 ", before its chunks do"
@@ -390,98 +466,39 @@ int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err
 
 /* ---------------------------------------------------------------- verify */
 
-struct verify_job {
-	struct gs_image *img;
-	atomic_size_t next;
-	atomic_bool stop;
-	pthread_mutex_t lock;
-	size_t bad_index; /* lowest failing chunk so far, SIZE_MAX if none */
-	struct gs_err bad;
-	int bad_code;
-};
-
-static void verify_fail(struct verify_job *job, size_t i, const struct gs_err *e)
+/* Item i of the checksum pass: stored chunk i, or (from nchunks on) piece i - nchunks of CRIU's files. */
+static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 {
-	pthread_mutex_lock(&job->lock);
-	if (i < job->bad_index) {
-		job->bad_index = i;
-		job->bad = *e;
-		job->bad_code = e->code;
+	struct gs_image *img = ctx;
+	if (i >= img->m.nchunks) {
+		const struct gs_cpu_piece *p = &img->cpu_list.pieces[i - img->m.nchunks];
+		uint32_t crc;
+		int rc = gs_cpu_piece_crc(img->cpu_fd, img->path, p, buf, VERIFY_PIECE, &crc, err);
+		if (!rc && crc != p->crc32c)
+			rc = gs_fail(err, GS_E_IMAGE, "image '%s': '%s/%s' is corrupt in bytes %" PRIu64 "-%" PRIu64
+				     ": checksum 0x%08" PRIx32 ", expected 0x%08" PRIx32, img->path, GS_FMT_CPU_DIR_NAME,
+				     p->name, p->offset, p->offset + p->length, crc, p->crc32c);
+		return rc;
 	}
-	pthread_mutex_unlock(&job->lock);
-	atomic_store(&job->stop, true);
-}
-
-static void *verify_worker(void *arg)
-{
-	struct verify_job *job = arg;
-	struct gs_image *img = job->img;
-	void *buf = NULL;
-	struct gs_err e = { 0 };
-	if (posix_memalign(&buf, GS_FMT_ALIGN, VERIFY_PIECE)) {
-		gs_fail(&e, GS_E_NO_SPACE, "out of memory verifying '%s'", img->path);
-		verify_fail(job, 0, &e);
-		return NULL;
-	}
-	/*
-	 * Indexes are handed out in order, so when chunk k fails every chunk
-	 * below k was already taken by some thread and is finished before the
-	 * result is read: the lowest bad chunk is the one reported.
-	 */
-	while (!atomic_load(&job->stop)) {
-		size_t i = atomic_fetch_add(&job->next, 1);
-		if (i >= img->m.nchunks)
-			break;
-		const struct gs_image_chunk *c = &img->m.chunks[i];
-		if (c->flags & GS_CHUNK_F_ZERO)
-			continue;
-		uint32_t crc = 0;
-		int rc = 0;
-		for (uint64_t done = 0; done < c->length && !rc; done += VERIFY_PIECE) {
-			size_t n = (size_t)(c->length - done < VERIFY_PIECE ? c->length - done : VERIFY_PIECE);
-			rc = read_range(img, c->file_index, c->file_offset + done, buf, n, &e);
-			if (!rc)
-				crc = gs_crc32c(crc, buf, n);
-		}
-		if (!rc && crc != c->crc32c)
-			rc = crc_mismatch(img, i, crc, &e);
+	const struct gs_image_chunk *c = &img->m.chunks[i];
+	if (c->flags & GS_CHUNK_F_ZERO)
+		return 0;
+	uint32_t crc = 0;
+	for (uint64_t done = 0; done < c->length; done += VERIFY_PIECE) {
+		size_t n = (size_t)(c->length - done < VERIFY_PIECE ? c->length - done : VERIFY_PIECE);
+		int rc = read_range(img, c->file_index, c->file_offset + done, buf, n, err);
 		if (rc)
-			verify_fail(job, i, &e);
+			return rc;
+		crc = gs_crc32c(crc, buf, n);
 	}
-	free(buf);
-	return NULL;
+	return crc == c->crc32c ? 0 : crc_mismatch(img, i, crc, err);
 }
 
 int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err)
 {
-	if (nthreads == 0) {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		nthreads = cpus > 0 ? (unsigned)cpus : 1;
-	}
-	if (nthreads > VERIFY_MAX_THREADS)
-		nthreads = VERIFY_MAX_THREADS;
-	if (nthreads > img->m.nchunks)
-		nthreads = img->m.nchunks ? (unsigned)img->m.nchunks : 1;
-
-	struct verify_job job = { .img = img, .bad_index = SIZE_MAX };
-	atomic_init(&job.next, 0);
-	atomic_init(&job.stop, false);
-	pthread_mutex_init(&job.lock, NULL);
-	pthread_t threads[VERIFY_MAX_THREADS];
-	unsigned started = 0;
-	for (unsigned t = 1; t < nthreads; t++) {
-		if (pthread_create(&threads[started], NULL, verify_worker, &job) != 0)
-			break; /* fewer threads is slower, not wrong */
-		started++;
-	}
-	verify_worker(&job); /* this thread works too */
-	for (unsigned t = 0; t < started; t++)
-		pthread_join(threads[t], NULL);
-	pthread_mutex_destroy(&job.lock);
-	if (job.bad_index != SIZE_MAX) {
-		if (err)
-			*err = job.bad;
-		return job.bad_code;
-	}
-	return 0;
+	if (img->m.info.cpu_state && !img->cpu_listed)
+		pr_warn("image '%s' has no list of CRIU's files (written by an older gpusnap, or never published): its "
+			"GPU data is verified, '%s/' is not", img->path, GS_FMT_CPU_DIR_NAME);
+	size_t n = img->m.nchunks + (img->cpu_listed ? img->cpu_list.npieces : 0);
+	return gs_fs_parallel(n, nthreads, VERIFY_PIECE, verify_item, img, err);
 }

@@ -11,8 +11,13 @@
  * Crash safety: everything is written under <parent>/.<name>.tmp-<pid>-XXXXXX,
  * which holds no manifest until every payload is on disk, and which is never
  * at DIR's name until commit renames it there. The temporary directory is
- * flock()ed for the writer's life, so a later writer can tell a dead writer's
- * leftovers (lock free) from a live one's.
+ * flock()ed for the writer's life: that lock is DIR's one-writer lock (a
+ * second writer finding it held refuses at once), and it tells a dead
+ * writer's leftovers (lock free) from a live one's. Writers claim DIR (look
+ * for a live writer, clean up, create their directory) under a short flock of
+ * the parent directory, so two of them cannot both find the name free. A
+ * leftover that holds a manifest may be the only copy of a process's state:
+ * it is renamed to <name>.kept-<pid>-<time>, never deleted.
  */
 #define LOG_PREFIX "image: "
 #include "image/image.h"
@@ -33,8 +38,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "common/util.h"
+#include "image/cpu_list.h"
 #include "image/crc32c.h"
 #include "image/image_fs.h"
 #include "image/manifest.h"
@@ -45,8 +53,11 @@
 
 /* Largest single pwrite (Linux caps one call at 2 GiB - 4 KiB anyway). */
 #define MAX_IO (1ULL << 30)
+/* Read size while checksumming CRIU's files for cpu-files.img. */
+#define LIST_READ (8ULL << 20)
 
-enum kill_point { KILL_NONE, KILL_BEFORE_RENAME, KILL_AFTER_RENAME };
+/* How long a writer waits for another one to finish claiming a directory next to the same parent. */
+#define CLAIM_WAIT_S 2.0
 
 struct data_file {
 	int fd;           /* buffered writes, fsync */
@@ -64,8 +75,9 @@ struct gs_image_tmp {
 	char *tmp_path; /* parent/tmp_name */
 	char *tmp_name; /* .base.tmp-PID-XXXXXX */
 	int parent_fd;
-	int fd;         /* holds the flock that marks the owner alive */
-	enum kill_point kill_at;
+	int fd;         /* holds the flock that marks the owner alive: DIR's writer lock */
+	int cpu_fd;     /* cpu/ once gs_image_tmp_cpu_dir made it, else -1 */
+	int32_t source_pid; /* the process the image is of (0: unknown), for the kept name */
 };
 
 struct gs_image_writer {
@@ -95,8 +107,6 @@ struct gs_image_writer {
 	int failed; /* sticky: a write failed, the image can only be aborted */
 	struct gs_err failure;
 
-	atomic_uint_fast64_t bytes_written; /* to every file of the image, for the fault hook */
-	uint64_t fail_after;                /* GPUSNAP_TEST_WRITE_FAIL_AFTER, or UINT64_MAX */
 	atomic_uint_fast64_t payload_bytes, direct_bytes;
 	uint64_t zero_chunks, zero_bytes;
 };
@@ -136,17 +146,11 @@ static int grow(void **arr, size_t *cap, size_t n, size_t sz)
 	return gs_grow_array(arr, cap, n, sz, 16);
 }
 
-/* The fault-injection hook: true if writing n more bytes must fail with ENOSPC. */
-static bool injected_enospc(struct gs_image_writer *w, size_t n)
+/* A write of the image's files: 0 or -errno, through the fault point GS_FI_IMAGE_WRITE. */
+static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 {
-	uint64_t before = atomic_fetch_add(&w->bytes_written, n);
-	return w->fail_after != UINT64_MAX && before + n > w->fail_after;
-}
-
-static int write_all(struct gs_image_writer *w, int fd, const void *buf, size_t len, uint64_t off)
-{
-	if (injected_enospc(w, len))
-		return -ENOSPC;
+	if (gs_fault(GS_FI_IMAGE_WRITE))
+		return -gs_fault_errno(GS_FI_IMAGE_WRITE, EIO);
 	return gs_fs_pwrite_full(fd, buf, len, off);
 }
 
@@ -257,12 +261,105 @@ static int remove_image_dir(int parent_fd, const char *name)
 	return gs_fs_remove_tree(parent_fd, name);
 }
 
+/* The process an unpublished image is of, from its manifest; fallback where it says none or cannot be read. */
+static int32_t image_source_pid(int dir_fd, const char *path, int32_t fallback)
+{
+	struct gs_manifest m;
+	struct gs_err e = { 0 };
+	if (gs_manifest_read_at(dir_fd, path, &m, &e))
+		return fallback;
+	int32_t pid = m.info.source_pid ? m.info.source_pid : fallback;
+	gs_manifest_free(&m);
+	return pid;
+}
+
 /*
- * Removes temporary directories of DIR left by writers that died: ours (same
- * owner), whose PID in the name is gone and whose flock is free. A live
- * writer in another PID namespace still holds its flock, so it is left alone.
+ * Renames parent_fd/name, an image that will not be published, to
+ * <base>.kept-<pid>-<UTC time>[-N] next to it: a name no cleanup touches and a
+ * user can find. The new name goes to kept (n bytes). 0 or -errno.
  */
-static void remove_stale_tmp_dirs(struct gs_image_tmp *t)
+static int keep_dir(int parent_fd, const char *name, const char *base, int32_t pid, char *kept, size_t n)
+{
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	if (!gmtime_r(&now, &tm) || !strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm))
+		snprintf(stamp, sizeof(stamp), "%lld", (long long)now);
+	for (int i = 1; i < 1000; i++) {
+		if (i == 1)
+			snprintf(kept, n, "%s.kept-%d-%s", base, (int)pid, stamp);
+		else
+			snprintf(kept, n, "%s.kept-%d-%s-%d", base, (int)pid, stamp, i);
+		int rc = renameat2(parent_fd, name, parent_fd, kept, RENAME_NOREPLACE);
+		if (rc < 0 && (errno == EINVAL || errno == ENOSYS)) {
+			/* no RENAME_NOREPLACE here: rename would replace an empty directory of that name, so look first */
+			struct stat st;
+			if (fstatat(parent_fd, kept, &st, AT_SYMLINK_NOFOLLOW) == 0)
+				continue;
+			rc = renameat(parent_fd, name, parent_fd, kept);
+		}
+		if (rc == 0) {
+			fsync(parent_fd);
+			return 0;
+		}
+		if (errno != EEXIST && errno != ENOTEMPTY)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+/*
+ * A live writer of DIR: a temporary directory of DIR, owned by this user or
+ * root (others' cannot be ours: in a shared directory anyone could make
+ * one), whose flock is held (its writer runs, maybe in another PID namespace).
+ * One that cannot be opened counts if the PID in its name runs. Our own
+ * (t->tmp_name, once made) is skipped. *pid gets the PID in its name.
+ */
+static bool find_live_writer(struct gs_image_tmp *t, long *pid)
+{
+	char prefix[300];
+	tmp_prefix(t->base, prefix, sizeof(prefix));
+	size_t plen = strlen(prefix);
+	int fd = dup(t->parent_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	rewinddir(d); /* the duplicate shares parent_fd's position */
+	bool live = false;
+	struct dirent *de;
+	while (!live && (de = readdir(d))) {
+		if (strncmp(de->d_name, prefix, plen) != 0 || (t->tmp_name && !strcmp(de->d_name, t->tmp_name)))
+			continue;
+		struct stat st;
+		if (fstatat(t->parent_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+		    (st.st_uid != geteuid() && st.st_uid != 0))
+			continue;
+		long p = strtol(de->d_name + plen, NULL, 10);
+		int dfd = openat(t->parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd < 0) {
+			live = (errno == EACCES || errno == EPERM) && pid_alive(p);
+		} else {
+			live = flock(dfd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+			close(dfd);
+		}
+		if (live)
+			*pid = p;
+	}
+	closedir(d);
+	return live;
+}
+
+/*
+ * Deals with temporary directories of DIR left by writers that died: ours
+ * (same owner), whose PID in the name is gone and whose flock is free. One
+ * without a manifest is an unfinished image: removed. One with a manifest is
+ * complete, maybe the only copy of a process CRIU already took: renamed to a
+ * kept name (keep_dir) and reported, never deleted.
+ */
+static void clean_up_dead_writers(struct gs_image_tmp *t)
 {
 	char prefix[300];
 	tmp_prefix(t->base, prefix, sizeof(prefix));
@@ -274,6 +371,7 @@ static void remove_stale_tmp_dirs(struct gs_image_tmp *t)
 			close(fd);
 		return;
 	}
+	rewinddir(d);
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (strncmp(de->d_name, prefix, plen) != 0)
@@ -286,18 +384,56 @@ static void remove_stale_tmp_dirs(struct gs_image_tmp *t)
 			continue;
 		struct stat st;
 		if (fstat(dfd, &st) == 0 && st.st_uid == geteuid() && flock(dfd, LOCK_EX | LOCK_NB) == 0) {
-			pr_info("removing '%s/%s', left by a dump that did not finish", t->parent, de->d_name);
-			int rc = remove_image_dir(t->parent_fd, de->d_name);
-			if (rc)
-				pr_warn("cannot remove '%s/%s': %s", t->parent, de->d_name, strerror(-rc));
+			if (faccessat(dfd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+				char path[900], kept[600];
+				snprintf(path, sizeof(path), "%s/%s", t->parent, de->d_name);
+				int32_t src = image_source_pid(dfd, path, (int32_t)pid);
+				int e = keep_dir(t->parent_fd, de->d_name, t->base, src, kept, sizeof(kept));
+				if (e)
+					pr_warn("'%s' holds an image a dump did not publish; left there (cannot rename it: %s)", path,
+						strerror(-e));
+				else
+					pr_warn("'%s' held an image a dump did not publish (of process %d; maybe its only copy): kept"
+						" as '%s/%s'", path, (int)src, t->parent, kept);
+			} else {
+				pr_info("removing '%s/%s', left by a dump that did not finish", t->parent, de->d_name);
+				int rc = remove_image_dir(t->parent_fd, de->d_name);
+				if (rc)
+					pr_warn("cannot remove '%s/%s': %s", t->parent, de->d_name, strerror(-rc));
+			}
 		}
 		close(dfd);
 	}
 	closedir(d);
 }
 
-/* 0 if DIR may be replaced: absent, an empty directory, or a gpusnap image. */
-static int check_replaceable(struct gs_image_tmp *t, bool *exists, struct gs_err *err)
+/* Refuses to replace an image of another process (source PID and command name differ) unless opts->replace. */
+static int check_same_process(struct gs_image_tmp *t, int dir_fd, const struct gs_image_tmp_opts *o, struct gs_err *err)
+{
+	struct gs_manifest m;
+	struct gs_err e = { 0 };
+	if (gs_manifest_read_at(dir_fd, t->dir, &m, &e))
+		return gs_fail(err, GS_E_USAGE, "cannot tell whose image '%s' is, so not replacing it (gpusnap dump "
+			       "--replace does): %s", t->dir, e.msg);
+	const char *comm = o->source_comm ? o->source_comm : "";
+	int rc = 0;
+	if (m.info.source_pid && (m.info.source_pid != o->source_pid || strcmp(m.info.source_comm, comm))) {
+		char a[64], b[64];
+		rc = gs_fail(err, GS_E_USAGE, "'%s' holds the image of another process, %d (%s); not replacing it with one"
+			     " of %d (%s) (gpusnap dump --replace does)", t->dir, (int)m.info.source_pid,
+			     gs_image_printable(m.info.source_comm, a, sizeof(a)), (int)o->source_pid,
+			     gs_image_printable(comm, b, sizeof(b)));
+	}
+	gs_manifest_free(&m);
+	return rc;
+}
+
+/*
+ * 0 if DIR may be replaced: absent, an empty directory, or a gpusnap image
+ * (with o: of the same process, unless o->replace).
+ */
+static int check_replaceable(struct gs_image_tmp *t, const struct gs_image_tmp_opts *o, bool *exists,
+			     struct gs_err *err)
 {
 	struct stat st;
 	*exists = false;
@@ -331,10 +467,13 @@ static int check_replaceable(struct gs_image_tmp *t, bool *exists, struct gs_err
 		if (d)
 			closedir(d);
 	}
-	close(fd);
+	int rc = 0;
 	if (!image && !empty)
-		return gs_fail(err, GS_E_USAGE, "'%s' exists and is not a gpusnap image; refusing to replace it", t->dir);
-	return 0;
+		rc = gs_fail(err, GS_E_USAGE, "'%s' exists and is not a gpusnap image; refusing to replace it", t->dir);
+	else if (image && o && o->source_pid && !o->replace)
+		rc = check_same_process(t, fd, o, err);
+	close(fd);
+	return rc;
 }
 
 static int split_path(struct gs_image_tmp *t, const char *dir, struct gs_err *err)
@@ -364,6 +503,8 @@ static int split_path(struct gs_image_tmp *t, const char *dir, struct gs_err *er
 
 static void tmp_free(struct gs_image_tmp *t)
 {
+	if (t->cpu_fd >= 0)
+		close(t->cpu_fd);
 	if (t->fd >= 0)
 		close(t->fd);
 	if (t->parent_fd >= 0)
@@ -376,7 +517,88 @@ static void tmp_free(struct gs_image_tmp *t)
 	free(t);
 }
 
-int gs_image_tmp_create(const char *dir, struct gs_image_tmp **out, struct gs_err *err)
+/* Opens DIR's parent through checked directories (image_fs.h); it must be safe itself, as one above an image. */
+static int open_parent(struct gs_image_tmp *t, struct gs_err *err)
+{
+	struct stat st;
+	int rc = gs_fs_open_dir_checked(t->parent, t->dir, &t->parent_fd, &st, err);
+	if (rc < 0) {
+		int e = -rc;
+		return gs_fail_errno(err, e == ENOENT || e == ENOTDIR ? GS_E_USAGE : errno_code(e), e,
+				     "cannot open '%s', the parent of the image directory", t->parent);
+	}
+	return rc ? rc : gs_fs_check_ancestor(&st, t->parent, t->dir, err);
+}
+
+/*
+ * Takes the parent's flock for the claim (look, clean up, create), which
+ * other writers hold only a moment. False where it cannot be had (a file
+ * system without flock, or someone else holding it: in a shared directory
+ * anyone can): the claim then checks again after making its directory.
+ */
+static bool lock_parent(struct gs_image_tmp *t)
+{
+	double t0 = gs_now();
+	while (flock(t->parent_fd, LOCK_EX | LOCK_NB) < 0) {
+		if ((errno != EWOULDBLOCK && errno != EINTR) || gs_now() - t0 > CLAIM_WAIT_S) {
+			pr_debug("'%s': claiming '%s' without the parent's lock (%s)", t->parent, t->base, strerror(errno));
+			return false;
+		}
+		usleep(10000);
+	}
+	return true;
+}
+
+static int busy(struct gs_image_tmp *t, long holder, struct gs_err *err)
+{
+	char comm[64] = "";
+	if (pid_alive(holder))
+		gs_proc_comm((pid_t)holder, comm, sizeof(comm));
+	return gs_fail(err, GS_E_STATE, "another gpusnap (pid %ld%s%s) is writing an image to '%s' right now; wait for it,"
+		       " or dump to another directory", holder, *comm ? ", " : "", comm, t->dir);
+}
+
+/* Creates .<base>.tmp-<pid>-XXXXXX (0700) in the parent and takes its flock. */
+static int make_tmp_dir(struct gs_image_tmp *t, struct gs_err *err)
+{
+	static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	char prefix[300];
+	tmp_prefix(t->base, prefix, sizeof(prefix));
+	for (int attempt = 0;; attempt++) {
+		uint8_t id[16];
+		random_id(id);
+		char sfx[7];
+		for (int i = 0; i < 6; i++)
+			sfx[i] = chars[id[i] % (sizeof(chars) - 1)];
+		sfx[6] = '\0';
+		free(t->tmp_name);
+		if (asprintf(&t->tmp_name, "%s%ld-%s", prefix, (long)getpid(), sfx) < 0) {
+			t->tmp_name = NULL;
+			return oom(err, "path");
+		}
+		if (mkdirat(t->parent_fd, t->tmp_name, 0700) == 0)
+			break;
+		int e = errno;
+		if (e == EEXIST && attempt < 100)
+			continue;
+		free(t->tmp_name);
+		t->tmp_name = NULL;
+		return e == ENOSPC || e == EDQUOT
+			       ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s'", t->dir)
+			       : gs_fail_errno(err, errno_code(e), e, "cannot create a temporary directory next to '%s'", t->dir);
+	}
+	if (asprintf(&t->tmp_path, "%s/%s", t->parent, t->tmp_name) < 0) {
+		t->tmp_path = NULL;
+		return oom(err, "path");
+	}
+	t->fd = openat(t->parent_fd, t->tmp_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (t->fd < 0 || flock(t->fd, LOCK_EX | LOCK_NB) < 0)
+		return gs_fail_errno(err, errno_code(errno), errno, "cannot open and lock '%s'", t->tmp_path);
+	return 0;
+}
+
+int gs_image_tmp_create(const char *dir, const struct gs_image_tmp_opts *opts, struct gs_image_tmp **out,
+			struct gs_err *err)
 {
 	*out = NULL;
 	if (!dir || !*dir)
@@ -384,58 +606,31 @@ int gs_image_tmp_create(const char *dir, struct gs_image_tmp **out, struct gs_er
 	struct gs_image_tmp *t = calloc(1, sizeof(*t));
 	if (!t)
 		return oom(err, "image directory");
-	t->parent_fd = t->fd = -1;
-	const char *s = getenv("GPUSNAP_TEST_COMMIT_KILL_AT");
-	if (s && !strcmp(s, "before-rename"))
-		t->kill_at = KILL_BEFORE_RENAME;
-	else if (s && !strcmp(s, "after-rename"))
-		t->kill_at = KILL_AFTER_RENAME;
+	t->parent_fd = t->fd = t->cpu_fd = -1;
+	t->source_pid = opts ? opts->source_pid : 0;
 	int rc = split_path(t, dir, err);
+	if (rc || (rc = open_parent(t, err)))
+		goto fail;
+	bool locked = lock_parent(t);
+	long holder;
+	bool exists;
+	if (find_live_writer(t, &holder)) {
+		rc = busy(t, holder, err);
+	} else if (!(rc = check_replaceable(t, opts, &exists, err))) {
+		clean_up_dead_writers(t);
+		rc = make_tmp_dir(t, err);
+		/* without the parent's lock another writer may have claimed DIR meanwhile: then both give way */
+		if (!rc && !locked && find_live_writer(t, &holder))
+			rc = busy(t, holder, err);
+	}
+	if (locked)
+		flock(t->parent_fd, LOCK_UN); /* the claim is made (or refused): DIR's lock is the temporary directory's */
 	if (rc)
 		goto fail;
-	t->parent_fd = open(t->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (t->parent_fd < 0) {
-		int e = errno;
-		rc = gs_fail_errno(err, e == ENOENT ? GS_E_USAGE : errno_code(e), e, "cannot open '%s', the parent of"
-				   " the image directory", t->parent);
-		goto fail;
-	}
-	bool exists;
-	if ((rc = check_replaceable(t, &exists, err)))
-		goto fail;
-	remove_stale_tmp_dirs(t);
-
-	char prefix[300];
-	tmp_prefix(t->base, prefix, sizeof(prefix));
-	if (asprintf(&t->tmp_name, "%s%ld-XXXXXX", prefix, (long)getpid()) < 0) {
-		t->tmp_name = NULL;
-		rc = oom(err, "path");
-		goto fail;
-	}
-	if (asprintf(&t->tmp_path, "%s/%s", t->parent, t->tmp_name) < 0) {
-		t->tmp_path = NULL;
-		rc = oom(err, "path");
-		goto fail;
-	}
-	if (!mkdtemp(t->tmp_path)) { /* mode 0700 */
-		int e = errno;
-		free(t->tmp_path);
-		t->tmp_path = NULL;
-		rc = e == ENOSPC || e == EDQUOT
-			     ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s'", t->dir)
-			     : gs_fail_errno(err, errno_code(e), e, "cannot create a temporary directory next to '%s'", t->dir);
-		goto fail;
-	}
-	memcpy(t->tmp_name + strlen(t->tmp_name) - 6, t->tmp_path + strlen(t->tmp_path) - 6, 6);
-	t->fd = open(t->tmp_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (t->fd < 0 || flock(t->fd, LOCK_EX | LOCK_NB) < 0) {
-		rc = gs_fail_errno(err, errno_code(errno), errno, "cannot open and lock '%s'", t->tmp_path);
-		goto fail;
-	}
 	*out = t;
 	return 0;
 fail:
-	if (t->tmp_path && t->parent_fd >= 0)
+	if (t->tmp_name && t->parent_fd >= 0)
 		gs_fs_remove_tree(t->parent_fd, t->tmp_name);
 	tmp_free(t);
 	return rc;
@@ -456,10 +651,44 @@ int gs_image_tmp_cpu_dir(struct gs_image_tmp *t, char *path, size_t n, struct gs
 	if (mkdirat(t->fd, GS_FMT_CPU_DIR_NAME, 0700) < 0 && errno != EEXIST)
 		return gs_fail_errno(err, errno_code(errno), errno, "cannot create '%s/%s'", t->tmp_path,
 				     GS_FMT_CPU_DIR_NAME);
+	if (t->cpu_fd < 0) {
+		t->cpu_fd = openat(t->fd, GS_FMT_CPU_DIR_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (t->cpu_fd < 0)
+			return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s/%s'", t->tmp_path,
+					     GS_FMT_CPU_DIR_NAME);
+	}
 	if ((size_t)snprintf(path, n, "%s/%s", t->tmp_path, GS_FMT_CPU_DIR_NAME) >= n)
 		return gs_fail(err, GS_E_FAILURE, "path of '%s/%s' does not fit in %zu bytes", t->tmp_path,
 			       GS_FMT_CPU_DIR_NAME, n);
 	return 0;
+}
+
+int gs_image_tmp_cpu_fd_path(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err)
+{
+	char real[4200];
+	int rc = gs_image_tmp_cpu_dir(t, real, sizeof(real), err);
+	if (rc)
+		return rc;
+	if ((size_t)snprintf(path, n, "/proc/%d/fd/%d", (int)getpid(), t->cpu_fd) >= n)
+		return gs_fail(err, GS_E_FAILURE, "no room for the path of '%s'", real);
+	return 0;
+}
+
+int gs_image_tmp_keep(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err)
+{
+	int32_t pid = image_source_pid(t->fd, t->tmp_path, t->source_pid ? t->source_pid : (int32_t)getpid());
+	char kept[600];
+	int e = keep_dir(t->parent_fd, t->tmp_name, t->base, pid, kept, sizeof(kept));
+	int rc = 0;
+	if (e) {
+		snprintf(path, n, "%s", t->tmp_path);
+		rc = gs_fail_errno(err, errno_code(-e), -e, "cannot give '%s' a name of its own (it stays there; the next "
+				   "dump to '%s' renames it)", t->tmp_path, t->dir);
+	} else {
+		snprintf(path, n, "%s/%s", t->parent, kept);
+	}
+	tmp_free(t);
+	return rc;
 }
 
 void gs_image_tmp_discard(struct gs_image_tmp *t)
@@ -509,20 +738,6 @@ static void writer_free(struct gs_image_writer *w)
 	free(w);
 }
 
-static void read_test_hooks(struct gs_image_writer *w)
-{
-	w->fail_after = UINT64_MAX;
-	const char *s = getenv("GPUSNAP_TEST_WRITE_FAIL_AFTER");
-	if (s && *s) {
-		char *end;
-		unsigned long long v = strtoull(s, &end, 10);
-		if (!*end) {
-			w->fail_after = v;
-			pr_warn("test hook: writes fail with ENOSPC after %llu bytes", v);
-		}
-	}
-}
-
 /* A writer over the directory tmp_path (already created, empty, 0700); dir names it in messages. */
 static int writer_new(const char *tmp_path, const char *dir, const struct gs_image_writer_opts *opts,
 		      struct gs_image_writer **wp, struct gs_err *err)
@@ -536,7 +751,6 @@ static int writer_new(const char *tmp_path, const char *dir, const struct gs_ima
 		return oom(err, "writer");
 	pthread_mutex_init(&w->lock, NULL);
 	w->tmp_fd = -1;
-	read_test_hooks(w);
 	int rc = 0;
 	w->dir = strdup(dir);
 	w->tmp_path = strdup(tmp_path);
@@ -588,7 +802,11 @@ int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opt
 {
 	*wp = NULL;
 	struct gs_image_tmp *t;
-	int rc = gs_image_tmp_create(dir, &t, err);
+	struct gs_image_tmp_opts to = { 0 };
+	if (opts)
+		to = (struct gs_image_tmp_opts){ .source_pid = opts->source_pid, .source_comm = opts->source_comm,
+						 .replace = opts->replace };
+	int rc = gs_image_tmp_create(dir, &to, &t, err);
 	if (rc)
 		return rc;
 	if ((rc = writer_new(t->tmp_path, t->dir, opts, wp, err))) {
@@ -801,7 +1019,7 @@ static int create_data_file_locked(struct gs_image_writer *w, struct data_file *
 		goto fail;
 	}
 	gs_fmt_data_header_build(block, w->info.image_id, (uint32_t)w->nfiles);
-	int e = write_all(w, f->fd, block, GS_FMT_ALIGN, 0);
+	int e = write_all(f->fd, block, GS_FMT_ALIGN, 0);
 	if (e) {
 		rc = io_fail(w, "writing", f->name, -e, err);
 		goto fail;
@@ -839,9 +1057,13 @@ static int write_payload(struct gs_image_writer *w, struct data_file *f, const v
 		size_t n = direct ? len / GS_FMT_ALIGN * GS_FMT_ALIGN : len;
 		if (n > MAX_IO)
 			n = MAX_IO;
-		if (injected_enospc(w, n))
-			return io_fail(w, "writing", f->name, ENOSPC, err);
-		ssize_t r = pwrite(direct ? f->direct_fd : f->fd, p, n, (off_t)off);
+		ssize_t r;
+		if (gs_fault(GS_FI_IMAGE_WRITE)) {
+			errno = gs_fault_errno(GS_FI_IMAGE_WRITE, EIO);
+			r = -1;
+		} else {
+			r = pwrite(direct ? f->direct_fd : f->fd, p, n, (off_t)off);
+		}
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -978,14 +1200,6 @@ static int cmp_chunk(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static void kill_point(struct gs_image_tmp *t, enum kill_point at)
-{
-	if (t->kill_at == at) {
-		pr_warn("test hook: killing the process during commit");
-		raise(SIGKILL);
-	}
-}
-
 /* Builds the manifest model from the writer's tables (sorted in place) and checks it. */
 static int build_manifest(struct gs_image_writer *w, struct gs_manifest *m, struct gs_image_data_file *files,
 			  struct gs_err *err)
@@ -1049,7 +1263,7 @@ static int write_manifest(struct gs_image_writer *w, const struct gs_manifest *m
 	if (fd < 0) {
 		rc = io_fail(w, "creating", GS_FMT_MANIFEST_NAME, errno, err);
 	} else {
-		int e = write_all(w, fd, buf, len, 0);
+		int e = write_all(fd, buf, len, 0);
 		if (!e && fsync(fd) < 0)
 			e = -errno;
 		if (e)
@@ -1070,10 +1284,14 @@ static int write_manifest(struct gs_image_writer *w, const struct gs_manifest *m
 static int put_in_place(struct gs_image_tmp *t, bool *exchanged, int *old_fd, struct gs_err *err)
 {
 	bool exists;
-	int rc = check_replaceable(t, &exists, err);
+	int rc = check_replaceable(t, NULL, &exists, err); /* whose image it is was checked when DIR was claimed */
 	if (rc)
 		return rc;
 	*exchanged = false;
+	if (gs_fault(GS_FI_IMAGE_PUBLISH)) {
+		int e = gs_fault_errno(GS_FI_IMAGE_PUBLISH, EIO);
+		return gs_fail_errno(err, errno_code(e), e, "cannot rename '%s' to '%s'", t->tmp_path, t->dir);
+	}
 	if (!exists) {
 		if (renameat2(t->parent_fd, t->tmp_name, t->parent_fd, t->base, RENAME_NOREPLACE) == 0)
 			return 0;
@@ -1162,13 +1380,78 @@ int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err)
 	return rc;
 }
 
+struct cpu_list_job {
+	struct gs_cpu_list *list;
+	int cpu_fd;
+	const char *image;
+};
+
+/* Checksums one piece of a CPU file while the list is built. */
+static int list_piece(void *ctx, size_t i, void *buf, struct gs_err *err)
+{
+	struct cpu_list_job *job = ctx;
+	struct gs_cpu_piece *p = &job->list->pieces[i];
+	return gs_cpu_piece_crc(job->cpu_fd, job->image, p, buf, LIST_READ, &p->crc32c, err);
+}
+
+/*
+ * Writes cpu-files.img into the temporary directory: every file CRIU left in
+ * cpu/ (checked as a reader will check it), cut into pieces, each with its
+ * CRC-32C (read back on all CPUs), tied to manifest m. fsync'ed.
+ */
+static int write_cpu_list(struct gs_image_tmp *t, const struct gs_manifest *m, struct gs_err *err)
+{
+	char cpu_path[4200];
+	int rc = gs_image_tmp_cpu_dir(t, cpu_path, sizeof(cpu_path), err);
+	if (rc)
+		return rc;
+	struct gs_cpu_scan scan;
+	struct gs_cpu_list list = { 0 };
+	void *buf = NULL;
+	size_t len = 0;
+	rc = gs_cpu_scan(t->cpu_fd, cpu_path, &scan, err);
+	if (!rc)
+		rc = gs_cpu_list_from_scan(&scan, m->info.image_id, gs_manifest_crc32c(m), GS_FMT_CPU_PIECE, &list, err);
+	gs_cpu_scan_free(&scan);
+	if (!rc) {
+		struct cpu_list_job job = { .list = &list, .cpu_fd = t->cpu_fd, .image = t->tmp_path };
+		rc = gs_fs_parallel(list.npieces, 0, LIST_READ, list_piece, &job, err);
+	}
+	if (!rc)
+		rc = gs_cpu_list_encode(&list, &buf, &len, err);
+	gs_cpu_list_free(&list);
+	if (rc)
+		return gs_err_wrap(err, "listing the CPU files of '%s'", t->tmp_path);
+	unlinkat(t->fd, GS_FMT_CPU_LIST_NAME, 0); /* from an earlier try to publish */
+	int fd = openat(t->fd, GS_FMT_CPU_LIST_NAME, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int e = fd < 0 ? -errno : write_all(fd, buf, len, 0);
+	if (!e && fsync(fd) < 0)
+		e = -errno;
+	if (fd >= 0 && close(fd) < 0 && !e)
+		e = -errno;
+	free(buf);
+	if (!e)
+		return 0;
+	unlinkat(t->fd, GS_FMT_CPU_LIST_NAME, 0);
+	if (e == -ENOSPC || e == -EDQUOT)
+		return gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (writing '%s')", t->dir,
+			       GS_FMT_CPU_LIST_NAME);
+	return gs_fail_errno(err, errno_code(-e), -e, "writing '%s/%s' failed", t->tmp_path, GS_FMT_CPU_LIST_NAME);
+}
+
 int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err)
 {
 	*published = false;
-	if (faccessat(t->fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
-		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image (no %s); not publishing it", t->tmp_path,
-			       GS_FMT_MANIFEST_NAME);
-	/* CRIU wrote cpu/ after the manifest was sealed: make it durable before the image gets its name. */
+	struct gs_manifest m;
+	struct gs_err e = { 0 };
+	if (gs_manifest_read_at(t->fd, t->tmp_path, &m, &e))
+		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image; not publishing it (%s)", t->tmp_path, e.msg);
+	/* CRIU wrote cpu/ after the manifest was sealed: list and checksum its files for the readers */
+	int rc = m.info.cpu_state ? write_cpu_list(t, &m, err) : 0;
+	gs_manifest_free(&m);
+	if (rc)
+		return rc;
+	/* and make them durable before the image gets its name */
 	if (faccessat(t->fd, GS_FMT_CPU_DIR_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
 		int e = gs_fs_fsync_tree(t->fd, GS_FMT_CPU_DIR_NAME);
 		if (e)
@@ -1181,20 +1464,21 @@ int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err
 	if (fsync(t->fd) < 0)
 		return gs_fail_errno(err, errno_code(errno), errno, "syncing '%s' failed", t->tmp_path);
 
-	kill_point(t, KILL_BEFORE_RENAME);
 	bool exchanged = false;
 	int old_fd = -1;
-	int rc = put_in_place(t, &exchanged, &old_fd, err);
+	rc = put_in_place(t, &exchanged, &old_fd, err);
 	if (rc) {
 		if (old_fd >= 0)
 			close(old_fd);
 		return rc;
 	}
 	*published = true;
-	if (fsync(t->parent_fd) < 0)
-		rc = gs_fail_errno(err, errno_code(errno), errno, "the image is at '%s' but syncing '%s' failed", t->dir,
+	/* the second hit of the fault point: as if the parent's fsync failed (kill: a crash right after the rename) */
+	int se = gs_fault(GS_FI_IMAGE_PUBLISH) ? gs_fault_errno(GS_FI_IMAGE_PUBLISH, EIO)
+					       : fsync(t->parent_fd) < 0 ? errno : 0;
+	if (se)
+		rc = gs_fail_errno(err, errno_code(se), se, "the image is at '%s' but syncing '%s' failed", t->dir,
 				   t->parent);
-	kill_point(t, KILL_AFTER_RENAME);
 	if (exchanged) {
 		int e = remove_image_dir(t->parent_fd, t->tmp_name);
 		if (e)

@@ -57,6 +57,14 @@ int gs_manifest_decode(void *buf, size_t len, struct gs_manifest *m, struct gs_e
 int gs_manifest_validate(struct gs_manifest *m, struct gs_err *err);
 /* Frees what decode/validate allocated (arrays and raw), not strings the caller owns. */
 void gs_manifest_free(struct gs_manifest *m);
+/* The CRC-32C in a decoded manifest's trailer (what cpu-files.img names its manifest by). */
+uint32_t gs_manifest_crc32c(const struct gs_manifest *m);
+/*
+ * Reads and decodes dir_fd's manifest.img (image_reader.c: opened as every
+ * image file is, image_fs.h gs_fs_open_file). dir_path names the image in
+ * messages. Free m with gs_manifest_free.
+ */
+int gs_manifest_read_at(int dir_fd, const char *dir_path, struct gs_manifest *m, struct gs_err *err);
 
 /* Copies s into buf (n bytes) with anything but printable ASCII as '?': strings from an image cannot drive a terminal. */
 const char *gs_image_printable(const char *s, char *buf, size_t n);

@@ -18,12 +18,41 @@ start_cuda_proc() { # start_cuda_proc GPUS -> sets NEWPID, registered as a runni
 fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
 
 # usage and dispatch
-run_gpusnap; expect "no command is a usage error" 2 "usage: gpusnap"
-run_gpusnap frobnicate; expect "unknown command" 2 "'frobnicate' is not a gpusnap command"
-run_gpusnap suspend; expect "suspend without PID" 2 "usage: gpusnap suspend"
-run_gpusnap suspend --bogus 1; expect "unknown option" 2 "unknown option '--bogus'"
-run_gpusnap suspend --timeout soon 1; expect "bad timeout" 2 "expects seconds"
+run_gpusnap; expect "no command is a usage error that lists the commands" 2 "usage: gpusnap"
 run_gpusnap suspend abc; expect "PID must be a number" 2 "'abc' is not a process ID"
+# every usage error is one line naming what is wrong, and where the usage is
+usage_error() { # usage_error TITLE TEXT ARGS...: exit 2, stderr exactly one line holding TEXT and the pointer to --help
+  local title=$1 text=$2 cmd=$3
+  shift 2
+  run_gpusnap "$@"
+  expect "$title" 2 "$text"
+  check "$title: one line" [ "$(wc -l <"$ERR_TXT")" = 1 ]
+  check "$title: points to --help" grep -qF "(see gpusnap $cmd --help)" "$ERR_TXT"
+  check "$title: no usage printed" bash -c "! grep -q '^usage:' '$ERR_TXT' '$OUT_TXT'"
+}
+usage_error "suspend without PID" "gpusnap suspend: PID is required" suspend
+usage_error "unknown option" "gpusnap suspend: unknown option '--bogus'" suspend --bogus 1
+usage_error "unknown option after the PID names the command" "gpusnap suspend: unknown option '--bogus'" suspend 1 --bogus
+usage_error "bad timeout" "option '--timeout' expects seconds" suspend --timeout soon 1
+usage_error "two PIDs" "gpusnap suspend: unexpected argument '2'" suspend 1 2
+usage_error "--keep-context with --driver" "exclude each other" suspend --keep-context --driver 1
+usage_error "resume without PID" "gpusnap resume: PID is required" resume
+usage_error "resume --image with --tree" "--image is for one process" resume --image /tmp --tree 1
+usage_error "state without PID" "gpusnap state: PID is required" state
+usage_error "state with an unknown option" "gpusnap state: unknown option '-x'" state -x 1
+usage_error "dump without PID" "gpusnap dump: PID is required" dump -D /tmp/x
+usage_error "dump without -D" "gpusnap dump: -D DIR is required" dump 1
+usage_error "dump with both TCP modes" "exclude each other" dump --tcp-close --tcp-established -D /tmp/x 1
+usage_error "restore without DIR" "gpusnap restore: -D DIR is required" restore
+usage_error "restore with two DIRs" "gpusnap restore: unexpected argument" restore -D /tmp/a /tmp/b
+usage_error "run without a command" "gpusnap run: CMD is required" run
+usage_error "run with a bad size" "expects a size" run --reserve lots -- true
+run_gpusnap frobnicate; expect "unknown command" 2 "'frobnicate' is not a gpusnap command (see gpusnap --help)"
+check "unknown command: one line" [ "$(wc -l <"$ERR_TXT")" = 1 ]
+# --help still prints the whole usage, whose synopsis names the command
+for c in suspend resume state run dump restore inspect; do
+  run_gpusnap "$c" --help; expect "$c --help prints its usage and succeeds" 0 "usage: gpusnap $c"
+done
 run_gpusnap suspend -h; expect "-h prints usage and succeeds" 0 "--timeout SECONDS"
 run_gpusnap --version; expect "--version" 0 "gpusnap "
 

@@ -117,8 +117,10 @@ img3=$TEST_TMP/img3
 GPUSNAP_CRIU=$failing run_gpusnap dump -D "$img3" "$PID"
 expect "dump with CRIU failing" 15 "criu dump of $PID failed"
 check "the agent could not take its data back: it says where the image is" grep -q "gpusnap resume --image" "$ERR_TXT"
-kept=$(tmp_dirs "$img3")
-check "the temporary image is kept ($kept)" test -n "$kept" -a -f "$kept/manifest.img"
+kept=$(ls -d "$img3".kept-"$PID"-* 2>/dev/null)
+check "the image is kept under a name of its own ($kept)" test -n "$kept" -a -f "$kept/manifest.img"
+check "the message names the kept image" grep -qF "kept in '$kept'" "$ERR_TXT"
+check "no temporary directory is left for a later dump to clean up" test -z "$(tmp_dirs "$img3")"
 check "nothing was published" test ! -e "$img3"
 check "the process is alive" alive "$PID"
 check "its GPU memory is released (suspended, data in the image)" test "$(phys)" = 0

@@ -138,7 +138,7 @@ a2=$(steps "$r2" "$TEST_TMP/rank2.log")
 check "both ranks step together ($a1, $a2)" test "${a1:-0}" -ge 2 -a "${a2:-0}" -ge 2
 # a failure with every gate closed opens them all again
 GPUSNAP_FAULT=suspend-after-gates run_gpusnap suspend --tree --timeout 5 "$parent"
-expect "a failure once the gates are closed is reported" 1 "injected failure"
+expect "a failure once the gates are closed is reported" 1 "(injected): undone, the processes run on"
 run_gpusnap state "$r1"; s1=$(cat "$OUT_TXT")
 run_gpusnap state "$r2"; s2=$(cat "$OUT_TXT")
 check "both ranks run again ($s1, $s2)" test "$s1" = running -a "$s2" = running

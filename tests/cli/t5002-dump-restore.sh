@@ -63,12 +63,12 @@ continues() {
   [ "$got" = "$want" ] || { echo "    got '$got', want '$want'"; return 1; }
 }
 sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -printf '%p %m\n' | sort); }
-one_line() { [ "$(grep -vc "test hook" "$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
+one_line() { [ "$(grep -vc "fault: injected at" "$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
 fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
 
 # ---- usage ----
 run_gpusnap dump 1; expect "dump without -D" 2 "-D DIR is required"
-run_gpusnap restore; expect "restore without DIR" 2 "usage: gpusnap restore"
+run_gpusnap restore; expect "restore without DIR" 2 "gpusnap restore: -D DIR is required"
 run_gpusnap inspect; expect "inspect without DIR" 2 "usage: gpusnap inspect"
 run_gpusnap dump -D "$TEST_TMP/x" 2147483600; expect "dump of a missing process" 3 "no such process"
 sleep 300 & plain=$!; TEST_PIDS+=("$plain")
@@ -112,7 +112,7 @@ check "restores leave the image unchanged" [ "$(sums "$img")" = "$before" ]
 kill -9 "$pid"; wait_gone "$pid"
 lines=$(wc -l <"$log")
 : >"$FAKE_CUDA_LOG"
-GPUSNAP_TEST_HOLD_S=30 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
+GPUSNAP_FAULT=restore-before-cont=hold:3 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
 gp=$!
 # held: CRIU is done and the driver has restored it (the fake logs that), and it is stopped
 for _ in $(seq 1000); do grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG" && break; sleep 0.01; done
@@ -120,6 +120,7 @@ check "the driver restored the process" grep -q "^restore $pid 0$" "$FAKE_CUDA_L
 check "the restore holds the process stopped" test "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = T
 kill -TERM "$gp"; rc=0; wait "$gp" || rc=$?
 check "gpusnap restore ended by SIGTERM (rc $rc)" test "$rc" = 143
+check "it says so in one line" grep -q "interrupted by SIGTERM: the restored process $pid was killed before it ran; the image is unchanged" "$TEST_TMP/err"
 check "the held process went with it" wait_gone "$pid" 5
 check "the interrupted process never ran" [ "$(wc -l <"$log")" = "$lines" ]
 check "the image is unchanged after the interrupted restore" [ "$(sums "$img")" = "$before" ]
@@ -201,7 +202,7 @@ OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err; expect "--map onto a missing GPU" 
 # ---- restore onto the other GPU with --map ----
 export FAKE_CUDA_GPUS=2
 start_counter "$log"; pid=$NEWPID
-run_gpusnap dump -D "$img2" "$pid"; expect "dump on a 2-GPU machine" 0
+run_gpusnap dump --replace -D "$img2" "$pid"; expect "dump on a 2-GPU machine (over another process's image)" 0
 wait_gone "$pid"
 run_gpusnap restore -D "$img2"; expect "restore on the same GPUs" 0
 kill -9 "$pid"; wait_gone "$pid"
@@ -213,7 +214,7 @@ unset FAKE_CUDA_GPUS
 # ---- dumps failing mid-way: process runs on, the old image stays ----
 start_counter "$log"; pid=$NEWPID
 s0=$(sums "$img")
-GPUSNAP_TEST_WRITE_FAIL_AFTER=0 run_gpusnap dump -D "$img" "$pid"
+GPUSNAP_FAULT=image-write=fail:ENOSPC run_gpusnap dump --replace -D "$img" "$pid"
 expect "dump with the disk full" 13 "no space left"
 check "disk full: one-line message" one_line
 check "disk full: process keeps running" grows "$log"
@@ -224,7 +225,7 @@ check "disk full: no temporary directory left" [ "$(find "$TEST_TMP" -maxdepth 1
 failing=$TEST_TMP/failing-criu
 printf '#!/bin/sh\ncase "$1" in --version|check) exec "%s" "$@";; esac\necho "Error (criu/cr-dump.c:1): injected failure" >&2\nexit 1\n' "$GPUSNAP_CRIU" >"$failing"
 chmod 755 "$failing"
-GPUSNAP_CRIU=$failing run_gpusnap dump -D "$img" "$pid"
+GPUSNAP_CRIU=$failing run_gpusnap dump --replace -D "$img" "$pid"
 expect "dump with CRIU failing" 15 "criu dump of $pid failed"
 check "CRIU failing: process keeps running" grows "$log"
 check "CRIU failing: driver state running again" [ "$(fake_state "$pid")" = 0 ]
@@ -234,8 +235,12 @@ mkdir -p "$TEST_TMP/notimg"; echo x >"$TEST_TMP/notimg/file"
 run_gpusnap dump -D "$TEST_TMP/notimg" "$pid"; expect "dump over a directory that is not an image" 2 "is not a gpusnap image"
 check "refused dump: process keeps running" grows "$log"
 
-# a dump over an existing image replaces it
-run_gpusnap dump -D "$img" "$pid"; expect "dump over an existing image" 0
+# a dump over another process's image: refused unless --replace, which replaces it
+run_gpusnap dump -D "$img" "$pid"; expect "dump over another process's image" 2 "holds the image of another process"
+check "refused dump: one-line message" one_line
+check "refused dump: the other image stays" [ "$(sums "$img")" = "$s0" ]
+check "refused dump: process keeps running" grows "$log"
+run_gpusnap dump --replace -D "$img" "$pid"; expect "dump --replace over another process's image" 0
 check "the new image is another one" [ "$(sums "$img")" != "$s0" ]
 wait_gone "$pid"
 

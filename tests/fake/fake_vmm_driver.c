@@ -25,6 +25,25 @@
  * cuMemHostRegister (pinned) go to <pid>.pinned, so a test can see that
  * nothing stays pinned.
  *
+ * Devices: FAKE_CUDA_GPUS of them (default 1), each with its primary
+ * context. Physical memory belongs to the device its properties name, and a
+ * mapping keeps the access cuMemSetAccess gave each device (cuMemGetAccess
+ * answers it); the host's protection of a mapping follows its own device's
+ * access. cuPointerGetAttribute says a pointer's device, memory type, pool and
+ * whether it is managed, so a test sees where an allocation was made.
+ *
+ * The driver's own allocations (cuMemAlloc, stream-ordered ones, managed
+ * memory; what the agent hands to the driver) are host memory too, 512-byte
+ * aligned as cudaMalloc's are, recorded with their kind, device and pool.
+ * Memory pools: each device's default pool and current pool
+ * (cuDeviceGetMemPool/SetMemPool, which takes only a pool of that device),
+ * pools located on a device or on the host, with handle types and an access
+ * list. Stream capture: a stream of cuStreamCreate can be captured
+ * (cuStreamBeginCapture_v2 .. cuStreamEndCapture); host functions and
+ * stream-ordered frees issued meanwhile become the graph's nodes, run when the
+ * graph is launched (an allocation while capturing is made at once); outside
+ * a capture a host function runs at once, after the stream's queued copies.
+ *
  * Linked with -Bsymbolic: the addresses cuGetProcAddress hands out are this
  * library's own, as dlsym on it gives, even though the preloaded agent
  * exports the same names.
@@ -56,7 +75,10 @@ typedef void *CUevent;
 #define FAKE_ILLEGAL_ADDRESS 700
 #define FAKE_NOT_FOUND 500
 #define FAKE_NOT_SUPPORTED 801
+#define FAKE_INVALID_DEVICE 101
 #define FAKE_GRANULARITY (2ULL << 20)
+#define FAKE_MAX_DEVICES 8
+#define FAKE_ALLOC_ALIGN 512 /* what cudaMalloc gives */
 #define FAKE_TOTAL_MEM (80ULL << 30)
 
 /*
@@ -77,6 +99,7 @@ struct fake_map {
 	CUdeviceptr va;
 	size_t size;
 	struct fake_phys *ph;
+	int access[FAKE_MAX_DEVICES]; /* CUmemAccess_flags per device: 0 none, 1 read, 3 read and write */
 	struct fake_map *next;
 };
 
@@ -86,18 +109,19 @@ static struct fake_map *map_list;
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t phys_file_lock = PTHREAD_MUTEX_INITIALIZER;
 /*
- * Contexts: the one device's primary context (active while retained) and
- * those of cuCtxCreate. A destroyed context stays allocated (so its handle is
- * never reused) but is dead: making it current fails, its streams are dead
- * (copies on them fail), and its kernels are dropped.
+ * Contexts: each device's primary context (active while retained) and those
+ * of cuCtxCreate. A destroyed context stays allocated (so its handle is never
+ * reused) but is dead: making it current fails, its streams are dead (copies
+ * on them fail), and its kernels are dropped.
  */
 struct fake_ctx {
+	int dev;
 	bool primary, alive;
 	int refs;            /* primary: retains */
 	int sticky;          /* an error its work hit (a kernel whose memory went away): every later sync returns it */
 	struct fake_ctx *next;
 };
-static struct fake_ctx primary_ctx = { .primary = true };
+static struct fake_ctx primary_ctx[FAKE_MAX_DEVICES]; /* device i's primary context */
 static struct fake_ctx *created_ctxs;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread struct fake_ctx *current_ctx;
@@ -182,7 +206,7 @@ EXPORT CUresult cuCtxGetDevice(int *dev)
 {
 	if (!ctx_alive(current_ctx))
 		return FAKE_INVALID_CONTEXT;
-	*dev = 0;
+	*dev = current_ctx->dev;
 	return 0;
 }
 EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned *version)
@@ -192,47 +216,53 @@ EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned *version)
 	*version = 12000;
 	return 0;
 }
+static bool device_ok(int dev) { return dev >= 0 && dev < ngpus() && dev < FAKE_MAX_DEVICES; }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev)
 {
-	if (dev != 0)
-		return 101;
+	if (!device_ok(dev))
+		return FAKE_INVALID_DEVICE;
 	pthread_mutex_lock(&ctx_lock);
-	primary_ctx.refs++;
-	primary_ctx.alive = true;
+	struct fake_ctx *c = &primary_ctx[dev];
+	c->dev = dev;
+	c->primary = true;
+	c->refs++;
+	c->alive = true;
 	pthread_mutex_unlock(&ctx_lock);
-	*ctx = &primary_ctx;
+	*ctx = c;
 	return 0;
 }
 static void ctx_died(struct fake_ctx *c);
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev)
 {
-	if (dev != 0)
-		return 101;
+	if (!device_ok(dev))
+		return FAKE_INVALID_DEVICE;
+	struct fake_ctx *c = &primary_ctx[dev];
 	pthread_mutex_lock(&ctx_lock);
-	bool died = primary_ctx.refs > 0 && --primary_ctx.refs == 0;
+	bool died = c->refs > 0 && --c->refs == 0;
 	if (died)
-		primary_ctx.alive = false;
+		c->alive = false;
 	pthread_mutex_unlock(&ctx_lock);
 	if (died)
-		ctx_died(&primary_ctx);
+		ctx_died(c);
 	return 0;
 }
 EXPORT CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active)
 {
-	if (dev != 0)
-		return 101;
+	if (!device_ok(dev))
+		return FAKE_INVALID_DEVICE;
 	*flags = 0;
-	*active = ctx_alive(&primary_ctx);
+	*active = ctx_alive(&primary_ctx[dev]);
 	return 0;
 }
 EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, int dev)
 {
 	(void)flags;
-	if (dev != 0)
-		return 101;
+	if (!device_ok(dev))
+		return FAKE_INVALID_DEVICE;
 	struct fake_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return FAKE_OUT_OF_MEMORY;
+	c->dev = dev;
 	c->alive = true;
 	pthread_mutex_lock(&ctx_lock);
 	c->next = created_ctxs;
@@ -279,13 +309,15 @@ struct fake_copy {
 	const void *src;
 	size_t n;
 };
+struct fake_graph;
 struct fake_stream {
 	struct fake_stream *next; /* every live stream, for cuCtxSynchronize */
-	struct fake_ctx *ctx;     /* made in it */
-	bool dead;                /* its context is gone */
 	struct fake_copy *q;      /* queued copies, oldest first */
 	size_t nq, capq;
 	uint64_t issued, done;
+	CUcontext ctx;             /* current when it was created */
+	bool dead;                 /* its context is gone */
+	struct fake_graph *capture; /* being captured into this graph */
 };
 struct fake_event {
 	struct fake_stream *s; /* NULL: recorded on a stream without deferred work */
@@ -314,7 +346,7 @@ static void flush_locked(struct fake_stream *s, uint64_t upto)
 		s->done++;
 		k++;
 	}
-	if (k)
+	if (k) /* s->q is NULL on a stream that never queued a copy */
 		memmove(s->q, s->q + k, (s->nq - k) * sizeof(*s->q));
 	s->nq -= k;
 }
@@ -401,7 +433,14 @@ EXPORT CUresult cuStreamSynchronize(CUstream h)
 	pthread_mutex_unlock(&stream_lock);
 	return dead ? FAKE_INVALID_HANDLE : 0;
 }
-EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
+EXPORT CUresult cuStreamIsCapturing(CUstream h, int *status)
+{
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	*status = s && s->capture ? 1 : 0; /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+	pthread_mutex_unlock(&stream_lock);
+	return 0;
+}
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
 {
 	(void)flags;
@@ -629,6 +668,7 @@ EXPORT CUresult cuStreamQuery(CUstream h)
 	return reap_kernels(s->ctx, s, &sticky) ? FAKE_NOT_READY : sticky;
 }
 
+
 /* copies */
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
@@ -716,20 +756,7 @@ EXPORT CUresult cuMemHostUnregister(void *p)
 	return r;
 }
 
-/* plain allocations: only reached when the agent passes one through */
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
-{
-	if (!p || !n)
-		return FAKE_INVALID_VALUE;
-	void *m = aligned_alloc(256, (n + 255) / 256 * 256);
-	if (!m)
-		return FAKE_OUT_OF_MEMORY;
-	*p = (CUdeviceptr)(uintptr_t)m;
-	return 0;
-}
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return cuMemAlloc_v2(p, n); }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return cuMemFree_v2(p); }
+/* the driver's own allocations (cuMemAlloc, stream-ordered, managed): see the end of this file */
 /* Only the agent's answer (from its registry) is of interest; the fake knows no ranges. */
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
@@ -784,6 +811,9 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
 {
 	if (!h || !size || size % FAKE_GRANULARITY || !prop || flags)
 		return FAKE_INVALID_VALUE;
+	const int *p = prop; /* CUmemAllocationProp: type, handle types, location type, location id */
+	if (p[2] != 1 || p[3] < 0 || p[3] >= ngpus() || p[3] >= FAKE_MAX_DEVICES)
+		return p[2] != 1 ? FAKE_INVALID_VALUE : FAKE_INVALID_DEVICE;
 	struct fake_phys *ph = calloc(1, sizeof(*ph));
 	if (!ph)
 		return FAKE_OUT_OF_MEMORY;
@@ -922,19 +952,51 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 	return 0;
 }
 
-/* Honours the access asked for device 0 (the fake's one device): none, read, or read and write. */
+/*
+ * Records each device's access on the mappings in [p, p+size); the host's
+ * protection of a mapping follows its own device's access (none, read, or
+ * read and write), so a read-only mapping faults on a write.
+ */
 EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const void *desc, size_t count)
 {
 	if (!desc || !count)
 		return FAKE_INVALID_VALUE;
 	const int *d = desc; /* CUmemAccessDesc: location type, location id, flags */
-	int prot = -1;
 	for (size_t i = 0; i < count; i++)
-		if (d[3 * i] == 1 && d[3 * i + 1] == 0)
-			prot = d[3 * i + 2] == 3 ? PROT_READ | PROT_WRITE : d[3 * i + 2] == 1 ? PROT_READ : PROT_NONE;
-	if (prot < 0)
-		return 0;
-	return mprotect((void *)(uintptr_t)p, size, prot) ? FAKE_INVALID_VALUE : 0;
+		if (d[3 * i] != 1 || d[3 * i + 1] < 0 || d[3 * i + 1] >= ngpus() || d[3 * i + 1] >= FAKE_MAX_DEVICES)
+			return FAKE_INVALID_DEVICE;
+	CUresult r = 0;
+	pthread_mutex_lock(&vmm_lock);
+	for (struct fake_map *m = map_list; m; m = m->next) {
+		if (!(p < m->va + m->size && m->va < p + size))
+			continue;
+		for (size_t i = 0; i < count; i++)
+			m->access[d[3 * i + 1]] = d[3 * i + 2];
+		const int *prop = (const int *)m->ph->prop;
+		int own = m->access[prop[3]];
+		int prot = own == 3 ? PROT_READ | PROT_WRITE : own == 1 ? PROT_READ : PROT_NONE;
+		if (mprotect((void *)(uintptr_t)m->va, m->size, prot))
+			r = FAKE_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
+}
+
+/* The access device location->id has to the mapping at p. */
+EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const void *location, CUdeviceptr p)
+{
+	const int *loc = location;
+	if (!flags || !loc || loc[0] != 1 || loc[1] < 0 || loc[1] >= FAKE_MAX_DEVICES)
+		return FAKE_INVALID_VALUE;
+	CUresult r = FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&vmm_lock);
+	for (struct fake_map *m = map_list; m && r; m = m->next)
+		if (p >= m->va && p < m->va + m->size) {
+			*flags = (unsigned long long)m->access[loc[1]];
+			r = 0;
+		}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
 }
 
 EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
@@ -975,6 +1037,407 @@ EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHa
 		return FAKE_INVALID_VALUE;
 	*(int *)out = fd;
 	return 0;
+}
+
+/* ---- the driver's own allocations, memory pools, stream capture and graphs ---- */
+
+enum fake_alloc_kind { FAKE_DEVICE_ALLOC, FAKE_MANAGED_ALLOC, FAKE_POOL_ALLOC };
+struct fake_pool;
+struct fake_alloc {
+	CUdeviceptr p;
+	size_t size;
+	enum fake_alloc_kind kind;
+	int device;             /* -1: host memory */
+	struct fake_pool *pool; /* FAKE_POOL_ALLOC */
+	struct fake_alloc *next;
+};
+/* CUmemPoolProps' head: allocation type, handle types, location type (1 device, 2 host, 3 host NUMA), id */
+struct fake_pool {
+	int alloc_type, handle_types, loc_type, loc_id;
+	int access[FAKE_MAX_DEVICES];
+	struct fake_pool *next;
+};
+static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_alloc *allocs;
+static struct fake_pool *pools; /* created ones */
+static struct fake_pool default_pools[FAKE_MAX_DEVICES];
+static struct fake_pool *current_pools[FAKE_MAX_DEVICES];
+
+static int current_device(void)
+{
+	return current_ctx ? current_ctx->dev : -1;
+}
+
+/* alloc_lock held */
+static struct fake_pool *device_default_pool(int dev)
+{
+	struct fake_pool *p = &default_pools[dev];
+	p->loc_type = 1;
+	p->loc_id = dev;
+	p->access[dev] = 3;
+	return p;
+}
+
+/* alloc_lock held */
+static bool pool_known(struct fake_pool *pool)
+{
+	for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+		if (pool == &default_pools[i])
+			return i < ngpus();
+	for (struct fake_pool *p = pools; p; p = p->next)
+		if (p == pool)
+			return true;
+	return false;
+}
+
+static CUresult fake_alloc(CUdeviceptr *p, size_t n, enum fake_alloc_kind kind, int device, struct fake_pool *pool)
+{
+	if (!p || !n)
+		return FAKE_INVALID_VALUE;
+	struct fake_alloc *a = malloc(sizeof(*a));
+	void *m = aligned_alloc(FAKE_ALLOC_ALIGN, (n + FAKE_ALLOC_ALIGN - 1) / FAKE_ALLOC_ALIGN * FAKE_ALLOC_ALIGN);
+	if (!a || !m) {
+		free(a);
+		free(m);
+		return FAKE_OUT_OF_MEMORY;
+	}
+	*a = (struct fake_alloc){ (CUdeviceptr)(uintptr_t)m, n, kind, device, pool, NULL };
+	pthread_mutex_lock(&alloc_lock);
+	a->next = allocs;
+	allocs = a;
+	pthread_mutex_unlock(&alloc_lock);
+	*p = a->p;
+	return 0;
+}
+
+/* Frees the driver allocation at p; INVALID_VALUE if there is none (twice, or not the driver's). */
+static CUresult fake_free(CUdeviceptr p)
+{
+	struct fake_alloc *found = NULL;
+	pthread_mutex_lock(&alloc_lock);
+	for (struct fake_alloc **pp = &allocs; *pp; pp = &(*pp)->next)
+		if ((*pp)->p == p) {
+			found = *pp;
+			*pp = found->next;
+			break;
+		}
+	pthread_mutex_unlock(&alloc_lock);
+	if (!found)
+		return FAKE_INVALID_VALUE;
+	free((void *)(uintptr_t)found->p);
+	free(found);
+	return 0;
+}
+
+/* The driver allocation containing p, copied into *out. */
+static bool fake_alloc_find(CUdeviceptr p, struct fake_alloc *out)
+{
+	bool found = false;
+	pthread_mutex_lock(&alloc_lock);
+	for (struct fake_alloc *a = allocs; a && !found; a = a->next)
+		if (p >= a->p && p < a->p + a->size) {
+			*out = *a;
+			found = true;
+		}
+	pthread_mutex_unlock(&alloc_lock);
+	return found;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	int dev = current_device();
+	return dev < 0 ? FAKE_INVALID_CONTEXT : fake_alloc(p, n, FAKE_DEVICE_ALLOC, dev, NULL);
+}
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags)
+{
+	(void)flags;
+	int dev = current_device();
+	return dev < 0 ? FAKE_INVALID_CONTEXT : fake_alloc(p, n, FAKE_MANAGED_ALLOC, dev, NULL);
+}
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return fake_free(p); }
+
+EXPORT CUresult cuMemPoolCreate(void **pool, const void *props)
+{
+	const int *pr = props;
+	if (!pool || !pr || pr[0] != 1)
+		return FAKE_INVALID_VALUE;
+	if (pr[2] == 1 && (pr[3] < 0 || pr[3] >= ngpus() || pr[3] >= FAKE_MAX_DEVICES))
+		return FAKE_INVALID_DEVICE;
+	if (pr[2] != 1 && pr[2] != 2 && pr[2] != 3)
+		return FAKE_INVALID_VALUE;
+	struct fake_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return FAKE_OUT_OF_MEMORY;
+	p->alloc_type = pr[0];
+	p->handle_types = pr[1];
+	p->loc_type = pr[2];
+	p->loc_id = pr[3];
+	if (p->loc_type == 1)
+		p->access[p->loc_id] = 3;
+	pthread_mutex_lock(&alloc_lock);
+	p->next = pools;
+	pools = p;
+	pthread_mutex_unlock(&alloc_lock);
+	*pool = p;
+	return 0;
+}
+EXPORT CUresult cuMemPoolDestroy(void *pool)
+{
+	CUresult r = FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&alloc_lock);
+	for (struct fake_pool **pp = &pools; *pp; pp = &(*pp)->next)
+		if (*pp == pool) {
+			*pp = (*pp)->next;
+			r = 0; /* kept in memory: allocations may still point at it */
+			break;
+		}
+	for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+		if (current_pools[i] == pool)
+			current_pools[i] = NULL;
+	pthread_mutex_unlock(&alloc_lock);
+	return r;
+}
+EXPORT CUresult cuDeviceGetDefaultMemPool(void **pool, int dev)
+{
+	if (dev < 0 || dev >= ngpus() || dev >= FAKE_MAX_DEVICES)
+		return FAKE_INVALID_DEVICE;
+	pthread_mutex_lock(&alloc_lock);
+	*pool = device_default_pool(dev);
+	pthread_mutex_unlock(&alloc_lock);
+	return 0;
+}
+EXPORT CUresult cuDeviceGetMemPool(void **pool, int dev)
+{
+	if (dev < 0 || dev >= ngpus() || dev >= FAKE_MAX_DEVICES)
+		return FAKE_INVALID_DEVICE;
+	pthread_mutex_lock(&alloc_lock);
+	*pool = current_pools[dev] ? current_pools[dev] : device_default_pool(dev);
+	pthread_mutex_unlock(&alloc_lock);
+	return 0;
+}
+/* Only a pool located on that device, as the driver requires. */
+EXPORT CUresult cuDeviceSetMemPool(int dev, void *pool)
+{
+	if (dev < 0 || dev >= ngpus() || dev >= FAKE_MAX_DEVICES)
+		return FAKE_INVALID_DEVICE;
+	struct fake_pool *p = pool;
+	CUresult r = FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&alloc_lock);
+	if (pool_known(p) && p->loc_type == 1 && p->loc_id == dev) {
+		current_pools[dev] = p;
+		r = 0;
+	}
+	pthread_mutex_unlock(&alloc_lock);
+	return r;
+}
+EXPORT CUresult cuMemPoolSetAccess(void *pool, const void *desc, size_t count)
+{
+	const int *d = desc;
+	struct fake_pool *p = pool;
+	CUresult r = 0;
+	pthread_mutex_lock(&alloc_lock);
+	if (!pool_known(p) || !d)
+		r = FAKE_INVALID_VALUE;
+	for (size_t i = 0; !r && i < count; i++)
+		if (d[3 * i] != 1 || d[3 * i + 1] < 0 || d[3 * i + 1] >= ngpus() || d[3 * i + 1] >= FAKE_MAX_DEVICES)
+			r = FAKE_INVALID_DEVICE;
+		else if (p->loc_type == 1 && d[3 * i + 1] == p->loc_id && d[3 * i + 2] != 3)
+			r = FAKE_INVALID_VALUE; /* the pool's own device keeps its access */
+	for (size_t i = 0; !r && i < count; i++)
+		p->access[d[3 * i + 1]] = d[3 * i + 2];
+	pthread_mutex_unlock(&alloc_lock);
+	return r;
+}
+EXPORT CUresult cuMemPoolGetAccess(int *flags, void *pool, const void *location)
+{
+	const int *loc = location;
+	struct fake_pool *p = pool;
+	CUresult r = FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&alloc_lock);
+	if (pool_known(p) && flags && loc && loc[0] == 1 && loc[1] >= 0 && loc[1] < FAKE_MAX_DEVICES) {
+		*flags = p->access[loc[1]];
+		r = 0;
+	}
+	pthread_mutex_unlock(&alloc_lock);
+	return r;
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *ptr, size_t n, void *pool, CUstream s)
+{
+	(void)s; /* the memory is there at once: fine for any stream order */
+	struct fake_pool *p = pool;
+	pthread_mutex_lock(&alloc_lock);
+	bool ok = pool_known(p);
+	pthread_mutex_unlock(&alloc_lock);
+	if (!ok)
+		return FAKE_INVALID_VALUE;
+	return fake_alloc(ptr, n, FAKE_POOL_ALLOC, p->loc_type == 1 ? p->loc_id : -1, p);
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t n, CUstream s)
+{
+	void *pool;
+	int dev = current_device();
+	if (dev < 0)
+		return FAKE_INVALID_CONTEXT;
+	cuDeviceGetMemPool(&pool, dev);
+	return cuMemAllocFromPoolAsync(ptr, n, pool, s);
+}
+
+/* A graph: host functions and frees, run in order by cuGraphLaunch. */
+struct fake_node {
+	void (*fn)(void *); /* a host function, or NULL: a free of p */
+	void *data;
+	CUdeviceptr p;
+};
+struct fake_graph {
+	struct fake_node *nodes;
+	size_t n, cap;
+};
+
+/* Appends a node to the graph stream h is being captured into; false if it is not being captured. */
+static bool capture_node(CUstream h, struct fake_node node, CUresult *r)
+{
+	bool captured = false;
+	*r = 0;
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	if (s && s->capture) {
+		captured = true;
+		struct fake_graph *g = s->capture;
+		if (g->n == g->cap) {
+			size_t cap = g->cap ? g->cap * 2 : 8;
+			struct fake_node *nn = realloc(g->nodes, cap * sizeof(*nn));
+			if (nn) {
+				g->nodes = nn;
+				g->cap = cap;
+			}
+		}
+		if (g->n < g->cap)
+			g->nodes[g->n++] = node;
+		else
+			*r = FAKE_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&stream_lock);
+	return captured;
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+	CUresult r;
+	if (capture_node(s, (struct fake_node){ NULL, NULL, p }, &r))
+		return r;
+	return fake_free(p);
+}
+
+EXPORT CUresult cuLaunchHostFunc(CUstream h, void (*fn)(void *), void *data)
+{
+	CUresult r;
+	if (!fn)
+		return FAKE_INVALID_VALUE;
+	if (capture_node(h, (struct fake_node){ fn, data, 0 }, &r))
+		return r;
+	cuStreamSynchronize(h); /* after the stream's earlier work */
+	fn(data);
+	return 0;
+}
+
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, int mode)
+{
+	(void)mode;
+	CUresult r = FAKE_INVALID_VALUE; /* only a stream of cuStreamCreate, as the legacy stream cannot be captured */
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	if (s && !s->capture && (s->capture = calloc(1, sizeof(*s->capture))))
+		r = 0;
+	pthread_mutex_unlock(&stream_lock);
+	return r;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream h, void **graph)
+{
+	CUresult r = FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	if (s && s->capture && graph) {
+		*graph = s->capture;
+		s->capture = NULL;
+		r = 0;
+	}
+	pthread_mutex_unlock(&stream_lock);
+	return r;
+}
+EXPORT CUresult cuStreamGetCtx(CUstream h, CUcontext *ctx)
+{
+	if (!ctx)
+		return FAKE_INVALID_VALUE;
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	*ctx = s ? s->ctx : current_ctx; /* the default streams belong to the current context */
+	pthread_mutex_unlock(&stream_lock);
+	return 0;
+}
+/* An executable graph is its graph here. */
+EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
+{
+	(void)flags;
+	if (!exec || !graph)
+		return FAKE_INVALID_VALUE;
+	*exec = graph;
+	return 0;
+}
+/* Runs the nodes in order; a free whose memory is already gone (a second launch) is skipped, as an error would be. */
+EXPORT CUresult cuGraphLaunch(void *exec, CUstream s)
+{
+	struct fake_graph *g = exec;
+	if (!g)
+		return FAKE_INVALID_VALUE;
+	cuStreamSynchronize(s);
+	for (size_t i = 0; i < g->n; i++) {
+		if (g->nodes[i].fn)
+			g->nodes[i].fn(g->nodes[i].data);
+		else
+			fake_free(g->nodes[i].p);
+	}
+	return 0;
+}
+EXPORT CUresult cuGraphExecDestroy(void *exec) { (void)exec; return 0; }
+EXPORT CUresult cuGraphDestroy(void *graph)
+{
+	struct fake_graph *g = graph;
+	if (g)
+		free(g->nodes);
+	free(g);
+	return 0;
+}
+
+/* CUpointer_attribute: MEMORY_TYPE 2, IS_MANAGED 8, DEVICE_ORDINAL 9, MEMPOOL_HANDLE 17. */
+EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
+{
+	struct fake_alloc a;
+	int device = -1, type = 0, managed = 0;
+	void *pool = NULL;
+	if (fake_alloc_find(p, &a)) {
+		device = a.device;
+		type = a.kind == FAKE_MANAGED_ALLOC ? 4 : a.device < 0 ? 1 : 2; /* UNIFIED, HOST, DEVICE */
+		managed = a.kind == FAKE_MANAGED_ALLOC;
+		pool = a.pool;
+	} else {
+		pthread_mutex_lock(&vmm_lock);
+		for (struct fake_map *m = map_list; m; m = m->next)
+			if (p >= m->va && p < m->va + m->size) {
+				device = ((const int *)m->ph->prop)[3];
+				type = 2;
+			}
+		pthread_mutex_unlock(&vmm_lock);
+	}
+	if (!data || !type)
+		return FAKE_INVALID_VALUE;
+	switch (attribute) {
+	case 2: *(unsigned *)data = (unsigned)type; return 0;
+	case 8: *(unsigned *)data = (unsigned)managed; return 0;
+	case 9: *(int *)data = device; return 0;
+	case 17: *(void **)data = pool; return 0;
+	default: return FAKE_NOT_SUPPORTED;
+	}
 }
 
 /*
@@ -1018,6 +1481,17 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuMemRetainAllocationHandle", cuMemRetainAllocationHandle),
 		ENTRY("cuMemGetAllocationPropertiesFromHandle", cuMemGetAllocationPropertiesFromHandle),
 		ENTRY("cuMemExportToShareableHandle", cuMemExportToShareableHandle),
+		/* pools, managed memory, capture and graphs (the end of this file) */
+		ENTRY("cuMemAllocManaged", cuMemAllocManaged), ENTRY("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync),
+		ENTRY("cuMemPoolCreate", cuMemPoolCreate), ENTRY("cuMemPoolDestroy", cuMemPoolDestroy),
+		ENTRY("cuMemPoolSetAccess", cuMemPoolSetAccess), ENTRY("cuMemPoolGetAccess", cuMemPoolGetAccess),
+		ENTRY("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool), ENTRY("cuDeviceGetMemPool", cuDeviceGetMemPool),
+		ENTRY("cuDeviceSetMemPool", cuDeviceSetMemPool), ENTRY("cuMemGetAccess", cuMemGetAccess),
+		ENTRY("cuLaunchHostFunc", cuLaunchHostFunc), ENTRY("cuStreamBeginCapture", cuStreamBeginCapture_v2),
+		ENTRY("cuStreamEndCapture", cuStreamEndCapture), ENTRY("cuStreamGetCtx", cuStreamGetCtx),
+		ENTRY("cuGraphInstantiate", cuGraphInstantiateWithFlags), ENTRY("cuGraphLaunch", cuGraphLaunch),
+		ENTRY("cuGraphExecDestroy", cuGraphExecDestroy), ENTRY("cuGraphDestroy", cuGraphDestroy),
+		ENTRY("cuPointerGetAttribute", cuPointerGetAttribute),
 #ifndef FAKE_CUDA_OLD
 		ENTRY("cuCheckpointProcessGetState", cuCheckpointProcessGetState),
 		ENTRY("cuCheckpointProcessLock", cuCheckpointProcessLock),

@@ -609,14 +609,15 @@ require_gpus() { # N REASON
 # (scripts/get-criu.sh --offline: the device machine has no network), else criu on PATH.
 require_criu() {
   if [ -z "${GPUSNAP_CRIU:-}" ]; then
-    if [ ! -x "$GS_SRC/.cache/criu/bin/criu" ] && [ -d "$GS_SRC/.cache/criu-debs" ]; then
+    # also over an existing .cache/criu: it unpacks again only when the .debs changed (a 4.1.1 tree, say)
+    if [ -d "$GS_SRC/.cache/criu-debs" ]; then
       "$GS_SRC/scripts/get-criu.sh" --offline >"$GS_WORK/get-criu.log" 2>&1 ||
         log_block "  get-criu| " "$(tail -n 5 "$GS_WORK/get-criu.log")"
     fi
     if [ -x "$GS_SRC/.cache/criu/bin/criu" ]; then
       export GPUSNAP_CRIU=$GS_SRC/.cache/criu/bin/criu
     elif ! command -v criu >/dev/null 2>&1; then
-      skip "no CRIU: carry .cache/criu-debs (scripts/get-criu.sh on a machine with network) or install criu >= 4"
+      skip "no CRIU: carry .cache/criu-debs (scripts/get-criu.sh on a machine with network) or install criu >= 4.2"
       finish
     fi
   fi

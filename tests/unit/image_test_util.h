@@ -7,6 +7,7 @@
 #define GPUSNAP_IMAGE_TEST_UTIL_H
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -73,6 +74,23 @@ TEST_HELPER int count_matching(const char *dir, const char *needle)
 			n++;
 	closedir(d);
 	return n;
+}
+
+/* The path of the first entry of dir whose name contains needle into out; false if none. */
+TEST_HELPER bool find_matching(const char *dir, const char *needle, char *out, size_t n)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return false;
+	bool found = false;
+	struct dirent *de;
+	while (!found && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strstr(de->d_name, needle)) {
+			snprintf(out, n, "%s/%s", dir, de->d_name);
+			found = true;
+		}
+	closedir(d);
+	return found;
 }
 
 TEST_HELPER int count_entries(const char *dir)

@@ -1,15 +1,24 @@
 /*
  * test_criu_fake.c - gpusnap's CRIU driving against a fake criu (a shell script this
- * test writes), so finding, version checks, failure messages, the PID-in-use case,
- * time limits and the child-process plumbing are tested where CRIU is absent.
- * The real CRIU is exercised by tests/cli/t5001-criu-cpu.sh.
+ * test writes), so finding, version checks (by kernel), failure messages and the
+ * kept logs they name, the PID-in-use case, the plugin folder, time limits (criu's
+ * whole process group killed), interruption, the criu-run fault point and the
+ * child-process plumbing are tested where CRIU is absent.
+ * The real CRIU is exercised by tests/cli/t5001-criu-cpu.sh and t5003-criu-*.sh.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/util.h"
 #include "criu/criu.h"
 #include "criu/run.h"
@@ -18,6 +27,8 @@
 static char tmp[256];
 static char fake[320];
 static char args_file[320];
+static char home[320];
+static char child_file[320];
 
 static const char fake_script[] =
 	"#!/bin/sh\n"
@@ -26,7 +37,7 @@ static const char fake_script[] =
 	"  case $mode in\n"
 	"  old) echo 'Version: 3.17.1' ;;\n"
 	"  broken) echo \"criu: version 'GLIBC_2.38' not found\" >&2; exit 1 ;;\n"
-	"  *) echo 'Version: 4.1.1'; echo 'GitID: v4.1.1' ;;\n"
+	"  *) echo \"Version: ${FAKE_CRIU_VERSION:-4.2.1}\"; echo 'GitID: v4' ;;\n"
 	"  esac\n"
 	"  exit 0\n"
 	"fi\n"
@@ -44,7 +55,9 @@ static const char fake_script[] =
 	"        echo '(00.03) Error (criu/cr-dump.c:2111): Dumping FAILED.'; } >\"$log\"; exit 1 ;;\n"
 	"busy) echo \"(00.02) Error (criu/cr-restore.c:1230): Can't fork for $FAKE_CRIU_BUSY: File exists\" >\"$log\"; exit 1 ;;\n"
 	"nolog) echo 'criu: unrecognized option --foo' >&2; exit 1 ;;\n"
-	"hang) exec sleep 30 ;;\n"
+	/* a child in criu's group, as criu's own helpers would be: a time-out must kill it too */
+	"hang) sleep 30 & echo $! >\"$FAKE_CRIU_CHILD\"; exec sleep 30 ;;\n"
+	"pgid) echo \"$$ $(cut -d' ' -f5 /proc/$$/stat)\" >\"$FAKE_CRIU_CHILD\" ;;\n"
 	"esac\n"
 	"exit 0\n";
 
@@ -80,9 +93,25 @@ static void setup(void)
 	}
 	snprintf(fake, sizeof(fake), "%s/criu", tmp);
 	snprintf(args_file, sizeof(args_file), "%s/args", tmp);
+	snprintf(home, sizeof(home), "%s/home", tmp);
+	snprintf(child_file, sizeof(child_file), "%s/child", tmp);
 	write_file(fake, fake_script, 0755);
 	setenv("FAKE_CRIU_ARGS", args_file, 1);
+	setenv("FAKE_CRIU_CHILD", child_file, 1);
 	setenv("GPUSNAP_CRIU", fake, 1);
+	unsetenv(GS_CRIU_TIMEOUT_ENV);
+	unsetenv("FAKE_CRIU_VERSION");
+}
+
+/* Whether this machine's kernel is 6.16 or later, where CRIU 4.2 is needed. */
+static bool kernel_needs_42(void)
+{
+	struct utsname u;
+	int ma, mi;
+	if (uname(&u))
+		return false;
+	gs_criu_min_version(u.release, &ma, &mi);
+	return ma == 4 && mi == 2;
 }
 
 static void find_ok(struct gs_criu *c)
@@ -90,19 +119,55 @@ static void find_ok(struct gs_criu *c)
 	struct gs_err err = { 0 };
 	setenv("FAKE_CRIU_MODE", "ok", 1);
 	int rc = gs_criu_find(c, &err);
+	if (!rc)
+		rc = gs_criu_set_home(c, home, &err);
 	CHECK_INT(rc, 0);
 	if (rc)
 		fprintf(stderr, "  %s\n", err.msg);
+}
+
+/* The number of *.log files in the home's logs folder. */
+static int kept_logs(void)
+{
+	char dir[400];
+	snprintf(dir, sizeof(dir), "%s/%s", home, GS_CRIU_LOG_SUBDIR);
+	DIR *d = opendir(dir);
+	int n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		n += strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".log");
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* The log path an error message names ("(log: PATH)"), or "" when it names none. */
+static const char *named_log(const char *msg)
+{
+	static char path[512];
+	path[0] = '\0';
+	const char *p = strstr(msg, "(log: ");
+	if (p) {
+		snprintf(path, sizeof(path), "%s", p + 6);
+		char *end = strrchr(path, ')');
+		if (end)
+			*end = '\0';
+	}
+	return path;
 }
 
 static void test_find_env(void)
 {
 	struct gs_criu c;
 	find_ok(&c);
-	CHECK_STR(c.version, "4.1.1");
+	CHECK_STR(c.version, "4.2.1");
 	CHECK_STR(c.path, fake);
 	CHECK_INT(c.major, 4);
-	CHECK_INT(c.minor, 1);
+	CHECK_INT(c.minor, 2);
+	CHECK(c.timeout_s == GS_CRIU_TIMEOUT_S);
+	char want[400];
+	snprintf(want, sizeof(want), "%s/plugins", home);
+	CHECK_STR(c.plugin_dir, want);
 }
 
 static void test_find_too_old_or_broken(void)
@@ -112,9 +177,21 @@ static void test_find_too_old_or_broken(void)
 	setenv("FAKE_CRIU_MODE", "old", 1);
 	CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "version 3.17.1");
-	CHECK_CONTAINS(err.msg, ">= 4.0");
+	CHECK_CONTAINS(err.msg, kernel_needs_42() ? ">= 4.2" : ">= 4.0");
 	CHECK_CONTAINS(err.msg, "scripts/get-criu.sh");
 	CHECK_CONTAINS(err.msg, fake);
+
+	/* 4.1 on a kernel >= 6.16 cannot dump sockets: refused there, accepted before */
+	setenv("FAKE_CRIU_MODE", "ok", 1);
+	setenv("FAKE_CRIU_VERSION", "4.1.1", 1);
+	if (kernel_needs_42()) {
+		CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
+		CHECK_CONTAINS(err.msg, "is version 4.1.1, which cannot dump a process holding a network socket");
+		CHECK_CONTAINS(err.msg, "CRIU >= 4.2");
+	} else {
+		CHECK_INT(gs_criu_find(&c, &err), 0);
+	}
+	unsetenv("FAKE_CRIU_VERSION");
 
 	setenv("FAKE_CRIU_MODE", "broken", 1);
 	CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
@@ -154,6 +231,68 @@ static void test_find_on_path(void)
 	setenv("GPUSNAP_CRIU", fake, 1);
 }
 
+static void test_timeout_env(void)
+{
+	struct gs_criu c;
+	struct gs_err err = { 0 };
+	const char *bad[] = { "abc", "0", "-5", "10s", "nan" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv(GS_CRIU_TIMEOUT_ENV, bad[i], 1);
+		CHECK_INT(gs_criu_find(&c, &err), GS_E_USAGE);
+		CHECK_CONTAINS(err.msg, GS_CRIU_TIMEOUT_ENV);
+	}
+	setenv(GS_CRIU_TIMEOUT_ENV, "2.5", 1);
+	CHECK_INT(gs_criu_find(&c, &err), 0);
+	CHECK(c.timeout_s == 2.5);
+	unsetenv(GS_CRIU_TIMEOUT_ENV);
+}
+
+static void test_home(void)
+{
+	struct gs_criu c;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_criu_find(&c, &err), 0);
+	/* no home, no plugin folder: criu would load its default folder's plugins, so nothing runs */
+	char img[400];
+	snprintf(img, sizeof(img), "%s/img-nohome", tmp);
+	unlink(args_file);
+	CHECK_INT(gs_criu_dump(&c, getpid(), img, NULL, &err), GS_E_FAILURE);
+	CHECK_CONTAINS(err.msg, "no plugin folder");
+	CHECK_INT(gs_criu_restore(&c, img, NULL, NULL, &err), GS_E_FAILURE);
+	CHECK_CONTAINS(err.msg, "no plugin folder");
+	CHECK(access(args_file, F_OK) != 0); /* criu never ran */
+
+	char h[400], sub[450];
+	snprintf(h, sizeof(h), "%s/home-open", tmp);
+	mkdir(h, 0755);
+	CHECK_INT(gs_criu_set_home(&c, h, &err), 0);
+	struct stat st;
+	CHECK_INT(stat(h, &st), 0);
+	CHECK_INT(st.st_mode & 0777, 0700); /* made private */
+	snprintf(sub, sizeof(sub), "%s/plugins", h);
+	CHECK_INT(stat(sub, &st), 0);
+	CHECK(S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+	snprintf(sub, sizeof(sub), "%s/logs", h);
+	CHECK_INT(stat(sub, &st), 0);
+	CHECK(S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+
+	/* a plugins "folder" that is a link to elsewhere, or a file, is refused */
+	snprintf(h, sizeof(h), "%s/home-link", tmp);
+	mkdir(h, 0700);
+	snprintf(sub, sizeof(sub), "%s/plugins", h);
+	CHECK_INT(symlink("/usr/lib", sub), 0);
+	CHECK_INT(gs_criu_set_home(&c, h, &err), GS_E_PERMISSION);
+	CHECK_CONTAINS(err.msg, "is not a folder");
+	if (geteuid() == 0) {
+		/* root's criu loads what is in plugins/: a folder of another user is refused */
+		snprintf(h, sizeof(h), "%s/home-other", tmp);
+		mkdir(h, 0700);
+		CHECK_INT(chown(h, 65534, 65534), 0);
+		CHECK_INT(gs_criu_set_home(&c, h, &err), GS_E_PERMISSION);
+		CHECK_CONTAINS(err.msg, "belongs to uid 65534");
+	}
+}
+
 static void test_dump_ok_records_args(void)
 {
 	struct gs_criu c;
@@ -175,6 +314,10 @@ static void test_dump_ok_records_args(void)
 	CHECK_CONTAINS(args, "\n--leave-running\n");
 	CHECK_CONTAINS(args, "\n--shell-job\n");
 	CHECK_CONTAINS(args, img);
+	/* gpusnap's own plugin folder, never CRIU's default one */
+	char libdir[500];
+	snprintf(libdir, sizeof(libdir), "\n--libdir\n%s/plugins\n", home);
+	CHECK_CONTAINS(args, libdir);
 	char want[8192];
 	snprintf(want, sizeof(want), "%s\n%s", c.path, args);
 	snprintf(rec, sizeof(rec), "%s/%s", img, GS_CRIU_DUMP_ARGS);
@@ -182,6 +325,12 @@ static void test_dump_ok_records_args(void)
 	free(args);
 	CHECK_INT(stat(rec, &st), 0);
 	CHECK_INT(st.st_mode & 0777, 0600);
+
+	/* a caller's plugin folder replaces the home's */
+	o.libdir = "/opt/gpusnap/criu-plugins";
+	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), 0);
+	CHECK_CONTAINS(read_file(args_file), "\n--libdir\n/opt/gpusnap/criu-plugins\n");
+	CHECK(!strstr(read_file(args_file), "/plugins\n--"));
 }
 
 static void test_dumpable(void)
@@ -203,14 +352,28 @@ static void test_dump_failures(void)
 	setenv("FAKE_CRIU_MODE", "fail", 1);
 	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "Can't dump unix socket 1234");
-	CHECK_CONTAINS(err.msg, "dump.log");
 	CHECK(!strstr(err.msg, "RLIMIT"));
 	CHECK(!strstr(err.msg, "FAILED"));
 	CHECK(!strchr(err.msg, '\n'));
+	/* the log it names is a copy in the home's logs/, which outlives the images folder */
+	char kept[512];
+	snprintf(kept, sizeof(kept), "%s", named_log(err.msg));
+	char prefix[500];
+	snprintf(prefix, sizeof(prefix), "%s/logs/dump-%d-", home, (int)getpid());
+	CHECK(!strncmp(kept, prefix, strlen(prefix)));
+	char rm[600];
+	snprintf(rm, sizeof(rm), "rm -rf '%s'", img);
+	CHECK_INT(system(rm), 0);
+	CHECK_CONTAINS(read_file(kept), "Can't dump unix socket 1234");
+	struct stat st;
+	CHECK_INT(stat(kept, &st), 0);
+	CHECK_INT(st.st_mode & 0777, 0600);
 
+	/* no log written: none is named */
 	setenv("FAKE_CRIU_MODE", "nolog", 1);
 	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "unrecognized option --foo");
+	CHECK(!strstr(err.msg, "log:"));
 
 	setenv("FAKE_CRIU_MODE", "ok", 1);
 	CHECK_INT(gs_criu_dump(&c, 2147483600, img, &o, &err), GS_E_NO_PROCESS);
@@ -222,20 +385,159 @@ static void test_dump_failures(void)
 	CHECK_CONTAINS(err.msg, "is not a folder");
 }
 
-static void test_dump_timeout(void)
+static void test_logs_bounded(void)
 {
 	struct gs_criu c;
 	find_ok(&c);
 	char img[400];
-	snprintf(img, sizeof(img), "%s/img-hang", tmp);
-	struct gs_criu_dump_opts o = { .leave_running = true, .timeout_s = 0.3 };
+	snprintf(img, sizeof(img), "%s/img-many", tmp);
+	struct gs_criu_dump_opts o = { .leave_running = true };
 	struct gs_err err = { 0 };
+	setenv("FAKE_CRIU_MODE", "fail", 1);
+	for (int i = 0; i < GS_CRIU_LOGS_KEPT + 5; i++)
+		CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), GS_E_CRIU);
+	CHECK_INT(kept_logs(), GS_CRIU_LOGS_KEPT);
+	/* the newest, the one just named, is among them */
+	CHECK(named_log(err.msg)[0] && access(named_log(err.msg), R_OK) == 0);
+	setenv("FAKE_CRIU_MODE", "ok", 1);
+}
+
+/* True if pid no longer runs (gone, or a zombie), waiting up to 2 s. */
+static bool ends(pid_t pid)
+{
+	for (int i = 0; i < 200; i++) {
+		char path[64], text[512];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		if (gs_read_small_file(path, text, sizeof(text)) < 0)
+			return true;
+		const char *st = strrchr(text, ')');
+		if (st && st[1] == ' ' && st[2] == 'Z')
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+static pid_t child_from_fake(void)
+{
+	for (int i = 0; i < 200; i++) {
+		int pid = atoi(read_file(child_file));
+		if (pid > 0)
+			return pid;
+		usleep(10000);
+	}
+	return -1;
+}
+
+static void test_dump_timeout(void)
+{
+	struct gs_criu c;
+	setenv(GS_CRIU_TIMEOUT_ENV, "0.3", 1);
+	find_ok(&c);
+	unsetenv(GS_CRIU_TIMEOUT_ENV);
+	char img[400];
+	snprintf(img, sizeof(img), "%s/img-hang", tmp);
+	struct gs_criu_dump_opts o = { .leave_running = true };
+	struct gs_err err = { 0 };
+	unlink(child_file);
 	setenv("FAKE_CRIU_MODE", "hang", 1);
 	double t0 = gs_now();
 	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), GS_E_TIMEOUT);
 	CHECK(gs_now() - t0 < 5.0);
-	CHECK_CONTAINS(err.msg, "was killed");
+	CHECK_CONTAINS(err.msg, "ran past 0.3 s (" GS_CRIU_TIMEOUT_ENV ") and was killed");
+	/* criu's whole process group went: the helper it started too */
+	pid_t helper = child_from_fake();
+	CHECK(helper > 0);
+	CHECK(helper > 0 && ends(helper));
+
+	/* the caller's own limit wins over the criu's */
+	find_ok(&c);
+	setenv("FAKE_CRIU_MODE", "hang", 1);
+	o.timeout_s = 0.2;
+	t0 = gs_now();
+	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), GS_E_TIMEOUT);
+	CHECK(gs_now() - t0 < 5.0);
+	CHECK_CONTAINS(err.msg, "ran past 0.2 s");
 	setenv("FAKE_CRIU_MODE", "ok", 1);
+}
+
+/* criu runs in a process group of its own: Ctrl-C at gpusnap's terminal does not reach it */
+static void test_own_process_group(void)
+{
+	struct gs_criu c;
+	find_ok(&c);
+	char img[400];
+	snprintf(img, sizeof(img), "%s/img-pgid", tmp);
+	struct gs_criu_dump_opts o = { .leave_running = true };
+	struct gs_err err = { 0 };
+	unlink(child_file);
+	setenv("FAKE_CRIU_MODE", "pgid", 1);
+	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), 0);
+	int pid = 0, pgid = 0;
+	CHECK_INT(sscanf(read_file(child_file), "%d %d", &pid, &pgid), 2);
+	CHECK(pid > 0);
+	CHECK_INT(pgid, pid);
+	CHECK(pgid != getpgrp());
+	setenv("FAKE_CRIU_MODE", "ok", 1);
+}
+
+static void *interrupt_soon(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+	gs_criu_interrupt();
+	return NULL;
+}
+
+static void make_images(char *img, size_t n, const char *name, const char *recorded);
+
+/* gs_criu_interrupt (a signal handler's call) stops a running criu and its group */
+static void test_interrupt(void)
+{
+	struct gs_criu c;
+	find_ok(&c);
+	gs_criu_interrupt(); /* nothing runs: nothing happens */
+	char img[400];
+	make_images(img, sizeof(img), "img-int", NULL);
+	struct gs_err err = { 0 };
+	pid_t pid = 0;
+	unlink(child_file);
+	setenv("FAKE_CRIU_MODE", "hang", 1);
+	pthread_t t;
+	CHECK_INT(pthread_create(&t, NULL, interrupt_soon, NULL), 0);
+	double t0 = gs_now();
+	CHECK_INT(gs_criu_restore(&c, img, NULL, &pid, &err), GS_E_CRIU);
+	pthread_join(t, NULL);
+	CHECK(gs_now() - t0 < 5.0);
+	CHECK_CONTAINS(err.msg, "killed by signal 9");
+	pid_t helper = child_from_fake();
+	CHECK(helper > 0 && ends(helper));
+	setenv("FAKE_CRIU_MODE", "ok", 1);
+}
+
+/* GS_FI_CRIU_RUN: criu "fails" without running */
+static void test_fault_criu_run(void)
+{
+	struct gs_criu c;
+	find_ok(&c);
+	char img[400];
+	snprintf(img, sizeof(img), "%s/img-fault", tmp);
+	struct gs_criu_dump_opts o = { .leave_running = true };
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_fault_configure("criu-run"), 0);
+	unlink(args_file);
+	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), GS_E_CRIU);
+	CHECK_CONTAINS(err.msg, "criu dump of");
+	CHECK_CONTAINS(err.msg, "criu failed without running");
+	CHECK(!strstr(err.msg, "log:")); /* criu wrote no log, so none is named */
+	CHECK(access(args_file, F_OK) != 0);
+	/* the point fires once (@1): the next run is real */
+	CHECK_INT(gs_criu_dump(&c, getpid(), img, &o, &err), 0);
+	CHECK(access(args_file, F_OK) == 0);
+	CHECK_INT(gs_fault_configure("criu-run@1+"), 0);
+	CHECK_INT(gs_criu_check(&c, &err), GS_E_CRIU);
+	CHECK_CONTAINS(err.msg, "criu check failed");
+	CHECK_INT(gs_fault_configure(""), 0);
 }
 
 static void make_images(char *img, size_t n, const char *name, const char *recorded)
@@ -272,26 +574,69 @@ static void test_restore(void)
 	CHECK_CONTAINS(args, "\n--restore-detached\n");
 	CHECK_CONTAINS(args, "\n--shell-job\n");
 	CHECK_CONTAINS(args, work); /* log and pidfile go to the work folder */
+	char libdir[500];
+	snprintf(libdir, sizeof(libdir), "\n--libdir\n%s/plugins\n", home);
+	CHECK_CONTAINS(args, libdir);
 
 	setenv("FAKE_CRIU_MODE", "nopid", 1);
 	CHECK_INT(gs_criu_restore(&c, img, NULL, &pid, &err), GS_E_CRIU);
-	CHECK_CONTAINS(err.msg, "left no pid");
+	CHECK_CONTAINS(err.msg, "wrote no pid");
 
 	char busy[32];
 	snprintf(busy, sizeof(busy), "%d", (int)getpid());
 	setenv("FAKE_CRIU_BUSY", busy, 1);
 	setenv("FAKE_CRIU_MODE", "busy", 1);
-	CHECK_INT(gs_criu_restore(&c, img, NULL, &pid, &err), GS_E_CRIU);
+	/* image_pid is this very process, older than the restore: it must survive the failure */
+	o.image_pid = getpid();
+	CHECK_INT(gs_criu_restore(&c, img, &o, &pid, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "is in use by 'test_criu_fake'");
 	CHECK_CONTAINS(err.msg, busy);
+	/* the log it names was in the work folder: the kept copy outlives that folder */
+	char kept[512];
+	snprintf(kept, sizeof(kept), "%s", named_log(err.msg));
+	CHECK(strstr(kept, "/logs/restore-") != NULL);
+	char rm[600];
+	snprintf(rm, sizeof(rm), "rm -rf '%s'", work);
+	CHECK_INT(system(rm), 0);
+	CHECK_CONTAINS(read_file(kept), "Can't fork for");
 
 	setenv("FAKE_CRIU_MODE", "ok", 1);
 	char none[400];
-	snprintf(none, sizeof(none), "%s/work", tmp); /* exists, but holds no inventory.img */
+	snprintf(none, sizeof(none), "%s/home", tmp); /* exists, but holds no inventory.img */
 	CHECK_INT(gs_criu_restore(&c, none, NULL, &pid, &err), GS_E_IMAGE);
 	CHECK_CONTAINS(err.msg, "no inventory.img");
 	snprintf(none, sizeof(none), "%s/missing", tmp);
 	CHECK_INT(gs_criu_restore(&c, none, NULL, &pid, &err), GS_E_IMAGE);
+}
+
+/* What a failed restore left at the image's PID is killed; an older process there never is. */
+static void test_kill_leftover(void)
+{
+	unsigned long long before = gs_criu_boot_ticks();
+	CHECK(before > 0);
+	pid_t young = fork();
+	if (young == 0) {
+		pause();
+		_exit(0);
+	}
+	CHECK(gs_criu_kill_leftover(young, before));
+	int status = 0;
+	CHECK_INT(waitpid(young, &status, 0), young);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+	pid_t old = fork();
+	if (old == 0) {
+		pause();
+		_exit(0);
+	}
+	usleep(50 * 1000);
+	/* a restore that started after it: not its task */
+	CHECK(!gs_criu_kill_leftover(old, gs_criu_boot_ticks() + 100));
+	CHECK_INT(kill(old, 0), 0);
+	kill(old, SIGKILL);
+	waitpid(old, &status, 0);
+	CHECK(!gs_criu_kill_leftover(old, before)); /* gone */
+	CHECK(!gs_criu_kill_leftover(0, before));
 }
 
 static void test_run_plumbing(void)
@@ -371,11 +716,18 @@ int main(void)
 	RUN(test_find_env);
 	RUN(test_find_too_old_or_broken);
 	RUN(test_find_on_path);
+	RUN(test_timeout_env);
+	RUN(test_home);
 	RUN(test_dump_ok_records_args);
 	RUN(test_dumpable);
 	RUN(test_dump_failures);
+	RUN(test_logs_bounded);
 	RUN(test_dump_timeout);
+	RUN(test_own_process_group);
+	RUN(test_interrupt);
+	RUN(test_fault_criu_run);
 	RUN(test_restore);
+	RUN(test_kill_leftover);
 	RUN(test_run_plumbing);
 	cleanup();
 	return TEST_SUMMARY();

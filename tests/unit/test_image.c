@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include "common/fault.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -415,13 +416,13 @@ static void test_replace_atomically(void)
 	gs_image_close(old);
 }
 
-/* Runs a dump of seed in a child that SIGKILLs itself at `step`; returns 1 if it died that way. */
-static int dump_killed_at(const char *path, const char *step, uint32_t seed)
+/* Runs a dump of seed in a child that SIGKILLs itself at the fault point `spec` names; returns 1 if it died that way. */
+static int dump_killed_at(const char *path, const char *spec, uint32_t seed)
 {
 	pid_t pid = fork();
 	if (pid == 0) {
-		setenv("GPUSNAP_TEST_COMMIT_KILL_AT", step, 1);
 		gs_log_set_level(GS_LOG_ERROR);
+		gs_fault_configure(spec);
 		struct gs_err err = { 0 };
 		write_std_image(path, &agent_opts, seed, &err);
 		_exit(3); /* not reached if the hook works */
@@ -439,30 +440,49 @@ static void test_killed_mid_commit(void)
 	snprintf(parent, sizeof(parent), "%s", path);
 	*strrchr(parent, '/') = '\0';
 
-	/* Killed with everything written but before the rename: DIR is the old image; the leftover is no image. */
-	CHECK(dump_killed_at(path, "before-rename", 21));
+	/* Killed with everything written but before the rename: DIR is the old image, the new one is unpublished. */
+	CHECK(dump_killed_at(path, "image-publish=kill", 21));
 	CHECK_INT(check_std_image(path, 20), 0);
 	CHECK_INT(count_matching(parent, ".img.tmp-"), 1);
-	/* The next writer removes the dead writer's leftovers. */
+	/* The next writer never deletes a complete image (it may be a process's only copy): it keeps it by name. */
 	struct gs_err err = { 0 };
 	struct gs_image_writer *w;
+	gs_log_set_level(GS_LOG_ERROR);
 	CHECK_INT(gs_image_writer_open(path, NULL, &w, &err), 0);
 	CHECK_INT(count_matching(parent, ".img.tmp-"), 1); /* only its own */
+	CHECK_INT(count_matching(parent, "img.kept-4242-"), 1);
 	gs_image_writer_abort(w);
-	CHECK_INT(count_entries(parent), 1);
+	CHECK_INT(count_entries(parent), 2);
+	char kept[1000];
+	CHECK(find_matching(parent, "img.kept-4242-", kept, sizeof(kept)));
+	CHECK_INT(check_std_image(kept, 21), 0); /* whole, restorable from there */
+	gs_fs_remove_tree(AT_FDCWD, kept);
 
-	/* Killed right after the exchange: DIR is the new image; the old one waits under a temporary name. */
-	CHECK(dump_killed_at(path, "after-rename", 22));
+	/* Killed right after the exchange: DIR is the new image; the old one waits under a temporary name, kept too. */
+	CHECK(dump_killed_at(path, "image-publish@2=kill", 22));
 	CHECK_INT(check_std_image(path, 22), 0);
 	CHECK_INT(count_matching(parent, ".img.tmp-"), 1);
 	CHECK_INT(gs_image_writer_open(path, NULL, &w, &err), 0);
 	gs_image_writer_abort(w);
+	CHECK_INT(count_matching(parent, "img.kept-4242-"), 1);
+	CHECK(find_matching(parent, "img.kept-4242-", kept, sizeof(kept)));
+	CHECK_INT(check_std_image(kept, 20), 0);
+	gs_fs_remove_tree(AT_FDCWD, kept);
 	CHECK_INT(count_entries(parent), 1);
+
+	/* A dump killed before sealing anything: its leftover is removed. */
+	CHECK(dump_killed_at(path, "image-write@3=kill", 24));
+	CHECK_INT(count_matching(parent, ".img.tmp-"), 1);
+	CHECK_INT(gs_image_writer_open(path, NULL, &w, &err), 0);
+	gs_image_writer_abort(w);
+	CHECK_INT(count_entries(parent), 1);
+	CHECK_INT(check_std_image(path, 22), 0);
+	gs_log_set_level(GS_LOG_WARN);
 
 	/* A dump killed before committing anything, at a fresh DIR: nothing that looks like an image. */
 	char fresh[900];
 	path_join(fresh, sizeof(fresh), parent, "fresh");
-	CHECK(dump_killed_at(fresh, "before-rename", 23));
+	CHECK(dump_killed_at(fresh, "image-publish=kill", 23));
 	struct gs_image *img;
 	CHECK_INT(gs_image_open(fresh, &img, &err), GS_E_IMAGE);
 	CHECK_CONTAINS(err.msg, "no such directory");
@@ -498,7 +518,7 @@ static void test_disk_full_injected(void)
 	struct gs_image_writer *w;
 
 	/* Full while writing payloads. */
-	setenv("GPUSNAP_TEST_WRITE_FAIL_AFTER", "70000", 1);
+	gs_fault_configure("image-write@5=fail:ENOSPC");
 	gs_log_set_level(GS_LOG_ERROR);
 	CHECK_INT(gs_image_writer_open(path, &agent_opts, &w, &err), 0);
 	CHECK_INT(std_describe(w, &err), 0);
@@ -516,30 +536,52 @@ static void test_disk_full_injected(void)
 	CHECK_INT(check_std_image(path, 30), 0);
 
 	/* Full exactly when the manifest is written (payloads fit): commit fails and leaves nothing. */
-	unsetenv("GPUSNAP_TEST_WRITE_FAIL_AFTER");
-	/* Headers of 3 data files (max size 128 KiB) plus payloads: find the total by writing once more. */
-	char limit[32];
-	uint64_t data_bytes = 0;
-	{
-		CHECK_INT(gs_image_writer_open(path, &agent_opts, &w, &err), 0);
-		std_describe(w, &err);
-		std_write_chunks(w, 32, &err);
-		struct gs_image_writer_stats st;
-		gs_image_writer_stats(w, &st);
-		data_bytes = st.payload_bytes + (uint64_t)st.data_files * 4096;
-		gs_image_writer_abort(w);
-	}
-	snprintf(limit, sizeof(limit), "%llu", (unsigned long long)data_bytes);
-	setenv("GPUSNAP_TEST_WRITE_FAIL_AFTER", limit, 1);
+	gs_fault_configure("");
 	CHECK_INT(gs_image_writer_open(path, &agent_opts, &w, &err), 0);
 	CHECK_INT(std_describe(w, &err), 0);
 	CHECK_INT(std_write_chunks(w, 32, &err), 0);
+	gs_fault_configure("image-write=fail:ENOSPC"); /* the next write is the manifest's */
 	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_NO_SPACE);
 	CHECK_CONTAINS(err.msg, "manifest.img");
-	unsetenv("GPUSNAP_TEST_WRITE_FAIL_AFTER");
-	gs_log_set_level(GS_LOG_WARN);
 	CHECK_INT(count_entries(parent), 1);
 	CHECK_INT(check_std_image(path, 30), 0);
+
+	/* An I/O error is a failure (exit 1), not a full disk; DIR stays the old image. */
+	gs_fault_configure("image-write@4=fail:EIO");
+	CHECK_INT(gs_image_writer_open(path, &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 33, &err), GS_E_FAILURE);
+	CHECK_CONTAINS(err.msg, "Input/output error");
+	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_FAILURE);
+	CHECK_INT(count_entries(parent), 1);
+	CHECK_INT(check_std_image(path, 30), 0);
+
+	/* Full while writing the list of CPU files at publish: nothing published, DIR intact. */
+	char cpu[900], f[1000];
+	gs_fault_configure("");
+	CHECK_INT(gs_image_writer_open(path, &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 34, &err), 0);
+	CHECK_INT(gs_image_writer_cpu_dir(w, cpu, sizeof(cpu), &err), 0);
+	path_join(f, sizeof(f), cpu, "core-1.img");
+	spit(f, "criu", 4);
+	gs_fault_configure("image-write@2=fail:ENOSPC"); /* 1: the manifest, 2: cpu-files.img */
+	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_NO_SPACE);
+	CHECK_CONTAINS(err.msg, "cpu-files.img");
+	CHECK_INT(count_entries(parent), 1);
+	CHECK_INT(check_std_image(path, 30), 0);
+
+	/* A failed rename at publish (EIO): nothing published, DIR intact, nothing left. */
+	gs_fault_configure("image-publish=fail:EIO");
+	CHECK_INT(gs_image_writer_open(path, &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 35, &err), 0);
+	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_FAILURE);
+	CHECK_CONTAINS(err.msg, "cannot rename");
+	CHECK_INT(count_entries(parent), 1);
+	CHECK_INT(check_std_image(path, 30), 0);
+	gs_fault_configure("");
+	gs_log_set_level(GS_LOG_WARN);
 }
 
 /* ------------------------------------------------------------- corruption */
@@ -1216,7 +1258,7 @@ static void test_seal_then_publish(void)
 	struct gs_err err = { 0 };
 
 	struct gs_image_tmp *t;
-	CHECK_INT(gs_image_tmp_create(path, &t, &err), 0);
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), 0);
 	CHECK_STR(gs_image_tmp_target(t), path);
 	CHECK_CONTAINS(gs_image_tmp_path(t), "/.img.tmp-");
 	CHECK_INT(gs_image_tmp_cpu_dir(t, cpu, sizeof(cpu), &err), 0);
@@ -1249,7 +1291,7 @@ static void test_seal_then_publish(void)
 	gs_image_close(img);
 
 	/* a writer into someone else's directory cannot commit, and its abort leaves the directory to its owner */
-	CHECK_INT(gs_image_tmp_create(path, &t, &err), 0);
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), 0);
 	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
 	CHECK_INT(std_describe(w, &err), 0);
 	CHECK_INT(std_write_chunks(w, 32, &err), 0);

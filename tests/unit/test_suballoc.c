@@ -119,7 +119,7 @@ static void test_random_shadow(void)
 			}
 			struct gs_alloc_rec slab, rec = { va, size, GS_ALLOC_SUBALLOC, 0, bsize, 0 };
 			/* inside one live slab, aligned, not overlapping any live block */
-			if (va % 256 || bsize < size || !gs_alloc_registry_find(d.slabs, va, &slab) ||
+			if (va % GS_SUBALLOC_DEFAULT_ALIGN || bsize < size || !gs_alloc_registry_find(d.slabs, va, &slab) ||
 			    va + bsize > slab.va + slab.size || gs_alloc_registry_insert(shadow, &rec, &err)) {
 				fprintf(stderr, "bad block 0x%llx size %llu: %s\n", (unsigned long long)va,
 					(unsigned long long)size, err.msg);
@@ -155,8 +155,8 @@ static void test_random_shadow(void)
 	gs_suballoc_get_stats(sa, &st);
 	CHECK(st.blocks == nlive);
 	CHECK(st.slabs == d.live);
-	/* rounding to classes wastes at most a third (plus the 256-byte minimum) */
-	CHECK(st.block_bytes <= requested + requested / 2 + 256 * nlive);
+	/* rounding to classes wastes at most a third (plus the 512-byte minimum) */
+	CHECK(st.block_bytes <= requested + requested / 2 + GS_SUBALLOC_DEFAULT_ALIGN * nlive);
 	printf("     %zu live, %llu requested bytes in %llu slabs (%.1f%% of slab bytes used)\n", nlive,
 	       (unsigned long long)requested, (unsigned long long)st.slabs, 100.0 * requested / st.slab_bytes);
 
@@ -186,8 +186,8 @@ static void test_many_tiny(void)
 	static uint64_t va[10000];
 	for (int i = 0; i < 10000; i++)
 		CHECK_INT(gs_suballoc_alloc(sa, 1, &va[i], &err), 0);
-	/* 10,000 x 256 bytes = 2.4 MiB: two slabs, not 10,000 granules */
-	CHECK_INT(d.live, 2);
+	/* 10,000 x 512 bytes = 4.9 MiB: three slabs, not 10,000 granules */
+	CHECK_INT(d.live, 3);
 	CHECK(!gs_suballoc_serves(sa, 0) && gs_suballoc_serves(sa, 1) && gs_suballoc_serves(sa, GS_MiB) &&
 	      !gs_suballoc_serves(sa, GS_MiB + 1));
 	CHECK_INT(gs_suballoc_alloc(sa, GS_MiB + 1, &va[0], &err), GS_E_USAGE);
@@ -281,7 +281,7 @@ static void test_failures_and_config(void)
 	d.misalign = 128;
 	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
 	CHECK_INT(gs_suballoc_alloc(sa, 1, &va, &err), GS_E_FAILURE);
-	CHECK_CONTAINS(err.msg, "not aligned to 256 bytes");
+	CHECK_CONTAINS(err.msg, "not aligned to 512 bytes");
 	CHECK_INT(d.live, 0);
 	gs_suballoc_destroy(sa);
 	CHECK_INT(d.bad_frees, 0);
@@ -297,6 +297,44 @@ static void test_failures_and_config(void)
 	d.misalign = 0;
 	CHECK_INT(gs_suballoc_alloc(sa, 600, &va, &err), 0);
 	CHECK(va % 512 == 0);
+	gs_suballoc_destroy(sa);
+	fake_fini(&d);
+}
+
+/*
+ * By default every block is aligned as cudaMalloc's pointers are (512 bytes),
+ * for every size: the 513-768 byte requests once got a 768-byte class, so
+ * every other block was only 256-aligned.
+ */
+static void test_cudamalloc_alignment(void)
+{
+	struct fake_dev d;
+	struct gs_suballoc_ops ops;
+	fake_init(&d, &ops);
+	struct gs_suballoc *sa;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
+	int misaligned = 0, first_bad = 0;
+	for (uint64_t size = 1; size <= 4096; size++) {
+		uint64_t va[4];
+		for (int i = 0; i < 4; i++) { /* several, so blocks after the first of a slab count too */
+			CHECK_INT(gs_suballoc_alloc(sa, size, &va[i], &err), 0);
+			if (va[i] % 512 || gs_suballoc_block_size(sa, size) % 512) {
+				misaligned++;
+				first_bad = first_bad ? first_bad : (int)size;
+			}
+		}
+		for (int i = 0; i < 4; i++)
+			CHECK_INT(gs_suballoc_free(sa, va[i], NULL, &err), 0);
+	}
+	CHECK_INT(misaligned, 0);
+	CHECK_INT(first_bad, 0);
+	CHECK_INT(gs_suballoc_block_size(sa, 513), 1024);
+	CHECK_INT(gs_suballoc_block_size(sa, 768), 1024);
+	CHECK_INT(gs_suballoc_block_size(sa, 1025), 1536);
+	uint64_t va;
+	CHECK_INT(gs_suballoc_alloc(sa, GS_MiB, &va, &err), 0);
+	CHECK(va % GS_MiB == 0); /* the largest class is a power of two: aligned to itself */
 	gs_suballoc_destroy(sa);
 	fake_fini(&d);
 }
@@ -350,6 +388,7 @@ static void test_threads(void)
 int main(void)
 {
 	RUN(test_many_tiny);
+	RUN(test_cudamalloc_alignment);
 	RUN(test_slab_release_and_iteration);
 	RUN(test_failures_and_config);
 	RUN(test_random_shadow);

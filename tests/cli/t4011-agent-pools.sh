@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# t4011 - the agent keeps the driver's semantics of memory pools, managed
+# memory and CUDA graph capture (tests/agent/pool_app.c on the fake driver
+# with two devices):
+#  - an allocation from a host-located pool is the pool's (the driver's), one
+#    from a pool of device 1 lives on device 1 whatever context is current;
+#  - a pool's access list reaches its allocations, also when given after
+#    them, and survives a suspend and resume (re-created mappings);
+#  - cuMemAllocAsync takes the pool cuDeviceSetMemPool set (an IPC pool: the
+#    driver's; a pool with an access list: the agent's, with that access);
+#  - allocations inside a stream capture, also cuMemAllocFromPoolAsync, are
+#    the graph's; a free inside a capture frees the memory when the graph
+#    runs (once, however often it runs), not never;
+#  - managed memory counts as not releasable in `state` until it is freed.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
+
+app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/pool_app
+fake_agent_env
+export FAKE_CUDA_GPUS=2
+
+# agent_field NAME: a field of the agent in `gpusnap state --json`
+agent_field() {
+  run_gpusnap state --json "$APP"
+  jget "['agent']['$1']"
+}
+reply_ok() { # TITLE COMMAND WORD
+  app_cmd "$2"
+  case $REPLY in "$3 OK"*) pass "$1" ;; *) fail "$1" "$REPLY" "agent log: $(tail -n 3 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;; esac
+}
+
+start_app
+unmanaged0=$(agent_field unmanaged_allocations)
+reply_ok "an allocation from a host-located pool is host memory of that pool" host-pool HOSTPOOL
+check "the host pool's allocation counts as not releasable ($(agent_field unmanaged_allocations), before $unmanaged0)" \
+  test "$(agent_field unmanaged_allocations)" = $((unmanaged0 + 1))
+reply_ok "an allocation from a pool of device 1 lives on device 1 (device 0 current)" device-pool DEVPOOL
+reply_ok "a pool's access list reaches its allocations, given before or after them" pool-access ACCESS
+reply_ok "cuMemAllocAsync takes the pool cuDeviceSetMemPool set" set-pool SETPOOL
+reply_ok "allocations inside a stream capture (by pool too) are the graph's" capture-alloc CAPALLOC
+
+verify_ok "the agent's pool allocations hold their data"
+run_gpusnap suspend --json "$APP"; expect "suspend with pool allocations" 0
+check "suspend released the agent's memory (left: $(phys))" test "$(phys)" = 0
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "the data after the cycle"
+reply_ok "the pools' access is there again after the resume" check-access ACCESS
+
+phys0=$(phys)
+allocs0=$(agent_field allocations)
+reply_ok "a free inside a capture is captured" capture-free CAPFREE
+check "the memory stays until the graph runs ($(phys) bytes, before $phys0)" \
+  test "$(phys)" = $((phys0 + (4 << 20)))
+reply_ok "the graph runs twice" graph-launch GRAPH
+check "the graph's free gave the 4 MiB back, once ($(phys) bytes)" test "$(phys)" = "$phys0"
+check "the agent no longer counts the freed allocation ($(agent_field allocations), before $allocs0)" \
+  test "$(agent_field allocations)" = "$allocs0"
+verify_ok "the other allocations are untouched by the graph's free"
+
+unmanaged=$(agent_field unmanaged_allocations)
+ubytes=$(agent_field unmanaged_bytes)
+reply_ok "cuMemAllocManaged" managed MANAGED
+check "managed memory counts as not releasable ($(agent_field unmanaged_allocations), before $unmanaged)" \
+  test "$(agent_field unmanaged_allocations)" = $((unmanaged + 1))
+check "its 2 MiB too ($(agent_field unmanaged_bytes), before $ubytes)" \
+  test "$(agent_field unmanaged_bytes)" = $((ubytes + (2 << 20)))
+run_gpusnap state -v "$APP"; expect "state -v lists memory the agent cannot release" 0 "not releasable, moved by the driver"
+reply_ok "managed memory freed" managed-free MANAGEDFREE
+check "freed managed memory no longer counts ($(agent_field unmanaged_allocations))" \
+  test "$(agent_field unmanaged_allocations)" = "$unmanaged"
+
+quit_app "the app exits cleanly"
+test_done

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# t4012 - the agent's control server and an app's life around it
+# (tests/agent/control_app.c on the fake driver):
+#  - a thread whose first allocation is under way when a suspend starts does
+#    not time the suspend out (it used to wait for the lock the suspend holds,
+#    inside the gate the suspend waits on), and waits at the gate afterwards;
+#  - a client that connects and says nothing delays no one: `state` answers
+#    at once (it used to wait 10 s and fail with the GPU-work timeout's exit 9);
+#  - one operation at a time: a second suspend while one runs is refused at
+#    once ("busy: a suspend is under way", exit 6) while `state` answers;
+#  - fork: the child has none of the parent's staging memory (MADV_DONTFORK),
+#    its agent owns nothing of the parent's (state, suspend and resume of the
+#    child), the parent's socket does not stay connectable through the child
+#    once the parent is gone, and sockets of processes that are gone are
+#    removed by the next agent;
+#  - `run --reserve` beyond the host's memory is refused (exit 13) and the
+#    agent warns about a GPUSNAP_RESERVE set by hand beyond it.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
+
+app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/control_app
+fake_agent_env
+sock() { echo "$GPUSNAP_RUN_DIR/agent-$1.sock"; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+vmsize_kb() { awk '/^VmSize:/ {print $2}' "/proc/$1/status"; }
+# wait_line PATTERN [SECONDS]: the app's output gets a line matching PATTERN
+wait_line() {
+  local i
+  for ((i = 0; i < ${2:-5} * 10; i++)); do
+    grep -q "$1" "$TEST_TMP/app.out" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# start_with VAR=VALUE...: start_app with these in the app's environment only
+start_with() {
+  local kv
+  for kv in "$@"; do export "${kv?}"; done
+  start_app
+  for kv in "$@"; do unset "${kv%%=*}"; done
+}
+
+# -- a first allocation under way when a suspend starts
+start_with GPUSNAP_FAULT=agent-alloc=hold:2
+app_cmd alloc-thread
+check "a thread starts its first allocation ($REPLY)" test "$REPLY" = STARTED
+sleep 0.5 # the allocation is inside the gate now, held there for 2 s
+t0=$(now_ms)
+run_gpusnap suspend --timeout 5 "$APP"
+expect "a suspend during a thread's first allocation succeeds" 0
+check "... without waiting out its timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 4000
+check "the allocating thread waits at the gate while suspended" sh -c "! grep -q '^ALLOC' '$TEST_TMP/app.out'"
+run_gpusnap resume "$APP"; expect "resume" 0
+check "the allocating thread goes on after the resume" wait_line '^ALLOC OK'
+verify_ok "its memory holds its data"
+quit_app "the app exits cleanly"
+
+# -- concurrent clients, one operation at a time
+start_with GPUSNAP_FAULT=agent-operation@1=hold:3
+app_cmd alloc-thread
+wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
+python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+time.sleep(12)' "$(sock "$APP")" &
+silent=$!
+TEST_PIDS+=("$silent")
+sleep 0.3
+t0=$(now_ms)
+run_gpusnap state "$APP"
+expect "state with a silent client connected" 0 running
+check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
+kill "$silent" 2>/dev/null
+"$GPUSNAP_BIN" suspend "$APP" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
+bg=$!
+sleep 0.8 # the suspend holds 3 s before its work
+t0=$(now_ms)
+run_gpusnap state "$APP"; expect "state while a suspend is under way" 0
+check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
+run_gpusnap suspend "$APP"; expect "a second gpusnap suspend meanwhile is refused at once (operation lock)" 6 "cannot suspend process $APP now"
+# a client that does not share the command's lock (another run directory) meets the agent's own rule
+mkdir -p -m 700 "$TEST_TMP/other-run"
+GPUSNAP_RUN_DIR=$TEST_TMP/other-run run_gpusnap suspend "$APP"
+expect "a second suspend past the lock is refused at once by the agent" 6 "busy: a suspend is under way"
+rc=0; wait "$bg" || rc=$?
+check "the first suspend succeeds (rc $rc: $(cat "$TEST_TMP/bg.err"))" test "$rc" = 0
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "the data after the cycle"
+quit_app "the app exits cleanly"
+
+# -- fork
+start_with GPUSNAP_RESERVE=256M
+app_cmd alloc-thread
+wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
+sleep 0.5 # the reserved pool is mapped at the first allocation
+app_cmd fork-child
+child=${REPLY#CHILD }
+TEST_PIDS+=("$child")
+check "a fork child ($REPLY)" alive "$child"
+for _ in $(seq 50); do [ -S "$(sock "$child")" ] && break; sleep 0.1; done
+check "the child has a control socket of its own" test -S "$(sock "$child")"
+parent_kb=$(vmsize_kb "$APP") child_kb=$(vmsize_kb "$child")
+check "the child has none of the parent's 256 MiB of staging memory (parent $parent_kb kB, child $child_kb kB)" \
+  test $((parent_kb - child_kb)) -gt $((200 << 10))
+run_gpusnap state --json "$APP"
+parent_allocs=$(jget "['agent']['allocations']")
+run_gpusnap state --json "$child"; expect "state of the child" 0
+check "the child's agent owns none of the parent's allocations ($(jget "['agent']['allocations']"), parent $parent_allocs)" \
+  test "$(jget "['agent']['allocations']")" = 0 -a "$parent_allocs" = 1
+run_gpusnap suspend "$child"; expect "suspend of the child" 0
+check "the child lives on" alive "$child"
+run_gpusnap resume "$child"; expect "resume of the child" 0
+verify_ok "the parent's data is untouched"
+app_cmd fork-exit
+exited=${REPLY#EXITED }
+check "a child that left through _exit left its socket behind ($REPLY)" test -S "$(sock "$exited")"
+app_cmd fork-return
+returned=${REPLY#RETURNED }
+check "a child that left through exit() removed its socket ($REPLY)" test ! -e "$(sock "$returned")"
+parent=$APP
+kill -9 "$parent" # before its stdin closes: at the end of its input it would leave through exit()
+wait "$parent" 2>/dev/null
+exec 3>&-
+check "the parent's socket file is left behind" test -S "$(sock "$parent")"
+python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(2)
+s.connect(sys.argv[1])' "$(sock "$parent")" 2>"$TEST_TMP/connect.err"
+check "nobody can connect to it, though its child lives ($(tail -n 1 "$TEST_TMP/connect.err"))" \
+  grep -q ConnectionRefused "$TEST_TMP/connect.err"
+start_app
+check "the next agent removed the stale socket of the parent" test ! -e "$(sock "$parent")"
+check "... and of the child that left through _exit" test ! -e "$(sock "$exited")"
+check "... but not the live child's" test -S "$(sock "$child")"
+quit_app "the next app exits cleanly"
+kill -9 "$child"
+
+# -- --reserve beyond the host's memory
+run_gpusnap run --reserve 1000T -- sh -c 'echo ran'
+expect "run --reserve beyond the host's memory is refused" 13 "is more than the host memory available"
+check "... before the command runs" test ! -s "$OUT_TXT"
+run_gpusnap run --reserve 1M -- "$TEST_TMP/no-such-command"
+expect "run --reserve 1M gets as far as starting the command" 2 "cannot run '$TEST_TMP/no-such-command'"
+asan=$(ldd "$GPUSNAP_BUILD/libgpusnap.so" | awk '/libasan/ {print $3; exit}')
+GPUSNAP_AGENT_LOG=$TEST_TMP/reserve.log GPUSNAP_RESERVE=1000T LD_PRELOAD="${asan:+$asan }$GPUSNAP_BUILD/libgpusnap.so" \
+  ASAN_OPTIONS=detect_leaks=0 /usr/bin/env true
+check "the agent warns about GPUSNAP_RESERVE beyond the host's memory" \
+  grep -q "GPUSNAP_RESERVE=1000T .* is more than the host memory available" "$TEST_TMP/reserve.log"
+test_done

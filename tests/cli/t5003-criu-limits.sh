@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# t5003-criu-limits - how gpusnap bounds and explains its criu runs, on the fake
+# driver with CPU processes (as t5002):
+#  - a CRIU older than 4.2 is refused on Linux >= 6.16 (it cannot dump a socket
+#    there), with one line saying what to do (exit 15); 3.17 is refused anywhere;
+#  - every criu run has a time limit (GPUSNAP_CRIU_TIMEOUT): a hanging criu is
+#    killed with its process group (exit 9) and the process runs on;
+#  - a restore whose criu ran past its time, or that gpusnap was interrupted in
+#    (SIGTERM), leaves no half-restored task at the image's PID;
+#  - a FIFO in cpu/ hangs the real CRIU (the restored task blocks opening it): the
+#    time limit ends it and the task is killed (through tests/apps/criu_driver,
+#    the library alone);
+#  - a failed criu run's message names a log that still exists (RUN/criu/logs);
+#    GPUSNAP_FAULT=criu-run fails criu without running it and names no log.
+# Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
+. "$(dirname "$0")/lib.sh"
+
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
+app=$build/tests/apps/cpu_counter
+driver=$build/tests/apps/criu_driver
+
+require_criu
+real_criu=$GPUSNAP_CRIU
+
+export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
+export FAKE_CUDA_DIR=$TEST_TMP/fake
+export FAKE_CUDA_CRIU=1
+mkdir -p "$FAKE_CUDA_DIR"
+chmod 700 "$TEST_TMP"
+
+cleanup_all() {
+  for p in $(pgrep -x cpu_counter); do
+    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
+  done
+  for f in "$TEST_TMP"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+  cleanup_test
+}
+trap cleanup_all EXIT
+
+wait_lines() { # wait_lines FILE N: up to 5 s
+  local i
+  for ((i = 0; i < 500; i++)); do
+    [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
+    sleep 0.01
+  done
+  return 1
+}
+grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
+start_counter() { # start_counter LOG -> NEWPID, a daemon registered as a CUDA process on GPU 0
+  NEWPID=$("$app" --daemon "$1")
+  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
+  wait_lines "$1" 10
+}
+fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
+one_line() { [ "$(wc -l <"$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
+# named_log: the log path the last error names, "" if none
+named_log() { sed -n 's/.*(log: \([^)]*\)).*/\1/p' "$ERR_TXT" | tail -n 1; }
+log_exists() { local l; l=$(named_log); [ -n "$l" ] && [ -s "$l" ] || { echo "    named: '$l'"; return 1; }; }
+names_no_log() { ! grep -q "log:" "$ERR_TXT"; }
+# a task at PID that is not a zombie
+runs() { [ -e "/proc/$1" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+gone_or_zombie() { # up to 5 s
+  local i
+  for ((i = 0; i < 500; i++)); do runs "$1" || return 0; sleep 0.01; done
+  return 1
+}
+# fake_criu NAME BODY: a criu that answers --version as the real one and runs BODY for the rest
+fake_criu() {
+  printf '#!/bin/sh\ncase "$1" in --version|check) exec "%s" "$@";; esac\n%s\n' "$real_criu" "$2" >"$TEST_TMP/$1"
+  chmod 755 "$TEST_TMP/$1"
+}
+kernel_ge_616() {
+  local r; r=$(uname -r)
+  local maj=${r%%.*} rest=${r#*.}; local min=${rest%%[!0-9]*}
+  [ "$maj" -gt 6 ] || { [ "$maj" = 6 ] && [ "$min" -ge 16 ]; }
+}
+
+log=$TEST_TMP/counter.log
+start_counter "$log"; pid=$NEWPID
+img=$TEST_TMP/img
+run_gpusnap dump --leave-running -D "$img" "$pid"; expect "a first image (dump --leave-running)" 0
+
+# ---- CRIU too old ----
+printf '#!/bin/sh\n[ "$1" = --version ] && { echo "Version: 4.1.1"; exit 0; }\necho "Error (x.c:1): ran" >&2; exit 1\n' \
+  >"$TEST_TMP/criu-4.1"
+printf '#!/bin/sh\n[ "$1" = --version ] && { echo "Version: 3.17.1"; exit 0; }\nexit 1\n' >"$TEST_TMP/criu-3.17"
+chmod 755 "$TEST_TMP/criu-4.1" "$TEST_TMP/criu-3.17"
+if kernel_ge_616; then
+  GPUSNAP_CRIU=$TEST_TMP/criu-4.1 run_gpusnap dump -D "$TEST_TMP/x" "$pid"
+  expect "dump with CRIU 4.1.1 on Linux $(uname -r)" 15 "is version 4.1.1, which cannot dump a process holding a network socket"
+  check "the refusal says what is needed and what to do" grep -q "CRIU >= 4.2 here: run scripts/get-criu.sh" "$ERR_TXT"
+  check "the refusal is one line" one_line
+  check "nothing written for it" [ ! -e "$TEST_TMP/x" ]
+  check "the process runs on" grows "$log"
+  GPUSNAP_CRIU=$TEST_TMP/criu-4.1 run_gpusnap restore -D "$img"
+  expect "restore with CRIU 4.1.1 on Linux $(uname -r)" 15 "CRIU >= 4.2"
+else
+  GPUSNAP_CRIU=$TEST_TMP/criu-4.1 run_gpusnap dump -D "$TEST_TMP/x" "$pid"
+  check "CRIU 4.1.1 is accepted on Linux $(uname -r) (< 6.16)" names_no_log
+  check "... it is not refused for its version" bash -c "! grep -q 'is version 4.1.1' '$ERR_TXT'"
+  rm -rf "$TEST_TMP/x"
+fi
+GPUSNAP_CRIU=$TEST_TMP/criu-3.17 run_gpusnap dump -D "$TEST_TMP/x" "$pid"
+expect "dump with CRIU 3.17.1" 15 "is version 3.17.1; gpusnap needs CRIU >= 4."
+check "the process runs on after the refusals" grows "$log"
+
+# ---- the time limit ----
+fake_criu criu-hang 'sleep 60 & echo $! >"'"$TEST_TMP"'/hang-helper.pid"; exec sleep 60'
+t0=$(date +%s)
+GPUSNAP_CRIU=$TEST_TMP/criu-hang GPUSNAP_CRIU_TIMEOUT=1 run_gpusnap dump -D "$TEST_TMP/x" "$pid"
+t1=$(date +%s)
+expect "a hanging criu dump is stopped by GPUSNAP_CRIU_TIMEOUT" 9 "ran past 1 s (GPUSNAP_CRIU_TIMEOUT) and was killed"
+check "it was stopped soon ($((t1 - t0)) s)" [ $((t1 - t0)) -le 10 ]
+check "the helper in criu's process group went too" gone_or_zombie "$(cat "$TEST_TMP/hang-helper.pid")"
+check "the process runs on" grows "$log"
+check "its driver state is running again" [ "$(fake_state "$pid")" = 0 ]
+check "no image left" [ ! -e "$TEST_TMP/x" ]
+GPUSNAP_CRIU_TIMEOUT=soon run_gpusnap dump -D "$TEST_TMP/x" "$pid"
+expect "a bad GPUSNAP_CRIU_TIMEOUT" 2 "GPUSNAP_CRIU_TIMEOUT='soon' is not a number of seconds"
+
+# ---- a failed criu names a log that exists ----
+fake_criu criu-fail 'log=; prev=; for a in "$@"; do [ "$prev" = --log-file ] && log=$a; prev=$a; done
+echo "(00.01) Error (criu/sk-inet.c:1): injected: cannot dump socket" >"$log"; exit 1'
+GPUSNAP_CRIU=$TEST_TMP/criu-fail run_gpusnap dump -D "$TEST_TMP/x" "$pid"
+expect "a failing criu dump" 15 "injected: cannot dump socket"
+check "the log it names exists after gpusnap is done" log_exists
+check "that log is the failed run's" grep -q "injected: cannot dump socket" "$(named_log)"
+check "it is kept in gpusnap's run directory" grep -q "^$GPUSNAP_RUN_DIR/criu/logs/dump-$pid-" <(named_log)
+check "the process runs on" grows "$log"
+GPUSNAP_FAULT=criu-run run_gpusnap dump -D "$TEST_TMP/x" "$pid"
+expect "GPUSNAP_FAULT=criu-run: criu fails without running" 15 "criu failed without running"
+check "... and no log is named" names_no_log
+check "the process runs on" grows "$log"
+# refused before criu runs: no log to name
+run_gpusnap restore -D "$img"
+expect "restore while the dumped process runs" 15 "pid $pid, which the image needs, is in use"
+check "... names no log (criu did not run)" names_no_log
+
+# ---- a restore that runs past its time leaves nothing at the image's PID ----
+kill -9 "$pid"; wait_gone "$pid"
+lines=$(wc -l <"$log")
+# the real criu restores (the task is left stopped: --leave-stopped), then this criu hangs
+fake_criu criu-slow '"'"$real_criu"'" "$@"; echo $$ >"'"$TEST_TMP"'/slow.pid"; exec sleep 60'
+GPUSNAP_CRIU=$TEST_TMP/criu-slow GPUSNAP_CRIU_TIMEOUT=4 run_gpusnap restore -D "$img"
+expect "a restore whose criu runs past GPUSNAP_CRIU_TIMEOUT" 9 "ran past 4 s"
+check "criu had restored the task at $pid" [ -s "$TEST_TMP/slow.pid" ]
+check "the half-restored task at $pid is gone" gone_or_zombie "$pid"
+check "it never ran" [ "$(wc -l <"$log")" = "$lines" ]
+check "the restore log it names exists" log_exists
+wait_gone "$pid"
+run_gpusnap restore -D "$img"; expect "the image restores after that" 0 "restored $pid"
+check "it runs" grows "$log"
+kill -9 "$pid"; wait_gone "$pid"
+
+# ---- gpusnap restore interrupted while criu runs ----
+rm -f "$TEST_TMP/slow.pid"
+lines=$(wc -l <"$log")
+GPUSNAP_CRIU=$TEST_TMP/criu-slow GPUSNAP_CRIU_TIMEOUT=60 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
+gp=$!
+for _ in $(seq 1000); do [ -s "$TEST_TMP/slow.pid" ] && break; sleep 0.01; done
+check "criu restored the task at $pid and still runs" runs "$pid"
+kill -TERM "$gp"; rc=0; wait "$gp" || rc=$?
+check "gpusnap restore ended by SIGTERM (rc $rc)" [ "$rc" = 143 ]
+check "the half-restored task at $pid went with it" gone_or_zombie "$pid"
+check "criu went with it" gone_or_zombie "$(cat "$TEST_TMP/slow.pid")"
+check "the task never ran" [ "$(wc -l <"$log")" = "$lines" ]
+wait_gone "$pid"
+
+# ---- a FIFO in the CRIU images hangs the real CRIU: the time limit ends it ----
+start_counter "$log"; pid=$NEWPID
+cimg=$TEST_TMP/cimg
+"$driver" dump "$pid" "$cimg" 2>"$TEST_TMP/err"
+check "criu_driver dump" [ -s "$cimg/inventory.img" ]
+wait_gone "$pid"
+pages=$(cd "$cimg" && ls pages-*.img | head -n 1)
+mv "$cimg/$pages" "$TEST_TMP/$pages"
+mkfifo -m 600 "$cimg/$pages"
+t0=$(date +%s)
+RC=0; GPUSNAP_CRIU_TIMEOUT=3 "$driver" restore "$cimg" "" "$pid" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
+t1=$(date +%s)
+OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err
+expect "a FIFO in the images: the restore is stopped by the time limit" 9 "ran past 3 s"
+check "it was stopped soon ($((t1 - t0)) s)" [ $((t1 - t0)) -le 15 ]
+check "the task criu left at $pid (blocked on the FIFO) is gone" gone_or_zombie "$pid"
+check "the restore log it names exists" log_exists
+wait_gone "$pid"
+rm "$cimg/$pages"; mv "$TEST_TMP/$pages" "$cimg/$pages"
+rpid=$("$driver" restore "$cimg" 2>"$TEST_TMP/err")
+check "with the FIFO replaced by the pages, the images restore" [ "$rpid" = "$pid" ]
+check "it runs" grows "$log"
+kill -9 "$pid"
+
+test_done

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# t5003-criu-sockets - a server dumps and restores: a CPU process holding a
+# listening TCP socket, an established connection (a client of this test keeps
+# one open) and a UDP socket (tests/apps/socket_server, registered as a CUDA
+# process in the fake libcuda, as in t5002) goes through `gpusnap dump --tcp-close`
+# and `gpusnap restore`:
+#  - without --tcp-close the dump is refused (CRIU's rule for established
+#    connections) and the server runs on;
+#  - with it the server is dumped and gone; the kept-open client sees its
+#    connection end; after restore the server answers TCP and UDP requests with
+#    the count it had (its memory came back), twice from the same image.
+# Why this needs CRIU >= 4.2: from Linux 6.16 on the kernel refuses SO_PASSCRED and
+# SO_PASSSEC on sockets other than AF_UNIX/AF_NETLINK, and CRIU 4.1.1 reads them
+# from every socket it dumps: on this kernel (6.18) `criu dump` of this very
+# server fails with "sockets: Can't get 1:16 opt: Operation not supported"
+# (CRIU issues 2705 and 2718, fixed in 4.2). gpusnap refuses CRIU < 4.2 on such
+# kernels up front (t5003-criu-limits); this test runs with the CRIU it is given.
+# Needs root, python3; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
+. "$(dirname "$0")/lib.sh"
+
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
+server=$build/tests/apps/socket_server
+
+require_criu
+command -v python3 >/dev/null || skip "no python3 (the test's client)"
+
+export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
+export FAKE_CUDA_DIR=$TEST_TMP/fake
+export FAKE_CUDA_CRIU=1
+mkdir -p "$FAKE_CUDA_DIR"
+chmod 700 "$TEST_TMP"
+
+cleanup_all() {
+  exec 7<&- 2>/dev/null
+  for p in $(pgrep -x socket_server); do
+    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
+  done
+  cleanup_test
+}
+trap cleanup_all EXIT
+
+# ask tcp|udp: one request on a new connection (or datagram); prints the answer
+ask() {
+  python3 - "$1" "$tcp_port" "$udp_port" <<'PY'
+import socket, sys
+kind, tcp, udp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if kind == "tcp":
+    s = socket.create_connection(("127.0.0.1", tcp), timeout=5)
+    s.sendall(b"hello\n")
+    f = s.makefile("rb")
+    print(f.readline().decode().strip())
+else:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.sendto(b"hello", ("127.0.0.1", udp))
+    print(s.recv(100).decode().strip())
+PY
+}
+answers() { # answers KIND WANT
+  local got; got=$(ask "$1" 2>&1)
+  [ "$got" = "$2" ] || { echo "    $1 answer: '$got', want '$2'"; return 1; }
+}
+# the kept-open connection on fd 7: one request, one answer
+keepalive_answers() {
+  local line
+  echo hello >&7 || return 1
+  read -r -t 5 line <&7 || return 1
+  [ "$line" = "$1" ] || { echo "    keep-alive answer: '$line', want '$1'"; return 1; }
+}
+# the kept-open connection ended: the read sees end-of-file or a reset, not an answer
+keepalive_ended() {
+  local line
+  echo hello >&7 2>/dev/null
+  ! read -r -t 5 line <&7 2>/dev/null
+}
+socket_kinds() { # the server's sockets as seen by ss: listening, established, udp
+  ss -Htanp 2>/dev/null | grep "pid=$1," | awk '{print $1}' | sort | tr '\n' ' '
+  ss -Huanp 2>/dev/null | grep -q "pid=$1," && echo -n "UDP"
+}
+
+pid=$("$server" --daemon "$TEST_TMP") || { echo "not ok - cannot start $server"; exit 1; }
+TEST_PIDS+=("$pid")
+echo "0 0" >"$FAKE_CUDA_DIR/$pid"
+read -r tcp_port udp_port <"$TEST_TMP/ports"
+exec 7<>"/dev/tcp/127.0.0.1/$tcp_port"
+check "the kept-open connection is answered" keepalive_answers "count 1"
+check "a TCP request is answered" answers tcp "count 2"
+check "a UDP request is answered" answers udp "count 3"
+if command -v ss >/dev/null; then
+  check "the server holds a listening, an established TCP socket and a UDP socket" \
+    [ "$(socket_kinds "$pid")" = "ESTAB LISTEN UDP" ]
+fi
+
+img=$TEST_TMP/img
+run_gpusnap dump -D "$img" "$pid"
+expect "dump without --tcp-close is refused (an established connection)" 15 "criu dump of $pid failed"
+check "the server runs on" answers tcp "count 4"
+check "its kept-open connection too" keepalive_answers "count 5"
+
+run_gpusnap dump --tcp-close -D "$img" "$pid"; expect "dump --tcp-close" 0 "dumped $pid (socket_server)"
+check "the server is gone" wait_gone "$pid"
+check "the kept-open connection ended" keepalive_ended
+exec 7<&-
+check "nothing listens on its port" bash -c "! python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", $tcp_port), timeout=2)' 2>/dev/null"
+
+run_gpusnap restore -D "$img"; expect "restore" 0 "restored $pid (socket_server)"
+check "after restore it answers TCP from its dumped count" answers tcp "count 6"
+check "and UDP" answers udp "count 7"
+exec 7<>"/dev/tcp/127.0.0.1/$tcp_port"
+check "a new kept-open connection is answered" keepalive_answers "count 8"
+exec 7<&-
+kill -9 "$pid"; wait_gone "$pid"
+
+run_gpusnap restore -D "$img"; expect "restore again from the same image" 0 "restored $pid (socket_server)"
+check "it answers from the dumped count again" answers tcp "count 6"
+check "and UDP" answers udp "count 7"
+kill -9 "$pid"; wait_gone "$pid"
+
+test_done
