@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +89,8 @@ static double run_timeout(const struct gs_criu *c, double asked)
  * Runs one criu command (dump, restore, check). GS_FI_CRIU_RUN makes it fail
  * without running, the way a criu that exits 1 with an error line would.
  */
-static int run_criu(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err)
+static int run_criu(char *const argv[], double timeout_s, int flags, int keep_fd, struct gs_run_result *res,
+		    struct gs_err *err)
 {
 	if (gs_fault(GS_FI_CRIU_RUN)) {
 		memset(res, 0, sizeof(*res));
@@ -97,7 +99,7 @@ static int run_criu(char *const argv[], double timeout_s, int flags, struct gs_r
 			 "Error (gpusnap fault injection): criu-run: criu failed without running\n");
 		return 0;
 	}
-	return gs_run(argv, timeout_s, flags, res, err);
+	return gs_run_fd(argv, timeout_s, flags, keep_fd, res, err);
 }
 
 int gs_criu_find(struct gs_criu *c, struct gs_err *err)
@@ -358,7 +360,7 @@ int gs_criu_check(const struct gs_criu *c, struct gs_err *err)
 	if (!res)
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
 	double limit = run_timeout(c, 0);
-	int rc = run_criu(argv, limit, 0, res, err);
+	int rc = run_criu(argv, limit, 0, -1, res, err);
 	if (rc) {
 		free(res);
 		return gs_err_wrap(err, "criu check");
@@ -470,16 +472,31 @@ static const char *plugin_dir(const struct gs_criu *c, const char *asked, struct
 }
 
 /*
- * The images folder as criu gets it: a "/proc/<pid>/fd/<n>" path (gpusnap's
- * descriptor of a checked folder, image.h) stays as it is, since resolving
- * it would give back a path that a rename above the folder could redirect;
- * any other path is made absolute.
+ * The images folder as criu gets it. gpusnap's own descriptor of a checked
+ * folder ("/proc/<our pid>/fd/<n>", image.h) is handed to criu itself and
+ * named "/proc/self/fd/<n>" (*keep_fd = n): resolving it would give back a
+ * path that a rename above the folder could redirect, and a path through
+ * gpusnap's /proc entry would vanish if gpusnap were killed while criu works,
+ * which must finish on its own. Any other path is made absolute (*keep_fd -1).
  */
-static bool images_dir_path(const char *images_dir, char out[PATH_MAX])
+static bool images_dir_path(const char *images_dir, char out[PATH_MAX], int *keep_fd)
 {
-	if (!strncmp(images_dir, "/proc/", 6) && strlen(images_dir) < PATH_MAX) {
-		snprintf(out, PATH_MAX, "%s", images_dir);
-		return true;
+	*keep_fd = -1;
+	char own[48];
+	snprintf(own, sizeof(own), "/proc/%d/fd/", (int)getpid());
+	const char *num = NULL;
+	if (!strncmp(images_dir, own, strlen(own)))
+		num = images_dir + strlen(own);
+	else if (!strncmp(images_dir, "/proc/self/fd/", 14))
+		num = images_dir + 14;
+	if (num) {
+		char *end;
+		long fd = strtol(num, &end, 10);
+		if (end != num && !*end && fd >= 3 && fd < INT_MAX && fcntl((int)fd, F_GETFD) >= 0) {
+			*keep_fd = (int)fd;
+			snprintf(out, PATH_MAX, "/proc/self/fd/%d", (int)fd);
+			return true;
+		}
 	}
 	return realpath(images_dir, out) != NULL;
 }
@@ -500,7 +517,8 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	if (rc)
 		return rc;
 	char dir[PATH_MAX], log_path[PATH_MAX], rec_path[PATH_MAX];
-	if (!images_dir_path(images_dir, dir))
+	int images_fd;
+	if (!images_dir_path(images_dir, dir, &images_fd))
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot resolve images folder '%s'", images_dir);
 	if ((rc = path_join(log_path, sizeof(log_path), dir, GS_CRIU_DUMP_LOG, err)) ||
 	    (rc = path_join(rec_path, sizeof(rec_path), dir, GS_CRIU_DUMP_ARGS, err)))
@@ -531,7 +549,7 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	}
 	double limit = run_timeout(c, o->timeout_s);
 	/* Images hold the process's memory, which may be secret: owner-only files. */
-	rc = run_criu(args.v, limit, GS_RUN_PRIVATE_FILES, res, err);
+	rc = run_criu(args.v, limit, GS_RUN_PRIVATE_FILES, images_fd, res, err);
 	gs_argv_free(&args);
 	if (rc) {
 		free(res);
@@ -679,7 +697,8 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		return GS_E_FAILURE;
 	char dir[PATH_MAX], work[PATH_MAX], inv[PATH_MAX], rec_path[PATH_MAX];
 	char log_path[PATH_MAX], pidfile[PATH_MAX];
-	if (!images_dir_path(images_dir, dir))
+	int images_fd;
+	if (!images_dir_path(images_dir, dir, &images_fd))
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "no CRIU images at '%s'", images_dir);
 	int rc;
 	if ((rc = path_join(inv, sizeof(inv), dir, "inventory.img", err)))
@@ -719,7 +738,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	/* A second try only when the PID we need is held by a zombie about to be reaped. */
 	for (int attempt = 0;; attempt++) {
 		/* No umask here: restored processes would keep criu's if CRIU did not restore theirs. */
-		rc = run_criu(args.v, limit, 0, res, err);
+		rc = run_criu(args.v, limit, 0, images_fd, res, err);
 		if (rc) {
 			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);

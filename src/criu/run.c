@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,7 +65,7 @@ static void append_output(struct gs_run_result *res, size_t *len, const char *bu
 	res->output[*len] = '\0';
 }
 
-static void child_exec(char *const argv[], char **env, int flags, int out_fd, int err_fd)
+static void child_exec(char *const argv[], char **env, int flags, int out_fd, int err_fd, int keep_fd)
 {
 	if (flags & GS_RUN_PRIVATE_FILES)
 		umask(077);
@@ -92,6 +93,8 @@ static void child_exec(char *const argv[], char **env, int flags, int out_fd, in
 			if (fd != err_fd)
 				fcntl(fd, F_SETFD, FD_CLOEXEC);
 	}
+	if (keep_fd >= 3 && fcntl(keep_fd, F_SETFD, 0) != 0)
+		goto fail;
 	execve(argv[0], argv, env);
 fail:;
 	int e = errno;
@@ -100,27 +103,54 @@ fail:;
 	_exit(127);
 }
 
+/* The last sizeof(res->output) - 1 bytes the child wrote to fd (a file), into res->output. */
+static void read_output_tail(int fd, struct gs_run_result *res)
+{
+	const size_t cap = sizeof(res->output) - 1;
+	off_t size = lseek(fd, 0, SEEK_END);
+	off_t from = size > (off_t)cap ? size - (off_t)cap : 0;
+	size_t len = 0;
+	char buf[4096];
+	ssize_t r;
+	while (size > 0 && (r = pread(fd, buf, sizeof(buf), from)) > 0) {
+		append_output(res, &len, buf, (size_t)r);
+		from += r;
+	}
+}
+
 int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err)
+{
+	return gs_run_fd(argv, timeout_s, flags, -1, res, err);
+}
+
+int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, struct gs_run_result *res,
+	      struct gs_err *err)
 {
 	memset(res, 0, sizeof(*res));
 	char **env = env_without_preload();
 	if (!env)
 		return gs_fail(err, GS_E_FAILURE, "out of memory starting '%s'", argv[0]);
-	int out[2], errp[2];
-	if (pipe2(out, O_CLOEXEC) != 0) {
+	/*
+	 * The output goes to an anonymous file, not a pipe: a helper that outlives
+	 * gpusnap (kill -9 of gpusnap while criu dumps) must not die of SIGPIPE
+	 * half-way through its work, leaving a process frozen or half-restored.
+	 */
+	int out = memfd_create("gpusnap-helper-output", MFD_CLOEXEC);
+	if (out < 0) {
+		int e = errno;
 		free(env);
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create a pipe for '%s'", argv[0]);
+		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot create an output file for '%s'", argv[0]);
 	}
+	int errp[2];
 	if (pipe2(errp, O_CLOEXEC) != 0) {
 		int e = errno;
-		close(out[0]);
-		close(out[1]);
+		close(out);
 		free(env);
 		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot create a pipe for '%s'", argv[0]);
 	}
 	pid_t pid = fork();
 	if (pid == 0)
-		child_exec(argv, env, flags, out[1], errp[1]);
+		child_exec(argv, env, flags, out, errp[1], keep_fd);
 	int fork_errno = errno;
 	if (pid > 0) {
 		/* also here, so the group exists before gs_run returns to anyone who might signal it */
@@ -128,10 +158,9 @@ int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result
 		running_child = pid;
 	}
 	free(env);
-	close(out[1]);
 	close(errp[1]);
 	if (pid < 0) {
-		close(out[0]);
+		close(out);
 		close(errp[0]);
 		return gs_fail_errno(err, GS_E_FAILURE, fork_errno, "cannot fork to run '%s'", argv[0]);
 	}
@@ -144,34 +173,26 @@ int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result
 	while (r < 0 && errno == EINTR);
 	close(errp[0]);
 	if (r == (ssize_t)sizeof(exec_errno)) {
-		close(out[0]);
+		close(out);
 		while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
 			;
 		running_child = 0;
 		return gs_fail_errno(err, GS_E_FAILURE, exec_errno, "cannot run '%s'", argv[0]);
 	}
 
-	/*
-	 * Wait for the child, not for end-of-file: a process the child started (criu's
-	 * restored tasks before they take their own descriptors) may hold the pipe.
-	 */
+	/* Wait for the child itself: processes it started (criu's restored tasks) may live on. */
 	double deadline = timeout_s > 0 ? gs_now() + timeout_s : 0;
-	size_t len = 0;
-	bool out_open = true, exited = false;
-	char buf[4096];
-	while (!exited) {
+	for (;;) {
 		pid_t w = waitpid(pid, &res->status, WNOHANG);
-		if (w == pid) {
-			exited = true;
+		if (w == pid)
 			break;
-		}
 		if (w < 0 && errno != EINTR) {
 			int e = errno;
-			close(out[0]);
+			close(out);
 			running_child = 0;
 			return gs_fail_errno(err, GS_E_FAILURE, e, "cannot wait for '%s'", argv[0]);
 		}
-		int wait_ms = 50;
+		int wait_ms = 20;
 		if (deadline > 0) {
 			double left = deadline - gs_now();
 			if (left <= 0) {
@@ -186,26 +207,10 @@ int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result
 			if (left * 1000 < wait_ms)
 				wait_ms = (int)(left * 1000) + 1;
 		}
-		if (!out_open) {
-			poll(NULL, 0, wait_ms);
-			continue;
-		}
-		struct pollfd pfd = { .fd = out[0], .events = POLLIN };
-		int pr = poll(&pfd, 1, wait_ms);
-		if (pr > 0) {
-			r = read(out[0], buf, sizeof(buf));
-			if (r > 0)
-				append_output(res, &len, buf, (size_t)r);
-			else if (r == 0 || (errno != EINTR && errno != EAGAIN))
-				out_open = false;
-		}
+		poll(NULL, 0, wait_ms);
 	}
-	/* Whatever is already in the pipe, without waiting for writers that may linger. */
-	if (out_open && fcntl(out[0], F_SETFL, O_NONBLOCK) == 0) {
-		while ((r = read(out[0], buf, sizeof(buf))) > 0)
-			append_output(res, &len, buf, (size_t)r);
-	}
-	close(out[0]);
+	read_output_tail(out, res);
+	close(out);
 	running_child = 0;
 	return 0;
 }

@@ -33,6 +33,12 @@ struct gs_run_result {
  * GS_E_FAILURE with err set when it could not be started (exec's errno named).
  */
 int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err);
+/*
+ * gs_run, with descriptor keep_fd (>= 3; -1: none) left open in the program
+ * under the same number, so it can be named to it as /proc/self/fd/<keep_fd>.
+ */
+int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, struct gs_run_result *res,
+	      struct gs_err *err);
 
 /*
  * The PID of the child gs_run is running now (also its process group ID), or 0.

@@ -88,7 +88,7 @@ own=$GPUSNAP_RUN_DIR/criu/plugins
 check "the dump named gpusnap's own plugin folder" \
   grep -qxF -- "$own" <(grep -A1 -x -- --libdir "$img/cpu/gpusnap-criu-dump.args" | tail -n 1)
 check "the dump gave criu cpu/ through gpusnap's descriptor (no path a rename could redirect)" \
-  grep -qx -- '/proc/[0-9]*/fd/[0-9]*' <(grep -A1 -x -- --images-dir "$img/cpu/gpusnap-criu-dump.args" | tail -n 1)
+  grep -qx -- '/proc/self/fd/[0-9]*' <(grep -A1 -x -- --images-dir "$img/cpu/gpusnap-criu-dump.args" | tail -n 1)
 check "that folder is private" [ "$(stat -c '%a %u' "$own")" = "700 $(id -u)" ]
 empty_dir() { [ -d "$1" ] && [ -z "$(ls -A "$1")" ]; }
 check "that folder is empty" empty_dir "$own"

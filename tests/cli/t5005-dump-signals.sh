@@ -166,12 +166,12 @@ done
 # an injected failure at the step after CRIU: the process is gone, its image kept where it is, and said
 img=$TEST_TMP/img-fail-publish
 GPUSNAP_FAULT=dump-after-criu run_gpusnap dump -D "$img" "$PID"
-expect "publishing fails after CRIU dumped the process" 1 "process $PID was dumped, but its image stays at"
-kept=$(tmp_dirs "$img")
-check "the image is kept at its temporary name ($kept)" test -n "$kept" -a -f "$kept/manifest.img"
+expect "publishing fails after CRIU dumped the process" 1 "process $PID was dumped, but its image was not published; it is kept at"
+kept=$(ls -d "$img.kept-$PID-"* 2>/dev/null | head -n 1)
+check "the image is kept under a name no dump removes ($kept)" test -n "$kept" -a -f "$kept/manifest.img" -a -z "$(tmp_dirs "$img")"
 v=$(last_value)
 wait_gone "$PID"
-run_gpusnap state "$PID"; expect "state names the kept image" 3 "its image could not be put at '$img' and stays at '$kept'"
+run_gpusnap state "$PID"; expect "state names the kept image" 3 "its image could not be put at '$img' and is kept at '$kept'"
 restores "the kept image" "$kept" "$v"
 rm -rf "$kept"
 
