@@ -6,6 +6,7 @@
 #include "criu/criu.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,9 +119,12 @@ pid_t gs_criu_log_pid_in_use(const char *log_text)
 {
 	/* clone3 with set_tid fails with EEXIST when the PID is taken. */
 	for (const char *p = log_text; p && (p = strstr(p, "Can't fork for ")); p++) {
-		char *end;
-		long pid = strtol(p + strlen("Can't fork for "), &end, 10);
-		if (pid > 0 && strncmp(end, ": File exists", 13) == 0)
+		const char *end = p + strlen("Can't fork for ");
+		long long pid = 0;
+		/* Digits only, and no more than a pid_t holds: a longer number must not wrap to another PID. */
+		while (*end >= '0' && *end <= '9' && pid <= INT_MAX)
+			pid = pid * 10 + (*end++ - '0');
+		if (pid > 0 && pid <= INT_MAX && strncmp(end, ": File exists", 13) == 0)
 			return (pid_t)pid;
 	}
 	return -1;
