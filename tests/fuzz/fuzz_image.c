@@ -4,12 +4,15 @@
  * described as `gpusnap inspect` does (text and JSON), and every chunk is
  * read with gs_image_read_chunk and checked with gs_image_verify.
  *
- * Input: one flags byte, then records (u32 length, bytes; fuzz.h): the first
- * is manifest.img, the next ones gpu-data-0000.img, gpu-data-0001.img, ...
- * Flags: bit 0 repairs the manifest's framing (size, trailer, CRC) and bit 1
- * each data file header's CRC after mutation, so the fuzzer gets past the
- * checksums to the parsers; bit 2 creates cpu/; bit 3 reads without
- * O_DIRECT. The directory lives under $TMPDIR (or /tmp), one per process.
+ * Input: one flags byte, one byte N, then records (u32 length, bytes;
+ * fuzz.h): the first is manifest.img, the next N (at most 8) gpu-data-0000.img,
+ * gpu-data-0001.img, ..., the rest files in cpu/ (core-0.img, ...; CRIU's
+ * images). Flags: bit 0 repairs the manifest's framing (size, trailer, CRC)
+ * and bit 1 each data file header's CRC after mutation, so the fuzzer gets
+ * past the checksums to the parsers; bit 2 creates cpu/; bit 3 reads without
+ * O_DIRECT; bit 4 makes the cpu/ files group-writable; bit 5 adds a symbolic
+ * link cpu/pages-1.img -> ../manifest.img. The directory lives under $TMPDIR
+ * (or /tmp), one per process.
  *
  * Properties: the reader either refuses the image with GS_E_IMAGE,
  * GS_E_PERMISSION or GS_E_NO_SPACE and a message, or every chunk it lists
@@ -33,6 +36,8 @@
 #define FLAG_FIX_DATA_HEADERS 0x2u
 #define FLAG_CPU_DIR 0x4u
 #define FLAG_BUFFERED 0x8u
+#define FLAG_CPU_WRITABLE 0x10u
+#define FLAG_CPU_SYMLINK 0x20u
 #define MAX_DATA_FILES 8
 /* Chunks longer than this are not read into memory (only ZERO chunks can be: stored ones lie in the input). */
 #define MAX_READ (16u << 20)
@@ -72,6 +77,28 @@ static void put_file(const char *name, const uint8_t *data, size_t len)
 	close(fd);
 }
 
+/* cpu/ and what the flags and the remaining records put in it. */
+static void put_cpu_dir(struct fuzz_in *in, uint8_t flags)
+{
+	char path[400];
+	snprintf(path, sizeof(path), "%s/%s", image, GS_FMT_CPU_DIR_NAME);
+	FUZZ_ASSERT(mkdir(path, 0700) == 0);
+	const uint8_t *rec;
+	size_t len;
+	for (int i = 0; i < MAX_DATA_FILES && fuzz_record(in, &rec, &len); i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "%s/core-%d.img", GS_FMT_CPU_DIR_NAME, i);
+		put_file(name, rec, len);
+		snprintf(path, sizeof(path), "%s/%s", image, name);
+		if (flags & FLAG_CPU_WRITABLE)
+			FUZZ_ASSERT(chmod(path, 0620) == 0);
+	}
+	if (flags & FLAG_CPU_SYMLINK) {
+		snprintf(path, sizeof(path), "%s/%s/pages-1.img", image, GS_FMT_CPU_DIR_NAME);
+		FUZZ_ASSERT(symlink("../" GS_FMT_MANIFEST_NAME, path) == 0);
+	}
+}
+
 static void fix_manifest(uint8_t *buf, size_t len)
 {
 	if (len < sizeof(struct gs_fmt_manifest_header) + sizeof(struct gs_fmt_manifest_trailer))
@@ -97,6 +124,7 @@ static int build_image(const uint8_t *data, size_t size, uint8_t flags)
 	gs_fs_remove_tree(AT_FDCWD, image);
 	FUZZ_ASSERT(mkdir(image, 0700) == 0);
 	struct fuzz_in in = { data, size };
+	uint8_t ndata = fuzz_u8(&in);
 	const uint8_t *rec;
 	size_t len;
 	if (!fuzz_record(&in, &rec, &len))
@@ -108,7 +136,7 @@ static int build_image(const uint8_t *data, size_t size, uint8_t flags)
 		fix_manifest(copy, len);
 	put_file(GS_FMT_MANIFEST_NAME, copy, len);
 	free(copy);
-	for (uint32_t i = 0; i < MAX_DATA_FILES && fuzz_record(&in, &rec, &len); i++) {
+	for (uint32_t i = 0; i < ndata && i < MAX_DATA_FILES && fuzz_record(&in, &rec, &len); i++) {
 		char name[GS_FMT_DATA_NAME_MAX];
 		gs_fmt_data_file_name(i, name);
 		if (flags & FLAG_FIX_DATA_HEADERS && len >= sizeof(struct gs_fmt_data_header)) {
@@ -125,11 +153,8 @@ static int build_image(const uint8_t *data, size_t size, uint8_t flags)
 			put_file(name, rec, len);
 		}
 	}
-	if (flags & FLAG_CPU_DIR) {
-		char path[400];
-		snprintf(path, sizeof(path), "%s/%s", image, GS_FMT_CPU_DIR_NAME);
-		FUZZ_ASSERT(mkdir(path, 0700) == 0);
-	}
+	if (flags & FLAG_CPU_DIR)
+		put_cpu_dir(&in, flags);
 	return 1;
 }
 

@@ -92,7 +92,9 @@ static void seed_image(const char *dir, const char *name, uint8_t extra_flags)
 		die(path);
 	struct bytes img = { 0 };
 	put_u8(&img, 0x3 | extra_flags); /* repair checksums after mutation */
+	put_u8(&img, 0);                 /* the number of data files, set below */
 	put_record(&img, manifest, len);
+	uint8_t ndata = 0;
 	for (uint32_t i = 0;; i++) {
 		char file[GS_FMT_DATA_NAME_MAX];
 		size_t flen;
@@ -103,6 +105,12 @@ static void seed_image(const char *dir, const char *name, uint8_t extra_flags)
 			break;
 		put_record(&img, data, flen);
 		free(data);
+		ndata++;
+	}
+	img.p[1] = ndata;
+	if (extra_flags & 0x4) { /* cpu/: a file as CRIU writes them (a protobuf image: magic, then entries) */
+		static const uint8_t core[] = { 0x54, 0x4e, 0x51, 0x58, 0x31, 0x9d, 0x01, 0x00, 4, 0, 0, 0, 8, 1, 16, 2 };
+		put_record(&img, core, sizeof(core));
 	}
 	write_seed("image", name, img.p, img.len);
 	img.p[0] = extra_flags; /* the same bytes with the checksums checked as they are */
@@ -198,6 +206,7 @@ static void seed_images(void)
 	}
 	seed_image(cpu, "small-cpu", 0x4);
 	seed_image(cpu, "small-cpu-buffered", 0x4 | 0x8);
+	seed_image(cpu, "small-cpu-untrusted", 0x4 | 0x10 | 0x20);
 	const char *empty = scratch_dir("empty");
 	rmdir(empty);
 	if (write_empty_image(empty, &err)) {
