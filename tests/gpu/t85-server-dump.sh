@@ -52,7 +52,7 @@ for name in srv twin; do
 done
 pid=${APP_PID[srv]}
 log "server ports: $(cat "$GS_WORK/srv.json"), twin: $(cat "$GS_WORK/twin.json")"
-GS_APP_STDERR=file app_start client 60 python3 "$py/server_client.py" --seed 85 \
+GS_APP_STDERR="file" app_start client 60 python3 "$py/server_client.py" --seed 85 \
   --a "$GS_WORK/srv.json" --b "$GS_WORK/twin.json" || finish
 ask open OPEN "OPEN SAME" "keep-alive connections to the server and its twin"
 same_as_twin "before any dump"
