@@ -202,6 +202,9 @@ class Server:
             daemon_threads = True
             allow_reuse_address = True
 
+            def handle_error(self, request, client_address):
+                pass  # a client that went away mid-answer (after a dump, say) is not the server's error
+
         self.http = HTTP(("127.0.0.1", http_port), Handler)
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind(("127.0.0.1", udp_port))

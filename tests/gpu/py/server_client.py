@@ -120,9 +120,9 @@ def show(prompt, a, b):
                                                         b.get("tokens"), b.get("cache_sum"))
 
 
-def udp_ask(port, msg, retry_for_s=10.0, timeout_s=2.0):
+def udp_ask(port, msg, retry_for_s=10.0, timeout_s=2.0, stop=None):
     """One UDP request and its answer; a lost datagram or a refused port (the server away) is retried
-    for retry_for_s. Returns (answer, retries)."""
+    for retry_for_s (raises Stopped once the event stop is set). Returns (answer, retries)."""
     deadline = time.monotonic() + retry_for_s
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(timeout_s)
@@ -134,6 +134,8 @@ def udp_ask(port, msg, retry_for_s=10.0, timeout_s=2.0):
                 s.send(msg.encode())
                 return s.recv(65536).decode(), attempt
             except (socket.timeout, ConnectionRefusedError):
+                if stop is not None and stop.is_set():
+                    raise Stopped()
                 if time.monotonic() > deadline:
                     raise TimeoutError("no UDP answer to %r in %.0f s (%d tries)" % (msg[:40], retry_for_s,
                                                                                      attempt + 1))
@@ -143,13 +145,20 @@ def udp_ask(port, msg, retry_for_s=10.0, timeout_s=2.0):
         s.close()
 
 
-def generate_retrying(conn, prompt, stats=None, retry_for_s=RETRY_FOR_S):
-    """conn.generate, reconnecting and retrying while the server is away (connection refused or reset)."""
+class Stopped(Exception):
+    """The hammer was told to stop while it waited for the server."""
+
+
+def generate_retrying(conn, prompt, stats=None, retry_for_s=RETRY_FOR_S, stop=None):
+    """conn.generate, reconnecting and retrying while the server is away (connection refused or reset);
+    raises Stopped once the event stop is set."""
     deadline = time.monotonic() + retry_for_s
     while True:
         try:
             return conn.generate(prompt)
         except (OSError, http.client.HTTPException):
+            if stop is not None and stop.is_set():
+                raise Stopped()
             if time.monotonic() > deadline:
                 raise
             if stats is not None:
@@ -178,13 +187,13 @@ class Hammer:
                 prompt = next(self.prompts)
                 want = self.b.generate(prompt)
                 t0 = time.monotonic()
-                got = generate_retrying(self.a, prompt, self.stats)
+                got = generate_retrying(self.a, prompt, self.stats, stop=self.stop)
                 took = time.monotonic() - t0
                 rounds += 1
                 udp_same = True
                 if rounds % 8 == 0:
                     want_udp, _ = udp_ask(self.b_udp, "gen " + prompt)
-                    got_udp, retries = udp_ask(self.a_udp, "gen " + prompt, retry_for_s=RETRY_FOR_S)
+                    got_udp, retries = udp_ask(self.a_udp, "gen " + prompt, retry_for_s=RETRY_FOR_S, stop=self.stop)
                     udp_same = want_udp == got_udp
                     with self.cond:
                         self.stats["udp"] += 1
@@ -200,10 +209,26 @@ class Hammer:
                             self.first_diff = show(prompt, got, want) if not same_answer(got, want) else \
                                 "UDP gen %r: A %s, B %s" % (prompt[:40], got_udp, want_udp)
                     self.cond.notify_all()
+        except Stopped:
+            pass
         except Exception as e:  # the test reads it from `stats`; the thread must not die silently
+            if self.stop.is_set():
+                return  # a request cut short by halt()
             with self.cond:
                 self.error = "%s: %s" % (type(e).__name__, e)
                 self.cond.notify_all()
+
+    def halt(self, wait_s=30):
+        """Stops the stream, also a request blocked on a server that does not answer: its socket is shut."""
+        self.stop.set()
+        for conn in (self.a, self.b):
+            c = conn.c
+            if c is not None and c.sock is not None:
+                try:
+                    c.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self.thread.join(wait_s)
 
     def wait_next(self, wait_s):
         """Waits until one more answer than now has come: (count, seconds), or (None, why) on a timeout
@@ -316,8 +341,7 @@ class Client:
     def cmd_hammer_stop(self):
         if self.hammer is None:
             return "STOPPED answered=0 no hammer"
-        self.hammer.stop.set()
-        self.hammer.thread.join(REQUEST_TIMEOUT_S)
+        self.hammer.halt()
         return "STOPPED " + self.hammer.describe()
 
     def handle(self, line):

@@ -126,6 +126,20 @@ def main():
     check("hammer counts differences", "diff=0" not in r and "first_diff=-" not in r, r)
     stop(d.p)
 
+    # the stream stops at once even while A does not answer (a suspend or dump that never ends)
+    e = client(a_ports2, b_ports)
+    e.cmd("hammer-start")
+    e.cmd("next")
+    os.kill(a.pid, signal.SIGSTOP)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    r = e.cmd("hammer-stop")
+    took = time.monotonic() - t0
+    os.kill(a.pid, signal.SIGCONT)
+    check("hammer-stop returns while A does not answer", r.startswith("STOPPED ") and took < 10,
+          "%.1f s: %s" % (took, r))
+    stop(e.p)
+
     for p in (a, b, other):
         stop(p)
     print("%d passed, %d failed" % (len(PASSED), len(FAILED)))
