@@ -38,6 +38,18 @@ void gs_argv_free(struct gs_argv *a)
 	a->n = a->cap = 0;
 }
 
+/* A version component: 1 to 9 digits (no sign, no space); -1 otherwise, so a longer number cannot wrap. */
+static int version_number(const char **p)
+{
+	int v = 0, digits = 0;
+	for (; isdigit((unsigned char)**p); (*p)++) {
+		if (++digits > 9)
+			return -1;
+		v = v * 10 + (**p - '0');
+	}
+	return digits ? v : -1;
+}
+
 int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch)
 {
 	const char *p = text ? strstr(text, "Version:") : NULL;
@@ -46,12 +58,17 @@ int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch)
 	p += strlen("Version:");
 	while (*p == ' ' || *p == '\t')
 		p++;
-	int ma, mi, pa = 0, used = 0;
-	if (sscanf(p, "%d.%d%n", &ma, &mi, &used) != 2 || ma < 0 || mi < 0)
+	int ma = version_number(&p);
+	if (ma < 0 || *p++ != '.')
 		return -1;
-	p += used;
-	if (*p == '.' && isdigit((unsigned char)p[1]))
-		pa = atoi(p + 1);
+	int mi = version_number(&p), pa = 0;
+	if (mi < 0)
+		return -1;
+	if (*p == '.' && isdigit((unsigned char)p[1])) {
+		p++;
+		if ((pa = version_number(&p)) < 0)
+			return -1;
+	}
 	*major = ma;
 	*minor = mi;
 	*patch = pa;

@@ -44,9 +44,24 @@ static void test_pid_in_use_does_not_wrap(void)
 	CHECK_INT(gs_criu_log_pid_in_use("Can't fork for 2147483647: File exists\n"), 2147483647);
 }
 
+/* "Version: 4.1.3000000000" gave a negative patch number (atoi wrapped); sscanf's %d overflowed the same way. */
+static void test_version_numbers_do_not_wrap(void)
+{
+	int ma = -7, mi = -7, pa = -7;
+	CHECK_INT(gs_criu_parse_version("Version: 4.1.3000000000\n", &ma, &mi, &pa), -1);
+	CHECK_INT(gs_criu_parse_version("Version: 4.99999999999.1\n", &ma, &mi, &pa), -1);
+	CHECK_INT(gs_criu_parse_version("Version: 99999999999.1\n", &ma, &mi, &pa), -1);
+	CHECK_INT(ma, -7); /* nothing stored on failure */
+	CHECK_INT(gs_criu_parse_version("Version: 4.2.1\n", &ma, &mi, &pa), 0);
+	CHECK(ma == 4 && mi == 2 && pa == 1);
+	CHECK_INT(gs_criu_parse_version("Version: 123456789.0\n", &ma, &mi, &pa), 0);
+	CHECK(ma == 123456789 && mi == 0 && pa == 0);
+}
+
 int main(void)
 {
 	RUN(test_usage_error_is_one_printable_line);
 	RUN(test_pid_in_use_does_not_wrap);
+	RUN(test_version_numbers_do_not_wrap);
 	return TEST_SUMMARY();
 }
