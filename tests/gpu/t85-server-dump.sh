@@ -8,6 +8,8 @@
 # and the driver path (`--driver`). After each restore every answer, over
 # HTTP and UDP, equals what an uninterrupted twin (started the same way, never
 # dumped) gives for the same prompts (tests/gpu/py/server_client.py compares).
+# Two PyTorch start-ups and six CRIU runs of a PyTorch process:
+# gpu-test-limit: 420
 . "$(dirname "$0")/lib.sh"
 gs_test_init t85-server-dump
 export GS_APP_STDERR=null # CRIU restores a process only if its regular files kept their size
