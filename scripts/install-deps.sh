@@ -34,13 +34,15 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   fi
   exit 0 # no clang with libFuzzer: the fuzz run is skipped, and says so
 fi
-apt-get update -qq >/dev/null
 if [ ${#missing[@]} -ne 0 ]; then
+  apt-get update -qq >/dev/null
   echo "gpusnap: installing ${missing[*]}" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+elif [ ${#fuzz_missing[@]} -ne 0 ]; then
+  apt-get update -qq >/dev/null 2>&1 || true # offline: the install below fails and says so
 fi
 if [ ${#fuzz_missing[@]} -ne 0 ]; then
   echo "gpusnap: installing ${fuzz_missing[*]} (for the fuzz harnesses)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${fuzz_missing[@]}" >/dev/null ||
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${fuzz_missing[@]}" >/dev/null 2>&1 ||
     echo "gpusnap: could not install ${fuzz_missing[*]}; the fuzz run will be skipped" >&2
 fi
