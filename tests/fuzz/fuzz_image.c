@@ -11,8 +11,10 @@
  * and bit 1 each data file header's CRC after mutation, so the fuzzer gets
  * past the checksums to the parsers; bit 2 creates cpu/; bit 3 reads without
  * O_DIRECT; bit 4 makes the cpu/ files group-writable; bit 5 adds a symbolic
- * link cpu/pages-1.img -> ../manifest.img. The directory lives under $TMPDIR
- * (or /tmp), one per process.
+ * link cpu/pages-1.img -> ../manifest.img; bit 6 makes the data files
+ * group-writable; bit 7 puts a symbolic link to the manifest where the last
+ * data file would be. The directory lives under $TMPDIR (or /tmp), one per
+ * process.
  *
  * Properties: the reader either refuses the image with GS_E_IMAGE,
  * GS_E_PERMISSION or GS_E_NO_SPACE and a message, or every chunk it lists
@@ -38,6 +40,8 @@
 #define FLAG_BUFFERED 0x8u
 #define FLAG_CPU_WRITABLE 0x10u
 #define FLAG_CPU_SYMLINK 0x20u
+#define FLAG_DATA_WRITABLE 0x40u
+#define FLAG_DATA_SYMLINK 0x80u
 #define MAX_DATA_FILES 8
 /* Chunks longer than this are not read into memory (only ZERO chunks can be: stored ones lie in the input). */
 #define MAX_READ (16u << 20)
@@ -151,6 +155,14 @@ static int build_image(const uint8_t *data, size_t size, uint8_t flags)
 			close(fd);
 		} else {
 			put_file(name, rec, len);
+		}
+		char path[400];
+		snprintf(path, sizeof(path), "%s/%s", image, name);
+		if (flags & FLAG_DATA_WRITABLE)
+			FUZZ_ASSERT(chmod(path, 0620) == 0);
+		if ((flags & FLAG_DATA_SYMLINK) && i + 1 == ndata) {
+			FUZZ_ASSERT(unlink(path) == 0);
+			FUZZ_ASSERT(symlink(GS_FMT_MANIFEST_NAME, path) == 0);
 		}
 	}
 	if (flags & FLAG_CPU_DIR)

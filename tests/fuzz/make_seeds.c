@@ -207,6 +207,8 @@ static void seed_images(void)
 	seed_image(cpu, "small-cpu", 0x4);
 	seed_image(cpu, "small-cpu-buffered", 0x4 | 0x8);
 	seed_image(cpu, "small-cpu-untrusted", 0x4 | 0x10 | 0x20);
+	seed_image(small, "small-data-untrusted", 0x40);
+	seed_image(small, "small-data-symlink", 0x80);
 	const char *empty = scratch_dir("empty");
 	rmdir(empty);
 	if (write_empty_image(empty, &err)) {
