@@ -1,19 +1,48 @@
 #!/usr/bin/env bash
 # install-deps.sh - makes sure the build tools are here (cmake, a C compiler, make),
-# installing them with apt-get when run as root on Debian/Ubuntu. Idempotent and
-# quiet when everything is present.
+# and clang with libFuzzer for the fuzz harnesses (tests/fuzz), installing them
+# with apt-get when run as root on Debian/Ubuntu. Idempotent and quiet when
+# everything is present. Missing build tools are an error; missing fuzzing
+# tools are not (`make test` then says it skips the fuzz run).
 set -euo pipefail
 missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v make >/dev/null 2>&1 || missing+=(make)
-if [ ${#missing[@]} -eq 0 ]; then
+
+# clang links a libFuzzer program (Debian 12: clang, and libclang-rt-dev for libFuzzer itself).
+fuzzer_links() {
+  command -v clang >/dev/null 2>&1 || return 1
+  local d rc
+  d=$(mktemp -d)
+  printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$d/f.c"
+  clang -fsanitize=fuzzer,address,undefined "$d/f.c" -o "$d/f" >/dev/null 2>&1
+  rc=$?
+  rm -rf "$d"
+  return $rc
+}
+fuzz_missing=()
+fuzzer_links || fuzz_missing=(clang libclang-rt-dev)
+
+if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "gpusnap: missing build tools: ${missing[*]} (install them, then run make again)" >&2
-  exit 1
+  if [ ${#missing[@]} -ne 0 ]; then
+    echo "gpusnap: missing build tools: ${missing[*]} (install them, then run make again)" >&2
+    exit 1
+  fi
+  exit 0 # no clang with libFuzzer: the fuzz run is skipped, and says so
 fi
-echo "gpusnap: installing ${missing[*]}" >&2
-apt-get update -qq >/dev/null
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -ne 0 ]; then
+  apt-get update -qq >/dev/null
+  echo "gpusnap: installing ${missing[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+elif [ ${#fuzz_missing[@]} -ne 0 ]; then
+  apt-get update -qq >/dev/null 2>&1 || true # offline: the install below fails and says so
+fi
+if [ ${#fuzz_missing[@]} -ne 0 ]; then
+  echo "gpusnap: installing ${fuzz_missing[*]} (for the fuzz harnesses)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${fuzz_missing[@]}" >/dev/null 2>&1 ||
+    echo "gpusnap: could not install ${fuzz_missing[*]}; the fuzz run will be skipped" >&2
+fi

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# run-tests.sh BUILD ASAN_BUILD - what `make test` runs: the unit and
-# command-line tests on the normal build, again under ASan+UBSan, then the GPU
-# suite (which skips with one line where there is no GPU). Prints one total
-# line "N passed, N failed" last; exits non-zero on any failure.
+# run-tests.sh BUILD ASAN_BUILD [FUZZ_BUILD] - what `make test` runs: the unit
+# and command-line tests on the normal build, again under ASan+UBSan, a short
+# run of each fuzz harness (clang with libFuzzer; a SKIP line where there is
+# none), then the GPU suite (which skips with one line where there is no GPU).
+# Prints one total line "N passed, N failed" last; exits non-zero on any failure.
 set -uo pipefail
 build=${1:-build}
 asan=${2:-build-asan}
+fuzz=${3:-build-fuzz}
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
 passed=0
 failed=0
 skipped=0
 
-run_ctest() { # run_ctest DIR LABEL
-  local log
+run_ctest() { # run_ctest DIR LABEL [CTEST_ARGS...]
+  local log dir=$1 label=$2
+  shift 2
   log=$(mktemp)
-  (cd "$1" && ctest --output-on-failure -j "$jobs") 2>&1 | tee "$log"
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" "$@") 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local total fails skips
   total=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n1)
@@ -26,7 +29,7 @@ run_ctest() { # run_ctest DIR LABEL
   failed=$((failed + fails))
   skipped=$((skipped + skips))
   [ "$rc" -eq 0 ] || status=1
-  [ -n "$total" ] && [ "$total" -gt 0 ] || { echo "gpusnap: no tests ran in $1 ($2)"; status=1; }
+  [ -n "$total" ] && [ "$total" -gt 0 ] || { echo "gpusnap: no tests ran in $dir ($label)"; status=1; }
   rm -f "$log"
 }
 
@@ -41,6 +44,22 @@ else
   echo "gpusnap: sanitizer build failed"
   status=1
 fi
+
+echo "== fuzz harnesses, a few seconds each ($fuzz)"
+fuzz_probe=$(mktemp -d)
+printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$fuzz_probe/f.c"
+if ! command -v clang >/dev/null 2>&1 ||
+   ! clang -fsanitize=fuzzer,address,undefined "$fuzz_probe/f.c" -o "$fuzz_probe/f" >/dev/null 2>&1; then
+  echo "SKIP: fuzz harnesses: no clang with libFuzzer here (Debian: apt-get install clang libclang-rt-dev)"
+  skipped=$((skipped + 5))
+elif CC=clang cmake -S . -B "$fuzz" -DGPUSNAP_FUZZ=ON -DGPUSNAP_GPU_APPS=OFF >/dev/null &&
+     cmake --build "$fuzz" -j "$jobs" --target fuzzers >/dev/null; then
+  run_ctest "$fuzz" fuzz -R '^fuzz\.'
+else
+  echo "gpusnap: fuzz build failed"
+  status=1
+fi
+rm -rf "$fuzz_probe"
 
 echo "== GPU suite"
 if GPUSNAP_NO_BENCH=1 GPUSNAP_NO_CTEST=1 tests/gpu/run.sh; then :; else status=1; fi

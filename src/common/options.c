@@ -71,6 +71,19 @@ void gs_string_list_free(struct gs_string_list *l)
 	l->count = 0;
 }
 
+/*
+ * What a usage error shows of an argument: control characters as '?', so the
+ * message stays one line and cannot drive the terminal.
+ */
+static const char *shown(const char *s, char *buf, size_t n)
+{
+	size_t i = 0;
+	for (; s[i] && i + 1 < n; i++)
+		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	buf[i] = '\0';
+	return buf;
+}
+
 static const struct gs_option *find_long(const struct gs_option *opts, const char *name, size_t len)
 {
 	for (const struct gs_option *o = opts; o->type != GS_OPT_END; o++)
@@ -97,7 +110,7 @@ static void opt_name(const struct gs_option *o, char *buf, size_t n)
 
 static int set_value(const struct gs_option *o, const char *arg, struct gs_err *err)
 {
-	char name[64];
+	char name[64], arg_shown[256];
 	opt_name(o, name, sizeof(name));
 	switch (o->type) {
 	case GS_OPT_BOOL:
@@ -108,15 +121,18 @@ static int set_value(const struct gs_option *o, const char *arg, struct gs_err *
 		return 0;
 	case GS_OPT_INT:
 		if (gs_parse_int(arg, o->value))
-			return gs_fail(err, GS_E_USAGE, "option '%s' expects an integer, got '%s'", name, arg);
+			return gs_fail(err, GS_E_USAGE, "option '%s' expects an integer, got '%s'", name,
+				       shown(arg, arg_shown, sizeof(arg_shown)));
 		return 0;
 	case GS_OPT_SECONDS:
 		if (gs_parse_seconds(arg, o->value))
-			return gs_fail(err, GS_E_USAGE, "option '%s' expects seconds (a number >= 0), got '%s'", name, arg);
+			return gs_fail(err, GS_E_USAGE, "option '%s' expects seconds (a number >= 0), got '%s'", name,
+				       shown(arg, arg_shown, sizeof(arg_shown)));
 		return 0;
 	case GS_OPT_SIZE:
 		if (gs_parse_size(arg, o->value))
-			return gs_fail(err, GS_E_USAGE, "option '%s' expects a size such as 512M or 40G, got '%s'", name, arg);
+			return gs_fail(err, GS_E_USAGE, "option '%s' expects a size such as 512M or 40G, got '%s'", name,
+				       shown(arg, arg_shown, sizeof(arg_shown)));
 		return 0;
 	case GS_OPT_STRING_LIST: {
 		struct gs_string_list *l = o->value;
@@ -136,6 +152,7 @@ int gs_parse_options(int argc, char **argv, const struct gs_option *opts, int fl
 {
 	int out = 0;
 	int i = 1;
+	char arg_shown[256];
 	for (; i < argc; i++) {
 		char *a = argv[i];
 		if (!strcmp(a, "--")) {
@@ -158,7 +175,7 @@ int gs_parse_options(int argc, char **argv, const struct gs_option *opts, int fl
 			size_t len = eq ? (size_t)(eq - name) : strlen(name);
 			const struct gs_option *o = find_long(opts, name, len);
 			if (!o)
-				return gs_fail(err, GS_E_USAGE, "unknown option '%s'", a);
+				return gs_fail(err, GS_E_USAGE, "unknown option '%s'", shown(a, arg_shown, sizeof(arg_shown)));
 			if (o->type == GS_OPT_BOOL) {
 				if (eq)
 					return gs_fail(err, GS_E_USAGE, "option '--%s' takes no value", o->long_name);
@@ -180,7 +197,8 @@ int gs_parse_options(int argc, char **argv, const struct gs_option *opts, int fl
 		for (const char *p = a + 1; *p; p++) {
 			const struct gs_option *o = find_short(opts, *p);
 			if (!o)
-				return gs_fail(err, GS_E_USAGE, "unknown option '-%c'", *p);
+				return gs_fail(err, GS_E_USAGE, "unknown option '-%c'",
+					       (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p);
 			if (o->type == GS_OPT_BOOL) {
 				*(bool *)o->value = true;
 				continue;

@@ -6,6 +6,7 @@
 #include "criu/criu.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,18 @@ void gs_argv_free(struct gs_argv *a)
 	a->n = a->cap = 0;
 }
 
+/* A version component: 1 to 9 digits (no sign, no space); -1 otherwise, so a longer number cannot wrap. */
+static int version_number(const char **p)
+{
+	int v = 0, digits = 0;
+	for (; isdigit((unsigned char)**p); (*p)++) {
+		if (++digits > 9)
+			return -1;
+		v = v * 10 + (**p - '0');
+	}
+	return digits ? v : -1;
+}
+
 int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch)
 {
 	const char *p = text ? strstr(text, "Version:") : NULL;
@@ -45,12 +58,17 @@ int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch)
 	p += strlen("Version:");
 	while (*p == ' ' || *p == '\t')
 		p++;
-	int ma, mi, pa = 0, used = 0;
-	if (sscanf(p, "%d.%d%n", &ma, &mi, &used) != 2 || ma < 0 || mi < 0)
+	int ma = version_number(&p);
+	if (ma < 0 || *p++ != '.')
 		return -1;
-	p += used;
-	if (*p == '.' && isdigit((unsigned char)p[1]))
-		pa = atoi(p + 1);
+	int mi = version_number(&p), pa = 0;
+	if (mi < 0)
+		return -1;
+	if (*p == '.' && isdigit((unsigned char)p[1])) {
+		p++;
+		if ((pa = version_number(&p)) < 0)
+			return -1;
+	}
 	*major = ma;
 	*minor = mi;
 	*patch = pa;
@@ -149,9 +167,12 @@ pid_t gs_criu_log_pid_in_use(const char *log_text)
 {
 	/* clone3 with set_tid fails with EEXIST when the PID is taken. */
 	for (const char *p = log_text; p && (p = strstr(p, "Can't fork for ")); p++) {
-		char *end;
-		long pid = strtol(p + strlen("Can't fork for "), &end, 10);
-		if (pid > 0 && strncmp(end, ": File exists", 13) == 0)
+		const char *end = p + strlen("Can't fork for ");
+		long long pid = 0;
+		/* Digits only, and no more than a pid_t holds: a longer number must not wrap to another PID. */
+		while (*end >= '0' && *end <= '9' && pid <= INT_MAX)
+			pid = pid * 10 + (*end++ - '0');
+		if (pid > 0 && pid <= INT_MAX && strncmp(end, ": File exists", 13) == 0)
 			return (pid_t)pid;
 	}
 	return -1;

@@ -5,7 +5,8 @@
 # Prints LAST a table of results, the line "N passed, N failed, N skipped", and
 # the benchmark table. Exit 0 if nothing failed.
 #
-# usage: tests/gpu/run.sh [TEST...]     TEST: a name prefix (t20, t50-map); default all
+# usage: tests/gpu/run.sh [TEST...]     TEST: a name prefix (t20, t50-map); default all but those
+#                                       marked "# gpu-test-default: off" (t88-soak: run it by name)
 # Environment:
 #   OUT                   results: summary.txt, logs.tar.gz, bench.md, bench.jsonl (default ./gpu-out)
 #   GPUSNAP_GPU_TESTS     tests to run when no arguments are given (prefixes, space or comma separated)
@@ -15,7 +16,7 @@
 #   GPUSNAP_NO_BENCH=1    skip the benchmarks
 #   GPUSNAP_BENCH_DUMP_SIZES  also run bench/dump.sh (dump/restore to files) for these sizes after
 #                         bench/run.sh; GPUSNAP_BENCH_DUMP_PATHS its paths (default "agent driver")
-#   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240)
+#   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240; a test's "# gpu-test-limit: N" line raises it)
 #   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
 #                         10-minute device call still ends with a summary; tests not run are SKIP rows
 #   GPUSNAP_GPU_WORK      where logs and FIFOs go (default a new /tmp/gpusnap-gpu.XXXXXX); only the
@@ -128,7 +129,7 @@ kill_leftovers() { # PIDS_FILE
     if [ -z "$pid" ] || [ ! -r "/proc/$pid/cmdline" ]; then continue; fi
     cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)
     case $cmd in
-      *tests/gpu/apps/*|"sleep 600 ") echo "  killing leftover pid $pid: $cmd"; kill -KILL "$pid" 2>/dev/null ;;
+      *tests/gpu/apps/*|*tests/gpu/py/*|"sleep 600 ") echo "  killing leftover pid $pid: $cmd"; kill -KILL "$pid" 2>/dev/null ;;
     esac
   done <"$1"
 }
@@ -175,7 +176,10 @@ if [ ${#want[@]} -eq 0 ] && [ -n "${GPUSNAP_GPU_TESTS:-}" ]; then
 fi
 SELECTED=()
 if [ ${#want[@]} -eq 0 ]; then
-  SELECTED=("${ALL[@]}")
+  # A test with a "# gpu-test-default: off" line (a long one: the soak) runs only when named.
+  for t in "${ALL[@]}"; do
+    grep -q '^# gpu-test-default: off' "$SRC/tests/gpu/$t.sh" || SELECTED+=("$t")
+  done
 else
   for w in "${want[@]}"; do
     found=0
@@ -200,10 +204,13 @@ for name in "${SELECTED[@]}"; do
     continue
   fi
   limit=$TEST_TIMEOUT
+  # A test may ask for more with a "# gpu-test-limit: SECONDS" line; it learns its limit from GPU_TEST_LIMIT_S.
+  own=$(sed -n 's/^# gpu-test-limit: *\([0-9][0-9]*\).*/\1/p' "$SRC/tests/gpu/$name.sh" | head -n 1)
+  [ -n "$own" ] && [ "$own" -gt "$limit" ] && limit=$own
   [ "$left" -lt $((limit + 10)) ] && limit=$((left - 10))
   echo "-- $name (limit ${limit}s)"
   t0=$SECONDS
-  GPU_TEST_WORK=$LOGS/$name GPUSNAP_BUILD=$BUILD timeout -k 15 "$limit" bash "$SRC/tests/gpu/$name.sh" \
+  GPU_TEST_WORK=$LOGS/$name GPUSNAP_BUILD=$BUILD GPU_TEST_LIMIT_S=$limit timeout -k 15 "$limit" bash "$SRC/tests/gpu/$name.sh" \
     >"$LOGS/$name.log" 2>&1
   rc=$?
   kill_leftovers "$LOGS/$name/pids"

@@ -1,6 +1,6 @@
 /*
  * align.cu - measures the alignment of the pointers cudaMalloc returns, for
- * tests/gpu/t97-agent-alignment.sh, which runs it once alone and once under
+ * tests/gpu/t99-agent-alignment.sh, which runs it once alone and once under
  * the agent (`gpusnap run`) and compares. For every size from 1 to 4096 bytes
  * and for 1 MiB it makes 16 allocations at once (so blocks after the first of
  * a region count too) and prints "ALIGN <size> <bytes>": the largest power of

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# t97-agent-alignment.sh - the agent's device pointers are aligned at least as
+# t99-agent-alignment.sh - the agent's device pointers are aligned at least as
 # cudaMalloc's own on this driver: the align app (16 live allocations per size,
 # 1..4096 bytes and 1 MiB) runs once without the agent and once under it;
 # for every size the agent's alignment must be at least the driver's. The
 # driver's figures are printed (min over 1..4096 and at 1 MiB) for
 # src/core/suballoc.h, which assumes 512 bytes for every size.
 . "$(dirname "$0")/lib.sh"
-gs_test_init t97-agent-alignment
+gs_test_init t99-agent-alignment
 
 if [ ! -x "$GS_APPS/align" ]; then
   fail "missing $GS_APPS/align (build with -DGPUSNAP_GPU_APPS=ON)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t85-interrupted.sh - dump and suspend interrupted on the real driver: an
+# t86-interrupted.sh - dump and suspend interrupted on the real driver: an
 # 8 GiB pattern under the agent (`gpusnap run`) and a 2 GiB one on the driver
 # path, with the fault table (GPUSNAP_FAULT) stopping gpusnap at a step:
 #  - `state` while the agent streams a dump answers at once, naming the dump
@@ -14,7 +14,7 @@
 #  - driver path: kill -9 after the driver's checkpoint, `resume` brings it
 #    back; SIGTERM in the middle of a suspend undoes it.
 . "$(dirname "$0")/lib.sh"
-gs_test_init t85-interrupted
+gs_test_init t86-interrupted
 export GS_APP_STDERR=null
 require_criu
 

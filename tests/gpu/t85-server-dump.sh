@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# t85-server-dump.sh - an inference server (tests/gpu/py/server.py: HTTP with
+# keep-alive, a UDP socket, a small PyTorch transformer answering generate
+# requests greedily) started with `gpusnap run` is dumped while a client holds
+# an idle keep-alive connection to it, and restored: `--tcp-close` (the
+# connection comes back closed, the client reconnects), `--tcp-established`
+# (the idle connection works on; needs iptables, a visible SKIP without it)
+# and the driver path (`--driver`). After each restore every answer, over
+# HTTP and UDP, equals what an uninterrupted twin (started the same way, never
+# dumped) gives for the same prompts (tests/gpu/py/server_client.py compares).
+# Two PyTorch start-ups and six CRIU runs of a PyTorch process:
+# gpu-test-limit: 420
+. "$(dirname "$0")/lib.sh"
+gs_test_init t85-server-dump
+export GS_APP_STDERR=null # CRIU restores a process only if its regular files kept their size
+py=$(dirname "$0")/py
+if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  skip "PyTorch with CUDA is not installed here"
+  finish
+fi
+require_criu
+
+# Sends a command to the client; PASS if the answer starts with WANT.
+ask() { # COMMAND REPLY_PREFIX WANT DESC [TIMEOUT_S]
+  if app_cmd client "$1" "$2" "${5:-300}" && [[ $REPLY_LINE == "$3"* ]]; then
+    pass "$4 ($REPLY_LINE)"
+    return 0
+  fi
+  fail "$4: ${REPLY_LINE:-no answer}"
+  return 1
+}
+
+# Answers of the restored server against the twin's, over HTTP (reconnecting) and UDP.
+same_as_twin() { # WHEN
+  ask "compare 20" COMPARE "COMPARE SAME" "$1: 20 answers equal to the twin's"
+  ask "udp 3" UDP "UDP SAME" "$1: UDP ping and generation answered as by the twin"
+}
+
+# One summary line per variant, printed last: ok, FAILED or skipped.
+SUMMARY=()
+variant_begin() { V_FAIL0=$GS_FAIL; }
+variant_end() { # NAME
+  if [ "$GS_FAIL" -gt "$V_FAIL0" ]; then SUMMARY+=("$1: FAILED"); else SUMMARY+=("$1: ok"); fi
+}
+print_summary() {
+  echo "== t85 summary"
+  printf '  %s\n' "${SUMMARY[@]}"
+}
+
+for name in srv twin; do
+  rm -f "$GS_WORK/$name.json"
+  app_start "$name" 240 "$GPUSNAP" run -- python3 "$py/server.py" --seed 85 --ports-file "$GS_WORK/$name.json" ||
+    finish
+done
+pid=${APP_PID[srv]}
+log "server ports: $(cat "$GS_WORK/srv.json"), twin: $(cat "$GS_WORK/twin.json")"
+GS_APP_STDERR="file" app_start client 60 python3 "$py/server_client.py" --seed 85 \
+  --a "$GS_WORK/srv.json" --b "$GS_WORK/twin.json" || finish
+ask open OPEN "OPEN SAME" "keep-alive connections to the server and its twin"
+same_as_twin "before any dump"
+
+# Ends the test after a dump or restore failed: nothing after it can be checked.
+stop_here() { variant_end "$1"; print_summary; finish; }
+
+# 1. agent path, --tcp-close: the idle keep-alive connection comes back closed.
+variant_begin
+dump_checked "$pid" "$GS_WORK/img-close" agent --tcp-close || stop_here "agent path, --tcp-close"
+restore_checked "$GS_WORK/img-close" "$pid" || stop_here "agent path, --tcp-close"
+ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--tcp-close: the idle keep-alive connection comes back closed"
+same_as_twin "after dump --tcp-close and restore"
+variant_end "agent path, --tcp-close"
+
+# 2. --tcp-established: CRIU locks the connections with iptables while it works.
+if command -v iptables >/dev/null 2>&1 && iptables -w -n -L >/dev/null 2>&1; then
+  variant_begin
+  ask open OPEN "OPEN SAME" "a new idle keep-alive connection before dump --tcp-established"
+  dump_checked "$pid" "$GS_WORK/img-established" agent --tcp-established || stop_here "agent path, --tcp-established"
+  restore_checked "$GS_WORK/img-established" "$pid" || stop_here "agent path, --tcp-established"
+  ask keepalive KEEPALIVE "KEEPALIVE SAME" "--tcp-established: the idle keep-alive connection answers on, as the twin"
+  same_as_twin "after dump --tcp-established and restore"
+  variant_end "agent path, --tcp-established"
+else
+  skip "dump --tcp-established: no working iptables here (CRIU locks established connections with it)"
+  SUMMARY+=("agent path, --tcp-established: skipped (no working iptables)")
+fi
+
+# 3. the driver path: the driver checkpoints the GPU state, the agent stands aside.
+variant_begin
+ask open OPEN "OPEN SAME" "a new idle keep-alive connection before dump --driver"
+dump_checked "$pid" "$GS_WORK/img-driver" driver --driver --tcp-close || stop_here "driver path, --tcp-close"
+restore_checked "$GS_WORK/img-driver" "$pid" || stop_here "driver path, --tcp-close"
+ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--driver --tcp-close: the idle keep-alive connection comes back closed"
+same_as_twin "after dump --driver and restore"
+variant_end "driver path, --tcp-close"
+
+app_cmd client server-stats SERVERSTATS 30 && log "server after the restores: $REPLY_LINE"
+app_quit client 30
+app_quit srv 60
+app_quit twin 60
+print_summary
+finish
