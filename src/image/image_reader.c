@@ -95,7 +95,7 @@ int gs_manifest_read_at(int dir_fd, const char *dir_path, struct gs_manifest *m,
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", dir_path, GS_FMT_MANIFEST_NAME);
 	void *buf;
-	size_t len;
+	size_t len = 0;
 	bool missing;
 	int rc = read_whole(dir_fd, GS_FMT_MANIFEST_NAME, path, GS_FMT_MANIFEST_MAX, "a manifest", &buf, &len, &missing,
 			    err);
@@ -159,7 +159,7 @@ static int read_cpu_list(struct gs_image *img, struct gs_err *err)
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", img->path, GS_FMT_CPU_LIST_NAME);
 	void *buf;
-	size_t len;
+	size_t len = 0;
 	bool missing;
 	struct gs_err e = { 0 };
 	int rc = read_whole(img->dir_fd, GS_FMT_CPU_LIST_NAME, path, GS_FMT_CPU_LIST_MAX, "a list of CPU files", &buf,
