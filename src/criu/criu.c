@@ -737,8 +737,12 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		restoring_pid = o->image_pid;
 	/* A second try only when the PID we need is held by a zombie about to be reaped. */
 	for (int attempt = 0;; attempt++) {
-		/* No umask here: restored processes would keep criu's if CRIU did not restore theirs. */
-		rc = run_criu(args.v, limit, 0, images_fd, res, err);
+		/*
+		 * No umask here: restored processes would keep criu's if CRIU did not
+		 * restore theirs. gpusnap's process group: a shell job restored into a
+		 * group of criu's own would be orphaned, stopped, when criu exits.
+		 */
+		rc = run_criu(args.v, limit, GS_RUN_SHARE_GROUP, images_fd, res, err);
 		if (rc) {
 			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);

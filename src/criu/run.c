@@ -70,7 +70,8 @@ static void child_exec(char *const argv[], char **env, int flags, int out_fd, in
 	if (flags & GS_RUN_PRIVATE_FILES)
 		umask(077);
 	/* a group of its own: gpusnap's terminal and group signals stay ours; a time-out kills the whole group */
-	setpgid(0, 0);
+	if (!(flags & GS_RUN_SHARE_GROUP))
+		setpgid(0, 0);
 	static const int reset[] = { SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGALRM, SIGUSR1, SIGUSR2 };
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
@@ -154,7 +155,8 @@ int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, stru
 	int fork_errno = errno;
 	if (pid > 0) {
 		/* also here, so the group exists before gs_run returns to anyone who might signal it */
-		setpgid(pid, pid);
+		if (!(flags & GS_RUN_SHARE_GROUP))
+			setpgid(pid, pid);
 		running_child = pid;
 	}
 	free(env);

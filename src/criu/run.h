@@ -17,6 +17,13 @@
 
 /* gs_run flags */
 #define GS_RUN_PRIVATE_FILES 1 /* umask 077 in the child: what it creates is readable by its owner only */
+/*
+ * The child stays in gpusnap's process group instead of getting one of its
+ * own: for criu restore, whose --shell-job tasks join criu's group; a group
+ * of criu's own would be left orphaned with the task stopped in it once criu
+ * exits, and the kernel then sends it SIGHUP, which kills it.
+ */
+#define GS_RUN_SHARE_GROUP 2
 
 struct gs_run_result {
 	int status;     /* waitpid status */

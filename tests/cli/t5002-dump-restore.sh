@@ -244,4 +244,22 @@ run_gpusnap dump --replace -D "$img" "$pid"; expect "dump --replace over another
 check "the new image is another one" [ "$(sums "$img")" != "$s0" ]
 wait_gone "$pid"
 
+# a shell job (the test shell's session and group, as an app started from a terminal) held stopped
+# after CRIU: restored into a process group of criu's own, it would be orphaned and stopped once criu
+# exits, and the kernel's SIGHUP would kill it before it ever continued
+jlog=$TEST_TMP/job.log
+"$app" "$jlog" & jpid=$!
+TEST_PIDS+=("$jpid")
+echo "0 0" >"$FAKE_CUDA_DIR/$jpid"
+wait_lines "$jlog" 10
+jimg=$TEST_TMP/img-job
+run_gpusnap dump -D "$jimg" "$jpid"; expect "dump of a shell job" 0 "dumped $jpid"
+check "the shell job was dumped as one" grep -qx -- --shell-job "$jimg/cpu/gpusnap-criu-dump.args"
+wait "$jpid" 2>/dev/null
+read -r n v <<<"$(settled "$jlog")"
+GPUSNAP_FAULT=restore-before-cont=hold:1 run_gpusnap restore -D "$jimg"
+expect "restore of a shell job held stopped for a second after CRIU" 0 "restored $jpid"
+check "the restored shell job counts on from the dump" continues "$jlog" "$n" "$v"
+kill -9 "$jpid" 2>/dev/null; wait_gone "$jpid"
+
 test_done
