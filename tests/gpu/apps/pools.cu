@@ -89,6 +89,31 @@ static void where(void)
 	reply("WHERE OK");
 }
 
+/*
+ * drop NAME: frees buffer NAME ("I": the IPC pool's, "H": the host pool's)
+ * and destroys its pool, so what is left can be checkpointed by a driver
+ * that refuses a process holding such a pool.
+ */
+static void drop(const char *name)
+{
+	for (size_t k = 0; k < g_bufs.size(); k++) {
+		if (strcmp(g_bufs[k].name, name))
+			continue;
+		cudaMemPool_t *pool = !strcmp(name, "I") ? &g_ipc_pool : !strcmp(name, "H") ? &g_host_pool : nullptr;
+		if (!CK(cudaFreeAsync(g_bufs[k].p, 0)) || !CK(cudaStreamSynchronize(0)) ||
+		    (pool && *pool && !CK(cudaMemPoolDestroy(*pool)))) {
+			reply("DROP FAIL %s", first_error().c_str());
+			return;
+		}
+		if (pool)
+			*pool = nullptr;
+		g_bufs.erase(g_bufs.begin() + (long)k);
+		reply("DROP OK");
+		return;
+	}
+	reply("DROP FAIL no buffer %s", name);
+}
+
 static void capture_free(void)
 {
 	cudaGraph_t graph;
@@ -162,6 +187,8 @@ int main(void)
 			reply("HOST %d", host);
 		else if (!strcmp(line, "where"))
 			where();
+		else if (!strncmp(line, "drop ", 5))
+			drop(line + 5);
 		else if (!strcmp(line, "capture-free"))
 			capture_free();
 		else if (!strcmp(line, "verify"))
