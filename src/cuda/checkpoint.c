@@ -35,7 +35,13 @@ static int driver_error(struct gs_cuda *cu, struct gs_err *err, CUresult r, pid_
 		code = GS_E_PERMISSION;
 	else if (r == CUDA_ERROR_NOT_SUPPORTED)
 		code = GS_E_DRIVER_OLD;
-	return gs_fail(err, code, "%s of process %d failed: %s", what, (int)pid, gs_cuda_strerror(cu, r, b, sizeof(b)));
+	/* the checkpoint API is there (checked first): the process holds something this driver cannot checkpoint */
+	const char *hint = r == CUDA_ERROR_NOT_SUPPORTED && !strcmp(what, "checkpoint")
+				   ? " (this driver cannot checkpoint what the process holds, e.g. an IPC-capable memory pool or "
+				     "memory shared with another process)"
+				   : "";
+	return gs_fail(err, code, "%s of process %d failed: %s%s", what, (int)pid, gs_cuda_strerror(cu, r, b, sizeof(b)),
+		       hint);
 }
 
 int gs_ckpt_get_state(struct gs_cuda *cu, pid_t pid, CUprocessState *state, struct gs_err *err)
