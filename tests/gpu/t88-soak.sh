@@ -102,9 +102,10 @@ fresh_answer() { # DESC
   return 1
 }
 
-# SAMPLE_<LABEL>: "rss_kib fds vram_mib torch_reserved" of the server now.
+# SAMPLE_<LABEL>: "rss_kib fds vram_mib torch_reserved twin_vram_mib" of the server now (the last:
+# the uninterrupted twin's VRAM, which grows too as CUDA loads kernels lazily for new shapes).
 sample() { # LABEL
-  local line rss=0 fds vram treserved
+  local line rss=0 fds vram treserved tvram
   while read -r line; do
     [[ $line == VmRSS:* ]] && { read -r _ rss _ <<<"$line"; break; }
   done <"/proc/$pid/status"
@@ -114,19 +115,22 @@ sample() { # LABEL
   if app_cmd client server-stats SERVERSTATS 30; then
     treserved=$(json_get "${REPLY_LINE#SERVERSTATS }" torch_reserved) || treserved='?'
   fi
-  printf -v "SAMPLE_$1" '%s %s %s %s' "$rss" "${#fds[@]}" "$vram" "$treserved"
-  log "sample $1: rss ${rss} KiB, ${#fds[@]} fds, VRAM ${vram} MiB (nvidia-smi), torch reserved ${treserved} B"
+  tvram=$(pid_vram_mib "${APP_PID[twin]}")
+  printf -v "SAMPLE_$1" '%s %s %s %s %s' "$rss" "${#fds[@]}" "$vram" "$treserved" "$tvram"
+  log "sample $1: rss ${rss} KiB, ${#fds[@]} fds, VRAM ${vram} MiB (nvidia-smi), torch reserved ${treserved} B, twin's VRAM ${tvram} MiB"
 }
 
 # First against last of one phase, with the tolerances in the header.
 flat() { # PHASE FIRST_SAMPLE LAST_SAMPLE
-  local r1 f1 v1 t1 r2 f2 v2 t2
-  read -r r1 f1 v1 t1 <<<"$2"
-  read -r r2 f2 v2 t2 <<<"$3"
+  local r1 f1 v1 t1 w1 r2 f2 v2 t2 w2 twin_growth=0
+  read -r r1 f1 v1 t1 w1 <<<"$2"
+  read -r r2 f2 v2 t2 w2 <<<"$3"
+  [[ $w1 =~ ^[0-9]+$ ]] && [[ $w2 =~ ^[0-9]+$ ]] && [ "$w2" -gt "$w1" ] && twin_growth=$((w2 - w1))
   check "$1: host RSS flat (first ${r1} KiB, last ${r2} KiB, +16 MiB allowed)" [ $((r2 - r1)) -le 16384 ]
   check "$1: open fds flat (first $f1, last $f2, +2 allowed)" [ $((f2 - f1)) -le 2 ]
   if [[ $v1 =~ ^[0-9]+$ ]] && [[ $v2 =~ ^[0-9]+$ ]] && [ "$v1" -gt 0 ]; then
-    check "$1: VRAM flat (first $v1 MiB, last $v2 MiB, +4 allowed)" [ $((v2 - v1)) -le 4 ]
+    check "$1: VRAM flat (first $v1 MiB, last $v2 MiB, +4 allowed beyond the twin's own growth of $twin_growth MiB)" \
+      [ $((v2 - v1 - twin_growth)) -le 4 ]
   elif [[ $t1 =~ ^[0-9]+$ ]] && [[ $t2 =~ ^[0-9]+$ ]]; then
     log "$1: nvidia-smi does not list the server ('$v1', '$v2'): VRAM judged by PyTorch's reserved bytes"
     check "$1: PyTorch's reserved VRAM flat (first $t1 B, last $t2 B, +4 MiB allowed)" [ $((t2 - t1)) -le $((4 << 20)) ]
@@ -160,6 +164,9 @@ for ((c = 1; c <= cycles; c++)); do
   echo "suspend,$c,$s_s,$OP_S,$ANSWER_S" >>"$csv"
   done_cycles=$c
   [ "$c" == 1 ] && sample cycles_first
+  if [ $((c % 10)) == 0 ]; then
+    log "soak: cycle $c: VRAM $(pid_vram_mib "$pid") MiB, twin's $(pid_vram_mib "${APP_PID[twin]}") MiB"
+  fi
   if [ $((c % 50)) == 0 ]; then
     log "soak: cycle $c/$cycles (suspend ${s_s}s, resume ${OP_S}s, next answer ${ANSWER_S}s)"
     hammer_clean "cycle $c" || break
@@ -234,7 +241,7 @@ for phase, (op1, op2) in names.items():
 EOF
   for label in cycles_first cycles_last dumps_first dumps_last; do
     var=SAMPLE_$label
-    [ -n "${!var:-}" ] && echo "$label: rss_kib fds vram_mib torch_reserved_B = ${!var}"
+    [ -n "${!var:-}" ] && echo "$label: rss_kib fds vram_mib torch_reserved_B twin_vram_mib = ${!var}"
   done
   echo "stream: ${hammer:-none}"
 } >"$summary"

@@ -89,31 +89,6 @@ static void where(void)
 	reply("WHERE OK");
 }
 
-/*
- * drop NAME: frees buffer NAME ("I": the IPC pool's, "H": the host pool's)
- * and destroys its pool, so what is left can be checkpointed by a driver
- * that refuses a process holding such a pool.
- */
-static void drop(const char *name)
-{
-	for (size_t k = 0; k < g_bufs.size(); k++) {
-		if (strcmp(g_bufs[k].name, name))
-			continue;
-		cudaMemPool_t *pool = !strcmp(name, "I") ? &g_ipc_pool : !strcmp(name, "H") ? &g_host_pool : nullptr;
-		if (!CK(cudaFreeAsync(g_bufs[k].p, 0)) || !CK(cudaStreamSynchronize(0)) ||
-		    (pool && *pool && !CK(cudaMemPoolDestroy(*pool)))) {
-			reply("DROP FAIL %s", first_error().c_str());
-			return;
-		}
-		if (pool)
-			*pool = nullptr;
-		g_bufs.erase(g_bufs.begin() + (long)k);
-		reply("DROP OK");
-		return;
-	}
-	reply("DROP FAIL no buffer %s", name);
-}
-
 static void capture_free(void)
 {
 	cudaGraph_t graph;
@@ -133,6 +108,13 @@ static void capture_free(void)
 		reply("CAPFREE FAIL %s", first_error().c_str());
 }
 
+/* POOLS_SKIP (comma list of ipc, host, managed): kinds of memory this instance does not make. */
+static bool skipped(const char *kind)
+{
+	const char *v = getenv("POOLS_SKIP");
+	return v && strstr(v, kind);
+}
+
 static bool setup(int *host)
 {
 	void *a, *b, *h = nullptr, *i, *m;
@@ -145,7 +127,7 @@ static bool setup(int *host)
 	props.allocType = cudaMemAllocationTypePinned;
 	props.location.type = cudaMemLocationTypeHost;
 	props.location.id = 0;
-	*host = cudaMemPoolCreate(&g_host_pool, &props) == cudaSuccess;
+	*host = !skipped("host") && cudaMemPoolCreate(&g_host_pool, &props) == cudaSuccess;
 	if (!*host) {
 		cudaGetLastError();
 		app_info("no memory pools in host memory on this driver: that case is not tested");
@@ -160,6 +142,8 @@ static bool setup(int *host)
 	}
 
 	cudaMemPool_t dflt;
+	if (skipped("ipc"))
+		return skipped("managed") || (CK(cudaMallocManaged(&m, 16 * MiB)) && fill("M", m, 16 * MiB, 5));
 	props = {};
 	props.allocType = cudaMemAllocationTypePinned;
 	props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
@@ -169,7 +153,7 @@ static bool setup(int *host)
 	    !CK(cudaDeviceSetMemPool(0, g_ipc_pool)) || !CK(cudaMallocAsync(&i, 16 * MiB, 0)) ||
 	    !CK(cudaDeviceSetMemPool(0, dflt)) || !CK(cudaStreamSynchronize(0)) || !fill("I", i, 16 * MiB, 4))
 		return false;
-	return CK(cudaMallocManaged(&m, 16 * MiB)) && fill("M", m, 16 * MiB, 5);
+	return skipped("managed") || (CK(cudaMallocManaged(&m, 16 * MiB)) && fill("M", m, 16 * MiB, 5));
 }
 
 int main(void)
@@ -187,8 +171,6 @@ int main(void)
 			reply("HOST %d", host);
 		else if (!strcmp(line, "where"))
 			where();
-		else if (!strncmp(line, "drop ", 5))
-			drop(line + 5);
 		else if (!strcmp(line, "capture-free"))
 			capture_free();
 		else if (!strcmp(line, "verify"))
