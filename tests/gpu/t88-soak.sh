@@ -195,6 +195,9 @@ for ((d = 1; d <= dumps; d++)); do
   echo "dump,$d,$dump_s,$OP_S,$ANSWER_S" >>"$csv"
   done_dumps=$d
   [ "$d" == 1 ] && sample dumps_first
+  if [ $((d % 5)) == 0 ]; then
+    log "soak: dump $d: VRAM $(pid_vram_mib "$pid") MiB, twin's $(pid_vram_mib "${APP_PID[twin]}") MiB"
+  fi
   if [ $((d % 10)) == 0 ]; then
     log "soak: dump $d/$dumps (dump ${dump_s}s, restore ${OP_S}s, next answer ${ANSWER_S}s)"
     hammer_clean "dump $d" || break
