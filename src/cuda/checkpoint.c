@@ -37,8 +37,8 @@ static int driver_error(struct gs_cuda *cu, struct gs_err *err, CUresult r, pid_
 		code = GS_E_DRIVER_OLD;
 	/* the checkpoint API is there (checked first): the process holds something this driver cannot checkpoint */
 	const char *hint = r == CUDA_ERROR_NOT_SUPPORTED && !strcmp(what, "checkpoint")
-				   ? " (this driver cannot checkpoint what the process holds, e.g. an IPC-capable memory pool or "
-				     "memory shared with another process)"
+				   ? " (this driver cannot checkpoint what the process holds, e.g. managed memory or memory "
+				     "shared with another process)"
 				   : "";
 	return gs_fail(err, code, "%s of process %d failed: %s%s", what, (int)pid, gs_cuda_strerror(cu, r, b, sizeof(b)),
 		       hint);
