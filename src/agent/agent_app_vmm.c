@@ -421,11 +421,7 @@ static CUresult hook_cuMemMapArrayAsync_ptsz(CUarrayMapInfo *list, unsigned int 
 
 int gs_app_vmm_install_hooks(struct gs_err *err)
 {
-	static const struct {
-		const char *name;
-		void *hook;
-		void **real;
-	} hooks[] = {
+	static const struct gs_interpose_hook hooks[] = {
 #define HOOK(name) { #name, (void *)hook_##name, (void **)&real.name }
 		HOOK(cuMemCreate),
 		HOOK(cuMemRelease),
@@ -442,10 +438,7 @@ int gs_app_vmm_install_hooks(struct gs_err *err)
 		HOOK(cuMemMapArrayAsync_ptsz),
 #undef HOOK
 	};
-	for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++)
-		if (gs_interpose_replace(hooks[i].name, hooks[i].hook, hooks[i].real, err))
-			return gs_err_wrap(err, "cannot install the replacement of %s", hooks[i].name);
-	return 0;
+	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 }
 
 void gs_app_vmm_stats(uint64_t *count, uint64_t *bytes)

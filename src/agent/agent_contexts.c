@@ -179,21 +179,14 @@ int gs_ctx_install_hooks(struct gs_err *err)
 {
 	/* a fork child has none of its parent's contexts (CUDA does not carry over fork) */
 	pthread_atfork(NULL, NULL, after_fork_in_child);
-	static const struct {
-		const char *name;
-		void *hook;
-		void **real;
-	} hooks[] = {
+	static const struct gs_interpose_hook hooks[] = {
 		{ "cuCtxCreate_v2", (void *)hook_cuCtxCreate_v2, (void **)&real.cuCtxCreate_v2 },
 		{ "cuCtxCreate_v3", (void *)hook_cuCtxCreate_v3, (void **)&real.cuCtxCreate_v3 },
 		{ "cuCtxCreate_v4", (void *)hook_cuCtxCreate_v4, (void **)&real.cuCtxCreate_v4 },
 		{ "cuCtxDestroy_v2", (void *)hook_cuCtxDestroy_v2, (void **)&real.cuCtxDestroy_v2 },
 		{ "cuDevicePrimaryCtxRetain", (void *)hook_cuDevicePrimaryCtxRetain, (void **)&real.cuDevicePrimaryCtxRetain },
 	};
-	for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++)
-		if (gs_interpose_replace(hooks[i].name, hooks[i].hook, hooks[i].real, err))
-			return gs_err_wrap(err, "cannot install the replacement of %s", hooks[i].name);
-	return 0;
+	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 }
 
 /* ---- which contexts are alive now ---- */

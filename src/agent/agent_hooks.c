@@ -790,11 +790,7 @@ void gs_agent_hooks_forget_after_fork(void)
 
 int gs_agent_install_hooks(struct gs_err *err)
 {
-	static const struct {
-		const char *name;
-		void *hook;
-		void **real;
-	} hooks[] = {
+	static const struct gs_interpose_hook hooks[] = {
 		{ "cuMemAlloc_v2", (void *)hook_cuMemAlloc, (void **)&real.cuMemAlloc },
 		{ "cuMemFree_v2", (void *)hook_cuMemFree, (void **)&real.cuMemFree },
 		{ "cuMemAllocPitch_v2", (void *)hook_cuMemAllocPitch, (void **)&real.cuMemAllocPitch },
@@ -811,11 +807,9 @@ int gs_agent_install_hooks(struct gs_err *err)
 		{ "cuMemPoolDestroy", (void *)hook_cuMemPoolDestroy, (void **)&real.cuMemPoolDestroy },
 		{ "cuMemPoolSetAccess", (void *)hook_cuMemPoolSetAccess, (void **)&real.cuMemPoolSetAccess },
 	};
-	for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++) {
-		int rc = gs_interpose_replace(hooks[i].name, hooks[i].hook, hooks[i].real, err);
-		if (rc)
-			return gs_err_wrap(err, "cannot install the replacement of %s", hooks[i].name);
-	}
+	int rc = gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
+	if (rc)
+		return rc;
 	/* the app's own cuMemCreate/cuMemMap memory: virtual handles (agent_app_vmm.c) */
 	return gs_app_vmm_install_hooks(err);
 }

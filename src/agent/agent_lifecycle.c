@@ -405,20 +405,31 @@ static int check_leaving(struct gs_agent *a, const char *what, struct gs_err *er
 	return gs_fail(err, GS_E_STATE, "the process is already suspended%s", what);
 }
 
+/*
+ * Where SUSPEND and DUMP both begin: from RUNNING or GATED (else refused,
+ * what ending the message), the mover's background work joined, to QUIESCED
+ * within timeout_s (<= 0: no limit). keep_context is the request's.
+ */
+static int leave_running(struct gs_agent *a, const char *what, double timeout_s, bool keep_context,
+			 struct gs_msg *reply, struct gs_err *err)
+{
+	int rc = check_leaving(a, what, err);
+	if (rc)
+		return rc;
+	gs_mover_join_background(a);
+	double deadline = timeout_s > 0 ? gs_now() + timeout_s : -1;
+	lc.keep_context = keep_context;
+	return step_quiesce(a, deadline, reply, err);
+}
+
 /* ---- the requests ---- */
 
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
-	int rc = check_leaving(a, "", err);
+	int rc = leave_running(a, "", timeout_s, keep_context, reply, err);
 	if (rc)
-		goto out;
-	gs_mover_join_background(a);
-	double t0 = gs_now();
-	double deadline = timeout_s > 0 ? t0 + timeout_s : -1;
-	lc.keep_context = keep_context;
-	if ((rc = step_quiesce(a, deadline, reply, err)))
 		goto out;
 	if (!a->cuda_ready) {
 		/* the app never allocated: nothing of ours to move */
@@ -455,14 +466,8 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	struct gs_image_writer *w = NULL;
-	int rc = check_leaving(a, ": a streamed dump starts from a running process", err);
+	int rc = leave_running(a, ": a streamed dump starts from a running process", timeout_s, false, reply, err);
 	if (rc)
-		goto out;
-	gs_mover_join_background(a);
-	double t0 = gs_now();
-	double deadline = timeout_s > 0 ? t0 + timeout_s : -1;
-	lc.keep_context = false;
-	if ((rc = step_quiesce(a, deadline, reply, err)))
 		goto out;
 	double t_quiesce = gs_now();
 	/* an app that never allocated has nothing of ours to move: its image lists no allocations */

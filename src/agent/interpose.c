@@ -563,6 +563,14 @@ static int test_is_gated(const void *fn)
 	return in_exports(fn) || gs_tramp_owns(fn);
 }
 
+int gs_interpose_replace_all(const struct gs_interpose_hook *hooks, size_t n, struct gs_err *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (gs_interpose_replace(hooks[i].name, hooks[i].hook, hooks[i].real, err))
+			return gs_err_wrap(err, "cannot install the replacement of %s", hooks[i].name);
+	return 0;
+}
+
 const struct gs_interpose_test_hooks *gpusnap_interpose_test_hooks(void)
 {
 	static const struct gs_interpose_test_hooks hooks = {

@@ -38,6 +38,20 @@
  */
 int gs_interpose_replace(const char *versioned_name, void *replacement, void **real_out, struct gs_err *err);
 
+/* One replacement of a table for gs_interpose_replace_all: gs_interpose_replace's three arguments. */
+struct gs_interpose_hook {
+	const char *name;
+	void *hook;
+	void **real;
+};
+
+/*
+ * gs_interpose_replace for each of hooks[0..n), in order. Stops at the
+ * first that fails, its name added to the error; those before it stay
+ * registered.
+ */
+int gs_interpose_replace_all(const struct gs_interpose_hook *hooks, size_t n, struct gs_err *err);
+
 /*
  * The real, ungated driver function `versioned_name`, or NULL if the driver
  * lacks it or cannot be loaded. Loads the driver (dlopen of GPUSNAP_LIBCUDA or

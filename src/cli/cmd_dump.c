@@ -80,6 +80,30 @@ struct dump_run {
 	uint64_t gpu_bytes, ring_bytes;
 };
 
+/*
+ * Gives up the temporary image under a kept name (gs_image_tmp_keep; where
+ * that rename fails, said on stderr, the image stays at its temporary name)
+ * and leaves the process's record for the next command to repeat: how to
+ * bring the process back from the kept image, by restore when the dump
+ * ended it (process_gone), by resume when it stays suspended. kept (n
+ * bytes) gets the image's path.
+ */
+static void keep_tmp_image(struct dump_run *r, const char *dir, bool process_gone, char *kept, size_t n)
+{
+	struct gs_err ke = { 0 };
+	if (gs_image_tmp_keep(r->tmp, kept, n, &ke))
+		fprintf(stderr, "gpusnap: %s\n", ke.msg);
+	r->tmp = NULL; /* freed by gs_image_tmp_keep */
+	char how[GS_ERR_MSG_MAX];
+	if (process_gone)
+		snprintf(how, sizeof(how), "process %d was dumped, but its image could not be put at '%s' and is kept at "
+			 "'%s': gpusnap restore -D '%s' brings it back", (int)r->pid, dir, kept, kept);
+	else
+		snprintf(how, sizeof(how), "process %d stays suspended after a failed dump; its GPU data is kept in '%s': "
+			 "gpusnap resume %d puts it back", (int)r->pid, kept, (int)r->pid);
+	cli_op_leave(r->lock, kept, process_gone ? NULL : how, process_gone ? how : NULL);
+}
+
 /* Records the GPUs: those the process holds memory on (NVML), or every GPU where that is unknown. */
 static int describe_gpus(struct dump_run *r, struct gs_image_writer *w, struct gs_err *err)
 {
@@ -318,14 +342,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	if (rc && !r->published && !o->leave_running) {
 		/* the process is gone and its image complete at the temporary name: keep it under its own name, say where */
 		char kept[4096];
-		struct gs_err ke = { 0 };
-		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
-			fprintf(stderr, "gpusnap: %s\n", ke.msg);
-		char gone[GS_ERR_MSG_MAX];
-		snprintf(gone, sizeof(gone), "process %d was dumped, but its image could not be put at '%s' and is kept at "
-			 "'%s': gpusnap restore -D '%s' brings it back", (int)r->pid, o->dir, kept, kept);
-		cli_op_leave(r->lock, kept, NULL, gone);
-		r->tmp = NULL;
+		keep_tmp_image(r, o->dir, true, kept, sizeof(kept));
 		gs_err_wrap(err, "process %d was dumped, but its image was not published; it is kept at '%s' (gpusnap "
 			    "restore -D '%s' brings the process back)", (int)r->pid, kept, kept);
 		return rc;
@@ -529,13 +546,7 @@ int cmd_dump(int argc, char **argv)
 	}
 	if (r->tmp && r->keep_tmp) {
 		char kept[4096];
-		struct gs_err ke = { 0 };
-		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
-			fprintf(stderr, "gpusnap: %s\n", ke.msg);
-		char alive[GS_ERR_MSG_MAX];
-		snprintf(alive, sizeof(alive), "process %d stays suspended after a failed dump; its GPU data is kept in '%s': "
-			 "gpusnap resume %d puts it back", (int)r->pid, kept, (int)r->pid);
-		cli_op_leave(r->lock, kept, alive, NULL);
+		keep_tmp_image(r, o.dir, false, kept, sizeof(kept));
 		fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
 			"'%s' %d puts it back)\n", (int)r->pid, kept, kept, (int)r->pid);
 	} else if (r->tmp) {

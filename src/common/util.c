@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,4 +113,22 @@ bool gs_all_zero(const void *data, size_t len)
 			return false;
 	/* p[0..16) is zero and p[i] == p[i + 16] for every i: all of it is zero */
 	return len <= 16 || memcmp(p, p + 16, len - 16) == 0;
+}
+
+int gs_private_dir(const char *dir, uid_t uid, const char *whose, const char *noun, struct gs_err *err)
+{
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, errno,
+				     "cannot create %s %s '%s'", whose, noun, dir);
+	struct stat st;
+	if (lstat(dir, &st))
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot check %s %s '%s'", whose, noun, dir);
+	if (!S_ISDIR(st.st_mode))
+		return gs_fail(err, GS_E_PERMISSION, "%s %s '%s' is not a %s", whose, noun, dir, noun);
+	if (st.st_uid != uid)
+		return gs_fail(err, GS_E_PERMISSION, "%s %s '%s' belongs to uid %u, not %u", whose, noun, dir,
+			       (unsigned)st.st_uid, (unsigned)uid);
+	if ((st.st_mode & 077) && chmod(dir, 0700))
+		return gs_fail_errno(err, GS_E_PERMISSION, errno, "cannot make %s %s '%s' private", whose, noun, dir);
+	return 0;
 }

@@ -1,6 +1,6 @@
 /*
  * util.h - small helpers shared by every part: clocks, byte formatting,
- * checked arithmetic.
+ * checked arithmetic, private directories.
  */
 #ifndef GPUSNAP_COMMON_UTIL_H
 #define GPUSNAP_COMMON_UTIL_H
@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "common/err.h"
 
 #define GS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define GS_KiB (1024ULL)
@@ -42,5 +44,14 @@ int gs_parse_pid(const char *s, int *pid);
 ssize_t gs_read_small_file(const char *path, char *buf, size_t n);
 /* Whether all n bytes at p are zero (stops at the first that is not). */
 bool gs_all_zero(const void *p, size_t n);
+/*
+ * dir as a private directory of uid: created 0700 if missing, otherwise
+ * checked (a directory, not a symbolic link, owned by uid) and made 0700 if
+ * group or others had access. Messages call it "<whose> <noun>" ("socket"
+ * "directory", "criu's" "folder"). 0, GS_E_PERMISSION (not uid's, not a
+ * directory, cannot be created for lack of permission or made private) or
+ * GS_E_FAILURE.
+ */
+int gs_private_dir(const char *dir, uid_t uid, const char *whose, const char *noun, struct gs_err *err);
 
 #endif

@@ -31,20 +31,7 @@
 
 int gs_ctl_check_dir(const char *dir, uid_t uid, struct gs_err *err)
 {
-	if (mkdir(dir, 0700) && errno != EEXIST)
-		return gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, errno,
-				     "cannot create socket directory '%s'", dir);
-	struct stat st;
-	if (lstat(dir, &st))
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot check socket directory '%s'", dir);
-	if (!S_ISDIR(st.st_mode))
-		return gs_fail(err, GS_E_PERMISSION, "socket directory '%s' is not a directory", dir);
-	if (st.st_uid != uid)
-		return gs_fail(err, GS_E_PERMISSION, "socket directory '%s' belongs to uid %u, not %u", dir,
-			       (unsigned)st.st_uid, (unsigned)uid);
-	if ((st.st_mode & 077) && chmod(dir, 0700))
-		return gs_fail_errno(err, GS_E_PERMISSION, errno, "cannot make socket directory '%s' private", dir);
-	return 0;
+	return gs_private_dir(dir, uid, "socket", "directory", err);
 }
 
 /* The candidate directories for uid, in the agent's order of preference. */

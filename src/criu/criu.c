@@ -158,26 +158,6 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 	return 0;
 }
 
-/* dir as a private folder of this user: created 0700, or checked and made private. */
-static int private_dir(const char *dir, struct gs_err *err)
-{
-	if (mkdir(dir, 0700) && errno != EEXIST)
-		return gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, errno,
-				     "cannot create criu's folder '%s'", dir);
-	struct stat st;
-	if (lstat(dir, &st))
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot check criu's folder '%s'", dir);
-	if (!S_ISDIR(st.st_mode))
-		return gs_fail(err, GS_E_PERMISSION, "criu's folder '%s' is not a folder", dir);
-	/* root's criu loads every plugin in plugins/: nobody else may write there */
-	if (st.st_uid != geteuid())
-		return gs_fail(err, GS_E_PERMISSION, "criu's folder '%s' belongs to uid %u, not %u", dir,
-			       (unsigned)st.st_uid, (unsigned)geteuid());
-	if ((st.st_mode & 077) && chmod(dir, 0700))
-		return gs_fail_errno(err, GS_E_PERMISSION, errno, "cannot make criu's folder '%s' private", dir);
-	return 0;
-}
-
 int gs_criu_set_home(struct gs_criu *c, const char *dir, struct gs_err *err)
 {
 	char plugins[PATH_MAX], logs[PATH_MAX];
@@ -186,8 +166,11 @@ int gs_criu_set_home(struct gs_criu *c, const char *dir, struct gs_err *err)
 	if (w1 < 0 || (size_t)w1 >= sizeof(plugins) || w2 < 0 || (size_t)w2 >= sizeof(logs))
 		return gs_fail(err, GS_E_FAILURE, "criu's folder path '%s' is too long", dir);
 	int rc;
-	if ((rc = private_dir(dir, err)) || (rc = private_dir(plugins, err)) || (rc = private_dir(logs, err)))
-		return rc;
+	/* private to this user: root's criu loads every plugin in plugins/, nobody else may write there */
+	const char *const folders[] = { dir, plugins, logs };
+	for (size_t i = 0; i < GS_ARRAY_SIZE(folders); i++)
+		if ((rc = gs_private_dir(folders[i], geteuid(), "criu's", "folder", err)))
+			return rc;
 	snprintf(c->plugin_dir, sizeof(c->plugin_dir), "%s", plugins);
 	snprintf(c->log_dir, sizeof(c->log_dir), "%s", logs);
 	return 0;

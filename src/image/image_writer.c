@@ -309,6 +309,44 @@ static int keep_dir(int parent_fd, const char *name, const char *base, int32_t p
 }
 
 /*
+ * A listing of DIR's temporary directories (names starting with tmp_prefix)
+ * in t's parent: list_tmp_dirs opens it at its start, next_tmp_dir steps
+ * (NULL at the end), closedir(l.d) ends it.
+ */
+struct tmp_listing {
+	DIR *d;
+	char prefix[300];
+	size_t plen;
+};
+
+static bool list_tmp_dirs(const struct gs_image_tmp *t, struct tmp_listing *l)
+{
+	tmp_prefix(t->base, l->prefix, sizeof(l->prefix));
+	l->plen = strlen(l->prefix);
+	int fd = dup(t->parent_fd);
+	l->d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!l->d) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	rewinddir(l->d); /* the duplicate shares parent_fd's position */
+	return true;
+}
+
+/* The next temporary directory's name (valid until the next call); *pid gets the PID in it. */
+static const char *next_tmp_dir(struct tmp_listing *l, long *pid)
+{
+	struct dirent *de;
+	while ((de = readdir(l->d)))
+		if (!strncmp(de->d_name, l->prefix, l->plen)) {
+			*pid = strtol(de->d_name + l->plen, NULL, 10);
+			return de->d_name;
+		}
+	return NULL;
+}
+
+/*
  * A live writer of DIR: a temporary directory of DIR, owned by this user or
  * root (others' cannot be ours: in a shared directory anyone could make
  * one), whose flock is held (its writer runs, maybe in another PID namespace).
@@ -317,28 +355,20 @@ static int keep_dir(int parent_fd, const char *name, const char *base, int32_t p
  */
 static bool find_live_writer(struct gs_image_tmp *t, long *pid)
 {
-	char prefix[300];
-	tmp_prefix(t->base, prefix, sizeof(prefix));
-	size_t plen = strlen(prefix);
-	int fd = dup(t->parent_fd);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	struct tmp_listing l;
+	if (!list_tmp_dirs(t, &l))
 		return false;
-	}
-	rewinddir(d); /* the duplicate shares parent_fd's position */
 	bool live = false;
-	struct dirent *de;
-	while (!live && (de = readdir(d))) {
-		if (strncmp(de->d_name, prefix, plen) != 0 || (t->tmp_name && !strcmp(de->d_name, t->tmp_name)))
+	const char *name;
+	long p;
+	while (!live && (name = next_tmp_dir(&l, &p))) {
+		if (t->tmp_name && !strcmp(name, t->tmp_name))
 			continue;
 		struct stat st;
-		if (fstatat(t->parent_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+		if (fstatat(t->parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
 		    (st.st_uid != geteuid() && st.st_uid != 0))
 			continue;
-		long p = strtol(de->d_name + plen, NULL, 10);
-		int dfd = openat(t->parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int dfd = openat(t->parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (dfd < 0) {
 			live = (errno == EACCES || errno == EPERM) && pid_alive(p);
 		} else {
@@ -348,7 +378,7 @@ static bool find_live_writer(struct gs_image_tmp *t, long *pid)
 		if (live)
 			*pid = p;
 	}
-	closedir(d);
+	closedir(l.d);
 	return live;
 }
 
@@ -361,34 +391,24 @@ static bool find_live_writer(struct gs_image_tmp *t, long *pid)
  */
 static void clean_up_dead_writers(struct gs_image_tmp *t)
 {
-	char prefix[300];
-	tmp_prefix(t->base, prefix, sizeof(prefix));
-	size_t plen = strlen(prefix);
-	int fd = dup(t->parent_fd);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
+	struct tmp_listing l;
+	if (!list_tmp_dirs(t, &l))
 		return;
-	}
-	rewinddir(d);
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, prefix, plen) != 0)
-			continue;
-		long pid = strtol(de->d_name + plen, NULL, 10);
+	const char *name;
+	long pid;
+	while ((name = next_tmp_dir(&l, &pid))) {
 		if (pid_alive(pid))
 			continue;
-		int dfd = openat(t->parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int dfd = openat(t->parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (dfd < 0)
 			continue;
 		struct stat st;
 		if (fstat(dfd, &st) == 0 && st.st_uid == geteuid() && flock(dfd, LOCK_EX | LOCK_NB) == 0) {
 			if (faccessat(dfd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
 				char path[900], kept[600];
-				snprintf(path, sizeof(path), "%s/%s", t->parent, de->d_name);
+				snprintf(path, sizeof(path), "%s/%s", t->parent, name);
 				int32_t src = image_source_pid(dfd, path, (int32_t)pid);
-				int e = keep_dir(t->parent_fd, de->d_name, t->base, src, kept, sizeof(kept));
+				int e = keep_dir(t->parent_fd, name, t->base, src, kept, sizeof(kept));
 				if (e)
 					pr_warn("'%s' holds an image a dump did not publish; left there (cannot rename it: %s)", path,
 						strerror(-e));
@@ -396,15 +416,15 @@ static void clean_up_dead_writers(struct gs_image_tmp *t)
 					pr_warn("'%s' held an image a dump did not publish (of process %d; maybe its only copy): kept"
 						" as '%s/%s'", path, (int)src, t->parent, kept);
 			} else {
-				pr_info("removing '%s/%s', left by a dump that did not finish", t->parent, de->d_name);
-				int rc = remove_image_dir(t->parent_fd, de->d_name);
+				pr_info("removing '%s/%s', left by a dump that did not finish", t->parent, name);
+				int rc = remove_image_dir(t->parent_fd, name);
 				if (rc)
-					pr_warn("cannot remove '%s/%s': %s", t->parent, de->d_name, strerror(-rc));
+					pr_warn("cannot remove '%s/%s': %s", t->parent, name, strerror(-rc));
 			}
 		}
 		close(dfd);
 	}
-	closedir(d);
+	closedir(l.d);
 }
 
 /* Refuses to replace an image of another process (source PID and command name differ) unless opts->replace. */

@@ -351,6 +351,22 @@ static void flush_locked(struct fake_stream *s, uint64_t upto)
 	s->nq -= k;
 }
 
+/*
+ * Performs every copy queued on stream h, as waiting for it does: returns the
+ * stream (NULL: not one of ours); *dead when its context is gone, and then
+ * nothing is performed.
+ */
+static struct fake_stream *flush_stream(CUstream h, bool *dead)
+{
+	pthread_mutex_lock(&stream_lock);
+	struct fake_stream *s = find_stream_locked(h);
+	*dead = s && s->dead;
+	if (s && !*dead)
+		flush_locked(s, s->issued);
+	pthread_mutex_unlock(&stream_lock);
+	return s;
+}
+
 static void flush_all(void)
 {
 	pthread_mutex_lock(&stream_lock);
@@ -425,12 +441,8 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream h)
 }
 EXPORT CUresult cuStreamSynchronize(CUstream h)
 {
-	pthread_mutex_lock(&stream_lock);
-	struct fake_stream *s = find_stream_locked(h);
-	bool dead = s && s->dead;
-	if (s && !dead)
-		flush_locked(s, s->issued);
-	pthread_mutex_unlock(&stream_lock);
+	bool dead;
+	flush_stream(h, &dead);
 	return dead ? FAKE_INVALID_HANDLE : 0;
 }
 EXPORT CUresult cuStreamIsCapturing(CUstream h, int *status)
@@ -654,12 +666,8 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 /* Copies are performed; kernels that ended are finished. NOT_READY while one of the stream's runs. */
 EXPORT CUresult cuStreamQuery(CUstream h)
 {
-	pthread_mutex_lock(&stream_lock);
-	struct fake_stream *s = find_stream_locked(h);
-	bool dead = s && s->dead;
-	if (s && !dead)
-		flush_locked(s, s->issued);
-	pthread_mutex_unlock(&stream_lock);
+	bool dead;
+	struct fake_stream *s = flush_stream(h, &dead);
 	if (dead)
 		return FAKE_INVALID_HANDLE;
 	if (!s || !ctx_alive(s->ctx))
@@ -1199,7 +1207,7 @@ EXPORT CUresult cuMemPoolDestroy(void *pool)
 }
 EXPORT CUresult cuDeviceGetDefaultMemPool(void **pool, int dev)
 {
-	if (dev < 0 || dev >= ngpus() || dev >= FAKE_MAX_DEVICES)
+	if (!device_ok(dev))
 		return FAKE_INVALID_DEVICE;
 	pthread_mutex_lock(&alloc_lock);
 	*pool = device_default_pool(dev);
@@ -1208,7 +1216,7 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(void **pool, int dev)
 }
 EXPORT CUresult cuDeviceGetMemPool(void **pool, int dev)
 {
-	if (dev < 0 || dev >= ngpus() || dev >= FAKE_MAX_DEVICES)
+	if (!device_ok(dev))
 		return FAKE_INVALID_DEVICE;
 	pthread_mutex_lock(&alloc_lock);
 	*pool = current_pools[dev] ? current_pools[dev] : device_default_pool(dev);
@@ -1218,7 +1226,7 @@ EXPORT CUresult cuDeviceGetMemPool(void **pool, int dev)
 /* Only a pool located on that device, as the driver requires. */
 EXPORT CUresult cuDeviceSetMemPool(int dev, void *pool)
 {
-	if (dev < 0 || dev >= ngpus() || dev >= FAKE_MAX_DEVICES)
+	if (!device_ok(dev))
 		return FAKE_INVALID_DEVICE;
 	struct fake_pool *p = pool;
 	CUresult r = FAKE_INVALID_VALUE;

@@ -1,12 +1,15 @@
 /*
- * fuzz.h - what every fuzz harness in tests/fuzz shares: the libFuzzer entry
- * point, a check that crashes (so libFuzzer reports it) when a property of
- * the code under test does not hold, and the little-endian reader that
- * splits one fuzz input into several files or arguments.
+ * fuzz.h - what every fuzz harness in tests/fuzz shares: the entry point a
+ * harness writes (fuzz_one; libFuzzer's own two are in fuzz_common.c), a
+ * check that crashes (so libFuzzer reports it) when a property of the code
+ * under test does not hold, copies of the input the code under test may
+ * own or change, and the little-endian reader that splits one fuzz input
+ * into several files or arguments.
  *
- * Each harness is built twice: with clang's libFuzzer (GPUSNAP_FUZZ=ON, the
- * fuzzing build) and with replay_main.c (every build), which runs it over
- * its seed corpus and the saved crash inputs as a regression test.
+ * Each harness is built twice, both times with fuzz_common.c: with clang's
+ * libFuzzer (GPUSNAP_FUZZ=ON, the fuzzing build) and with replay_main.c
+ * (every build), which runs it over its seed corpus and the saved crash
+ * inputs as a regression test.
  */
 #ifndef GPUSNAP_TESTS_FUZZ_H
 #define GPUSNAP_TESTS_FUZZ_H
@@ -14,14 +17,20 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <fcntl.h>
 #include <stdlib.h>
 
-#include "common/log.h"
-
+/* libFuzzer's entry points, defined once for every harness in fuzz_common.c. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-/* Optional per-harness setup, called once before the first input. */
-int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/*
+ * What each harness defines: one input of at least one byte, split into its
+ * first byte (flags, or a setting: see each harness's comment) and the rest,
+ * len bytes that stay owned by the caller.
+ */
+void fuzz_one(uint8_t first, const uint8_t *rest, size_t len);
+/* Optional per-harness setup, run once before the first input (the log of the code under test is quiet by then). */
+void fuzz_setup(void) __attribute__((weak));
 
 /* A broken property is a crash: libFuzzer saves the input that caused it. */
 #define FUZZ_ASSERT(cond)                                                                            \
@@ -32,13 +41,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 		}                                                                                    \
 	} while (0)
 
-/* Log lines of the code under test go to /dev/null: formatted, not printed millions of times. */
-static inline void fuzz_quiet_log(void)
-{
-	int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0)
-		gs_log_set_fd(fd);
-}
+/* An exact-size copy of data (ASan sees a read past its end), the caller's to change and free. */
+uint8_t *fuzz_copy(const uint8_t *data, size_t len);
+/*
+ * data as a C string: a copy with a NUL after it (a NUL inside ends the
+ * string early, as it would for the real callers' strings). The caller frees it.
+ */
+char *fuzz_text(const uint8_t *data, size_t len);
+/*
+ * Makes a manifest.img's framing agree with its bytes (the size in the
+ * header, the trailer magic, the CRC), so that mutated inputs reach the
+ * section parser instead of stopping at the checksum nearly every time.
+ * Too short to hold a header and a trailer: left as it is.
+ */
+void fuzz_fix_manifest_framing(uint8_t *buf, size_t len);
 
 /* A cursor over the fuzz input. */
 struct fuzz_in {

@@ -79,27 +79,13 @@ static void check_restore_args(const char *recorded)
 	gs_argv_free(&argv);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+void fuzz_one(uint8_t size_byte, const uint8_t *rest, size_t len)
 {
-	(void)argc;
-	(void)argv;
-	fuzz_quiet_log();
-	return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-	if (size < 1)
-		return 0;
-	size_t small = 1 + data[0] % 80;
-	char *text = malloc(size);
-	FUZZ_ASSERT(text);
-	memcpy(text, data + 1, size - 1);
-	text[size - 1] = '\0';
+	size_t small = 1 + size_byte % 80;
+	char *text = fuzz_text(rest, len);
 	check_version(text);
 	check_log_error(text, small);
 	check_pid_in_use(text);
 	check_restore_args(text);
 	free(text);
-	return 0;
 }

@@ -55,11 +55,8 @@ static void remove_root(void)
 		gs_fs_remove_tree(AT_FDCWD, root);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+void fuzz_setup(void)
 {
-	(void)argc;
-	(void)argv;
-	fuzz_quiet_log();
 	const char *tmp = getenv("TMPDIR");
 	snprintf(root, sizeof(root), "%s/gpusnap-fuzz-image-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(root)) {
@@ -68,7 +65,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	}
 	snprintf(image, sizeof(image), "%s/img", root);
 	atexit(remove_root);
-	return 0;
 }
 
 static void put_file(const char *name, const uint8_t *data, size_t len)
@@ -103,17 +99,6 @@ static void put_cpu_dir(struct fuzz_in *in, uint8_t flags)
 	}
 }
 
-static void fix_manifest(uint8_t *buf, size_t len)
-{
-	if (len < sizeof(struct gs_fmt_manifest_header) + sizeof(struct gs_fmt_manifest_trailer))
-		return;
-	uint64_t size = len;
-	memcpy(buf + offsetof(struct gs_fmt_manifest_header, manifest_size), &size, sizeof(size));
-	memcpy(buf + len - sizeof(struct gs_fmt_manifest_trailer), GS_FMT_TRAILER_MAGIC, GS_FMT_MAGIC_LEN);
-	uint32_t crc = gs_crc32c(0, buf, len - 4);
-	memcpy(buf + len - 4, &crc, 4);
-}
-
 static void fix_data_header(uint8_t *buf, size_t len)
 {
 	if (len < sizeof(struct gs_fmt_data_header))
@@ -133,11 +118,9 @@ static int build_image(const uint8_t *data, size_t size, uint8_t flags)
 	size_t len;
 	if (!fuzz_record(&in, &rec, &len))
 		return 0;
-	uint8_t *copy = malloc(len ? len : 1);
-	FUZZ_ASSERT(copy);
-	memcpy(copy, rec, len);
+	uint8_t *copy = fuzz_copy(rec, len);
 	if (flags & FLAG_FIX_MANIFEST)
-		fix_manifest(copy, len);
+		fuzz_fix_manifest_framing(copy, len);
 	put_file(GS_FMT_MANIFEST_NAME, copy, len);
 	free(copy);
 	for (uint32_t i = 0; i < ndata && i < MAX_DATA_FILES && fuzz_record(&in, &rec, &len); i++) {
@@ -218,19 +201,16 @@ static int read_all(struct gs_image *img)
 	return all_good;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+void fuzz_one(uint8_t flags, const uint8_t *rest, size_t len)
 {
-	if (size < 1)
-		return 0;
-	uint8_t flags = data[0];
-	if (!build_image(data + 1, size - 1, flags))
-		return 0;
+	if (!build_image(rest, len, flags))
+		return;
 	struct gs_image *img;
 	struct gs_err err = { 0 };
 	if (gs_image_open(image, &img, &err)) {
 		FUZZ_ASSERT(err.code == GS_E_IMAGE || err.code == GS_E_PERMISSION || err.code == GS_E_NO_SPACE);
 		FUZZ_ASSERT(err.msg[0] != '\0');
-		return 0;
+		return;
 	}
 	gs_image_set_direct_io(img, !(flags & FLAG_BUFFERED));
 	describe(img);
@@ -245,5 +225,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!big)
 		FUZZ_ASSERT((rc == 0) == reads_good);
 	gs_image_close(img);
-	return 0;
 }

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "image/crc32c.h"
 #include "image/format.h"
 #include "image/manifest.h"
 
@@ -107,38 +106,11 @@ static void check_round_trip(const struct gs_manifest *m)
 	gs_manifest_free(&d);
 }
 
-/* Makes the header's size, the trailer magic and the CRC agree with the bytes. */
-static void fix_framing(uint8_t *buf, size_t len)
+void fuzz_one(uint8_t flags, const uint8_t *rest, size_t len)
 {
-	if (len < sizeof(struct gs_fmt_manifest_header) + sizeof(struct gs_fmt_manifest_trailer))
-		return;
-	uint64_t size = len;
-	memcpy(buf + offsetof(struct gs_fmt_manifest_header, manifest_size), &size, sizeof(size));
-	memcpy(buf + len - sizeof(struct gs_fmt_manifest_trailer), GS_FMT_TRAILER_MAGIC, GS_FMT_MAGIC_LEN);
-	uint32_t crc = gs_crc32c(0, buf, len - 4);
-	memcpy(buf + len - 4, &crc, 4);
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	fuzz_quiet_log();
-	return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-	if (size < 1)
-		return 0;
-	uint8_t flags = data[0];
-	size_t len = size - 1;
-	uint8_t *buf = malloc(len ? len : 1);
-	if (!buf)
-		return 0;
-	memcpy(buf, data + 1, len);
+	uint8_t *buf = fuzz_copy(rest, len);
 	if (flags & FLAG_FIX_FRAMING)
-		fix_framing(buf, len);
+		fuzz_fix_manifest_framing(buf, len);
 	struct gs_manifest m;
 	struct gs_err err = { 0 };
 	if (gs_manifest_decode(buf, len, &m, &err) == 0) { /* owns buf from here */
@@ -149,5 +121,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_ASSERT(err.code == GS_E_IMAGE || err.code == GS_E_NO_SPACE);
 		FUZZ_ASSERT(err.msg[0] != '\0');
 	}
-	return 0;
 }

@@ -84,27 +84,14 @@ static void check_table(int argc, char **argv, int flags)
 	gs_string_list_free(&extra);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+void fuzz_one(uint8_t first, const uint8_t *rest, size_t len)
 {
-	(void)argc;
-	(void)argv;
-	fuzz_quiet_log();
-	return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-	if (size < 1)
-		return 0;
-	int flags = (data[0] & 1) ? GS_PARSE_STOP_AT_NON_OPTION : 0;
-	char *text = malloc(size);
-	FUZZ_ASSERT(text);
-	memcpy(text, data + 1, size - 1);
-	text[size - 1] = '\0';
+	int flags = (first & 1) ? GS_PARSE_STOP_AT_NON_OPTION : 0;
+	char *text = fuzz_text(rest, len);
 	char *argv[MAX_ARGS + 1];
 	int argc = 0;
 	argv[argc++] = "cmd";
-	for (char *p = text; p < text + size - 1 && argc < MAX_ARGS; p += strlen(p) + 1)
+	for (char *p = text; p < text + len && argc < MAX_ARGS; p += strlen(p) + 1)
 		argv[argc++] = p;
 	argv[argc] = NULL;
 	for (int i = 1; i < argc; i++)
@@ -115,5 +102,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_ASSERT(gs_fault_configure(argv[1]) >= 0);
 	gs_fault_configure("");
 	free(text);
-	return 0;
 }

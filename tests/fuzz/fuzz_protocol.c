@@ -132,23 +132,9 @@ static void check_rebuild(const struct gs_msg *m, const uint8_t *frame, size_t l
 	gs_msg_free(&b);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+void fuzz_one(uint8_t flags, const uint8_t *rest, size_t len)
 {
-	(void)argc;
-	(void)argv;
-	fuzz_quiet_log();
-	return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-	if (size < 1)
-		return 0;
-	uint8_t flags = data[0];
-	size_t len = size - 1;
-	uint8_t *frame = malloc(len ? len : 1);
-	FUZZ_ASSERT(frame);
-	memcpy(frame, data + 1, len);
+	uint8_t *frame = fuzz_copy(rest, len);
 	if ((flags & FLAG_FIX_HEADER) && len >= GS_MSG_HEADER_SIZE) {
 		put32(frame, GS_PROTO_MAGIC);
 		frame[4] = GS_PROTO_VERSION & 0xff;
@@ -174,5 +160,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	gs_msg_free(&m);
 	free(frame);
-	return 0;
 }

@@ -180,41 +180,42 @@ static int write_empty_image(const char *dir, struct gs_err *err)
 	return rc ? rc : gs_image_writer_commit(w, err);
 }
 
+/* Where an image NAME is written: a path under the scratch root with nothing there yet. */
+static const char *image_path(const char *name)
+{
+	const char *dir = scratch_dir(name);
+	rmdir(dir);
+	return dir;
+}
+
+/* An image that could not be written ends the run: its seeds would be missing. */
+static void check_written(int rc, const char *what, const struct gs_err *err)
+{
+	if (rc) {
+		fprintf(stderr, "make_seeds: %s: %s\n", what, err->msg);
+		exit(1);
+	}
+}
+
 static void seed_images(void)
 {
 	scratch_init("fuzz-seeds");
 	struct gs_err err = { 0 };
-	const char *std = scratch_dir("std");
-	rmdir(std);
-	if (write_std_image(std, NULL, 7, &err)) {
-		fprintf(stderr, "make_seeds: standard image: %s\n", err.msg);
-		exit(1);
-	}
+	const char *std = image_path("std");
+	check_written(write_std_image(std, NULL, 7, &err), "standard image", &err);
 	seed_image(std, "std", 0);
-	const char *small = scratch_dir("small");
-	rmdir(small);
-	if (write_small_image(small, false, &err)) {
-		fprintf(stderr, "make_seeds: small image: %s\n", err.msg);
-		exit(1);
-	}
+	const char *small = image_path("small");
+	check_written(write_small_image(small, false, &err), "small image", &err);
 	seed_image(small, "small", 0);
-	const char *cpu = scratch_dir("cpu");
-	rmdir(cpu);
-	if (write_small_image(cpu, true, &err)) {
-		fprintf(stderr, "make_seeds: small image with cpu/: %s\n", err.msg);
-		exit(1);
-	}
+	const char *cpu = image_path("cpu");
+	check_written(write_small_image(cpu, true, &err), "small image with cpu/", &err);
 	seed_image(cpu, "small-cpu", 0x4);
 	seed_image(cpu, "small-cpu-buffered", 0x4 | 0x8);
 	seed_image(cpu, "small-cpu-untrusted", 0x4 | 0x10 | 0x20);
 	seed_image(small, "small-data-untrusted", 0x40);
 	seed_image(small, "small-data-symlink", 0x80);
-	const char *empty = scratch_dir("empty");
-	rmdir(empty);
-	if (write_empty_image(empty, &err)) {
-		fprintf(stderr, "make_seeds: empty image: %s\n", err.msg);
-		exit(1);
-	}
+	const char *empty = image_path("empty");
+	check_written(write_empty_image(empty, &err), "empty image", &err);
 	seed_image(empty, "empty", 0);
 	scratch_cleanup();
 }

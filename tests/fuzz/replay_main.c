@@ -84,8 +84,7 @@ static void replay_path(const char *path)
 
 int main(int argc, char **argv)
 {
-	if (LLVMFuzzerInitialize)
-		LLVMFuzzerInitialize(&argc, &argv);
+	LLVMFuzzerInitialize(&argc, &argv);
 	for (int i = 1; i < argc; i++)
 		replay_path(argv[i]);
 	if (!replayed) {

@@ -20,6 +20,7 @@ struct fake_dev {
 	uint64_t live, allocs, frees;
 	struct gs_alloc_registry *slabs;
 	int bad_frees;
+	struct gs_suballoc_ops ops; /* the sub-allocator's slab source: this device */
 };
 
 static int fake_slab_alloc(void *ctx, uint64_t size, uint64_t *va)
@@ -54,14 +55,24 @@ static void fake_slab_free(void *ctx, uint64_t va, uint64_t size)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static void fake_init(struct fake_dev *d, struct gs_suballoc_ops *ops)
+static void fake_init(struct fake_dev *d)
 {
 	memset(d, 0, sizeof(*d));
 	pthread_mutex_init(&d->lock, NULL);
 	d->next_va = 0x7f0000000000ULL;
 	d->fail_after = -1;
 	d->slabs = gs_alloc_registry_new();
-	*ops = (struct gs_suballoc_ops){ fake_slab_alloc, fake_slab_free, d };
+	d->ops = (struct gs_suballoc_ops){ fake_slab_alloc, fake_slab_free, d };
+}
+
+/* Where most tests start: a fresh fake device and a sub-allocator with the default configuration over it. */
+static struct gs_suballoc *fake_suballoc(struct fake_dev *d)
+{
+	fake_init(d);
+	struct gs_suballoc *sa = NULL;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_suballoc_new(NULL, &d->ops, &sa, &err), 0);
+	return sa;
 }
 
 static void fake_fini(struct fake_dev *d)
@@ -93,11 +104,8 @@ static uint64_t random_size(uint64_t threshold)
 static void test_random_shadow(void)
 {
 	struct fake_dev d;
-	struct gs_suballoc_ops ops;
-	fake_init(&d, &ops);
-	struct gs_suballoc *sa;
+	struct gs_suballoc *sa = fake_suballoc(&d);
 	struct gs_err err = { 0 };
-	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
 	struct gs_alloc_registry *shadow = gs_alloc_registry_new();
 	enum { MAXLIVE = 20000 };
 	uint64_t *live = malloc(MAXLIVE * sizeof(*live));
@@ -178,11 +186,8 @@ static void test_random_shadow(void)
 static void test_many_tiny(void)
 {
 	struct fake_dev d;
-	struct gs_suballoc_ops ops;
-	fake_init(&d, &ops);
-	struct gs_suballoc *sa;
+	struct gs_suballoc *sa = fake_suballoc(&d);
 	struct gs_err err = { 0 };
-	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
 	static uint64_t va[10000];
 	for (int i = 0; i < 10000; i++)
 		CHECK_INT(gs_suballoc_alloc(sa, 1, &va[i], &err), 0);
@@ -216,12 +221,11 @@ static int count_slab(void *ctx, const struct gs_slab_info *s)
 static void test_slab_release_and_iteration(void)
 {
 	struct fake_dev d;
-	struct gs_suballoc_ops ops;
-	fake_init(&d, &ops);
+	fake_init(&d);
 	struct gs_suballoc *sa;
 	struct gs_err err = { 0 };
 	struct gs_suballoc_config cfg = { 2 * GS_MiB, GS_MiB, 256, 0 }; /* no spares */
-	CHECK_INT(gs_suballoc_new(&cfg, &ops, &sa, &err), 0);
+	CHECK_INT(gs_suballoc_new(&cfg, &d.ops, &sa, &err), 0);
 	uint64_t a, b, c;
 	/* 1 MiB blocks: two per slab */
 	CHECK_INT(gs_suballoc_alloc(sa, GS_MiB, &a, &err), 0);
@@ -243,7 +247,7 @@ static void test_slab_release_and_iteration(void)
 
 	/* with a spare, a free/alloc cycle maps nothing new, and the spare serves any class */
 	cfg.spare_slabs = 1;
-	CHECK_INT(gs_suballoc_new(&cfg, &ops, &sa, &err), 0);
+	CHECK_INT(gs_suballoc_new(&cfg, &d.ops, &sa, &err), 0);
 	uint64_t allocs = d.allocs;
 	for (int i = 0; i < 100; i++) {
 		CHECK_INT(gs_suballoc_alloc(sa, i % 2 ? 100 : 300000, &a, &err), 0);
@@ -261,11 +265,8 @@ static void test_slab_release_and_iteration(void)
 static void test_failures_and_config(void)
 {
 	struct fake_dev d;
-	struct gs_suballoc_ops ops;
-	fake_init(&d, &ops);
-	struct gs_suballoc *sa;
+	struct gs_suballoc *sa = fake_suballoc(&d);
 	struct gs_err err = { 0 };
-	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
 	uint64_t va;
 	d.fail_after = 1;
 	CHECK_INT(gs_suballoc_alloc(sa, 4096, &va, &err), 0);
@@ -279,7 +280,7 @@ static void test_failures_and_config(void)
 	gs_suballoc_destroy(sa);
 
 	d.misalign = 128;
-	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
+	CHECK_INT(gs_suballoc_new(NULL, &d.ops, &sa, &err), 0);
 	CHECK_INT(gs_suballoc_alloc(sa, 1, &va, &err), GS_E_FAILURE);
 	CHECK_CONTAINS(err.msg, "not aligned to 512 bytes");
 	CHECK_INT(d.live, 0);
@@ -289,9 +290,9 @@ static void test_failures_and_config(void)
 	struct gs_suballoc_config bad1 = { 2 * GS_MiB, 4 * GS_MiB, 256, 1 };
 	struct gs_suballoc_config bad2 = { 2 * GS_MiB, GS_MiB, 384, 1 };
 	struct gs_suballoc_config odd = { 3 * GS_MiB, 1000, 512, 1 };
-	CHECK_INT(gs_suballoc_new(&bad1, &ops, &sa, &err), GS_E_USAGE);
-	CHECK_INT(gs_suballoc_new(&bad2, &ops, &sa, &err), GS_E_USAGE);
-	CHECK_INT(gs_suballoc_new(&odd, &ops, &sa, &err), 0);
+	CHECK_INT(gs_suballoc_new(&bad1, &d.ops, &sa, &err), GS_E_USAGE);
+	CHECK_INT(gs_suballoc_new(&bad2, &d.ops, &sa, &err), GS_E_USAGE);
+	CHECK_INT(gs_suballoc_new(&odd, &d.ops, &sa, &err), 0);
 	CHECK(gs_suballoc_block_size(sa, 1) == 512 && gs_suballoc_block_size(sa, 513) == 1024 &&
 	      gs_suballoc_block_size(sa, 1000) == 1024 && gs_suballoc_block_size(sa, 1001) == 0);
 	d.misalign = 0;
@@ -309,11 +310,8 @@ static void test_failures_and_config(void)
 static void test_cudamalloc_alignment(void)
 {
 	struct fake_dev d;
-	struct gs_suballoc_ops ops;
-	fake_init(&d, &ops);
-	struct gs_suballoc *sa;
+	struct gs_suballoc *sa = fake_suballoc(&d);
 	struct gs_err err = { 0 };
-	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
 	int misaligned = 0, first_bad = 0;
 	for (uint64_t size = 1; size <= 4096; size++) {
 		uint64_t va[4];
@@ -361,11 +359,7 @@ static void *churn(void *p)
 static void test_threads(void)
 {
 	struct fake_dev d;
-	struct gs_suballoc_ops ops;
-	fake_init(&d, &ops);
-	struct gs_suballoc *sa;
-	struct gs_err err = { 0 };
-	CHECK_INT(gs_suballoc_new(NULL, &ops, &sa, &err), 0);
+	struct gs_suballoc *sa = fake_suballoc(&d);
 	pthread_t t[3];
 	struct worker_arg args[3];
 	for (int i = 0; i < 3; i++) {
