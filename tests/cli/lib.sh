@@ -131,6 +131,15 @@ fake_cuda_env() {
     chmod 700 "$TEST_TMP"
   fi
 }
+# start_cuda_proc [GPUS] -> NEWPID: a sleeping process registered in the fake libcuda as a running
+# CUDA process on GPUS (default 0; "0,1": two), killed at the end.
+# shellcheck disable=SC2120 # GPUS is optional
+start_cuda_proc() {
+  sleep 300 &
+  NEWPID=$!
+  TEST_PIDS+=("$NEWPID")
+  echo "0 ${1:-0}" >"$FAKE_CUDA_DIR/$NEWPID"
+}
 # fake_state [PID]: the fake driver's state of PID (default $PID): 0 running, 1 locked, 2 checkpointed.
 # shellcheck disable=SC2120 # PID is optional
 fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/${1:-$PID}"; }

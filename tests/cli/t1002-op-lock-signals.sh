@@ -15,12 +15,6 @@
 
 fake_cuda_env
 
-start_cuda_proc() { # start_cuda_proc -> NEWPID, a running CUDA process on GPU 0
-  sleep 300 &
-  NEWPID=$!
-  TEST_PIDS+=("$NEWPID")
-  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
-}
 # fast CMD...: runs gpusnap, fails the check if it took a second or more
 fast() {
   local t0 t1
