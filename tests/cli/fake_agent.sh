@@ -16,15 +16,10 @@
 fake_agent_env() {
   [ -f "$GPUSNAP_BUILD/libgpusnap.so" ] || skip "libgpusnap.so was not built (the agent is x86-64 only)"
   command -v python3 >/dev/null || skip "python3 is needed to read the JSON outcomes"
-  if [ "${1:-}" = criu ]; then
-    require_criu
-    export FAKE_CUDA_CRIU=1
-    chmod 700 "$TEST_TMP"
-  fi
+  fake_cuda_env "${1:-}"
+  # the same state files, the host-memory fake driver instead of the plain fake libcuda
   export GPUSNAP_LIBCUDA=$GPUSNAP_BUILD/tests/agent/libfakevmm.so
-  export FAKE_CUDA_DIR=$TEST_TMP/fake
   export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
-  mkdir -p "$FAKE_CUDA_DIR"
   [ -e "$GPUSNAP_LIBCUDA" ] || { echo "not ok - missing $GPUSNAP_LIBCUDA"; exit 1; }
   [ -e "$app" ] || { echo "not ok - missing $app"; exit 1; }
 }
@@ -145,7 +140,4 @@ kill_our_apps() {
 phys() { cat "$FAKE_CUDA_DIR/$PID.phys" 2>/dev/null || echo none; }
 handles() { cat "$FAKE_CUDA_DIR/$PID.handles" 2>/dev/null || echo none; }
 pinned() { cat "$FAKE_CUDA_DIR/$PID.pinned" 2>/dev/null || echo 0; }
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$PID"; }
 jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
-sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
-tmp_dirs() { find "$(dirname "$1")" -maxdepth 1 -name ".$(basename "$1").tmp-*"; }

@@ -85,3 +85,109 @@ require_criu() {
   fi
   "$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1 || skip "criu check fails here: $(tail -n 1 "$TEST_TMP/check.log")"
 }
+
+# errors FILE: FILE without the fault table's own lines (GPUSNAP_FAULT's "fault: injected at ...").
+errors() { grep -v "fault: injected at" "$1"; }
+# one_line: the last run_gpusnap's stderr is a single line.
+one_line() { [ "$(wc -l <"$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
+# one_error: the last run_gpusnap's stderr is a single line besides the fault table's.
+one_error() { [ "$(errors "$ERR_TXT" | wc -l)" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
+
+# bg_gpusnap FAULT ARGS...: gpusnap in the background with GPUSNAP_FAULT=FAULT, its output in
+# $TEST_TMP/bg.out and bg.err (removed first: at_fault must not find an earlier run's lines); BG is its PID.
+bg_gpusnap() {
+  local fault=$1
+  shift
+  rm -f "$TEST_TMP/bg.out" "$TEST_TMP/bg.err"
+  GPUSNAP_FAULT=$fault "$GPUSNAP_BIN" "$@" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
+  BG=$!
+}
+# bg_wait: waits for BG; BG_RC is its exit status.
+# shellcheck disable=SC2034 # BG_RC is for the test
+bg_wait() { BG_RC=0; wait "$BG" || BG_RC=$?; }
+# at_fault POINT [SECONDS]: 0 once the background gpusnap reached the fault point POINT (default: wait up to 5 s), else 1.
+at_fault() {
+  local i steps=$((${2:-5} * 100))
+  for ((i = 0; i < steps; i++)); do
+    grep -q "injected at '$1'" "$TEST_TMP/bg.err" 2>/dev/null && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# ---- the fake libcuda (tests/fake/fake_cuda.c) and the CPU processes it stands in for ----
+
+# fake_cuda_env [criu]: the CLI on the fake libcuda, its state files in $FAKE_CUDA_DIR. With
+# criu: root and a usable CRIU (else the test skips), and a copy CRIU restored looks checkpointed
+# to the fake, as with the real driver (FAKE_CUDA_CRIU=1).
+# shellcheck disable=SC2120 # criu is optional
+fake_cuda_env() {
+  [ "${1:-}" != criu ] || require_criu
+  export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
+  export FAKE_CUDA_DIR=$TEST_TMP/fake
+  mkdir -p "$FAKE_CUDA_DIR"
+  if [ "${1:-}" = criu ]; then
+    export FAKE_CUDA_CRIU=1
+    chmod 700 "$TEST_TMP"
+  fi
+}
+# start_cuda_proc [GPUS] -> NEWPID: a sleeping process registered in the fake libcuda as a running
+# CUDA process on GPUS (default 0; "0,1": two), killed at the end.
+# shellcheck disable=SC2120 # GPUS is optional
+start_cuda_proc() {
+  sleep 300 &
+  NEWPID=$!
+  TEST_PIDS+=("$NEWPID")
+  echo "0 ${1:-0}" >"$FAKE_CUDA_DIR/$NEWPID"
+}
+# fake_state [PID]: the fake driver's state of PID (default $PID): 0 running, 1 locked, 2 checkpointed.
+# shellcheck disable=SC2120 # PID is optional
+fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/${1:-$PID}"; }
+
+# fake_criu NAME BODY: $TEST_TMP/NAME, a criu that answers --version and check as $GPUSNAP_CRIU (the
+# real one) does and runs the shell code BODY for everything else.
+fake_criu() {
+  # shellcheck disable=SC2016 # "$1" and "$@" are the fake criu's own
+  printf '#!/bin/sh\ncase "$1" in --version|check) exec "%s" "$@";; esac\n%s\n' "$GPUSNAP_CRIU" "$2" >"$TEST_TMP/$1"
+  chmod 755 "$TEST_TMP/$1"
+}
+
+# kill_test_procs NAME: kills the processes called NAME that this test started (an argument of theirs
+# lies under $TEST_TMP): restores reuse PIDs, so a PID alone does not say whose a process is.
+kill_test_procs() {
+  local p
+  for p in $(pgrep -x "$1"); do
+    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
+  done
+  return 0
+}
+
+# wait_lines FILE N: 0 once FILE has N lines or more (up to 5 s), else 1.
+wait_lines() {
+  local i
+  for ((i = 0; i < 500; i++)); do
+    [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
+    sleep 0.01
+  done
+  return 1
+}
+# grows FILE: FILE gets 5 lines more within 5 s (the counter writing it runs).
+grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
+# start_counter LOG -> NEWPID: tests/apps/cpu_counter, a daemon counting into LOG, registered in the
+# fake libcuda as a CUDA process on GPU 0; returns once LOG has 10 lines.
+start_counter() {
+  NEWPID=$("$GPUSNAP_BUILD/tests/apps/cpu_counter" --daemon "$1")
+  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
+  wait_lines "$1" 10
+}
+
+# ---- images ----
+
+# sums DIR: a checksum line for each file under DIR; where the test sets SUMS_ENTRIES (a find -printf
+# format, e.g. '%p %m\n'), a line for each entry under DIR too (its mode, its type: what the test compares).
+sums() {
+  (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+  [ -z "${SUMS_ENTRIES:-}" ] || (cd "$1" && find . -printf "$SUMS_ENTRIES" | sort)
+}
+# tmp_dirs DIR: the temporary directories of dumps to DIR, not published yet (.DIR.tmp-*).
+tmp_dirs() { find "$(dirname "$1")" -maxdepth 1 -name ".$(basename "$1").tmp-*"; }

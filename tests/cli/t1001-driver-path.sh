@@ -4,18 +4,8 @@
 # --map, --json. Real GPU behaviour is tested in tests/gpu.
 . "$(dirname "$0")/lib.sh"
 
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
+fake_cuda_env
 export FAKE_CUDA_LOG=$TEST_TMP/calls.log
-mkdir -p "$FAKE_CUDA_DIR"
-
-start_cuda_proc() { # start_cuda_proc GPUS -> sets NEWPID, registered as a running CUDA process on GPUS
-  sleep 300 &
-  NEWPID=$!
-  TEST_PIDS+=("$NEWPID")
-  echo "0 $1" >"$FAKE_CUDA_DIR/$NEWPID"
-}
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
 
 # usage and dispatch
 run_gpusnap; expect "no command is a usage error that lists the commands" 2 "usage: gpusnap"

@@ -13,37 +13,8 @@
 #  - resume --image on a process without the agent is refused in one line.
 . "$(dirname "$0")/lib.sh"
 
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-mkdir -p "$FAKE_CUDA_DIR"
+fake_cuda_env
 
-start_cuda_proc() { # start_cuda_proc -> NEWPID, a running CUDA process on GPU 0
-  sleep 300 &
-  NEWPID=$!
-  TEST_PIDS+=("$NEWPID")
-  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
-}
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
-one_line() { [ "$(wc -l <"$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
-# bg_gpusnap FAULT ARGS...: gpusnap in the background with GPUSNAP_FAULT=FAULT; BG is its PID
-bg_gpusnap() {
-  local fault=$1
-  shift
-  rm -f "$TEST_TMP/bg.out" "$TEST_TMP/bg.err" # at_fault must not find an earlier run's lines
-  GPUSNAP_FAULT=$fault "$GPUSNAP_BIN" "$@" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
-  BG=$!
-}
-# bg_wait: waits for BG; BG_RC is its exit status
-bg_wait() { BG_RC=0; wait "$BG" || BG_RC=$?; }
-# at_fault POINT: waits (5 s at most) until the background gpusnap reached the fault point
-at_fault() {
-  local i
-  for ((i = 0; i < 500; i++)); do
-    grep -q "injected at '$1'" "$TEST_TMP/bg.err" 2>/dev/null && return 0
-    sleep 0.01
-  done
-  return 1
-}
 # fast CMD...: runs gpusnap, fails the check if it took a second or more
 fast() {
   local t0 t1

@@ -17,38 +17,18 @@ src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 app=$build/tests/apps/cpu_counter
 
-require_criu
-
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export FAKE_CUDA_CRIU=1
+fake_cuda_env criu
 export FAKE_CUDA_LOG=$TEST_TMP/fake.log
-mkdir -p "$FAKE_CUDA_DIR"
-chmod 700 "$TEST_TMP"
+# restores must leave the image's files and their modes as they were
+SUMS_ENTRIES='%p %m\n'
 
-# only our counters are killed at the end: restores reuse PIDs, so check the name
+# only our counters are killed at the end: restores reuse PIDs
 cleanup_counters() {
-  for p in $(pgrep -x cpu_counter); do
-    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
-  done
+  kill_test_procs cpu_counter
   cleanup_test
 }
 trap cleanup_counters EXIT
 
-start_counter() { # start_counter LOG -> NEWPID, a daemon registered as a CUDA process on GPU 0
-  NEWPID=$("$app" --daemon "$1")
-  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
-  wait_lines "$1" 10
-}
-wait_lines() { # wait_lines FILE N: up to 5 s
-  local i
-  for ((i = 0; i < 500; i++)); do
-    [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
-    sleep 0.01
-  done
-  return 1
-}
-grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
 settled() { # prints "lines last" once FILE stopped growing
   local a b
   a=$(wc -l <"$1"); sleep 0.1; b=$(wc -l <"$1")
@@ -62,9 +42,6 @@ continues() {
   for ((i = 1; i <= 10; i++)); do want+="$((value + i)) "; done
   [ "$got" = "$want" ] || { echo "    got '$got', want '$want'"; return 1; }
 }
-sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -printf '%p %m\n' | sort); }
-one_line() { [ "$(grep -vc "fault: injected at" "$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
 
 # ---- usage ----
 run_gpusnap dump 1; expect "dump without -D" 2 "-D DIR is required"
@@ -81,7 +58,7 @@ start_counter "$log"; pid=$NEWPID
 img=$TEST_TMP/img
 run_gpusnap dump -D "$img" "$pid"; expect "dump (driver path)" 0 "dumped $pid (cpu_counter) to $img: driver path"
 check "the dumped process is gone" wait_gone "$pid"
-check "no temporary directories left" [ "$(find "$TEST_TMP" -maxdepth 1 -name '.img.tmp-*' | wc -l)" = 0 ]
+check "no temporary directories left" [ -z "$(tmp_dirs "$img")" ]
 check "image is owner-only (0700 dirs, 0600 files)" [ -z "$(find "$img" \( -type d ! -perm 700 \) -o \( -type f -perm /077 \))" ]
 read -r n value < <(settled "$log")
 check "counter stopped at the dump" [ "${value:-0}" -ge 10 ]
@@ -99,7 +76,7 @@ check "driver state is running after restore" [ "$(fake_state "$pid")" = 0 ]
 check "the app's main thread was stopped during the driver's restore" grep -q "^restore-main $pid T$" "$FAKE_CUDA_LOG"
 check "the driver's restore succeeded" grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG"
 run_gpusnap restore -D "$img"; expect "second restore while the first runs" 15 "pid $pid, which the image needs, is in use by 'cpu_counter'"
-check "refusal is one line" one_line
+check "refusal is one line" one_error
 kill -9 "$pid"; wait_gone "$pid"
 m=$(wc -l <"$log")
 run_gpusnap restore --json "$img"; expect "restore again from the same image" 0
@@ -147,7 +124,7 @@ refused() { # refused TITLE CODE TEXT DIR [env...]: restore from DIR is refused
   RC=0; env "$@" "$GPUSNAP_BIN" restore -D "$dir" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
   OUT_TXT=$TEST_TMP/out; ERR_TXT=$TEST_TMP/err
   expect "$title" "$code" "$text"
-  check "$title: one-line message" one_line
+  check "$title: one-line message" one_error
   check "$title: image unchanged" [ "$(sums "$dir")" = "$s0" ]
   check "$title: no process left" bash -c "! kill -0 $pid 2>/dev/null"
 }
@@ -216,28 +193,28 @@ start_counter "$log"; pid=$NEWPID
 s0=$(sums "$img")
 GPUSNAP_FAULT=image-write=fail:ENOSPC run_gpusnap dump --replace -D "$img" "$pid"
 expect "dump with the disk full" 13 "no space left"
-check "disk full: one-line message" one_line
+check "disk full: one-line message" one_error
 check "disk full: process keeps running" grows "$log"
 check "disk full: driver state running again" [ "$(fake_state "$pid")" = 0 ]
 check "disk full: old image intact" [ "$(sums "$img")" = "$s0" ]
-check "disk full: no temporary directory left" [ "$(find "$TEST_TMP" -maxdepth 1 -name '.img.tmp-*' | wc -l)" = 0 ]
+check "disk full: no temporary directory left" [ -z "$(tmp_dirs "$img")" ]
 
+fake_criu failing-criu 'echo "Error (criu/cr-dump.c:1): injected failure" >&2
+exit 1'
 failing=$TEST_TMP/failing-criu
-printf '#!/bin/sh\ncase "$1" in --version|check) exec "%s" "$@";; esac\necho "Error (criu/cr-dump.c:1): injected failure" >&2\nexit 1\n' "$GPUSNAP_CRIU" >"$failing"
-chmod 755 "$failing"
 GPUSNAP_CRIU=$failing run_gpusnap dump --replace -D "$img" "$pid"
 expect "dump with CRIU failing" 15 "criu dump of $pid failed"
 check "CRIU failing: process keeps running" grows "$log"
 check "CRIU failing: driver state running again" [ "$(fake_state "$pid")" = 0 ]
 check "CRIU failing: old image intact" [ "$(sums "$img")" = "$s0" ]
-check "CRIU failing: no temporary directory left" [ "$(find "$TEST_TMP" -maxdepth 1 -name '.img.tmp-*' | wc -l)" = 0 ]
+check "CRIU failing: no temporary directory left" [ -z "$(tmp_dirs "$img")" ]
 mkdir -p "$TEST_TMP/notimg"; echo x >"$TEST_TMP/notimg/file"
 run_gpusnap dump -D "$TEST_TMP/notimg" "$pid"; expect "dump over a directory that is not an image" 2 "is not a gpusnap image"
 check "refused dump: process keeps running" grows "$log"
 
 # a dump over another process's image: refused unless --replace, which replaces it
 run_gpusnap dump -D "$img" "$pid"; expect "dump over another process's image" 2 "holds the image of another process"
-check "refused dump: one-line message" one_line
+check "refused dump: one-line message" one_error
 check "refused dump: the other image stays" [ "$(sums "$img")" = "$s0" ]
 check "refused dump: process keeps running" grows "$log"
 run_gpusnap dump --replace -D "$img" "$pid"; expect "dump --replace over another process's image" 0

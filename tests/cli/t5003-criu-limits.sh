@@ -16,43 +16,18 @@
 . "$(dirname "$0")/lib.sh"
 
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/apps/cpu_counter
 driver=$build/tests/apps/criu_driver
 
-require_criu
+fake_cuda_env criu
 real_criu=$GPUSNAP_CRIU
 
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export FAKE_CUDA_CRIU=1
-mkdir -p "$FAKE_CUDA_DIR"
-chmod 700 "$TEST_TMP"
-
 cleanup_all() {
-  for p in $(pgrep -x cpu_counter); do
-    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
-  done
+  kill_test_procs cpu_counter
   for f in "$TEST_TMP"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
   cleanup_test
 }
 trap cleanup_all EXIT
 
-wait_lines() { # wait_lines FILE N: up to 5 s
-  local i
-  for ((i = 0; i < 500; i++)); do
-    [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
-    sleep 0.01
-  done
-  return 1
-}
-grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
-start_counter() { # start_counter LOG -> NEWPID, a daemon registered as a CUDA process on GPU 0
-  NEWPID=$("$app" --daemon "$1")
-  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
-  wait_lines "$1" 10
-}
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
-one_line() { [ "$(wc -l <"$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
 # named_log: the log path the last error names, "" if none
 named_log() { sed -n 's/.*(log: \([^)]*\)).*/\1/p' "$ERR_TXT" | tail -n 1; }
 log_exists() { local l; l=$(named_log); [ -n "$l" ] && [ -s "$l" ] || { echo "    named: '$l'"; return 1; }; }
@@ -63,11 +38,6 @@ gone_or_zombie() { # up to 5 s
   local i
   for ((i = 0; i < 500; i++)); do runs "$1" || return 0; sleep 0.01; done
   return 1
-}
-# fake_criu NAME BODY: a criu that answers --version as the real one and runs BODY for the rest
-fake_criu() {
-  printf '#!/bin/sh\ncase "$1" in --version|check) exec "%s" "$@";; esac\n%s\n' "$real_criu" "$2" >"$TEST_TMP/$1"
-  chmod 755 "$TEST_TMP/$1"
 }
 kernel_ge_616() {
   local r; r=$(uname -r)

@@ -15,10 +15,8 @@
 . "$(dirname "$0")/lib.sh"
 
 src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/apps/cpu_counter
 
-require_criu
+fake_cuda_env criu
 
 inc=""
 for d in "$(dirname "$(readlink -f "$GPUSNAP_CRIU")")/../usr/include/criu" "$src/.cache/criu/usr/include/criu" \
@@ -28,12 +26,6 @@ done
 [ -n "$inc" ] || skip "no criu-plugin.h (scripts/get-criu.sh brings one)"
 cc=${CC:-cc}
 command -v "$cc" >/dev/null || skip "no C compiler ($cc)"
-
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export FAKE_CUDA_CRIU=1
-mkdir -p "$FAKE_CUDA_DIR"
-chmod 700 "$TEST_TMP"
 
 plugins=$TEST_TMP/criu-default
 mkdir -p "$plugins"
@@ -45,27 +37,11 @@ export GPUSNAP_TEST_PLUGIN_MARKER=$marker
 made_usr_lib_criu=0
 cleanup_all() {
   [ "$made_usr_lib_criu" = 1 ] && rm -rf /usr/lib/criu
-  for p in $(pgrep -x cpu_counter); do
-    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
-  done
+  kill_test_procs cpu_counter
   cleanup_test
 }
 trap cleanup_all EXIT
 
-wait_lines() { # wait_lines FILE N: up to 5 s
-  local i
-  for ((i = 0; i < 500; i++)); do
-    [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
-    sleep 0.01
-  done
-  return 1
-}
-grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
-start_counter() { # start_counter LOG -> NEWPID, a daemon registered as a CUDA process on GPU 0
-  NEWPID=$("$app" --daemon "$1")
-  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
-  wait_lines "$1" 10
-}
 no_marker() { [ ! -s "$marker" ] || { echo "    marker: $(cat "$marker")"; return 1; }; }
 
 log=$TEST_TMP/counter.log

@@ -21,20 +21,12 @@
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 server=$build/tests/apps/socket_server
 
-require_criu
+fake_cuda_env criu
 command -v python3 >/dev/null || skip "no python3 (the test's client)"
-
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export FAKE_CUDA_CRIU=1
-mkdir -p "$FAKE_CUDA_DIR"
-chmod 700 "$TEST_TMP"
 
 cleanup_all() {
   exec 7<&- 2>/dev/null
-  for p in $(pgrep -x socket_server); do
-    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
-  done
+  kill_test_procs socket_server
   cleanup_test
 }
 trap cleanup_all EXIT

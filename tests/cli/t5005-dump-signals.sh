@@ -21,75 +21,27 @@
 # Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
 . "$(dirname "$0")/lib.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/apps/cpu_counter
-
-require_criu
-
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export FAKE_CUDA_CRIU=1
-mkdir -p "$FAKE_CUDA_DIR"
-chmod 700 "$TEST_TMP"
+fake_cuda_env criu
 MNT=""
 
 cleanup_counters() {
-  for p in $(pgrep -x cpu_counter); do
-    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
-  done
+  kill_test_procs cpu_counter
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
   cleanup_test
 }
 trap cleanup_counters EXIT
 
 log=$TEST_TMP/counter.log
-start_counter() { # -> PID, a daemon registered as a CUDA process on GPU 0, counting into $log
-  PID=$("$app" --daemon "$log")
-  echo "0 0" >"$FAKE_CUDA_DIR/$PID"
-  wait_lines 10
-}
-wait_lines() { # wait_lines N: up to 5 s for $log to have N lines
-  local i
-  for ((i = 0; i < 500; i++)); do
-    [ "$(wc -l <"$log" 2>/dev/null || echo 0)" -ge "$1" ] && return 0
-    sleep 0.01
-  done
-  return 1
-}
-grows() { local n; n=$(wc -l <"$log"); wait_lines $((n + 5)); }
 stopped_counting() { local a; a=$(wc -l <"$log"); sleep 0.2; [ "$(wc -l <"$log")" = "$a" ]; }
 last_value() { sleep 0.1; tail -n 1 "$log"; }
 # counts_on VALUE: the next lines are VALUE+1, VALUE+2, ... (the memory came back)
 counts_on() {
   local n want got
   n=$(grep -n "^$1\$" "$log" | tail -n 1 | cut -d: -f1)
-  wait_lines $((n + 5)) || return 1
+  wait_lines "$log" $((n + 5)) || return 1
   want="$(($1 + 1)) $(($1 + 2)) $(($1 + 3))"
   got=$(sed -n "$((n + 1)),$((n + 3))p" "$log" | tr '\n' ' ')
   [ "$got" = "$want " ] || { echo "    got '$got', want '$want '"; return 1; }
-}
-fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/$1"; }
-sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
-tmp_dirs() { find "$(dirname "$1")" -maxdepth 1 -name ".$(basename "$1").tmp-*"; }
-# errors: stderr without the fault table's own lines
-errors() { grep -v "injected at" "$1"; }
-one_error() { [ "$(errors "$ERR_TXT" | wc -l)" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
-# bg_gpusnap FAULT ARGS...: gpusnap in the background with GPUSNAP_FAULT=FAULT; BG is its PID
-bg_gpusnap() {
-  local fault=$1
-  shift
-  rm -f "$TEST_TMP/bg.out" "$TEST_TMP/bg.err"
-  GPUSNAP_FAULT=$fault "$GPUSNAP_BIN" "$@" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
-  BG=$!
-}
-bg_wait() { BG_RC=0; wait "$BG" || BG_RC=$?; }
-at_fault() { # at_fault POINT: up to 10 s until the background gpusnap reached POINT
-  local i
-  for ((i = 0; i < 1000; i++)); do
-    grep -q "injected at '$1'" "$TEST_TMP/bg.err" 2>/dev/null && return 0
-    sleep 0.01
-  done
-  return 1
 }
 restores() { # restores TITLE DIR VALUE: restore from DIR brings the counter back at VALUE
   run_gpusnap restore -D "$2"; expect "$1: restore" 0 "restored $PID"
@@ -108,7 +60,7 @@ chmod 755 "$slow"
 criu_started() { local i; for ((i = 0; i < 500; i++)); do [ -e "$TEST_TMP/criu-started" ] && return 0; sleep 0.01; done; return 1; }
 
 # ---- SIGTERM while CRIU dumps: the dump is finished, the image published ----
-start_counter
+start_counter "$log"; PID=$NEWPID
 img=$TEST_TMP/img-term-criu
 rm -f "$TEST_TMP/criu-started"
 GPUSNAP_CRIU=$slow "$GPUSNAP_BIN" dump -D "$img" "$PID" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
@@ -124,7 +76,7 @@ v=$(last_value)
 restores "SIGTERM while CRIU dumps" "$img" "$v"
 
 # ---- SIGTERM to gpusnap's whole process group while CRIU dumps ----
-start_counter
+start_counter "$log"; PID=$NEWPID
 img=$TEST_TMP/img-term-group
 rm -f "$TEST_TMP/criu-started"
 GPUSNAP_CRIU=$slow setsid "$GPUSNAP_BIN" dump -D "$img" "$PID" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
@@ -139,7 +91,7 @@ check "group SIGTERM: the process is gone" wait_gone "$PID"
 restores "group SIGTERM" "$img" "$(last_value)"
 
 # ---- SIGTERM at each step of a dump ----
-start_counter
+start_counter "$log"; PID=$NEWPID
 old=$TEST_TMP/img-old
 run_gpusnap dump --leave-running -D "$old" "$PID"; expect "an image to keep" 0
 s_old=$(sums "$old")
@@ -149,7 +101,7 @@ for point in dump-after-agent dump-after-driver; do
   check "SIGTERM at $point: one line says the dump was undone" \
     grep -q "^gpusnap: dump of process $PID interrupted by SIGTERM: undone, process $PID runs on and nothing was written to '$old'$" "$ERR_TXT"
   check "SIGTERM at $point: no other error line" one_error
-  check "SIGTERM at $point: the process counts on" grows
+  check "SIGTERM at $point: the process counts on" grows "$log"
   check "SIGTERM at $point: its driver state is running" [ "$(fake_state "$PID")" = 0 ]
   check "SIGTERM at $point: the old image is intact" [ "$(sums "$old")" = "$s_old" ]
   check "SIGTERM at $point: no temporary directory left" [ -z "$(tmp_dirs "$old")" ]
@@ -161,7 +113,7 @@ for point in dump-after-criu dump-after-publish; do
   check "SIGTERM at $point: it says so" grep -q "SIGTERM came after CRIU had dumped process $PID, too late to undo; the dump was finished" "$ERR_TXT"
   check "SIGTERM at $point: the process is gone" wait_gone "$PID"
   restores "SIGTERM at $point" "$img" "$(last_value)"
-  start_counter
+  start_counter "$log"; PID=$NEWPID
 done
 # an injected failure at the step after CRIU: the process is gone, its image kept where it is, and said
 img=$TEST_TMP/img-fail-publish
@@ -176,11 +128,11 @@ restores "the kept image" "$kept" "$v"
 rm -rf "$kept"
 
 # ---- kill -9 of gpusnap at each step of a dump ----
-start_counter
+start_counter "$log"; PID=$NEWPID
 img=$TEST_TMP/img-kill
 GPUSNAP_FAULT=dump-after-agent=kill run_gpusnap dump -D "$img" "$PID"
 check "kill -9 before the driver (rc $RC)" [ "$RC" = 137 ]
-check "the process counts on" grows
+check "the process counts on" grows "$log"
 run_gpusnap state "$PID"; expect "state: running" 0 "running"
 check "nothing to say about a process the killed dump never touched" [ ! -s "$ERR_TXT" ]
 
@@ -192,7 +144,7 @@ check "state says what to do" grep -q "gpusnap resume $PID puts it back" "$ERR_T
 run_gpusnap dump -D "$img" "$PID"; expect "a new dump is refused, saying why" 6 "was left suspended by a gpusnap dump"
 check "the refusal is one line" one_error
 run_gpusnap resume "$PID"; expect "resume after the killed dump" 0
-check "the process counts on" grows
+check "the process counts on" grows "$log"
 run_gpusnap state "$PID"; expect "state after the resume" 0 "running"
 check "the record is gone" [ ! -s "$ERR_TXT" ]
 
@@ -210,7 +162,7 @@ check "the message is one line" one_error
 restores "the image a killed dump left" "$kept" "$v"
 rm -rf "$kept"
 
-start_counter
+start_counter "$log"; PID=$NEWPID
 GPUSNAP_FAULT=dump-after-publish=kill run_gpusnap dump -D "$img" "$PID"
 check "kill -9 after publishing (rc $RC)" [ "$RC" = 137 ]
 check "the process is gone" wait_gone "$PID"
@@ -219,7 +171,7 @@ run_gpusnap state "$PID"; expect "state names the published image" 3 "process $P
 restores "the image published before the kill" "$img" "$v"
 
 # kill -9 while CRIU runs: CRIU goes on without gpusnap
-start_counter
+start_counter "$log"; PID=$NEWPID
 img=$TEST_TMP/img-kill-criu
 rm -f "$TEST_TMP/criu-started"
 GPUSNAP_CRIU=$slow "$GPUSNAP_BIN" dump -D "$img" "$PID" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
@@ -238,10 +190,10 @@ restores "the image of a dump killed while CRIU ran" "$kept" "$v"
 rm -rf "$kept"
 
 # ---- one operation per process: a dump at work ----
-start_counter
+start_counter "$log"; PID=$NEWPID
 img=$TEST_TMP/img-lock
 bg_gpusnap dump-after-driver=hold:3 dump -D "$img" "$PID"
-check "the dump reaches the driver's checkpoint" at_fault dump-after-driver
+check "the dump reaches the driver's checkpoint" at_fault dump-after-driver 10
 run_gpusnap resume "$PID"; expect "resume while a dump is at work" 6 "cannot resume process $PID now: a gpusnap dump (pid $BG) is working on process $PID"
 run_gpusnap dump -D "$TEST_TMP/img-lock2" "$PID"; expect "a second dump meanwhile" 6 "a gpusnap dump (pid $BG) is working"
 run_gpusnap state "$PID"; expect "state while a dump is at work" 0 "a gpusnap dump (pid $BG) is working on process $PID"
@@ -297,7 +249,7 @@ check "the process counts on from the dump" counts_on "$v"
 kill -9 "$PID"; wait_gone "$PID"
 
 bg_gpusnap restore-before-cont=hold:3 restore -D "$img"
-check "the restore holds the process" at_fault restore-before-cont
+check "the restore holds the process" at_fault restore-before-cont 10
 run_gpusnap restore -D "$img"; expect "a second restore meanwhile is refused" 6 "cannot restore process $PID now: a gpusnap restore (pid $BG) is working on process $PID"
 run_gpusnap resume "$PID"; expect "a resume of the process being restored is refused" 6 "a gpusnap restore (pid $BG) is working on process $PID"
 bg_wait
@@ -309,10 +261,10 @@ kill -9 "$PID"; wait_gone "$PID"
 MNT=$TEST_TMP/small
 mkdir -p "$MNT"
 if mount -t tmpfs -o size=100k,mode=0700 tmpfs "$MNT" 2>/dev/null; then
-  start_counter
+  start_counter "$log"; PID=$NEWPID
   run_gpusnap dump -D "$MNT/img" "$PID"; expect "CRIU finds the disk full" 13 "no space left"
   check "disk full: one line" one_error
-  check "disk full: the process counts on" grows
+  check "disk full: the process counts on" grows "$log"
   check "disk full: its driver state is running" [ "$(fake_state "$PID")" = 0 ]
   check "disk full: nothing left on the disk" test -z "$(ls -A "$MNT")"
   kill -9 "$PID"; wait_gone "$PID"

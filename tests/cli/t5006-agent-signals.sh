@@ -31,7 +31,6 @@ cleanup_apps() {
   cleanup_test
 }
 trap cleanup_apps EXIT
-errors() { grep -v "injected at" "$1"; }
 
 start_app
 verify_ok "the app's data after allocation"

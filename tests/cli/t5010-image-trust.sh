@@ -24,41 +24,17 @@
 . "$(dirname "$0")/lib.sh"
 
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/apps/cpu_counter
 
-require_criu
-
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-export FAKE_CUDA_CRIU=1
-mkdir -p "$FAKE_CUDA_DIR"
-chmod 700 "$TEST_TMP"
+fake_cuda_env criu
+# a refused image must keep its files, their modes and their types (a FIFO stays one)
+SUMS_ENTRIES='%p %m %y\n'
 
 cleanup_counters() {
-  for p in $(pgrep -x cpu_counter); do
-    tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$TEST_TMP" && kill -9 "$p"
-  done
+  kill_test_procs cpu_counter
   cleanup_test
 }
 trap cleanup_counters EXIT
 
-start_counter() { # start_counter LOG -> NEWPID, a daemon registered as a CUDA process on GPU 0
-  NEWPID=$("$app" --daemon "$1")
-  echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"
-  wait_lines "$1" 10
-}
-wait_lines() { # wait_lines FILE N: up to 5 s
-  local i
-  for ((i = 0; i < 500; i++)); do
-    [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
-    sleep 0.01
-  done
-  return 1
-}
-grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
-sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -printf '%p %m %y\n' | sort); }
-one_line() { [ "$(grep -vc "fault: injected at" "$ERR_TXT")" = 1 ] || { echo "    stderr: $(cat "$ERR_TXT")"; return 1; }; }
-restored_runs() { wait_lines "$1" $(($(wc -l <"$1") + 5)); }
 # restore_ok ARGS...: run_gpusnap restore, once more if a short-lived process of
 # this script held the PID the image needs meanwhile (gpusnap says "try again")
 restore_ok() {
@@ -99,7 +75,7 @@ refuses() {
     timeout 20 "$GPUSNAP_BIN" $c "$bad" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
     OUT_TXT=$TEST_TMP/out ERR_TXT=$TEST_TMP/err
     expect "$title: $c" "$code" "$text"
-    check "$title: $c: one line" one_line
+    check "$title: $c: one line" one_error
     check "$title: $c: image unchanged" [ "$(sums "$bad")" = "$s0" ]
     if [ "$c" = restore ]; then
       check "$title: restore left no process" wait_gone "$pid" 5
@@ -141,7 +117,7 @@ refuses "a FIFO as a data file" 11 "gpu-data-0000.img' is a FIFO" inspect "inspe
 fresh_copy; rm "$bad/cpu-files.img"
 run_gpusnap inspect "$bad"; expect "an image without the list: inspect says so" 0 "not checksummed"
 restore_ok "$bad"; expect "an image without the list still restores" 0 "has no list of CRIU's files"
-check "it runs" restored_runs "$log"
+check "it runs" grows "$log"
 kill -9 "$pid"; wait_gone "$pid"
 
 # ---- the directories above the image ----
@@ -152,7 +128,7 @@ bad=$open/img
 refuses "an image below a directory anyone can write" 5 "the directory '$open' above it is writable by others (mode 0777, not sticky)" inspect restore
 chmod 1777 "$open"
 restore_ok "$open/img"; expect "below a sticky directory (as /tmp) it restores" 0
-check "it runs" restored_runs "$log"
+check "it runs" grows "$log"
 kill -9 "$pid"; wait_gone "$pid"
 chmod 700 "$open"
 
@@ -163,11 +139,11 @@ img2=$TEST_TMP/img2
 # the first dump holds its lock for 3 s more before it publishes
 GPUSNAP_FAULT=image-publish=hold:3 "$GPUSNAP_BIN" dump --leave-running -D "$img2" "$pa" >"$TEST_TMP/first.out" 2>"$TEST_TMP/first.err" &
 first=$!
-for _ in $(seq 500); do compgen -G "$TEST_TMP/.img2.tmp-*" >/dev/null && break; sleep 0.01; done
+for _ in $(seq 500); do [ -n "$(tmp_dirs "$img2")" ] && break; sleep 0.01; done
 t0=$(date +%s%N)
 run_gpusnap dump --leave-running -D "$img2" "$pb"; expect "a second dump to the same DIR fails" 6 "another gpusnap (pid $first"
 check "at once (under 2 s)" [ $(($(date +%s%N) - t0)) -lt 2000000000 ]
-check "in one line" one_line
+check "in one line" one_error
 check "the second process was not touched: it runs" grows "$TEST_TMP/b.log"
 rc=0; wait "$first" || rc=$?
 check "the first dump completes (rc $rc)" [ "$rc" = 0 ]
@@ -175,7 +151,7 @@ run_gpusnap inspect --json "$img2"; expect "inspect the first dump's image" 0
 check "DIR holds the first process's image" [ "$(json_get "$OUT_TXT" '["image"]["process"]["pid"]')" = "$pa" ]
 s2=$(sums "$img2")
 run_gpusnap dump --leave-running -D "$img2" "$pb"; expect "a dump over another process's image is refused" 2 "holds the image of another process, $pa (cpu_counter); not replacing it with one of $pb (cpu_counter)"
-check "in one line" one_line
+check "in one line" one_error
 check "the other process's image stays" [ "$(sums "$img2")" = "$s2" ]
 check "the refused process runs on" grows "$TEST_TMP/b.log"
 run_gpusnap dump --leave-running -D "$img2" "$pa"; expect "a periodic dump of the same process replaces its image" 0
@@ -188,42 +164,42 @@ check "DIR holds the second process's image now" [ "$(json_get "$OUT_TXT" '["ima
 img4=$TEST_TMP/img4
 GPUSNAP_FAULT=image-publish=fail:EIO run_gpusnap dump -D "$img4" "$pa"
 expect "a dump whose publish fails after CRIU took the process" 1 "process $pa was dumped, but its image was not published; it is kept at '$img4.kept-$pa-"
-check "in one line" one_line
+check "in one line" one_error
 check "the process is gone (CRIU took it)" wait_gone "$pa"
 kept=$(compgen -G "$img4.kept-$pa-*")
 check "the kept image is there ($kept), named in the message" grep -qF "'$kept'" "$ERR_TXT"
-check "nothing at DIR, no temporary directory" [ ! -e "$img4" -a -z "$(compgen -G "$TEST_TMP/.img4.tmp-*")" ]
+check "nothing at DIR, no temporary directory" [ ! -e "$img4" -a -z "$(tmp_dirs "$img4")" ]
 dump_gone "$pb" "$img4"
 check "a later dump to the same DIR leaves the kept image alone" [ -f "$kept/manifest.img" ]
 restore_ok "$kept"; expect "the kept image restores" 0
-check "it runs" restored_runs "$TEST_TMP/a.log"
+check "it runs" grows "$TEST_TMP/a.log"
 
 # gpusnap killed after CRIU, before the publish: the next dump keeps what it left
 img5=$TEST_TMP/img5
 RC=0; GPUSNAP_FAULT=image-publish=kill "$GPUSNAP_BIN" dump -D "$img5" "$pa" >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
 check "gpusnap killed before the publish (rc $RC)" [ "$RC" = 137 ]
 check "the process is gone (CRIU took it)" wait_gone "$pa"
-check "its image is left at a temporary name" [ -n "$(compgen -G "$TEST_TMP/.img5.tmp-*")" ]
+check "its image is left at a temporary name" [ -n "$(tmp_dirs "$img5")" ]
 start_counter "$TEST_TMP/c.log"; pc=$NEWPID
 dump_gone "$pc" "$img5"
 check "the next dump keeps it and says so" grep -q "held an image a dump did not publish (of process $pa; maybe its only copy): kept as '$img5.kept-$pa-" "$ERR_TXT"
 kept5=$(compgen -G "$img5.kept-$pa-*")
-check "no temporary directory left" [ -z "$(compgen -G "$TEST_TMP/.img5.tmp-*")" ]
+check "no temporary directory left" [ -z "$(tmp_dirs "$img5")" ]
 restore_ok "$kept5"; expect "the image the killed dump left restores" 0
-check "it runs" restored_runs "$TEST_TMP/a.log"
+check "it runs" grows "$TEST_TMP/a.log"
 
 # ---- failed writes leave DIR as it was ----
 s2=$(sums "$img2")
 GPUSNAP_FAULT=image-write=fail:ENOSPC run_gpusnap dump --leave-running --replace -D "$img2" "$pa"
 expect "disk full writing the manifest" 13 "no space left"
-check "in one line" one_line
+check "in one line" one_error
 GPUSNAP_FAULT=image-write@2=fail:ENOSPC run_gpusnap dump --leave-running --replace -D "$img2" "$pa"
 expect "disk full writing the list of CRIU's files" 13 "no space left"
 GPUSNAP_FAULT=image-write=fail:EIO run_gpusnap dump --leave-running --replace -D "$img2" "$pa"
 expect "an I/O error writing the manifest" 1 "Input/output error"
-check "in one line" one_line
+check "in one line" one_error
 check "DIR is as it was" [ "$(sums "$img2")" = "$s2" ]
-check "no temporary directory left" [ -z "$(compgen -G "$TEST_TMP/.img2.tmp-*")" ]
+check "no temporary directory left" [ -z "$(tmp_dirs "$img2")" ]
 check "the process runs on" grows "$TEST_TMP/a.log"
 
 test_done

@@ -671,3 +671,24 @@ restore_checked() { # DIR WANT_PID [EXTRA ARGS...]
   done
   return 0
 }
+
+# ---------------------------------------------------------------- the inference server (tests/gpu/py)
+
+# Starts tests/gpu/py/server.py twice with `gpusnap run`: app srv (the one a test interrupts) and
+# app twin (never touched), their ports in $GS_WORK/srv.json and twin.json. 1 if one does not start.
+server_pair_start() { # SEED
+  local name
+  for name in srv twin; do
+    rm -f "$GS_WORK/$name.json"
+    app_start "$name" 240 "$GPUSNAP" run -- python3 "$GS_SRC/tests/gpu/py/server.py" --seed "$1" \
+      --ports-file "$GS_WORK/$name.json" || return 1
+  done
+}
+
+# Starts tests/gpu/py/server_client.py as app client, comparing srv's answers with twin's.
+server_client_start() { # SEED [CLIENT ARGS...]
+  local seed=$1
+  shift
+  GS_APP_STDERR="file" app_start client 60 python3 "$GS_SRC/tests/gpu/py/server_client.py" --seed "$seed" "$@" \
+    --a "$GS_WORK/srv.json" --b "$GS_WORK/twin.json"
+}

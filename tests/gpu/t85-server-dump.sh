@@ -13,7 +13,6 @@
 . "$(dirname "$0")/lib.sh"
 gs_test_init t85-server-dump
 export GS_APP_STDERR=null # CRIU restores a process only if its regular files kept their size
-py=$(dirname "$0")/py
 if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   skip "PyTorch with CUDA is not installed here"
   finish
@@ -47,15 +46,10 @@ print_summary() {
   printf '  %s\n' "${SUMMARY[@]}"
 }
 
-for name in srv twin; do
-  rm -f "$GS_WORK/$name.json"
-  app_start "$name" 240 "$GPUSNAP" run -- python3 "$py/server.py" --seed 85 --ports-file "$GS_WORK/$name.json" ||
-    finish
-done
+server_pair_start 85 || finish
 pid=${APP_PID[srv]}
 log "server ports: $(cat "$GS_WORK/srv.json"), twin: $(cat "$GS_WORK/twin.json")"
-GS_APP_STDERR="file" app_start client 60 python3 "$py/server_client.py" --seed 85 \
-  --a "$GS_WORK/srv.json" --b "$GS_WORK/twin.json" || finish
+server_client_start 85 || finish
 ask open OPEN "OPEN SAME" "keep-alive connections to the server and its twin"
 same_as_twin "before any dump"
 

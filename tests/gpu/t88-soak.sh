@@ -34,7 +34,6 @@
 . "$(dirname "$0")/lib.sh"
 gs_test_init t88-soak
 export GS_APP_STDERR=null
-py=$(dirname "$0")/py
 cycles=${GPUSNAP_SOAK_CYCLES:-1000}
 dumps=${GPUSNAP_SOAK_DUMPS:-100}
 # stop cycling in time to report: before run.sh's limit for this test (GPU_TEST_LIMIT_S), less 40 s
@@ -63,14 +62,9 @@ fi
 [ "$dumps" -gt 0 ] && require_criu
 log "soak: $cycles suspend/resume cycles (suspend ${suspend_args[*]:-default}), $dumps dump/restore cycles (${dump_args[*]}), image $img, limit ${max_s}s"
 
-for name in srv twin; do
-  rm -f "$GS_WORK/$name.json"
-  app_start "$name" 240 "$GPUSNAP" run -- python3 "$py/server.py" --seed 97 --ports-file "$GS_WORK/$name.json" ||
-    finish
-done
+server_pair_start 97 || finish
 pid=${APP_PID[srv]}
-GS_APP_STDERR="file" app_start client 60 python3 "$py/server_client.py" --seed 97 --wait-s 150 \
-  --a "$GS_WORK/srv.json" --b "$GS_WORK/twin.json" || finish
+server_client_start 97 --wait-s 150 || finish
 app_cmd client hammer-start HAMMER 10 || finish
 
 
