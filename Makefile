@@ -21,7 +21,7 @@ test: build
 	@scripts/run-tests.sh $(BUILD) $(ASAN_BUILD)
 
 test-unit: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure --timeout 600 -j $(JOBS)
 
 test-gpu: build
 	@tests/gpu/run.sh

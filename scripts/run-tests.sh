@@ -18,7 +18,8 @@ run_ctest() { # run_ctest DIR LABEL [CTEST_ARGS...]
   local log dir=$1 label=$2
   shift 2
   log=$(mktemp)
-  (cd "$dir" && ctest --output-on-failure -j "$jobs" "$@") 2>&1 | tee "$log"
+  # A hung test fails after 10 minutes instead of holding CI to its own limit.
+  (cd "$dir" && ctest --output-on-failure --timeout 600 -j "$jobs" "$@") 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local total fails skips
   total=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n1)

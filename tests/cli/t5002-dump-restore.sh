@@ -224,15 +224,22 @@ wait_gone "$pid"
 # a shell job (the test shell's session and group, as an app started from a terminal) held stopped
 # after CRIU: restored into a process group of criu's own, it would be orphaned and stopped once criu
 # exits, and the kernel's SIGHUP would kill it before it ever continued
+# The job's shell is a session leader of its own, started here: the test's own session may be led
+# from outside this PID namespace (CI in a container), which CRIU cannot dump at all.
 jlog=$TEST_TMP/job.log
-"$app" "$jlog" & jpid=$!
-TEST_PIDS+=("$jpid")
-echo "0 0" >"$FAKE_CUDA_DIR/$jpid"
+setsid bash -c '"$1" "$2" & echo $! >"$3"; wait' job "$app" "$jlog" "$TEST_TMP/job.pid" & jsh=$!
+TEST_PIDS+=("$jsh")
 wait_lines "$jlog" 10
+jpid=$(cat "$TEST_TMP/job.pid")
+TEST_PIDS+=("$jpid")
+check "the job runs in its shell's session and group, not leading either" \
+  [ "$(ps -o sid=,pgid= -p "$jpid" | awk '{print $1, $2}')" = "$jsh $jsh" ]
+echo "0 0" >"$FAKE_CUDA_DIR/$jpid"
 jimg=$TEST_TMP/img-job
 run_gpusnap dump -D "$jimg" "$jpid"; expect "dump of a shell job" 0 "dumped $jpid"
 check "the shell job was dumped as one" grep -qx -- --shell-job "$jimg/cpu/gpusnap-criu-dump.args"
-wait "$jpid" 2>/dev/null
+# bounded: a failed dump leaves the job and its shell running, and the test goes on to fail
+wait_gone "$jpid" && wait "$jsh" 2>/dev/null
 read -r n v <<<"$(settled "$jlog")"
 GPUSNAP_FAULT=restore-before-cont=hold:1 run_gpusnap restore -D "$jimg"
 expect "restore of a shell job held stopped for a second after CRIU" 0 "restored $jpid"
