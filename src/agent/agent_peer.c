@@ -19,6 +19,7 @@
 
 #include "agent/gate.h"
 #include "agent/interpose.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/alloc_registry.h"
@@ -196,7 +197,9 @@ static CUresult apply_to_owner(struct gs_agent *a, int owner, uint64_t revoke)
 	for (size_t i = 0; i < n; i++) {
 		if (recs[i].device != owner)
 			continue;
-		CUresult r = gs_vmm_apply_access(a, owner, recs[i].va, recs[i].size, revoke);
+		CUresult r = !revoke && gs_fault(GS_FI_AGENT_PEER_ACCESS)
+				     ? CUDA_ERROR_OUT_OF_MEMORY
+				     : gs_vmm_apply_access(a, owner, recs[i].va, recs[i].size, revoke);
 		if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
 			pr_err("cannot set the peer access of GPU memory at %#llx (error %d)", (unsigned long long)recs[i].va,
 			       r);

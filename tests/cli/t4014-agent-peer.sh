@@ -13,7 +13,8 @@
 #    the memory asks for GPUDirect RDMA where the device has it, and not
 #    where it has not (FAKE_CUDA_NO_RDMA=1), where allocating still works;
 #  - a dma-buf export of the agent's memory pins it: a suspend leaves it
-#    mapped, `state` counts it as not releasable, its data stays.
+#    mapped, `state` counts it as not releasable, its data stays;
+#  - a failed grant (fault point agent-peer-access) undoes the enable.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
@@ -67,6 +68,17 @@ run_gpusnap state -v "$APP"; expect "state -v lists it as not releasable" 0 "not
 run_gpusnap resume "$APP"; expect "resume with exported memory" 0
 verify_ok "the data, exported block included"
 reply_ok "still readable from device 0" read-all READ
+quit_app "the app exits cleanly"
+
+# a grant that fails: the enable is undone in the driver too (a second enable is not "already enabled") and works
+GPUSNAP_FAULT=agent-peer-access start_app
+reply_ok "allocations on device 1" alloc ALLOC
+app_cmd enable
+case $REPLY in "ENABLE FAIL error 2"*) pass "a peer enable whose grant fails reports the error ($REPLY)" ;;
+  *) fail "a peer enable whose grant fails reports the error" "$REPLY" ;; esac
+reply_ok "and gives no access" read-denied DENIED
+reply_ok "a second enable works (the driver's was undone)" enable ENABLE
+reply_ok "and gives access" read-all READ
 quit_app "the app exits cleanly"
 
 # a device without GPUDirect RDMA on VMM memory: the agent does not ask for it, allocations still work
