@@ -146,7 +146,7 @@ measure() { # SIZE PATH[+VAR=VALUE...]
     agent-reserve-keep) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) susp_args=(--keep-context) ;;
     # SIZE on each of 1 or 2 GPUs (the multigpu app holds it on every GPU it sees): the GPUs move in parallel
     agent-gpus1) launch=(env CUDA_VISIBLE_DEVICES=0 "$GPUSNAP" run --) app=("$GS_APPS/multigpu") ;;
-    agent-gpus2) launch=(env CUDA_VISIBLE_DEVICES=0,1 "$GPUSNAP" run --) app=("$GS_APPS/multigpu") gpus=2 ;;
+    agent-gpus2) launch=(env "CUDA_VISIBLE_DEVICES=0,1" "$GPUSNAP" run --) app=("$GS_APPS/multigpu") gpus=2 ;;
     *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
   esac
   if ((${#extra_env[@]})); then
