@@ -20,9 +20,9 @@
 #                         A path may carry variables for the app: "agent-reserve-bounce+GPUSNAP_STAGING_THREADS=16"
 #   GPUSNAP_BENCH_REPEAT  suspend/resume cycles per size and path (default 1; the table shows medians)
 #   GPUSNAP_BENCH_TWO_GPUS  size held on each GPU for the two-GPU case (default 32G; 0: not measured):
-#                         the multigpu app under the agent on GPU 0 alone (path agent-gpus1) and on GPUs 0
-#                         and 1 (agent-gpus2), same run; the table's last line compares them (goal: the two
-#                         GPUs within 1.2x of one). SKIP line on a machine with one GPU.
+#                         the multigpu app under the agent with a reserved pool, on GPU 0 alone (path
+#                         agent-reserve-gpus1) and on GPUs 0 and 1 (agent-reserve-gpus2), same run; the table's
+#                         last line compares them (goal: two GPUs within 1.2x of one). SKIP line on one GPU.
 #   GPUSNAP_BUILD         build directory (default ./build; built here if the binaries are missing)
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -144,9 +144,14 @@ measure() { # SIZE PATH[+VAR=VALUE...]
     # only the data leaves the GPU; the context stays
     agent-keep) launch=("$GPUSNAP" run --) susp_args=(--keep-context) ;;
     agent-reserve-keep) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) susp_args=(--keep-context) ;;
-    # SIZE on each of 1 or 2 GPUs (the multigpu app holds it on every GPU it sees): the GPUs move in parallel
-    agent-gpus1) launch=(env CUDA_VISIBLE_DEVICES=0 "$GPUSNAP" run --) app=("$GS_APPS/multigpu") ;;
-    agent-gpus2) launch=(env "CUDA_VISIBLE_DEVICES=0,1" "$GPUSNAP" run --) app=("$GS_APPS/multigpu") gpus=2 ;;
+    # SIZE on each of 1 or 2 GPUs (the multigpu app holds it on every GPU it sees), with a reserved pool for
+    # all of it, so the host's page faults do not hide how the GPUs move
+    agent-reserve-gpus1)
+      launch=(env CUDA_VISIBLE_DEVICES=0 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --)
+      app=("$GS_APPS/multigpu") ;;
+    agent-reserve-gpus2)
+      launch=(env "CUDA_VISIBLE_DEVICES=0,1" "$GPUSNAP" run --reserve "$((2 * bytes / 1073741824 + 1))G" --)
+      app=("$GS_APPS/multigpu") gpus=2 ;;
     *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
   esac
   if ((${#extra_env[@]})); then
@@ -173,7 +178,7 @@ measure() { # SIZE PATH[+VAR=VALUE...]
   fi
   pid=${APP_PID[b]}
   # a reserved pool fills in the background after the app's first allocation: let it finish
-  [[ $path == agent-reserve* ]] && sleep "$((bytes / 4000000000 + 2))"
+  [[ $path == agent-reserve* ]] && sleep "$((B_SIZE / 4000000000 + 2))"
   for ((rep = 1; rep <= REPEAT; rep++)); do
     export B_REP=$rep B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED='' B_DETAIL=''
     gs_run suspend "$pid" --json "${susp_args[@]}"
@@ -225,8 +230,8 @@ if [ "$TWO_GPUS" != 0 ]; then
     echo "FAIL: two GPUs in parallel: missing $GS_APPS/multigpu"
     FAILED=1
   else
-    measure "$TWO_GPUS" agent-gpus1
-    measure "$TWO_GPUS" agent-gpus2
+    measure "$TWO_GPUS" agent-reserve-gpus1
+    measure "$TWO_GPUS" agent-reserve-gpus2
   fi
 fi
 
@@ -285,13 +290,13 @@ for (size, path) in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1]))
         data_rates, ratio, walls, data))
 per_gpu = {}
 for (size, path), rs in groups.items():
-    if path in ("agent-gpus1", "agent-gpus2"):
-        per_gpu.setdefault(size // (2 if path == "agent-gpus2" else 1), {})[path] = rs
+    if path in ("agent-reserve-gpus1", "agent-reserve-gpus2"):
+        per_gpu.setdefault(size // (2 if path == "agent-reserve-gpus2" else 1), {})[path[-5:]] = rs
 for each, d in sorted(per_gpu.items()):
-    if "agent-gpus1" not in d or "agent-gpus2" not in d:
+    if "gpus1" not in d or "gpus2" not in d:
         continue
-    s1, r1 = med(d["agent-gpus1"], "suspend_s"), med(d["agent-gpus1"], "resume_s")
-    s2, r2 = med(d["agent-gpus2"], "suspend_s"), med(d["agent-gpus2"], "resume_s")
+    s1, r1 = med(d["gpus1"], "suspend_s"), med(d["gpus1"], "resume_s")
+    s2, r2 = med(d["gpus2"], "suspend_s"), med(d["gpus2"], "resume_s")
     if s1 and r1 and s2 and r2:
         lines += ["", "Two GPUs in parallel (%s on each; goal <= 1.2x of one GPU): suspend %.2f s vs %.2f s (x%.2f), "
                   "resume %.2f s vs %.2f s (x%.2f)." % (human(each), s2, s1, s2 / s1, r2, r1, r2 / r1)]
