@@ -223,15 +223,21 @@ static bool context_device(struct gs_agent *a, CUcontext ctx, int *dev)
 	return ok && d >= 0 && d < GS_AGENT_MAX_DEVICES;
 }
 
-/* The driver enabled access from the current context to `to`: the agent's memory of to's device follows. */
+/*
+ * The driver enabled access from the current context to `to`: the agent's
+ * memory of to's device follows. On failure the driver's enable is undone
+ * too, so the app, which hears the error, finds neither enabled.
+ */
 static CUresult follow_enable(struct gs_agent *a, CUcontext to)
 {
 	CUcontext from = NULL;
 	CUdevice from_dev = -1;
 	int to_dev = -1;
 	if (a->cu.cuCtxGetCurrent(&from) != CUDA_SUCCESS || a->cu.cuCtxGetDevice(&from_dev) != CUDA_SUCCESS ||
-	    !context_device(a, to, &to_dev))
+	    from_dev < 0 || from_dev >= GS_AGENT_MAX_DEVICES || !context_device(a, to, &to_dev)) {
+		real.cuCtxDisablePeerAccess(to);
 		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	pthread_rwlock_wrlock(&peer.lock);
 	CUresult r = CUDA_SUCCESS;
 	if (pair_find(from, to) < 0) {
@@ -251,7 +257,7 @@ static CUresult follow_enable(struct gs_agent *a, CUcontext to)
 			peer.pairs[i] = peer.pairs[--peer.npairs];
 			recompute_masks();
 		}
-		apply_to_owner(a, to_dev, from_dev < 64 ? 1ULL << from_dev : 0);
+		apply_to_owner(a, to_dev, 1ULL << from_dev);
 	}
 	pthread_rwlock_unlock(&peer.lock);
 	if (r != CUDA_SUCCESS)
