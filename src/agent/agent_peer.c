@@ -325,8 +325,12 @@ bool gs_peer_rdma_capable(struct gs_agent *a, int device)
 		return false;
 	signed char v = __atomic_load_n(&peer.rdma[device], __ATOMIC_ACQUIRE);
 	if (!v) {
+		/* GPUSNAP_RDMA=0: never ask (a driver that handled such memory worse would otherwise leave no way out) */
+		const char *off = getenv("GPUSNAP_RDMA");
 		int supported = 0;
-		CUresult r = a->cu.cuDeviceGetAttribute(&supported, ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device);
+		CUresult r = off && !strcmp(off, "0")
+				     ? CUDA_ERROR_NOT_SUPPORTED
+				     : a->cu.cuDeviceGetAttribute(&supported, ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device);
 		v = r == CUDA_SUCCESS && supported ? 1 : -1;
 		__atomic_store_n(&peer.rdma[device], v, __ATOMIC_RELEASE);
 	}

@@ -86,4 +86,8 @@ FAKE_CUDA_NO_RDMA=1 PEER_APP_RDMA=0 start_app
 reply_ok "allocations where the device lacks GPUDirect RDMA" alloc ALLOC
 reply_ok "their memory does not claim it" attrs ATTRS
 quit_app "the app exits cleanly"
+GPUSNAP_RDMA=0 PEER_APP_RDMA=0 start_app
+reply_ok "allocations with GPUSNAP_RDMA=0" alloc ALLOC
+reply_ok "GPUSNAP_RDMA=0: the agent does not ask for GPUDirect RDMA" attrs ATTRS
+quit_app "the app exits cleanly"
 test_done
