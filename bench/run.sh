@@ -19,6 +19,10 @@
 #   GPUSNAP_BENCH_PATHS_<SIZE>  paths for one size only (e.g. GPUSNAP_BENCH_PATHS_32G="driver agent-reserve")
 #                         A path may carry variables for the app: "agent-reserve-bounce+GPUSNAP_STAGING_THREADS=16"
 #   GPUSNAP_BENCH_REPEAT  suspend/resume cycles per size and path (default 1; the table shows medians)
+#   GPUSNAP_BENCH_TWO_GPUS  size held on each GPU for the two-GPU case (default 32G; 0: not measured):
+#                         the multigpu app under the agent with a reserved pool, on GPU 0 alone (path
+#                         agent-reserve-gpus1) and on GPUs 0 and 1 (agent-reserve-gpus2), same run; the table's
+#                         last line compares them (goal: two GPUs within 1.2x of one). SKIP line on one GPU.
 #   GPUSNAP_BUILD         build directory (default ./build; built here if the binaries are missing)
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,7 +50,7 @@ if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
   fi
   echo "building gpusnap and the GPU apps in $GS_BUILD"
   if ! cmake -S "$SRC" -B "$GS_BUILD" -DCMAKE_BUILD_TYPE=Release -DGPUSNAP_GPU_APPS=ON >/dev/null ||
-    ! cmake --build "$GS_BUILD" -j "$(nproc)" --target gpusnap gpuapp_pattern >/dev/null; then
+    ! cmake --build "$GS_BUILD" -j "$(nproc)" --target gpusnap gpuapp_pattern gpuapp_multigpu >/dev/null; then
     echo "ERROR: build failed"
     exit 1
   fi
@@ -104,7 +108,7 @@ EOF
 
 # One size on one path: start, REPEAT x (suspend, resume, verify), quit.
 measure() { # SIZE PATH[+VAR=VALUE...]
-  local size=$1 path=$2 bytes rep pid launch=() susp_args=() extra_env=()
+  local size=$1 path=$2 bytes rep pid launch=() susp_args=() extra_env=() app=("$GS_APPS/pattern") gpus=1
   bytes=$(size_bytes "$size")
   # PATH+VAR=VALUE+...: the same path with the app started under those variables (a tuning sweep)
   if [[ $path == *+* ]]; then
@@ -140,21 +144,33 @@ measure() { # SIZE PATH[+VAR=VALUE...]
     # only the data leaves the GPU; the context stays
     agent-keep) launch=("$GPUSNAP" run --) susp_args=(--keep-context) ;;
     agent-reserve-keep) launch=("$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --) susp_args=(--keep-context) ;;
+    # SIZE on each of 1 or 2 GPUs (the multigpu app holds it on every GPU it sees), with a reserved pool for
+    # all of it, so the host's page faults do not hide how the GPUs move
+    agent-reserve-gpus1)
+      launch=(env CUDA_VISIBLE_DEVICES=0 "$GPUSNAP" run --reserve "$((bytes / 1073741824 + 1))G" --)
+      app=("$GS_APPS/multigpu") ;;
+    agent-reserve-gpus2)
+      launch=(env "CUDA_VISIBLE_DEVICES=0,1" "$GPUSNAP" run --reserve "$((2 * bytes / 1073741824 + 1))G" --)
+      app=("$GS_APPS/multigpu") gpus=2 ;;
     *) echo "ERROR: unknown path '$path' in GPUSNAP_BENCH_PATHS"; FAILED=1; return ;;
   esac
   if ((${#extra_env[@]})); then
     launch=(env "${extra_env[@]}" "${launch[@]}")
   fi
-  local free need
-  free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | tr -d ' ')
+  local free need gpu
   need=$((bytes / 1048576 + 1024))
-  if [[ $free =~ ^[0-9]+$ ]] && [ "$free" -lt "$need" ]; then
-    echo "SKIP: $size on $path: GPU 0 has $free MiB free, $need needed"
-    B_STATUS=skipped B_DETAIL="not enough free GPU memory ($free MiB)" record
-    return
-  fi
+  for ((gpu = 0; gpu < gpus; gpu++)); do
+    free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i "$gpu" | tr -d ' ')
+    if [[ $free =~ ^[0-9]+$ ]] && [ "$free" -lt "$need" ]; then
+      echo "SKIP: $size on $path: GPU $gpu has $free MiB free, $need needed"
+      B_STATUS=skipped B_DETAIL="not enough free GPU memory on GPU $gpu ($free MiB)" record
+      return
+    fi
+  done
+  # the bytes the process holds, for the table's rates
+  B_SIZE=$((bytes * gpus))
   log "== $size, $path path"
-  if ! app_start b 300 "${launch[@]}" "$GS_APPS/pattern" --size "$size" --alloc-size 1G --seed 7; then
+  if ! app_start b 300 "${launch[@]}" "${app[@]}" --size "$size" --alloc-size 1G --seed 7; then
     echo "FAIL: $size on $path: the pattern app did not start"
     B_STATUS=failed B_DETAIL="app did not start" record
     FAILED=1
@@ -162,7 +178,7 @@ measure() { # SIZE PATH[+VAR=VALUE...]
   fi
   pid=${APP_PID[b]}
   # a reserved pool fills in the background after the app's first allocation: let it finish
-  [[ $path == agent-reserve* ]] && sleep "$((bytes / 4000000000 + 2))"
+  [[ $path == agent-reserve* ]] && sleep "$((B_SIZE / 4000000000 + 2))"
   for ((rep = 1; rep <= REPEAT; rep++)); do
     export B_REP=$rep B_SUS_JSON='' B_RES_JSON='' B_SUS_WALL='' B_RES_WALL='' B_SUS_RC='' B_RES_RC='' B_VRAM_SUSPENDED='' B_DETAIL=''
     gs_run suspend "$pid" --json "${susp_args[@]}"
@@ -205,6 +221,19 @@ for size in $SIZES; do
     measure "$size" "$path"
   done
 done
+
+TWO_GPUS=${GPUSNAP_BENCH_TWO_GPUS:-32G}
+if [ "$TWO_GPUS" != 0 ]; then
+  if [ "$(gpu_count)" -lt 2 ]; then
+    echo "SKIP: two GPUs in parallel ($TWO_GPUS on each): this machine has $(gpu_count) GPU"
+  elif [ ! -x "$GS_APPS/multigpu" ]; then
+    echo "FAIL: two GPUs in parallel: missing $GS_APPS/multigpu"
+    FAILED=1
+  else
+    measure "$TWO_GPUS" agent-reserve-gpus1
+    measure "$TWO_GPUS" agent-reserve-gpus2
+  fi
+fi
 
 # The table: medians per size and path; ratio = driver time / path time, same size, this run.
 python3 - "$JSONL" "$MD" "$REPEAT" <<'EOF'
@@ -259,6 +288,18 @@ for (size, path) in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1]))
     lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
         human(size), path, f(s), f(r), f(size / 1e9 / s if s else None), f(size / 1e9 / r if r else None),
         data_rates, ratio, walls, data))
+per_gpu = {}
+for (size, path), rs in groups.items():
+    if path in ("agent-reserve-gpus1", "agent-reserve-gpus2"):
+        per_gpu.setdefault(size // (2 if path == "agent-reserve-gpus2" else 1), {})[path[-5:]] = rs
+for each, d in sorted(per_gpu.items()):
+    if "gpus1" not in d or "gpus2" not in d:
+        continue
+    s1, r1 = med(d["gpus1"], "suspend_s"), med(d["gpus1"], "resume_s")
+    s2, r2 = med(d["gpus2"], "suspend_s"), med(d["gpus2"], "resume_s")
+    if s1 and r1 and s2 and r2:
+        lines += ["", "Two GPUs in parallel (%s on each; goal <= 1.2x of one GPU): suspend %.2f s vs %.2f s (x%.2f), "
+                  "resume %.2f s vs %.2f s (x%.2f)." % (human(each), s2, s1, s2 / s1, r2, r1, r2 / r1)]
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 EOF
 echo

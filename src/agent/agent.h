@@ -84,6 +84,13 @@ void gs_vmm_get_access(uint64_t va, struct gs_vmm_access *acc);
 /* Sets the access of the mapped reservation at va (its device's, plus acc) and keeps it for re-creation. */
 CUresult gs_vmm_set_access(struct gs_agent *a, int device, uint64_t va, uint64_t reserved,
 			   const struct gs_vmm_access *acc);
+/*
+ * Sets the access of the mapped reservation at va again from its records (its
+ * device's, its pool's, its device's peers'), taking it away from the devices
+ * of revoke that none of these name. For agent_peer.c, which holds the peer
+ * lock exclusively.
+ */
+CUresult gs_vmm_apply_access(struct gs_agent *a, int device, uint64_t va, uint64_t reserved, uint64_t revoke);
 /* In a fork child: forgets the parent's access records. */
 void gs_vmm_forget_after_fork(void);
 /* Unmaps and releases the physical memory of [va, va+reserved), keeping the reservation. */

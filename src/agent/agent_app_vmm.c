@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/agent_peer.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
 #include "common/log.h"
@@ -293,8 +294,10 @@ static CUresult app_handle_for_range(void *out, CUdeviceptr va, size_t size, int
 {
 	pthread_mutex_lock(&vt.lock);
 	CUresult r = real.cuMemGetHandleForAddressRange(out, va, size, type, flags);
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS) {
 		mark_range_unreleasable(va, size, "is exported as a dma-buf");
+		gs_peer_pin_range(va, size); /* the agent's own memory there (cudaMalloc's) */
+	}
 	pthread_mutex_unlock(&vt.lock);
 	return r;
 }

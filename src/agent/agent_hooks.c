@@ -37,6 +37,8 @@
 
 #include "agent/agent.h"
 #include "agent/agent_app_vmm.h"
+#include "agent/agent_peer.h"
+#include "agent/agent_pointer.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
 #include "common/fault.h"
@@ -809,6 +811,9 @@ int gs_agent_install_hooks(struct gs_err *err)
 	};
 	int rc = gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 	if (rc)
+		return rc;
+	/* peer access and pointer attributes of the agent's memory (agent_peer.c, agent_pointer.c) */
+	if ((rc = gs_peer_install_hooks(err)) || (rc = gs_pointer_install_hooks(err)))
 		return rc;
 	/* the app's own cuMemCreate/cuMemMap memory: virtual handles (agent_app_vmm.c) */
 	return gs_app_vmm_install_hooks(err);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "agent/agent_app_vmm.h"
+#include "agent/agent_peer.h"
 #include "agent/agent_ring.h"
 #include "agent/gate.h"
 #include "common/fault.h"
@@ -392,6 +393,8 @@ static int collect(void *ctx, const struct gs_alloc_rec *rec)
 	struct collect_ctx *c = ctx;
 	if (rec->kind != GS_ALLOC_DEVICE)
 		return 0;
+	if (gs_peer_backing_pinned(rec->va))
+		return 0; /* exported as a dma-buf (agent_peer.h): a NIC may write it, never released */
 	if (gs_grow_array((void **)&c->r, &c->cap, c->n, sizeof(*c->r), 256))
 		return -1;
 	c->r[c->n++] = (struct held_region){

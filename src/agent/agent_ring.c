@@ -91,11 +91,24 @@ struct ring_job {
 	struct gs_ring_end *end;
 	size_t buf_size; /* 0: the end is direct, no buffers */
 	atomic_size_t next;
+	/*
+	 * The order chunks are taken in (NULL: staging order): with several GPUs,
+	 * one chunk of each in turn, so every GPU's link moves at once instead
+	 * of one GPU after the other (core/copy_plan.h, gs_copy_plan_interleave).
+	 */
+	size_t *order;
 	struct gs_first_err fail;
 	atomic_uint_fast64_t zero_bytes; /* towards the GPU: chunks set to zero instead of copied */
 };
 
 static bool job_failed(struct ring_job *j) { return gs_first_err_any(&j->fail); }
+
+/* The next chunk for a worker to take; >= the chunk count when none is left. */
+static size_t job_claim(struct ring_job *j)
+{
+	size_t i = atomic_fetch_add(&j->next, 1);
+	return j->order && i < j->h->plan.nchunks ? j->order[i] : i;
+}
 
 static void job_fail(struct ring_job *j, const struct gs_err *e) { gs_first_err_set(&j->fail, e); }
 
@@ -377,7 +390,7 @@ static void run_to_host(struct ring_worker *wk)
 	size_t n = j->h->plan.nchunks, head = 0, count = 0;
 	for (;;) {
 		while (count < RING_DEPTH && !job_failed(j)) {
-			size_t k = atomic_fetch_add(&j->next, 1);
+			size_t k = job_claim(j);
 			if (k >= n)
 				break;
 			struct ring_slot *s = &wk->slots[(head + count) % RING_DEPTH];
@@ -407,7 +420,7 @@ static void run_from_host(struct ring_worker *wk)
 	struct ring_job *j = wk->job;
 	size_t n = j->h->plan.nchunks;
 	for (size_t i = 0; !job_failed(j); i++) {
-		size_t k = atomic_fetch_add(&j->next, 1);
+		size_t k = job_claim(j);
 		if (k >= n)
 			break;
 		struct ring_slot *s = &wk->slots[i % RING_DEPTH];
@@ -497,6 +510,26 @@ static unsigned ring_shape(const struct gs_agent_held *h, unsigned want, uint64_
 	return n;
 }
 
+/* j->order for a plan whose regions lie on several GPUs; NULL (staging order) on one. */
+static int order_by_device(struct ring_job *j, struct gs_err *err)
+{
+	const struct gs_agent_held *h = j->h;
+	bool several = false;
+	j->order = NULL;
+	for (size_t r = 1; r < h->nregions && !several; r++)
+		several = h->regions[r].device != h->regions[0].device;
+	if (!several)
+		return 0;
+	uint32_t *dev = malloc(h->nregions * sizeof(*dev));
+	if (!dev)
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	for (size_t r = 0; r < h->nregions; r++)
+		dev[r] = (uint32_t)h->regions[r].device;
+	int rc = gs_copy_plan_interleave(&h->plan, dev, &j->order, err);
+	free(dev);
+	return rc;
+}
+
 /* Runs the transfer j describes with `want` threads, on buffers of its own or borrowed from ring (none: direct). */
 static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct gs_ring_stats *st, struct gs_err *err)
 {
@@ -530,6 +563,11 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	struct ring_worker *wk = calloc(n, sizeof(*wk));
 	if (!wk)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
+	int orc = order_by_device(j, err);
+	if (orc) {
+		free(wk);
+		return orc;
+	}
 	atomic_init(&j->next, 0);
 	atomic_init(&j->zero_bytes, 0);
 	gs_first_err_init(&j->fail);
@@ -575,6 +613,8 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 		st->issue_s += wk[i].issue_s / started;
 	}
 	free(wk);
+	free(j->order);
+	j->order = NULL;
 	int rc = gs_first_err_take(&j->fail, err);
 	gs_first_err_destroy(&j->fail);
 	return rc;

@@ -45,6 +45,8 @@
 	/* --- the agent's allocation hooks and control server (agent_hooks.c, agent_main.c) --- */  \
 	X(AGENT_ALLOC, "agent-alloc", "an allocation hook inside the gate, before its device's set-up") \
 	X(AGENT_OPERATION, "agent-operation", "an operation (suspend, resume, dump) is under way, before its work") \
+	/* --- the agent's peer access (agent_peer.c) --- */                                          \
+	X(AGENT_PEER_ACCESS, "agent-peer-access", "giving a backing a peer's access after cuCtxEnablePeerAccess") \
 	/* --- the image (src/image) --- */                                                           \
 	X(IMAGE_WRITE, "image-write", "a write of the image writer (ENOSPC, EIO)")                   \
 	X(IMAGE_READ, "image-read", "a read of an image's file: manifest, chunk, CRIU's (EIO)")      \

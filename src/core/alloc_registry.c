@@ -187,7 +187,9 @@ int gs_alloc_registry_insert(struct gs_alloc_registry *r, const struct gs_alloc_
 	struct node *nn = malloc(sizeof(*nn));
 	if (!nn)
 		return gs_fail(err, GS_E_FAILURE, "out of memory recording an allocation");
+	static uint64_t last_id; /* atomic */
 	nn->rec = *rec;
+	nn->rec.id = __atomic_add_fetch(&last_id, 1, __ATOMIC_RELAXED);
 	nn->left = nn->right = NULL;
 	nn->height = 1;
 

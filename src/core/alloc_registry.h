@@ -43,6 +43,12 @@ struct gs_alloc_rec {
 	int32_t device;  /* CUDA device ordinal */
 	uint64_t handle; /* caller's data: e.g. the physical allocation handle */
 	uint64_t user;   /* caller's data: e.g. flags or a pointer to more state */
+	/*
+	 * Set by insert (the caller's value is ignored): a number no other record
+	 * of any registry of the process had or will have, kept by update. The
+	 * agent answers CU_POINTER_ATTRIBUTE_BUFFER_ID with it.
+	 */
+	uint64_t id;
 };
 
 struct gs_alloc_registry;

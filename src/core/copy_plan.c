@@ -158,3 +158,52 @@ int gs_copy_plan_build(const struct gs_copy_region *regions, size_t nregions, co
 	plan->staging_bytes = c.cursor;
 	return 0;
 }
+
+int gs_copy_plan_interleave(const struct gs_copy_plan *plan, const uint32_t *group_of_region, size_t **order,
+			    struct gs_err *err)
+{
+	size_t n = plan->nchunks;
+	*order = NULL;
+	if (!n)
+		return 0;
+	/* groups in order of first appearance, each with its next chunk (a cursor into the staging order) */
+	uint32_t *group = malloc(n * sizeof(*group));
+	size_t *cursor = malloc(n * sizeof(*cursor));
+	size_t *out = malloc(n * sizeof(*out));
+	if (!group || !cursor || !out) {
+		free(group);
+		free(cursor);
+		free(out);
+		return gs_fail(err, GS_E_FAILURE, "out of memory ordering %zu chunks", n);
+	}
+	size_t ngroups = 0;
+	for (size_t k = 0; k < n; k++) {
+		uint32_t g = group_of_region[plan->chunks[k].region];
+		size_t i = 0;
+		while (i < ngroups && group[i] != g)
+			i++;
+		if (i == ngroups) {
+			group[ngroups] = g;
+			cursor[ngroups++] = k;
+		}
+	}
+	size_t taken = 0, live = ngroups;
+	while (taken < n && live) {
+		for (size_t i = 0; i < ngroups; i++) {
+			size_t k = cursor[i];
+			if (k >= n)
+				continue;
+			out[taken++] = k;
+			/* the group's next chunk in staging order */
+			while (++k < n && group_of_region[plan->chunks[k].region] != group[i])
+				;
+			cursor[i] = k;
+			if (k >= n)
+				live--;
+		}
+	}
+	free(group);
+	free(cursor);
+	*order = out;
+	return 0;
+}

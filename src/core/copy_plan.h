@@ -66,4 +66,16 @@ int gs_copy_plan_build(const struct gs_copy_region *regions, size_t nregions, co
 		       struct gs_copy_plan *plan, struct gs_err *err);
 void gs_copy_plan_free(struct gs_copy_plan *plan);
 
+/*
+ * An order in which to take a plan's chunks so that the regions' groups (the
+ * GPUs: group_of_region[r] for region r) move at once instead of one after
+ * the other: one chunk of each group in turn (groups in the order they first
+ * appear), each group's chunks in staging order; a group that runs out drops
+ * out of the turn. *order (malloc'd, plan->nchunks entries; the caller frees)
+ * is a permutation of the chunk indices; with one group it is the staging
+ * order. GS_E_FAILURE when out of memory.
+ */
+int gs_copy_plan_interleave(const struct gs_copy_plan *plan, const uint32_t *group_of_region, size_t **order,
+			    struct gs_err *err);
+
 #endif

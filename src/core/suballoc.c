@@ -241,7 +241,7 @@ int gs_suballoc_alloc(struct gs_suballoc *sa, uint64_t size, uint64_t *va, struc
 	}
 	s->va = slab_va;
 	slab_set_class(sa, s, cls);
-	struct gs_alloc_rec rec = { slab_va, sa->slab_size, GS_ALLOC_POOL, 0, 0, (uint64_t)(uintptr_t)s };
+	struct gs_alloc_rec rec = { slab_va, sa->slab_size, GS_ALLOC_POOL, 0, 0, (uint64_t)(uintptr_t)s, 0 };
 	pthread_mutex_lock(&sa->lock);
 	rc = gs_alloc_registry_insert(sa->slabs, &rec, err);
 	if (rc) {

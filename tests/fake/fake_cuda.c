@@ -177,7 +177,9 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *b, int dev) { (void)dev; *b = 80ULL 
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 {
 	(void)dev;
-	*v = attr == 75 ? 9 : 0;
+	const char *no_rdma = getenv("FAKE_CUDA_NO_RDMA");
+	/* 110: GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (tests/fake/fake_vmm_driver.c) */
+	*v = attr == 75 ? 9 : attr == 110 ? !(no_rdma && !strcmp(no_rdma, "1")) : 0;
 	return 0;
 }
 

@@ -815,6 +815,7 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 	return munmap((void *)(uintptr_t)p, size) ? FAKE_INVALID_VALUE : 0;
 }
 
+static bool fake_prop_rdma_refused(const void *prop);
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const void *prop, unsigned long long flags)
 {
 	if (!h || !size || size % FAKE_GRANULARITY || !prop || flags)
@@ -822,6 +823,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
 	const int *p = prop; /* CUmemAllocationProp: type, handle types, location type, location id */
 	if (p[2] != 1 || p[3] < 0 || p[3] >= ngpus() || p[3] >= FAKE_MAX_DEVICES)
 		return p[2] != 1 ? FAKE_INVALID_VALUE : FAKE_INVALID_DEVICE;
+	if (fake_prop_rdma_refused(prop))
+		return FAKE_NOT_SUPPORTED;
 	struct fake_phys *ph = calloc(1, sizeof(*ph));
 	if (!ph)
 		return FAKE_OUT_OF_MEMORY;
@@ -1417,7 +1420,8 @@ EXPORT CUresult cuGraphDestroy(void *graph)
 	return 0;
 }
 
-/* CUpointer_attribute: MEMORY_TYPE 2, IS_MANAGED 8, DEVICE_ORDINAL 9, MEMPOOL_HANDLE 17. */
+static CUresult fake_pointer_attribute_more(void *data, int attribute, CUdeviceptr p);
+/* CUpointer_attribute: MEMORY_TYPE 2, IS_MANAGED 8, DEVICE_ORDINAL 9, MEMPOOL_HANDLE 17; the rest at the end. */
 EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
 {
 	struct fake_alloc a;
@@ -1444,7 +1448,7 @@ EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
 	case 8: *(unsigned *)data = (unsigned)managed; return 0;
 	case 9: *(int *)data = device; return 0;
 	case 17: *(void **)data = pool; return 0;
-	default: return FAKE_NOT_SUPPORTED;
+	default: return fake_pointer_attribute_more(data, attribute, p);
 	}
 }
 
@@ -1519,4 +1523,220 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 	if (status)
 		*status = fn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND */
 	return fn ? 0 : FAKE_NOT_FOUND;
+}
+
+/*
+ * ---- peer access, each device's view of memory, dma-buf, pointer ranges ----
+ *
+ * cuCtxEnablePeerAccess / cuCtxDisablePeerAccess per pair of contexts, as
+ * the driver keeps them. They reach the driver's own allocations (cuMemAlloc)
+ * and, as on a GPU, not mappings of cuMemMap, which only cuMemSetAccess
+ * opens to a device. cuFakeKernelCopy(dst, src, n) is a kernel of the current
+ * context: it copies through its device's view, so it fails with
+ * CUDA_ERROR_ILLEGAL_ADDRESS (and copies nothing) when that device may not
+ * read src or write dst: the driver's allocation of another device without
+ * an enabled pair, a mapping whose access does not name it. The copy is done
+ * at once (it is not queued behind the stream's copies).
+ *
+ * FAKE_CUDA_NO_RDMA=1: the devices lack GPUDirect RDMA on VMM memory
+ * (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED is 0, and
+ * cuMemCreate refuses gpuDirectRDMACapable as the driver does there).
+ * cuMemGetHandleForAddressRange (dma-buf) gives a dup of the memfd of the
+ * mapping that holds the range. Pointer attributes: range start and size and
+ * buffer id are the mapping's (or the driver allocation's), as the driver
+ * answers for memory it mapped; cuPointerGetAttributes asks each.
+ */
+#define FAKE_PEER_ALREADY_ENABLED 704
+#define FAKE_PEER_NOT_ENABLED 705
+#define FAKE_ACCESS_READ 1
+#define FAKE_ACCESS_WRITE 2 /* with READ: CU_MEM_ACCESS_FLAGS_PROT_READWRITE (3) */
+
+struct fake_peer_pair {
+	struct fake_ctx *from, *to;
+	struct fake_peer_pair *next;
+};
+static struct fake_peer_pair *peer_pairs;
+static pthread_mutex_t peer_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* peer_lock held */
+static struct fake_peer_pair **peer_pair_find(struct fake_ctx *from, struct fake_ctx *to)
+{
+	struct fake_peer_pair **pp = &peer_pairs;
+	while (*pp && !((*pp)->from == from && (*pp)->to == to))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer_ctx, unsigned flags)
+{
+	struct fake_ctx *to = peer_ctx;
+	if (flags)
+		return FAKE_INVALID_VALUE;
+	if (!ctx_alive(current_ctx) || !ctx_alive(to))
+		return FAKE_INVALID_CONTEXT;
+	if (to->dev == current_ctx->dev)
+		return FAKE_INVALID_DEVICE;
+	pthread_mutex_lock(&peer_lock);
+	CUresult r = 0;
+	if (*peer_pair_find(current_ctx, to)) {
+		r = FAKE_PEER_ALREADY_ENABLED;
+	} else {
+		struct fake_peer_pair *p = malloc(sizeof(*p));
+		if (p) {
+			*p = (struct fake_peer_pair){ current_ctx, to, peer_pairs };
+			peer_pairs = p;
+		} else {
+			r = FAKE_OUT_OF_MEMORY;
+		}
+	}
+	pthread_mutex_unlock(&peer_lock);
+	return r;
+}
+
+EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer_ctx)
+{
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
+	pthread_mutex_lock(&peer_lock);
+	struct fake_peer_pair **pp = peer_pair_find(current_ctx, peer_ctx), *p = *pp;
+	if (p)
+		*pp = p->next;
+	pthread_mutex_unlock(&peer_lock);
+	free(p);
+	return p ? 0 : FAKE_PEER_NOT_ENABLED;
+}
+
+/* A context of device from enabled access to a context of device to. */
+static bool peer_enabled(int from, int to)
+{
+	bool on = false;
+	pthread_mutex_lock(&peer_lock);
+	for (struct fake_peer_pair *p = peer_pairs; p && !on; p = p->next)
+		on = p->from->dev == from && p->to->dev == to;
+	pthread_mutex_unlock(&peer_lock);
+	return on;
+}
+
+/* Whether device dev may touch every byte of [p, p+n) the way `need` says (FAKE_ACCESS_READ, | WRITE). */
+static bool device_may(int dev, CUdeviceptr p, size_t n, int need)
+{
+	struct fake_alloc a;
+	if (fake_alloc_find(p, &a))
+		return p + n <= a.p + a.size &&
+		       (a.kind == FAKE_MANAGED_ALLOC || a.device < 0 || a.device == dev || peer_enabled(dev, a.device));
+	bool ok = true;
+	CUdeviceptr at = p;
+	pthread_mutex_lock(&vmm_lock);
+	while (ok && at < p + n) {
+		struct fake_map *m = map_list;
+		while (m && !(at >= m->va && at < m->va + m->size))
+			m = m->next;
+		ok = m && (m->access[dev] & need) == need;
+		if (ok)
+			at = m->va + m->size;
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return ok;
+}
+
+EXPORT CUresult cuFakeKernelCopy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
+	int dev = current_ctx->dev;
+	if (!device_may(dev, src, n, FAKE_ACCESS_READ) || !device_may(dev, dst, n, FAKE_ACCESS_READ | FAKE_ACCESS_WRITE))
+		return FAKE_ILLEGAL_ADDRESS;
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	return 0;
+}
+
+static bool fake_rdma(void)
+{
+	const char *v = getenv("FAKE_CUDA_NO_RDMA");
+	return !(v && !strcmp(v, "1"));
+}
+
+/* CUmemAllocationProp's allocFlags.gpuDirectRDMACapable: byte 25 (after type, handle types, location, a pointer, compression) */
+#define FAKE_PROP_RDMA_BYTE 25
+
+/* cuMemCreate's check: the flag only where the device has the feature. */
+static bool fake_prop_rdma_refused(const void *prop)
+{
+	return ((const unsigned char *)prop)[FAKE_PROP_RDMA_BYTE] && !fake_rdma();
+}
+
+/* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD (1) only: a dup of the memfd of the one mapping that holds the range. */
+EXPORT CUresult cuMemGetHandleForAddressRange(void *out, CUdeviceptr p, size_t size, int type, unsigned long long flags)
+{
+	if (!out || type != 1 || flags || !size)
+		return FAKE_INVALID_VALUE;
+	int fd = -1;
+	pthread_mutex_lock(&vmm_lock);
+	for (struct fake_map *m = map_list; m; m = m->next)
+		if (p >= m->va && p + size <= m->va + m->size)
+			fd = dup(m->ph->fd);
+	pthread_mutex_unlock(&vmm_lock);
+	if (fd < 0)
+		return FAKE_INVALID_VALUE;
+	*(int *)out = fd;
+	return 0;
+}
+
+/*
+ * The attributes cuPointerGetAttribute's switch leaves to this block:
+ * CONTEXT 1 (the driver allocation's device's primary context; NULL for a
+ * mapping, which belongs to no context), DEVICE_POINTER 3, BUFFER_ID 7,
+ * RANGE_START_ADDR 11, RANGE_SIZE 12, MAPPED 13, IS_GPU_DIRECT_RDMA_CAPABLE 15.
+ */
+static CUresult fake_pointer_attribute_more(void *data, int attribute, CUdeviceptr p)
+{
+	struct fake_alloc a;
+	CUdeviceptr start = 0;
+	size_t size = 0;
+	unsigned long long id = 0;
+	int rdma = 0, dev = -1;
+	if (fake_alloc_find(p, &a)) {
+		start = a.p;
+		size = a.size;
+		id = (unsigned long long)a.p; /* a driver allocation's address is its own while it lives */
+		dev = a.device;
+	} else {
+		pthread_mutex_lock(&vmm_lock);
+		for (struct fake_map *m = map_list; m; m = m->next)
+			if (p >= m->va && p < m->va + m->size) {
+				start = m->va;
+				size = m->size;
+				id = (unsigned long long)(uintptr_t)m->ph;
+				rdma = m->ph->prop[FAKE_PROP_RDMA_BYTE];
+			}
+		pthread_mutex_unlock(&vmm_lock);
+	}
+	if (!size || !data)
+		return FAKE_INVALID_VALUE;
+	switch (attribute) {
+	case 1: *(void **)data = dev >= 0 ? (void *)&primary_ctx[dev] : NULL; return 0;
+	case 3: *(CUdeviceptr *)data = p; return 0;
+	case 7: *(unsigned long long *)data = id; return 0;
+	case 11: *(CUdeviceptr *)data = start; return 0;
+	case 12: *(size_t *)data = size; return 0;
+	case 13: *(unsigned *)data = 1; return 0;
+	case 15: *(unsigned *)data = (unsigned)rdma; return 0;
+	default: return FAKE_NOT_SUPPORTED;
+	}
+}
+
+/* Each attribute as cuPointerGetAttribute answers it; for a pointer it does not know, zeros and success (the driver's rule). */
+EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attributes, void **data, CUdeviceptr p)
+{
+	if (!attributes || !data)
+		return FAKE_INVALID_VALUE;
+	for (unsigned i = 0; i < n; i++) {
+		if (!data[i])
+			continue;
+		int at = attributes[i];
+		size_t width = at == 1 || at == 3 || at == 7 || at == 11 || at == 12 || at == 17 ? 8 : 4;
+		if (cuPointerGetAttribute(data[i], at, p))
+			memset(data[i], 0, width);
+	}
+	return 0;
 }

@@ -64,7 +64,7 @@ static void test_random_against_model(void)
 			for (int s = start; s < start + len; s++)
 				overlap |= m.owner[s] != 0;
 			struct gs_alloc_rec rec = { BASE + start * SLOT_BYTES, size, GS_ALLOC_DEVICE + (uint32_t)(rnd() % 4),
-						    (int32_t)(rnd() % 2), rnd(), (uint64_t)step };
+						    (int32_t)(rnd() % 2), rnd(), (uint64_t)step, 0 };
 			int rc = gs_alloc_registry_insert(r, &rec, &err);
 			if (rc != (overlap ? GS_E_STATE : 0)) {
 				fprintf(stderr, "step %d: insert slot %d len %d returned %d, model overlap %d\n", step, start,
@@ -138,22 +138,22 @@ static void test_overlap_and_edges(void)
 {
 	struct gs_alloc_registry *r = gs_alloc_registry_new();
 	struct gs_err err = { 0 };
-	struct gs_alloc_rec a = { 0x10000, 0x1000, GS_ALLOC_DEVICE, 0, 1, 0 };
+	struct gs_alloc_rec a = { 0x10000, 0x1000, GS_ALLOC_DEVICE, 0, 1, 0, 0 };
 	struct gs_alloc_rec out;
 	CHECK_INT(gs_alloc_registry_insert(r, &a, &err), 0);
 	/* exact duplicate, start inside, end inside, covering */
 	struct gs_alloc_rec bad[] = {
-		{ 0x10000, 0x1000, 1, 0, 0, 0 }, { 0x10fff, 0x10, 1, 0, 0, 0 },
-		{ 0xf000, 0x1001, 1, 0, 0, 0 },  { 0x0, 0x100000, 1, 0, 0, 0 },
+		{ 0x10000, 0x1000, 1, 0, 0, 0, 0 }, { 0x10fff, 0x10, 1, 0, 0, 0, 0 },
+		{ 0xf000, 0x1001, 1, 0, 0, 0, 0 },  { 0x0, 0x100000, 1, 0, 0, 0, 0 },
 	};
 	for (size_t i = 0; i < GS_ARRAY_SIZE(bad); i++)
 		CHECK_INT(gs_alloc_registry_insert(r, &bad[i], &err), GS_E_STATE);
 	CHECK_CONTAINS(err.msg, "overlaps recorded allocation 0x10000-0x11000");
 	/* touching on both sides is fine */
-	struct gs_alloc_rec left = { 0xf000, 0x1000, 1, 0, 2, 0 }, right = { 0x11000, 0x1, 1, 0, 3, 0 };
+	struct gs_alloc_rec left = { 0xf000, 0x1000, 1, 0, 2, 0, 0 }, right = { 0x11000, 0x1, 1, 0, 3, 0, 0 };
 	CHECK_INT(gs_alloc_registry_insert(r, &left, &err), 0);
 	CHECK_INT(gs_alloc_registry_insert(r, &right, &err), 0);
-	struct gs_alloc_rec zero = { 0x20000, 0, 1, 0, 0, 0 }, wrap = { UINT64_MAX - 10, 11, 1, 0, 0, 0 };
+	struct gs_alloc_rec zero = { 0x20000, 0, 1, 0, 0, 0, 0 }, wrap = { UINT64_MAX - 10, 11, 1, 0, 0, 0, 0 };
 	CHECK_INT(gs_alloc_registry_insert(r, &zero, &err), GS_E_USAGE);
 	CHECK_INT(gs_alloc_registry_insert(r, &wrap, &err), GS_E_USAGE);
 
@@ -183,7 +183,7 @@ static void test_range_walk_and_kinds(void)
 	struct gs_err err = { 0 };
 	static struct collect c;
 	for (uint64_t i = 0; i < 100; i++) {
-		struct gs_alloc_rec rec = { 0x1000 * (i + 1), 0x800, i % 2 ? GS_ALLOC_SUBALLOC : GS_ALLOC_DEVICE, 0, i, 0 };
+		struct gs_alloc_rec rec = { 0x1000 * (i + 1), 0x800, i % 2 ? GS_ALLOC_SUBALLOC : GS_ALLOC_DEVICE, 0, i, 0, 0 };
 		CHECK_INT(gs_alloc_registry_insert(r, &rec, &err), 0);
 	}
 	/* [0x1400, 0x3001): record 1 (0x1000-0x1800) reaches in, 2 inside, 3 starts at 0x3000 */
@@ -236,7 +236,7 @@ static void test_million_records(void)
 	double t0 = gs_now();
 	int fails = 0;
 	for (uint64_t i = 0; i < n; i++) {
-		struct gs_alloc_rec rec = { BASE + order[i] * 1024, 512, GS_ALLOC_SUBALLOC, 0, order[i], 0 };
+		struct gs_alloc_rec rec = { BASE + order[i] * 1024, 512, GS_ALLOC_SUBALLOC, 0, order[i], 0, 0 };
 		fails += gs_alloc_registry_insert(r, &rec, &err) != 0;
 	}
 	double t1 = gs_now();
@@ -282,7 +282,7 @@ static void *writer(void *p)
 	struct gs_err err;
 	for (int round = 0; round < 20; round++) {
 		for (uint64_t i = 0; i < 2000; i++) {
-			struct gs_alloc_rec rec = { ((uint64_t)a->id << 32) + i * 256, 256, 1, 0, i, 0 };
+			struct gs_alloc_rec rec = { ((uint64_t)a->id << 32) + i * 256, 256, 1, 0, i, 0, 0 };
 			a->errors += gs_alloc_registry_insert(a->r, &rec, &err) != 0;
 		}
 		for (uint64_t i = 0; i < 2000; i++)
@@ -307,7 +307,7 @@ static void test_threads(void)
 {
 	struct gs_alloc_registry *r = gs_alloc_registry_new();
 	struct gs_err err;
-	struct gs_alloc_rec fixed = { 0x100, 0x100, 1, 0, 42, 0 };
+	struct gs_alloc_rec fixed = { 0x100, 0x100, 1, 0, 42, 0, 0 };
 	CHECK_INT(gs_alloc_registry_insert(r, &fixed, &err), 0);
 	pthread_t t[4];
 	struct thread_arg args[4];
@@ -325,8 +325,32 @@ static void test_threads(void)
 	gs_alloc_registry_free(r);
 }
 
+/* Ids: set by insert whatever the caller passed, never given twice (also across registries), kept by update. */
+static void test_ids(void)
+{
+	struct gs_alloc_registry *r = gs_alloc_registry_new(), *r2 = gs_alloc_registry_new();
+	struct gs_alloc_rec rec = { .va = 0x1000, .size = 0x100, .kind = 1, .id = 7 }, a, b, c, d;
+	CHECK_INT(gs_alloc_registry_insert(r, &rec, NULL), 0);
+	CHECK(gs_alloc_registry_get(r, 0x1000, &a));
+	CHECK(a.id != 0 && a.id != 7);
+	CHECK(gs_alloc_registry_update(r, 0x1000, 5, 6));
+	CHECK(gs_alloc_registry_find(r, 0x10ff, &b));
+	CHECK(b.id == a.id && b.handle == 5);
+	/* the same address again after a free: another allocation, another id */
+	CHECK(gs_alloc_registry_remove(r, 0x1000, NULL));
+	CHECK_INT(gs_alloc_registry_insert(r, &rec, NULL), 0);
+	CHECK(gs_alloc_registry_get(r, 0x1000, &c));
+	CHECK(c.id != a.id);
+	CHECK_INT(gs_alloc_registry_insert(r2, &rec, NULL), 0);
+	CHECK(gs_alloc_registry_get(r2, 0x1000, &d));
+	CHECK(d.id != a.id && d.id != c.id);
+	gs_alloc_registry_free(r);
+	gs_alloc_registry_free(r2);
+}
+
 int main(void)
 {
+	RUN(test_ids);
 	RUN(test_overlap_and_edges);
 	RUN(test_range_walk_and_kinds);
 	RUN(test_random_against_model);

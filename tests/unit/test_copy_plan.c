@@ -3,6 +3,7 @@
  * without overlap, alignment and segment limits, lanes within one chunk of
  * each other, determinism, 64 GiB regions and 1e5 one-byte regions.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "common/util.h"
@@ -205,8 +206,47 @@ static void test_bad_params(void)
 	gs_copy_plan_free(&plan);
 }
 
+/* The interleaved order: a permutation, each GPU's chunks in staging order, GPUs taking turns while both have chunks. */
+static void test_interleave(void)
+{
+	/* GPU 0: 3 + 2 chunks (regions 0 and 2), GPU 1: 4 chunks (region 1), GPU 2: 1 chunk (region 3) */
+	struct gs_copy_region regions[] = { { 0x100000, 3 << 20 }, { 0x900000, 4 << 20 }, { 0x2000000, 2 << 20 },
+					    { 0x4000000, 1 << 20 } };
+	uint32_t gpu[] = { 0, 1, 0, 2 };
+	struct gs_copy_params p = { .chunk_size = 1 << 20, .lanes = 4 };
+	struct gs_copy_plan plan;
+	CHECK_INT(gs_copy_plan_build(regions, 4, &p, &plan, NULL), 0);
+	CHECK(plan.nchunks == 10);
+	size_t *order = NULL;
+	CHECK_INT(gs_copy_plan_interleave(&plan, gpu, &order, NULL), 0);
+	/* turns: 0 1 2, 0 1, 0 1, 0 1, 0 */
+	static const uint32_t want_gpu[] = { 0, 1, 2, 0, 1, 0, 1, 0, 1, 0 };
+	bool seen[10] = { false };
+	size_t last[3] = { 0, 0, 0 };
+	bool any[3] = { false, false, false };
+	for (size_t i = 0; i < 10; i++) {
+		size_t k = order[i];
+		CHECK(k < 10 && !seen[k]);
+		seen[k] = true;
+		uint32_t g = gpu[plan.chunks[k].region];
+		CHECK_INT((int)g, (int)want_gpu[i]);
+		CHECK(!any[g] || k > last[g]);
+		any[g] = true;
+		last[g] = k;
+	}
+	free(order);
+	/* one GPU: the staging order itself */
+	uint32_t one[] = { 0, 0, 0, 0 };
+	CHECK_INT(gs_copy_plan_interleave(&plan, one, &order, NULL), 0);
+	for (size_t i = 0; i < 10; i++)
+		CHECK(order[i] == i);
+	free(order);
+	gs_copy_plan_free(&plan);
+}
+
 int main(void)
 {
+	RUN(test_interleave);
 	RUN(test_known_layout);
 	RUN(test_random_plans);
 	RUN(test_huge_and_tiny);

@@ -35,7 +35,7 @@ static int fake_slab_alloc(void *ctx, uint64_t size, uint64_t *va)
 		d->fail_after--;
 	*va = d->next_va + d->misalign;
 	d->next_va += size + size; /* leave holes so neighbours never touch */
-	struct gs_alloc_rec rec = { *va, size, GS_ALLOC_DEVICE, 0, 0, 0 };
+	struct gs_alloc_rec rec = { *va, size, GS_ALLOC_DEVICE, 0, 0, 0, 0 };
 	gs_alloc_registry_insert(d->slabs, &rec, NULL);
 	d->live++;
 	d->allocs++;
@@ -125,7 +125,7 @@ static void test_random_shadow(void)
 				bad++;
 				continue;
 			}
-			struct gs_alloc_rec slab, rec = { va, size, GS_ALLOC_SUBALLOC, 0, bsize, 0 };
+			struct gs_alloc_rec slab, rec = { va, size, GS_ALLOC_SUBALLOC, 0, bsize, 0, 0 };
 			/* inside one live slab, aligned, not overlapping any live block */
 			if (va % GS_SUBALLOC_DEFAULT_ALIGN || bsize < size || !gs_alloc_registry_find(d.slabs, va, &slab) ||
 			    va + bsize > slab.va + slab.size || gs_alloc_registry_insert(shadow, &rec, &err)) {
