@@ -30,6 +30,7 @@
 # where one is missing or where podman cannot start any container here.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
+. "$(dirname "$0")/container_lib.sh"
 
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
@@ -37,32 +38,8 @@ app=$build/tests/agent/agent_app
 counter=$build/tests/apps/cpu_counter
 APP_IO=signals
 fake_agent_env criu
-command -v podman >/dev/null || skip "podman is not installed (scripts/install-deps.sh installs it on Debian/Ubuntu)"
-runc=$(command -v runc) || skip "runc is not installed (scripts/install-deps.sh installs it; Debian's crun has no CRIU)"
+podman_env
 [ -x "$counter" ] || { echo "not ok - missing $counter"; exit 1; }
-
-# ---- podman on storage of the test's own; criu in PATH through a wrapper ----
-driver=${GPUSNAP_PODMAN_STORAGE:-overlay}
-# overlay on overlay (a CI job inside a container) does not mount: copy layers instead
-[ "$(stat -f -c %T "$TEST_TMP")" = overlayfs ] && [ -z "${GPUSNAP_PODMAN_STORAGE:-}" ] && driver=vfs
-pm() {
-  podman --root "$TEST_TMP/storage" --runroot "$TEST_TMP/runroot" --tmpdir "$TEST_TMP/libpod" \
-    --storage-driver "$driver" --runtime "$runc" --cgroup-manager cgroupfs --events-backend file "$@"
-}
-# pm_out ARGS...: pm with its output in $TEST_TMP/pm.out, exit status in $RC
-pm_out() {
-  RC=0
-  pm "$@" >"$TEST_TMP/pm.out" 2>&1 || RC=$?
-}
-pm_ok() { [ "$RC" = 0 ] || { echo "    podman exit $RC: $(grep -v 'level=warning' "$TEST_TMP/pm.out" | tail -n 3)"; return 1; }; }
-cleanup_containers() {
-  pm rm -af -t 0 >/dev/null 2>&1
-  pm rmi -af >/dev/null 2>&1
-  # whatever podman left mounted under the test's folder (overlay, shm), deepest first
-  awk -v t="$TEST_TMP" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
-  cleanup_test
-}
-trap cleanup_containers EXIT
 
 etc_criu_before=$(ls -la --time-style=full-iso /etc/criu 2>&1; cat /etc/criu/* 2>/dev/null)
 mkdir -p "$TEST_TMP/bin" "$TEST_TMP/fake-b"
@@ -78,25 +55,11 @@ chmod 755 "$TEST_TMP/bin/criu"
 export PATH=$TEST_TMP/bin:$PATH
 
 # ---- the image: the apps, the agent, the fake driver and what they load ----
-rootfs=$TEST_TMP/rootfs
-mkdir -p "$rootfs"/{app,bin,out,fake,proc,sys,dev,etc,run,tmp}
-cp "$app" "$counter" "$build/libgpusnap.so" "$GPUSNAP_LIBCUDA" "$rootfs/app/"
-cp "$(command -v dash || command -v sh)" "$rootfs/bin/sh"
-for lib in $(ldd "$rootfs"/bin/sh "$rootfs"/app/* | awk '/=>/ && $3 ~ /^\// {print $3} /^\t\/[^ ]*ld-linux/ {print $1}' | sort -u); do
-  mkdir -p "$rootfs$(dirname "$lib")"
-  cp -L "$lib" "$rootfs$lib"
-done
+image=localhost/gpusnap-t6101:1
+make_image "$image" "$app" "$counter" "$build/libgpusnap.so" "$GPUSNAP_LIBCUDA"
 # a sanitizer build's runtime has to come before the agent
 asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
 preload="${asan:+$asan }/app/libgpusnap.so"
-tar -C "$rootfs" -cf "$TEST_TMP/rootfs.tar" .
-image=localhost/gpusnap-t6101:1
-pm_out import "$TEST_TMP/rootfs.tar" "$image"
-[ "$RC" = 0 ] || skip "podman cannot import an image here: $(tail -n 1 "$TEST_TMP/pm.out")"
-# Limits at or below the caller's: podman's defaults (1048576 open files) need CAP_SYS_RESOURCE
-limits=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
-pm_out run --rm --network none "${limits[@]}" "$image" /bin/sh -c 'exit 0'
-[ "$RC" = 0 ] || skip "podman cannot run a container here: $(grep -v 'level=warning' "$TEST_TMP/pm.out" | tail -n 1)"
 
 # start_container NAME FAKE_DIR [PODMAN ARGS...]: the apps in container NAME; sets HPID (the
 # app's host PID), PID, log and count (its files seen from the host).
@@ -130,6 +93,14 @@ dump_log() {
   for f in $d; do grep -l . "$f"/{dump,restore}.log 2>/dev/null; done | head -n 2 |
     xargs -r grep -h "Error\|gpusnap" | tail -n 8 | sed 's/^/    /'
 }
+# agent_listens: the app's agent accepts a connection on its control socket (/run/gpusnap in the container)
+agent_listens() {
+  local nspid sock
+  nspid=$(awk '/^NSpid/ {print $NF}' "/proc/$HPID/status")
+  sock=/proc/$HPID/root/run/gpusnap/agent-$nspid.sock
+  python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' "$sock" 2>/dev/null ||
+    { echo "    no agent at $sock: $(ls -l "$(dirname "$sock")" 2>&1 | tail -n +2)"; return 1; }
+}
 # counts_on: the counter's log is 1, 2, 3 ... without a gap or a restart, and ends past $1
 counts_on() {
   awk -v after="$1" 'NR != $1 {print "    line " NR " is " $1; bad = 1} END {if (NR <= after) {print "    " NR " lines, not past " after; bad = 1}; exit bad}' "$count"
@@ -140,6 +111,7 @@ archive_count() { tar -xOf "$1" rootfs-diff.tar | tar -xO out/count | tail -n 1;
 checkpoint_remove() {
   local part=$1 name=$2 tar=$TEST_TMP/$2.tar n0
   verify_ok "$part: the fake GPU data before the checkpoint"
+  check "$part: the app's agent listens on its control socket" agent_listens
   rm -f "$marker"
   pm_out container checkpoint --export="$tar" "$name"
   check "$part: podman container checkpoint --export" pm_ok || dump_log
@@ -162,6 +134,7 @@ restore_check() {
   grows "$count"
   check "$part: the counter goes on from where it stopped (${RESTORE_FROM:-?} -> $(tail -n 1 "$count"))" counts_on "${RESTORE_FROM:-0}"
   verify_ok "$part: the fake GPU data after the restore, every byte"
+  check "$part: the restored agent listens on its control socket again" agent_listens
 }
 
 # ---- A: plain CRIU, the container's own PID namespace; the plugin folder from a private config ----
