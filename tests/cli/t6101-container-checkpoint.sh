@@ -70,13 +70,14 @@ start_container() {
     -e "LD_PRELOAD=$preload" -e GPUSNAP_LIBCUDA=/app/$(basename "$GPUSNAP_LIBCUDA") -e "FAKE_CUDA_DIR=$fake" \
     -e FAKE_CUDA_CRIU=1 -e GPUSNAP_AGENT_LOG=/out/agent.log "$@" "$image" \
     /bin/sh -c '/app/cpu_counter /out/count & exec /app/agent_app --signals >/out/app.log 2>/out/app.err'
-  check "podman run $name (runc)" pm_ok
-  wait_started "$name"
+  try "podman run $name (runc)" pm_ok || return 1
+  try "$name: the apps started" wait_started "$name"
 }
 # wait_started NAME: the container's app printed READY and its counter runs; sets HPID, PID, log, count
 wait_started() {
   HPID=$(pm inspect -f '{{.State.Pid}}' "$1" 2>/dev/null)
   PID=$HPID
+  [ "${HPID:-0}" -gt 0 ] 2>/dev/null || { echo "    $1 has no process ($(pm inspect -f '{{.State.Status}}' "$1" 2>&1))"; return 1; }
   log=/proc/$HPID/root/out/app.log
   count=/proc/$HPID/root/out/count
   for _ in $(seq 100); do
@@ -86,12 +87,19 @@ wait_started() {
   echo "    $1 did not start: $(cat "/proc/$HPID/root/out/app.err" 2>&1 | tail -n 3)"
   return 1
 }
-# dump_log NAME: the CRIU log of NAME's last checkpoint or restore (podman keeps it in userdata)
-dump_log() {
-  local d
-  d=$(find "$TEST_TMP/storage" -maxdepth 3 -path "*overlay-containers/*/userdata" -type d | head -n 50)
-  for f in $d; do grep -l . "$f"/{dump,restore}.log 2>/dev/null; done | head -n 2 |
-    xargs -r grep -h "Error\|gpusnap" | tail -n 8 | sed 's/^/    /'
+# try TITLE COMMAND...: as check, and returns whether COMMAND succeeded
+try() {
+  if "${@:2}"; then pass "$1"; return 0; fi
+  fail "$1" "command failed: ${*:2}"
+  return 1
+}
+# criu_log FILE: the lines of CRIU's newest FILE (dump.log, restore.log; podman -k keeps them) that
+# say what failed, and the plugin's
+criu_log() {
+  local f
+  f=$(find "$TEST_TMP/storage" "$TEST_TMP/runroot" -name "$1" -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)
+  [ -n "$f" ] && grep -h "Error\|gpusnap" "$f" | tail -n 8 | sed 's/^/    /'
+  return 0
 }
 # agent_listens: the app's agent accepts a connection on its control socket (/run/gpusnap in the container)
 agent_listens() {
@@ -113,8 +121,8 @@ checkpoint_remove() {
   verify_ok "$part: the fake GPU data before the checkpoint"
   check "$part: the app's agent listens on its control socket" agent_listens
   rm -f "$marker"
-  pm_out container checkpoint --export="$tar" "$name"
-  check "$part: podman container checkpoint --export" pm_ok || dump_log
+  pm_out container checkpoint -k --export="$tar" "$name"
+  try "$part: podman container checkpoint --export" pm_ok || { criu_log dump.log; return 1; }
   check "$part: the checkpoint stopped the container" test "$(pm inspect -f '{{.State.Status}}' "$name")" = exited
   check "$part: the archive carries CRIU's images" sh -c "tar -tf '$tar' | grep -qx 'checkpoint/inventory.img'"
   n0=$(archive_count "$tar")
@@ -126,11 +134,11 @@ checkpoint_remove() {
 # restore_check PART NAME: restore NAME from its archive; it goes on as it was
 restore_check() {
   local part=$1 name=$2 tar=$TEST_TMP/$2.tar
-  pm_out container restore --import="$tar"
-  check "$part: podman container restore --import" pm_ok || dump_log
-  check "$part: the restored container runs" test "$(pm inspect -f '{{.State.Status}}' "$name" 2>&1)" = running
-  wait_started "$name"
-  check "$part: the restored app runs (host PID $HPID)" alive "$HPID"
+  pm_out container restore -k --import="$tar"
+  try "$part: podman container restore --import" pm_ok || { criu_log restore.log; return 0; }
+  try "$part: the restored container runs" test "$(pm inspect -f '{{.State.Status}}' "$name" 2>&1)" = running ||
+    criu_log restore.log
+  try "$part: the restored apps run" wait_started "$name" || return 0
   grows "$count"
   check "$part: the counter goes on from where it stopped (${RESTORE_FROM:-?} -> $(tail -n 1 "$count"))" counts_on "${RESTORE_FROM:-0}"
   verify_ok "$part: the fake GPU data after the restore, every byte"
@@ -151,13 +159,14 @@ else
 fi
 echo "libdir $TEST_TMP/plugins-a" >"$TEST_TMP/criu-gs-a.conf"
 
-start_container gs-a /fake
+start_container gs-a /fake || { test_done; exit; }
 check "A: the app runs in a PID namespace of its own (NSpid $(awk '/^NSpid/ {print $2, $3}' "/proc/$HPID/status"))" \
   sh -c "awk '/^NSpid/ {exit !(NF == 3 && \$3 == 1)}' /proc/$HPID/status"
-checkpoint_remove A gs-a
-[ "$have_marker" = 1 ] && check "A: CRIU's dump loaded the plugin folder of the private config (libdir)" grep -q "^init 0 " "$marker"
-restore_check A gs-a
-[ "$have_marker" = 1 ] && check "A: CRIU's restore loaded it too" grep -q "^init 2 " "$marker"
+if checkpoint_remove A gs-a; then
+  [ "$have_marker" = 1 ] && check "A: CRIU's dump loaded the plugin folder of the private config (libdir)" grep -q "^init 0 " "$marker"
+  restore_check A gs-a
+  [ "$have_marker" = 1 ] && check "A: CRIU's restore loaded it too" grep -q "^init 2 " "$marker"
+fi
 pm rm -f -t 0 gs-a >/dev/null 2>&1
 
 # ---- B: through gpusnap's CRIU plugin ----
@@ -172,12 +181,13 @@ else
   cp "$plugin" "$TEST_TMP/plugins-b/"
   echo "libdir $TEST_TMP/plugins-b" >"$TEST_TMP/criu-gs-b.conf"
   export FAKE_CUDA_DIR=$TEST_TMP/fake-b # the state files the plugin's driver and the app's share
-  start_container gs-b "$FAKE_CUDA_DIR" --pid=host -v "$FAKE_CUDA_DIR:$FAKE_CUDA_DIR"
+  start_container gs-b "$FAKE_CUDA_DIR" --pid=host -v "$FAKE_CUDA_DIR:$FAKE_CUDA_DIR" || { test_done; exit; }
   check "B: the app registered with the shared fake driver" test -e "$FAKE_CUDA_DIR/$HPID"
-  checkpoint_remove B gs-b
-  check "B: the archive carries gpusnap's GPU image (checkpoint/gpusnap/)" \
-    sh -c "tar -tf '$TEST_TMP/gs-b.tar' | grep -q '^checkpoint/gpusnap/.'"
-  restore_check B gs-b
+  if checkpoint_remove B gs-b; then
+    check "B: the archive carries gpusnap's GPU image (checkpoint/gpusnap/)" \
+      sh -c "tar -tf '$TEST_TMP/gs-b.tar' | grep -q '^checkpoint/gpusnap/.'"
+    restore_check B gs-b
+  fi
   pm rm -f -t 0 gs-b >/dev/null 2>&1
 fi
 
