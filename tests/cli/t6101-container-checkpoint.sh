@@ -98,7 +98,7 @@ try() {
 criu_log() {
   local f
   f=$(find "$TEST_TMP/storage" "$TEST_TMP/runroot" -name "$1" -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)
-  [ -n "$f" ] && grep -h "Error\|gpusnap" "$f" | tail -n 8 | sed 's/^/    /'
+  [ -n "$f" ] && grep -h "Error (\|gpusnap: " "$f" | tail -n 8 | sed 's/^/    /'
   return 0
 }
 # agent_listens: the app's agent accepts a connection on its control socket (/run/gpusnap in the container)
