@@ -67,7 +67,7 @@ start_container() {
   local name=$1 fake=$2
   shift 2
   pm_out run -d --name "$name" --network none "${limits[@]}" --annotation "org.criu.config=$TEST_TMP/criu-$name.conf" \
-    -e "LD_PRELOAD=$preload" -e GPUSNAP_LIBCUDA=/app/$(basename "$GPUSNAP_LIBCUDA") -e "FAKE_CUDA_DIR=$fake" \
+    -e "LD_PRELOAD=$preload" -e "GPUSNAP_LIBCUDA=/app/$(basename "$GPUSNAP_LIBCUDA")" -e "FAKE_CUDA_DIR=$fake" \
     -e FAKE_CUDA_CRIU=1 -e GPUSNAP_AGENT_LOG=/out/agent.log "$@" "$image" \
     /bin/sh -c '/app/cpu_counter /out/count & exec /app/agent_app --signals >/out/app.log 2>/out/app.err'
   try "podman run $name (runc)" pm_ok || return 1
@@ -84,7 +84,7 @@ wait_started() {
     grep -q '^READY' "$log" 2>/dev/null && wait_lines "$count" 10 && return 0
     sleep 0.1
   done
-  echo "    $1 did not start: $(cat "/proc/$HPID/root/out/app.err" 2>&1 | tail -n 3)"
+  echo "    $1 did not start: $(tail -n 3 "/proc/$HPID/root/out/app.err" 2>&1)"
   return 1
 }
 # try TITLE COMMAND...: as check, and returns whether COMMAND succeeded
