@@ -3,7 +3,9 @@
 # and clang with libFuzzer for the fuzz harnesses (tests/fuzz), installing them
 # with apt-get when run as root on Debian/Ubuntu. Idempotent and quiet when
 # everything is present. Missing build tools are an error; missing fuzzing
-# tools are not (`make test` then says it skips the fuzz run).
+# tools are not (`make test` then says it skips the fuzz run). Podman and runc
+# (tests/cli/t6101: a container checkpointed through CRIU; Debian's crun is
+# built without CRIU, so runc) are optional too: without them that test skips.
 set -euo pipefail
 missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
@@ -24,7 +26,11 @@ fuzzer_links() {
 fuzz_missing=()
 fuzzer_links || fuzz_missing=(clang libclang-rt-dev)
 
-if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ]; then
+engine_missing=()
+command -v podman >/dev/null 2>&1 || engine_missing+=(podman)
+command -v runc >/dev/null 2>&1 || engine_missing+=(runc)
+
+if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ] && [ ${#engine_missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -32,17 +38,22 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "gpusnap: missing build tools: ${missing[*]} (install them, then run make again)" >&2
     exit 1
   fi
-  exit 0 # no clang with libFuzzer: the fuzz run is skipped, and says so
+  exit 0 # no clang with libFuzzer, no podman: those tests are skipped, and say so
 fi
 if [ ${#missing[@]} -ne 0 ]; then
   apt-get update -qq >/dev/null
   echo "gpusnap: installing ${missing[*]}" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-elif [ ${#fuzz_missing[@]} -ne 0 ]; then
+else
   apt-get update -qq >/dev/null 2>&1 || true # offline: the install below fails and says so
 fi
 if [ ${#fuzz_missing[@]} -ne 0 ]; then
   echo "gpusnap: installing ${fuzz_missing[*]} (for the fuzz harnesses)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${fuzz_missing[@]}" >/dev/null 2>&1 ||
     echo "gpusnap: could not install ${fuzz_missing[*]}; the fuzz run will be skipped" >&2
+fi
+if [ ${#engine_missing[@]} -ne 0 ]; then
+  echo "gpusnap: installing ${engine_missing[*]} (for the container test)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${engine_missing[@]}" >/dev/null 2>&1 ||
+    echo "gpusnap: could not install ${engine_missing[*]}; the container test will be skipped" >&2
 fi

@@ -80,6 +80,13 @@ int cli_record_suspend(struct cli_session *s, pid_t pid, uint64_t gpu_mask);
 int cli_recorded_gpus(pid_t pid, CUuuid *used, int max);
 void cli_forget_suspend(pid_t pid);
 
+/*
+ * The agent's path into buf: $GPUSNAP_AGENT as given if set, else the real path of libgpusnap.so
+ * beside the gpusnap binary (build tree) or in ../lib (installed). 0, or GS_E_AGENT naming what
+ * is missing.
+ */
+int cli_find_agent(char *buf, size_t n, struct gs_err *err);
+
 int cmd_suspend(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_state(int argc, char **argv);
@@ -87,5 +94,6 @@ int cmd_run(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_container_spec(int argc, char **argv);
 
 #endif

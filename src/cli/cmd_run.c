@@ -21,8 +21,7 @@ static const char *const run_usage[] = {
 	NULL,
 };
 
-/* libgpusnap.so beside the gpusnap binary (build tree), or in ../lib (installed); GPUSNAP_AGENT overrides. */
-static int find_agent(char *buf, size_t n, struct gs_err *err)
+int cli_find_agent(char *buf, size_t n, struct gs_err *err)
 {
 	const char *env = getenv("GPUSNAP_AGENT");
 	if (env && *env) {
@@ -87,7 +86,7 @@ int cmd_run(int argc, char **argv)
 	if (reserve && (rc = check_reserve(reserve, &err)))
 		return cli_report_error(&err);
 	char agent[PATH_MAX];
-	if ((rc = find_agent(agent, sizeof(agent), &err)))
+	if ((rc = cli_find_agent(agent, sizeof(agent), &err)))
 		return cli_report_error(&err);
 	const char *old = getenv("LD_PRELOAD");
 	char *preload = NULL;

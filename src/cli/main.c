@@ -16,13 +16,14 @@ static const struct cli_command commands[] = {
 	{ "dump", cmd_dump, "write a CUDA process's GPU and CPU state into an image directory (CRIU)" },
 	{ "restore", cmd_restore, "bring a dumped process back from an image, on the same or another GPU" },
 	{ "inspect", cmd_inspect, "show what an image holds; --verify checks every checksum" },
+	{ "container-spec", cmd_container_spec, "print a CDI spec (or engine flags) that puts the agent into containers" },
 };
 
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: gpusnap <command> [<options>] [<args>]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(out, "    %-10s %s\n", commands[i].name, commands[i].summary);
+		fprintf(out, "    %-15s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out, "\n'gpusnap <command> -h' shows a command's options; exit codes are listed in README.md.\n");
 }
 
