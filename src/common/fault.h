@@ -45,6 +45,9 @@
 	/* --- the agent's allocation hooks and control server (agent_hooks.c, agent_main.c) --- */  \
 	X(AGENT_ALLOC, "agent-alloc", "an allocation hook inside the gate, before its device's set-up") \
 	X(AGENT_OPERATION, "agent-operation", "an operation (suspend, resume, dump) is under way, before its work") \
+	/* --- memory shared between processes (agent_share.c, src/cli/share_tree.c) --- */          \
+	X(SHARE_LET_GO, "share-let-go", "an importer lets go of imported GPU memory (suspend, dump)") \
+	X(SHARE_HANDOVER, "share-handover", "--tree resume: exports made again, before importers get them") \
 	/* --- the image (src/image) --- */                                                           \
 	X(IMAGE_WRITE, "image-write", "a write of the image writer (ENOSPC, EIO)")                   \
 	X(IMAGE_READ, "image-read", "a read of an image's file: manifest, chunk, CRIU's (EIO)")      \

@@ -228,12 +228,71 @@ static int write_all(int fd, const uint8_t *p, size_t n, double deadline, int st
 	return 0;
 }
 
+/*
+ * Descriptors that came with the request this thread is serving
+ * (gs_ctl_call_fds, SCM_RIGHTS): the handler takes them with
+ * gs_ctl_take_fds; serve_client closes what it left.
+ */
+static __thread struct {
+	int fds[GS_CTL_MAX_FDS];
+	size_t n;
+} req_fds;
+
+static void keep_fds(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		const unsigned char *data = CMSG_DATA(c);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+			memcpy(&fd, data + i * sizeof(int), sizeof(int));
+			if (req_fds.n < GS_CTL_MAX_FDS)
+				req_fds.fds[req_fds.n++] = fd;
+			else
+				close(fd);
+		}
+	}
+}
+
+static void drop_fds(void)
+{
+	for (size_t i = 0; i < req_fds.n; i++)
+		close(req_fds.fds[i]);
+	req_fds.n = 0;
+}
+
+size_t gs_ctl_take_fds(int *out, size_t max)
+{
+	size_t n = req_fds.n < max ? req_fds.n : max;
+	memcpy(out, req_fds.fds, n * sizeof(int));
+	memmove(req_fds.fds, req_fds.fds + n, (req_fds.n - n) * sizeof(int));
+	req_fds.n -= n;
+	return n;
+}
+
+/* recv that keeps the descriptors a message carries (closed at once on the client side: none are expected). */
+static ssize_t recv_keeping_fds(int fd, uint8_t *p, size_t n)
+{
+	union {
+		char buf[CMSG_SPACE(GS_CTL_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	struct iovec iov = { p, n };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf.buf) };
+	ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (r > 0 && mh.msg_controllen)
+		keep_fds(&mh);
+	return r;
+}
+
 /* Reads exactly n bytes. *got says how many arrived before an end of stream. */
 static int read_all(int fd, uint8_t *p, size_t n, size_t *got, double deadline, int stop_fd, struct gs_err *err)
 {
 	*got = 0;
 	while (*got < n) {
-		ssize_t r = recv(fd, p + *got, n - *got, MSG_DONTWAIT);
+		ssize_t r = recv_keeping_fds(fd, p + *got, n - *got);
 		if (r > 0) {
 			*got += (size_t)r;
 			continue;
@@ -251,6 +310,41 @@ static int read_all(int fd, uint8_t *p, size_t n, size_t *got, double deadline, 
 		return gs_fail_errno(err, GS_E_AGENT, errno, "cannot read from the control socket");
 	}
 	return 0;
+}
+
+/* The frame's first bytes go with the descriptors (SCM_RIGHTS), the rest as usual. */
+static int send_with_fds(int fd, const uint8_t *p, size_t n, const int *fds, size_t nfds, double deadline,
+			 struct gs_err *err)
+{
+	union {
+		char buf[CMSG_SPACE(GS_CTL_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	if (nfds > GS_CTL_MAX_FDS)
+		return gs_fail(err, GS_E_USAGE, "%zu descriptors in one request (at most %d)", nfds, GS_CTL_MAX_FDS);
+	memset(&cbuf, 0, sizeof(cbuf));
+	struct iovec iov = { (void *)p, n };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+			     .msg_controllen = CMSG_SPACE(nfds * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	for (;;) {
+		ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w > 0)
+			return write_all(fd, p + w, n - (size_t)w, deadline, -1, err);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int rc = wait_fd(fd, POLLOUT, deadline, -1, err);
+			if (rc)
+				return rc;
+			continue;
+		}
+		return gs_fail_errno(err, GS_E_AGENT, errno, "cannot send descriptors on the control socket");
+	}
 }
 
 int gs_ctl_send(int fd, struct gs_msg *m, double deadline, int stop_fd, struct gs_err *err)
@@ -309,6 +403,7 @@ int gs_ctl_recv(int fd, enum gs_peer from, struct gs_msg *m, double deadline, in
 	bool io_failed = false;
 	gs_msg_init(m, 0);
 	int rc = recv_frame(fd, from, &frame, &len, &io_failed, deadline, stop_fd, err);
+	drop_fds(); /* none are expected here */
 	if (rc)
 		return rc;
 	rc = gs_msg_decode(frame, len, from, m, err);
@@ -393,6 +488,7 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 		}
 		gs_msg_free(&req);
 	}
+	drop_fds(); /* those the handler did not take, or of a request it never saw */
 	if (gs_ctl_send(fd, &reply, gs_now() + s->io_timeout, s->stop_fd, &err))
 		pr_debug("cannot send control reply: %s", err.msg);
 	gs_msg_free(&reply);
@@ -729,13 +825,27 @@ static int ctl_connect(const char *path, pid_t expect_pid, double deadline, int 
 int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct gs_msg *reply, double timeout_s,
 		struct gs_err *err)
 {
+	return gs_ctl_call_fds(path, expect_pid, req, NULL, 0, reply, timeout_s, err);
+}
+
+int gs_ctl_call_fds(const char *path, pid_t expect_pid, struct gs_msg *req, const int *fds, size_t nfds,
+		    struct gs_msg *reply, double timeout_s, struct gs_err *err)
+{
 	double deadline = gs_now() + timeout_s;
 	int fd = -1;
 	gs_msg_init(reply, 0);
 	int rc = ctl_connect(path, expect_pid, deadline, &fd, err);
 	if (rc)
 		return rc;
-	rc = gs_ctl_send(fd, req, deadline, -1, err);
+	if (nfds) {
+		const void *frame;
+		size_t len;
+		rc = gs_msg_finish(req, &frame, &len, err);
+		if (!rc)
+			rc = send_with_fds(fd, frame, len, fds, nfds, deadline, err);
+	} else {
+		rc = gs_ctl_send(fd, req, deadline, -1, err);
+	}
 	if (!rc) {
 		rc = gs_ctl_recv(fd, GS_PEER_AGENT, reply, deadline, -1, err);
 	} else if (rc == GS_E_AGENT) {

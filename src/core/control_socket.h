@@ -128,6 +128,21 @@ int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct g
 		struct gs_err *err);
 
 /*
+ * gs_ctl_call that also hands the agent nfds open descriptors (SCM_RIGHTS
+ * with the request's first bytes; at most GS_CTL_MAX_FDS): the handler takes
+ * them with gs_ctl_take_fds. The caller keeps its own.
+ */
+#define GS_CTL_MAX_FDS 200
+int gs_ctl_call_fds(const char *path, pid_t expect_pid, struct gs_msg *req, const int *fds, size_t nfds,
+		    struct gs_msg *reply, double timeout_s, struct gs_err *err);
+/*
+ * Server side, in a handler: moves up to max of the descriptors that came
+ * with the request into out (the handler owns them then; the server closes
+ * those left when the handler returns). Returns how many.
+ */
+size_t gs_ctl_take_fds(int *out, size_t max);
+
+/*
  * Frame I/O on a connected stream socket, for callers that hold a connection.
  * deadline is gs_now() based; stop_fd (or -1) aborts the wait when readable.
  */

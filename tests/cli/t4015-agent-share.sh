@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# t4015 - GPU memory shared between two processes as POSIX file descriptors
+# (cuMemExportToShareableHandle / cuMemImportFromShareableHandle, as NCCL
+# does with cuMem), suspended and resumed together with --tree, without a
+# GPU: tests/agent/share_app.c runs two ranks under the agent on the
+# host-memory fake driver (tests/fake/fake_vmm_driver.c, whose exported
+# descriptors are memfds that another process can import). Each rank
+# exports a 4 MiB buffer, the other imports and maps it. Checks:
+#  - suspend --tree releases every physical allocation of both ranks (own
+#    and imported), and no descriptor or mapping of the shared memory is left
+#    in either process (the memory is really gone);
+#  - resume --tree brings both buffers back bit for bit, the imports mapped
+#    again at the same addresses onto the exporter's new memory: a "ring"
+#    exchange after it sees each rank's writes in the other's buffer;
+#  - a second cycle works the same;
+#  - refusals, one line each, nothing changed: suspending one rank alone, and
+#    a rank that keeps the descriptor it imported open;
+#  - a resume stopped after the exporters made their memory again (fault
+#    share-handover) leaves the tree suspended; the next resume finishes it.
+# Needs GPUSNAP_BUILD (set by ctest).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
+
+app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/share_app
+fake_agent_env
+MiB=$((1 << 20))
+
+start_app
+CHILD=$(awk '/^READY/ {print $3; exit}' "$TEST_TMP/app.out")
+TEST_PIDS+=("$CHILD")
+verify_ok "both ranks see both buffers after setup"
+phys_of() { cat "$FAKE_CUDA_DIR/$1.phys" 2>/dev/null || echo none; }
+# descriptors and mappings of the fake's shared memory (memfds) in process $1
+memfds() { { ls -l "/proc/$1/fd" 2>/dev/null; cat "/proc/$1/maps" 2>/dev/null; } | grep -c "memfd:fake-vram" || true; }
+check "each rank holds its buffer and the imported one (8 MiB each: $(phys_of "$APP"), $(phys_of "$CHILD"))" \
+  test "$(phys_of "$APP")" = $((8 * MiB)) -a "$(phys_of "$CHILD")" = $((8 * MiB))
+
+cycle() {
+  check "before the suspend each rank maps the shared memory ($(memfds "$APP"), $(memfds "$CHILD") memfd entries)" \
+    test "$(memfds "$APP")" -gt 0 -a "$(memfds "$CHILD")" -gt 0
+  run_gpusnap suspend --tree --json "$APP"; expect "suspend --tree ($1)" 0
+  check "suspend released both ranks' memory ($(phys_of "$APP"), $(phys_of "$CHILD") bytes left)" \
+    test "$(phys_of "$APP")" = 0 -a "$(phys_of "$CHILD")" = 0
+  check "no descriptor or mapping of the shared memory is left ($(memfds "$APP") in $APP, $(memfds "$CHILD") in $CHILD)" \
+    test "$(memfds "$APP")" = 0 -a "$(memfds "$CHILD")" = 0
+  run_gpusnap resume --tree --json "$APP"; expect "resume --tree ($1)" 0
+  check "resume brought both ranks' memory back ($(phys_of "$APP"), $(phys_of "$CHILD"))" \
+    test "$(phys_of "$APP")" = $((8 * MiB)) -a "$(phys_of "$CHILD")" = $((8 * MiB))
+  verify_ok "both buffers are back bit for bit ($1)"
+  app_cmd ring
+  case $REPLY in "RING OK") pass "each rank writes into the other's buffer after the resume ($1)" ;;
+    *) fail "ring after the resume ($1)" "$REPLY" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG")" ;; esac
+}
+cycle "first cycle"
+cycle "second cycle"
+
+# one rank alone: its importer would keep the old memory
+run_gpusnap suspend "$APP"; expect "suspending the exporting rank alone is refused" 6 "suspend them together with --tree"
+check "the refusal is one line" one_error
+run_gpusnap suspend "$CHILD"; expect "suspending the other rank alone is refused" 6 "together with --tree"
+verify_ok "the refused suspends changed nothing"
+
+# a resume that stops after the exports were made again, before the importers got them: it stays
+# suspended, and the next resume finishes it
+run_gpusnap suspend --tree "$APP"; expect "suspend --tree before the failed resume" 0
+GPUSNAP_FAULT=share-handover run_gpusnap resume --tree "$APP"
+expect "a resume stopped at the handover fails" 1 "share-handover"
+check "the importers are still suspended (child holds $(phys_of "$CHILD") bytes)" test "$(phys_of "$CHILD")" != $((8 * MiB))
+run_gpusnap resume --tree "$APP"; expect "the next resume --tree finishes it" 0
+verify_ok "the data after the resumed handover"
+app_cmd ring
+case $REPLY in "RING OK") pass "the ring exchange after the retried resume" ;; *) fail "ring after retry" "$REPLY" ;; esac
+
+# a rank that keeps the descriptor it imported open: refused, nothing changed
+app_cmd keepfd
+case $REPLY in "KEEPFD OK") pass "the child imports a second time and keeps the descriptor" ;;
+  *) fail "keepfd" "$REPLY" ;; esac
+run_gpusnap suspend --tree "$APP"
+expect "a rank that keeps an imported descriptor open is refused" 6 "keeps the file descriptor"
+check "the refusal is one line" one_error
+check "the refusal names the rank ($CHILD)" grep -q "process $CHILD " "$ERR_TXT"
+verify_ok "the refused suspend changed nothing"
+
+quit_app "both ranks exit cleanly"
+test_done
