@@ -15,6 +15,7 @@
 #  - a second cycle works the same;
 #  - refusals, one line each, nothing changed: suspending one rank alone, and
 #    a rank that keeps the descriptor it imported open;
+#  - dump (no --tree yet) refuses a rank that shares memory, which runs on;
 #  - a resume stopped after the exporters made their memory again (fault
 #    share-handover) leaves the tree suspended; the next resume finishes it.
 # Needs GPUSNAP_BUILD (set by ctest).
@@ -70,6 +71,16 @@ run_gpusnap resume --tree "$APP"; expect "the next resume --tree finishes it" 0
 verify_ok "the data after the resumed handover"
 app_cmd ring
 case $REPLY in "RING OK") pass "the ring exchange after the retried resume" ;; *) fail "ring after retry" "$REPLY" ;; esac
+
+# dump has no --tree yet: a rank that shares memory refuses to be dumped alone, and runs on
+if [ -x "${GPUSNAP_CRIU:-}" ] && [ "$(id -u)" = 0 ]; then
+  run_gpusnap dump "$APP" -D "$TEST_TMP/img"
+  expect "dumping a rank that shares memory is refused" 6 "together with --tree"
+  check "no image is left" test ! -e "$TEST_TMP/img"
+  verify_ok "the refused dump changed nothing"
+else
+  echo "# the dump refusal is not checked: it needs root and GPUSNAP_CRIU"
+fi
 
 # a rank that keeps the descriptor it imported open: refused, nothing changed
 app_cmd keepfd
