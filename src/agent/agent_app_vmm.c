@@ -494,7 +494,8 @@ int gs_app_vmm_install_hooks(struct gs_err *err)
 		HOOK(cuMemMapArrayAsync_ptsz),
 #undef HOOK
 	};
-	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
+	int rc = gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
+	return rc ? rc : gs_share_install_hooks(err);
 }
 
 void gs_app_vmm_stats(uint64_t *count, uint64_t *bytes)

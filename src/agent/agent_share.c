@@ -17,8 +17,11 @@
 #include <unistd.h>
 
 #include "agent/agent_app_vmm.h"
+#include "agent/gate.h"
+#include "agent/interpose.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "core/alloc_registry.h"
 #include "core/control_socket.h"
 #include "core/share_plan.h"
 #include "core/vmm_handles.h"
@@ -470,4 +473,46 @@ void gs_share_forget_after_fork(void)
 		close_fd(&sh.im[i].fd);
 	sh.nex = sh.nim = 0;
 	sh.go_ahead = false;
+}
+
+/*
+ * ---- legacy CUDA IPC (cuIpcGetMemHandle) ----
+ *
+ * The driver gives an IPC handle only for cuMemAlloc memory of its own; the
+ * agent's allocations are cuMemCreate memory (releasable), for which the
+ * driver fails with an error that names nothing. So the call fails here, as
+ * CUDA_ERROR_NOT_SUPPORTED, with a log line saying why and what to do
+ * (README, "Memory shared between processes"). Memory the agent does not
+ * manage goes to the driver as ever.
+ */
+typedef struct {
+	char reserved[64];
+} gs_ipc_mem_handle;
+
+static CUresult (*real_cuIpcGetMemHandle)(gs_ipc_mem_handle *, CUdeviceptr);
+
+static CUresult ipc_get(gs_ipc_mem_handle *handle, CUdeviceptr p)
+{
+	struct gs_agent *a = gs_agent_get();
+	struct gs_alloc_rec rec;
+	if (a->allocs && gs_alloc_registry_find(a->allocs, (uint64_t)p, &rec)) {
+		static bool said;
+		if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+			pr_err("cudaIpcGetMemHandle/cuIpcGetMemHandle on memory the gpusnap agent manages is not supported "
+			       "(legacy CUDA IPC needs the driver's own cudaMalloc memory): run this app with "
+			       "GPUSNAP_AGENT_HOOKS=0, or share memory as cuMem file descriptors (NCCL, PyTorch expandable "
+			       "segments)");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return real_cuIpcGetMemHandle(handle, p);
+}
+
+static CUresult hook_cuIpcGetMemHandle(gs_ipc_mem_handle *handle, CUdeviceptr p) { return GS_GATED(ipc_get(handle, p)); }
+
+int gs_share_install_hooks(struct gs_err *err)
+{
+	static const struct gs_interpose_hook hooks[] = {
+		{ "cuIpcGetMemHandle", (void *)hook_cuIpcGetMemHandle, (void **)&real_cuIpcGetMemHandle },
+	};
+	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 }

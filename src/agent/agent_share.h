@@ -73,6 +73,9 @@ void gs_share_refresh(void);
 /* SHARES, SHARE_LINK, SHARE_EXPORT, SHARE_IMPORT: answers req into reply; false for other types. */
 bool gs_share_handle(struct gs_agent *a, const struct gs_msg *req, struct gs_msg *reply);
 
+/* Legacy CUDA IPC: cuIpcGetMemHandle on the agent's memory fails with a log line saying why (agent_share.c). */
+int gs_share_install_hooks(struct gs_err *err);
+
 /* In a fork child: the parent's duplicates are closed, its records forgotten. */
 void gs_share_forget_after_fork(void);
 

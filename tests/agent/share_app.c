@@ -17,6 +17,7 @@
  *   keepfd     the parent exports its buffer again and the child imports
  *              it a second time, keeping that descriptor open -> "KEEPFD OK"
  *              (a suspend must then be refused)
+ *   ipc        cuMemAlloc + cuIpcGetMemHandle (legacy CUDA IPC) -> "IPC <result>"
  *   quit       both exit
  */
 #include <stdint.h>
@@ -317,6 +318,16 @@ int main(int argc, char **argv)
 				printf("KEEPFD FAIL the child could not import\n");
 			else
 				printf("KEEPFD OK\n");
+		} else if (!strcmp(cmd, "ipc")) {
+			CUresult (*alloc)(CUdeviceptr *, size_t);
+			CUresult (*ipc)(void *, CUdeviceptr);
+			*(void **)&alloc = fake_app_need("cuMemAlloc_v2");
+			*(void **)&ipc = fake_app_need("cuIpcGetMemHandle");
+			CUdeviceptr p = 0;
+			char handle[64];
+			if (alloc(&p, MiB))
+				die("cannot allocate");
+			printf("IPC %d\n", ipc(handle, p));
 		} else if (!strcmp(cmd, "quit")) {
 			send_line("quit\n");
 			int st = 0;

@@ -16,6 +16,8 @@
 #  - refusals, one line each, nothing changed: suspending one rank alone, and
 #    a rank that keeps the descriptor it imported open;
 #  - dump (no --tree yet) refuses a rank that shares memory, which runs on;
+#  - legacy CUDA IPC (cuIpcGetMemHandle) on the agent's memory fails at the
+#    call with a log line naming GPUSNAP_AGENT_HOOKS=0, which makes it work;
 #  - a resume stopped after the exporters made their memory again (fault
 #    share-handover) leaves the tree suspended; the next resume finishes it.
 # Needs GPUSNAP_BUILD (set by ctest).
@@ -92,5 +94,17 @@ check "the refusal is one line" one_error
 check "the refusal names the rank ($CHILD)" grep -q "process $CHILD " "$ERR_TXT"
 verify_ok "the refused suspend changed nothing"
 
+# legacy CUDA IPC on the agent's memory fails at the call, saying why in the agent's log
+app_cmd ipc
+check "cuIpcGetMemHandle on agent memory fails as not supported ($REPLY)" test "$REPLY" = "IPC 801"
+check "the agent's log names the way out (GPUSNAP_AGENT_HOOKS=0)" \
+  grep -q "cuIpcGetMemHandle on memory the gpusnap agent manages is not supported.*GPUSNAP_AGENT_HOOKS=0" "$GPUSNAP_AGENT_LOG"
+
 quit_app "both ranks exit cleanly"
+
+# without the agent's hooks the driver gives the handle
+GPUSNAP_AGENT_HOOKS=0 start_app
+app_cmd ipc
+check "with GPUSNAP_AGENT_HOOKS=0 cuIpcGetMemHandle works ($REPLY)" test "$REPLY" = "IPC 0"
+quit_app "both ranks exit cleanly without hooks"
 test_done

@@ -1522,6 +1522,17 @@ EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
  * Like the driver: a name without version suffix resolves to its newest
  * variant at the version asked for (all _v2 here exist since before CUDA 12).
  */
+/* Legacy CUDA IPC (memory shared between processes): a handle for cuMemAlloc memory only, as the driver gives. */
+EXPORT CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p)
+{
+	struct fake_alloc a;
+	if (!handle || !fake_alloc_find(p, &a) || a.kind != FAKE_DEVICE_ALLOC)
+		return FAKE_INVALID_VALUE;
+	memset(handle, 0, 64);
+	memcpy(handle, &p, sizeof(p));
+	return 0;
+}
+
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status)
 {
 	(void)flags;
@@ -1572,6 +1583,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuPointerGetAttribute", cuPointerGetAttribute),
 		/* memory shared between processes */
 		ENTRY("cuMemImportFromShareableHandle", cuMemImportFromShareableHandle),
+		ENTRY("cuIpcGetMemHandle", cuIpcGetMemHandle),
 #ifndef FAKE_CUDA_OLD
 		ENTRY("cuCheckpointProcessGetState", cuCheckpointProcessGetState),
 		ENTRY("cuCheckpointProcessLock", cuCheckpointProcessLock),
