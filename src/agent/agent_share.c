@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "agent/agent_app_vmm.h"
+#include "agent/agent_contexts.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
 #include "common/fault.h"
@@ -256,6 +257,7 @@ static int export_again(struct gs_agent *a, struct gs_msg *reply, struct gs_err 
 {
 	if (!suspended(a))
 		return gs_fail(err, GS_E_STATE, "process %d is not suspended: its exports are as they were", (int)getpid());
+	gs_ctx_use_copy_context(a); /* this request's thread has no context; the driver's memory calls want one */
 	for (size_t i = 0; i < sh.nex; i++) {
 		struct sh_export *e = &sh.ex[i];
 		struct gs_vh_handle *h = gs_app_vmm_get_locked(e->vh);
@@ -371,6 +373,8 @@ static void take_back(struct gs_agent *a, const bool *let_go, size_t upto)
 
 int gs_share_release(struct gs_agent *a, struct gs_err *err)
 {
+	if (a->cuda_ready)
+		gs_ctx_use_copy_context(a);
 	gs_app_vmm_lock();
 	int rc = 0;
 	bool *let_go = sh.nim ? calloc(sh.nim, sizeof(bool)) : NULL;
@@ -416,6 +420,8 @@ int gs_share_release(struct gs_agent *a, struct gs_err *err)
 
 int gs_share_bring_back(struct gs_agent *a, struct gs_err *err)
 {
+	if (a->cuda_ready)
+		gs_ctx_use_copy_context(a);
 	gs_app_vmm_lock();
 	int rc = 0;
 	size_t done = 0;
