@@ -316,8 +316,13 @@ static CUresult app_import(CUmemGenericAllocationHandle *handle, void *os_handle
 	CUmemAllocationProp prop;
 	memset(&prop, 0, sizeof(prop));
 	struct gs_vh_handle init = { .real = h, .size = UINT64_MAX / 2, .imported = true, .prop_len = sizeof(prop) };
-	if (real.cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS)
-		init.device = prop.location.id;
+	if (real.cuMemGetAllocationPropertiesFromHandle(&prop, h) != CUDA_SUCCESS ||
+	    prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+		/* host memory (NCCL's proxy buffers) is never released by an exporter's agent: the driver's as it is */
+		*handle = h;
+		return CUDA_SUCCESS;
+	}
+	init.device = prop.location.id;
 	memcpy(init.prop, &prop, sizeof(prop));
 	uint64_t vh = 0;
 	struct gs_err err = { 0 };
