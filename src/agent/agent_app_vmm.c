@@ -717,7 +717,11 @@ CUresult gs_app_vmm_recreate(struct gs_agent *a, uint64_t vh, CUmemGenericAlloca
 	bool early = h && h->real && gs_share_created_early_locked(vh);
 	CUresult r = h && (!h->real || early) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	CUmemGenericAllocationHandle nh = early ? h->real : 0;
-	if (r == CUDA_SUCCESS && !early) {
+	/* exported memory its importers still map (suspended, not yet SHARE_RELEASE'd): that very memory again */
+	int own = r == CUDA_SUCCESS && !early ? gs_share_export_fd_locked(vh) : -1;
+	if (own >= 0) {
+		r = real.cuMemImportFromShareableHandle(&nh, (void *)(intptr_t)own, GS_SHARE_POSIX_FD);
+	} else if (r == CUDA_SUCCESS && !early) {
 		CUmemAllocationProp prop;
 		memcpy(&prop, h->prop, sizeof(prop));
 		r = a->cu.cuMemCreate(&nh, h->size, &prop, 0);

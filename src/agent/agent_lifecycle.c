@@ -498,8 +498,7 @@ int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struc
 		goto fail;
 	set_state(a, LC_COPIED);
 	double t_copy = gs_now();
-	/* imports last: nothing after them may fail, as only gpusnap can hand them back (agent_share.h) */
-	if ((rc = step_release(a, err)) || (rc = reply_fault(err)) || (rc = gs_share_release(a, err)))
+	if ((rc = step_release(a, err)) || (rc = reply_fault(err)))
 		goto fail;
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", gs_now() - t_copy);
@@ -550,8 +549,6 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct
 		goto fail;
 	if (!h)
 		set_state(a, LC_RELEASED);
-	if ((rc = gs_share_release(a, err)))
-		goto fail;
 	/* unused by this dump, and CRIU would carry it: unpinned and freed before the reply */
 	gs_mover_drop_reserve(a);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "plan", t_plan - t_quiesce);

@@ -52,6 +52,9 @@ static struct {
 	bool go_ahead; /* SHARE_LINK came: gpusnap saw every process this one shares with */
 } sh;
 
+static int let_go(struct gs_agent *a, struct gs_err *err);
+static void close_all(void);
+
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
 	if (n < *cap)
@@ -321,13 +324,22 @@ bool gs_share_handle(struct gs_agent *a, const struct gs_msg *req, struct gs_msg
 	case GS_MSG_SHARE_LINK:
 	case GS_MSG_SHARE_EXPORT:
 	case GS_MSG_SHARE_IMPORT:
+	case GS_MSG_SHARE_RELEASE:
 		break;
 	default:
 		return false;
 	}
 	pthread_mutex_lock(&a->lock);
 	gs_app_vmm_lock();
-	if (req->type == GS_MSG_SHARES)
+	uint64_t flags = 0;
+	gs_msg_get_u64(req, GS_F_FLAGS, &flags);
+	if (req->type == GS_MSG_SHARE_RELEASE && !suspended(a))
+		rc = gs_fail(&err, GS_E_STATE, "process %d is not suspended", (int)getpid());
+	else if (req->type == GS_MSG_SHARE_RELEASE && (flags & GS_SHARE_RELEASE_CLOSE))
+		close_all();
+	else if (req->type == GS_MSG_SHARE_RELEASE)
+		rc = let_go(a, &err);
+	else if (req->type == GS_MSG_SHARES)
 		answer_shares(reply);
 	else if (req->type == GS_MSG_SHARE_LINK)
 		rc = take_links(req, &err);
@@ -371,11 +383,11 @@ static void take_back(struct gs_agent *a, const bool *let_go, size_t upto)
 	}
 }
 
-int gs_share_release(struct gs_agent *a, struct gs_err *err)
+/* SHARE_RELEASE, first step: every import let go, its duplicate kept (a rollback imports it again from that). */
+static int let_go(struct gs_agent *a, struct gs_err *err)
 {
 	if (a->cuda_ready)
 		gs_ctx_use_copy_context(a);
-	gs_app_vmm_lock();
 	int rc = 0;
 	bool *let_go = sh.nim ? calloc(sh.nim, sizeof(bool)) : NULL;
 	if (sh.nim && !let_go)
@@ -393,29 +405,39 @@ int gs_share_release(struct gs_agent *a, struct gs_err *err)
 			break;
 		}
 		let_go[i] = true;
+		sh.im[i].released = true;
 	}
 	free(let_go);
-	if (!rc) {
-		/* the duplicates would keep the memory alive: one record per exported handle stays, without one */
-		size_t k = 0;
-		for (size_t i = 0; i < sh.nex; i++) {
-			close_fd(&sh.ex[i].fd);
-			sh.ex[i].early = false;
-			bool seen = false;
-			for (size_t j = 0; j < k && !seen; j++)
-				seen = sh.ex[j].vh == sh.ex[i].vh;
-			if (!seen)
-				sh.ex[k++] = sh.ex[i];
-		}
-		sh.nex = k;
-		for (size_t i = 0; i < sh.nim; i++) {
-			close_fd(&sh.im[i].fd);
-			sh.im[i].released = true;
-		}
-		sh.go_ahead = false;
-	}
-	gs_app_vmm_unlock();
 	return rc;
+}
+
+/* SHARE_RELEASE, second step: the duplicates would keep the memory alive; one record per exported handle stays. */
+static void close_all(void)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < sh.nex; i++) {
+		close_fd(&sh.ex[i].fd);
+		sh.ex[i].early = false;
+		bool seen = false;
+		for (size_t j = 0; j < k && !seen; j++)
+			seen = sh.ex[j].vh == sh.ex[i].vh;
+		if (!seen)
+			sh.ex[k++] = sh.ex[i];
+	}
+	sh.nex = k;
+	for (size_t i = 0; i < sh.nim; i++) {
+		close_fd(&sh.im[i].fd);
+		sh.im[i].released = true;
+	}
+	sh.go_ahead = false;
+}
+
+int gs_share_export_fd_locked(uint64_t vh)
+{
+	for (size_t i = 0; i < sh.nex; i++)
+		if (sh.ex[i].vh == vh && sh.ex[i].fd >= 0 && !sh.ex[i].early)
+			return sh.ex[i].fd;
+	return -1;
 }
 
 int gs_share_bring_back(struct gs_agent *a, struct gs_err *err)

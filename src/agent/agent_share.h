@@ -48,17 +48,24 @@ void gs_share_forget_locked(uint64_t vh);
 bool gs_share_created_early_locked(uint64_t vh);
 /* vh's memory was released (by the mover): no longer created early. */
 void gs_share_released_locked(uint64_t vh);
+/*
+ * An open duplicate of a descriptor vh was exported as (suspended, before
+ * SHARE_RELEASE closed them), or -1: a resume before that imports the very
+ * memory its importers still map, instead of creating new memory.
+ */
+int gs_share_export_fd_locked(uint64_t vh);
 
 /*
  * The lifecycle (a->lock held). Before a suspend or dump plans: refuses
- * without gpusnap's go-ahead when the process shares memory. After its own
- * memory is released: lets go of the imports and closes the duplicates (on
- * failure the imports are back). On resume, once its own memory is back:
- * imports again from the descriptors gpusnap gave (on failure none is left
- * mapped). After a resume: the links of this round are forgotten.
+ * without gpusnap's go-ahead when the process shares memory. On resume,
+ * once its own memory is back: imports again what SHARE_RELEASE let go, from
+ * the descriptor gpusnap gave or else the duplicate still open (on failure
+ * none is left mapped). After a resume: the links of this round are
+ * forgotten. Letting go of the imports and closing the duplicates is
+ * SHARE_RELEASE's, sent by gpusnap once every process of the operation is
+ * suspended: until then each can roll back on its own.
  */
 int gs_share_before_suspend(struct gs_agent *a, struct gs_err *err);
-int gs_share_release(struct gs_agent *a, struct gs_err *err);
 int gs_share_bring_back(struct gs_agent *a, struct gs_err *err);
 void gs_share_after_resume(void);
 
@@ -70,7 +77,7 @@ void gs_share_after_resume(void);
  */
 void gs_share_refresh(void);
 
-/* SHARES, SHARE_LINK, SHARE_EXPORT, SHARE_IMPORT: answers req into reply; false for other types. */
+/* SHARES, SHARE_LINK, SHARE_EXPORT, SHARE_IMPORT, SHARE_RELEASE: answers req into reply; false for other types. */
 bool gs_share_handle(struct gs_agent *a, const struct gs_msg *req, struct gs_msg *reply);
 
 /* Legacy CUDA IPC: cuIpcGetMemHandle on the agent's memory fails with a log line saying why (agent_share.c). */

@@ -170,6 +170,14 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 		say_undone(procs, n, back, err);
 		return rc;
 	}
+	/* every process is suspended: the memory they share can go now (share_tree.h) */
+	if (share_set.shared) {
+		int rc = cli_share_release(share_set.pids, agents, n, err);
+		if (rc) {
+			undo_agents(agents, procs, n, n, -1);
+			return rc;
+		}
+	}
 	if (ctx->keep_context) {
 		for (int i = 0; i < n; i++) {
 			procs[i].state_before = procs[i].state_after = CU_PROCESS_STATE_RUNNING;

@@ -228,6 +228,23 @@ static int hand_over(pid_t pid, const struct cli_agent *ag, const struct gathere
 	return rc;
 }
 
+int cli_share_release(const pid_t *pids, const struct cli_agent *agents, int n, struct gs_err *err)
+{
+	for (int close_them = 0; close_them < 2; close_them++)
+		for (int i = 0; i < n; i++) {
+			if (!agents[i].present)
+				continue;
+			struct gs_msg req;
+			gs_msg_init(&req, GS_MSG_SHARE_RELEASE);
+			gs_msg_add_u64(&req, GS_F_FLAGS, close_them ? GS_SHARE_RELEASE_CLOSE : 0);
+			int rc = call(pids[i], &agents[i], &req, NULL, 0, NULL, err);
+			gs_msg_free(&req);
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
 int cli_share_before_resume(const pid_t *pids, const struct cli_agent *agents, int n, bool *shared,
 			    struct gs_err *err)
 {

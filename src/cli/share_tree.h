@@ -27,6 +27,13 @@
 int cli_share_before_suspend(const pid_t *pids, const struct cli_agent *agents, int n, bool together, bool *shared,
 			     struct gs_err *err);
 /*
+ * After every agent of the operation suspended (or dumped), before the
+ * driver: first each lets go of its imports, then each closes its duplicates
+ * (SHARE_RELEASE), so the shared memory is freed. A failure in the first
+ * round leaves every agent able to resume on its own (undo as usual).
+ */
+int cli_share_release(const pid_t *pids, const struct cli_agent *agents, int n, struct gs_err *err);
+/*
  * Before the agents' RESUME: exporters that are suspended create their
  * exported memory again (SHARE_EXPORT), importers get the descriptors to
  * import from (SHARE_IMPORT). *shared false when no agent shares memory (the

@@ -487,6 +487,8 @@ static uint64_t known_flags(uint16_t type)
 	case GS_MSG_SHARE_EXPORT:
 	case GS_MSG_SHARE_IMPORT:
 		return 0;
+	case GS_MSG_SHARE_RELEASE:
+		return GS_SHARE_RELEASE_CLOSE;
 	default:
 		return UINT64_MAX;
 	}
@@ -513,7 +515,7 @@ bool gs_msg_is_operation(uint16_t type)
 {
 	return type == GS_MSG_SUSPEND || type == GS_MSG_RESUME || type == GS_MSG_DUMP || type == GS_MSG_PREPARE ||
 	       type == GS_MSG_GATE || type == GS_MSG_OPEN || type == GS_MSG_SHARE_LINK || type == GS_MSG_SHARE_EXPORT ||
-	       type == GS_MSG_SHARE_IMPORT;
+	       type == GS_MSG_SHARE_IMPORT || type == GS_MSG_SHARE_RELEASE;
 }
 
 const char *gs_msg_type_name(uint16_t type)
@@ -533,6 +535,7 @@ const char *gs_msg_type_name(uint16_t type)
 	case GS_MSG_SHARE_LINK: return "share-link";
 	case GS_MSG_SHARE_EXPORT: return "share-export";
 	case GS_MSG_SHARE_IMPORT: return "share-import";
+	case GS_MSG_SHARE_RELEASE: return "share-release";
 	default: return "unknown";
 	}
 }

@@ -80,6 +80,12 @@ enum gs_msg_type {
 	GS_MSG_SHARE_LINK = 31,
 	GS_MSG_SHARE_EXPORT = 32,
 	GS_MSG_SHARE_IMPORT = 33,
+	/*
+	 * SHARE_RELEASE: suspended, once every process of the operation is: let go
+	 * of the imports (duplicates kept, so a rollback stays local); with FLAGS
+	 * GS_SHARE_RELEASE_CLOSE, close the duplicates (the memory can go).
+	 */
+	GS_MSG_SHARE_RELEASE = 34,
 };
 
 /* Field tags: one namespace for all message types. */
@@ -132,6 +138,8 @@ enum gs_suspend_flags {
 /* RESUME: memory shared between processes (GS_MSG_SHARES): leave the gate closed (GATED) until OPEN. */
 #define GS_RESUME_STAY_GATED (1u << 8)
 #define GS_RESUME_FLAGS_KNOWN ((uint64_t)GS_RESUME_STAY_GATED)
+/* SHARE_RELEASE: the second step, closing the agent's duplicates of shared descriptors. */
+#define GS_SHARE_RELEASE_CLOSE (1u << 0)
 /* The FLAGS each request may carry (gs_msg_check_request refuses others): add a new flag here too. */
 #define GS_SUSPEND_FLAGS_KNOWN ((uint64_t)GS_SUSPEND_KEEP_CONTEXT)
 #define GS_DUMP_FLAGS_KNOWN ((uint64_t)(GS_DUMP_DROP_STAGING | GS_DUMP_RUNNING))

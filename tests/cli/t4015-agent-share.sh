@@ -18,6 +18,9 @@
 #  - dump (no --tree yet) refuses a rank that shares memory, which runs on;
 #  - legacy CUDA IPC (cuIpcGetMemHandle) on the agent's memory fails at the
 #    call with a log line naming GPUSNAP_AGENT_HOOKS=0, which makes it work;
+#  - a --tree suspend that fails after the agents (suspend-after-agent), or
+#    in an importer letting go (share-let-go), rolls the tree back: data,
+#    mappings and the ring exchange intact;
 #  - a resume stopped after the exporters made their memory again (fault
 #    share-handover) leaves the tree suspended; the next resume finishes it.
 # Needs GPUSNAP_BUILD (set by ctest).
@@ -56,6 +59,15 @@ cycle() {
 }
 cycle "first cycle"
 cycle "second cycle"
+
+# a failure after every agent suspended: the tree is rolled back, the descriptors handed over again
+GPUSNAP_FAULT=suspend-after-agent run_gpusnap suspend --tree "$APP"
+expect "a suspend --tree failing after the agents fails" 1 "suspend-after-agent"
+check "both ranks hold their memory again ($(phys_of "$APP"), $(phys_of "$CHILD"))" \
+  test "$(phys_of "$APP")" = $((8 * MiB)) -a "$(phys_of "$CHILD")" = $((8 * MiB))
+verify_ok "both buffers after the rollback"
+app_cmd ring
+case $REPLY in "RING OK") pass "the ring exchange after the rollback" ;; *) fail "ring after the rollback" "$REPLY" ;; esac
 
 # one rank alone: its importer would keep the old memory
 run_gpusnap suspend "$APP"; expect "suspending the exporting rank alone is refused" 6 "suspend them together with --tree"
@@ -101,6 +113,30 @@ check "the agent's log names the way out (GPUSNAP_AGENT_HOOKS=0)" \
   grep -q "cuIpcGetMemHandle on memory the gpusnap agent manages is not supported.*GPUSNAP_AGENT_HOOKS=0" "$GPUSNAP_AGENT_LOG"
 
 quit_app "both ranks exit cleanly"
+
+# an importer that cannot let go of its import (fault in both ranks' agents, once each): the
+# suspend fails after every rank suspended, every rank walks back on its own (the exporter takes
+# back the very memory its importer still maps) and runs on with its data
+GPUSNAP_FAULT=share-let-go start_app
+CHILD=$(awk '/^READY/ {print $3; exit}' "$TEST_TMP/app.out")
+TEST_PIDS+=("$CHILD")
+run_gpusnap suspend --tree "$APP"
+expect "a failure letting go of an import fails the suspend" 16 "cannot let go of imported GPU memory"
+check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" \
+  test "$(phys_of "$APP")" = $((8 * MiB)) -a "$(phys_of "$CHILD")" = $((8 * MiB))
+verify_ok "both buffers after the failed suspend"
+app_cmd ring
+case $REPLY in "RING OK") pass "the ring exchange after the failed suspend" ;; *) fail "ring after the failed suspend" "$REPLY" ;; esac
+# the fault fires once in each rank: the second suspend meets the other rank's
+run_gpusnap suspend --tree "$APP"
+expect "the other rank's injected failure fails the next suspend" 16 "cannot let go of imported GPU memory"
+verify_ok "both buffers after the second failed suspend"
+run_gpusnap suspend --tree "$APP"; expect "the third suspend --tree works" 0
+check "it released both ranks' memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" \
+  test "$(phys_of "$APP")" = 0 -a "$(phys_of "$CHILD")" = 0
+run_gpusnap resume --tree "$APP"; expect "and its resume" 0
+verify_ok "both buffers after that cycle"
+quit_app "both ranks exit cleanly after the fault"
 
 # without the agent's hooks the driver gives the handle
 GPUSNAP_AGENT_HOOKS=0 start_app
