@@ -8,10 +8,13 @@
  *
  * The agent keeps a duplicate of every descriptor the app exported or
  * imported, so gpusnap can tell which import is which export (kcmp). A
- * suspend or dump then:
+ * suspend then:
  *   exporter  saves and releases the allocation like any of its own;
+ * and once every process is suspended (SHARE_RELEASE, two rounds):
  *   importer  unmaps and releases its import (the data is the exporter's);
  *   both      close the duplicates (they would keep the memory alive).
+ * Before the second round each process can still resume on its own: the
+ * duplicates give it back the very memory the others map.
  * Resume: gpusnap asks each exporter to create its exported allocations again
  * and export them (SHARE_EXPORT), hands the new descriptors to the importers
  * (SHARE_IMPORT), then resumes them all: exporters fill and map their
