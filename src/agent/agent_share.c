@@ -287,30 +287,24 @@ static int export_again(struct gs_agent *a, struct gs_msg *reply, struct gs_err 
 	return 0;
 }
 
-/* SHARE_IMPORT: the descriptors to import from on resume, each for the import its link names. */
-static int import_fds(struct gs_agent *a, const struct gs_msg *req, struct gs_err *err)
+/* SHARE_IMPORT: the descriptor to import from on resume (one per request), for the import its link names. */
+static int import_fd(struct gs_agent *a, const struct gs_msg *req, struct gs_err *err)
 {
-	int fds[GS_CTL_MAX_FDS];
-	size_t nfds = gs_ctl_take_fds(fds, GS_CTL_MAX_FDS);
+	int fd = gs_ctl_take_passed_fd();
 	struct gs_share_link *links = NULL;
 	size_t n = 0;
 	int rc = suspended(a) ? 0 : gs_fail(err, GS_E_STATE, "process %d is not suspended", (int)getpid());
 	if (!rc)
 		rc = gs_share_get_links(req, &links, &n, err);
-	for (size_t i = 0; !rc && i < n; i++) {
-		struct sh_import *im = import_of(links[i].import_vh);
-		uint32_t k = links[i].fd_index;
-		if (!im || k >= nfds || fds[k] < 0) {
-			rc = gs_fail(err, GS_E_USAGE, "share-import: no import %#llx or no descriptor %u",
-				     (unsigned long long)links[i].import_vh, k);
-			break;
-		}
+	struct sh_import *im = !rc && n == 1 ? import_of(links[0].import_vh) : NULL;
+	if (!rc && (!im || fd < 0))
+		rc = gs_fail(err, GS_E_USAGE, "share-import: %s", fd < 0 ? "no descriptor came" : "no such import");
+	if (!rc) {
 		close_fd(&im->fd);
-		im->fd = fds[k];
-		fds[k] = -1;
+		im->fd = fd;
+		fd = -1;
 	}
-	for (size_t k = 0; k < nfds; k++)
-		close_fd(&fds[k]);
+	close_fd(&fd);
 	free(links);
 	return rc;
 }
@@ -346,7 +340,7 @@ bool gs_share_handle(struct gs_agent *a, const struct gs_msg *req, struct gs_msg
 	else if (req->type == GS_MSG_SHARE_EXPORT)
 		rc = export_again(a, reply, &err);
 	else
-		rc = import_fds(a, req, &err);
+		rc = import_fd(a, req, &err);
 	gs_app_vmm_unlock();
 	pthread_mutex_unlock(&a->lock);
 	gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");

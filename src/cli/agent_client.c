@@ -54,10 +54,10 @@ static int agent_result(const struct gs_msg *reply, struct gs_err *err)
 	return rc;
 }
 
-int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, const int *fds, size_t nfds,
-		       struct gs_msg *reply, double timeout_s, struct gs_err *err)
+int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		       double timeout_s, struct gs_err *err)
 {
-	int rc = gs_ctl_call_fds(ag->socket, pid, req, fds, nfds, reply, timeout_s, err);
+	int rc = gs_ctl_call_fd(ag->socket, pid, req, pass_fd, reply, timeout_s, err);
 	if (rc) {
 		printable_only(err->msg);
 		return exchange_failed(pid, rc, timeout_s, err);

@@ -32,13 +32,14 @@ struct cli_agent {
 };
 
 /*
- * One request to pid's agent, with nfds descriptors (SCM_RIGHTS): the
- * agent's result code (messages made printable, a code gpusnap does not
- * have is GS_E_AGENT), its reply in *reply (free it in any case).
+ * One request to pid's agent, with pass_fd (or -1) passed along
+ * (SCM_RIGHTS): the agent's result code (messages made printable, a code
+ * gpusnap does not have is GS_E_AGENT), its reply in *reply (free it in any
+ * case).
  */
 struct gs_msg;
-int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, const int *fds, size_t nfds,
-		       struct gs_msg *reply, double timeout_s, struct gs_err *err);
+int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		       double timeout_s, struct gs_err *err);
 /* Looks for the agent of pid; an absent agent is not an error (present = false). */
 int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the wait for GPU work (<= 0: no limit). */

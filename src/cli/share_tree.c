@@ -50,13 +50,14 @@ static int append(void **a, size_t *na, void *b, size_t nb, size_t elem, struct 
 	return 0;
 }
 
-/* One request to pid's agent; its records are added to g. An agent that does not know the request shares nothing. */
-static int call(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, const int *fds, size_t nfds,
-		struct gathered *g, struct gs_err *err)
+/* One request to pid's agent (pass_fd: a descriptor passed along, or -1); its records are added to g. */
+static int call(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int pass_fd, struct gathered *g,
+		struct gs_err *err)
 {
 	struct gs_msg reply;
 	struct gs_err e = { 0 };
-	int rc = cli_agent_exchange(pid, ag, req, fds, nfds, &reply, SHARE_TIMEOUT_S, &e);
+	int rc = cli_agent_exchange(pid, ag, req, pass_fd, &reply, SHARE_TIMEOUT_S, &e);
+	/* an agent that does not know the request (older than shared memory) shares nothing */
 	if (rc == GS_E_USAGE && req->type == GS_MSG_SHARES && strstr(e.msg, "does not handle")) {
 		rc = 0; /* an agent older than shared memory: it has none of ours */
 	} else if (rc) {
@@ -84,7 +85,7 @@ static int ask(pid_t pid, const struct cli_agent *ag, uint16_t type, struct gath
 {
 	struct gs_msg req;
 	gs_msg_init(&req, type);
-	int rc = call(pid, ag, &req, NULL, 0, g, err);
+	int rc = call(pid, ag, &req, -1, g, err);
 	gs_msg_free(&req);
 	return rc;
 }
@@ -153,7 +154,7 @@ int cli_share_before_suspend(const pid_t *pids, const struct cli_agent *agents, 
 							   .export_vh = g.im[k].export_vh };
 				gs_share_add_link(&req, &l);
 			}
-		rc = call(pids[i], &agents[i], &req, NULL, 0, NULL, err);
+		rc = call(pids[i], &agents[i], &req, -1, NULL, err);
 		gs_msg_free(&req);
 	}
 out:
@@ -181,14 +182,10 @@ static int fetch_fd(pid_t pid, int fd, struct gs_err *err)
 	return got;
 }
 
-/* The importer pids[i]'s released imports, each with the new descriptor of its export. */
+/* The importer pids[i]'s released imports, each with the new descriptor of its export (one request each). */
 static int hand_over(pid_t pid, const struct cli_agent *ag, const struct gathered *g, struct gs_err *err)
 {
-	struct gs_msg req;
-	gs_msg_init(&req, GS_MSG_SHARE_IMPORT);
-	int *fds = calloc(g->nim ? g->nim : 1, sizeof(int));
-	size_t nfds = 0;
-	int rc = fds ? 0 : gs_fail(err, GS_E_FAILURE, "out of memory");
+	int rc = 0;
 	for (size_t k = 0; !rc && k < g->nim; k++) {
 		const struct gs_share_import *im = &g->im[k];
 		if (im->pid != pid || !(im->flags & GS_SHARE_IMPORT_RELEASED))
@@ -205,26 +202,19 @@ static int hand_over(pid_t pid, const struct cli_agent *ag, const struct gathere
 				     (int)pid, (int)im->exporter);
 			break;
 		}
-		if (nfds == GS_CTL_MAX_FDS) {
-			rc = gs_fail(err, GS_E_FAILURE, "process %d imports more than %d allocations", (int)pid, GS_CTL_MAX_FDS);
-			break;
-		}
 		int fd = fetch_fd(ex->pid, ex->fd, err);
 		if (fd < 0) {
 			rc = err->code;
 			break;
 		}
-		struct gs_share_link l = { .import_vh = im->vh, .exporter = ex->pid, .export_vh = ex->vh,
-					   .fd_index = (uint32_t)nfds };
-		fds[nfds++] = fd;
+		struct gs_msg req;
+		gs_msg_init(&req, GS_MSG_SHARE_IMPORT);
+		struct gs_share_link l = { .import_vh = im->vh, .exporter = ex->pid, .export_vh = ex->vh };
 		gs_share_add_link(&req, &l);
+		rc = call(pid, ag, &req, fd, NULL, err);
+		close(fd);
+		gs_msg_free(&req);
 	}
-	if (!rc && nfds)
-		rc = call(pid, ag, &req, fds, nfds, NULL, err);
-	for (size_t k = 0; k < nfds; k++)
-		close(fds[k]);
-	free(fds);
-	gs_msg_free(&req);
 	return rc;
 }
 
@@ -237,7 +227,7 @@ int cli_share_release(const pid_t *pids, const struct cli_agent *agents, int n, 
 			struct gs_msg req;
 			gs_msg_init(&req, GS_MSG_SHARE_RELEASE);
 			gs_msg_add_u64(&req, GS_F_FLAGS, close_them ? GS_SHARE_RELEASE_CLOSE : 0);
-			int rc = call(pids[i], &agents[i], &req, NULL, 0, NULL, err);
+			int rc = call(pids[i], &agents[i], &req, -1, NULL, err);
 			gs_msg_free(&req);
 			if (rc)
 				return rc;

@@ -128,19 +128,18 @@ int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct g
 		struct gs_err *err);
 
 /*
- * gs_ctl_call that also hands the agent nfds open descriptors (SCM_RIGHTS
- * with the request's first bytes; at most GS_CTL_MAX_FDS): the handler takes
- * them with gs_ctl_take_fds. The caller keeps its own.
+ * gs_ctl_call with a descriptor passed along (SCM_RIGHTS with the request's
+ * first bytes), e.g. an image directory for an agent in another mount
+ * namespace. The caller keeps pass_fd open and closes it.
  */
-#define GS_CTL_MAX_FDS 200
-int gs_ctl_call_fds(const char *path, pid_t expect_pid, struct gs_msg *req, const int *fds, size_t nfds,
-		    struct gs_msg *reply, double timeout_s, struct gs_err *err);
+int gs_ctl_call_fd(const char *path, pid_t expect_pid, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		   double timeout_s, struct gs_err *err);
 /*
- * Server side, in a handler: moves up to max of the descriptors that came
- * with the request into out (the handler owns them then; the server closes
- * those left when the handler returns). Returns how many.
+ * In a server handler: the descriptor that came with the request this thread
+ * handles, now the caller's to close; -1 if none came. One per request; a
+ * descriptor the handler does not take is closed after it returns.
  */
-size_t gs_ctl_take_fds(int *out, size_t max);
+int gs_ctl_take_passed_fd(void);
 
 /*
  * Frame I/O on a connected stream socket, for callers that hold a connection.

@@ -73,8 +73,8 @@ enum gs_msg_type {
 	 * records; sent to every agent that shares, as the go-ahead). SHARE_EXPORT:
 	 * suspended, create the exported allocations again and export them
 	 * (RESULT with EXPORT records, their descriptors open in the agent).
-	 * SHARE_IMPORT: suspended, the descriptors to import from on resume (LINK
-	 * records with fd indexes, descriptors by SCM_RIGHTS).
+	 * SHARE_IMPORT: suspended, the descriptor to import one import from on
+	 * resume (one LINK record; the descriptor passed along, gs_ctl_call_fd).
 	 */
 	GS_MSG_SHARES = 30,
 	GS_MSG_SHARE_LINK = 31,

@@ -55,7 +55,7 @@ struct gs_share_link {
 	uint64_t import_vh;
 	pid_t exporter;
 	uint64_t export_vh;
-	uint32_t fd_index; /* SHARE_IMPORT: index into the descriptors sent with the message */
+	uint32_t fd_index; /* reserved (0): SHARE_IMPORT passes one descriptor per request */
 };
 
 /* Wire form: one BYTES field per record (little-endian u64s), tags below. */
