@@ -21,6 +21,7 @@
 #  - a --tree suspend that fails after the agents (suspend-after-agent), or
 #    in an importer letting go (share-let-go), rolls the tree back: data,
 #    mappings and the ring exchange intact;
+#  - resuming one rank of a suspended tree alone is refused (one line);
 #  - a resume stopped after the exporters made their memory again (fault
 #    share-handover) leaves the tree suspended; the next resume finishes it.
 # Needs GPUSNAP_BUILD (set by ctest).
@@ -74,6 +75,17 @@ run_gpusnap suspend "$APP"; expect "suspending the exporting rank alone is refus
 check "the refusal is one line" one_error
 run_gpusnap suspend "$CHILD"; expect "suspending the other rank alone is refused" 6 "together with --tree"
 verify_ok "the refused suspends changed nothing"
+
+# resuming one rank of a suspended tree alone: refused, the tree stays suspended and resumes together
+run_gpusnap suspend --tree "$APP"; expect "suspend --tree before a resume of one rank" 0
+run_gpusnap resume "$CHILD"
+expect "resuming one rank alone is refused" 6 "resume them together with --tree"
+check "the refusal is one line" one_error
+check "the parent is still suspended (holds $(phys_of "$APP") bytes)" test "$(phys_of "$APP")" = 0
+run_gpusnap resume --tree "$APP"; expect "resume --tree after the refusal" 0
+verify_ok "both buffers after the refused resume"
+app_cmd ring
+case $REPLY in "RING OK") pass "the ring exchange after the refused resume" ;; *) fail "ring after refused resume" "$REPLY" ;; esac
 
 # a resume that stops after the exports were made again, before the importers got them: it stays
 # suspended, and the next resume finishes it
