@@ -180,8 +180,13 @@ static void demote_held_exports(void)
 		}
 		uint64_t vh = sh.ex[i].vh;
 		struct gs_vh_handle *h = gs_app_vmm_get_locked(vh);
-		pr_info("the app keeps descriptor %d of exported GPU memory %#llx open: left to the driver path", copy,
-			(unsigned long long)vh);
+		char link[64], target[256] = "?";
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", copy);
+		ssize_t tn = readlink(link, target, sizeof(target) - 1);
+		if (tn > 0)
+			target[tn] = '\0';
+		pr_info("the app keeps descriptor %d (%s) of exported GPU memory %#llx open: left to the driver path", copy,
+			target, (unsigned long long)vh);
 		if (h)
 			gs_app_vmm_mark_unreleasable_locked(h, "is exported and the app keeps its descriptor");
 		remove_exports_of(vh);
