@@ -10,10 +10,13 @@
  * so that resume can rebuild exactly what suspend tore down.
  *
  * Not releasable, counted as unmanaged (`gpusnap state` reports them, the
- * driver path moves them): handles exported to a shareable handle or as a
- * dma-buf, bound to a multicast object, mapped into a sparse array, located
- * on the host, or on a device the agent has no context for. Imported handles
- * are passed through untranslated: the memory is the exporter's.
+ * driver path moves them): handles exported to a shareable handle other than
+ * a POSIX file descriptor or as a dma-buf, bound to a multicast object,
+ * mapped into a sparse array, located on the host, or on a device the agent
+ * has no context for. A handle exported as a POSIX file descriptor stays
+ * releasable and a handle imported from one gets a virtual handle too: both
+ * are agent_share.c's to coordinate with the other processes (other imports
+ * are passed through untranslated: the memory is the exporter's).
  *
  * The agent holds one driver reference per record, released when the app has
  * released the handle and unmapped it everywhere, which is when the driver
@@ -26,6 +29,7 @@
 #include <string.h>
 
 #include "agent/agent_peer.h"
+#include "agent/agent_share.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
 #include "common/log.h"
@@ -40,6 +44,7 @@ static struct {
 	CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *, void *);
 	CUresult (*cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
 	CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+	CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
 	CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, int, unsigned long long);
 	CUresult (*cuMulticastBindMem)(CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle, size_t, size_t,
 				       unsigned long long);
@@ -63,7 +68,7 @@ static void count_unmanaged(size_t n, uint64_t bytes)
 /* A record is gone: it no longer counts as unmanaged memory. */
 static void uncount(const struct gs_vh_handle *h)
 {
-	if (h->releasable)
+	if (h->releasable || h->imported)
 		return;
 	struct gs_agent *a = gs_agent_get();
 	__atomic_sub_fetch(&a->unmanaged_allocs, 1, __ATOMIC_RELAXED);
@@ -75,6 +80,7 @@ static CUresult drop_record(struct gs_vh_handle *h)
 {
 	CUresult r = h->real ? real.cuMemRelease(h->real) : CUDA_SUCCESS;
 	uncount(h);
+	gs_share_forget_locked(h->vh);
 	gs_vh_remove(vt.t, h->vh);
 	return r;
 }
@@ -283,11 +289,60 @@ static CUresult app_export(void *shareable, CUmemGenericAllocationHandle v, int 
 	struct gs_vh_handle *h = live(v, &r);
 	if (h && r == CUDA_SUCCESS) {
 		r = real.cuMemExportToShareableHandle(shareable, h->real, type, flags);
-		if (r == CUDA_SUCCESS)
+		/* a POSIX descriptor of releasable memory: agent_share.c moves it with its importers */
+		bool shared = r == CUDA_SUCCESS && type == GS_SHARE_POSIX_FD && h->releasable && !h->imported &&
+			      gs_share_note_export_locked(h->vh, *(int *)shareable) == 0;
+		if (r == CUDA_SUCCESS && !shared)
 			mark_unreleasable(h, "is exported");
 	}
 	pthread_mutex_unlock(&vt.lock);
 	return h ? r : real.cuMemExportToShareableHandle(shareable, v, type, flags);
+}
+
+/*
+ * A POSIX descriptor's import gets a virtual handle (the memory is the
+ * exporter's: never copied, let go and imported again around a suspend, see
+ * agent_share.h); anything else, or an import the agent cannot record, is the
+ * driver's handle passed through.
+ */
+static CUresult app_import(CUmemGenericAllocationHandle *handle, void *os_handle, int type)
+{
+	struct gs_agent *a = gs_agent_get();
+	CUmemGenericAllocationHandle h;
+	if (!handle || type != GS_SHARE_POSIX_FD || gs_agent_cuda(a, NULL))
+		return real.cuMemImportFromShareableHandle(handle, os_handle, type);
+	CUresult r = real.cuMemImportFromShareableHandle(&h, os_handle, type);
+	if (r != CUDA_SUCCESS)
+		return r;
+	CUmemAllocationProp prop;
+	memset(&prop, 0, sizeof(prop));
+	struct gs_vh_handle init = { .real = h, .size = UINT64_MAX / 2, .imported = true, .prop_len = sizeof(prop) };
+	if (real.cuMemGetAllocationPropertiesFromHandle(&prop, h) != CUDA_SUCCESS ||
+	    prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+		/* host memory (NCCL's proxy buffers) is never released by an exporter's agent: the driver's as it is */
+		*handle = h;
+		return CUDA_SUCCESS;
+	}
+	init.device = prop.location.id;
+	memcpy(init.prop, &prop, sizeof(prop));
+	uint64_t vh = 0;
+	struct gs_err err = { 0 };
+	pthread_mutex_lock(&vt.lock);
+	if (!vt.t && !(vt.t = gs_vh_table_new()))
+		gs_fail(&err, GS_E_FAILURE, "out of memory");
+	int rc = err.code ? err.code : gs_vh_add(vt.t, &init, &vh, &err);
+	if (!rc && gs_share_note_import_locked(vh, (int)(intptr_t)os_handle)) {
+		gs_vh_remove(vt.t, vh);
+		rc = gs_fail(&err, GS_E_FAILURE, "cannot keep a duplicate of the descriptor");
+	}
+	pthread_mutex_unlock(&vt.lock);
+	if (rc) {
+		pr_warn("import of shared GPU memory not recorded (left to the driver path): %s", err.msg);
+		*handle = h;
+		return CUDA_SUCCESS;
+	}
+	*handle = vh;
+	return CUDA_SUCCESS;
 }
 
 static CUresult app_handle_for_range(void *out, CUdeviceptr va, size_t size, int type, unsigned long long flags)
@@ -393,6 +448,11 @@ static CUresult hook_cuMemExportToShareableHandle(void *shareable, CUmemGenericA
 	return GS_GATED(app_export(shareable, v, type, flags));
 }
 
+static CUresult hook_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle, int type)
+{
+	return GS_GATED(app_import(handle, os_handle, type));
+}
+
 static CUresult hook_cuMemGetHandleForAddressRange(void *out, CUdeviceptr va, size_t size, int type,
 						   unsigned long long flags)
 {
@@ -434,6 +494,7 @@ int gs_app_vmm_install_hooks(struct gs_err *err)
 		HOOK(cuMemRetainAllocationHandle),
 		HOOK(cuMemGetAllocationPropertiesFromHandle),
 		HOOK(cuMemExportToShareableHandle),
+		HOOK(cuMemImportFromShareableHandle),
 		HOOK(cuMemGetHandleForAddressRange),
 		HOOK(cuMulticastBindMem),
 		HOOK(cuMulticastBindAddr),
@@ -441,7 +502,8 @@ int gs_app_vmm_install_hooks(struct gs_err *err)
 		HOOK(cuMemMapArrayAsync_ptsz),
 #undef HOOK
 	};
-	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
+	int rc = gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
+	return rc ? rc : gs_share_install_hooks(err);
 }
 
 void gs_app_vmm_stats(uint64_t *count, uint64_t *bytes)
@@ -457,6 +519,7 @@ void gs_app_vmm_forget_after_fork(void)
 {
 	pthread_mutex_init(&vt.lock, NULL);
 	vt.t = NULL; /* the parent's table: left as it is */
+	gs_share_forget_after_fork();
 }
 
 /* ------------------------------------------------------------------ the mover's side (gate closed) */
@@ -610,14 +673,9 @@ int gs_app_vmm_prepare(struct gs_agent *a, gs_app_vmm_region_fn fn, void *ctx, s
 	return rc;
 }
 
-CUresult gs_app_vmm_release(struct gs_agent *a, uint64_t vh)
+/* Unmaps every mapping of h (and its own window) and releases its driver handle; on failure h is as before. Lock held. */
+static CUresult release_locked(struct gs_agent *a, struct gs_vh_handle *h)
 {
-	pthread_mutex_lock(&vt.lock);
-	struct gs_vh_handle *h = vt.t ? gs_vh_get(vt.t, vh) : NULL;
-	if (!h || !h->real) {
-		pthread_mutex_unlock(&vt.lock);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
 	CUresult r = CUDA_SUCCESS;
 	size_t unmapped = 0;
 	for (; unmapped < h->nmaps; unmapped++)
@@ -640,6 +698,16 @@ CUresult gs_app_vmm_release(struct gs_agent *a, uint64_t vh)
 					window_access(a, h) != CUDA_SUCCESS))
 			pr_err("cannot map the copy window at %#llx again", (unsigned long long)h->window_va);
 	}
+	return r;
+}
+
+CUresult gs_app_vmm_release(struct gs_agent *a, uint64_t vh)
+{
+	pthread_mutex_lock(&vt.lock);
+	struct gs_vh_handle *h = vt.t ? gs_vh_get(vt.t, vh) : NULL;
+	CUresult r = h && h->real ? release_locked(a, h) : CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		gs_share_released_locked(vh); /* an export created early for its importers is gone again */
 	pthread_mutex_unlock(&vt.lock);
 	return r;
 }
@@ -648,9 +716,15 @@ CUresult gs_app_vmm_recreate(struct gs_agent *a, uint64_t vh, CUmemGenericAlloca
 {
 	pthread_mutex_lock(&vt.lock);
 	struct gs_vh_handle *h = vt.t ? gs_vh_get(vt.t, vh) : NULL;
-	CUresult r = h && !h->real ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	CUmemGenericAllocationHandle nh = 0;
-	if (r == CUDA_SUCCESS) {
+	/* an exported one may have been created already, for its importers (gs_app_vmm_create_exported_locked) */
+	bool early = h && h->real && gs_share_created_early_locked(vh);
+	CUresult r = h && (!h->real || early) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	CUmemGenericAllocationHandle nh = early ? h->real : 0;
+	/* exported memory its importers still map (suspended, not yet SHARE_RELEASE'd): that very memory again */
+	int own = r == CUDA_SUCCESS && !early ? gs_share_export_fd_locked(vh) : -1;
+	if (own >= 0) {
+		r = real.cuMemImportFromShareableHandle(&nh, (void *)(intptr_t)own, GS_SHARE_POSIX_FD);
+	} else if (r == CUDA_SUCCESS && !early) {
 		CUmemAllocationProp prop;
 		memcpy(&prop, h->prop, sizeof(prop));
 		r = a->cu.cuMemCreate(&nh, h->size, &prop, 0);
@@ -658,7 +732,7 @@ CUresult gs_app_vmm_recreate(struct gs_agent *a, uint64_t vh, CUmemGenericAlloca
 	if (r == CUDA_SUCCESS) {
 		h->real = nh;
 		r = map_all(a, h);
-		if (r != CUDA_SUCCESS) {
+		if (r != CUDA_SUCCESS && !early) {
 			a->cu.cuMemRelease(nh);
 			h->real = 0;
 		}
@@ -667,4 +741,54 @@ CUresult gs_app_vmm_recreate(struct gs_agent *a, uint64_t vh, CUmemGenericAlloca
 	if (r == CUDA_SUCCESS)
 		*real_out = nh;
 	return r;
+}
+
+/* ------------------------------------------------------------------ for agent_share.c (lock held) */
+
+void gs_app_vmm_lock(void) { pthread_mutex_lock(&vt.lock); }
+
+void gs_app_vmm_unlock(void) { pthread_mutex_unlock(&vt.lock); }
+
+struct gs_vh_handle *gs_app_vmm_get_locked(uint64_t vh) { return vt.t ? gs_vh_get(vt.t, vh) : NULL; }
+
+void gs_app_vmm_mark_unreleasable_locked(struct gs_vh_handle *h, const char *why) { mark_unreleasable(h, why); }
+
+CUresult gs_app_vmm_let_go_locked(struct gs_agent *a, struct gs_vh_handle *h)
+{
+	CUresult r = h->real ? release_locked(a, h) : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS)
+		h->real = 0;
+	return r;
+}
+
+CUresult gs_app_vmm_import_again_locked(struct gs_agent *a, struct gs_vh_handle *h, int fd)
+{
+	CUmemGenericAllocationHandle nh = 0;
+	CUresult r = real.cuMemImportFromShareableHandle(&nh, (void *)(intptr_t)fd, GS_SHARE_POSIX_FD);
+	if (r != CUDA_SUCCESS)
+		return r;
+	h->real = nh;
+	if ((r = map_all(a, h)) != CUDA_SUCCESS) {
+		a->cu.cuMemRelease(nh);
+		h->real = 0;
+	}
+	return r;
+}
+
+CUresult gs_app_vmm_create_exported_locked(struct gs_agent *a, struct gs_vh_handle *h, int *fd)
+{
+	CUmemAllocationProp prop;
+	memcpy(&prop, h->prop, sizeof(prop));
+	CUmemGenericAllocationHandle nh = 0;
+	CUresult r = a->cu.cuMemCreate(&nh, h->size, &prop, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	int out = -1;
+	if ((r = real.cuMemExportToShareableHandle(&out, nh, GS_SHARE_POSIX_FD, 0)) != CUDA_SUCCESS) {
+		a->cu.cuMemRelease(nh);
+		return r;
+	}
+	h->real = nh;
+	*fd = out;
+	return CUDA_SUCCESS;
 }

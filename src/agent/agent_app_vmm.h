@@ -44,6 +44,21 @@ CUresult gs_app_vmm_release(struct gs_agent *a, uint64_t vh);
 CUresult gs_app_vmm_recreate(struct gs_agent *a, uint64_t vh, CUmemGenericAllocationHandle *real);
 /* After a resume (or a suspend that failed): frees the windows that prepare made. */
 void gs_app_vmm_finish(struct gs_agent *a);
+/*
+ * For agent_share.c, whose records are under the same lock: the table's
+ * lock, a handle's record, and the driver work on shared handles (all with
+ * the lock held).
+ */
+void gs_app_vmm_lock(void);
+void gs_app_vmm_unlock(void);
+struct gs_vh_handle *gs_app_vmm_get_locked(uint64_t vh);
+void gs_app_vmm_mark_unreleasable_locked(struct gs_vh_handle *h, const char *why);
+/* An import: unmaps it everywhere and releases the driver's handle (real = 0); on failure as before. */
+CUresult gs_app_vmm_let_go_locked(struct gs_agent *a, struct gs_vh_handle *h);
+/* An import let go: imports fd again and maps it where it was, with its access; on failure nothing of it is left. */
+CUresult gs_app_vmm_import_again_locked(struct gs_agent *a, struct gs_vh_handle *h, int fd);
+/* A released exported handle: creates its memory (unmapped, unfilled: the resume does that) and exports it (*fd). */
+CUresult gs_app_vmm_create_exported_locked(struct gs_agent *a, struct gs_vh_handle *h, int *fd);
 /* In a fork child (one thread): forgets the parent's handles, which are not the child's. */
 void gs_app_vmm_forget_after_fork(void);
 

@@ -28,6 +28,7 @@
 #include "agent/agent_image.h"
 #include "agent/agent_mover.h"
 #include "agent/agent_ring.h"
+#include "agent/agent_share.h"
 #include "agent/gate.h"
 #include "common/fault.h"
 #include "common/log.h"
@@ -340,10 +341,24 @@ static void back_drop(struct gs_agent *a)
 		set_state(a, LC_QUIESCED);
 }
 
+/*
+ * COPIED -> RELEASED again: memory shared by other processes could not be
+ * imported again, so the process's own memory is released once more and
+ * the holder keeps the data (a retry starts over).
+ */
+static void back_unbring(struct gs_agent *a)
+{
+	struct gs_err e2 = { 0 };
+	if (a->held && gs_mover_release(a, a->held, &e2))
+		pr_warn("GPU memory stays mapped after a failed import (the gate stays closed): %s", e2.msg);
+	set_state(a, LC_RELEASED);
+}
+
 /* QUIESCED or GATED -> RUNNING: the only place the gate opens. */
 static void back_open(struct gs_agent *a)
 {
 	stop_lease();
+	gs_share_after_resume();
 	gs_gate_open();
 	lc.keep_context = false;
 	set_state(a, LC_RUNNING);
@@ -351,19 +366,53 @@ static void back_open(struct gs_agent *a)
 	gs_mover_after_resume(a); /* a reserved pool or ring dropped for a dump comes back, in the background */
 }
 
-/* Walks back toward RUNNING from wherever the state is; stops in RELEASED when the data cannot come back. */
-static int unwind(struct gs_agent *a, const char *dir, struct gs_msg *reply, struct gs_err *err)
+/* Seconds a resume that stays gated waits for its OPEN before the agent opens the gate by itself. */
+#define SHARED_RESUME_LEASE_S 300.0
+
+/*
+ * QUIESCED -> GATED: the data is back but the gate stays closed until OPEN,
+ * so no process of a job that shares memory runs before the memory it maps
+ * is filled (agent_share.h).
+ */
+static int back_gate(struct gs_agent *a, struct gs_err *err)
+{
+	lc.keep_context = false;
+	set_fault("");
+	gs_share_after_resume();
+	set_state(a, LC_GATED);
+	int rc = start_lease(a, SHARED_RESUME_LEASE_S, err);
+	if (rc)
+		back_open(a);
+	return rc;
+}
+
+/*
+ * Walks back toward RUNNING (GATED when stay_gated) from wherever the state
+ * is; stops in RELEASED when the data cannot come back.
+ */
+static int unwind_to(struct gs_agent *a, const char *dir, bool stay_gated, struct gs_msg *reply, struct gs_err *err)
 {
 	if (lc.state == LC_RELEASED) {
 		int rc = back_bring(a, dir, reply, err);
 		if (rc)
 			return rc;
+		if ((rc = gs_share_bring_back(a, err))) {
+			back_unbring(a);
+			return rc;
+		}
 	}
 	if (lc.state == LC_COPIED || lc.state == LC_QUIESCED)
 		back_drop(a);
+	if (stay_gated && lc.state == LC_QUIESCED)
+		return back_gate(a, err);
 	if (lc.state == LC_QUIESCED || lc.state == LC_GATED)
 		back_open(a);
 	return 0;
+}
+
+static int unwind(struct gs_agent *a, const char *dir, struct gs_msg *reply, struct gs_err *err)
+{
+	return unwind_to(a, dir, false, reply, err);
 }
 
 /*
@@ -431,6 +480,8 @@ int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struc
 	int rc = leave_running(a, "", timeout_s, keep_context, reply, err);
 	if (rc)
 		goto out;
+	if ((rc = gs_share_before_suspend(a, err)))
+		goto fail;
 	if (!a->cuda_ready) {
 		/* the app never allocated: nothing of ours to move */
 		set_state(a, LC_RELEASED);
@@ -469,6 +520,8 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct
 	int rc = leave_running(a, ": a streamed dump starts from a running process", timeout_s, false, reply, err);
 	if (rc)
 		goto out;
+	if ((rc = gs_share_before_suspend(a, err)))
+		goto fail;
 	double t_quiesce = gs_now();
 	/* an app that never allocated has nothing of ours to move: its image lists no allocations */
 	struct gs_agent_held *h = NULL;
@@ -584,6 +637,12 @@ out:
 
 int gs_lc_resume(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err)
 {
+	return gs_lc_resume_gated(a, gpu_dir, false, reply, err);
+}
+
+int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, bool stay_gated, struct gs_msg *reply,
+		       struct gs_err *err)
+{
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
@@ -598,7 +657,7 @@ int gs_lc_resume(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, 
 			goto out;
 		gs_image_close(img);
 	}
-	rc = unwind(a, gpu_dir, reply, err);
+	rc = unwind_to(a, gpu_dir, stay_gated, reply, err);
 out:
 	pthread_mutex_unlock(&a->lock);
 	return rc;

@@ -24,6 +24,7 @@
 #include "agent/agent_app_vmm.h"
 #include "agent/agent_contexts.h"
 #include "agent/agent_lifecycle.h"
+#include "agent/agent_share.h"
 #include "agent/agent_mover.h"
 #include "agent/gate.h"
 #include "agent/interpose.h"
@@ -168,6 +169,7 @@ struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cu
 static void add_info(struct gs_agent *a, struct gs_msg *reply)
 {
 	uint64_t count = 0, bytes = 0;
+	gs_share_refresh();
 	if (a->allocs)
 		gs_alloc_registry_stats(a->allocs, &count, &bytes);
 	uint64_t app_count, app_bytes;
@@ -231,7 +233,8 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		return;
 	}
 	case GS_MSG_RESUME: {
-		int rc = gs_lc_resume(a, gs_msg_get_str(req, GS_F_DIR), reply, &err);
+		int rc = gs_lc_resume_gated(a, gs_msg_get_str(req, GS_F_DIR), (flags & GS_RESUME_STAY_GATED) != 0, reply,
+					    &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
@@ -248,6 +251,8 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		return;
 	}
 	default:
+		if (gs_share_handle(a, req, reply)) /* 30-39: memory shared between processes */
+			return;
 		gs_msg_set_result(reply, GS_E_USAGE, "the agent does not handle message type %u", req->type);
 	}
 }

@@ -54,6 +54,17 @@ static int agent_result(const struct gs_msg *reply, struct gs_err *err)
 	return rc;
 }
 
+int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		       double timeout_s, struct gs_err *err)
+{
+	int rc = gs_ctl_call_fd(ag->socket, pid, req, pass_fd, reply, timeout_s, err);
+	if (rc) {
+		printable_only(err->msg);
+		return exchange_failed(pid, rc, timeout_s, err);
+	}
+	return agent_result(reply, err);
+}
+
 int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
 	memset(ag, 0, sizeof(*ag));
@@ -176,6 +187,14 @@ int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err)
 {
 	int rc = request(pid, ag, GS_MSG_RESUME, 0, 0, image_dir, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_resume_gated(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err)
+{
+	int rc = request(pid, ag, GS_MSG_RESUME, 0, GS_RESUME_STAY_GATED, image_dir, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

@@ -31,6 +31,15 @@ struct cli_agent {
 	struct cli_agent_reply last; /* of the last suspend/resume */
 };
 
+/*
+ * One request to pid's agent, with pass_fd (or -1) passed along
+ * (SCM_RIGHTS): the agent's result code (messages made printable, a code
+ * gpusnap does not have is GS_E_AGENT), its reply in *reply (free it in any
+ * case).
+ */
+struct gs_msg;
+int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		       double timeout_s, struct gs_err *err);
 /* Looks for the agent of pid; an absent agent is not an error (present = false). */
 int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the wait for GPU work (<= 0: no limit). */
@@ -44,6 +53,8 @@ int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* RESUME after loading the GPU data from the image at image_dir (NULL: from the agent's staging memory). */
 int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
+/* RESUME (from image_dir, or NULL) that leaves the gate closed until cli_agent_open: shared memory (share_tree.h). */
+int cli_agent_resume_gated(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
 /*
  * DUMP: the agent (suspended) writes the data it holds into the image
  * directory image_dir (a temporary one from gs_image_tmp_create) and seals it;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/process_op.h"
+#include "cli/share_tree.h"
 #include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
@@ -169,7 +170,28 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 			     (int)procs[0].pid);
 		goto out;
 	}
+	/*
+	 * memory shared between the processes: exporters create it again, importers get its new descriptors;
+	 * then every agent resumes with its gate closed, and the gates open once all are back
+	 */
+	bool shared = false;
+	pid_t *pids = calloc((size_t)n, sizeof(pid_t));
+	if (!pids) {
+		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		pids[i] = procs[i].pid;
+	rc = cli_share_before_resume(pids, agents, n, &shared, err);
+	free(pids);
+	if (rc)
+		goto out;
 	/* data part: each agent re-creates its memory at the same addresses and lets the app go on */
+	bool *gated = calloc((size_t)n, sizeof(bool));
+	if (!gated) {
+		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
+		goto out;
+	}
 	for (int i = 0; i < n; i++) {
 		if (!agents[i].present || agents[i].state == GS_AGENT_RUNNING)
 			continue;
@@ -179,10 +201,23 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 			fprintf(stderr, "gpusnap: note: process %d's GPU data is taken from '%s', where a gpusnap that did not "
 				"finish left it\n", (int)procs[i].pid, image);
 		}
-		int r = cli_agent_resume_from(procs[i].pid, &agents[i], image, err);
+		int r = shared ? cli_agent_resume_gated(procs[i].pid, &agents[i], image, err)
+			       : cli_agent_resume_from(procs[i].pid, &agents[i], image, err);
+		gated[i] = shared && !r;
 		if (r && !rc)
 			rc = r;
 	}
+	for (int i = 0; i < n; i++) {
+		struct gs_err e = { 0 };
+		int r = gated[i] ? cli_agent_open(procs[i].pid, &agents[i], &e) : 0;
+		if (r && !rc) {
+			rc = r;
+			*err = e;
+		} else if (r) {
+			cli_report_error(&e);
+		}
+	}
+	free(gated);
 out:
 	free(drv);
 	free(drv_index);

@@ -13,9 +13,11 @@
  * included, rolls back all: gates opened (OPEN), suspended agents resumed.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/interrupt.h"
 #include "cli/process_op.h"
+#include "cli/share_tree.h"
 #include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
@@ -36,6 +38,13 @@ struct suspend_ctx {
 #define GATE_LEASE_MARGIN_S 120.0
 #define GATE_LEASE_NO_LIMIT_S 3600.0
 
+/* The processes of the suspend under way, for undo_agents: memory they share is handed back first (share_tree.h). */
+static struct {
+	pid_t *pids;
+	int n;
+	bool shared;
+} share_set;
+
 /*
  * Rolls back agents [0, upto): each takes its data back; [upto, gated_to)
  * had only their gates closed: opened. The agent at `failed` rolled itself
@@ -45,6 +54,18 @@ struct suspend_ctx {
 static bool undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, int upto, int gated_to, int failed)
 {
 	bool all = true;
+	if (share_set.shared && upto > 0) {
+		/* the agents' status changed: asked again, then exports made again and handed to the importers */
+		bool shared;
+		struct gs_err e = { 0 };
+		for (int i = 0; i < share_set.n; i++)
+			if (agents[i].present && cli_agent_probe(procs[i].pid, &agents[i], &e))
+				cli_report_error(&e);
+		if (cli_share_before_resume(share_set.pids, agents, share_set.n, &shared, &e)) {
+			cli_report_error(&e);
+			all = false;
+		}
+	}
 	for (int i = 0; i < (gated_to > upto ? gated_to : upto); i++) {
 		struct gs_err e = { 0 };
 		if (!agents[i].present || i == failed)
@@ -103,6 +124,16 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING && agents[i].state != GS_AGENT_GATED)
 			return gs_fail(err, GS_E_STATE, "process %d is already suspended", (int)procs[i].pid);
 	}
+	/* memory shared between the processes: every import linked to its export, or the suspend is refused */
+	share_set.n = n;
+	share_set.shared = false;
+	if (n <= 0 || !(share_set.pids = calloc((size_t)n, sizeof(pid_t))))
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	for (int i = 0; i < n; i++)
+		share_set.pids[i] = procs[i].pid;
+	int src = cli_share_before_suspend(share_set.pids, agents, n, n > 1, &share_set.shared, err);
+	if (src)
+		return src;
 	/* every gate first, then the waits: no agent waits for GPU work while another's app still runs */
 	int gated = 0;
 	if (gate_first(agents, n)) {
@@ -138,6 +169,14 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 		int rc = stopped(procs, n, GS_FI_SUSPEND_AFTER_AGENT, err);
 		say_undone(procs, n, back, err);
 		return rc;
+	}
+	/* every process is suspended: the memory they share can go now (share_tree.h) */
+	if (share_set.shared) {
+		int rc = cli_share_release(share_set.pids, agents, n, err);
+		if (rc) {
+			undo_agents(agents, procs, n, n, -1);
+			return rc;
+		}
 	}
 	if (ctx->keep_context) {
 		for (int i = 0; i < n; i++) {
@@ -190,5 +229,7 @@ int cmd_suspend(int argc, char **argv)
 		.action = "suspend", .pid_arg = argv[0], .tree = tree, .json = json, .driver_only = driver,
 		.run = run_suspend, .ctx = &ctx,
 	};
-	return process_op_execute(&op);
+	rc = process_op_execute(&op);
+	free(share_set.pids);
+	return rc;
 }

@@ -47,6 +47,9 @@
 	X(AGENT_OPERATION, "agent-operation", "an operation (suspend, resume, dump) is under way, before its work") \
 	/* --- the agent's peer access (agent_peer.c) --- */                                          \
 	X(AGENT_PEER_ACCESS, "agent-peer-access", "giving a backing a peer's access after cuCtxEnablePeerAccess") \
+	/* --- memory shared between processes (agent_share.c, src/cli/share_tree.c) --- */          \
+	X(SHARE_LET_GO, "share-let-go", "an importer lets go of imported GPU memory (suspend, dump)") \
+	X(SHARE_HANDOVER, "share-handover", "--tree resume: exports made again, before importers get them") \
 	/* --- the image (src/image) --- */                                                           \
 	X(IMAGE_WRITE, "image-write", "a write of the image writer (ENOSPC, EIO)")                   \
 	X(IMAGE_READ, "image-read", "a read of an image's file: manifest, chunk, CRIU's (EIO)")      \

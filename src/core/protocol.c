@@ -472,7 +472,6 @@ static uint64_t known_flags(uint16_t type)
 	switch (type) {
 	case GS_MSG_HELLO:
 	case GS_MSG_STATUS:
-	case GS_MSG_RESUME:
 	case GS_MSG_PREPARE:
 	case GS_MSG_GATE:
 	case GS_MSG_OPEN:
@@ -481,6 +480,15 @@ static uint64_t known_flags(uint16_t type)
 		return GS_SUSPEND_FLAGS_KNOWN;
 	case GS_MSG_DUMP:
 		return GS_DUMP_FLAGS_KNOWN;
+	case GS_MSG_RESUME:
+		return GS_RESUME_FLAGS_KNOWN;
+	case GS_MSG_SHARES:
+	case GS_MSG_SHARE_LINK:
+	case GS_MSG_SHARE_EXPORT:
+	case GS_MSG_SHARE_IMPORT:
+		return 0;
+	case GS_MSG_SHARE_RELEASE:
+		return GS_SHARE_RELEASE_CLOSE;
 	default:
 		return UINT64_MAX;
 	}
@@ -506,7 +514,8 @@ int gs_msg_check_request(const struct gs_msg *req, struct gs_err *err)
 bool gs_msg_is_operation(uint16_t type)
 {
 	return type == GS_MSG_SUSPEND || type == GS_MSG_RESUME || type == GS_MSG_DUMP || type == GS_MSG_PREPARE ||
-	       type == GS_MSG_GATE || type == GS_MSG_OPEN;
+	       type == GS_MSG_GATE || type == GS_MSG_OPEN || type == GS_MSG_SHARE_LINK || type == GS_MSG_SHARE_EXPORT ||
+	       type == GS_MSG_SHARE_IMPORT || type == GS_MSG_SHARE_RELEASE;
 }
 
 const char *gs_msg_type_name(uint16_t type)
@@ -522,6 +531,11 @@ const char *gs_msg_type_name(uint16_t type)
 	case GS_MSG_PREPARE: return "prepare";
 	case GS_MSG_GATE: return "gate";
 	case GS_MSG_OPEN: return "open";
+	case GS_MSG_SHARES: return "shares";
+	case GS_MSG_SHARE_LINK: return "share-link";
+	case GS_MSG_SHARE_EXPORT: return "share-export";
+	case GS_MSG_SHARE_IMPORT: return "share-import";
+	case GS_MSG_SHARE_RELEASE: return "share-release";
 	default: return "unknown";
 	}
 }

@@ -65,6 +65,27 @@ enum gs_msg_type {
 	 */
 	GS_MSG_GATE = 9,
 	GS_MSG_OPEN = 10,
+	/*
+	 * 30-39: GPU memory shared between processes as file descriptors
+	 * (core/share_plan.h; records GS_F_SHARE_*). SHARES: the agent's
+	 * exports and imports (RESULT with the records). SHARE_LINK: before a
+	 * suspend or dump of several processes, each import's exporter (LINK
+	 * records; sent to every agent that shares, as the go-ahead). SHARE_EXPORT:
+	 * suspended, create the exported allocations again and export them
+	 * (RESULT with EXPORT records, their descriptors open in the agent).
+	 * SHARE_IMPORT: suspended, the descriptor to import one import from on
+	 * resume (one LINK record; the descriptor passed along, gs_ctl_call_fd).
+	 */
+	GS_MSG_SHARES = 30,
+	GS_MSG_SHARE_LINK = 31,
+	GS_MSG_SHARE_EXPORT = 32,
+	GS_MSG_SHARE_IMPORT = 33,
+	/*
+	 * SHARE_RELEASE: suspended, once every process of the operation is: let go
+	 * of the imports (duplicates kept, so a rollback stays local); with FLAGS
+	 * GS_SHARE_RELEASE_CLOSE, close the duplicates (the memory can go).
+	 */
+	GS_MSG_SHARE_RELEASE = 34,
 };
 
 /* Field tags: one namespace for all message types. */
@@ -114,6 +135,11 @@ enum gs_suspend_flags {
 	GS_DUMP_DROP_STAGING = 1u << 1,    /* DUMP: free the staging memory once the image is written */
 	GS_DUMP_RUNNING = 1u << 2,         /* DUMP of a running process: quiesce, stream to the image, release */
 };
+/* RESUME: memory shared between processes (GS_MSG_SHARES): leave the gate closed (GATED) until OPEN. */
+#define GS_RESUME_STAY_GATED (1u << 8)
+#define GS_RESUME_FLAGS_KNOWN ((uint64_t)GS_RESUME_STAY_GATED)
+/* SHARE_RELEASE: the second step, closing the agent's duplicates of shared descriptors. */
+#define GS_SHARE_RELEASE_CLOSE (1u << 0)
 /* The FLAGS each request may carry (gs_msg_check_request refuses others): add a new flag here too. */
 #define GS_SUSPEND_FLAGS_KNOWN ((uint64_t)GS_SUSPEND_KEEP_CONTEXT)
 #define GS_DUMP_FLAGS_KNOWN ((uint64_t)(GS_DUMP_DROP_STAGING | GS_DUMP_RUNNING))

@@ -64,6 +64,8 @@ struct gs_vh_handle {
 	uint32_t refs;  /* the app's references; 0: released by the app, alive through its mappings */
 	bool releasable; /* device memory the agent may release (not exported, on a device it serves) */
 	bool exported;   /* shared with another process or device: never released by the agent */
+	bool imported;   /* another process's memory (cuMemImportFromShareableHandle): never copied; let go and
+			    imported again around a suspend (agent/agent_share.h); size unknown (the driver checks) */
 	unsigned char prop[GS_VH_PROP_MAX];
 	size_t prop_len;
 	struct gs_vh_mapping **maps;

@@ -828,7 +828,9 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
 	struct fake_phys *ph = calloc(1, sizeof(*ph));
 	if (!ph)
 		return FAKE_OUT_OF_MEMORY;
-	ph->fd = memfd_create("fake-vram", MFD_CLOEXEC);
+	char name[32];
+	snprintf(name, sizeof(name), "fake-vram-d%d", p[3]); /* the device, for an importer (share block below) */
+	ph->fd = memfd_create(name, MFD_CLOEXEC);
 	if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size)) {
 		if (ph->fd >= 0)
 			close(ph->fd);
@@ -1035,18 +1037,86 @@ EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(void *prop, CUmemGenericA
 	return ph && ph->refs > 0 && prop ? 0 : FAKE_INVALID_VALUE;
 }
 
-/* POSIX file descriptors only (type 1): a dup of the memfd. */
+/* A new open file of the memfd (as the driver's export is a file of its own each time, not a dup). */
+static int reopen_memfd(int fd)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return open(path, O_RDWR);
+}
+
+/* POSIX file descriptors only (type 1): a new open file of the memfd. */
 EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type, unsigned long long flags)
 {
 	if (!out || type != 1 || flags)
 		return FAKE_INVALID_VALUE;
 	pthread_mutex_lock(&vmm_lock);
 	struct fake_phys *ph = find_phys(h);
-	int fd = ph && ph->refs > 0 ? dup(ph->fd) : -1;
+	int fd = ph && ph->refs > 0 ? reopen_memfd(ph->fd) : -1;
 	pthread_mutex_unlock(&vmm_lock);
 	if (fd < 0)
 		return FAKE_INVALID_VALUE;
 	*(int *)out = fd;
+	return 0;
+}
+
+/*
+ * ---- memory shared between processes (cuMemImportFromShareableHandle) ----
+ *
+ * An exported handle is a dup of its memfd (above), so it can travel to
+ * another process over a Unix socket as the driver's file descriptor does.
+ * Importing it makes a physical allocation of this process on the same
+ * memfd (its own descriptor): both processes' mappings are the same pages,
+ * and the memory lives while any handle, mapping or descriptor of any
+ * process holds it, as with the driver. The device and size come from the
+ * memfd (its name "fake-vram-d<N>", its length); the properties are those of
+ * a plain pinned device allocation with POSIX file descriptors allowed.
+ * Imported bytes count in this process's <pid>.phys too, so a test sees an
+ * importer let go. An allocation that is not a fake memfd is refused.
+ */
+static int memfd_device(int fd)
+{
+	char link[64], target[256];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	if (n <= 0)
+		return -1;
+	target[n] = '\0';
+	int dev = -1;
+	return sscanf(target, "/memfd:fake-vram-d%d", &dev) == 1 ? dev : -1;
+}
+
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, int type)
+{
+	if (!h || type != 1)
+		return FAKE_INVALID_VALUE;
+	int fd = (int)(intptr_t)os_handle;
+	struct stat st;
+	int dev = memfd_device(fd);
+	if (dev < 0 || fstat(fd, &st) || st.st_size <= 0 || (size_t)st.st_size % FAKE_GRANULARITY)
+		return FAKE_INVALID_VALUE;
+	struct fake_phys *ph = calloc(1, sizeof(*ph));
+	if (!ph)
+		return FAKE_OUT_OF_MEMORY;
+	ph->fd = reopen_memfd(fd); /* the driver's own reference, not the caller's descriptor */
+	if (ph->fd < 0 || fcntl(ph->fd, F_SETFD, FD_CLOEXEC)) {
+		if (ph->fd >= 0)
+			close(ph->fd);
+		free(ph);
+		return FAKE_OUT_OF_MEMORY;
+	}
+	int prop[8] = { 1, 1, 1, dev }; /* pinned, POSIX fd, on device dev */
+	memcpy(ph->prop, prop, sizeof(ph->prop));
+	ph->size = (size_t)st.st_size;
+	ph->refs = 1;
+	pthread_mutex_lock(&vmm_lock);
+	ph->next = phys_list;
+	phys_list = ph;
+	__atomic_add_fetch(&live_phys_bytes, (int64_t)ph->size, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&live_phys_handles, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&vmm_lock);
+	*h = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+	publish_phys();
 	return 0;
 }
 
@@ -1456,6 +1526,17 @@ EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
  * Like the driver: a name without version suffix resolves to its newest
  * variant at the version asked for (all _v2 here exist since before CUDA 12).
  */
+/* Legacy CUDA IPC (memory shared between processes): a handle for cuMemAlloc memory only, as the driver gives. */
+EXPORT CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p)
+{
+	struct fake_alloc a;
+	if (!handle || !fake_alloc_find(p, &a) || a.kind != FAKE_DEVICE_ALLOC)
+		return FAKE_INVALID_VALUE;
+	memset(handle, 0, 64);
+	memcpy(handle, &p, sizeof(p));
+	return 0;
+}
+
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status)
 {
 	(void)flags;
@@ -1504,6 +1585,9 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuGraphInstantiate", cuGraphInstantiateWithFlags), ENTRY("cuGraphLaunch", cuGraphLaunch),
 		ENTRY("cuGraphExecDestroy", cuGraphExecDestroy), ENTRY("cuGraphDestroy", cuGraphDestroy),
 		ENTRY("cuPointerGetAttribute", cuPointerGetAttribute),
+		/* memory shared between processes */
+		ENTRY("cuMemImportFromShareableHandle", cuMemImportFromShareableHandle),
+		ENTRY("cuIpcGetMemHandle", cuIpcGetMemHandle),
 #ifndef FAKE_CUDA_OLD
 		ENTRY("cuCheckpointProcessGetState", cuCheckpointProcessGetState),
 		ENTRY("cuCheckpointProcessLock", cuCheckpointProcessLock),

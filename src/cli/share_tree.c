@@ -1,0 +1,271 @@
+/*
+ * share_tree.c - GPU memory shared between the processes of one operation
+ * (see share_tree.h): the agents' records gathered, matched by kcmp(2), and
+ * the new descriptors of a resume fetched from the exporters (pidfd_getfd)
+ * and handed to the importers (SCM_RIGHTS).
+ */
+#include "cli/share_tree.h"
+
+#include <errno.h>
+#include <linux/kcmp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/fault.h"
+#include "core/control_socket.h"
+#include "core/share_plan.h"
+
+#define SHARE_TIMEOUT_S 60.0
+
+struct gathered {
+	struct gs_share_export *ex;
+	size_t nex;
+	struct gs_share_import *im;
+	size_t nim;
+};
+
+static void gathered_free(struct gathered *g)
+{
+	free(g->ex);
+	free(g->im);
+	memset(g, 0, sizeof(*g));
+}
+
+/* Appends b's records to a's. */
+static int append(void **a, size_t *na, void *b, size_t nb, size_t elem, struct gs_err *err)
+{
+	if (!nb)
+		return 0;
+	void *p = realloc(*a, (*na + nb) * elem);
+	if (!p) {
+		free(b);
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	}
+	memcpy((char *)p + *na * elem, b, nb * elem);
+	*a = p;
+	*na += nb;
+	free(b);
+	return 0;
+}
+
+/* One request to pid's agent (pass_fd: a descriptor passed along, or -1); its records are added to g. */
+static int call(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int pass_fd, struct gathered *g,
+		struct gs_err *err)
+{
+	struct gs_msg reply;
+	struct gs_err e = { 0 };
+	int rc = cli_agent_exchange(pid, ag, req, pass_fd, &reply, SHARE_TIMEOUT_S, &e);
+	/* an agent that does not know the request (older than shared memory) shares nothing */
+	if (rc == GS_E_USAGE && req->type == GS_MSG_SHARES && strstr(e.msg, "does not handle")) {
+		rc = 0; /* an agent older than shared memory: it has none of ours */
+	} else if (rc) {
+		*err = e;
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	}
+	if (!rc && g) {
+		struct gs_share_export *ex = NULL;
+		struct gs_share_import *im = NULL;
+		size_t nex = 0, nim = 0;
+		if (!(rc = gs_share_get_exports(&reply, pid, &ex, &nex, err)) &&
+		    !(rc = gs_share_get_imports(&reply, pid, &im, &nim, err))) {
+			rc = append((void **)&g->ex, &g->nex, ex, nex, sizeof(*ex), err);
+			if (!rc)
+				rc = append((void **)&g->im, &g->nim, im, nim, sizeof(*im), err);
+			else
+				free(im);
+		}
+	}
+	gs_msg_free(&reply);
+	return rc;
+}
+
+static int ask(pid_t pid, const struct cli_agent *ag, uint16_t type, struct gathered *g, struct gs_err *err)
+{
+	struct gs_msg req;
+	gs_msg_init(&req, type);
+	int rc = call(pid, ag, &req, -1, g, err);
+	gs_msg_free(&req);
+	return rc;
+}
+
+static int gather(const pid_t *pids, const struct cli_agent *agents, int n, struct gathered *g, struct gs_err *err)
+{
+	for (int i = 0; i < n; i++)
+		if (agents[i].present) {
+			int rc = ask(pids[i], &agents[i], GS_MSG_SHARES, g, err);
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
+static int same_file(void *ctx, pid_t pa, int fa, pid_t pb, int fb, struct gs_err *err)
+{
+	(void)ctx;
+	long r = syscall(SYS_kcmp, pa, pb, KCMP_FILE, (unsigned long)fa, (unsigned long)fb);
+	if (r < 0)
+		return gs_fail_errno(err, GS_E_PERMISSION, errno,
+				     "cannot compare the shared-memory descriptors of processes %d and %d (kcmp)", (int)pa,
+				     (int)pb), -1;
+	return r == 0 ? 0 : 1;
+}
+
+static bool shares(const struct gathered *g, pid_t pid)
+{
+	for (size_t i = 0; i < g->nex; i++)
+		if (g->ex[i].pid == pid)
+			return true;
+	for (size_t i = 0; i < g->nim; i++)
+		if (g->im[i].pid == pid)
+			return true;
+	return false;
+}
+
+int cli_share_before_suspend(const pid_t *pids, const struct cli_agent *agents, int n, bool together, bool *shared,
+			     struct gs_err *err)
+{
+	struct gathered g = { 0 };
+	*shared = false;
+	int rc = gather(pids, agents, n, &g, err);
+	if (rc || (!g.nex && !g.nim))
+		goto out;
+	*shared = true;
+	for (int i = 0; i < n; i++)
+		if (!agents[i].present) {
+			rc = gs_fail(err, GS_E_AGENT,
+				     "process %d runs without the gpusnap agent while processes with it share GPU memory: "
+				     "start every process of the job with gpusnap run",
+				     (int)pids[i]);
+			goto out;
+		}
+	if ((rc = gs_share_plan(g.ex, g.nex, g.im, g.nim, together, same_file, NULL, err)))
+		goto out;
+	/* every agent that shares gets its links: the go-ahead for its suspend or dump */
+	for (int i = 0; i < n && !rc; i++) {
+		if (!shares(&g, pids[i]))
+			continue;
+		struct gs_msg req;
+		gs_msg_init(&req, GS_MSG_SHARE_LINK);
+		for (size_t k = 0; k < g.nim; k++)
+			if (g.im[k].pid == pids[i]) {
+				struct gs_share_link l = { .import_vh = g.im[k].vh, .exporter = g.im[k].exporter,
+							   .export_vh = g.im[k].export_vh };
+				gs_share_add_link(&req, &l);
+			}
+		rc = call(pids[i], &agents[i], &req, -1, NULL, err);
+		gs_msg_free(&req);
+	}
+out:
+	gathered_free(&g);
+	return rc;
+}
+
+static bool is_suspended(const struct cli_agent *ag)
+{
+	return ag->state == GS_AGENT_SUSPENDED || ag->state == GS_AGENT_DATA_RELEASED;
+}
+
+/* A descriptor of process pid (fd there) opened here: pidfd_getfd(2). */
+static int fetch_fd(pid_t pid, int fd, struct gs_err *err)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pfd < 0)
+		return gs_fail_errno(err, GS_E_NO_PROCESS, errno, "cannot open process %d", (int)pid), -1;
+	int got = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
+	int e = errno;
+	close(pfd);
+	if (got < 0)
+		return gs_fail_errno(err, GS_E_PERMISSION, e, "cannot take the exported GPU memory's descriptor from process %d",
+				     (int)pid), -1;
+	return got;
+}
+
+/* The importer pids[i]'s released imports, each with the new descriptor of its export (one request each). */
+static int hand_over(pid_t pid, const struct cli_agent *ag, const struct gathered *g, struct gs_err *err)
+{
+	int rc = 0;
+	for (size_t k = 0; !rc && k < g->nim; k++) {
+		const struct gs_share_import *im = &g->im[k];
+		if (im->pid != pid || !(im->flags & GS_SHARE_IMPORT_RELEASED))
+			continue;
+		const struct gs_share_export *ex = NULL;
+		for (size_t j = 0; j < g->nex && !ex; j++)
+			if (g->ex[j].pid == im->exporter && g->ex[j].vh == im->export_vh &&
+			    (g->ex[j].flags & GS_SHARE_EXPORT_READY))
+				ex = &g->ex[j];
+		if (!ex) {
+			rc = gs_fail(err, GS_E_STATE,
+				     "process %d maps GPU memory of process %d, which is not resumed with it (or no longer "
+				     "exports it): resume them together with --tree",
+				     (int)pid, (int)im->exporter);
+			break;
+		}
+		int fd = fetch_fd(ex->pid, ex->fd, err);
+		if (fd < 0) {
+			rc = err->code;
+			break;
+		}
+		struct gs_msg req;
+		gs_msg_init(&req, GS_MSG_SHARE_IMPORT);
+		struct gs_share_link l = { .import_vh = im->vh, .exporter = ex->pid, .export_vh = ex->vh };
+		gs_share_add_link(&req, &l);
+		rc = call(pid, ag, &req, fd, NULL, err);
+		close(fd);
+		gs_msg_free(&req);
+	}
+	return rc;
+}
+
+int cli_share_release(const pid_t *pids, const struct cli_agent *agents, int n, struct gs_err *err)
+{
+	for (int close_them = 0; close_them < 2; close_them++)
+		for (int i = 0; i < n; i++) {
+			if (!agents[i].present)
+				continue;
+			struct gs_msg req;
+			gs_msg_init(&req, GS_MSG_SHARE_RELEASE);
+			gs_msg_add_u64(&req, GS_F_FLAGS, close_them ? GS_SHARE_RELEASE_CLOSE : 0);
+			int rc = call(pids[i], &agents[i], &req, -1, NULL, err);
+			gs_msg_free(&req);
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
+int cli_share_before_resume(const pid_t *pids, const struct cli_agent *agents, int n, bool *shared,
+			    struct gs_err *err)
+{
+	struct gathered g = { 0 }, fresh = { 0 };
+	*shared = false;
+	int rc = gather(pids, agents, n, &g, err);
+	if (rc || (!g.nex && !g.nim))
+		goto out;
+	*shared = true;
+	/* suspended exporters: memory created again and exported; the others' exports are as they were */
+	for (int i = 0; i < n && !rc; i++)
+		if (agents[i].present && is_suspended(&agents[i]) && shares(&g, pids[i]))
+			rc = ask(pids[i], &agents[i], GS_MSG_SHARE_EXPORT, &fresh, err);
+	for (int i = 0; i < n && !rc; i++)
+		if (agents[i].present && !is_suspended(&agents[i]) && shares(&g, pids[i]))
+			rc = ask(pids[i], &agents[i], GS_MSG_SHARES, &fresh, err);
+	if (!rc && gs_fault(GS_FI_SHARE_HANDOVER))
+		rc = gs_fail(err, GS_E_FAILURE, "resume failed at '%s' (injected)", gs_fault_name(GS_FI_SHARE_HANDOVER));
+	if (rc)
+		goto out;
+	/* the importers keep their links from g; the exports (with descriptors) are the fresh ones */
+	free(g.ex);
+	g.ex = fresh.ex;
+	g.nex = fresh.nex;
+	fresh.ex = NULL;
+	fresh.nex = 0;
+	for (int i = 0; i < n && !rc; i++)
+		if (agents[i].present && is_suspended(&agents[i]) && shares(&g, pids[i]))
+			rc = hand_over(pids[i], &agents[i], &g, err);
+out:
+	gathered_free(&g);
+	gathered_free(&fresh);
+	return rc;
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# t66-share-fd.sh - two processes on one GPU sharing memory as NCCL does with
+# cuMem (cuMemExportToShareableHandle / cuMemImportFromShareableHandle with
+# POSIX file descriptors sent over a Unix socket, closed after import), both
+# under the agent (tests/gpu/apps/share.cu; the CPU twin is
+# tests/cli/t4015-agent-share.sh). Each rank exports a 1 GiB buffer and maps
+# the other's. Checks:
+#  - suspend --tree of rank 0 (rank 1 is its child): both suspended, each
+#    holds 0 MiB in nvidia-smi and the GPU's use falls by both buffers (the
+#    shared memory is really freed, not kept by an import or a descriptor);
+#  - resume --tree: both buffers verify on the GPU bit for bit from both ranks,
+#    and a ring exchange (each rank writes the other's buffer through its
+#    import) is seen by the other: the imports map the exporters' new memory;
+#  - a second cycle and a --keep-context cycle work the same;
+#  - suspending one rank alone is refused (exit 6, one line), nothing changes.
+. "$(dirname "$0")/lib.sh"
+gs_test_init t66-share-fd
+app=$GS_APPS/share
+if [ ! -x "$app" ]; then
+  fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
+  finish
+fi
+
+app_start share 180 "$GPUSNAP" run -- "$app" --size 1G --seed 66 || finish
+p0=${APP_PID[share]}
+p1=$(awk '{ print $3 }' <<<"$REPLY_LINE")
+if ! [[ $p1 =~ ^[0-9]+$ ]]; then
+  fail "no pid of rank 1 in '$REPLY_LINE'"
+  finish
+fi
+gs_track_pid "$p1"
+log "rank 0 $p0, rank 1 $p1"
+app_verify share "both buffers from both ranks before suspend" || finish
+
+ring_ok() { # WHAT
+  if app_cmd share ring RING 120 && [ "$REPLY_LINE" == "RING OK" ]; then
+    pass "$1: each rank sees the other's writes through its import"
+  else
+    fail "$1: ring: ${REPLY_LINE:-no answer}"
+    app_show_stderr share
+  fi
+}
+ring_ok "before suspend"
+
+cycle() { # WHAT [SUSPEND ARGS...]
+  local what=$1 b0 b1 gpu_before gpu_after
+  shift
+  b0=$(pid_vram_mib "$p0")
+  b1=$(pid_vram_mib "$p1")
+  gpu_before=$(gpus_used_mib)
+  gs_run suspend "$p0" --tree --json "$@"
+  expect_rc 0 "$what: suspend --tree of rank 0 and its child" || return 1
+  expect_json_process "$p0" suspended "$what: rank 0"
+  expect_json_process "$p1" suspended "$what: rank 1"
+  if [ $# -eq 0 ]; then
+    expect_vram_released "rank 0" "$p0" "$b0" "$gpu_before" 1024
+    expect_vram_released "rank 1" "$p1" "$b1" "$gpu_before" 1024
+  fi
+  gpu_after=$(gpus_used_mib)
+  check "$what: the GPU's use fell by both 1 GiB buffers ($gpu_before -> $gpu_after MiB)" \
+    [ $((gpu_before - gpu_after)) -ge $((2048 * 9 / 10)) ]
+  gs_run resume "$p0" --tree --json
+  expect_rc 0 "$what: resume --tree" || return 1
+  expect_json_process "$p0" running "$what: rank 0 after resume"
+  expect_json_process "$p1" running "$what: rank 1 after resume"
+  app_verify share "$what: both buffers from both ranks after resume" || return 1
+  ring_ok "$what: after resume"
+}
+cycle "first cycle" || finish
+cycle "second cycle" || finish
+cycle "keep-context cycle" --keep-context || finish
+
+gs_run suspend "$p0" --json
+expect_rc 6 "suspending rank 0 alone is refused"
+check "the refusal says to use --tree" grep -q -- "--tree" <<<"$GS_ERR"
+check "the refusal is one line" [ "$(wc -l <<<"$GS_ERR")" == 1 ]
+expect_state "$p0" running "rank 0 after the refusal"
+app_verify share "both buffers after the refusal"
+
+app_quit share 60
+finish

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# t67-nccl-allreduce.sh - a two-rank torch.distributed job (NCCL, one GPU per
+# rank, tests/gpu/py/nccl_allreduce.py) under the agent: the ranks exchange
+# cuMem buffers as file descriptors (NCCL_CUMEM_ENABLE=1; NVLS off), and
+# gpusnap suspends and resumes the whole job with --tree. An uninterrupted
+# twin job (also two ranks, without the agent) runs the same all-reduce loop;
+# after each suspend/resume cycle the two jobs' results must be equal. Checks:
+#  - suspend --tree of rank 0 (rank 1 is its child): both suspended, each
+#    holds 0 MiB in nvidia-smi;
+#  - resume --tree: more all-reduce steps, digests equal to the twin's (two
+#    cycles, the second with --keep-context);
+#  - suspending one rank alone is refused (exit 6), the job goes on.
+# Not covered yet: dump/restore of the whole job (gpusnap dump has no --tree).
+# SKIP (visible) with fewer than 2 GPUs or without PyTorch.
+# gpu-test-limit: 480
+. "$(dirname "$0")/lib.sh"
+gs_test_init t67-nccl-allreduce
+require_gpus 2 "a two-rank NCCL job needs 2 GPUs"
+py=$(dirname "$0")/py/nccl_allreduce.py
+if ! python3 -c 'import torch, torch.distributed; assert torch.cuda.is_available() and torch.distributed.is_nccl_available()' 2>/dev/null; then
+  skip "PyTorch with CUDA and NCCL is not installed here"
+  finish
+fi
+log "torch $(python3 -c 'import torch; print(torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1)"
+export NCCL_NVLS_ENABLE=0 NCCL_CUMEM_ENABLE=1 TORCH_NCCL_ENABLE_MONITORING=0 NCCL_DEBUG=WARN
+port=$((29500 + RANDOM % 1000))
+
+app_start job 300 "$GPUSNAP" run -- python3 "$py" --port "$port" --seed 67 || finish
+r0=${APP_PID[job]}
+r1=$(awk '{ print $3 }' <<<"$REPLY_LINE")
+[[ $r1 =~ ^[0-9]+$ ]] || { fail "no pid of rank 1 in '$REPLY_LINE'"; finish; }
+gs_track_pid "$r1"
+app_start twin 300 python3 "$py" --port $((port + 1)) --seed 67 || finish
+t1=$(awk '{ print $3 }' <<<"$REPLY_LINE")
+[[ $t1 =~ ^[0-9]+$ ]] && gs_track_pid "$t1"
+log "job: ranks $r0 $r1; twin: ranks ${APP_PID[twin]} $t1"
+
+# steps N WHAT: N all-reduce steps on both jobs, then their digests must be equal
+steps() {
+  local n=$1 what=$2 a b
+  app_cmd job "step $n" STEP 240 || { fail "$what: the job did not step"; app_show_stderr job; return 1; }
+  app_cmd twin "step $n" STEP 240 || { fail "$what: the twin did not step"; app_show_stderr twin; return 1; }
+  app_cmd job digest DIGEST 120 && a=$REPLY_LINE
+  app_cmd twin digest DIGEST 120 && b=$REPLY_LINE
+  check_eq "$what: the job's all-reduce results equal the twin's" "${a:-none}" "${b:-no twin digest}"
+}
+steps 20 "before any suspend" || finish
+gs_run state "$r0" -v
+log "rank 0: $GS_OUT"
+
+cycle() { # WHAT [SUSPEND ARGS...]
+  local what=$1 b0 b1 gpu_before
+  shift
+  b0=$(pid_vram_mib "$r0")
+  b1=$(pid_vram_mib "$r1")
+  gpu_before=$(gpus_used_mib)
+  gs_run suspend "$r0" --tree --json "$@"
+  expect_rc 0 "$what: suspend --tree of the job" || return 1
+  expect_json_process "$r0" suspended "$what: rank 0"
+  expect_json_process "$r1" suspended "$what: rank 1"
+  if [ $# -eq 0 ]; then
+    expect_vram_released "rank 0" "$r0" "$b0" "$gpu_before" 0
+    expect_vram_released "rank 1" "$r1" "$b1" "$gpu_before" 0
+  else
+    log "$what: VRAM with the contexts kept: rank 0 $(pid_vram_mib "$r0") MiB, rank 1 $(pid_vram_mib "$r1") MiB"
+  fi
+  gs_run resume "$r0" --tree --json
+  expect_rc 0 "$what: resume --tree of the job" || return 1
+  expect_json_process "$r0" running "$what: rank 0 after resume"
+  expect_json_process "$r1" running "$what: rank 1 after resume"
+  steps 20 "$what: after resume"
+}
+cycle "first cycle" || finish
+cycle "keep-context cycle" --keep-context || finish
+
+gs_run suspend "$r0" --json
+expect_rc 6 "suspending rank 0 alone is refused"
+log "refusal: $GS_ERR"
+steps 5 "after the refusal"
+
+app_quit job 120
+app_quit twin 120
+finish
