@@ -70,9 +70,38 @@ int gs_fs_check_ancestor(const struct stat *st, const char *dir, const char *ima
 	return 0;
 }
 
+/* N of "/proc/self/fd/N", "/proc/self/fd/N/" or "/proc/self/fd/N/."; -1 for any other path */
+static int passed_descriptor(const char *path)
+{
+	static const char prefix[] = "/proc/self/fd/";
+	if (strncmp(path, prefix, sizeof(prefix) - 1))
+		return -1;
+	const char *p = path + sizeof(prefix) - 1;
+	long n = 0;
+	if (*p < '0' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++)
+		if ((n = n * 10 + (*p - '0')) > INT32_MAX)
+			return -1;
+	return !*p || !strcmp(p, "/") || !strcmp(p, "/.") ? (int)n : -1;
+}
+
 int gs_fs_open_dir_checked(const char *path, const char *image, int *fd, struct stat *st, struct gs_err *err)
 {
 	*fd = -1;
+	int passed = passed_descriptor(path);
+	if (passed >= 0) {
+		int d = openat(passed, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (d < 0)
+			return -errno;
+		if (fstat(d, st) < 0) {
+			int e = errno;
+			close(d);
+			return -e;
+		}
+		*fd = d;
+		return 0;
+	}
 	char *real = realpath(path, NULL);
 	if (!real)
 		return -errno;

@@ -50,6 +50,14 @@ int gs_fs_check_ancestor(const struct stat *st, const char *dir, const char *ima
  * image, or the image a dump will create). 0 with *fd (close it) and *st; a GS_E_* code with
  * err for an unsafe ancestor; -errno (nothing in err) when the path cannot
  * be resolved or opened (ENOENT, ENOTDIR, EACCES, ...).
+ *
+ * A path of the form /proc/self/fd/N (optionally followed by "/" or "/.")
+ * is a directory someone handed this process as descriptor N (the CRIU
+ * plugin and the CLI pass the image directory to an agent that way): it is
+ * opened through that descriptor and its ancestors are not walked. The
+ * sender checked them where the path means something; in another mount
+ * namespace (an agent in a container) the descriptor's real path does not
+ * even exist.
  */
 int gs_fs_open_dir_checked(const char *path, const char *image, int *fd, struct stat *st, struct gs_err *err);
 /*

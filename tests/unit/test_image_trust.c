@@ -415,6 +415,20 @@ static void test_unsafe_ancestor_refused(void)
 	CHECK_INT(gs_image_writer_open(dpath, &proc_opts, &w, &err), GS_E_PERMISSION);
 	CHECK_CONTAINS(err.msg, mid);
 	chmod(mid, 0700);
+	/* handed over as a descriptor (the agent in a container): its ancestors are the sender's to check, and the
+	 * directory's real path need not exist where it is opened */
+	chmod(mid, 0777);
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	char fdpath[64];
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d/.", dfd);
+	CHECK_INT(open_rc(fdpath, &err), 0);
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", dfd);
+	CHECK_INT(open_rc(fdpath, &err), 0);
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d/cpu", dfd); /* below it: walked as any path */
+	CHECK(open_rc(fdpath, &err) != 0);
+	close(dfd);
+	chmod(mid, 0700);
 	if (geteuid() != 0) {
 		printf("SKIP (not root): a directory above owned by another user\n");
 		return;
