@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cli/dump_common.h"
+#include "common/fault.h"
 #include "common/options.h"
 #include "common/proc.h"
 #include "common/util.h"
@@ -307,6 +308,10 @@ int gsp_checkpoint_devices(int pid)
 {
 	struct gs_err err = { 0 };
 	CUprocessState st;
+	if (gs_fault(GS_FI_PLUGIN_CHECKPOINT)) {
+		gsp_err("dump of process %d failed at '%s' (injected)", pid, gs_fault_name(GS_FI_PLUGIN_CHECKPOINT));
+		return -1;
+	}
 	if (find_proc(pid) || gs_ckpt_get_state(&gsp.s.cu, pid, &st, &err))
 		return 0;
 	gsp_err("CUDA process %d was not taken off the GPU (it is %s); dump again", pid, gs_cuda_state_name(st));

@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/util.h"
 #include "criu_plugin/criu_plugin_abi.h"
 #include "criu_plugin/plugin.h"
@@ -191,7 +192,10 @@ int gsp_resume_devices_late(int pid)
 	im->done = true;
 	struct gs_err err = { 0 };
 	double t = gs_now();
-	if (gsp_traced_restore(pid, im->pairs, im->npairs, &err)) {
+	int rc = 0;
+	if (gs_fault(GS_FI_PLUGIN_RESTORE))
+		rc = gs_fail(&err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_RESTORE));
+	if (rc || gsp_traced_restore(pid, im->pairs, im->npairs, &err)) {
 		/* CRIU only logs this hook's failure: the task, which never ran, goes */
 		gsp_err("process %d could not be put back on the GPU: %s; killed before it ran", pid, err.msg);
 		kill(pid, SIGKILL);
