@@ -228,12 +228,48 @@ static int write_all(int fd, const uint8_t *p, size_t n, double deadline, int st
 	return 0;
 }
 
+/* Keeps the first descriptor of an SCM_RIGHTS message in *passed (if it has none yet), closes the others. */
+static void take_rights(struct msghdr *mh, int *passed)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfd; i++) {
+			int f;
+			memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*passed < 0)
+				*passed = f;
+			else
+				close(f);
+		}
+	}
+}
+
+/* One recv; with passed, descriptors that come along are kept there (the first) or closed. */
+static ssize_t recv_some(int fd, uint8_t *p, size_t n, int *passed)
+{
+	if (!passed)
+		return recv(fd, p, n, MSG_DONTWAIT);
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = p, .iov_len = n };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (r > 0)
+		take_rights(&mh, passed);
+	return r;
+}
+
 /* Reads exactly n bytes. *got says how many arrived before an end of stream. */
-static int read_all(int fd, uint8_t *p, size_t n, size_t *got, double deadline, int stop_fd, struct gs_err *err)
+static int read_all(int fd, uint8_t *p, size_t n, size_t *got, int *passed, double deadline, int stop_fd,
+		    struct gs_err *err)
 {
 	*got = 0;
 	while (*got < n) {
-		ssize_t r = recv(fd, p + *got, n - *got, MSG_DONTWAIT);
+		ssize_t r = recv_some(fd, p + *got, n - *got, passed);
 		if (r > 0) {
 			*got += (size_t)r;
 			continue;
@@ -267,15 +303,15 @@ int gs_ctl_send(int fd, struct gs_msg *m, double deadline, int stop_fd, struct g
  * Reads one whole frame (malloc'd into *frame). *io_failed tells a broken or
  * timed-out stream (nobody to answer) from a frame that is not acceptable.
  */
-static int recv_frame(int fd, enum gs_peer from, uint8_t **frame, size_t *len, bool *io_failed, double deadline,
-		      int stop_fd, struct gs_err *err)
+static int recv_frame(int fd, enum gs_peer from, uint8_t **frame, size_t *len, bool *io_failed, int *passed,
+		      double deadline, int stop_fd, struct gs_err *err)
 {
 	uint8_t header[GS_MSG_HEADER_SIZE];
 	uint32_t plen;
 	size_t got;
 	*frame = NULL;
 	*io_failed = true;
-	int rc = read_all(fd, header, sizeof(header), &got, deadline, stop_fd, err);
+	int rc = read_all(fd, header, sizeof(header), &got, passed, deadline, stop_fd, err);
 	if (rc) {
 		if (rc == GS_E_AGENT && got == 0 && !strncmp(err->msg, "connection closed", 17))
 			gs_fail(err, GS_E_AGENT, "%s closed the connection without a message",
@@ -291,7 +327,7 @@ static int recv_frame(int fd, enum gs_peer from, uint8_t **frame, size_t *len, b
 		return gs_fail(err, GS_E_FAILURE, "out of memory reading a %u byte message", plen);
 	memcpy(f, header, sizeof(header));
 	*io_failed = true;
-	rc = read_all(fd, f + sizeof(header), plen, &got, deadline, stop_fd, err);
+	rc = read_all(fd, f + sizeof(header), plen, &got, passed, deadline, stop_fd, err);
 	if (rc) {
 		free(f);
 		return rc;
@@ -308,7 +344,7 @@ int gs_ctl_recv(int fd, enum gs_peer from, struct gs_msg *m, double deadline, in
 	size_t len = 0;
 	bool io_failed = false;
 	gs_msg_init(m, 0);
-	int rc = recv_frame(fd, from, &frame, &len, &io_failed, deadline, stop_fd, err);
+	int rc = recv_frame(fd, from, &frame, &len, &io_failed, NULL, deadline, stop_fd, err);
 	if (rc)
 		return rc;
 	rc = gs_msg_decode(frame, len, from, m, err);
@@ -347,6 +383,16 @@ struct gs_ctl_server {
 	struct conn conns[GS_CTL_MAX_CONNECTIONS];
 };
 
+/* The descriptor passed with the request the connection thread handles (gs_ctl_take_passed_fd). */
+static __thread int passed_fd = -1;
+
+int gs_ctl_take_passed_fd(void)
+{
+	int f = passed_fd;
+	passed_fd = -1;
+	return f;
+}
+
 static void serve_client(struct gs_ctl_server *s, int fd)
 {
 	struct gs_err err = { 0 };
@@ -366,8 +412,9 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 		uint8_t *frame = NULL;
 		size_t len = 0;
 		bool io_failed;
-		int rc = recv_frame(fd, GS_PEER_CLI, &frame, &len, &io_failed, gs_now() + s->io_timeout, s->stop_fd,
-				    &err);
+		passed_fd = -1;
+		int rc = recv_frame(fd, GS_PEER_CLI, &frame, &len, &io_failed, &passed_fd, gs_now() + s->io_timeout,
+				    s->stop_fd, &err);
 		if (!rc)
 			rc = gs_msg_decode(frame, len, GS_PEER_CLI, &req, &err);
 		else
@@ -391,6 +438,9 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 				gs_msg_set_result(&reply, GS_E_AGENT, "agent gave no answer to %s",
 						  gs_msg_type_name(req.type));
 		}
+		int left = gs_ctl_take_passed_fd();
+		if (left >= 0)
+			close(left);
 		gs_msg_free(&req);
 	}
 	if (gs_ctl_send(fd, &reply, gs_now() + s->io_timeout, s->stop_fd, &err))
@@ -726,8 +776,36 @@ static int ctl_connect(const char *path, pid_t expect_pid, double deadline, int 
 	return 0;
 }
 
-int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct gs_msg *reply, double timeout_s,
-		struct gs_err *err)
+/* The frame's first bytes carry pass_fd (SCM_RIGHTS); the rest follows as gs_ctl_send sends. */
+static int send_with_fd(int fd, struct gs_msg *m, int pass_fd, double deadline, struct gs_err *err)
+{
+	const void *frame;
+	size_t len;
+	int rc = gs_msg_finish(m, &frame, &len, err);
+	if (rc)
+		return rc;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	memset(&ctl, 0, sizeof(ctl));
+	struct iovec iov = { .iov_base = (void *)frame, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	ssize_t w;
+	while ((w = sendmsg(fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (w <= 0)
+		return gs_fail_errno(err, GS_E_AGENT, errno, "cannot send on the control socket");
+	return write_all(fd, (const uint8_t *)frame + w, len - (size_t)w, deadline, -1, err);
+}
+
+static int call(const char *path, pid_t expect_pid, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		double timeout_s, struct gs_err *err)
 {
 	double deadline = gs_now() + timeout_s;
 	int fd = -1;
@@ -735,7 +813,7 @@ int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct g
 	int rc = ctl_connect(path, expect_pid, deadline, &fd, err);
 	if (rc)
 		return rc;
-	rc = gs_ctl_send(fd, req, deadline, -1, err);
+	rc = pass_fd >= 0 ? send_with_fd(fd, req, pass_fd, deadline, err) : gs_ctl_send(fd, req, deadline, -1, err);
 	if (!rc) {
 		rc = gs_ctl_recv(fd, GS_PEER_AGENT, reply, deadline, -1, err);
 	} else if (rc == GS_E_AGENT) {
@@ -749,4 +827,16 @@ int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct g
 	if (rc == GS_E_TIMEOUT)
 		gs_fail(err, GS_E_TIMEOUT, "no reply from the agent at '%s' within %.1f s", path, timeout_s);
 	return rc;
+}
+
+int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct gs_msg *reply, double timeout_s,
+		struct gs_err *err)
+{
+	return call(path, expect_pid, req, -1, reply, timeout_s, err);
+}
+
+int gs_ctl_call_fd(const char *path, pid_t expect_pid, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		   double timeout_s, struct gs_err *err)
+{
+	return call(path, expect_pid, req, pass_fd < 0 ? -1 : pass_fd, reply, timeout_s, err);
 }

@@ -128,6 +128,20 @@ int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct g
 		struct gs_err *err);
 
 /*
+ * gs_ctl_call with a descriptor passed along (SCM_RIGHTS with the request's
+ * first bytes), e.g. an image directory for an agent in another mount
+ * namespace. The caller keeps pass_fd open and closes it.
+ */
+int gs_ctl_call_fd(const char *path, pid_t expect_pid, struct gs_msg *req, int pass_fd, struct gs_msg *reply,
+		   double timeout_s, struct gs_err *err);
+/*
+ * In a server handler: the descriptor that came with the request this thread
+ * handles, now the caller's to close; -1 if none came. One per request; a
+ * descriptor the handler does not take is closed after it returns.
+ */
+int gs_ctl_take_passed_fd(void);
+
+/*
  * Frame I/O on a connected stream socket, for callers that hold a connection.
  * deadline is gs_now() based; stop_fd (or -1) aborts the wait when readable.
  */

@@ -473,6 +473,7 @@ static uint64_t known_flags(uint16_t type)
 	case GS_MSG_HELLO:
 	case GS_MSG_STATUS:
 	case GS_MSG_RESUME:
+	case GS_MSG_RESUME_FD:
 	case GS_MSG_PREPARE:
 	case GS_MSG_GATE:
 	case GS_MSG_OPEN:
@@ -480,6 +481,7 @@ static uint64_t known_flags(uint16_t type)
 	case GS_MSG_SUSPEND:
 		return GS_SUSPEND_FLAGS_KNOWN;
 	case GS_MSG_DUMP:
+	case GS_MSG_DUMP_FD:
 		return GS_DUMP_FLAGS_KNOWN;
 	default:
 		return UINT64_MAX;
@@ -506,7 +508,7 @@ int gs_msg_check_request(const struct gs_msg *req, struct gs_err *err)
 bool gs_msg_is_operation(uint16_t type)
 {
 	return type == GS_MSG_SUSPEND || type == GS_MSG_RESUME || type == GS_MSG_DUMP || type == GS_MSG_PREPARE ||
-	       type == GS_MSG_GATE || type == GS_MSG_OPEN;
+	       type == GS_MSG_GATE || type == GS_MSG_OPEN || type == GS_MSG_DUMP_FD || type == GS_MSG_RESUME_FD;
 }
 
 const char *gs_msg_type_name(uint16_t type)
@@ -522,6 +524,8 @@ const char *gs_msg_type_name(uint16_t type)
 	case GS_MSG_PREPARE: return "prepare";
 	case GS_MSG_GATE: return "gate";
 	case GS_MSG_OPEN: return "open";
+	case GS_MSG_DUMP_FD: return "dump";
+	case GS_MSG_RESUME_FD: return "resume";
 	default: return "unknown";
 	}
 }

@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/proc.h"
+#include "core/protocol.h"
 #include "criu_plugin/criu_plugin_abi.h"
 #include "cuda/gpus.h"
 #include "cuda/nvml.h"
@@ -178,6 +180,18 @@ int gsp_traced_restore(pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, s
 	int src = run_alone_stop(&t, &e);
 	if (!rc && src)
 		rc = gs_fail(err, src, "%s", e.msg);
+	return rc;
+}
+
+int gsp_agent_resume(pid_t pid, struct cli_agent *ag, const char *dir, struct gs_err *err)
+{
+	if (!(ag->caps & GS_CAP_DIR_FD))
+		return cli_agent_resume_from(pid, ag, dir, err);
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return gs_fail_errno(err, GS_E_IMAGE, errno, "cannot open the image '%s'", dir);
+	int rc = cli_agent_resume_from_fd(pid, ag, fd, err);
+	close(fd);
 	return rc;
 }
 

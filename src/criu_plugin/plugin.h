@@ -88,6 +88,13 @@ pid_t gsp_ns_pid(pid_t pid);
  */
 int gsp_traced_restore(pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, struct gs_err *err);
 
+/*
+ * The agent of pid loads its GPU data from the image at dir: the directory
+ * passed as a descriptor where the agent takes one (it may live in another
+ * mount namespace), else as the path.
+ */
+int gsp_agent_resume(pid_t pid, struct cli_agent *ag, const char *dir, struct gs_err *err);
+
 /* Dump (plugin_dump.c). */
 int gsp_dump_init(void);
 int gsp_pause_devices(int pid);

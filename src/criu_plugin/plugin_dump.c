@@ -200,7 +200,7 @@ static void undo_running(void)
 	for (int i = 0; i < gsp.nprocs; i++) {
 		struct gsp_proc *p = &gsp.procs[i];
 		bool keep = false;
-		if (p->agent_dumped && cli_agent_resume_from(p->pid, &p->agent, gs_image_tmp_path(p->tmp), &e)) {
+		if (p->agent_dumped && gsp_agent_resume(p->pid, &p->agent, gs_image_tmp_path(p->tmp), &e)) {
 			gsp_err("process %d stays suspended, its GPU data kept in its image: %s", (int)p->pid, e.msg);
 			keep = true;
 		}
@@ -231,6 +231,14 @@ static int take_off_gpu(struct gs_err *err)
 			break;
 		if (!driver_only && (rc = cli_agent_probe(p->pid, &p->agent, err)))
 			break;
+		struct stat pst;
+		char ppath[64];
+		snprintf(ppath, sizeof(ppath), "/proc/%d", (int)p->pid);
+		if (p->agent.present && stat(ppath, &pst) == 0 && pst.st_uid != geteuid()) {
+			/* its agent would write files of its user into an image that restore only trusts from root */
+			gsp_info("process %d runs as user %u: driver path", (int)p->pid, (unsigned)pst.st_uid);
+			memset(&p->agent, 0, sizeof(p->agent));
+		}
 		if (p->agent.present && p->agent.state != GS_AGENT_RUNNING)
 			rc = gs_fail(err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)p->pid);
 	}
@@ -241,7 +249,14 @@ static int take_off_gpu(struct gs_err *err)
 			continue;
 		const char *tmp = gs_image_tmp_path(p->tmp);
 		double t = gs_now();
-		if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
+		if ((p->agent.caps & GS_CAP_DUMP_RUNNING) && (p->agent.caps & GS_CAP_DIR_FD)) {
+			/* the agent may see another file system (a container's): it writes through our descriptor */
+			int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			rc = fd < 0 ? gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", tmp)
+				    : cli_agent_dump_running_fd(p->pid, &p->agent, fd, gsp.timeout_s, err);
+			if (fd >= 0)
+				close(fd);
+		} else if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
 			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.timeout_s, err);
 		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.timeout_s, false, err))) {
 			p->agent_dumped = true; /* suspended: the undo resumes it (from staging if the image is not written) */
@@ -249,8 +264,9 @@ static int take_off_gpu(struct gs_err *err)
 		}
 		if (!rc) {
 			p->agent_dumped = true;
-			gsp_info("process %d: the agent wrote %llu bytes of GPU data in %.2f s", (int)p->pid,
-				 (unsigned long long)cli_agent_counter(&p->agent, "bytes"), gs_now() - t);
+			gsp_info("process %d: the agent wrote %llu bytes of GPU data in %.2f s%s", (int)p->pid,
+				 (unsigned long long)cli_agent_counter(&p->agent, "bytes"), gs_now() - t,
+				 (p->agent.caps & GS_CAP_DIR_FD) ? " through the image directory's descriptor" : "");
 		}
 	}
 	if (rc)
@@ -354,7 +370,7 @@ static void agent_resume_later(struct gsp_proc *p, const char *from)
 		usleep(10000);
 	}
 	struct gs_err e = { 0 };
-	if (cli_agent_resume_from(p->pid, &p->agent, from, &e))
+	if (gsp_agent_resume(p->pid, &p->agent, from, &e))
 		gsp_err("process %d did not resume after the dump: %s (gpusnap resume --image '%s' %d)", (int)p->pid, e.msg,
 			from, (int)p->pid);
 	_exit(0);

@@ -171,7 +171,7 @@ static void agent_load_later(pid_t pid, const char *image)
 	if (!rc) {
 		struct gs_err pe = { 0 };
 		cli_agent_prepare(pid, &ag, &pe);
-		rc = cli_agent_resume_from(pid, &ag, image, &e);
+		rc = gsp_agent_resume(pid, &ag, image, &e);
 	}
 	if (rc) {
 		gsp_err("process %d could not load its GPU data: %s; killed", (int)pid, e.msg[0] ? e.msg : "no agent");
