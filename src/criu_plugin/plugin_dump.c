@@ -138,6 +138,33 @@ static int collect(pid_t root, struct gs_err *err)
 	return rc;
 }
 
+/*
+ * CRIU's own CUDA plugin in the same plugin folder would claim the same
+ * processes (which runs first depends on readdir order) and record itself
+ * as required in the image: refused with what to do. By the first
+ * PAUSE_DEVICES every plugin of the folder is loaded.
+ */
+static int check_no_cuda_plugin(struct gs_err *err)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return 0;
+	char line[4096 + 128];
+	int rc = 0;
+	while (!rc && fgets(line, sizeof(line), f)) {
+		char *path = strchr(line, '/');
+		char *base = path ? strrchr(path, '/') : NULL;
+		if (base && !strncmp(base, "/cuda_plugin.so", 15)) {
+			line[strcspn(line, "\n")] = '\0';
+			rc = gs_fail(err, GS_E_CRIU, "CRIU's cuda_plugin.so is loaded too (%s): both would take the CUDA "
+				     "processes; remove it from CRIU's plugin folder (gpusnap_criu.so also serves processes "
+				     "without the agent)", path);
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
 /* CRIU's image directory as a path (the agent and the image writer work with paths). */
 static int images_dir(struct gs_err *err)
 {
@@ -303,6 +330,8 @@ int gsp_pause_devices(int pid)
 		return 0;
 	gsp_add_inventory_plugin_t *add = (gsp_add_inventory_plugin_t *)gsp_criu_symbol("add_inventory_plugin");
 	/* the image names this plugin as required: a CRIU restoring it without the plugin refuses */
+	if (!rc)
+		rc = check_no_cuda_plugin(&err);
 	if (!rc && add && add(GSP_NAME))
 		rc = gs_fail(&err, GS_E_CRIU, "cannot record the plugin in CRIU's inventory");
 	if (!rc)

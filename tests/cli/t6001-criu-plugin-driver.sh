@@ -139,6 +139,27 @@ check "... the plugin says why" log_has "$TEST_TMP/fail2/dump.log" "dump of the 
 check "the process runs on" grows "$log"
 check "it is running on the GPU" [ "$(fake_state "$pid")" = 0 ]
 check "no gpusnap image is left" bash -c "[ -z \"\$(ls -A '$TEST_TMP/fail2/gpusnap' 2>/dev/null)\" ]"
+
+# ---- beside CRIU's cuda_plugin.so: refused, the process runs on ----
+inc=""
+for d in "$(dirname "$(readlink -f "$GPUSNAP_CRIU")")/../usr/include/criu" "$GPUSNAP_SRC/.cache/criu/usr/include/criu" \
+  /usr/include/criu; do
+  [ -f "$d/criu-plugin.h" ] && { inc=$d; break; }
+done
+if [ -n "$inc" ] && command -v "${CC:-cc}" >/dev/null; then
+  both=$TEST_TMP/both
+  mkdir -p "$both"
+  cp "$PLUGIN_DIR/gpusnap_criu.so" "$both/"
+  # a stand-in named like CRIU's CUDA plugin (tests/apps/criu_marker_plugin.c)
+  "${CC:-cc}" -shared -fPIC -isystem "$inc" -o "$both/cuda_plugin.so" "$GPUSNAP_SRC/tests/apps/criu_marker_plugin.c"
+  PLUGIN_DIR=$both criu_dump "$TEST_TMP/both-img" "$pid"
+  check "criu dump with cuda_plugin.so in the same folder fails" rc_failed
+  check "... the plugin says why and what to do" log_has "$TEST_TMP/both-img/dump.log" "remove it from CRIU's plugin folder"
+  check "the process runs on" grows "$log"
+  check "it is running on the GPU" [ "$(fake_state "$pid")" = 0 ]
+else
+  echo "# no criu-plugin.h or C compiler: the cuda_plugin.so case is not run"
+fi
 kill -9 "$pid"; wait_gone "$pid"
 
 # ---- a tree of two CUDA processes ----
