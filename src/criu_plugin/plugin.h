@@ -30,7 +30,9 @@ struct gsp_proc {
 	char comm[64];
 	struct cli_agent agent;
 	struct gs_image_tmp *tmp; /* its image, until published */
+	bool agent_gated;         /* several agents: its gate was closed before any dumped (opened on undo) */
 	bool agent_dumped;        /* the agent streamed its data into tmp and holds it released */
+	bool agent_staged;        /* an older agent: suspended into staging memory, the image not written */
 	bool published;
 };
 

@@ -58,10 +58,11 @@ static bool criu_leaves_running(void)
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	bool found = false;
-	for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(buf + i) + 1) {
-		buf[n] = '\0';
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
 		found |= !strcmp(buf + i, "-R") || !strcmp(buf + i, "--leave-running");
-	}
 	return found;
 }
 
@@ -230,8 +231,12 @@ static void undo_running(void)
 		if (p->agent_dumped && gsp_agent_resume(p->pid, &p->agent, gs_image_tmp_path(p->tmp), &e)) {
 			gsp_err("process %d stays suspended, its GPU data kept in its image: %s", (int)p->pid, e.msg);
 			keep = true;
-		}
-		p->agent_dumped = false;
+		} else if (p->agent_staged && cli_agent_resume(p->pid, &p->agent, &e)) {
+			gsp_err("process %d stays suspended with its GPU data in host memory: %s (gpusnap resume %d)", (int)p->pid,
+				e.msg, (int)p->pid);
+		} else if (!p->agent_dumped && p->agent_gated && cli_agent_open(p->pid, &p->agent, &e))
+			gsp_err("could not open the gate of process %d again (it reopens by itself): %s", (int)p->pid, e.msg);
+		p->agent_dumped = p->agent_gated = p->agent_staged = false;
 		if (p->tmp && keep) {
 			char kept[4096];
 			if (gs_image_tmp_keep(p->tmp, kept, sizeof(kept), &e))
@@ -269,6 +274,24 @@ static int take_off_gpu(struct gs_err *err)
 		if (p->agent.present && p->agent.state != GS_AGENT_RUNNING)
 			rc = gs_fail(err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)p->pid);
 	}
+	/*
+	 * Several agents (ranks of one job that wait on each other): every gate
+	 * closes before any process waits for its GPU work, as gpusnap suspend
+	 * --tree does; an agent reopens its gate by itself if no dump follows.
+	 */
+	int gates = 0;
+	for (int i = 0; i < gsp.nprocs; i++)
+		gates += gsp.procs[i].agent.present && (gsp.procs[i].agent.caps & GS_CAP_GATE);
+	for (int i = 0; i < gsp.nprocs && !rc && gates > 1; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		if (!p->agent.present || !(p->agent.caps & GS_CAP_GATE))
+			continue;
+		double lease = (gsp.timeout_s > 0 ? gsp.timeout_s : 600) + 60;
+		if (!(rc = cli_agent_gate(p->pid, &p->agent, gsp.timeout_s, lease, err))) {
+			p->agent_gated = true;
+			gsp_info("process %d: the agent's gate is closed (%d agents in the tree)", (int)p->pid, gates);
+		}
+	}
 	/* agents first: each finishes its own CUDA calls before it replies, which the driver's lock would block */
 	for (int i = 0; i < gsp.nprocs && !rc; i++) {
 		struct gsp_proc *p = &gsp.procs[i];
@@ -286,8 +309,10 @@ static int take_off_gpu(struct gs_err *err)
 		} else if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
 			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.timeout_s, err);
 		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.timeout_s, false, err))) {
-			p->agent_dumped = true; /* suspended: the undo resumes it (from staging if the image is not written) */
-			rc = cli_agent_dump(p->pid, &p->agent, tmp, true, err);
+			/* older agents: suspended into staging memory, then the image written from there */
+			p->agent_staged = true;
+			if (!(rc = cli_agent_dump(p->pid, &p->agent, tmp, true, err)))
+				p->agent_staged = false;
 		}
 		if (!rc) {
 			p->agent_dumped = true;

@@ -105,4 +105,36 @@ check "its agent loaded the GPU data" loaded
 verify_ok "the data from the good image"
 kill -9 "$PID"; wait_gone "$PID"
 
+# ---- a tree of two agent processes: both gated before either waits, both dumped and restored ----
+la=$TEST_TMP/a.log lb=$TEST_TMP/b.log
+: >"$la"; : >"$lb"
+(close_inherited_fds && exec setsid bash -c "'$GPUSNAP_BIN' run -- '$app' --signals >>'$la' 2>/dev/null </dev/null &
+  '$GPUSNAP_BIN' run -- '$app' --signals >>'$lb' 2>/dev/null </dev/null & wait" </dev/null >/dev/null 2>&1) &
+disown
+tree=$!
+ready_pid() { local i p; for ((i = 0; i < 300; i++)); do p=$(awk '/^READY/ {print $2; exit}' "$1"); [ -n "$p" ] && { echo "$p"; return; }; sleep 0.1; done; }
+pa=$(ready_pid "$la"); pb=$(ready_pid "$lb")
+both_started() { [ -n "$pa" ] && [ -n "$pb" ]; }
+check "both apps of the tree started" both_started
+criu_dump "$TEST_TMP/tree" "$tree"
+check "criu dump of the tree succeeds" rc_ok
+gates_first() { # two gates closed, both logged before the first agent's data was written
+  local d=$TEST_TMP/tree/dump.log g w
+  [ "$(grep -c "the agent's gate is closed" "$d")" = 2 ] || return 1
+  g=$(grep -n "the agent's gate is closed" "$d" | tail -n 1 | cut -d: -f1)
+  w=$(grep -n "the agent wrote" "$d" | head -n 1 | cut -d: -f1)
+  [ -n "$w" ] && [ "$g" -lt "$w" ]
+}
+check "both agents' gates closed before either dumped" gates_first
+gated() { [ "$(grep -c 'is off the GPU: agent path' "$TEST_TMP/tree/dump.log")" = 2 ]; }
+check "both took the agent path" gated
+check "the tree is gone" wait_gone "$pa"
+criu_restore "$TEST_TMP/tree"
+check "criu restore of the tree succeeds" rc_ok
+check "the first app's agent loaded its data" loaded "$pa"
+check "the second app's agent loaded its data" loaded "$pb"
+log=$la PID=$pa verify_ok "the first app's data after the restore"
+log=$lb PID=$pb verify_ok "the second app's data after the restore"
+kill -9 "$pa" "$pb" "$RPID" 2>/dev/null
+
 test_done
