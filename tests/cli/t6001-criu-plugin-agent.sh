@@ -108,8 +108,15 @@ kill -9 "$PID"; wait_gone "$PID"
 # ---- a tree of two agent processes: both gated before either waits, both dumped and restored ----
 la=$TEST_TMP/a.log lb=$TEST_TMP/b.log
 : >"$la"; : >"$lb"
-(close_inherited_fds && exec setsid bash -c "'$GPUSNAP_BIN' run -- '$app' --signals >>'$la' 2>/dev/null </dev/null &
-  '$GPUSNAP_BIN' run -- '$app' --signals >>'$lb' 2>/dev/null </dev/null & wait" </dev/null >/dev/null 2>&1) &
+# as start_app: a sanitizer build's runtime first, then the agent (gpusnap run would put the agent first)
+asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+if [ -n "$asan" ]; then
+  launch="env LD_PRELOAD='$asan $GPUSNAP_BUILD/libgpusnap.so'"
+else
+  launch="'$GPUSNAP_BIN' run --"
+fi
+(close_inherited_fds && exec setsid bash -c "$launch '$app' --signals >>'$la' 2>/dev/null </dev/null &
+  $launch '$app' --signals >>'$lb' 2>/dev/null </dev/null & wait" </dev/null >/dev/null 2>&1) &
 disown
 tree=$!
 ready_pid() { local i p; for ((i = 0; i < 300; i++)); do p=$(awk '/^READY/ {print $2; exit}' "$1"); [ -n "$p" ] && { echo "$p"; return; }; sleep 0.1; done; }
