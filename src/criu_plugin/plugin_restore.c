@@ -107,7 +107,8 @@ static int open_images(struct gs_err *err)
 				     "restore ('%s')", pid, info->how);
 		if (!rc)
 			rc = plan_gpus(im, err);
-		if (!rc && !getenv("GPUSNAP_PLUGIN_NO_VERIFY")) {
+		const char *nv = getenv("GPUSNAP_PLUGIN_NO_VERIFY");
+		if (!rc && !(nv && *nv && strcmp(nv, "0"))) {
 			double t = gs_now();
 			if ((rc = gs_image_verify(im->img, 0, err)))
 				gs_err_wrap(err, "the GPU image of process %d", pid);
