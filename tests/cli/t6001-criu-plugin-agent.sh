@@ -8,7 +8,10 @@
 #    CRIU's path), then the driver checkpoints the rest; the image verifies;
 #  - criu restore: the driver restores the process (held by CRIU), the agent
 #    loads the data once CRIU let it go (RESUME_FD): every byte is back;
-#  - a bad chunk: the restore is refused before any process exists;
+#  - a bad chunk: the restore is refused before any process exists; without
+#    the checksum pass (GPUSNAP_PLUGIN_NO_VERIFY=1) the agent finds it while
+#    loading and the process is killed;
+#  - a tree of two agent processes: every gate closed before either dumps;
 #  - --leave-running: the app runs on with its data back on the GPU;
 #  - a dump that fails after CRIU froze the tree: the app runs on with its data.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
@@ -99,6 +102,11 @@ check "criu restore of an image with a bad chunk fails" rc_failed
 check "... the plugin names the bad chunk" log_has "$TEST_TMP/restore.log" "is corrupt"
 check "... nothing was restored" [ -z "$RPID" ]
 check "... no process at $PID" gone_or_zombie "$PID"
+# without the checksum pass the agent finds the bad chunk while loading: the process goes, CRIU's log says why
+GPUSNAP_PLUGIN_NO_VERIFY=1 criu_restore "$TEST_TMP/bad"
+check "with GPUSNAP_PLUGIN_NO_VERIFY=1 criu restores the task (the load comes after)" rc_ok
+check "... the agent finds the bad chunk while loading and the process is killed" wait_gone "$PID" 30
+check "... CRIU's log says why" log_has "$TEST_TMP/restore.log" "could not load its GPU data"
 criu_restore "$img"
 check "the good image restores after that" rc_ok
 check "its agent loaded the GPU data" loaded
