@@ -33,6 +33,7 @@ criu_restore() {
   rm -f "$TEST_TMP/restore.pid"
   "$GPUSNAP_CRIU" restore --images-dir "$dir" --work-dir "$TEST_TMP" --libdir "$PLUGIN_DIR" -d \
     --pidfile "$TEST_TMP/restore.pid" --log-file restore.log -v4 "$@" >"$TEST_TMP/criu.out" 2>&1 || RC=$?
+  # shellcheck disable=SC2034 # RPID is for the test
   [ -s "$TEST_TMP/restore.pid" ] && RPID=$(cat "$TEST_TMP/restore.pid")
   return 0
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # plugin_lib.sh - plain criu runs through gpusnap_criu.so on the GPU machine
 # (t87-criu-plugin.sh, bench/plugin.sh): what a container engine does. Source
 # after lib.sh, once require_criu has run.
