@@ -52,6 +52,7 @@
 	/* --- CRIU (src/criu) --- */                                                                 \
 	X(CRIU_RUN, "criu-run", "running criu (it fails as if criu had)")                            \
 	/* --- the CRIU plugin (src/criu_plugin) --- */                                               \
+	X(PLUGIN_PAUSE, "plugin-pause", "the first PAUSE_DEVICES, before the processes leave the GPU (hold: slow GPU work)") \
 	X(PLUGIN_CHECKPOINT, "plugin-checkpoint", "CHECKPOINT_DEVICES, every task frozen: CRIU's dump fails") \
 	X(PLUGIN_RESTORE, "plugin-restore", "RESUME_DEVICES_LATE, before the driver's restore of the task") \
 	/* --- the dump command (src/cli/cmd_dump.c) --- */                                           \

@@ -350,9 +350,22 @@ int gsp_pause_devices(int pid)
 		return -1;
 	}
 	gsp.tree_seen = true;
-	int rc = collect(pid, &err);
-	if (!rc && gsp.nprocs == 0)
+	/*
+	 * CRIU's --timeout (10 s by default) is armed for freezing when this hook
+	 * runs, and CRIU aborts hard 5 s after it fires: the GPU part (GiBs to
+	 * stream or checkpoint) is bounded by GPUSNAP_PLUGIN_TIMEOUT instead, the
+	 * timer paused meanwhile and armed again for the freezing after it.
+	 */
+	unsigned freeze_left = alarm(0);
+	int rc = 0;
+	if (gs_fault(GS_FI_PLUGIN_PAUSE))
+		rc = gs_fail(&err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_PAUSE));
+	if (!rc)
+		rc = collect(pid, &err);
+	if (!rc && gsp.nprocs == 0) {
+		alarm(freeze_left);
 		return 0;
+	}
 	gsp_add_inventory_plugin_t *add = (gsp_add_inventory_plugin_t *)gsp_criu_symbol("add_inventory_plugin");
 	/* the image names this plugin as required: a CRIU restoring it without the plugin refuses */
 	if (!rc)
@@ -365,8 +378,10 @@ int gsp_pause_devices(int pid)
 		undo_running();
 		gsp_err("dump of the CUDA processes of tree %d failed: %s", pid, err.msg);
 		gsp.nprocs = 0;
+		alarm(freeze_left);
 		return -1;
 	}
+	alarm(freeze_left);
 	for (int i = 0; i < gsp.nprocs; i++)
 		gsp_info("process %d (%s) is off the GPU: %s path, lock %.2f s, checkpoint %.2f s", (int)gsp.procs[i].pid,
 			 gsp.procs[i].comm, gsp.procs[i].agent.present ? "agent" : "driver", gsp.ck[i].lock_s,

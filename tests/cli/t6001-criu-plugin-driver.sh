@@ -12,6 +12,8 @@
 #  - a tree of two CUDA processes under a shell: both locked before either is
 #    checkpointed; both restored;
 #  - --leave-running: the process runs on, back on the GPU, the image published;
+#  - GPU work longer than criu's --timeout (plugin-pause=hold): CRIU's freezing
+#    timer is paused meanwhile, the dump succeeds;
 #  - a failed dump (the driver's checkpoint fails; CRIU fails after freezing):
 #    the process runs on, back on the GPU, no gpusnap image left;
 #  - refusals: the image restored without the plugin (CRIU: missing required
@@ -124,6 +126,12 @@ check "the process runs on" grows "$log"
 check "it is back on the GPU (running, restored while CRIU held it)" [ "$(fake_state "$pid")" = 0 ]
 check "... restored on its restore thread alone" fake_log_has "restore-main $pid t"
 check "its image is published" [ -f "$TEST_TMP/lr/gpusnap/$pid/manifest.img" ]
+
+# ---- GPU work slower than CRIU's --timeout (its freezing timer; CRIU aborts 5 s after it fires) ----
+GPUSNAP_FAULT=plugin-pause=hold:3 criu_dump "$TEST_TMP/slow" "$pid" --leave-running --timeout 1
+check "a dump whose GPU part outlasts criu --timeout 1 succeeds" rc_ok
+check "... CRIU's freezing timer did not fire meanwhile" bash -c "! grep -q 'Timeout reached' '$TEST_TMP/slow/dump.log'"
+check "the process runs on" grows "$log"
 
 # ---- a dump that fails after CRIU froze the tree: rolled back ----
 : >"$FAKE_CUDA_LOG"
