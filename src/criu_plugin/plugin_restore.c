@@ -105,8 +105,6 @@ static int open_images(struct gs_err *err)
 		if (!im->agent && strcmp(info->how, "driver"))
 			rc = gs_fail(err, GS_E_IMAGE, "the GPU image of process %d was taken in a way this plugin does not "
 				     "restore ('%s')", pid, info->how);
-		if (!rc)
-			rc = plan_gpus(im, err);
 		const char *nv = getenv("GPUSNAP_PLUGIN_NO_VERIFY");
 		if (!rc && !(nv && *nv && strcmp(nv, "0"))) {
 			double t = gs_now();
@@ -120,6 +118,99 @@ static int open_images(struct gs_err *err)
 	return rc;
 }
 
+/* Reads exactly n bytes from fd; false on end of file or error. */
+static bool read_exact(int fd, void *buf, size_t n)
+{
+	for (size_t got = 0; got < n;) {
+		ssize_t r = read(fd, (char *)buf + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return false;
+		got += (size_t)r;
+	}
+	return true;
+}
+
+static bool write_exact(int fd, const void *buf, size_t n)
+{
+	for (size_t put = 0; put < n;) {
+		ssize_t w = write(fd, (const char *)buf + put, n - put);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		put += (size_t)w;
+	}
+	return true;
+}
+
+/*
+ * The GPU plan of every image, made in a child process: planning needs the
+ * driver initialised (the GPU list), and criu clones the tasks it restores
+ * from its own process after this: the driver is loaded into criu only at
+ * RESUME_DEVICES_LATE, once every task exists. The child sends, per image,
+ * its result, its error and its pairs through a pipe.
+ */
+static int plan_in_child(struct gs_err *err)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC))
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot plan the GPUs: pipe");
+	pid_t child = fork();
+	if (child < 0) {
+		close(p[0]);
+		close(p[1]);
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot plan the GPUs: fork");
+	}
+	if (child == 0) {
+		close(p[0]);
+		struct gs_err e = { 0 };
+		int rc = gsp_session_open(&e);
+		for (int i = 0; i < gsp.nimages; i++) {
+			struct gsp_image *im = &gsp.images[i];
+			int r = rc ? rc : plan_gpus(im, &e);
+			unsigned n = r ? 0 : im->npairs;
+			if (!write_exact(p[1], &r, sizeof(r)) || !write_exact(p[1], &e, sizeof(e)) ||
+			    !write_exact(p[1], &n, sizeof(n)) || (n && !write_exact(p[1], im->pairs, n * sizeof(*im->pairs))))
+				_exit(1);
+			if (r)
+				break;
+		}
+		_exit(0);
+	}
+	close(p[1]);
+	int rc = 0;
+	for (int i = 0; i < gsp.nimages && !rc; i++) {
+		struct gsp_image *im = &gsp.images[i];
+		int r;
+		unsigned n;
+		struct gs_err e;
+		if (!read_exact(p[0], &r, sizeof(r)) || !read_exact(p[0], &e, sizeof(e)) || !read_exact(p[0], &n, sizeof(n))) {
+			rc = gs_fail(err, GS_E_FAILURE, "cannot plan the GPUs: the planning process ended early");
+			break;
+		}
+		e.msg[sizeof(e.msg) - 1] = '\0';
+		if (r) {
+			*err = e;
+			rc = r;
+			break;
+		}
+		if (n) {
+			im->pairs = calloc(n, sizeof(*im->pairs));
+			if (!im->pairs || !read_exact(p[0], im->pairs, n * sizeof(*im->pairs))) {
+				rc = gs_fail(err, GS_E_FAILURE, "cannot plan the GPUs: short answer");
+				break;
+			}
+			im->npairs = n;
+		}
+	}
+	close(p[0]);
+	while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+		;
+	return rc;
+}
+
 int gsp_restore_init(void)
 {
 	gsp_check_and_remove_inventory_plugin_t *needed =
@@ -130,9 +221,9 @@ int gsp_restore_init(void)
 	if (gsp.images_fd < 0 || faccessat(gsp.images_fd, GSP_SUBDIR, F_OK, 0))
 		return 0;
 	struct gs_err err = { 0 };
-	int rc = gsp_session_open(&err);
-	if (!rc)
-		rc = open_images(&err);
+	int rc = open_images(&err);
+	if (!rc && gsp.nimages)
+		rc = plan_in_child(&err);
 	if (rc) {
 		gsp_err("refusing the restore: %s", err.msg);
 		return -1;
@@ -194,7 +285,10 @@ int gsp_resume_devices_late(int pid)
 	struct gs_err err = { 0 };
 	double t = gs_now();
 	int rc = 0;
-	if (gs_fault(GS_FI_PLUGIN_RESTORE))
+	/* the driver is loaded into criu only now, every task cloned (plan_in_child) */
+	if (!gsp.session)
+		rc = gsp_session_open(&err);
+	if (!rc && gs_fault(GS_FI_PLUGIN_RESTORE))
 		rc = gs_fail(&err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_RESTORE));
 	if (rc || gsp_traced_restore(pid, im->pairs, im->npairs, &err)) {
 		/* CRIU only logs this hook's failure: the task, which never ran, goes */
