@@ -133,8 +133,8 @@ static void keep_fields(struct cli_agent *ag, const struct gs_msg *m)
 }
 
 /* timeout_s goes to the agent (its bound on waiting for GPU work; 0: none, or no limit where the request has one). */
-static int request_for(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
-		       double lease_s, double wait, struct gs_err *err)
+static int request_full(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags,
+			const char *dir, int dir_fd, double lease_s, double wait, struct gs_err *err)
 {
 	struct gs_msg req, reply;
 	gs_msg_init(&req, type);
@@ -144,7 +144,8 @@ static int request_for(pid_t pid, struct cli_agent *ag, uint16_t type, double ti
 		gs_msg_add_str(&req, GS_F_DIR, dir);
 	if (lease_s > 0)
 		gs_msg_add_f64(&req, GS_F_LEASE, lease_s);
-	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, wait, err);
+	int rc = dir_fd >= 0 ? gs_ctl_call_fd(ag->socket, pid, &req, dir_fd, &reply, wait, err)
+			     : gs_ctl_call(ag->socket, pid, &req, &reply, wait, err);
 	gs_msg_free(&req);
 	if (!rc) {
 		keep_fields(ag, &reply);
@@ -155,6 +156,12 @@ static int request_for(pid_t pid, struct cli_agent *ag, uint16_t type, double ti
 	}
 	gs_msg_free(&reply);
 	return rc;
+}
+
+static int request_for(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
+		       double lease_s, double wait, struct gs_err *err)
+{
+	return request_full(pid, ag, type, timeout_s, flags, dir, -1, lease_s, wait, err);
 }
 
 static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
@@ -222,6 +229,27 @@ int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_di
 			   struct gs_err *err)
 {
 	int rc = request_bounded(pid, ag, GS_MSG_DUMP, timeout_s, GS_DUMP_RUNNING, image_dir, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, struct gs_err *err)
+{
+	int rc = !(ag->caps & GS_CAP_DIR_FD)
+			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
+			 : request_full(pid, ag, GS_MSG_DUMP_FD, timeout_s > 0 ? timeout_s : 0, GS_DUMP_RUNNING, NULL, dir_fd, 0,
+					timeout_s > 0 ? timeout_s + WORK_MARGIN_S : NO_LIMIT_S, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_resume_from_fd(pid_t pid, struct cli_agent *ag, int dir_fd, struct gs_err *err)
+{
+	int rc = !(ag->caps & GS_CAP_DIR_FD)
+			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
+			 : request_full(pid, ag, GS_MSG_RESUME_FD, 0, 0, NULL, dir_fd, 0, WORK_MARGIN_S, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

@@ -73,6 +73,13 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
 int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
 			   struct gs_err *err);
 /*
+ * The same two with the image directory as a descriptor (agents with
+ * GS_CAP_DIR_FD; GS_E_AGENT otherwise): for an agent in another mount
+ * namespace, where the caller's path would name another directory or none.
+ */
+int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, struct gs_err *err);
+int cli_agent_resume_from_fd(pid_t pid, struct cli_agent *ag, int dir_fd, struct gs_err *err);
+/*
  * --tree (agents with GS_CAP_GATE): GATE closes the process's gate and
  * replies without waiting for its GPU work (timeout_s bounds the wait for
  * app threads inside the driver; <= 0: no limit); the agent reopens it by

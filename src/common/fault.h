@@ -56,6 +56,10 @@
 	X(IMAGE_PUBLISH, "image-publish", "publishing: 1st hit before the rename to DIR, 2nd after") \
 	/* --- CRIU (src/criu) --- */                                                                 \
 	X(CRIU_RUN, "criu-run", "running criu (it fails as if criu had)")                            \
+	/* --- the CRIU plugin (src/criu_plugin) --- */                                               \
+	X(PLUGIN_PAUSE, "plugin-pause", "the first PAUSE_DEVICES, before the processes leave the GPU (hold: slow GPU work)") \
+	X(PLUGIN_CHECKPOINT, "plugin-checkpoint", "CHECKPOINT_DEVICES, every task frozen: CRIU's dump fails") \
+	X(PLUGIN_RESTORE, "plugin-restore", "RESUME_DEVICES_LATE, before the driver's restore of the task") \
 	/* --- the dump command (src/cli/cmd_dump.c) --- */                                           \
 	X(DUMP_AFTER_AGENT, "dump-after-agent", "the agent has its data in the image, before the driver") \
 	X(DUMP_AFTER_DRIVER, "dump-after-driver", "the driver checkpointed the process, before CRIU") \

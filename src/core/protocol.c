@@ -472,6 +472,7 @@ static uint64_t known_flags(uint16_t type)
 	switch (type) {
 	case GS_MSG_HELLO:
 	case GS_MSG_STATUS:
+	case GS_MSG_RESUME_FD:
 	case GS_MSG_PREPARE:
 	case GS_MSG_GATE:
 	case GS_MSG_OPEN:
@@ -479,6 +480,7 @@ static uint64_t known_flags(uint16_t type)
 	case GS_MSG_SUSPEND:
 		return GS_SUSPEND_FLAGS_KNOWN;
 	case GS_MSG_DUMP:
+	case GS_MSG_DUMP_FD:
 		return GS_DUMP_FLAGS_KNOWN;
 	case GS_MSG_RESUME:
 		return GS_RESUME_FLAGS_KNOWN;
@@ -515,7 +517,8 @@ bool gs_msg_is_operation(uint16_t type)
 {
 	return type == GS_MSG_SUSPEND || type == GS_MSG_RESUME || type == GS_MSG_DUMP || type == GS_MSG_PREPARE ||
 	       type == GS_MSG_GATE || type == GS_MSG_OPEN || type == GS_MSG_SHARE_LINK || type == GS_MSG_SHARE_EXPORT ||
-	       type == GS_MSG_SHARE_IMPORT || type == GS_MSG_SHARE_RELEASE;
+	       type == GS_MSG_SHARE_IMPORT || type == GS_MSG_SHARE_RELEASE || type == GS_MSG_DUMP_FD ||
+	       type == GS_MSG_RESUME_FD;
 }
 
 const char *gs_msg_type_name(uint16_t type)
@@ -531,6 +534,8 @@ const char *gs_msg_type_name(uint16_t type)
 	case GS_MSG_PREPARE: return "prepare";
 	case GS_MSG_GATE: return "gate";
 	case GS_MSG_OPEN: return "open";
+	case GS_MSG_DUMP_FD: return "dump";
+	case GS_MSG_RESUME_FD: return "resume";
 	case GS_MSG_SHARES: return "shares";
 	case GS_MSG_SHARE_LINK: return "share-link";
 	case GS_MSG_SHARE_EXPORT: return "share-export";

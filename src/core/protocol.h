@@ -66,6 +66,16 @@ enum gs_msg_type {
 	GS_MSG_GATE = 9,
 	GS_MSG_OPEN = 10,
 	/*
+	 * 20-29: the CRIU plugin (issue 12). The agent may live in another mount
+	 * namespace (a container) than the image directory's path means: the
+	 * directory travels with the request as a descriptor (SCM_RIGHTS on the
+	 * control socket, gs_ctl_call_fd), not as DIR. Agents with GS_CAP_DIR_FD.
+	 * DUMP_FD: as DUMP (TIMEOUT, FLAGS GS_DUMP_*), into the passed directory.
+	 * RESUME_FD: as RESUME, loading the GPU data from the passed directory.
+	 */
+	GS_MSG_DUMP_FD = 20,
+	GS_MSG_RESUME_FD = 21,
+	/*
 	 * 30-39: GPU memory shared between processes as file descriptors
 	 * (core/share_plan.h; records GS_F_SHARE_*). SHARES: the agent's
 	 * exports and imports (RESULT with the records). SHARE_LINK: before a
@@ -128,6 +138,7 @@ enum gs_agent_caps {
 	GS_CAP_DUMP_RUNNING = 1u << 4,  /* DUMP with GS_DUMP_RUNNING: streams a running process's data into the image */
 	GS_CAP_PREPARE = 1u << 5,       /* PREPARE: maps the copy ring while the driver restores the process */
 	GS_CAP_GATE = 1u << 6,          /* GATE and OPEN; TIMEOUT <= 0 means no limit */
+	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 };
 
 enum gs_suspend_flags {

@@ -4,10 +4,12 @@
  * threads, pid check, version mismatch and malformed requests answered,
  * client timeout, silent clients, stopping while idle or busy, requests
  * served at once and the bound on connections, refused flags and timeouts,
- * stale sockets removed, a fork child letting go of its parent's server.
+ * stale sockets removed, a fork child letting go of its parent's server,
+ * a descriptor passed with a request (gs_ctl_call_fd).
  * (Rejection of another uid is in test_control_peercred.c: it needs root.)
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -208,6 +210,69 @@ static void test_exchange(void)
 
 	gs_ctl_server_stop(srv);
 	CHECK(stat(path, &st) != 0);
+}
+
+/* Answers with the inode of the descriptor that came with the request (0: none), leaving it to the server when asked. */
+static ino_t fd_seen;
+static bool fd_leave;
+static void fd_handler(void *ctx, const struct gs_msg *req, struct gs_msg *reply)
+{
+	(void)ctx;
+	(void)req;
+	int fd = fd_leave ? -1 : gs_ctl_take_passed_fd();
+	struct stat st;
+	fd_seen = fd >= 0 && !fstat(fd, &st) ? st.st_ino : 0;
+	if (fd >= 0)
+		close(fd);
+	gs_msg_set_result(reply, 0, "ok");
+}
+
+static int count_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 1024; fd++)
+		n += fcntl(fd, F_GETFD) != -1;
+	return n;
+}
+
+/* gs_ctl_call_fd: the directory arrives as a descriptor of the same inode; none without; a left one is closed. */
+static void test_pass_fd(void)
+{
+	struct gs_err err = { 0 };
+	struct gs_ctl_server *srv;
+	char path[256];
+	server_path(path, sizeof(path), "passfd");
+	CHECK_INT(gs_ctl_server_start(path, fd_handler, NULL, 2.0, &srv, &err), 0);
+	int dir = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dir >= 0);
+	struct stat st;
+	CHECK_INT(fstat(dir, &st), 0);
+	struct gs_msg req, reply;
+	gs_msg_init(&req, GS_MSG_DUMP_FD);
+	gs_msg_add_u64(&req, GS_F_FLAGS, GS_DUMP_RUNNING);
+	CHECK_INT(gs_ctl_call_fd(path, getpid(), &req, dir, &reply, 5.0, &err), 0);
+	CHECK_INT(gs_msg_result_code(&reply, &err), 0);
+	CHECK(fd_seen == st.st_ino);
+	gs_msg_free(&reply);
+	/* the caller keeps its descriptor */
+	CHECK(fcntl(dir, F_GETFD) != -1);
+	/* without one the handler sees none */
+	CHECK_INT(gs_ctl_call(path, getpid(), &req, &reply, 5.0, &err), 0);
+	CHECK(fd_seen == 0);
+	gs_msg_free(&reply);
+	/* one the handler leaves is closed by the server: no descriptor grows in this process */
+	fd_leave = true;
+	int before = count_fds();
+	for (int i = 0; i < 20; i++) {
+		CHECK_INT(gs_ctl_call_fd(path, getpid(), &req, dir, &reply, 5.0, &err), 0);
+		gs_msg_free(&reply);
+	}
+	usleep(100000);
+	CHECK(count_fds() <= before);
+	fd_leave = false;
+	gs_msg_free(&req);
+	close(dir);
+	gs_ctl_server_stop(srv);
 }
 
 static void test_no_agent(void)
@@ -616,6 +681,7 @@ int main(void)
 	RUN(test_dir_checks);
 	RUN(test_find_agent);
 	RUN(test_exchange);
+	RUN(test_pass_fd);
 	RUN(test_no_agent);
 	RUN(test_bad_requests);
 	RUN(test_timeouts_and_stop);

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# bench/plugin.sh - criu dump/restore through gpusnap_criu.so against gpusnap
+# dump/restore of the same process, same run, same storage: a pattern process
+# (default 8 GiB) on the agent and the driver path, each way dumped and
+# restored once, the data verified after every restore. Wall times: what the
+# caller waits for (for the plugin's agent path, the restore counts until the
+# agent has loaded the data, which it does after criu returned). Prints a
+# table with the ratios plugin/gpusnap (issue 12 asks for <= 1.10) and
+# writes it to $OUT/bench-plugin.md.
+#
+# Environment:
+#   OUT                         where results go (default ./gpu-out)
+#   GPUSNAP_BENCH_SIZES         sizes (default "8G")
+#   GPUSNAP_BENCH_PATHS         paths (default "agent driver")
+#   GPUSNAP_BENCH_DIR           image directory (default /dev/shm/gpusnap-bench-plugin)
+#   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
+set -u
+export LC_ALL=C
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+. "$SRC/tests/gpu/lib.sh"
+. "$SRC/tests/gpu/plugin_lib.sh"
+cd "$SRC" || exit 1
+
+if ! have_gpu; then
+  echo "SKIP: no NVIDIA GPU on this machine (bench/plugin.sh)"
+  exit 0
+fi
+OUT=${OUT:-$SRC/gpu-out}
+case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+SIZES=${GPUSNAP_BENCH_SIZES:-8G}
+PATHS=${GPUSNAP_BENCH_PATHS:-agent driver}
+DIR=${GPUSNAP_BENCH_DIR:-/dev/shm/gpusnap-bench-plugin}
+mkdir -p "$OUT" "$DIR" || exit 1
+MD=$OUT/bench-plugin.md
+
+gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
+trap 'gs_cleanup; rm -rf "$DIR"' EXIT
+trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+GS_TEST=bench-plugin
+require_criu
+plugin_init
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+ROWS=()
+for size in $SIZES; do
+  for path in $PATHS; do
+    launch=()
+    [ "$path" == agent ] && launch=("$GPUSNAP" run --)
+    log "== $size, $path path"
+    if ! app_start b 300 "${launch[@]}" "$GS_APPS/pattern" --size "$size" --alloc-size 1G --seed 9; then
+      ROWS+=("| $size | $path | app did not start | | | | | |")
+      continue
+    fi
+    pid=${APP_PID[b]}
+    status=ok
+    gd=0 gr=0 pd=0 pr=0
+    gs_run dump --json -D "$DIR/gs" "$pid"
+    [ "$GS_RC" == 0 ] && gd=$GS_SECS || status="gpusnap dump exit $GS_RC"
+    wait "$pid" 2>/dev/null
+    wait_pid_gone "$pid"
+    if [ "$status" == ok ]; then
+      gs_run restore --json -D "$DIR/gs"
+      [ "$GS_RC" == 0 ] && gr=$GS_SECS || status="gpusnap restore exit $GS_RC"
+      APP_OWN[b]=restored
+    fi
+    [ "$status" == ok ] && { app_verify b "after gpusnap restore ($size, $path)" || status="verify failed after gpusnap restore"; }
+    rm -rf "$DIR/gs"
+    if [ "$status" == ok ]; then
+      plugin_dump "$pid" "$DIR/criu"
+      [ "$PLUGIN_RC" == 0 ] && pd=$PLUGIN_SECS || status="criu dump exit $PLUGIN_RC"
+      wait_pid_gone "$pid"
+    fi
+    if [ "$status" == ok ]; then
+      plugin_restore "$DIR/criu"
+      if [ "$PLUGIN_RC" == 0 ] && plugin_wait_loaded "$pid"; then pr=$PLUGIN_SECS; else status="criu restore exit $PLUGIN_RC"; fi
+    fi
+    [ "$status" == ok ] && { app_verify b "after criu restore through the plugin ($size, $path)" || status="verify failed after criu restore"; }
+    rm -rf "$DIR/criu"
+    app_quit b >/dev/null || gs_kill_pid "$pid"
+    app_forget b
+    ROWS+=("| $size | $path | $gd | $pd | $(ratio "$pd" "$gd") | $gr | $pr | $(ratio "$pr" "$gr") | $status |")
+  done
+done
+
+{
+  echo "criu through gpusnap_criu.so vs gpusnap (wall seconds; images in $DIR)"
+  echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i 0 2>/dev/null), $(git -C "$SRC" describe --always --dirty 2>/dev/null)"
+  echo
+  echo "| size | path | gpusnap dump | criu dump (plugin) | ratio | gpusnap restore | criu restore (plugin) | ratio | status |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+} | tee "$MD"

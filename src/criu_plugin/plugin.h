@@ -1,0 +1,111 @@
+/*
+ * plugin.h - gpusnap_criu.so's state, shared by its hooks: the CUDA
+ * processes of the tree CRIU dumps (plugin_dump.c) or the gpusnap images it
+ * restores (plugin_restore.c), the driver session, CRIU's log.
+ *
+ * One CRIU run loads the plugin once and calls its hooks from its main
+ * thread only: the state is one static struct, not locked.
+ */
+#ifndef GPUSNAP_CRIU_PLUGIN_H
+#define GPUSNAP_CRIU_PLUGIN_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "cli/agent_client.h"
+#include "cli/cli.h"
+#include "common/err.h"
+#include "cuda/checkpoint.h"
+#include "image/image.h"
+
+/* The plugin's name in CRIU's log and in the image's inventory (its "required plugins"). */
+#define GSP_NAME "gpusnap"
+/* The folder of CRIU's image directory holding one gpusnap image per CUDA process, named by its PID. */
+#define GSP_SUBDIR "gpusnap"
+
+/* One CUDA process of the dumped tree. */
+struct gsp_proc {
+	pid_t pid;   /* as CRIU sees it */
+	pid_t nspid; /* in its own PID namespace: the image's name, what it has again after restore */
+	char comm[64];
+	struct cli_agent agent;
+	struct gs_image_tmp *tmp; /* its image, until published */
+	bool agent_gated;         /* several agents: its gate was closed before any dumped (opened on undo) */
+	bool agent_dumped;        /* the agent streamed its data into tmp and holds it released */
+	bool agent_staged;        /* an older agent: suspended into staging memory, the image not written */
+	bool published;
+};
+
+/* One image being restored. */
+struct gsp_image {
+	pid_t nspid;
+	struct gs_image *img;
+	bool agent;
+	CUcheckpointGpuPair *pairs;
+	unsigned npairs;
+	bool done; /* RESUME_DEVICES_LATE handled its process */
+};
+
+struct gsp_state {
+	int stage;
+	bool active;   /* the driver loaded: the hooks serve CUDA processes */
+	bool session;  /* s is open */
+	struct cli_session s;
+	int images_fd; /* CRIU's image directory */
+	char images_dir[4096];
+	/* dump */
+	bool tree_seen; /* the first PAUSE_DEVICES walked the tree */
+	bool driver_suspended;
+	bool leave_running;
+	double timeout_s;
+	struct gsp_proc *procs;
+	int nprocs;
+	struct gs_ckpt_proc *ck;
+	/* restore */
+	struct gsp_image *images;
+	int nimages;
+};
+
+extern struct gsp_state gsp;
+
+/* CRIU's log (or stderr where the criu binary exports none): one line, "gpusnap: " in front. */
+void gsp_log(unsigned level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define gsp_err(...) gsp_log(1, __VA_ARGS__)
+#define gsp_warn(...) gsp_log(2, __VA_ARGS__)
+#define gsp_info(...) gsp_log(3, __VA_ARGS__)
+
+/* A symbol of the criu binary, NULL where it has none. */
+void *gsp_criu_symbol(const char *name);
+/* Opens the driver session (gsp.s). GS_E_NO_DRIVER where libcuda.so.1 is missing. */
+int gsp_session_open(struct gs_err *err);
+/* The innermost PID namespace's PID of pid (NSpid's last field), pid itself where unknown. */
+pid_t gsp_ns_pid(pid_t pid);
+
+/*
+ * Runs the driver's checkpoint-API step on pid while CRIU holds the process
+ * stopped under its ptrace: the driver's restore thread is let run alone
+ * (signals blocked) for the step, then stopped again (what CRIU's own CUDA
+ * plugin does). restore: gs_ckpt_restore with pairs then unlock; else
+ * restore-less unlock is not needed: see the callers.
+ */
+int gsp_traced_restore(pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, struct gs_err *err);
+
+/*
+ * The agent of pid loads its GPU data from the image at dir: the directory
+ * passed as a descriptor where the agent takes one (it may live in another
+ * mount namespace), else as the path.
+ */
+int gsp_agent_resume(pid_t pid, struct cli_agent *ag, const char *dir, struct gs_err *err);
+
+/* Dump (plugin_dump.c). */
+int gsp_dump_init(void);
+int gsp_pause_devices(int pid);
+int gsp_checkpoint_devices(int pid);
+void gsp_dump_fini(int ret);
+
+/* Restore (plugin_restore.c). */
+int gsp_restore_init(void);
+int gsp_resume_devices_late(int pid);
+void gsp_restore_fini(int ret);
+
+#endif

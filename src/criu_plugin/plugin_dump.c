@@ -1,0 +1,493 @@
+/*
+ * plugin_dump.c - `criu dump` through gpusnap_criu.so: every CUDA process of
+ * the dumped tree leaves the GPU before CRIU freezes any task, and its GPU
+ * state goes into CRIU's image directory as a gpusnap image
+ * (gpusnap/<pid>/, docs/FORMAT.md).
+ *
+ * PAUSE_DEVICES comes for the root task before it is frozen, then for each
+ * child while its parent is frozen already (with a cgroup freezer only for
+ * the root). So the first call walks the whole tree and takes every CUDA
+ * process off the GPU at once: the agent path where a gpusnap agent answers
+ * (it streams the data into the process's image and releases the GPU), then
+ * the driver's lock of every process before its checkpoint of any
+ * (gs_ckpt_suspend); processes without the agent keep their data in host
+ * memory, which CRIU's pages carry (a manifest with how=driver says so).
+ * Later calls and CHECKPOINT_DEVICES only check that no CUDA process was
+ * missed. The images are published when CRIU's dump succeeded; a failed dump
+ * and --leave-running put every process back on the GPU (exit hook).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/dump_common.h"
+#include "common/fault.h"
+#include "common/options.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "core/protocol.h"
+#include "criu_plugin/criu_plugin_abi.h"
+#include "criu_plugin/plugin.h"
+#include "cuda/gpus.h"
+#include "cuda/nvml.h"
+
+#define DEFAULT_TIMEOUT_S 30.0
+
+static bool env_set(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v && strcmp(v, "0");
+}
+
+/* Whether CRIU leaves the tasks running after the dump: its command line, or GPUSNAP_PLUGIN_LEAVE_RUNNING. */
+static bool criu_leaves_running(void)
+{
+	const char *v = getenv("GPUSNAP_PLUGIN_LEAVE_RUNNING");
+	if (v && *v)
+		return strcmp(v, "0") != 0;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char buf[8192];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	bool found = false;
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
+		found |= !strcmp(buf + i, "-R") || !strcmp(buf + i, "--leave-running");
+	return found;
+}
+
+int gsp_dump_init(void)
+{
+	struct gs_err err = { 0 };
+	if (gsp_session_open(&err)) {
+		/* no driver, or one without the checkpoint API: no CUDA process to serve here */
+		gsp_info("not active: %s", err.msg);
+		return 0;
+	}
+	gsp.timeout_s = DEFAULT_TIMEOUT_S;
+	const char *t = getenv("GPUSNAP_PLUGIN_TIMEOUT");
+	if (t && *t && gs_parse_seconds(t, &gsp.timeout_s)) {
+		gsp_err("GPUSNAP_PLUGIN_TIMEOUT='%s' is not a number of seconds", t);
+		return -1;
+	}
+	gsp.leave_running = criu_leaves_running();
+	/*
+	 * Tasks stopped by ptrace, not by the cgroup freezer: a failed dump or
+	 * --leave-running needs the driver's restore thread to run while CRIU
+	 * still holds the process (CRIU's CUDA plugin asks the same).
+	 */
+	void (*interrupt_only)(void) = (void (*)(void))gsp_criu_symbol("set_compel_interrupt_only_mode");
+	if (interrupt_only)
+		interrupt_only();
+	gsp.active = true;
+	return 0;
+}
+
+static struct gsp_proc *find_proc(pid_t pid)
+{
+	for (int i = 0; i < gsp.nprocs; i++)
+		if (gsp.procs[i].pid == pid)
+			return &gsp.procs[i];
+	return NULL;
+}
+
+/* The CUDA processes of the tree of root (not CRIU itself), each running: gsp.procs. */
+static int collect(pid_t root, struct gs_err *err)
+{
+	pid_t *all;
+	size_t nall;
+	int rc = gs_proc_tree(root, &all, &nall, err);
+	if (rc)
+		return rc;
+	gsp.procs = calloc(nall ? nall : 1, sizeof(*gsp.procs));
+	if (!gsp.procs) {
+		free(all);
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	}
+	for (size_t i = 0; i < nall && !rc; i++) {
+		CUprocessState st;
+		struct gs_err e = { 0 };
+		if (all[i] == getpid())
+			continue;
+		int r = gs_ckpt_get_state(&gsp.s.cu, all[i], &st, &e);
+		if (r == GS_E_NOT_CUDA || r == GS_E_NO_PROCESS)
+			continue;
+		if (r) {
+			*err = e;
+			rc = r;
+		} else if (st != CU_PROCESS_STATE_RUNNING) {
+			rc = gs_fail(err, GS_E_STATE, "CUDA process %d is %s; resume it before dumping it", (int)all[i],
+				     gs_cuda_state_name(st));
+		} else {
+			struct gsp_proc *p = &gsp.procs[gsp.nprocs++];
+			p->pid = all[i];
+			p->nspid = gsp_ns_pid(all[i]);
+			gs_proc_comm(all[i], p->comm, sizeof(p->comm));
+		}
+	}
+	free(all);
+	return rc;
+}
+
+/*
+ * CRIU's own CUDA plugin in the same plugin folder would claim the same
+ * processes (which runs first depends on readdir order) and record itself
+ * as required in the image: refused with what to do. By the first
+ * PAUSE_DEVICES every plugin of the folder is loaded.
+ */
+static int check_no_cuda_plugin(struct gs_err *err)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return 0;
+	char line[4096 + 128];
+	int rc = 0;
+	while (!rc && fgets(line, sizeof(line), f)) {
+		char *path = strchr(line, '/');
+		char *base = path ? strrchr(path, '/') : NULL;
+		if (base && !strncmp(base, "/cuda_plugin.so", 15)) {
+			line[strcspn(line, "\n")] = '\0';
+			rc = gs_fail(err, GS_E_CRIU, "CRIU's cuda_plugin.so is loaded too (%s): both would take the CUDA "
+				     "processes; remove it from CRIU's plugin folder (gpusnap_criu.so also serves processes "
+				     "without the agent)", path);
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+/* CRIU's image directory as a path (the agent and the image writer work with paths). */
+static int images_dir(struct gs_err *err)
+{
+	if (gsp.images_fd < 0)
+		return gs_fail(err, GS_E_CRIU, "this criu gives its plugins no image directory (criu_get_image_dir)");
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", gsp.images_fd);
+	if (!realpath(link, gsp.images_dir))
+		return gs_fail_errno(err, GS_E_CRIU, errno, "cannot resolve CRIU's image directory");
+	char sub[sizeof(gsp.images_dir) + 16];
+	snprintf(sub, sizeof(sub), "%s/%s", gsp.images_dir, GSP_SUBDIR);
+	if (mkdir(sub, 0700) && errno != EEXIST)
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create '%s'", sub);
+	return 0;
+}
+
+/* The image of a process dumped by the driver: its GPUs, no allocations (CRIU's pages hold the data). */
+static int write_driver_manifest(struct gsp_proc *p, struct gs_err *err)
+{
+	struct gs_image_writer_opts wo = { .source_pid = p->nspid, .source_comm = p->comm, .how = "driver" };
+	struct gs_image_writer *w;
+	int rc = gs_image_writer_open_in(gs_image_tmp_path(p->tmp), &wo, &w, err);
+	if (rc)
+		return rc;
+	uint64_t vram[CLI_MAX_GPUS] = { 0 }, mask = 0;
+	for (int i = 0; i < gsp.s.ngpus && i < CLI_MAX_GPUS; i++) {
+		uint64_t b = 0;
+		if (gs_nvml_process_bytes(gsp.s.nvml, (unsigned)i, p->pid, &b) && b) {
+			vram[i] = b;
+			mask |= 1ULL << i;
+		}
+	}
+	for (int i = 0; i < gsp.s.ngpus && !rc; i++) {
+		const struct gs_gpu *g = &gsp.s.gpus[i];
+		if (mask && (i >= 64 || !(mask & (1ULL << i))))
+			continue;
+		struct gs_image_gpu ig = {
+			.index = (uint32_t)g->index, .name = g->name, .cc_major = (uint32_t)g->cc_major,
+			.cc_minor = (uint32_t)g->cc_minor, .total_memory = g->total_bytes,
+		};
+		memcpy(ig.uuid, g->uuid.bytes, 16);
+		rc = gs_image_writer_add_gpu(w, &ig, err);
+	}
+	if (!rc)
+		rc = dump_set_metadata(w, &gsp.s, vram, mask, err);
+	if (rc) {
+		gs_image_writer_abort(w);
+		return rc;
+	}
+	return gs_image_writer_seal(w, err);
+}
+
+/* Undoes what PAUSE_DEVICES did while the processes still run (nothing frozen yet). */
+static void undo_running(void)
+{
+	struct gs_err e = { 0 };
+	if (gsp.driver_suspended && gs_ckpt_resume(&gsp.s.cu, gsp.ck, gsp.nprocs, NULL, 0, &e))
+		gsp_err("could not put the processes back on the GPU: %s", e.msg);
+	gsp.driver_suspended = false;
+	for (int i = 0; i < gsp.nprocs; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		bool keep = false;
+		if (p->agent_dumped && gsp_agent_resume(p->pid, &p->agent, gs_image_tmp_path(p->tmp), &e)) {
+			gsp_err("process %d stays suspended, its GPU data kept in its image: %s", (int)p->pid, e.msg);
+			keep = true;
+		} else if (p->agent_staged && cli_agent_resume(p->pid, &p->agent, &e)) {
+			gsp_err("process %d stays suspended with its GPU data in host memory: %s (gpusnap resume %d)", (int)p->pid,
+				e.msg, (int)p->pid);
+		} else if (!p->agent_dumped && p->agent_gated && cli_agent_open(p->pid, &p->agent, &e))
+			gsp_err("could not open the gate of process %d again (it reopens by itself): %s", (int)p->pid, e.msg);
+		p->agent_dumped = p->agent_gated = p->agent_staged = false;
+		if (p->tmp && keep) {
+			char kept[4096];
+			if (gs_image_tmp_keep(p->tmp, kept, sizeof(kept), &e))
+				gsp_err("%s", e.msg);
+			else
+				gsp_err("process %d: gpusnap resume --image '%s' %d puts it back", (int)p->pid, kept, (int)p->pid);
+		} else if (p->tmp) {
+			gs_image_tmp_discard(p->tmp);
+		}
+		p->tmp = NULL;
+	}
+}
+
+static int take_off_gpu(struct gs_err *err)
+{
+	int rc = images_dir(err);
+	bool driver_only = env_set("GPUSNAP_PLUGIN_DRIVER");
+	for (int i = 0; i < gsp.nprocs && !rc; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		char dir[sizeof(gsp.images_dir) + 64];
+		snprintf(dir, sizeof(dir), "%s/%s/%d", gsp.images_dir, GSP_SUBDIR, (int)p->nspid);
+		struct gs_image_tmp_opts to = { .source_pid = p->nspid, .source_comm = p->comm, .replace = true };
+		if ((rc = gs_image_tmp_create(dir, &to, &p->tmp, err)))
+			break;
+		if (!driver_only && (rc = cli_agent_probe(p->pid, &p->agent, err)))
+			break;
+		struct stat pst;
+		char ppath[64];
+		snprintf(ppath, sizeof(ppath), "/proc/%d", (int)p->pid);
+		if (p->agent.present && stat(ppath, &pst) == 0 && pst.st_uid != geteuid()) {
+			/* its agent would write files of its user into an image that restore only trusts from root */
+			gsp_info("process %d runs as user %u: driver path", (int)p->pid, (unsigned)pst.st_uid);
+			memset(&p->agent, 0, sizeof(p->agent));
+		}
+		if (p->agent.present && p->agent.state != GS_AGENT_RUNNING)
+			rc = gs_fail(err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)p->pid);
+	}
+	/*
+	 * Several agents (ranks of one job that wait on each other): every gate
+	 * closes before any process waits for its GPU work, as gpusnap suspend
+	 * --tree does; an agent reopens its gate by itself if no dump follows.
+	 */
+	int gates = 0;
+	for (int i = 0; i < gsp.nprocs; i++)
+		gates += gsp.procs[i].agent.present && (gsp.procs[i].agent.caps & GS_CAP_GATE);
+	for (int i = 0; i < gsp.nprocs && !rc && gates > 1; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		if (!p->agent.present || !(p->agent.caps & GS_CAP_GATE))
+			continue;
+		double lease = (gsp.timeout_s > 0 ? gsp.timeout_s : 600) + 60;
+		if (!(rc = cli_agent_gate(p->pid, &p->agent, gsp.timeout_s, lease, err))) {
+			p->agent_gated = true;
+			gsp_info("process %d: the agent's gate is closed (%d agents in the tree)", (int)p->pid, gates);
+		}
+	}
+	/* agents first: each finishes its own CUDA calls before it replies, which the driver's lock would block */
+	for (int i = 0; i < gsp.nprocs && !rc; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		if (!p->agent.present)
+			continue;
+		const char *tmp = gs_image_tmp_path(p->tmp);
+		double t = gs_now();
+		if ((p->agent.caps & GS_CAP_DUMP_RUNNING) && (p->agent.caps & GS_CAP_DIR_FD)) {
+			/* the agent may see another file system (a container's): it writes through our descriptor */
+			int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			rc = fd < 0 ? gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", tmp)
+				    : cli_agent_dump_running_fd(p->pid, &p->agent, fd, gsp.timeout_s, err);
+			if (fd >= 0)
+				close(fd);
+		} else if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
+			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.timeout_s, err);
+		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.timeout_s, false, err))) {
+			/* older agents: suspended into staging memory, then the image written from there */
+			p->agent_staged = true;
+			if (!(rc = cli_agent_dump(p->pid, &p->agent, tmp, true, err)))
+				p->agent_staged = false;
+		}
+		if (!rc) {
+			p->agent_dumped = true;
+			gsp_info("process %d: the agent wrote %llu bytes of GPU data in %.2f s%s", (int)p->pid,
+				 (unsigned long long)cli_agent_counter(&p->agent, "bytes"), gs_now() - t,
+				 (p->agent.caps & GS_CAP_DIR_FD) ? " through the image directory's descriptor" : "");
+		}
+	}
+	if (rc)
+		return rc;
+	gsp.ck = calloc((size_t)gsp.nprocs, sizeof(*gsp.ck));
+	if (!gsp.ck)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	for (int i = 0; i < gsp.nprocs; i++)
+		gsp.ck[i].pid = gsp.procs[i].pid;
+	/* every process locked before any is checkpointed; on failure all run on */
+	if ((rc = gs_ckpt_suspend(&gsp.s.cu, gsp.ck, gsp.nprocs, gsp.timeout_s, err)))
+		return rc;
+	gsp.driver_suspended = true;
+	for (int i = 0; i < gsp.nprocs && !rc; i++)
+		if (!gsp.procs[i].agent.present)
+			rc = write_driver_manifest(&gsp.procs[i], err);
+	return rc;
+}
+
+int gsp_pause_devices(int pid)
+{
+	struct gs_err err = { 0 };
+	if (gsp.tree_seen) {
+		/* taken off the GPU with the tree at the first call, or not a CUDA process */
+		CUprocessState st;
+		if (find_proc(pid) || gs_ckpt_get_state(&gsp.s.cu, pid, &st, &err))
+			return 0;
+		gsp_err("CUDA process %d appeared in the tree after the dump began; dump again", pid);
+		return -1;
+	}
+	gsp.tree_seen = true;
+	/*
+	 * CRIU's --timeout (10 s by default) is armed for freezing when this hook
+	 * runs, and CRIU aborts hard 5 s after it fires: the GPU part (GiBs to
+	 * stream or checkpoint) is bounded by GPUSNAP_PLUGIN_TIMEOUT instead, the
+	 * timer paused meanwhile and armed again for the freezing after it.
+	 */
+	unsigned freeze_left = alarm(0);
+	int rc = 0;
+	if (gs_fault(GS_FI_PLUGIN_PAUSE))
+		rc = gs_fail(&err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_PAUSE));
+	if (!rc)
+		rc = collect(pid, &err);
+	if (!rc && gsp.nprocs == 0) {
+		alarm(freeze_left);
+		return 0;
+	}
+	gsp_add_inventory_plugin_t *add = (gsp_add_inventory_plugin_t *)gsp_criu_symbol("add_inventory_plugin");
+	/* the image names this plugin as required: a CRIU restoring it without the plugin refuses */
+	if (!rc)
+		rc = check_no_cuda_plugin(&err);
+	if (!rc && add && add(GSP_NAME))
+		rc = gs_fail(&err, GS_E_CRIU, "cannot record the plugin in CRIU's inventory");
+	if (!rc)
+		rc = take_off_gpu(&err);
+	if (rc) {
+		undo_running();
+		gsp_err("dump of the CUDA processes of tree %d failed: %s", pid, err.msg);
+		gsp.nprocs = 0;
+		alarm(freeze_left);
+		return -1;
+	}
+	alarm(freeze_left);
+	for (int i = 0; i < gsp.nprocs; i++)
+		gsp_info("process %d (%s) is off the GPU: %s path, lock %.2f s, checkpoint %.2f s", (int)gsp.procs[i].pid,
+			 gsp.procs[i].comm, gsp.procs[i].agent.present ? "agent" : "driver", gsp.ck[i].lock_s,
+			 gsp.ck[i].checkpoint_s);
+	return 0;
+}
+
+int gsp_checkpoint_devices(int pid)
+{
+	struct gs_err err = { 0 };
+	CUprocessState st;
+	if (gs_fault(GS_FI_PLUGIN_CHECKPOINT)) {
+		gsp_err("dump of process %d failed at '%s' (injected)", pid, gs_fault_name(GS_FI_PLUGIN_CHECKPOINT));
+		return -1;
+	}
+	if (find_proc(pid) || gs_ckpt_get_state(&gsp.s.cu, pid, &st, &err))
+		return 0;
+	gsp_err("CUDA process %d was not taken off the GPU (it is %s); dump again", pid, gs_cuda_state_name(st));
+	return -1;
+}
+
+/*
+ * The agent answers only once CRIU lets the process go: a child of the
+ * plugin's waits for that, then has the agent load its data back from the
+ * image (no CUDA call in the child: it only talks to the agent's socket).
+ */
+static void agent_resume_later(struct gsp_proc *p, const char *from)
+{
+	pid_t child = fork();
+	if (child < 0) {
+		gsp_err("cannot start the helper that resumes process %d: %s (gpusnap resume --image '%s' %d)", (int)p->pid,
+			strerror(errno), from, (int)p->pid);
+		return;
+	}
+	if (child > 0) {
+		waitpid(child, NULL, 0);
+		return;
+	}
+	if (fork() != 0)
+		_exit(0);
+	/* up to 10 minutes: CRIU detaches when it has finished with the whole tree */
+	for (int i = 0; i < 60000; i++) {
+		char path[64], line[256];
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)p->pid);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			_exit(0);
+		long tracer = -1;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "TracerPid:", 10))
+				tracer = strtol(line + 10, NULL, 10);
+		fclose(f);
+		if (tracer == 0)
+			break;
+		usleep(10000);
+	}
+	struct gs_err e = { 0 };
+	if (gsp_agent_resume(p->pid, &p->agent, from, &e))
+		gsp_err("process %d did not resume after the dump: %s (gpusnap resume --image '%s' %d)", (int)p->pid, e.msg,
+			from, (int)p->pid);
+	_exit(0);
+}
+
+void gsp_dump_fini(int ret)
+{
+	struct gs_err e = { 0 };
+	bool back = ret != 0 || gsp.leave_running;
+	for (int i = 0; i < gsp.nprocs; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		if (ret == 0 && p->tmp) {
+			if (gs_image_publish(p->tmp, &p->published, &e))
+				gsp_err("the GPU image of process %d was not published: %s", (int)p->pid, e.msg);
+		}
+	}
+	/* the driver part: CRIU still holds every task stopped; each restore thread runs alone for it */
+	for (int i = 0; back && gsp.driver_suspended && i < gsp.nprocs; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		if (gsp_traced_restore(p->pid, NULL, 0, &e))
+			gsp_err("could not put process %d back on the GPU: %s (gpusnap resume %d)", (int)p->pid, e.msg,
+				(int)p->pid);
+		else
+			gsp_info("process %d is back on the GPU", (int)p->pid);
+	}
+	for (int i = 0; i < gsp.nprocs; i++) {
+		struct gsp_proc *p = &gsp.procs[i];
+		if (back && p->agent_dumped) {
+			/* the data is in the published image, or (failed dump) only in the temporary one: kept either way */
+			char dir[sizeof(gsp.images_dir) + 64];
+			if (p->published)
+				snprintf(dir, sizeof(dir), "%s/%s/%d", gsp.images_dir, GSP_SUBDIR, (int)p->nspid);
+			else
+				snprintf(dir, sizeof(dir), "%s", gs_image_tmp_path(p->tmp));
+			agent_resume_later(p, dir);
+			if (p->tmp)
+				gs_image_tmp_close(p->tmp);
+		} else if (p->tmp) {
+			if (p->published)
+				gs_image_tmp_close(p->tmp);
+			else
+				gs_image_tmp_discard(p->tmp);
+		}
+		p->tmp = NULL;
+	}
+	free(gsp.procs);
+	free(gsp.ck);
+	gsp.procs = NULL;
+	gsp.ck = NULL;
+	gsp.nprocs = 0;
+}

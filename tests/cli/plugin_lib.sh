@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# plugin_lib.sh - helpers for the CRIU plugin's tests (t6001-criu-plugin-*.sh),
+# sourced after lib.sh: the plugin alone in a plugin folder of the test's, and
+# plain criu runs with it (what a container engine does), no gpusnap command.
+
+# plugin_env: $PLUGIN_DIR holds gpusnap_criu.so and nothing else (built without sanitizers in a
+# sanitizer build: criu cannot load their runtime).
+plugin_env() {
+  local so=$GPUSNAP_BUILD/src/criu_plugin/gpusnap_criu.so
+  [ -f "$so" ] || { echo "not ok - no $so"; exit 1; }
+  PLUGIN_DIR=$TEST_TMP/plugins
+  mkdir -p "$PLUGIN_DIR"
+  cp "$so" "$PLUGIN_DIR/"
+}
+
+# criu_dump DIR PID [ARGS...]: criu dump of PID's tree into DIR (created) with the plugin; log in
+# DIR/dump.log; exit status in $RC.
+criu_dump() {
+  local dir=$1 pid=$2
+  shift 2
+  mkdir -p "$dir"
+  RC=0
+  "$GPUSNAP_CRIU" dump --tree "$pid" --images-dir "$dir" --libdir "$PLUGIN_DIR" --log-file dump.log -v4 "$@" \
+    >"$TEST_TMP/criu.out" 2>&1 || RC=$?
+}
+# criu_restore DIR [ARGS...]: criu restore -d from DIR with the plugin; log in $TEST_TMP/restore.log
+# (the image directory stays as it was); the restored root's PID in $RPID; exit status in $RC.
+criu_restore() {
+  local dir=$1
+  shift
+  RC=0
+  RPID=
+  rm -f "$TEST_TMP/restore.pid"
+  "$GPUSNAP_CRIU" restore --images-dir "$dir" --work-dir "$TEST_TMP" --libdir "$PLUGIN_DIR" -d \
+    --pidfile "$TEST_TMP/restore.pid" --log-file restore.log -v4 "$@" >"$TEST_TMP/criu.out" 2>&1 || RC=$?
+  # shellcheck disable=SC2034 # RPID is for the test
+  [ -s "$TEST_TMP/restore.pid" ] && RPID=$(cat "$TEST_TMP/restore.pid")
+  return 0
+}
+# log_has FILE TEXT: FILE contains TEXT (shown when not)
+log_has() { grep -qF -- "$2" "$1" || { echo "    $1 lacks '$2'"; grep -i "gpusnap\|error" "$1" | tail -n 5 | sed 's/^/    /'; return 1; }; }
+# rc_is WANT: the last criu run exited WANT (0) or not 0 ("fail")
+rc_ok() { [ "$RC" = 0 ] || { echo "    criu exit $RC"; tail -n 3 "$TEST_TMP/criu.out" | sed 's/^/    /'; return 1; }; }
+rc_failed() { [ "$RC" != 0 ]; }

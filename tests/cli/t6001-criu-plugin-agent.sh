@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# t6001-criu-plugin-agent - gpusnap_criu.so in plain criu runs on the agent
+# path: the app of t4004 (tests/agent/agent_app --signals) under
+# libgpusnap.so on the host-memory fake driver, with the real CRIU 4:
+#  - criu dump: the agent streams the GPU data into gpusnap/<pid>/ of CRIU's
+#    image directory, which it gets as a descriptor over its control socket
+#    (DUMP_FD: an agent in a container's mount namespace could not resolve
+#    CRIU's path), then the driver checkpoints the rest; the image verifies;
+#  - criu restore: the driver restores the process (held by CRIU), the agent
+#    loads the data once CRIU let it go (RESUME_FD): every byte is back;
+#  - a bad chunk: the restore is refused before any process exists; without
+#    the checksum pass (GPUSNAP_PLUGIN_NO_VERIFY=1) the agent finds it while
+#    loading and the process is killed;
+#  - a tree of two agent processes: every gate closed before either dumps;
+#  - --leave-running: the app runs on with its data back on the GPU;
+#  - a dump that fails after CRIU froze the tree: the app runs on with its data.
+# Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
+. "$(dirname "$0")/plugin_lib.sh"
+
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
+app=$build/tests/agent/agent_app
+log=$TEST_TMP/app.log
+APP_IO=signals
+fake_agent_env criu
+plugin_env
+export AGENT_APP_BIG_MB=100
+export GPUSNAP_IO_THREADS=2
+
+cleanup_apps() {
+  kill_our_apps agent_app
+  cleanup_test
+}
+trap cleanup_apps EXIT
+
+flip() { # flip FILE OFFSET: inverts one bit
+  python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"
+}
+# loaded [PID]: the agent of PID (default $PID) says running within 30 s: it loaded its GPU data after the
+# restore (criu returns before; the app's GPU work waits in the agent's gate, but this app's verify reads
+# the fake's device memory directly)
+loaded() {
+  local i st
+  for ((i = 0; i < 300; i++)); do
+    "$GPUSNAP_BIN" state --json "${1:-$PID}" >"$TEST_TMP/state.json" 2>/dev/null &&
+      st=$(json_get "$TEST_TMP/state.json" "['agent']['state']" 2>/dev/null) && [ "$st" = running ] && return 0
+    sleep 0.1
+  done
+  echo "    agent state: ${st:-?}"
+  return 1
+}
+gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
+
+# ---- dump, gone, restore ----
+start_app
+verify_ok "the app's data after allocation"
+phys0=$(phys)
+img=$TEST_TMP/img
+criu_dump "$img" "$PID"
+check "criu dump with the plugin succeeds" rc_ok
+check "the plugin took the agent path" log_has "$img/dump.log" "($(cat "/proc/$PID/comm" 2>/dev/null || echo agent_app)) is off the GPU: agent path"
+check "the agent wrote through the descriptor it was passed (DUMP_FD)" \
+  log_has "$img/dump.log" "through the image directory's descriptor"
+check "the dumped process is gone" wait_gone "$PID" 5
+run_gpusnap inspect --json --verify "$img/gpusnap/$PID"; expect "inspect --verify of gpusnap/$PID" 0
+check "the image says agent and verifies" test "$(jget "['image']['how']")" = agent -a "$(jget "['verify']['ok']")" = True
+good=$(sums "$img/gpusnap")
+
+criu_restore "$img"
+check "criu restore with the plugin succeeds" rc_ok
+check "it restored $PID" [ "$RPID" = "$PID" ]
+check "its agent loaded the GPU data from the image" loaded
+verify_ok "every byte is back at its address after the restore"
+check "the physical memory was re-created" test "$(phys)" = "$phys0"
+check "nothing stays pinned after the restore" test "$(pinned)" = 0
+check "the images are unchanged" test "$(sums "$img/gpusnap")" = "$good"
+
+# ---- --leave-running ----
+criu_dump "$TEST_TMP/lr" "$PID" --leave-running
+check "criu dump --leave-running succeeds" rc_ok
+check "the process runs on" alive "$PID"
+check "its agent took its data back" loaded
+verify_ok "its data after criu dump --leave-running"
+check "its memory is on the GPU again" test "$(phys)" = "$phys0"
+
+# ---- a dump that fails after CRIU froze the tree ----
+GPUSNAP_FAULT=plugin-checkpoint criu_dump "$TEST_TMP/fail" "$PID"
+check "criu dump fails (injected at CHECKPOINT_DEVICES)" rc_failed
+check "the process runs on" alive "$PID"
+check "its agent took its data back" loaded
+verify_ok "its data after the failed dump"
+check "its memory is on the GPU again" test "$(phys)" = "$phys0"
+kill -9 "$PID"; wait_gone "$PID"
+
+# ---- a bad chunk: refused before any process exists ----
+cp -a "$img" "$TEST_TMP/bad"
+flip "$TEST_TMP/bad/gpusnap/$PID/gpu-data-0000.img" $((4096 + (10 << 20)))
+criu_restore "$TEST_TMP/bad"
+check "criu restore of an image with a bad chunk fails" rc_failed
+check "... the plugin names the bad chunk" log_has "$TEST_TMP/restore.log" "is corrupt"
+check "... nothing was restored" [ -z "$RPID" ]
+check "... no process at $PID" gone_or_zombie "$PID"
+# without the checksum pass the agent finds the bad chunk while loading: the process goes, CRIU's log says why
+GPUSNAP_PLUGIN_NO_VERIFY=1 criu_restore "$TEST_TMP/bad"
+check "with GPUSNAP_PLUGIN_NO_VERIFY=1 criu restores the task (the load comes after)" rc_ok
+check "... the agent finds the bad chunk while loading and the process is killed" wait_gone "$PID" 30
+check "... CRIU's log says why" log_has "$TEST_TMP/restore.log" "could not load its GPU data"
+criu_restore "$img"
+check "the good image restores after that" rc_ok
+check "its agent loaded the GPU data" loaded
+verify_ok "the data from the good image"
+kill -9 "$PID"; wait_gone "$PID"
+
+# ---- a tree of two agent processes: both gated before either waits, both dumped and restored ----
+la=$TEST_TMP/a.log lb=$TEST_TMP/b.log
+: >"$la"; : >"$lb"
+# as start_app: a sanitizer build's runtime first, then the agent (gpusnap run would put the agent first)
+asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+if [ -n "$asan" ]; then
+  launch="env LD_PRELOAD='$asan $GPUSNAP_BUILD/libgpusnap.so'"
+else
+  launch="'$GPUSNAP_BIN' run --"
+fi
+(close_inherited_fds && exec setsid bash -c "$launch '$app' --signals >>'$la' 2>/dev/null </dev/null &
+  $launch '$app' --signals >>'$lb' 2>/dev/null </dev/null & wait" </dev/null >/dev/null 2>&1) &
+disown
+tree=$!
+ready_pid() { local i p; for ((i = 0; i < 300; i++)); do p=$(awk '/^READY/ {print $2; exit}' "$1"); [ -n "$p" ] && { echo "$p"; return; }; sleep 0.1; done; }
+pa=$(ready_pid "$la"); pb=$(ready_pid "$lb")
+both_started() { [ -n "$pa" ] && [ -n "$pb" ]; }
+check "both apps of the tree started" both_started
+criu_dump "$TEST_TMP/tree" "$tree"
+check "criu dump of the tree succeeds" rc_ok
+gates_first() { # two gates closed, both logged before the first agent's data was written
+  local d=$TEST_TMP/tree/dump.log g w
+  [ "$(grep -c "the agent's gate is closed" "$d")" = 2 ] || return 1
+  g=$(grep -n "the agent's gate is closed" "$d" | tail -n 1 | cut -d: -f1)
+  w=$(grep -n "the agent wrote" "$d" | head -n 1 | cut -d: -f1)
+  [ -n "$w" ] && [ "$g" -lt "$w" ]
+}
+check "both agents' gates closed before either dumped" gates_first
+gated() { [ "$(grep -c 'is off the GPU: agent path' "$TEST_TMP/tree/dump.log")" = 2 ]; }
+check "both took the agent path" gated
+check "the tree is gone" wait_gone "$pa"
+criu_restore "$TEST_TMP/tree"
+check "criu restore of the tree succeeds" rc_ok
+check "the first app's agent loaded its data" loaded "$pa"
+check "the second app's agent loaded its data" loaded "$pb"
+log=$la PID=$pa verify_ok "the first app's data after the restore"
+log=$lb PID=$pb verify_ok "the second app's data after the restore"
+kill -9 "$pa" "$pb" "$RPID" 2>/dev/null
+
+test_done

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# t6001-criu-plugin-driver - gpusnap_criu.so in plain criu runs (as a container
+# engine runs criu), on the driver path: CPU processes registered as CUDA
+# processes in the fake libcuda (FAKE_CUDA_CRIU=1: a CRIU-restored copy looks
+# checkpointed, as with the real driver) and the real CRIU 4:
+#  - criu dump --libdir (plugin alone there) takes the process off the GPU
+#    (lock, checkpoint) before CRIU freezes it and writes gpusnap/<pid>/ (an
+#    image of how=driver, docs/FORMAT.md) into CRIU's image directory; the
+#    inventory names the plugin; criu restore puts it back on the GPU with its
+#    main thread held (the driver's restore thread runs alone), unlocked, and
+#    it counts on from where it was dumped;
+#  - a tree of two CUDA processes under a shell: both locked before either is
+#    checkpointed; both restored;
+#  - --leave-running: the process runs on, back on the GPU, the image published;
+#  - GPU work longer than criu's --timeout (plugin-pause=hold): CRIU's freezing
+#    timer is paused meanwhile, the dump succeeds;
+#  - a failed dump (the driver's checkpoint fails; CRIU fails after freezing):
+#    the process runs on, back on the GPU, no gpusnap image left;
+#  - refusals: the image restored without the plugin (CRIU: missing required
+#    plugin); a damaged gpusnap image (nothing is restored); a failed driver
+#    restore kills the task before it ran; GPUSNAP_PLUGIN_MAP remaps GPUs and a
+#    map to a missing GPU is refused before anything is restored.
+# Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/plugin_lib.sh"
+
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
+app=$build/tests/apps/cpu_counter
+
+fake_cuda_env criu
+plugin_env
+export FAKE_CUDA_LOG=$TEST_TMP/fake.log
+
+cleanup_all() {
+  kill_test_procs cpu_counter
+  [ -n "${tree:-}" ] && kill -9 "$tree" 2>/dev/null
+  cleanup_test
+}
+trap cleanup_all EXIT
+
+settled() { # "lines last" once LOG stopped growing (the process is frozen or gone)
+  local a b
+  a=$(wc -l <"$1"); sleep 0.1; b=$(wc -l <"$1")
+  [ "$a" = "$b" ] && echo "$b $(tail -n 1 "$1")"
+}
+# continues LOG N VALUE: lines N+1.. are VALUE+1, VALUE+2, ... (the memory came back)
+continues() {
+  local log=$1 n=$2 value=$3 i want="" got
+  wait_lines "$log" $((n + 10)) || return 1
+  got=$(sed -n "$((n + 1)),$((n + 10))p" "$log" | tr '\n' ' ')
+  for ((i = 1; i <= 10; i++)); do want+="$((value + i)) "; done
+  [ "$got" = "$want" ] || { echo "    got '$got', want '$want'"; return 1; }
+}
+fake_log_has() { grep -qx -- "$1" "$FAKE_CUDA_LOG" || { echo "    fake log: $(tr '\n' ';' <"$FAKE_CUDA_LOG")"; return 1; }; }
+
+# ---- dump, gone, restore, counts on ----
+log=$TEST_TMP/counter.log
+start_counter "$log"; pid=$NEWPID
+img=$TEST_TMP/img
+criu_dump "$img" "$pid"
+check "criu dump with the plugin succeeds" rc_ok
+check "CRIU loaded the plugin (12 hooks: CRIU 4.1 and 4.2 load it)" log_has "$img/dump.log" 'Plugin "gpusnap" (version 512 hooks 12)'
+check "the process is gone" wait_gone "$pid"
+check "the driver locked it" fake_log_has "lock $pid 0"
+check "... and checkpointed it" fake_log_has "checkpoint $pid 0"
+check "gpusnap/$pid/ holds a gpusnap image" [ -f "$img/gpusnap/$pid/manifest.img" ]
+run_gpusnap inspect "$img/gpusnap/$pid"
+expect "gpusnap inspect reads it (driver path)" 0 "driver"
+check "the inventory names the plugin as required" grep -q gpusnap "$img/inventory.img"
+read -r n value < <(settled "$log")
+: >"$FAKE_CUDA_LOG"
+before=$(cd "$img" && find . -type f ! -name '*.log' -print0 | sort -z | xargs -0 sha256sum)
+criu_restore "$img"
+check "criu restore with the plugin succeeds" rc_ok
+check "it restored $pid" [ "$RPID" = "$pid" ]
+check "the plugin checked the image's checksums" log_has "$TEST_TMP/restore.log" "checksums of its GPU image good"
+check "the driver restored it while its main thread was held (t)" fake_log_has "restore-main $pid t"
+check "... and unlocked it" fake_log_has "unlock $pid 0"
+check "its driver state is running" [ "$(fake_state "$pid")" = 0 ]
+check "it counts on from where it was dumped" continues "$log" "$n" "$value"
+check "the images are unchanged by the restore" \
+  [ "$(cd "$img" && find . -type f ! -name '*.log' -print0 | sort -z | xargs -0 sha256sum)" = "$before" ]
+
+# ---- restored without the plugin: refused ----
+kill -9 "$pid"; wait_gone "$pid"
+mkdir -p "$TEST_TMP/noplugins"
+RC=0; "$GPUSNAP_CRIU" restore --images-dir "$img" --work-dir "$TEST_TMP" --libdir "$TEST_TMP/noplugins" -d \
+  --log-file noplugin.log -v4 >"$TEST_TMP/criu.out" 2>&1 || RC=$?
+check "criu restore without the plugin fails" rc_failed
+check "... CRIU says the plugin is required" log_has "$TEST_TMP/noplugin.log" "Missing required plugin: gpusnap"
+check "... nothing runs at $pid" wait_gone "$pid"
+
+# ---- a driver restore that fails kills the task before it ran ----
+lines=$(wc -l <"$log")
+GPUSNAP_FAULT=plugin-restore criu_restore "$img"
+check "the task whose driver restore failed is gone" wait_gone "$pid"
+check "... CRIU's log says why" log_has "$TEST_TMP/restore.log" "killed before it ran"
+check "... it never ran" [ "$(wc -l <"$log")" = "$lines" ]
+
+# ---- GPU map ----
+FAKE_CUDA_GPUS=2 GPUSNAP_PLUGIN_MAP=0=1 criu_restore "$img"
+check "restore with GPUSNAP_PLUGIN_MAP=0=1 succeeds" rc_ok
+check "the process is on GPU 1 now" [ "$(cut -d' ' -f2 "$FAKE_CUDA_DIR/$pid")" = 1 ]
+kill -9 "$pid"; wait_gone "$pid"
+GPUSNAP_PLUGIN_MAP=0=3 criu_restore "$img"
+check "a map to a GPU this machine lacks is refused" rc_failed
+check "... the plugin names it" log_has "$TEST_TMP/restore.log" "GPUSNAP_PLUGIN_MAP"
+check "... nothing was restored" [ -z "$RPID" ]
+check "... nothing runs at $pid" wait_gone "$pid"
+
+# ---- a damaged gpusnap image: refused before any process exists ----
+cp -a "$img" "$TEST_TMP/bad"
+printf 'X' | dd of="$TEST_TMP/bad/gpusnap/$pid/manifest.img" bs=1 seek=100 conv=notrunc 2>/dev/null
+criu_restore "$TEST_TMP/bad"
+check "a damaged gpusnap image is refused" rc_failed
+check "... the plugin says so" log_has "$TEST_TMP/restore.log" "refusing the restore"
+check "... nothing was restored" [ -z "$RPID" ]
+check "... nothing runs at $pid" wait_gone "$pid"
+
+# ---- --leave-running ----
+start_counter "$log"; pid=$NEWPID
+: >"$FAKE_CUDA_LOG"
+criu_dump "$TEST_TMP/lr" "$pid" --leave-running
+check "criu dump --leave-running succeeds" rc_ok
+check "the process runs on" grows "$log"
+check "it is back on the GPU (running, restored while CRIU held it)" [ "$(fake_state "$pid")" = 0 ]
+check "... restored on its restore thread alone" fake_log_has "restore-main $pid t"
+check "its image is published" [ -f "$TEST_TMP/lr/gpusnap/$pid/manifest.img" ]
+
+# ---- GPU work slower than CRIU's --timeout (its freezing timer; CRIU aborts 5 s after it fires) ----
+GPUSNAP_FAULT=plugin-pause=hold:3 criu_dump "$TEST_TMP/slow" "$pid" --leave-running --timeout 1
+check "a dump whose GPU part outlasts criu --timeout 1 succeeds" rc_ok
+check "... CRIU's freezing timer did not fire meanwhile" bash -c "! grep -q 'Timeout reached' '$TEST_TMP/slow/dump.log'"
+check "the process runs on" grows "$log"
+
+# ---- a dump that fails after CRIU froze the tree: rolled back ----
+: >"$FAKE_CUDA_LOG"
+GPUSNAP_FAULT=plugin-checkpoint criu_dump "$TEST_TMP/fail1" "$pid"
+check "criu dump fails (injected at CHECKPOINT_DEVICES)" rc_failed
+check "the process runs on" grows "$log"
+check "it is back on the GPU" [ "$(fake_state "$pid")" = 0 ]
+check "no gpusnap image is left" bash -c "[ -z \"\$(ls -A '$TEST_TMP/fail1/gpusnap' 2>/dev/null)\" ]"
+# ---- a dump whose driver checkpoint fails ----
+FAKE_CUDA_FAIL_CHECKPOINT=$pid criu_dump "$TEST_TMP/fail2" "$pid"
+check "criu dump fails when the driver's checkpoint fails" rc_failed
+check "... the plugin says why" log_has "$TEST_TMP/fail2/dump.log" "dump of the CUDA processes of tree $pid failed"
+check "the process runs on" grows "$log"
+check "it is running on the GPU" [ "$(fake_state "$pid")" = 0 ]
+check "no gpusnap image is left" bash -c "[ -z \"\$(ls -A '$TEST_TMP/fail2/gpusnap' 2>/dev/null)\" ]"
+
+# ---- beside CRIU's cuda_plugin.so: refused, the process runs on ----
+inc=""
+for d in "$(dirname "$(readlink -f "$GPUSNAP_CRIU")")/../usr/include/criu" "$GPUSNAP_SRC/.cache/criu/usr/include/criu" \
+  /usr/include/criu; do
+  [ -f "$d/criu-plugin.h" ] && { inc=$d; break; }
+done
+if [ -n "$inc" ] && command -v "${CC:-cc}" >/dev/null; then
+  both=$TEST_TMP/both
+  mkdir -p "$both"
+  cp "$PLUGIN_DIR/gpusnap_criu.so" "$both/"
+  # a stand-in named like CRIU's CUDA plugin (tests/apps/criu_marker_plugin.c)
+  "${CC:-cc}" -shared -fPIC -isystem "$inc" -o "$both/cuda_plugin.so" "$GPUSNAP_SRC/tests/apps/criu_marker_plugin.c"
+  PLUGIN_DIR=$both criu_dump "$TEST_TMP/both-img" "$pid"
+  check "criu dump with cuda_plugin.so in the same folder fails" rc_failed
+  check "... the plugin says why and what to do" log_has "$TEST_TMP/both-img/dump.log" "remove it from CRIU's plugin folder"
+  check "the process runs on" grows "$log"
+  check "it is running on the GPU" [ "$(fake_state "$pid")" = 0 ]
+else
+  echo "# no criu-plugin.h or C compiler: the cuda_plugin.so case is not run"
+fi
+kill -9 "$pid"; wait_gone "$pid"
+
+# ---- a tree of two CUDA processes ----
+setsid bash -c "exec >/dev/null 2>&1 </dev/null; '$app' '$TEST_TMP/a.log' & '$app' '$TEST_TMP/b.log' & wait" &
+tree=$!
+disown "$tree"
+touch "$TEST_TMP/a.log" "$TEST_TMP/b.log"
+wait_lines "$TEST_TMP/a.log" 5; wait_lines "$TEST_TMP/b.log" 5
+read -r a b < <(pgrep -P "$tree" -x cpu_counter | tr '\n' ' ')
+echo "0 0" >"$FAKE_CUDA_DIR/$a"; echo "0 0" >"$FAKE_CUDA_DIR/$b"
+: >"$FAKE_CUDA_LOG"
+criu_dump "$TEST_TMP/tree" "$tree"
+check "criu dump of a tree with two CUDA processes succeeds" rc_ok
+first_checkpoint=$(grep -n "^checkpoint" "$FAKE_CUDA_LOG" | head -n 1 | cut -d: -f1)
+last_lock=$(grep -n "^lock" "$FAKE_CUDA_LOG" | tail -n 1 | cut -d: -f1)
+locked_first() { [ "$(grep -c '^lock .* 0$' "$FAKE_CUDA_LOG")" = 2 ] && [ "$last_lock" -lt "$first_checkpoint" ]; }
+check "both were locked before either was checkpointed" locked_first
+both_images() { [ -f "$TEST_TMP/tree/gpusnap/$a/manifest.img" ] && [ -f "$TEST_TMP/tree/gpusnap/$b/manifest.img" ]; }
+check "each has its gpusnap image" both_images
+wait_gone "$tree"; tree=
+wait_gone "$a"; wait_gone "$b"
+read -r na va < <(settled "$TEST_TMP/a.log"); read -r nb vb < <(settled "$TEST_TMP/b.log")
+criu_restore "$TEST_TMP/tree"
+check "criu restore of the tree succeeds" rc_ok
+tree=$RPID
+both_running() { [ "$(fake_state "$a")" = 0 ] && [ "$(fake_state "$b")" = 0 ]; }
+check "both are back on the GPU" both_running
+check "the first counts on" continues "$TEST_TMP/a.log" "$na" "$va"
+check "the second counts on" continues "$TEST_TMP/b.log" "$nb" "$vb"
+kill -9 "$a" "$b" "$tree" 2>/dev/null; tree=
+
+test_done

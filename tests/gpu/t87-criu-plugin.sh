@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# t87-criu-plugin.sh - plain criu through gpusnap_criu.so (what Podman, CRI-O
+# and containerd run), no gpusnap dump/restore:
+#  - NVIDIA's counter example idea (t81's counter, value in GPU memory):
+#    criu dump through the plugin (driver path), gone, file stops; criu
+#    restore: it goes on with no reset or gap;
+#  - an 8 GiB pattern process without the agent (driver path) and one under
+#    `gpusnap run` (agent path: the agent streams into gpusnap/<pid>/ of CRIU's
+#    image directory, passed as a descriptor), each dumped, gone, restored,
+#    verified bit for bit; the agent one then criu dump --leave-running: it
+#    runs on and verifies.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/plugin_lib.sh"
+gs_test_init t87-criu-plugin
+export GS_APP_STDERR=null
+require_criu
+plugin_init
+
+# ---- the counter, driver path ----
+values=$GS_WORK/counter.values
+rm -f "$values"
+setsid "$GS_APPS/counter" --no-stdin --out "$values" --quiet </dev/null >/dev/null 2>/dev/null &
+pid=$!
+GS_EXTRA_PIDS+=("$pid")
+gs_track_pid "$pid"
+lines() { wc -l <"$values" 2>/dev/null || echo 0; }
+for ((i = 0; i < 300; i++)); do [ "$(lines)" -ge 10 ] && break; sleep 0.1; done
+check "counter is counting ($(lines) lines)" test "$(lines)" -ge 10
+plugin_dump "$pid" "$GS_WORK/counter-img"
+check_eq "criu dump of the counter through the plugin" "$PLUGIN_RC" 0
+check "the plugin took it off the GPU (driver path)" grep -q "is off the GPU: driver path" "$GS_WORK/counter-img/dump.log"
+wait "$pid" 2>/dev/null
+check "the counter is gone" wait_pid_gone "$pid"
+n=$(lines)
+sleep 1.5
+check_eq "lines in the counter's file after the dump" "$(lines)" "$n"
+plugin_restore "$GS_WORK/counter-img"
+check_eq "criu restore of the counter through the plugin" "$PLUGIN_RC" 0
+check_eq "restored pid" "$PLUGIN_PID" "$pid"
+sleep 1.5
+check "counter goes on after restore ($n -> $(lines) lines)" test "$(lines)" -gt "$n"
+if awk 'NR != $1 { bad = 1; exit } END { exit bad }' "$values"; then
+  pass "the counter's file runs 1..$(lines) with no reset or gap"
+else
+  fail "the counter's file is not 1, 2, 3, ...: $(awk 'NR != $1 { print "line " NR " holds " $1; exit }' "$values")"
+fi
+expect_state "$pid" running "state of the restored counter"
+gs_kill_pid "$pid"
+
+# ---- 8 GiB, driver path then agent path ----
+for path in driver agent; do
+  launch=()
+  [ "$path" == agent ] && launch=("$GPUSNAP" run --)
+  app_start p 180 "${launch[@]}" "$GS_APPS/pattern" --size 8G --alloc-size 1G --seed 87 || finish
+  pid=${APP_PID[p]}
+  expect_vram_at_least p "$pid" 8192
+  img=$GS_WORK/img-$path
+  plugin_dump "$pid" "$img"
+  check_eq "criu dump of 8 GiB through the plugin ($path path)" "$PLUGIN_RC" 0
+  check "the plugin took the $path path" grep -q "is off the GPU: $path path" "$img/dump.log"
+  check "process $pid is gone" wait_pid_gone "$pid"
+  gs_run inspect "$img/gpusnap/$pid"
+  expect_rc 0 "inspect of gpusnap/$pid"
+  plugin_restore "$img"
+  check_eq "criu restore of 8 GiB through the plugin ($path path)" "$PLUGIN_RC" 0
+  check_eq "restored pid" "$PLUGIN_PID" "$pid"
+  APP_OWN[p]=restored
+  check "the restored process is running on the GPU" plugin_wait_loaded "$pid"
+  expect_vram_at_least p "$pid" 8192
+  app_verify p "8 GiB pattern after criu restore through the plugin ($path path)" || finish
+  if [ "$path" == agent ]; then
+    plugin_dump "$pid" "$GS_WORK/img-lr" --leave-running
+    check_eq "criu dump --leave-running through the plugin" "$PLUGIN_RC" 0
+    check "the process runs on" pid_alive "$pid"
+    check "its agent took its data back" plugin_wait_loaded "$pid"
+    app_verify p "8 GiB pattern after criu dump --leave-running" || finish
+  fi
+  app_quit p
+  app_forget p
+done
+finish
