@@ -141,7 +141,9 @@ restore_check() {
   try "$part: the restored apps run" wait_started "$name" || return 0
   grows "$count"
   check "$part: the counter goes on from where it stopped (${RESTORE_FROM:-?} -> $(tail -n 1 "$count"))" counts_on "${RESTORE_FROM:-0}"
+  local failed=$TEST_FAILED
   verify_ok "$part: the fake GPU data after the restore, every byte"
+  [ "$TEST_FAILED" = "$failed" ] || criu_log restore.log
   check "$part: the restored agent listens on its control socket again" agent_listens
 }
 
