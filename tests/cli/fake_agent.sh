@@ -141,3 +141,14 @@ phys() { cat "$FAKE_CUDA_DIR/$PID.phys" 2>/dev/null || echo none; }
 handles() { cat "$FAKE_CUDA_DIR/$PID.handles" 2>/dev/null || echo none; }
 pinned() { cat "$FAKE_CUDA_DIR/$PID.pinned" 2>/dev/null || echo 0; }
 jget() { json_get "$OUT_TXT" "$1" 2>/dev/null; }
+
+# agent_field NAME: a field of the agent in `gpusnap state --json` of the app
+agent_field() {
+  run_gpusnap state --json "$APP"
+  jget "['agent']['$1']"
+}
+# reply_ok TITLE COMMAND WORD: the app answers COMMAND with "WORD OK ..."
+reply_ok() {
+  app_cmd "$2"
+  case $REPLY in "$3 OK"*) pass "$1" ;; *) fail "$1" "$REPLY" "agent log: $(tail -n 3 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;; esac
+}

@@ -19,15 +19,6 @@ app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agen
 fake_agent_env
 export FAKE_CUDA_GPUS=2
 
-# agent_field NAME: a field of the agent in `gpusnap state --json`
-agent_field() {
-  run_gpusnap state --json "$APP"
-  jget "['agent']['$1']"
-}
-reply_ok() { # TITLE COMMAND WORD
-  app_cmd "$2"
-  case $REPLY in "$3 OK"*) pass "$1" ;; *) fail "$1" "$REPLY" "agent log: $(tail -n 3 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;; esac
-}
 
 start_app
 unmanaged0=$(agent_field unmanaged_allocations)

@@ -22,14 +22,6 @@ app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agen
 fake_agent_env
 export FAKE_CUDA_GPUS=2
 
-agent_field() {
-  run_gpusnap state --json "$APP"
-  jget "['agent']['$1']"
-}
-reply_ok() { # TITLE COMMAND WORD
-  app_cmd "$2"
-  case $REPLY in "$3 OK"*) pass "$1" ;; *) fail "$1" "$REPLY" "agent log: $(tail -n 3 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;; esac
-}
 cycle() { # TITLE
   run_gpusnap suspend "$APP"; expect "suspend ($1)" 0
   check "suspend released every allocation ($1; left: $(phys))" test "$(phys)" = 0

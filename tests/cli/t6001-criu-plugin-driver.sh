@@ -38,19 +38,6 @@ cleanup_all() {
 }
 trap cleanup_all EXIT
 
-settled() { # "lines last" once LOG stopped growing (the process is frozen or gone)
-  local a b
-  a=$(wc -l <"$1"); sleep 0.1; b=$(wc -l <"$1")
-  [ "$a" = "$b" ] && echo "$b $(tail -n 1 "$1")"
-}
-# continues LOG N VALUE: lines N+1.. are VALUE+1, VALUE+2, ... (the memory came back)
-continues() {
-  local log=$1 n=$2 value=$3 i want="" got
-  wait_lines "$log" $((n + 10)) || return 1
-  got=$(sed -n "$((n + 1)),$((n + 10))p" "$log" | tr '\n' ' ')
-  for ((i = 1; i <= 10; i++)); do want+="$((value + i)) "; done
-  [ "$got" = "$want" ] || { echo "    got '$got', want '$want'"; return 1; }
-}
 fake_log_has() { grep -qx -- "$1" "$FAKE_CUDA_LOG" || { echo "    fake log: $(tr '\n' ';' <"$FAKE_CUDA_LOG")"; return 1; }; }
 
 # ---- dump, gone, restore, counts on ----
