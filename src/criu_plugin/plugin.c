@@ -199,6 +199,7 @@ static int plugin_init(int stage)
 {
 	gsp.stage = stage;
 	gsp.images_fd = -1;
+	gsp.loads_rd = gsp.loads_wr = -1;
 	/* pre-dump leaves the GPU alone: its pages are not the process's data while it runs */
 	if (stage == GSP_STAGE_PRE_DUMP)
 		return 0;

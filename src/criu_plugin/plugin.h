@@ -64,6 +64,13 @@ struct gsp_state {
 	/* restore */
 	struct gsp_image *images;
 	int nimages;
+	/*
+	 * The helpers that have agents load their GPU data hold loads_wr (each
+	 * writes one byte, 0 or 1 for a failed load, before it ends); the exit
+	 * hook reads loads_rd until they all ended. -1 when none was started.
+	 */
+	int loads_rd, loads_wr;
+	int nloads;
 };
 
 extern struct gsp_state gsp;

@@ -232,9 +232,19 @@ int gsp_restore_init(void)
 	return 0;
 }
 
-/* Like the dump's helper: once CRIU let the process go, its agent loads the GPU data from the image. */
+/*
+ * Like the dump's helper: once CRIU let the process go, its agent loads the
+ * GPU data from the image. The helper holds gsp.loads_wr and writes its
+ * result there before it ends, so criu (the exit hook) returns only once
+ * every load ended: "restored" means the GPU data is back.
+ */
 static void agent_load_later(pid_t pid, const char *image)
 {
+	int p[2];
+	if (gsp.loads_wr < 0 && !pipe2(p, O_CLOEXEC)) {
+		gsp.loads_rd = p[0];
+		gsp.loads_wr = p[1];
+	}
 	pid_t child = fork();
 	if (child < 0) {
 		gsp_err("cannot start the helper that loads process %d's GPU data: %s; killed", (int)pid, strerror(errno));
@@ -242,11 +252,14 @@ static void agent_load_later(pid_t pid, const char *image)
 		return;
 	}
 	if (child > 0) {
+		gsp.nloads++;
 		waitpid(child, NULL, 0);
 		return;
 	}
 	if (fork() != 0)
 		_exit(0);
+	if (gsp.loads_rd >= 0)
+		close(gsp.loads_rd);
 	struct cli_agent ag;
 	struct gs_err e = { 0 };
 	int rc = GS_E_AGENT;
@@ -269,7 +282,52 @@ static void agent_load_later(pid_t pid, const char *image)
 		gsp_err("process %d could not load its GPU data: %s; killed", (int)pid, e.msg[0] ? e.msg : "no agent");
 		kill(pid, SIGKILL);
 	}
+	char result = rc ? 1 : 0;
+	if (gsp.loads_wr >= 0 && write(gsp.loads_wr, &result, 1) < 0)
+		_exit(1);
 	_exit(0);
+}
+
+/*
+ * After a restore that succeeded, CRIU has let every task go (this hook
+ * comes after it detached): wait until each agent loaded its GPU data, so
+ * that criu, and runc or Podman above it, return only once the restored
+ * processes hold their data. Bounded: each helper bounds its own wait for
+ * the agent and the agent's load.
+ */
+static void wait_for_loads(int ret)
+{
+	if (gsp.loads_wr >= 0)
+		close(gsp.loads_wr);
+	gsp.loads_wr = -1;
+	if (gsp.loads_rd < 0)
+		return;
+	int failed = 0, ended = 0;
+	double t = gs_now();
+	/* a failed restore killed the tasks: their helpers end by themselves, nothing to wait for */
+	if (!ret && gsp.nloads)
+		gsp_info("waiting for the agents of %d process%s to load their GPU data", gsp.nloads,
+			 gsp.nloads == 1 ? "" : "es");
+	while (!ret) {
+		char result;
+		ssize_t n = read(gsp.loads_rd, &result, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		ended++;
+		failed += result != 0;
+	}
+	close(gsp.loads_rd);
+	gsp.loads_rd = -1;
+	if (ret)
+		return;
+	if (failed)
+		gsp_err("%d of %d restored process%s could not load its GPU data and was killed (see above)", failed,
+			gsp.nloads, gsp.nloads == 1 ? "" : "es");
+	else
+		gsp_info("the agents of %d process%s loaded their GPU data (%.2f s after the restore)", ended,
+			 ended == 1 ? "" : "es", gs_now() - t);
 }
 
 int gsp_resume_devices_late(int pid)
@@ -311,7 +369,7 @@ int gsp_resume_devices_late(int pid)
 
 void gsp_restore_fini(int ret)
 {
-	(void)ret;
+	wait_for_loads(ret);
 	for (int i = 0; i < gsp.nimages; i++) {
 		gs_image_close(gsp.images[i].img);
 		free(gsp.images[i].pairs);

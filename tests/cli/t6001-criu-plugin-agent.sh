@@ -38,8 +38,8 @@ flip() { # flip FILE OFFSET: inverts one bit
   python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"
 }
 # loaded [PID]: the agent of PID (default $PID) says running within 30 s: it loaded its GPU data after the
-# restore (criu returns before; the app's GPU work waits in the agent's gate, but this app's verify reads
-# the fake's device memory directly)
+# restore (criu returns only once it has: the plugin's exit hook waits; this app's verify reads the fake's
+# device memory directly, past the agent's gate, so it must not come earlier)
 loaded() {
   local i st
   for ((i = 0; i < 300; i++)); do

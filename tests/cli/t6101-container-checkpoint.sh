@@ -101,6 +101,12 @@ criu_log() {
   [ -n "$f" ] && grep -h "Error (\|gpusnap: " "$f" | tail -n 8 | sed 's/^/    /'
   return 0
 }
+# log_says FILE TEXT: CRIU's newest FILE (dump.log, restore.log) has a line with TEXT
+log_says() {
+  local f
+  f=$(find "$TEST_TMP/storage" "$TEST_TMP/runroot" -name "$1" -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)
+  grep -qF -- "$2" "${f:-/dev/null}" || { echo "    ${f:-no $1} lacks '$2'"; return 1; }
+}
 # agent_listens: the app's agent accepts a connection on its control socket (/run/gpusnap in the container)
 agent_listens() {
   local nspid sock
@@ -183,12 +189,19 @@ else
   cp "$plugin" "$TEST_TMP/plugins-b/"
   echo "libdir $TEST_TMP/plugins-b" >"$TEST_TMP/criu-gs-b.conf"
   export FAKE_CUDA_DIR=$TEST_TMP/fake-b # the state files the plugin's driver and the app's share
-  start_container gs-b "$FAKE_CUDA_DIR" --pid=host -v "$FAKE_CUDA_DIR:$FAKE_CUDA_DIR" || { test_done; exit; }
+  # Windows in the restored agent's load (its 2nd operation, after the dump's, holds 1 s before its
+  # work; its first copy to the GPU holds 1 s): the restore returns only once the GPU data is back.
+  # Before, podman's restore returned while the agent was still loading, and the verify below read
+  # memory not yet mapped (the app died, the plugin's helper logged the failed load) or not yet filled.
+  start_container gs-b "$FAKE_CUDA_DIR" --pid=host -v "$FAKE_CUDA_DIR:$FAKE_CUDA_DIR" \
+    -e GPUSNAP_FAULT=agent-operation@2=hold:1,agent-copy-in=hold:1 || { test_done; exit; }
   check "B: the app registered with the shared fake driver" test -e "$FAKE_CUDA_DIR/$HPID"
   if checkpoint_remove B gs-b; then
     check "B: the archive carries gpusnap's GPU image (checkpoint/gpusnap/)" \
       sh -c "tar -tf '$TEST_TMP/gs-b.tar' | grep -q '^checkpoint/gpusnap/.'"
     restore_check B gs-b
+    check "B: criu returned once the agent had loaded the GPU data (restore.log)" \
+      log_says restore.log "loaded their GPU data"
   fi
   pm rm -f -t 0 gs-b >/dev/null 2>&1
 fi
