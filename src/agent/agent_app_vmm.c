@@ -58,6 +58,14 @@ static struct {
 	struct gs_vh_table *t; /* made at the first cuMemCreate the agent records */
 } vt = { PTHREAD_MUTEX_INITIALIZER, NULL };
 
+/* Records a handle under vt.lock, making the table at the first one: 0 with *vh, or a GS_E_* code with err. */
+static int add_locked(const struct gs_vh_handle *init, uint64_t *vh, struct gs_err *err)
+{
+	if (!vt.t && !(vt.t = gs_vh_table_new()))
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	return gs_vh_add(vt.t, init, vh, err);
+}
+
 static void count_unmanaged(size_t n, uint64_t bytes)
 {
 	struct gs_agent *a = gs_agent_get();
@@ -151,9 +159,7 @@ static CUresult app_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	uint64_t vh = 0;
 	struct gs_err err = { 0 };
 	pthread_mutex_lock(&vt.lock);
-	if (!vt.t && !(vt.t = gs_vh_table_new()))
-		gs_fail(&err, GS_E_FAILURE, "out of memory");
-	int rc = err.code ? err.code : gs_vh_add(vt.t, &init, &vh, &err);
+	int rc = add_locked(&init, &vh, &err);
 	pthread_mutex_unlock(&vt.lock);
 	if (rc) {
 		pr_err("cannot record an allocation handle: %s", err.msg);
@@ -328,9 +334,7 @@ static CUresult app_import(CUmemGenericAllocationHandle *handle, void *os_handle
 	uint64_t vh = 0;
 	struct gs_err err = { 0 };
 	pthread_mutex_lock(&vt.lock);
-	if (!vt.t && !(vt.t = gs_vh_table_new()))
-		gs_fail(&err, GS_E_FAILURE, "out of memory");
-	int rc = err.code ? err.code : gs_vh_add(vt.t, &init, &vh, &err);
+	int rc = add_locked(&init, &vh, &err);
 	if (!rc && gs_share_note_import_locked(vh, (int)(intptr_t)os_handle)) {
 		gs_vh_remove(vt.t, vh);
 		rc = gs_fail(&err, GS_E_FAILURE, "cannot keep a duplicate of the descriptor");
