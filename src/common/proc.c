@@ -162,3 +162,28 @@ bool gs_proc_has_open_file(pid_t pid, const char *prefix)
 	closedir(d);
 	return found;
 }
+
+int gs_proc_status_ids(pid_t pid, uid_t *uid, pid_t *nspid)
+{
+	char path[64], text[8192];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (gs_read_small_file(path, text, sizeof(text)) < 0)
+		return -1;
+	unsigned ruid, euid;
+	const char *u = strstr(text, "\nUid:");
+	if (!u || sscanf(u + 5, "%u %u", &ruid, &euid) != 2)
+		return -1;
+	*uid = euid;
+	*nspid = pid;
+	const char *ns = strstr(text, "\nNSpid:");
+	if (ns) {
+		const char *p = ns + 7;
+		int v;
+		int used;
+		while (sscanf(p, "%d%n", &v, &used) == 1) {
+			*nspid = v; /* the last value is the pid in the process's own namespace */
+			p += used;
+		}
+	}
+	return 0;
+}

@@ -35,6 +35,13 @@ pid_t gs_proc_ppid(pid_t pid);
 int gs_proc_tree(pid_t pid, pid_t **out, size_t *count, struct gs_err *err);
 /* True if the process maps a library whose file name contains `needle` (e.g. "libcuda.so"). */
 bool gs_proc_maps_contain(pid_t pid, const char *needle);
+
+/*
+ * Effective uid and innermost pid (NSpid's last field: the pid the process
+ * sees for itself in its own namespace) from /proc/<pid>/status; *nspid is
+ * pid where the kernel shows no NSpid. 0, or -1 when the file is unreadable.
+ */
+int gs_proc_status_ids(pid_t pid, uid_t *euid, pid_t *nspid);
 /* True if the process has an open file whose path starts with prefix (e.g. "/dev/nvidia"). */
 bool gs_proc_has_open_file(pid_t pid, const char *prefix);
 

@@ -104,32 +104,6 @@ static int environ_get(const char *path, const char *name, char *out, size_t n)
 	return rc;
 }
 
-/* Effective uid and innermost pid (NSpid) from /proc/<pid>/status. */
-static int read_status(pid_t pid, uid_t *uid, pid_t *nspid)
-{
-	char path[64], text[8192];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (gs_read_small_file(path, text, sizeof(text)) < 0)
-		return -1;
-	unsigned ruid, euid;
-	const char *u = strstr(text, "\nUid:");
-	if (!u || sscanf(u + 5, "%u %u", &ruid, &euid) != 2)
-		return -1;
-	*uid = euid;
-	*nspid = pid;
-	const char *ns = strstr(text, "\nNSpid:");
-	if (ns) {
-		const char *p = ns + 7;
-		int v;
-		int used;
-		while (sscanf(p, "%d%n", &v, &used) == 1) {
-			*nspid = v; /* the last value is the pid in the process's own namespace */
-			p += used;
-		}
-	}
-	return 0;
-}
-
 int gs_ctl_find_agent(pid_t pid, char *buf, size_t n, struct gs_err *err)
 {
 	int rc = gs_proc_check(pid, err);
@@ -137,7 +111,7 @@ int gs_ctl_find_agent(pid_t pid, char *buf, size_t n, struct gs_err *err)
 		return rc;
 	uid_t uid;
 	pid_t nspid;
-	if (read_status(pid, &uid, &nspid))
+	if (gs_proc_status_ids(pid, &uid, &nspid))
 		return gs_fail(err, GS_E_NO_PROCESS, "cannot read the status of process %d", (int)pid);
 
 	/* GPUSNAP_RUN_DIR as the process was started with it */

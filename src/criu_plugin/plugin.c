@@ -84,24 +84,9 @@ static void session_close(void)
 
 pid_t gsp_ns_pid(pid_t pid)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return pid;
-	pid_t ns = pid;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "NSpid:", 6))
-			continue;
-		char *last = NULL, *save = NULL;
-		for (char *t = strtok_r(line + 6, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save))
-			last = t;
-		if (last)
-			ns = (pid_t)atoi(last);
-		break;
-	}
-	fclose(f);
-	return ns;
+	uid_t uid;
+	pid_t ns;
+	return gs_proc_status_ids(pid, &uid, &ns) ? pid : ns;
 }
 
 /*
