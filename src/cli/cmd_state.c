@@ -12,6 +12,7 @@
 #include "cli/agent_client.h"
 #include "cli/cli.h"
 #include "cli/op_lock.h"
+#include "cli/report.h"
 #include "core/protocol.h"
 #include "common/proc.h"
 #include "common/util.h"
@@ -66,14 +67,7 @@ int cmd_state(int argc, char **argv)
 		cli_session_close(&s);
 		return cli_report_error(&err);
 	}
-	/* with --keep-context the driver sees a running process while the agent holds its data */
-	const char *state = gs_cuda_state_name(st);
-	if (ag.present && ag.state == GS_AGENT_DATA_RELEASED && st == CU_PROCESS_STATE_RUNNING)
-		state = "suspended";
-	else if (ag.present && ag.state == GS_AGENT_GATED && st == CU_PROCESS_STATE_RUNNING)
-		state = "gated"; /* between the two steps of a --tree suspend */
-	else if (ag.present && ag.state != GS_AGENT_RUNNING && st == CU_PROCESS_STATE_RUNNING)
-		state = "suspended";
+	const char *state = cli_process_state_name(st, ag.present, ag.state);
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));
 	/* what an operation at work, or one that was killed, has to do with the state */

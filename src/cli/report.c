@@ -7,7 +7,29 @@
 #include <string.h>
 
 #include "common/proc.h"
+#include "core/protocol.h"
 #include "common/util.h"
+
+const char *cli_process_state_name(CUprocessState st, bool agent_present, uint64_t agent_state)
+{
+	if (!agent_present || st != CU_PROCESS_STATE_RUNNING || agent_state == GS_AGENT_RUNNING)
+		return gs_cuda_state_name(st);
+	return agent_state == GS_AGENT_GATED ? "gated" : "suspended";
+}
+
+/* after a successful suspend by the agent the data is off the GPU whatever the driver says */
+static const char *state_after_name(const struct cli_outcome *o, int i)
+{
+	const struct gs_ckpt_proc *p = &o->procs[i];
+	const struct cli_agent *ag = &o->agents[i];
+	if (!p->state_known)
+		return "unknown";
+	if (!o->rc && ag->present && !strcmp(o->action, "suspend"))
+		return cli_process_state_name(p->state_after, true, GS_AGENT_DATA_RELEASED);
+	if (!o->rc && !strcmp(o->action, "resume"))
+		return gs_cuda_state_name(p->state_after);
+	return cli_process_state_name(p->state_after, ag->present, ag->state);
+}
 
 static void print_json(struct cli_session *s, const struct cli_outcome *o)
 {
@@ -25,8 +47,8 @@ static void print_json(struct cli_session *s, const struct cli_outcome *o)
 		gs_json_kv_string(&j, "comm", comm);
 		const struct cli_agent *ag = &o->agents[i];
 		gs_json_kv_string(&j, "path", ag->present ? "agent" : "driver");
-		gs_json_kv_string(&j, "state_before", gs_cuda_state_name(p->state_before));
-		gs_json_kv_string(&j, "state_after", p->state_known ? gs_cuda_state_name(p->state_after) : "unknown");
+		gs_json_kv_string(&j, "state_before", cli_process_state_name(p->state_before, ag->present, ag->state));
+		gs_json_kv_string(&j, "state_after", state_after_name(o, i));
 		gs_json_key(&j, "times");
 		gs_json_object_begin(&j);
 		if (!strcmp(o->action, "suspend")) {
@@ -83,7 +105,7 @@ static void print_human(struct cli_session *s, const struct cli_outcome *o)
 		char comm[64], b1[32], b2[32];
 		gs_proc_comm(p->pid, comm, sizeof(comm));
 		if (o->rc && p->state_known)
-			printf("%d (%s): %s\n", (int)p->pid, comm, gs_cuda_state_name(p->state_after));
+			printf("%d (%s): %s\n", (int)p->pid, comm, state_after_name(o, i));
 		else if (o->rc)
 			continue;
 		else {

@@ -21,6 +21,13 @@ struct cli_outcome {
 	const struct gs_err *err;
 };
 
+/*
+ * The state a user sees: the driver's, except where the agent holds the data
+ * while the driver sees a running process (a --keep-context suspend, or between
+ * the two steps of a --tree suspend). agent_state: enum gs_agent_state.
+ */
+const char *cli_process_state_name(CUprocessState st, bool agent_present, uint64_t agent_state);
+
 void cli_print_outcome(struct cli_session *s, const struct cli_outcome *o, bool json);
 
 #endif

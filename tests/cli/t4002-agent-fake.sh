@@ -51,7 +51,12 @@ run_gpusnap suspend --keep-context --json "$APP"; expect "suspend --keep-context
 check "--keep-context released the memory" test "$(phys)" = 0
 check "--keep-context keeps the staging memory pinned ($(pinned) ranges)" test "$(pinned)" -gt 0
 check "--keep-context leaves the driver running" test "$(fake_state)" = 0
+check "--keep-context reports the process suspended, not the driver's running" \
+  test "$(jget "['processes'][0]['state_after']")" = suspended
+run_gpusnap state "$APP"; expect "state after --keep-context" 0 suspended
 run_gpusnap resume --json "$APP"; expect "resume after --keep-context" 0
+check "resume after --keep-context: before suspended, after running" \
+  test "$(jget "['processes'][0]['state_before']")/$(jget "['processes'][0]['state_after']")" = suspended/running
 verify_ok "the data after a --keep-context cycle"
 
 app_cmd free-some
