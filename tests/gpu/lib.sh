@@ -634,6 +634,15 @@ wait_pid_gone() { # PID
   return 1
 }
 
+wait_pid_reaped() { # PID: gone from /proc (a zombie not yet reaped still holds the PID)
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ -e "/proc/$1" ] || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # gpusnap dump --json of PID into DIR (EXTRA ARGS: --leave-running, --driver), then:
 # exit 0, JSON ok, the path taken (WANT_PATH: agent|driver), the process gone
 # (or running with --leave-running). Logs the GPU and CRIU parts.

@@ -36,7 +36,10 @@ plugin_dump() { # PID DIR [ARGS...]
   rm -rf "$dir"
   mkdir -p "$dir"
   plugin_job_args "$pid"
-  printf '%s\n' "${PLUGIN_JOB[@]}" >"$dir.job"
+  # one option per line, and an empty file for none (printf of no words still writes a newline,
+  # which restore would pass to criu as an empty argument)
+  : >"$dir.job"
+  [ ${#PLUGIN_JOB[@]} -eq 0 ] || printf '%s\n' "${PLUGIN_JOB[@]}" >"$dir.job"
   log "\$ criu dump --tree $pid -D $dir --libdir $GS_PLUGIN_DIR ${PLUGIN_JOB[*]} $*"
   t0=$EPOCHREALTIME
   timeout -k 5 "${GS_CMD_TIMEOUT:-300}" "$GS_CRIU_BIN" dump --tree "$pid" --images-dir "$dir" --libdir "$GS_PLUGIN_DIR" \
@@ -45,6 +48,11 @@ plugin_dump() { # PID DIR [ARGS...]
   PLUGIN_SECS=$(gs_elapsed "$t0")
   log "  exit $PLUGIN_RC after ${PLUGIN_SECS}s"
   log_block "  plugin| " "$(grep 'gpusnap:' "$dir/dump.log" 2>/dev/null)"
+  # criu killed the tree; a restored process's parent is init, which may reap it late, and
+  # until then its PID is taken ("Can't fork for PID: File exists"): wait, outside the timing
+  if [ "$PLUGIN_RC" == 0 ] && [[ " $* " != *" --leave-running "* ]]; then
+    wait_pid_reaped "$pid" || log "  pid $pid still held (not reaped) after 10 s"
+  fi
   [ "$PLUGIN_RC" == 0 ] || log_block "  criu| " "$(grep -i 'error' "$dir/dump.log" 2>/dev/null | tail -n 10)"
 }
 
