@@ -67,6 +67,8 @@ NO_PLUGINS=$GS_WORK/no-plugins
 mkdir -p "$NV_PLUGINS" "$NO_PLUGINS"
 CC=$NV/bin/cuda-checkpoint
 NV_MISSING=""
+# a copy that lost its mode bits on the way (it came through the device tool's carry)
+[ -f "$CC" ] && [ ! -x "$CC" ] && chmod +x "$CC"
 if [ -x "$CC" ] && [ -f "$NV/criu-plugins/cuda_plugin.so" ]; then
   cp "$NV/criu-plugins/cuda_plugin.so" "$NV_PLUGINS/"
   # CRIU's plugin runs "cuda-checkpoint" from PATH (criu passes its PATH on).
