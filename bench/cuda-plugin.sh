@@ -120,7 +120,7 @@ excerpt() { # LOG
   grep -E 'Error|cuda_plugin|gpusnap:|WARN' "$1" 2>/dev/null | tail -n 12
 }
 
-# STATUS/WHY/LOGF of the way now running: the first failure wins.
+# STATUS (and LOGF, the log to show) of the way now running: the first failure wins.
 failed() { # REASON [LOG]
   [ "$STATUS" == ok ] || return 0
   STATUS="FAIL: $1"
@@ -160,6 +160,7 @@ run_way() { # SIZE WAY
     ROWS+=("$size|$way|-|-|FAIL: app did not start||")
     FAILURES+=("$size $way: the pattern app did not start: $(tail -n 3 "${APP_ERRF[$name]}" 2>/dev/null | tr '\n' ' ')")
     FAILED=1
+    pid_alive "${APP_PID[$name]:-0}" && gs_kill_pid "${APP_PID[$name]}"
     app_forget "$name"
     return
   fi
