@@ -16,6 +16,9 @@
 #   GPUSNAP_NO_BENCH=1    skip the benchmarks
 #   GPUSNAP_BENCH_DUMP_SIZES  also run bench/dump.sh (dump/restore to files) for these sizes after
 #                         bench/run.sh; GPUSNAP_BENCH_DUMP_PATHS its paths (default "agent driver")
+#   GPUSNAP_BENCH_CUDA_PLUGIN  also run bench/cuda-plugin.sh (CRIU's cuda_plugin and cuda-checkpoint by
+#                         hand vs gpusnap_criu.so) for these sizes, e.g. 8G; needs .cache/nvidia from
+#                         scripts/get-cuda-checkpoint.sh; GPUSNAP_BENCH_CUDA_PLUGIN_WAYS its ways
 #   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240; a test's "# gpu-test-limit: N" line raises it)
 #   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
 #                         10-minute device call still ends with a summary; tests not run are SKIP rows
@@ -42,7 +45,8 @@ LOGS=$WORK/logs
 TEST_TIMEOUT=${GPUSNAP_TEST_TIMEOUT:-240}
 DEADLINE=${GPUSNAP_DEADLINE_S:-540}
 mkdir -p "$OUT" "$LOGS" || exit 1
-rm -f "$OUT/summary.txt" "$OUT/logs.tar.gz" "$OUT/bench.md" "$OUT/bench.jsonl" "$OUT/bench-dump.md" "$OUT/bench-dump.jsonl"
+rm -f "$OUT/summary.txt" "$OUT/logs.tar.gz" "$OUT/bench.md" "$OUT/bench.jsonl" "$OUT/bench-dump.md" "$OUT/bench-dump.jsonl" \
+  "$OUT/bench-cuda-plugin.md"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
@@ -87,6 +91,8 @@ save() {
     echo
     [ -s "$OUT/bench-dump.md" ] && cat "$OUT/bench-dump.md"
     echo
+    [ -s "$OUT/bench-cuda-plugin.md" ] && cat "$OUT/bench-cuda-plugin.md"
+    echo
     failures
     echo "logs: $LOGS (and logs.tar.gz)"
   } >"$OUT/summary.txt"
@@ -116,6 +122,10 @@ final() {
   if [ -s "$OUT/bench-dump.md" ]; then
     echo
     cat "$OUT/bench-dump.md"
+  fi
+  if [ -s "$OUT/bench-cuda-plugin.md" ]; then
+    echo
+    cat "$OUT/bench-cuda-plugin.md"
   fi
   [ $NFAIL -eq 0 ]
   exit $?
@@ -270,6 +280,27 @@ if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_DUMP_SIZES:-}" ]; 
       *)
         grep -E '^(FAIL|ERROR)' "$LOGS/bench-dump.log" | head -n 8 | sed 's/^/  /'
         add_row bench-dump FAIL "exit $rc, see logs/bench-dump.log" ;;
+    esac
+  fi
+fi
+if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_CUDA_PLUGIN:-}" ]; then
+  left=$(remaining)
+  if [ "$left" -lt 120 ]; then
+    add_row bench-cuda-plugin SKIP "not run: ${left}s left before the suite deadline (GPUSNAP_DEADLINE_S=$DEADLINE)"
+  else
+    echo "== CRIU's cuda_plugin vs gpusnap_criu.so (bench/cuda-plugin.sh)"
+    t0=$SECONDS
+    OUT=$OUT GPUSNAP_BUILD=$BUILD GPUSNAP_BENCH_WORK=$LOGS/bench-cuda-plugin GPUSNAP_BENCH_SIZES=$GPUSNAP_BENCH_CUDA_PLUGIN \
+      GPUSNAP_BENCH_WAYS=${GPUSNAP_BENCH_CUDA_PLUGIN_WAYS:-cuda_plugin cuda-checkpoint driver agent} \
+      timeout -k 15 $((left - 5)) bash "$SRC/bench/cuda-plugin.sh" >"$LOGS/bench-cuda-plugin.log" 2>&1
+    rc=$?
+    kill_leftovers "$LOGS/bench-cuda-plugin/pids"
+    case $rc in
+      0) add_row bench-cuda-plugin PASS "every way verified after restore, $((SECONDS - t0))s" ;;
+      124 | 137) add_row bench-cuda-plugin FAIL "timed out after $((SECONDS - t0))s, see logs/bench-cuda-plugin.log" ;;
+      *)
+        grep -E '^(FAIL|ERROR)' "$LOGS/bench-cuda-plugin.log" | head -n 8 | sed 's/^/  /'
+        add_row bench-cuda-plugin FAIL "exit $rc (the table's failures say which way), see logs/bench-cuda-plugin.log" ;;
     esac
   fi
 fi
