@@ -701,3 +701,19 @@ server_client_start() { # SEED [CLIENT ARGS...]
   GS_APP_STDERR="file" app_start client 60 python3 "$GS_SRC/tests/gpu/py/server_client.py" --seed "$seed" "$@" \
     --a "$GS_WORK/srv.json" --b "$GS_WORK/twin.json"
 }
+
+# Sends a command to app client (server_client_start); PASS if the answer starts with WANT.
+client_ask() { # COMMAND REPLY_PREFIX WANT DESC [TIMEOUT_S]
+  if app_cmd client "$1" "$2" "${5:-300}" && [[ $REPLY_LINE == "$3"* ]]; then
+    pass "$4 ($REPLY_LINE)"
+    return 0
+  fi
+  fail "$4: ${REPLY_LINE:-no answer}"
+  return 1
+}
+
+# Answers of the restored server against the twin's, over HTTP (reconnecting) and UDP.
+client_same_as_twin() { # WHEN
+  client_ask "compare 20" COMPARE "COMPARE SAME" "$1: 20 answers equal to the twin's"
+  client_ask "udp 3" UDP "UDP SAME" "$1: UDP ping and generation answered as by the twin"
+}

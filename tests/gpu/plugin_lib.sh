@@ -6,7 +6,7 @@
 # plugin_init: a plugin folder with gpusnap_criu.so alone ($GS_PLUGIN_DIR).
 # plugin_dump PID DIR [ARGS]: criu dump --tree PID into DIR (fresh) through it;
 #   PLUGIN_RC, PLUGIN_SECS (wall), the log in DIR/dump.log.
-# plugin_restore DIR: criu restore -d from DIR; PLUGIN_RC, PLUGIN_SECS, PLUGIN_PID.
+# plugin_restore DIR [ARGS]: criu restore -d from DIR; PLUGIN_RC, PLUGIN_SECS, PLUGIN_PID.
 # plugin_wait_loaded PID: until gpusnap state says running (an agent image's data
 #   is loaded by the agent after criu returned); its wall time is added to PLUGIN_SECS.
 
@@ -51,19 +51,21 @@ plugin_dump() { # PID DIR [ARGS...]
   # criu killed the tree; a restored process's parent is init, which may reap it late, and
   # until then its PID is taken ("Can't fork for PID: File exists"): wait, outside the timing
   if [ "$PLUGIN_RC" == 0 ] && [[ " $* " != *" --leave-running "* ]]; then
+    wait "$pid" 2>/dev/null # a child of this shell is reaped by it (no-op for others)
     wait_pid_reaped "$pid" || log "  pid $pid still held (not reaped) after 10 s"
   fi
   [ "$PLUGIN_RC" == 0 ] || log_block "  criu| " "$(grep -i 'error' "$dir/dump.log" 2>/dev/null | tail -n 10)"
 }
 
-plugin_restore() { # DIR
+plugin_restore() { # DIR [ARGS...]
   local dir=$1 t0 job=()
+  shift
   [ -s "$dir.job" ] && mapfile -t job <"$dir.job"
   rm -f "$dir.pid"
-  log "\$ criu restore -D $dir --libdir $GS_PLUGIN_DIR -d ${job[*]}"
+  log "\$ criu restore -D $dir --libdir $GS_PLUGIN_DIR -d ${job[*]} $*"
   t0=$EPOCHREALTIME
   timeout -k 5 "${GS_CMD_TIMEOUT:-300}" "$GS_CRIU_BIN" restore --images-dir "$dir" --work-dir "$GS_WORK" \
-    --libdir "$GS_PLUGIN_DIR" --file-locks -d --pidfile "$dir.pid" --log-file "restore-$$.log" -v4 "${job[@]}" \
+    --libdir "$GS_PLUGIN_DIR" --file-locks -d --pidfile "$dir.pid" --log-file "restore-$$.log" -v4 "${job[@]}" "$@" \
     >"$dir.rout" 2>&1
   PLUGIN_RC=$?
   PLUGIN_SECS=$(gs_elapsed "$t0")

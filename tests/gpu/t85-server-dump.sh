@@ -19,22 +19,6 @@ if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
 fi
 require_criu
 
-# Sends a command to the client; PASS if the answer starts with WANT.
-ask() { # COMMAND REPLY_PREFIX WANT DESC [TIMEOUT_S]
-  if app_cmd client "$1" "$2" "${5:-300}" && [[ $REPLY_LINE == "$3"* ]]; then
-    pass "$4 ($REPLY_LINE)"
-    return 0
-  fi
-  fail "$4: ${REPLY_LINE:-no answer}"
-  return 1
-}
-
-# Answers of the restored server against the twin's, over HTTP (reconnecting) and UDP.
-same_as_twin() { # WHEN
-  ask "compare 20" COMPARE "COMPARE SAME" "$1: 20 answers equal to the twin's"
-  ask "udp 3" UDP "UDP SAME" "$1: UDP ping and generation answered as by the twin"
-}
-
 # One summary line per variant, printed last: ok, FAILED or skipped.
 SUMMARY=()
 variant_begin() { V_FAIL0=$GS_FAIL; }
@@ -50,8 +34,8 @@ server_pair_start 85 || finish
 pid=${APP_PID[srv]}
 log "server ports: $(cat "$GS_WORK/srv.json"), twin: $(cat "$GS_WORK/twin.json")"
 server_client_start 85 || finish
-ask open OPEN "OPEN SAME" "keep-alive connections to the server and its twin"
-same_as_twin "before any dump"
+client_ask open OPEN "OPEN SAME" "keep-alive connections to the server and its twin"
+client_same_as_twin "before any dump"
 
 # Ends the test after a dump or restore failed: nothing after it can be checked.
 stop_here() { variant_end "$1"; print_summary; finish; }
@@ -60,18 +44,18 @@ stop_here() { variant_end "$1"; print_summary; finish; }
 variant_begin
 dump_checked "$pid" "$GS_WORK/img-close" agent --tcp-close || stop_here "agent path, --tcp-close"
 restore_checked "$GS_WORK/img-close" "$pid" || stop_here "agent path, --tcp-close"
-ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--tcp-close: the idle keep-alive connection comes back closed"
-same_as_twin "after dump --tcp-close and restore"
+client_ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--tcp-close: the idle keep-alive connection comes back closed"
+client_same_as_twin "after dump --tcp-close and restore"
 variant_end "agent path, --tcp-close"
 
 # 2. --tcp-established: CRIU locks the connections with iptables while it works.
 if command -v iptables >/dev/null 2>&1 && iptables -w -n -L >/dev/null 2>&1; then
   variant_begin
-  ask open OPEN "OPEN SAME" "a new idle keep-alive connection before dump --tcp-established"
+  client_ask open OPEN "OPEN SAME" "a new idle keep-alive connection before dump --tcp-established"
   dump_checked "$pid" "$GS_WORK/img-established" agent --tcp-established || stop_here "agent path, --tcp-established"
   restore_checked "$GS_WORK/img-established" "$pid" || stop_here "agent path, --tcp-established"
-  ask keepalive KEEPALIVE "KEEPALIVE SAME" "--tcp-established: the idle keep-alive connection answers on, as the twin"
-  same_as_twin "after dump --tcp-established and restore"
+  client_ask keepalive KEEPALIVE "KEEPALIVE SAME" "--tcp-established: the idle keep-alive connection answers on, as the twin"
+  client_same_as_twin "after dump --tcp-established and restore"
   variant_end "agent path, --tcp-established"
 else
   skip "dump --tcp-established: no working iptables here (CRIU locks established connections with it)"
@@ -80,11 +64,11 @@ fi
 
 # 3. the driver path: the driver checkpoints the GPU state, the agent stands aside.
 variant_begin
-ask open OPEN "OPEN SAME" "a new idle keep-alive connection before dump --driver"
+client_ask open OPEN "OPEN SAME" "a new idle keep-alive connection before dump --driver"
 dump_checked "$pid" "$GS_WORK/img-driver" driver --driver --tcp-close || stop_here "driver path, --tcp-close"
 restore_checked "$GS_WORK/img-driver" "$pid" || stop_here "driver path, --tcp-close"
-ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--driver --tcp-close: the idle keep-alive connection comes back closed"
-same_as_twin "after dump --driver and restore"
+client_ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--driver --tcp-close: the idle keep-alive connection comes back closed"
+client_same_as_twin "after dump --driver and restore"
 variant_end "driver path, --tcp-close"
 
 app_cmd client server-stats SERVERSTATS 30 && log "server after the restores: $REPLY_LINE"
