@@ -23,6 +23,7 @@
 # Result (a few tens of KiB, meant to be carried to the GPU machine, which has no network):
 #   DEST/bin/cuda-checkpoint         put DEST/bin first in PATH: CRIU's plugin runs it from PATH
 #   DEST/criu-plugins/cuda_plugin.so a folder with that plugin alone, for criu --libdir
+#   DEST/src/counter.cu              NVIDIA's counter example (UDP), which t87 builds and runs
 #   DEST/LICENSE.cuda-checkpoint, DEST/SOURCES (where each came from)
 # Building needs cc and make (CRIU's feature tests and compel's generated headers); nothing is
 # installed system-wide. Exit status: 0 ready; 1 failure; 3 something missing and not downloadable.
@@ -99,7 +100,7 @@ fi
 
 stamp_want="criu_ref=$criu_ref"
 if [ "$force" = 0 ] && [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$stamp_want" ] &&
-	[ -x "$dest/bin/cuda-checkpoint" ] && [ -f "$dest/criu-plugins/cuda_plugin.so" ]; then
+	[ -x "$dest/bin/cuda-checkpoint" ] && [ -f "$dest/criu-plugins/cuda_plugin.so" ] && [ -f "$dest/src/counter.cu" ]; then
 	say "already there (CRIU $criu_ref; --force fetches and builds again): $dest"
 	ready=1
 else
@@ -122,6 +123,9 @@ if [ "$ready" = 0 ]; then
 	fi
 	if [ -n "$g" ]; then
 		commit=$(git --git-dir="$g" rev-parse HEAD)
+		# NVIDIA's counter example (the UDP server of their README), built on the GPU machine by t87
+		mkdir -p "$new/src"
+		git --git-dir="$g" show "HEAD:src/counter.cu" >"$new/src/counter.cu" 2>/dev/null || rm -f "$new/src/counter.cu"
 		git --git-dir="$g" show "HEAD:$cc_path" >"$work/cuda-checkpoint" ||
 			die "no $cc_path in $cc_repo"
 		git --git-dir="$g" show "HEAD:bin/x86_64_Linux/LICENSE" >"$new/LICENSE.cuda-checkpoint" 2>/dev/null ||
@@ -133,6 +137,8 @@ if [ "$ready" = 0 ]; then
 		say "downloading cuda-checkpoint from $cc_url"
 		download "$cc_url/$cc_path" "$work/cuda-checkpoint" ||
 			die "could not download $cc_url/$cc_path (no network?); give --cuda-checkpoint-repo" 3
+		mkdir -p "$new/src"
+		download "$cc_url/src/counter.cu" "$new/src/counter.cu" || rm -f "$new/src/counter.cu"
 		download "$cc_url/bin/x86_64_Linux/LICENSE" "$new/LICENSE.cuda-checkpoint" ||
 			die "could not download NVIDIA's license of cuda-checkpoint" 3
 		cc_from="NVIDIA/cuda-checkpoint main, $cc_url/$cc_path, downloaded $(date -u '+%Y-%m-%d')"
@@ -214,8 +220,9 @@ if [ "$ready" = 0 ]; then
 		echo "header: $hdr"
 	} >"$new/SOURCES"
 	rm -f "$dest/.stamp"
-	rm -rf "${dest:?}/bin" "$dest/criu-plugins" "$dest/SOURCES" "$dest/LICENSE.cuda-checkpoint"
+	rm -rf "${dest:?}/bin" "$dest/criu-plugins" "$dest/SOURCES" "$dest/LICENSE.cuda-checkpoint" "$dest/src"
 	mv "$new/bin" "$new/criu-plugins" "$new/SOURCES" "$new/LICENSE.cuda-checkpoint" "$dest/"
+	if [ -s "$new/src/counter.cu" ]; then mv "$new/src" "$dest/"; else say "NVIDIA's counter example not found: t87 skips it"; fi
 	echo "$stamp_want" >"$dest/.stamp"
 fi
 

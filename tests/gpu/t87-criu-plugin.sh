@@ -8,7 +8,12 @@
 #    `gpusnap run` (agent path: the agent streams into gpusnap/<pid>/ of CRIU's
 #    image directory, passed as a descriptor), each dumped, gone, restored,
 #    verified bit for bit; the agent one then criu dump --leave-running: it
-#    runs on and verifies.
+#    runs on and verifies;
+#  - NVIDIA's own counter example (src/counter.cu of NVIDIA/cuda-checkpoint,
+#    a UDP server whose counter lives in GPU memory; fetched by
+#    scripts/get-cuda-checkpoint.sh, built here with nvcc, never committed),
+#    bare and under `gpusnap run`: answers 101, 102; criu dump and restore
+#    through the plugin; it answers 103. A visible SKIP when not fetched.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/plugin_lib.sh"
 gs_test_init t87-criu-plugin
@@ -78,4 +83,50 @@ for path in driver agent; do
   app_quit p
   app_forget p
 done
+
+# ---- NVIDIA's counter example (UDP port 10000), driver path then agent path ----
+nv_src=${GPUSNAP_NVIDIA_CACHE:-$GS_SRC/.cache/nvidia}/src/counter.cu
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+# One datagram to the counter, its answer on stdout ("" when none came within 5 s).
+udp_ask() {
+  local line=''
+  exec 7<>/dev/udp/127.0.0.1/10000 || return 1
+  printf 'hello' >&7
+  # one read of the whole datagram: bash's read takes a byte at a time, and a datagram read in part is lost
+  line=$(timeout 5 dd bs=64 count=1 status=none <&7 2>/dev/null | tr -d '\n')
+  exec 7>&-
+  printf '%s' "$line"
+}
+if [ ! -s "$nv_src" ]; then
+  skip "NVIDIA's counter example: $nv_src is missing (scripts/get-cuda-checkpoint.sh fetches it)"
+elif ! "$nvcc_bin" -o "$GS_WORK/nv-counter" "$nv_src" >"$GS_WORK/nvcc.log" 2>&1; then
+  fail "nvcc could not build NVIDIA's counter example: $(tail -n 3 "$GS_WORK/nvcc.log")"
+else
+  for path in driver agent; do
+    launch=()
+    [ "$path" == agent ] && launch=("$GPUSNAP" run --)
+    setsid "${launch[@]}" "$GS_WORK/nv-counter" </dev/null >/dev/null 2>&1 &
+    pid=$!
+    GS_EXTRA_PIDS+=("$pid")
+    gs_track_pid "$pid"
+    first=''
+    for ((i = 0; i < 100; i++)); do
+      first=$(udp_ask 2>/dev/null)
+      [ -n "$first" ] && break
+      sleep 0.1
+    done
+    check_eq "NVIDIA's counter ($path path) answers its first datagram" "$first" 101
+    check_eq "and its second" "$(udp_ask)" 102
+    plugin_dump "$pid" "$GS_WORK/nv-img-$path"
+    check_eq "criu dump of NVIDIA's counter through the plugin ($path path)" "$PLUGIN_RC" 0
+    check "the plugin took the $path path" grep -q "is off the GPU: $path path" "$GS_WORK/nv-img-$path/dump.log"
+    check "the counter is gone" wait_pid_reaped "$pid"
+    plugin_restore "$GS_WORK/nv-img-$path"
+    check_eq "criu restore of NVIDIA's counter through the plugin ($path path)" "$PLUGIN_RC" 0
+    check "the restored counter is running on the GPU" plugin_wait_loaded "$pid"
+    check_eq "the restored counter goes on from its GPU memory ($path path)" "$(udp_ask)" 103
+    gs_kill_pid "$pid"
+    wait_pid_reaped "$pid"
+  done
+fi
 finish
