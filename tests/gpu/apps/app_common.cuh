@@ -206,6 +206,27 @@ static inline bool read_command(char *buf, size_t len)
 	return true;
 }
 
+/* One command of an app's stdin protocol: the line that names it, and what it does (it replies). */
+struct app_command {
+	const char *name;
+	void (*run)(void);
+};
+
+/* Reads commands until "quit" or the end of stdin, runs each one named in cmds, answers "UNKNOWN <line>" to the rest. */
+template <size_t N> static inline void serve_commands(const app_command (&cmds)[N])
+{
+	char line[256];
+	while (read_command(line, sizeof(line)) && strcmp(line, "quit")) {
+		size_t i = 0;
+		while (i < N && strcmp(line, cmds[i].name))
+			i++;
+		if (i < N)
+			cmds[i].run();
+		else
+			reply("UNKNOWN %s", line);
+	}
+}
+
 /* Exit status of an app: 0 only if no error was ever seen. */
 static inline int app_exit_status(void)
 {

@@ -42,6 +42,7 @@ static uint64_t g_next_seed;
 static uint64_t *g_scratch;                /* on GPU 0, as large as the largest buffer */
 static unsigned long long *g_bad[2];       /* a mismatch counter on each GPU */
 static size_t g_size;
+static bool g_can_peer; /* each GPU can access the other */
 
 __global__ void k_fill(uint64_t *p, size_t n, uint64_t seed)
 {
@@ -190,7 +191,7 @@ int main(int argc, char **argv)
 	}
 	if (!CK(cudaDeviceCanAccessPeer(&can01, 0, 1)) || !CK(cudaDeviceCanAccessPeer(&can10, 1, 0)))
 		return 1;
-	bool can = can01 && can10;
+	bool can = g_can_peer = can01 && can10;
 	size_t scratch = g_size > MiB ? g_size : MiB;
 	if (!CK(cudaSetDevice(0)) || !CK(cudaMalloc(&g_scratch, scratch)) || !CK(cudaMalloc(&g_bad[0], 8)) ||
 	    !CK(cudaSetDevice(1)) || !CK(cudaMalloc(&g_bad[1], 8)) || !alloc_set() ||
@@ -200,24 +201,15 @@ int main(int argc, char **argv)
 		    !CK(cudaDeviceEnablePeerAccess(0, 0))))
 		return 1;
 	reply("READY %d", (int)getpid());
-	char line[256];
-	while (read_command(line, sizeof(line))) {
-		if (!strcmp(line, "canpeer"))
-			reply("CANPEER %d", can ? 1 : 0);
-		else if (!strcmp(line, "alloc-new"))
-			alloc_set() ? reply("ALLOC OK %zu", g_bufs.size()) : reply("ALLOC FAIL %s", first_error().c_str());
-		else if (!strcmp(line, "peer-read"))
-			peer_read();
-		else if (!strcmp(line, "peer-write"))
-			peer_write();
-		else if (!strcmp(line, "peer-copy"))
-			peer_copy();
-		else if (!strcmp(line, "verify"))
-			verify();
-		else if (!strcmp(line, "quit"))
-			break;
-		else
-			reply("UNKNOWN %s", line);
-	}
+	static const app_command commands[] = {
+		{ "canpeer", [] { reply("CANPEER %d", g_can_peer ? 1 : 0); } },
+		{ "alloc-new",
+		  [] { alloc_set() ? reply("ALLOC OK %zu", g_bufs.size()) : reply("ALLOC FAIL %s", first_error().c_str()); } },
+		{ "peer-read", peer_read },
+		{ "peer-write", peer_write },
+		{ "peer-copy", peer_copy },
+		{ "verify", verify },
+	};
+	serve_commands(commands);
 	return app_exit_status();
 }

@@ -34,6 +34,7 @@ struct buffer {
 static std::vector<buffer> g_bufs;
 static cudaMemPool_t g_host_pool, g_ipc_pool;
 static void *g_capture_free;
+static int g_host; /* 1: the driver has memory pools in host memory (H exists) */
 static cudaStream_t g_stream;
 
 static bool fill(const char *name, void *p, size_t size, uint64_t seed)
@@ -159,26 +160,17 @@ static bool setup(int *host)
 int main(void)
 {
 	g_app_name = "pools";
-	int host = 0;
-	if (!CK(cudaSetDevice(0)) || !CK(cudaFree(0)) || !setup(&host)) {
+	if (!CK(cudaSetDevice(0)) || !CK(cudaFree(0)) || !setup(&g_host)) {
 		app_info("setup failed: %s", first_error().c_str());
 		return 1;
 	}
 	reply("READY %d", (int)getpid());
-	char line[256];
-	while (read_command(line, sizeof(line))) {
-		if (!strcmp(line, "host"))
-			reply("HOST %d", host);
-		else if (!strcmp(line, "where"))
-			where();
-		else if (!strcmp(line, "capture-free"))
-			capture_free();
-		else if (!strcmp(line, "verify"))
-			verify();
-		else if (!strcmp(line, "quit"))
-			break;
-		else
-			reply("UNKNOWN %s", line);
-	}
+	static const app_command commands[] = {
+		{ "host", [] { reply("HOST %d", g_host ? 1 : 0); } },
+		{ "where", where },
+		{ "capture-free", capture_free },
+		{ "verify", verify },
+	};
+	serve_commands(commands);
 	return app_exit_status();
 }

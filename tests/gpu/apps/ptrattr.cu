@@ -188,16 +188,7 @@ int main(void)
 		g_blocks.push_back(b);
 	}
 	reply("READY %d", (int)getpid());
-	char line[256];
-	while (read_command(line, sizeof(line))) {
-		if (!strcmp(line, "attrs"))
-			attrs();
-		else if (!strcmp(line, "verify"))
-			verify();
-		else if (!strcmp(line, "quit"))
-			break;
-		else
-			reply("UNKNOWN %s", line);
-	}
+	static const app_command commands[] = { { "attrs", attrs }, { "verify", verify } };
+	serve_commands(commands);
 	return app_exit_status();
 }
