@@ -23,6 +23,7 @@
 #include "agent/agent.h"
 #include "agent/agent_app_vmm.h"
 #include "agent/agent_contexts.h"
+#include "agent/agent_fds.h"
 #include "agent/agent_lifecycle.h"
 #include "agent/agent_share.h"
 #include "agent/agent_mover.h"
@@ -280,8 +281,10 @@ static void open_log(void)
 	if (!path || !*path)
 		return;
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (fd >= 0)
+	if (fd >= 0) {
 		gs_log_set_fd(fd);
+		gs_agent_fds_set_log(fd);
+	}
 }
 
 /*
@@ -328,6 +331,8 @@ static void start_control_server(void)
 	if (gs_ctl_agent_socket_path(path, sizeof(path), &err) ||
 	    gs_ctl_server_start(path, serve_request, &the_agent, 0, &control_server, &err))
 		pr_err("no control socket, gpusnap will use the driver path for this process: %s", err.msg);
+	/* an app that closes every descriptor at its start leaves these open (agent_fds.h) */
+	gs_agent_fds_set_server(control_server);
 }
 
 /*
@@ -360,6 +365,7 @@ static void forget_parent_gpu_state(struct gs_agent *a)
 /* After fork(), in the child: let go of the parent's server (its descriptors too) and start one of its own. */
 static void after_fork_in_child(void)
 {
+	gs_agent_fds_set_server(NULL);
 	gs_ctl_server_abandon(control_server);
 	control_server = NULL;
 	forget_parent_gpu_state(&the_agent);
@@ -386,6 +392,7 @@ static void check_reserve_size(void)
 __attribute__((constructor)) static void agent_init(void)
 {
 	gs_log_init_from_env();
+	gs_agent_fds_init();
 	open_log();
 	struct gs_err err = { 0 };
 	/*
@@ -411,6 +418,7 @@ __attribute__((constructor)) static void agent_init(void)
 
 __attribute__((destructor)) static void agent_fini(void)
 {
+	gs_agent_fds_set_server(NULL);
 	gs_ctl_server_stop(control_server);
 	control_server = NULL;
 }

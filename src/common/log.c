@@ -7,18 +7,51 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static enum gs_log_level current_level = GS_LOG_WARN;
-static int log_fd = 2;
+static int log_fd = 2; /* atomic: -1 once a file of our own was found gone */
+/* The log file's identity when it is one of our own (not stderr): checked before each line. */
+static bool log_is_own;
+static dev_t log_dev;
+static ino_t log_ino;
 
 void gs_log_set_level(enum gs_log_level level) { current_level = level; }
 enum gs_log_level gs_log_get_level(void) { return current_level; }
-void gs_log_set_fd(int fd) { log_fd = fd; }
+
+void gs_log_set_fd(int fd)
+{
+	struct stat st;
+	log_is_own = fd != 2 && !fstat(fd, &st);
+	if (log_is_own) {
+		log_dev = st.st_dev;
+		log_ino = st.st_ino;
+	}
+	__atomic_store_n(&log_fd, fd, __ATOMIC_RELEASE);
+}
+
+/*
+ * The descriptor to write a line to, -1 for none: an app that closes every
+ * descriptor closes the agent's log file too, and the number may be the
+ * app's file by now, which must never get our lines.
+ */
+static int line_fd(void)
+{
+	int fd = __atomic_load_n(&log_fd, __ATOMIC_ACQUIRE);
+	if (fd < 0 || !log_is_own)
+		return fd;
+	struct stat st;
+	if (!fstat(fd, &st) && st.st_dev == log_dev && st.st_ino == log_ino)
+		return fd;
+	__atomic_store_n(&log_fd, -1, __ATOMIC_RELEASE);
+	return -1;
+}
 
 void gs_log_init_from_env(void)
 {
@@ -62,8 +95,13 @@ static void emit(enum gs_log_level level, const char *prefix, const char *fmt, v
 	if ((size_t)n >= sizeof(line) - 1)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	ssize_t w = write(log_fd, line, (size_t)n);
-	(void)w;
+	int saved = errno; /* a caller may read errno after logging it */
+	int fd = line_fd();
+	if (fd >= 0) {
+		ssize_t w = write(fd, line, (size_t)n);
+		(void)w;
+	}
+	errno = saved;
 }
 
 void gs_log(enum gs_log_level level, const char *prefix, const char *fmt, ...)

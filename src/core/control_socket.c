@@ -343,11 +343,19 @@ struct conn {
 	bool finished; /* its thread is done and may be joined (under s->lock) */
 };
 
+/* What a descriptor is, to tell it from another file given the same number after the app closed ours. */
+struct fd_identity {
+	dev_t dev;
+	ino_t ino;
+};
+
 struct gs_ctl_server {
-	int listen_fd, stop_fd;
+	int listen_fd, stop_fd; /* atomic; -1 once lost to the app (see control_socket.h) */
+	struct fd_identity listen_id, stop_id;
+	bool stopping; /* atomic: set by gs_ctl_server_stop, for a server whose eventfd was lost */
 	pthread_t thread;
 	char path[SUN_PATH_MAX];
-	dev_t dev;
+	dev_t dev; /* the socket file at path (not the socket itself) */
 	ino_t ino;
 	gs_ctl_handler fn;
 	void *ctx;
@@ -365,6 +373,12 @@ int gs_ctl_take_passed_fd(void)
 	int f = passed_fd;
 	passed_fd = -1;
 	return f;
+}
+
+/* The eventfd that wakes the connections' waits; -1 once the app closed it (then they end by their timeout). */
+static int stop_fd_of(const struct gs_ctl_server *s)
+{
+	return __atomic_load_n(&s->stop_fd, __ATOMIC_ACQUIRE);
 }
 
 static void serve_client(struct gs_ctl_server *s, int fd)
@@ -388,7 +402,7 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 		bool io_failed;
 		passed_fd = -1;
 		int rc = recv_frame(fd, GS_PEER_CLI, &frame, &len, &io_failed, &passed_fd, gs_now() + s->io_timeout,
-				    s->stop_fd, &err);
+				    stop_fd_of(s), &err);
 		if (!rc)
 			rc = gs_msg_decode(frame, len, GS_PEER_CLI, &req, &err);
 		else
@@ -417,7 +431,7 @@ static void serve_client(struct gs_ctl_server *s, int fd)
 			close(left);
 		gs_msg_free(&req);
 	}
-	if (gs_ctl_send(fd, &reply, gs_now() + s->io_timeout, s->stop_fd, &err))
+	if (gs_ctl_send(fd, &reply, gs_now() + s->io_timeout, stop_fd_of(s), &err))
 		pr_debug("cannot send control reply: %s", err.msg);
 	gs_msg_free(&reply);
 }
@@ -459,7 +473,7 @@ static void refuse_busy(struct gs_ctl_server *s, int fd, const char *why)
 	struct gs_msg reply;
 	gs_msg_init(&reply, GS_MSG_RESULT);
 	gs_msg_set_result(&reply, GS_E_AGENT, "%s", why);
-	if (gs_ctl_send(fd, &reply, gs_now(), s->stop_fd, &err))
+	if (gs_ctl_send(fd, &reply, gs_now(), stop_fd_of(s), &err))
 		pr_debug("cannot send control reply: %s", err.msg);
 	gs_msg_free(&reply);
 	close(fd);
@@ -499,22 +513,128 @@ static void start_connection(struct gs_ctl_server *s, int fd)
 	}
 }
 
+static bool identify(int fd, struct fd_identity *id)
+{
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st))
+		return false;
+	id->dev = st.st_dev;
+	id->ino = st.st_ino;
+	return true;
+}
+
+static bool still_ours(int fd, const struct fd_identity *id)
+{
+	struct fd_identity now;
+	return identify(fd, &now) && now.dev == id->dev && now.ino == id->ino;
+}
+
+void gs_ctl_server_own_fds(const struct gs_ctl_server *s, int out[2])
+{
+	out[0] = s ? __atomic_load_n(&s->listen_fd, __ATOMIC_ACQUIRE) : -1;
+	out[1] = s ? __atomic_load_n(&s->stop_fd, __ATOMIC_ACQUIRE) : -1;
+}
+
+/* The socket file at path is the one this server bound (not another process's since). */
+static bool path_is_ours(const struct gs_ctl_server *s)
+{
+	struct stat st;
+	return !lstat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino;
+}
+
+/*
+ * A listening socket bound at path, with the socket file's and the socket's
+ * identities; path must be free (the caller removed what was there).
+ */
+static int open_listener(const char *path, int *out_fd, struct fd_identity *file_id, struct fd_identity *sock_id,
+			 struct gs_err *err)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create the control socket");
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr))) {
+		int e = errno;
+		close(fd);
+		return gs_fail_errno(err, e == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, e,
+				     "cannot bind control socket '%s'", path);
+	}
+	struct stat st;
+	if (chmod(path, 0600) || stat(path, &st) || listen(fd, 16) || !identify(fd, sock_id)) {
+		int e = errno;
+		unlink(path);
+		close(fd);
+		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot set up control socket '%s'", path);
+	}
+	file_id->dev = st.st_dev;
+	file_id->ino = st.st_ino;
+	*out_fd = fd;
+	return 0;
+}
+
+/*
+ * The app closed the listening socket (its number may be another file now,
+ * which is left alone): listen anew at the same path. A failure is retried
+ * at the next check.
+ */
+static void listen_again(struct gs_ctl_server *s)
+{
+	static bool said;
+	if (!said) {
+		pr_warn("the app closed the control socket's descriptor; listening anew at %s", s->path);
+		said = true;
+	}
+	if (path_is_ours(s))
+		unlink(s->path);
+	struct gs_err err = { 0 };
+	struct fd_identity file_id;
+	int fd;
+	if (open_listener(s->path, &fd, &file_id, &s->listen_id, &err)) {
+		pr_debug("%s", err.msg);
+		return;
+	}
+	s->dev = file_id.dev;
+	s->ino = file_id.ino;
+	__atomic_store_n(&s->listen_fd, fd, __ATOMIC_RELEASE);
+}
+
+/* Forgets (never closes) a long-lived descriptor the app has closed; true if it was lost. */
+static bool lost(int *fdp, const struct fd_identity *id)
+{
+	int fd = __atomic_load_n(fdp, __ATOMIC_ACQUIRE);
+	if (fd < 0)
+		return true;
+	if (still_ours(fd, id))
+		return false;
+	__atomic_store_n(fdp, -1, __ATOMIC_RELEASE);
+	return true;
+}
+
 static void *server_main(void *arg)
 {
 	struct gs_ctl_server *s = arg;
 	for (;;) {
-		struct pollfd p[2] = { { s->listen_fd, POLLIN, 0 }, { s->stop_fd, POLLIN, 0 } };
-		if (poll(p, 2, -1) < 0) {
+		if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+			return NULL;
+		/* looked at on every tick: a descriptor the app closed is never polled, read or accepted on */
+		(void)lost(&s->stop_fd, &s->stop_id);
+		if (lost(&s->listen_fd, &s->listen_id))
+			listen_again(s);
+		int listen_fd = __atomic_load_n(&s->listen_fd, __ATOMIC_ACQUIRE);
+		struct pollfd p[2] = { { listen_fd, POLLIN, 0 }, { __atomic_load_n(&s->stop_fd, __ATOMIC_ACQUIRE), POLLIN, 0 } };
+		int r = poll(p, 2, GS_CTL_CHECK_MS);
+		if (r < 0) {
 			if (errno == EINTR)
 				continue;
 			pr_perror("control server poll failed");
 			return NULL;
 		}
-		if (p[1].revents)
+		if (p[1].revents & POLLIN)
 			return NULL;
-		if (!p[0].revents)
+		if (!(p[0].revents & POLLIN) || !still_ours(listen_fd, &s->listen_id))
 			continue;
-		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				pr_perror("control server accept failed");
@@ -613,24 +733,17 @@ int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double i
 		free(s);
 		return gs_fail_errno(err, GS_E_FAILURE, rc, "cannot start the control server");
 	}
+	s->listen_fd = -1;
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (s->stop_fd < 0 || s->listen_fd < 0) {
-		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create the control socket");
+	if (s->stop_fd < 0 || !identify(s->stop_fd, &s->stop_id)) {
+		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create the control socket's eventfd");
 		goto fail;
 	}
-	if (bind(s->listen_fd, (struct sockaddr *)&addr, sizeof(addr))) {
-		rc = gs_fail_errno(err, errno == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, errno,
-				   "cannot bind control socket '%s'", path);
+	struct fd_identity file_id;
+	if ((rc = open_listener(path, &s->listen_fd, &file_id, &s->listen_id, err)))
 		goto fail;
-	}
-	if (chmod(path, 0600) || stat(path, &st) || listen(s->listen_fd, 16)) {
-		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot set up control socket '%s'", path);
-		unlink(path);
-		goto fail;
-	}
-	s->dev = st.st_dev;
-	s->ino = st.st_ino;
+	s->dev = file_id.dev;
+	s->ino = file_id.ino;
 
 	/* agents that ended without removing their socket (a fork child's _exit, SIGKILL): the next one does */
 	char dir[SUN_PATH_MAX];
@@ -664,24 +777,34 @@ fail:
 	return rc;
 }
 
+/* Closes a long-lived descriptor only if it still is the server's (else the number may be the app's). */
+static void close_if_ours(int fd, const struct fd_identity *id)
+{
+	if (fd >= 0 && still_ours(fd, id))
+		close(fd);
+}
+
 void gs_ctl_server_stop(struct gs_ctl_server *s)
 {
 	if (!s)
 		return;
+	__atomic_store_n(&s->stopping, true, __ATOMIC_RELEASE);
+	/* without its eventfd (lost to the app) the server sees the flag within GS_CTL_CHECK_MS */
+	int stop_fd = __atomic_load_n(&s->stop_fd, __ATOMIC_ACQUIRE);
 	uint64_t one = 1;
-	while (write(s->stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
-		;
+	if (stop_fd >= 0 && still_ours(stop_fd, &s->stop_id))
+		while (write(stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+			;
 	pthread_join(s->thread, NULL);
 	/* every connection's I/O waits on stop_fd too; a handler under way is waited for */
 	for (int i = 0; i < GS_CTL_MAX_CONNECTIONS; i++)
 		if (s->conns[i].used)
 			pthread_join(s->conns[i].thread, NULL);
 	/* remove the socket file only if it is still ours (not a newer process's) */
-	struct stat st;
-	if (!lstat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino)
+	if (path_is_ours(s))
 		unlink(s->path);
-	close(s->listen_fd);
-	close(s->stop_fd);
+	close_if_ours(s->listen_fd, &s->listen_id);
+	close_if_ours(s->stop_fd, &s->stop_id);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -696,8 +819,8 @@ void gs_ctl_server_abandon(struct gs_ctl_server *s)
 		if (fd >= 0)
 			close(fd);
 	}
-	close(s->listen_fd);
-	close(s->stop_fd);
+	close_if_ours(s->listen_fd, &s->listen_id);
+	close_if_ours(s->stop_fd, &s->stop_id);
 	free(s);
 }
 

@@ -32,6 +32,18 @@
  * running handlers to return, joins every thread, closes and removes the
  * socket file.
  *
+ * Descriptors lost to the app: an app that closes every descriptor
+ * (close_range, closefrom, a loop of close) at its start closes the
+ * listening socket and the eventfd too. The server remembers what each of
+ * its two long-lived descriptors is (device and inode) and looks again at
+ * every wake-up and at least every GS_CTL_CHECK_MS: one that is no longer
+ * its own is forgotten, never read, written or closed (its number may be
+ * the app's now), and a lost listening socket is made anew at the same
+ * path. A stop then comes through a flag the server looks at on the same
+ * tick. The agent also keeps its descriptors out of the app's close_range
+ * and closefrom (agent_fds.c); this is what remains when an app closes them
+ * another way.
+ *
  * Stale sockets: an agent that ends without stopping its server (a fork
  * child that leaves by _exit, a SIGKILL) leaves its socket file behind;
  * nobody listens on it, so the client finds "no agent listening" (GS_E_AGENT)
@@ -99,6 +111,15 @@ struct gs_ctl_server;
  */
 int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double io_timeout_s,
 			struct gs_ctl_server **out, struct gs_err *err);
+/* How often, at most, the server looks whether its descriptors are still its own. */
+#define GS_CTL_CHECK_MS 500
+/*
+ * The server's long-lived descriptors as it holds them now: out[0] the
+ * listening socket, out[1] the eventfd (-1 for one it lost, or s NULL).
+ * Takes no lock and calls nothing but atomic loads: the agent asks it from
+ * close_range, which an app may call in a fork child.
+ */
+void gs_ctl_server_own_fds(const struct gs_ctl_server *s, int out[2]);
 /* Stops and frees the server (NULL is fine). Safe while idle or mid-request. */
 void gs_ctl_server_stop(struct gs_ctl_server *s);
 /*

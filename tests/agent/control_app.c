@@ -15,6 +15,11 @@
  *   fork-return   the same through exit() (destructors run) -> "RETURNED <pid>"
  *   verify        the 4 MiB hold their pattern -> "VERIFY OK 1" (or 0 before alloc-thread's)
  *   quit
+ * CONTROL_APP_CLOSE_ALL closes every descriptor above 2 first thing in main,
+ * as daemons do: "close_range" and "closefrom" through libc (the agent keeps
+ * its own), "syscall" (the raw system call) and "loop" (close() of each, then
+ * two files opened, which take the lowest numbers, the agent's old ones):
+ * the agent's control server must notice and listen anew.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -22,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -144,8 +151,37 @@ static void fork_return(void)
 	fork_and_leave(true);
 }
 
+static int close_all(void)
+{
+	const char *how = getenv("CONTROL_APP_CLOSE_ALL");
+	if (!how || !*how)
+		return 0;
+	int rc = 0;
+	if (!strcmp(how, "close_range")) {
+		rc = close_range(3, ~0U, 0);
+	} else if (!strcmp(how, "closefrom")) {
+		closefrom(3);
+	} else if (!strcmp(how, "syscall")) {
+		rc = (int)syscall(SYS_close_range, 3U, ~0U, 0U);
+	} else if (!strcmp(how, "loop")) {
+		for (int fd = 3; fd < 1024; fd++)
+			close(fd);
+		/* kept open for the app's life: they take the numbers the agent's socket and eventfd had */
+		if (open("/dev/null", O_RDONLY) < 0 || open("/dev/null", O_RDONLY) < 0)
+			rc = -1;
+	} else {
+		fprintf(stderr, "control_app: unknown CONTROL_APP_CLOSE_ALL '%s'\n", how);
+		return -1;
+	}
+	if (rc)
+		perror("control_app: closing every descriptor");
+	return rc;
+}
+
 int main(void)
 {
+	if (close_all())
+		return 1;
 	fake_app_open_driver("control_app");
 	fake_app_gpa("cuMemAlloc", &p_alloc);
 	*(void **)&p_sync = fake_app_need("cuCtxSynchronize");

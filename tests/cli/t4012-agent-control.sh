@@ -13,6 +13,8 @@
 #    child), the parent's socket does not stay connectable through the child
 #    once the parent is gone, and sockets of processes that are gone are
 #    removed by the next agent;
+#  - an app that closes every descriptor at its start (close_range, closefrom,
+#    the raw system call, a close() loop) is still reached through its agent;
 #  - `run --reserve` beyond the host's memory is refused (exit 13) and the
 #    agent warns about a GPUSNAP_RESERVE set by hand beyond it.
 . "$(dirname "$0")/lib.sh"
@@ -134,6 +136,34 @@ check "... and of the child that left through _exit" test ! -e "$(sock "$exited"
 check "... but not the live child's" test -S "$(sock "$child")"
 quit_app "the next app exits cleanly"
 kill -9 "$child"
+
+# -- an app that closes every descriptor at its start (daemons, sandboxes)
+# close_range/closefrom through libc: the agent keeps its socket, eventfd and log open.
+# The raw system call and a close() loop (then files on the old numbers): the control
+# server finds its descriptors gone (it looks every 0.5 s) and listens anew.
+agent_path_now() { # the agent answers gpusnap state
+  run_gpusnap state --json "$APP"
+  [ "$RC" = 0 ] && [ "$(jget "['path']")" = agent ]
+}
+for how in close_range closefrom syscall loop; do
+  start_with CONTROL_APP_CLOSE_ALL=$how
+  if [ "$how" = close_range ] || [ "$how" = closefrom ]; then
+    check "$how: the agent answers at once" agent_path_now
+    check "$how: its descriptors were never lost" sh -c "! grep -q 'listening anew' '$TEST_TMP/agent.log'"
+  else
+    for _ in $(seq 30); do agent_path_now && break; sleep 0.1; done
+    # (its log went with the app's close: the descriptor of GPUSNAP_AGENT_LOG is closed too)
+    check "$how: the agent answers again within 3 s" agent_path_now
+  fi
+  app_cmd alloc-thread
+  wait_line '^ALLOC OK' || fail "$how: the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
+  run_gpusnap suspend --json "$APP"; expect "$how: suspend" 0
+  check "$how: the suspend took the agent path" test "$(jget "['processes'][0]['path']")" = agent
+  run_gpusnap resume "$APP"; expect "$how: resume" 0
+  verify_ok "$how: the data after a cycle"
+  quit_app "$how: the app exits cleanly"
+  rm -f "$TEST_TMP/agent.log"
+done
 
 # -- --reserve beyond the host's memory
 run_gpusnap run --reserve 1000T -- sh -c 'echo ran'
