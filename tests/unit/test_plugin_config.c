@@ -96,6 +96,26 @@ static void test_every_key(void)
 	CHECK_INT(c.leave_running, -1);
 }
 
+/* The example of README.md ("Containers: the CRIU plugin") as it is written there. */
+static void test_readme_example(void)
+{
+	struct gs_plugin_config c;
+	struct gs_err err;
+	CHECK_INT(parse(&c,
+			"# restore: the GPU map, as gpusnap restore --map\n"
+			"map = 0=1, 1=0\n"
+			"# restore: yes skips the checksum pass\n"
+			"no_verify = no\n"
+			"# dump: yes takes the driver path even where the agent runs\n"
+			"driver = no\n"
+			"# dump: seconds to wait for running GPU work, 0 = no limit\n"
+			"timeout = 30\n",
+			&err),
+		  0);
+	CHECK_STR(c.map, "0=1, 1=0");
+	CHECK(!c.no_verify && !c.driver && c.timeout_s == 30);
+}
+
 /* Each malformed input: refused, GS_E_USAGE, one line naming the file, and what it says. */
 static void test_malformed(void)
 {
@@ -318,6 +338,7 @@ int main(void)
 	}
 	RUN(test_defaults);
 	RUN(test_every_key);
+	RUN(test_readme_example);
 	RUN(test_malformed);
 	RUN(test_random_inputs);
 	RUN(test_environment_wins);
