@@ -102,13 +102,13 @@ GPUSNAP_FAULT=plugin-verify=hold:2 criu_restore "$img"
 check "criu restore with a slow checksum pass succeeds" rc_ok
 check "its agent loaded the GPU data" loaded
 verify_ok "the data after a restore with a slow checksum pass"
-after_fork() { # the pass's result is logged after CRIU forked the task, and waited for
-  local r=$TEST_TMP/restore.log f g
+after_fork() { # the pass's result is logged after CRIU forked the task and before the task was put back on the GPU
+  local r=$TEST_TMP/restore.log f g b
   f=$(grep -n "Forking task with $PID pid" "$r" | head -n 1 | cut -d: -f1)
   g=$(grep -n "checksums of its GPU image good" "$r" | head -n 1 | cut -d: -f1)
-  [ -n "$f" ] && [ -n "$g" ] && [ "$f" -lt "$g" ] ||
-    { echo "    forking at line ${f:-none}, checksums at ${g:-none}"; return 1; }
-  grep -q "the checksum pass is done (waited [1-9]" "$r" || grep -q "the checksum pass is done (waited 0\.[5-9]" "$r"
+  b=$(grep -n "process $PID is back on the GPU" "$r" | head -n 1 | cut -d: -f1)
+  [ -n "$f" ] && [ -n "$g" ] && [ -n "$b" ] && [ "$f" -lt "$g" ] && [ "$g" -lt "$b" ] ||
+    { echo "    forking at line ${f:-none}, checksums at ${g:-none}, back on the GPU at ${b:-none}"; return 1; }
 }
 check "... the pass ran while CRIU created the task, its result waited for before the task ran" after_fork
 check "... the pass's process is gone (no process of that criu left)" bash -c "! pgrep -f '[r]estore --images-dir $img ' >/dev/null"
