@@ -10,6 +10,8 @@
 #    loads the data once CRIU let it go (RESUME_FD): every byte is back;
 #  - the checksum pass runs alongside CRIU (made slow: CRIU forks the task
 #    before its result, which is waited for before the task runs);
+#  - a restore CRIU fails before the pass's result is taken: the exit hook
+#    ends the pass at once, no process is left, CRIU logs no dead task;
 #  - a bad chunk: the pass finds it while CRIU restores, the task is killed
 #    before it ran and criu fails; without the pass (no_verify = yes in the
 #    plugin's configuration file) the agent finds it while loading and the
@@ -93,6 +95,20 @@ check "the process runs on" alive "$PID"
 check "its agent took its data back" loaded
 verify_ok "its data after the failed dump"
 check "its memory is on the GPU again" test "$(phys)" = "$phys0"
+
+# ---- a restore CRIU fails before RESUME_DEVICES_LATE (the PID is taken: the app still runs) while the pass runs ----
+t0=$(date +%s%N)
+GPUSNAP_FAULT=plugin-verify=hold:20 criu_restore "$img"
+t1=$(date +%s%N)
+check "criu restore fails (pid $PID in use)" rc_failed
+check "... CRIU's own reason" log_has "$TEST_TMP/restore.log" "Can't fork for $PID"
+check "... criu did not wait for the checksum pass (the exit hook ended it; $(((t1 - t0) / 1000000)) ms)" \
+  test $(((t1 - t0) / 1000000)) -lt 15000
+check "... no process of that criu is left (the pass's process reaped)" \
+  bash -c "! pgrep -f '[r]estore --images-dir $img ' >/dev/null"
+check "... CRIU did not take the pass's end for a task's ('killed by signal')" \
+  bash -c "! grep -q 'killed by signal\|exited, status' '$TEST_TMP/restore.log'"
+check "the app runs on" alive "$PID"
 kill -9 "$PID"; wait_gone "$PID"
 
 # ---- the checksum pass runs alongside CRIU (a process of the plugin's), its result taken before any task runs ----
