@@ -60,6 +60,7 @@
 	X(PLUGIN_PAUSE, "plugin-pause", "the first PAUSE_DEVICES, before the processes leave the GPU (hold: slow GPU work)") \
 	X(PLUGIN_CHECKPOINT, "plugin-checkpoint", "CHECKPOINT_DEVICES, every task frozen: CRIU's dump fails") \
 	X(PLUGIN_RESTORE, "plugin-restore", "RESUME_DEVICES_LATE, before the driver's restore of the task") \
+	X(PLUGIN_VERIFY, "plugin-verify", "the restore's checksum pass, in its own process, before it reads (hold: a slow pass)") \
 	/* --- the dump command (src/cli/cmd_dump.c) --- */                                           \
 	X(DUMP_AFTER_AGENT, "dump-after-agent", "the agent has its data in the image, before the driver") \
 	X(DUMP_AFTER_DRIVER, "dump-after-driver", "the driver checkpointed the process, before CRIU") \

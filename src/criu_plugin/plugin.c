@@ -28,7 +28,7 @@
 #include "cuda/gpus.h"
 #include "cuda/nvml.h"
 
-struct gsp_state gsp = { .images_fd = -1 };
+struct gsp_state gsp = { .images_fd = -1, .verify_rd = -1 };
 
 void *gsp_criu_symbol(const char *name)
 {
@@ -180,14 +180,45 @@ int gsp_agent_resume(pid_t pid, struct cli_agent *ag, const char *dir, struct gs
 	return rc;
 }
 
+/*
+ * The settings of this run (docs/CRIU.md, "Settings"): the file named by
+ * GPUSNAP_PLUGIN_CONFIG, else gpusnap_criu.conf beside this module (one
+ * plugin folder, one set of settings: runc's per-container libdir), else
+ * /etc/gpusnap/criu-plugin.conf; then criu's environment over it.
+ */
+static int load_settings(const char *what)
+{
+	char beside[4096] = "";
+	Dl_info self;
+	if (dladdr((void *)&gsp, &self) && self.dli_fname && strchr(self.dli_fname, '/')) {
+		snprintf(beside, sizeof(beside), "%s", self.dli_fname);
+		*strrchr(beside, '/') = '\0';
+		size_t n = strlen(beside);
+		snprintf(beside + n, sizeof(beside) - n, "/%s", GS_PLUGIN_CONFIG_NAME);
+	}
+	const char *search[] = { beside[0] ? beside : NULL, GS_PLUGIN_CONFIG_ETC };
+	struct gs_err err = { 0 };
+	if (gs_plugin_config_load(&gsp.cfg, search, 2, &err)) {
+		gsp_err("refusing the %s: %s", what, err.msg);
+		return -1;
+	}
+	if (gsp.cfg.file[0])
+		gsp_info("settings from '%s'", gsp.cfg.file);
+	return 0;
+}
+
 static int plugin_init(int stage)
 {
 	gsp.stage = stage;
 	gsp.images_fd = -1;
 	gsp.loads_rd = gsp.loads_wr = -1;
+	gsp.verify_rd = -1;
 	/* pre-dump leaves the GPU alone: its pages are not the process's data while it runs */
 	if (stage == GSP_STAGE_PRE_DUMP)
 		return 0;
+	if ((stage == GSP_STAGE_DUMP || stage == GSP_STAGE_RESTORE) &&
+	    load_settings(stage == GSP_STAGE_DUMP ? "dump" : "restore"))
+		return -1;
 	gsp_criu_get_image_dir_t *get_dir = (gsp_criu_get_image_dir_t *)gsp_criu_symbol("criu_get_image_dir");
 	gsp.images_fd = get_dir ? get_dir() : -1;
 	if (stage == GSP_STAGE_DUMP)

@@ -15,6 +15,7 @@
 #include "cli/agent_client.h"
 #include "cli/cli.h"
 #include "common/err.h"
+#include "core/plugin_config.h"
 #include "cuda/checkpoint.h"
 #include "image/image.h"
 
@@ -53,17 +54,28 @@ struct gsp_state {
 	struct cli_session s;
 	int images_fd; /* CRIU's image directory */
 	char images_dir[4096];
+	struct gs_plugin_config cfg; /* the settings of this run: file, then environment (plugin_init) */
 	/* dump */
 	bool tree_seen; /* the first PAUSE_DEVICES walked the tree */
 	bool driver_suspended;
 	bool leave_running;
-	double timeout_s;
 	struct gsp_proc *procs;
 	int nprocs;
 	struct gs_ckpt_proc *ck;
 	/* restore */
 	struct gsp_image *images;
 	int nimages;
+	/*
+	 * The checksum pass runs in a process of its own (the verifier) while
+	 * CRIU restores the tasks; its result comes through verify_rd and is
+	 * taken at the first RESUME_DEVICES_LATE. verifier is 0 when none runs;
+	 * verify_rc is its result once taken (verified true).
+	 */
+	pid_t verifier;
+	int verify_rd;
+	bool verified;
+	int verify_rc;
+	struct gs_err verify_err;
 	/*
 	 * The helpers that have agents load their GPU data hold loads_wr (each
 	 * writes one byte, 0 or 1 for a failed load, before it ends); the exit

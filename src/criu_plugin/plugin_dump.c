@@ -28,7 +28,6 @@
 
 #include "cli/dump_common.h"
 #include "common/fault.h"
-#include "common/options.h"
 #include "common/proc.h"
 #include "common/util.h"
 #include "core/protocol.h"
@@ -37,20 +36,28 @@
 #include "cuda/gpus.h"
 #include "cuda/nvml.h"
 
-#define DEFAULT_TIMEOUT_S 30.0
+/*
+ * CRIU's own options, `opts` (struct cr_options): its first member,
+ * final_state, has been first since CRIU 3 and is what both `-R` and the
+ * RPC request's leave_running (runc's `criu swrk`) set. The values are
+ * CRIU's task states; anything else means the layout is not the one known
+ * here, and the command line is asked instead.
+ */
+enum { CRIU_TASK_ALIVE = 1, CRIU_TASK_DEAD = 2, CRIU_TASK_STOPPED = 3 };
 
-static bool env_set(const char *name)
+/* The leave_running setting, else CRIU's opts, else criu's command line (-R, --leave-running). */
+static bool criu_leaves_running(const char **how)
 {
-	const char *v = getenv(name);
-	return v && *v && strcmp(v, "0");
-}
-
-/* Whether CRIU leaves the tasks running after the dump: its command line, or GPUSNAP_PLUGIN_LEAVE_RUNNING. */
-static bool criu_leaves_running(void)
-{
-	const char *v = getenv("GPUSNAP_PLUGIN_LEAVE_RUNNING");
-	if (v && *v)
-		return strcmp(v, "0") != 0;
+	if (gsp.cfg.leave_running >= 0) {
+		*how = "the leave_running setting";
+		return gsp.cfg.leave_running;
+	}
+	const int *opts = (const int *)gsp_criu_symbol("opts");
+	if (opts && *opts >= CRIU_TASK_ALIVE && *opts <= CRIU_TASK_STOPPED) {
+		*how = "CRIU's options";
+		return *opts == CRIU_TASK_ALIVE;
+	}
+	*how = "criu's command line";
 	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
@@ -74,13 +81,10 @@ int gsp_dump_init(void)
 		gsp_info("not active: %s", err.msg);
 		return 0;
 	}
-	gsp.timeout_s = DEFAULT_TIMEOUT_S;
-	const char *t = getenv("GPUSNAP_PLUGIN_TIMEOUT");
-	if (t && *t && gs_parse_seconds(t, &gsp.timeout_s)) {
-		gsp_err("GPUSNAP_PLUGIN_TIMEOUT='%s' is not a number of seconds", t);
-		return -1;
-	}
-	gsp.leave_running = criu_leaves_running();
+	const char *how = "";
+	gsp.leave_running = criu_leaves_running(&how);
+	if (gsp.leave_running)
+		gsp_info("the tasks run on after the dump (%s)", how);
 	/*
 	 * Tasks stopped by ptrace, not by the cgroup freezer: a failed dump or
 	 * --leave-running needs the driver's restore thread to run while CRIU
@@ -253,7 +257,7 @@ static void undo_running(void)
 static int take_off_gpu(struct gs_err *err)
 {
 	int rc = images_dir(err);
-	bool driver_only = env_set("GPUSNAP_PLUGIN_DRIVER");
+	bool driver_only = gsp.cfg.driver;
 	for (int i = 0; i < gsp.nprocs && !rc; i++) {
 		struct gsp_proc *p = &gsp.procs[i];
 		char dir[sizeof(gsp.images_dir) + 64];
@@ -286,8 +290,8 @@ static int take_off_gpu(struct gs_err *err)
 		struct gsp_proc *p = &gsp.procs[i];
 		if (!p->agent.present || !(p->agent.caps & GS_CAP_GATE))
 			continue;
-		double lease = (gsp.timeout_s > 0 ? gsp.timeout_s : 600) + 60;
-		if (!(rc = cli_agent_gate(p->pid, &p->agent, gsp.timeout_s, lease, err))) {
+		double lease = (gsp.cfg.timeout_s > 0 ? gsp.cfg.timeout_s : 600) + 60;
+		if (!(rc = cli_agent_gate(p->pid, &p->agent, gsp.cfg.timeout_s, lease, err))) {
 			p->agent_gated = true;
 			gsp_info("process %d: the agent's gate is closed (%d agents in the tree)", (int)p->pid, gates);
 		}
@@ -303,12 +307,12 @@ static int take_off_gpu(struct gs_err *err)
 			/* the agent may see another file system (a container's): it writes through our descriptor */
 			int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 			rc = fd < 0 ? gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", tmp)
-				    : cli_agent_dump_running_fd(p->pid, &p->agent, fd, gsp.timeout_s, err);
+				    : cli_agent_dump_running_fd(p->pid, &p->agent, fd, gsp.cfg.timeout_s, err);
 			if (fd >= 0)
 				close(fd);
 		} else if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
-			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.timeout_s, err);
-		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.timeout_s, false, err))) {
+			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.cfg.timeout_s, err);
+		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.cfg.timeout_s, false, err))) {
 			/* older agents: suspended into staging memory, then the image written from there */
 			p->agent_staged = true;
 			if (!(rc = cli_agent_dump(p->pid, &p->agent, tmp, true, err)))
@@ -329,7 +333,7 @@ static int take_off_gpu(struct gs_err *err)
 	for (int i = 0; i < gsp.nprocs; i++)
 		gsp.ck[i].pid = gsp.procs[i].pid;
 	/* every process locked before any is checkpointed; on failure all run on */
-	if ((rc = gs_ckpt_suspend(&gsp.s.cu, gsp.ck, gsp.nprocs, gsp.timeout_s, err)))
+	if ((rc = gs_ckpt_suspend(&gsp.s.cu, gsp.ck, gsp.nprocs, gsp.cfg.timeout_s, err)))
 		return rc;
 	gsp.driver_suspended = true;
 	for (int i = 0; i < gsp.nprocs && !rc; i++)
@@ -353,7 +357,7 @@ int gsp_pause_devices(int pid)
 	/*
 	 * CRIU's --timeout (10 s by default) is armed for freezing when this hook
 	 * runs, and CRIU aborts hard 5 s after it fires: the GPU part (GiBs to
-	 * stream or checkpoint) is bounded by GPUSNAP_PLUGIN_TIMEOUT instead, the
+	 * stream or checkpoint) is bounded by the timeout setting instead, the
 	 * timer paused meanwhile and armed again for the freezing after it.
 	 */
 	unsigned freeze_left = alarm(0);

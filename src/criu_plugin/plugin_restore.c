@@ -3,14 +3,17 @@
  * images in CRIU's image directory (gpusnap/<pid>/) put their processes back
  * on the GPU.
  *
- * Everything that can refuse the restore runs in init, the one restore-time
- * call whose failure CRIU acts on before any process exists (CRIU only logs
+ * What can refuse the restore before any process exists runs in init, the
+ * one restore-time call whose failure CRIU acts on that early (it only logs
  * what RESUME_DEVICES_LATE returns): each image is opened (trust checks:
- * owner, mode, links), its chunks' checksums are checked (a bad chunk: no
- * process is ever created), its GPUs are planned on this machine
- * (GPUSNAP_PLUGIN_MAP, the semantics of `gpusnap restore --map`). Then, per
- * task, RESUME_DEVICES_LATE runs the driver's restore (with the map) on the
- * driver's restore thread, let run alone while CRIU holds all the app's
+ * owner, mode, links) and its GPUs are planned on this machine (the map
+ * setting, the semantics of `gpusnap restore --map`). The checksum pass over
+ * the images' chunks starts there too, in a process of its own (the
+ * verifier), and runs while CRIU restores the tasks; its result is taken at
+ * the first RESUME_DEVICES_LATE, before any GPU data is put back and before
+ * any task runs: on a bad chunk every restored task is killed there. Then,
+ * per task, RESUME_DEVICES_LATE runs the driver's restore (with the map) on
+ * the driver's restore thread, let run alone while CRIU holds all the app's
  * threads stopped, and unlocks it; should that fail the task is killed
  * before it ran. For agent images the agent then loads the GPU data from
  * the image once CRIU lets the process go.
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,7 +35,7 @@
 #include "criu_plugin/plugin.h"
 #include "cuda/gpus.h"
 
-/* GPUSNAP_PLUGIN_MAP "0=1,1=0" (commas or spaces): the image's GPU pairs for the driver. */
+/* The map setting "0=1,1=0" (commas or spaces): the image's GPU pairs for the driver. */
 static int plan_gpus(struct gsp_image *im, struct gs_err *err)
 {
 	size_t n = gs_image_gpu_count(im->img);
@@ -41,13 +45,14 @@ static int plan_gpus(struct gsp_image *im, struct gs_err *err)
 		memcpy(used[k].bytes, gs_image_gpu_at(im->img, k)->uuid, 16);
 		here &= gs_gpus_find_uuid(gsp.s.gpus, gsp.s.ngpus, used[k].bytes) >= 0;
 	}
-	const char *map = getenv("GPUSNAP_PLUGIN_MAP");
-	if (!map || !*map) {
+	const char *map = gsp.cfg.map;
+	if (!*map) {
 		for (size_t k = 0; k < n; k++) {
 			const struct gs_image_gpu *g = gs_image_gpu_at(im->img, k);
 			if (gs_gpus_find_uuid(gsp.s.gpus, gsp.s.ngpus, g->uuid) < 0)
 				return gs_fail(err, GS_E_GPU_MAP, "image GPU %u (%s) of process %d is not on this machine; map it "
-					       "with GPUSNAP_PLUGIN_MAP=%u=TO", g->index, g->name, (int)im->nspid, g->index);
+					       "with the map setting (map = %u=TO, or GPUSNAP_PLUGIN_MAP=%u=TO)", g->index,
+					       g->name, (int)im->nspid, g->index, g->index);
 		}
 		return 0;
 	}
@@ -60,8 +65,10 @@ static int plan_gpus(struct gsp_image *im, struct gs_err *err)
 		specs[nspecs++] = t;
 	int rc = gs_gpu_map_parse(specs, nspecs, gsp.s.gpus, gsp.s.ngpus, used, (int)(n < 64 ? n : 64), &im->pairs,
 				  &im->npairs, err);
-	if (rc)
-		return gs_err_wrap(err, "GPUSNAP_PLUGIN_MAP");
+	if (rc) {
+		char origin[4200];
+		return gs_err_wrap(err, "%s", gs_plugin_config_origin(&gsp.cfg, GS_PK_MAP, origin, sizeof(origin)));
+	}
 	/* on the machine it was dumped on the process also saw GPUs it held no memory on: the driver wants those too */
 	return here ? gs_gpu_pairs_complete(&im->pairs, &im->npairs, gsp.s.gpus, gsp.s.ngpus, err) : 0;
 }
@@ -105,14 +112,6 @@ static int open_images(struct gs_err *err)
 		if (!im->agent && strcmp(info->how, "driver"))
 			rc = gs_fail(err, GS_E_IMAGE, "the GPU image of process %d was taken in a way this plugin does not "
 				     "restore ('%s')", pid, info->how);
-		const char *nv = getenv("GPUSNAP_PLUGIN_NO_VERIFY");
-		if (!rc && !(nv && *nv && strcmp(nv, "0"))) {
-			double t = gs_now();
-			if ((rc = gs_image_verify(im->img, 0, err)))
-				gs_err_wrap(err, "the GPU image of process %d", pid);
-			else
-				gsp_info("process %d: checksums of its GPU image good (%.2f s)", pid, gs_now() - t);
-		}
 	}
 	closedir(d);
 	return rc;
@@ -211,6 +210,132 @@ static int plan_in_child(struct gs_err *err)
 	return rc;
 }
 
+/*
+ * The checksum pass alongside CRIU. Not a thread: CRIU's process, which
+ * clones the restored tasks after init, must stay single-threaded (setns
+ * into a mount namespace, which CRIU does while restoring a container, is
+ * refused to a process whose threads share its fs; a clone taken while a
+ * thread holds a lock leaves the lock held in the task). So a process: it
+ * checks every image, sends one record per image (stopping at the first
+ * bad one), then waits to be ended by the plugin. It must not end by
+ * itself: until RESUME_DEVICES_LATE CRIU takes the end of any child of its
+ * for a restored task that died and fails the restore. It dies with criu
+ * (PR_SET_PDEATHSIG). No CUDA in it.
+ */
+struct verify_record {
+	int rc;
+	double secs;
+	struct gs_err err;
+};
+
+static void verifier_main(int out)
+{
+	sigset_t all;
+	sigfillset(&all);
+	sigdelset(&all, SIGKILL);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	if (gs_fault(GS_FI_PLUGIN_VERIFY)) {
+		struct verify_record r = { .rc = GS_E_FAILURE };
+		gs_fail(&r.err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_VERIFY));
+		if (!write_exact(out, &r, sizeof(r)))
+			_exit(1);
+	} else {
+		for (int i = 0; i < gsp.nimages; i++) {
+			struct verify_record r = { 0 };
+			double t = gs_now();
+			r.rc = gs_image_verify(gsp.images[i].img, 0, &r.err);
+			r.secs = gs_now() - t;
+			if (!write_exact(out, &r, sizeof(r)) || r.rc)
+				break;
+		}
+	}
+	close(out);
+	for (;;)
+		pause();
+}
+
+static int start_verifier(struct gs_err *err)
+{
+	if (gsp.cfg.no_verify || !gsp.nimages) {
+		gsp.verified = true;
+		if (gsp.nimages)
+			gsp_info("no checksum pass (the no_verify setting): a bad chunk is found while the data is loaded");
+		return 0;
+	}
+	int p[2];
+	if (pipe2(p, O_CLOEXEC))
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot start the checksum pass: pipe");
+	pid_t criu = getpid();
+	pid_t child = fork();
+	if (child < 0) {
+		close(p[0]);
+		close(p[1]);
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot start the checksum pass: fork");
+	}
+	if (child == 0) {
+		close(p[0]);
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != criu)
+			_exit(1);
+		verifier_main(p[1]);
+	}
+	close(p[1]);
+	gsp.verifier = child;
+	gsp.verify_rd = p[0];
+	return 0;
+}
+
+/*
+ * Ends the verifier and reaps it, with SIGCHLD at its default meanwhile:
+ * where CRIU's handler is still set (a restore that failed early) it would
+ * reap the verifier itself and log it as a task that died.
+ */
+static void stop_verifier(void)
+{
+	if (gsp.verify_rd >= 0)
+		close(gsp.verify_rd);
+	gsp.verify_rd = -1;
+	if (gsp.verifier <= 0)
+		return;
+	struct sigaction dfl = { .sa_handler = SIG_DFL }, old;
+	sigaction(SIGCHLD, &dfl, &old);
+	kill(gsp.verifier, SIGKILL);
+	while (waitpid(gsp.verifier, NULL, 0) < 0 && errno == EINTR)
+		;
+	sigaction(SIGCHLD, &old, NULL);
+	gsp.verifier = 0;
+}
+
+/* The checksum pass's result, waiting for it where it still runs; 0 when every image is good. */
+static int verify_result(void)
+{
+	if (gsp.verified)
+		return gsp.verify_rc;
+	gsp.verified = true;
+	double t = gs_now();
+	int rc = 0;
+	for (int i = 0; i < gsp.nimages && !rc; i++) {
+		struct verify_record r;
+		if (!read_exact(gsp.verify_rd, &r, sizeof(r))) {
+			rc = gs_fail(&gsp.verify_err, GS_E_FAILURE, "the checksum pass ended before it checked every image");
+			break;
+		}
+		r.err.msg[sizeof(r.err.msg) - 1] = '\0';
+		if (r.rc) {
+			gsp.verify_err = r.err;
+			rc = r.rc;
+			gs_err_wrap(&gsp.verify_err, "the GPU image of process %d", (int)gsp.images[i].nspid);
+		} else {
+			gsp_info("process %d: checksums of its GPU image good (%.2f s, alongside CRIU)",
+				 (int)gsp.images[i].nspid, r.secs);
+		}
+	}
+	if (!rc)
+		gsp_info("the checksum pass is done (waited %.2f s for it)", gs_now() - t);
+	stop_verifier();
+	gsp.verify_rc = rc;
+	return rc;
+}
+
 int gsp_restore_init(void)
 {
 	gsp_check_and_remove_inventory_plugin_t *needed =
@@ -222,9 +347,13 @@ int gsp_restore_init(void)
 		return 0;
 	struct gs_err err = { 0 };
 	int rc = open_images(&err);
+	/* the checksum pass first: it overlaps the planning too */
+	if (!rc)
+		rc = start_verifier(&err);
 	if (!rc && gsp.nimages)
 		rc = plan_in_child(&err);
 	if (rc) {
+		stop_verifier();
 		gsp_err("refusing the restore: %s", err.msg);
 		return -1;
 	}
@@ -332,6 +461,17 @@ static void wait_for_loads(int ret)
 
 int gsp_resume_devices_late(int pid)
 {
+	/*
+	 * Every task is restored and held by CRIU: the checksum pass's result
+	 * is needed now, before any GPU data goes back. A bad image fails the
+	 * whole restore: each task is killed here, before it ran (CRIU then
+	 * fails, as it cannot let a dead task go).
+	 */
+	if (verify_result()) {
+		gsp_err("refusing the restore: %s; task %d killed before it ran", gsp.verify_err.msg, pid);
+		kill(pid, SIGKILL);
+		return -1;
+	}
 	pid_t ns = gsp_ns_pid(pid);
 	struct gsp_image *im = NULL;
 	for (int i = 0; i < gsp.nimages; i++)
@@ -369,6 +509,8 @@ int gsp_resume_devices_late(int pid)
 
 void gsp_restore_fini(int ret)
 {
+	/* a restore that failed before RESUME_DEVICES_LATE: the checksum pass may still run */
+	stop_verifier();
 	wait_for_loads(ret);
 	for (int i = 0; i < gsp.nimages; i++) {
 		gs_image_close(gsp.images[i].img);

@@ -8,9 +8,14 @@
 #    CRIU's path), then the driver checkpoints the rest; the image verifies;
 #  - criu restore: the driver restores the process (held by CRIU), the agent
 #    loads the data once CRIU let it go (RESUME_FD): every byte is back;
-#  - a bad chunk: the restore is refused before any process exists; without
-#    the checksum pass (GPUSNAP_PLUGIN_NO_VERIFY=1) the agent finds it while
-#    loading and the process is killed;
+#  - the checksum pass runs alongside CRIU (made slow: CRIU forks the task
+#    before its result, which is waited for before the task runs);
+#  - a restore CRIU fails before the pass's result is taken: the exit hook
+#    ends the pass at once, no process is left, CRIU logs no dead task;
+#  - a bad chunk: the pass finds it while CRIU restores, the task is killed
+#    before it ran and criu fails; without the pass (no_verify = yes in the
+#    plugin's configuration file) the agent finds it while loading and the
+#    process is killed; GPUSNAP_PLUGIN_NO_VERIFY=0 wins over the file;
 #  - a tree of two agent processes: every gate closed before either dumps;
 #  - --leave-running: the app runs on with its data back on the GPU;
 #  - a dump that fails after CRIU froze the tree: the app runs on with its data.
@@ -50,7 +55,6 @@ loaded() {
   echo "    agent state: ${st:-?}"
   return 1
 }
-gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
 
 # ---- dump, gone, restore ----
 start_app
@@ -91,21 +95,65 @@ check "the process runs on" alive "$PID"
 check "its agent took its data back" loaded
 verify_ok "its data after the failed dump"
 check "its memory is on the GPU again" test "$(phys)" = "$phys0"
+
+# ---- a restore CRIU fails before RESUME_DEVICES_LATE (the PID is taken: the app still runs) while the pass runs ----
+t0=$(date +%s%N)
+GPUSNAP_FAULT=plugin-verify=hold:20 criu_restore "$img"
+t1=$(date +%s%N)
+check "criu restore fails (pid $PID in use)" rc_failed
+check "... CRIU's own reason" log_has "$TEST_TMP/restore.log" "Can't fork for $PID"
+check "... criu did not wait for the checksum pass (the exit hook ended it; $(((t1 - t0) / 1000000)) ms)" \
+  test $(((t1 - t0) / 1000000)) -lt 15000
+check "... no process of that criu is left (the pass's process reaped)" \
+  bash -c "! pgrep -f '[r]estore --images-dir $img ' >/dev/null"
+check "... CRIU did not take the pass's end for a task's ('killed by signal')" \
+  bash -c "! grep -q 'killed by signal\|exited, status' '$TEST_TMP/restore.log'"
+check "the app runs on" alive "$PID"
 kill -9 "$PID"; wait_gone "$PID"
 
-# ---- a bad chunk: refused before any process exists ----
+# ---- the checksum pass runs alongside CRIU (a process of the plugin's), its result taken before any task runs ----
+# plugin-verify=hold:2 makes the pass slow: CRIU forks the tasks meanwhile, and the result is waited for at
+# RESUME_DEVICES_LATE (before, the pass ran in init, before CRIU created any task)
+GPUSNAP_FAULT=plugin-verify=hold:2 criu_restore "$img"
+check "criu restore with a slow checksum pass succeeds" rc_ok
+check "its agent loaded the GPU data" loaded
+verify_ok "the data after a restore with a slow checksum pass"
+after_fork() { # the pass's result is logged after CRIU forked the task and before the task was put back on the GPU
+  local r=$TEST_TMP/restore.log f g b
+  f=$(grep -n "Forking task with $PID pid" "$r" | head -n 1 | cut -d: -f1)
+  g=$(grep -n "checksums of its GPU image good" "$r" | head -n 1 | cut -d: -f1)
+  b=$(grep -n "process $PID is back on the GPU" "$r" | head -n 1 | cut -d: -f1)
+  [ -n "$f" ] && [ -n "$g" ] && [ -n "$b" ] && [ "$f" -lt "$g" ] && [ "$g" -lt "$b" ] ||
+    { echo "    forking at line ${f:-none}, checksums at ${g:-none}, back on the GPU at ${b:-none}"; return 1; }
+}
+check "... the pass ran while CRIU created the task, its result waited for before the task ran" after_fork
+check "... the pass's process is gone (no process of that criu left)" bash -c "! pgrep -f '[r]estore --images-dir $img ' >/dev/null"
+kill -9 "$PID"; wait_gone "$PID"
+
+# ---- a bad chunk: found by the pass while CRIU restores; every task killed before it ran ----
 cp -a "$img" "$TEST_TMP/bad"
 flip "$TEST_TMP/bad/gpusnap/$PID/gpu-data-0000.img" $((4096 + (10 << 20)))
+: >"$TEST_TMP/agent.log"
 criu_restore "$TEST_TMP/bad"
 check "criu restore of an image with a bad chunk fails" rc_failed
 check "... the plugin names the bad chunk" log_has "$TEST_TMP/restore.log" "is corrupt"
-check "... nothing was restored" [ -z "$RPID" ]
-check "... no process at $PID" gone_or_zombie "$PID"
-# without the checksum pass the agent finds the bad chunk while loading: the process goes, CRIU's log says why
-GPUSNAP_PLUGIN_NO_VERIFY=1 criu_restore "$TEST_TMP/bad"
-check "with GPUSNAP_PLUGIN_NO_VERIFY=1 criu restores the task (the load comes after)" rc_ok
+check "... the task was killed before it ran" log_has "$TEST_TMP/restore.log" "killed before it ran"
+check "... no agent was asked to load (nothing ran)" bash -c "! grep -q 'waiting for the agents' '$TEST_TMP/restore.log'"
+check "... no process at $PID" wait_gone "$PID"
+# no checksum pass (no_verify in the plugin's configuration file beside it): the agent finds the bad chunk
+# while loading, the process goes, CRIU's log says why
+echo "no_verify = yes" >"$PLUGIN_DIR/gpusnap_criu.conf"
+criu_restore "$TEST_TMP/bad"
+check "with no_verify = yes in gpusnap_criu.conf criu restores the task (the load comes after)" rc_ok
+check "... the plugin read that file" log_has "$TEST_TMP/restore.log" "settings from '$PLUGIN_DIR/gpusnap_criu.conf'"
 check "... the agent finds the bad chunk while loading and the process is killed" wait_gone "$PID" 30
 check "... CRIU's log says why" log_has "$TEST_TMP/restore.log" "could not load its GPU data"
+# the environment wins over the file
+GPUSNAP_PLUGIN_NO_VERIFY=0 criu_restore "$TEST_TMP/bad"
+check "GPUSNAP_PLUGIN_NO_VERIFY=0 wins over the file: the bad chunk is refused" rc_failed
+check "... named" log_has "$TEST_TMP/restore.log" "is corrupt"
+check "... no process at $PID" wait_gone "$PID"
+rm -f "$PLUGIN_DIR/gpusnap_criu.conf"
 criu_restore "$img"
 check "the good image restores after that" rc_ok
 check "its agent loaded the GPU data" loaded

@@ -19,7 +19,14 @@
 #  - refusals: the image restored without the plugin (CRIU: missing required
 #    plugin); a damaged gpusnap image (nothing is restored); a failed driver
 #    restore kills the task before it ran; GPUSNAP_PLUGIN_MAP remaps GPUs and a
-#    map to a missing GPU is refused before anything is restored.
+#    map to a missing GPU is refused before anything is restored;
+#  - the plugin's configuration file (gpusnap_criu.conf beside it): its map
+#    takes effect, a bad map in it is refused naming file and line, the
+#    environment wins over it, an unknown key or a bad value refuses the
+#    restore or the dump (the process runs on, never locked), a missing
+#    GPUSNAP_PLUGIN_CONFIG file is refused;
+#  - --leave-running is read from CRIU's own options (what criu swrk, run by
+#    runc, sets; its command line does not show it).
 # Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/plugin_lib.sh"
@@ -95,6 +102,40 @@ check "... the plugin names it" log_has "$TEST_TMP/restore.log" "GPUSNAP_PLUGIN_
 check "... nothing was restored" [ -z "$RPID" ]
 check "... nothing runs at $pid" wait_gone "$pid"
 
+# ---- settings from the plugin's configuration file (gpusnap_criu.conf beside it: no environment needed) ----
+conf=$PLUGIN_DIR/gpusnap_criu.conf
+# the fake driver's record of the process as dumped, on GPU 0 (the restore above moved it to GPU 1); a start
+# time of 1: a copy CRIU restored, seen as checkpointed
+on_gpu0() { echo "0 0 1" >"$FAKE_CUDA_DIR/$pid"; }
+on_gpu0
+echo "map = 0=1" >"$conf"
+FAKE_CUDA_GPUS=2 criu_restore "$img"
+check "map = 0=1 in gpusnap_criu.conf: the restore succeeds" rc_ok
+check "... the plugin says which file it read" log_has "$TEST_TMP/restore.log" "settings from '$conf'"
+check "... the process is on GPU 1 now" [ "$(cut -d' ' -f2 "$FAKE_CUDA_DIR/$pid")" = 1 ]
+kill -9 "$pid"; wait_gone "$pid"
+printf '# a GPU this machine lacks\nmap = 0=3\n' >"$conf"
+criu_restore "$img"
+check "map = 0=3 in the file is refused" rc_failed
+check "... the plugin names the file and line" log_has "$TEST_TMP/restore.log" "map in '$conf' line 2"
+check "... nothing runs at $pid" wait_gone "$pid"
+on_gpu0
+FAKE_CUDA_GPUS=2 GPUSNAP_PLUGIN_MAP=0=1 criu_restore "$img"
+check "GPUSNAP_PLUGIN_MAP=0=1 wins over the file's map = 0=3" rc_ok
+check "... the process is on GPU 1" [ "$(cut -d' ' -f2 "$FAKE_CUDA_DIR/$pid")" = 1 ]
+kill -9 "$pid"; wait_gone "$pid"
+printf 'map = 0=1\ncolour = blue\n' >"$conf"
+FAKE_CUDA_GPUS=2 criu_restore "$img"
+check "a file with an unknown key refuses the restore" rc_failed
+check "... CRIU's log names the file, line and key" \
+  log_has "$TEST_TMP/restore.log" "refusing the restore: '$conf' line 2: unknown key 'colour'"
+check "... nothing was restored" [ -z "$RPID" ]
+check "... nothing runs at $pid" wait_gone "$pid"
+GPUSNAP_PLUGIN_CONFIG=$TEST_TMP/none.conf criu_restore "$img"
+check "GPUSNAP_PLUGIN_CONFIG naming a missing file refuses the restore" rc_failed
+check "... saying so" log_has "$TEST_TMP/restore.log" "GPUSNAP_PLUGIN_CONFIG: cannot open the plugin's configuration '$TEST_TMP/none.conf'"
+rm -f "$conf"
+
 # ---- a damaged gpusnap image: refused before any process exists ----
 cp -a "$img" "$TEST_TMP/bad"
 printf 'X' | dd of="$TEST_TMP/bad/gpusnap/$pid/manifest.img" bs=1 seek=100 conv=notrunc 2>/dev/null
@@ -104,11 +145,24 @@ check "... the plugin says so" log_has "$TEST_TMP/restore.log" "refusing the res
 check "... nothing was restored" [ -z "$RPID" ]
 check "... nothing runs at $pid" wait_gone "$pid"
 
-# ---- --leave-running ----
+# ---- a bad configuration refuses the dump before anything happens ----
 start_counter "$log"; pid=$NEWPID
+: >"$FAKE_CUDA_LOG"
+echo "timeout = soon" >"$conf"
+criu_dump "$TEST_TMP/badconf" "$pid"
+check "criu dump with a bad value in gpusnap_criu.conf fails" rc_failed
+check "... CRIU's log names the file, line and value" \
+  log_has "$TEST_TMP/badconf/dump.log" "refusing the dump: '$conf' line 1: timeout 'soon' is not a number of seconds"
+check "... the process runs on" grows "$log"
+check "... the driver never locked it" bash -c "! grep -q '^lock' '$FAKE_CUDA_LOG'"
+rm -f "$conf"
+
+# ---- --leave-running ----
 : >"$FAKE_CUDA_LOG"
 criu_dump "$TEST_TMP/lr" "$pid" --leave-running
 check "criu dump --leave-running succeeds" rc_ok
+check "... the plugin read it from CRIU's options (as for criu swrk, runc's way)" \
+  log_has "$TEST_TMP/lr/dump.log" "the tasks run on after the dump (CRIU's options)"
 check "the process runs on" grows "$log"
 check "it is back on the GPU (running, restored while CRIU held it)" [ "$(fake_state "$pid")" = 0 ]
 check "... restored on its restore thread alone" fake_log_has "restore-main $pid t"

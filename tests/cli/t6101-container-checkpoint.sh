@@ -24,7 +24,11 @@
 #     host's PID namespace here, as the fake driver names its state files by
 #     the PID its process sees (the real driver knows host PIDs). Without the
 #     plugin, or in a sanitizer build (criu cannot load their runtime), this
-#     part prints a SKIP line and counts nothing.
+#     part prints a SKIP line and counts nothing. The plugin's settings come
+#     from gpusnap_criu.conf beside it (no environment reaches criu here): it
+#     reads them, a bad value refuses a checkpoint (the container runs on),
+#     and `checkpoint --leave-running` (runc's criu swrk: not on criu's
+#     command line) leaves the container running with its GPU data back.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), podman
 # and runc (scripts/install-deps.sh installs them), python3; skips visibly
 # where one is missing or where podman cannot start any container here.
@@ -87,6 +91,7 @@ wait_started() {
   echo "    $1 did not start: $(tail -n 3 "/proc/$HPID/root/out/app.err" 2>&1)"
   return 1
 }
+pm_failed() { [ "$RC" != 0 ]; }
 # try TITLE COMMAND...: as check, and returns whether COMMAND succeeded
 try() {
   if "${@:2}"; then pass "$1"; return 0; fi
@@ -188,6 +193,10 @@ else
   mkdir -p "$TEST_TMP/plugins-b"
   cp "$plugin" "$TEST_TMP/plugins-b/"
   echo "libdir $TEST_TMP/plugins-b" >"$TEST_TMP/criu-gs-b.conf"
+  # the plugin's settings: Podman hands runc, and so criu, no environment of its own; the file beside the plugin
+  # is how they reach it
+  pconf=$TEST_TMP/plugins-b/gpusnap_criu.conf
+  printf '# gpusnap_criu.so, for t6101\ntimeout = 60\n' >"$pconf"
   export FAKE_CUDA_DIR=$TEST_TMP/fake-b # the state files the plugin's driver and the app's share
   # Windows in the restored agent's load (its 2nd operation, after the dump's, holds 1 s before its
   # work; its first copy to the GPU holds 1 s): the restore returns only once the GPU data is back.
@@ -200,8 +209,38 @@ else
     check "B: the archive carries gpusnap's GPU image (checkpoint/gpusnap/)" \
       sh -c "tar -tf '$TEST_TMP/gs-b.tar' | grep -q '^checkpoint/gpusnap/.'"
     restore_check B gs-b
+    check "B: the plugin read its settings from the file beside it (restore.log)" log_says restore.log "settings from '$pconf'"
     check "B: criu returned once the agent had loaded the GPU data (restore.log)" \
       log_says restore.log "loaded their GPU data"
+    # a bad setting in the file refuses the checkpoint; the container runs on, its data on the GPU
+    echo "timeout = soon" >"$pconf"
+    pm_out container checkpoint -k --leave-running gs-b
+    check "B: a bad value in gpusnap_criu.conf refuses the checkpoint" pm_failed
+    check "B: ... CRIU's log names the file, line and value" \
+      log_says dump.log "refusing the dump: '$pconf' line 1: timeout 'soon' is not a number of seconds"
+    check "B: ... the container runs on" test "$(pm inspect -f '{{.State.Status}}' gs-b 2>&1)" = running
+    verify_ok "B: ... its fake GPU data, every byte"
+    # --leave-running through runc's criu swrk (not on criu's command line): the plugin reads it from CRIU's
+    # options and puts the GPU data back
+    printf 'timeout = 60\n' >"$pconf"
+    pm_out container checkpoint -k --leave-running gs-b
+    check "B: podman container checkpoint --leave-running" pm_ok
+    check "B: ... the plugin knew the container runs on (CRIU's options, through criu swrk)" \
+      log_says dump.log "the tasks run on after the dump (CRIU's options)"
+    check "B: ... the container runs on" test "$(pm inspect -f '{{.State.Status}}' gs-b 2>&1)" = running
+    check "B: ... its agent took its data back and listens" agent_listens
+    wait_resumed() { # the agent's helper gives the data back once runc let the process go
+      local i
+      for ((i = 0; i < 100; i++)); do
+        "$GPUSNAP_BIN" state --json "$HPID" >"$TEST_TMP/state.json" 2>/dev/null &&
+          [ "$(json_get "$TEST_TMP/state.json" "['agent']['state']" 2>/dev/null)" = running ] && return 0
+        sleep 0.1
+      done
+      echo "    agent state: $(cat "$TEST_TMP/state.json" 2>&1 | head -c 300)"
+      return 1
+    }
+    check "B: ... its agent runs again" wait_resumed
+    verify_ok "B: ... its fake GPU data after the checkpoint, every byte"
   fi
   pm rm -f -t 0 gs-b >/dev/null 2>&1
 fi

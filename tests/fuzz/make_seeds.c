@@ -8,7 +8,7 @@
  *   make_seeds OUT_DIR CRIU_LOG_DIR
  *
  * writes OUT_DIR/<harness>/<seed> (harness: image, manifest, protocol,
- * criu_log, options), each in its harness's input layout (see each
+ * criu_log, options, plugin_config), each in its harness's input layout (see each
  * fuzz_*.c). CRIU_LOG_DIR holds captured CRIU logs (tests/fuzz/criu-logs).
  */
 #include <dirent.h>
@@ -370,6 +370,24 @@ static void seed_options(void)
 		seed_text("options", cmds[i].name, cmds[i].flags, cmds[i].args, cmds[i].len);
 }
 
+/* ----------------------------------------------------------------- plugin_config */
+
+static void seed_plugin_config(void)
+{
+	/* files as docs/CRIU.md shows them, and a few refused ones */
+	static const char *const texts[][2] = {
+		{ "every-key", "# gpusnap_criu.so\nmap = 0=1, 1=0\nno_verify = no\ndriver = yes\ntimeout = 2.5\n"
+			       "leave_running = off\n" },
+		{ "uuid-map", "map=GPU-8f3a2b1c-0000-4000-8000-00000000abcd=1 1=0\r\ntimeout=0\n" },
+		{ "comments", "\n   # indented\n\t\n#map = x\n" },
+		{ "unknown-key", "colour = blue\n" },
+		{ "twice", "timeout = 1\ntimeout = 2\n" },
+		{ "bad-values", "no_verify = 2\ntimeout = soon\nmap = 0=1=2\n" },
+	};
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+		seed_text("plugin_config", texts[i][0], 0, texts[i][1], strlen(texts[i][1]));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -385,6 +403,7 @@ int main(int argc, char **argv)
 	seed_protocol();
 	seed_criu(argv[2]);
 	seed_options();
+	seed_plugin_config();
 	printf("make_seeds: seeds written to %s\n", out_dir);
 	return 0;
 }
