@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,15 +344,8 @@ struct conn {
 	bool finished; /* its thread is done and may be joined (under s->lock) */
 };
 
-/* What a descriptor is, to tell it from another file given the same number after the app closed ours. */
-struct fd_identity {
-	dev_t dev;
-	ino_t ino;
-};
-
 struct gs_ctl_server {
 	int listen_fd, stop_fd; /* atomic; -1 once lost to the app (see control_socket.h) */
-	struct fd_identity listen_id, stop_id;
 	bool stopping; /* atomic: set by gs_ctl_server_stop, for a server whose eventfd was lost */
 	pthread_t thread;
 	char path[SUN_PATH_MAX];
@@ -513,20 +507,35 @@ static void start_connection(struct gs_ctl_server *s, int fd)
 	}
 }
 
-static bool identify(int fd, struct fd_identity *id)
+/*
+ * Whether fd still is the server's listening socket: a listening Unix
+ * socket bound to path. By what it is, not by its inode: CRIU restores a
+ * process's sockets as new ones under the same numbers.
+ */
+static bool is_listener_at(int fd, const char *path)
 {
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st))
+	int on = 0, domain = 0;
+	socklen_t len = sizeof(on), dlen = sizeof(domain);
+	struct sockaddr_un addr;
+	socklen_t alen = sizeof(addr);
+	if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) || !on ||
+	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) || domain != AF_UNIX ||
+	    getsockname(fd, (struct sockaddr *)&addr, &alen) || alen <= offsetof(struct sockaddr_un, sun_path))
 		return false;
-	id->dev = st.st_dev;
-	id->ino = st.st_ino;
-	return true;
+	size_t n = alen - offsetof(struct sockaddr_un, sun_path);
+	return strnlen(addr.sun_path, n) == strlen(path) && !strncmp(addr.sun_path, path, n);
 }
 
-static bool still_ours(int fd, const struct fd_identity *id)
+/* Whether fd is an eventfd (the server's stop descriptor is the only one it keeps). */
+static bool is_eventfd(int fd)
 {
-	struct fd_identity now;
-	return identify(fd, &now) && now.dev == id->dev && now.ino == id->ino;
+	char link[64], target[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = fd < 0 ? -1 : readlink(link, target, sizeof(target) - 1);
+	if (n <= 0)
+		return false;
+	target[n] = '\0';
+	return !strcmp(target, "anon_inode:[eventfd]");
 }
 
 void gs_ctl_server_own_fds(const struct gs_ctl_server *s, int out[2])
@@ -535,19 +544,8 @@ void gs_ctl_server_own_fds(const struct gs_ctl_server *s, int out[2])
 	out[1] = s ? __atomic_load_n(&s->stop_fd, __ATOMIC_ACQUIRE) : -1;
 }
 
-/* The socket file at path is the one this server bound (not another process's since). */
-static bool path_is_ours(const struct gs_ctl_server *s)
-{
-	struct stat st;
-	return !lstat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino;
-}
-
-/*
- * A listening socket bound at path, with the socket file's and the socket's
- * identities; path must be free (the caller removed what was there).
- */
-static int open_listener(const char *path, int *out_fd, struct fd_identity *file_id, struct fd_identity *sock_id,
-			 struct gs_err *err)
+/* A listening socket bound at path, which must be free (the caller removed what was there). */
+static int open_listener(const char *path, int *out_fd, struct stat *file, struct gs_err *err)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
@@ -560,23 +558,22 @@ static int open_listener(const char *path, int *out_fd, struct fd_identity *file
 		return gs_fail_errno(err, e == EACCES ? GS_E_PERMISSION : GS_E_FAILURE, e,
 				     "cannot bind control socket '%s'", path);
 	}
-	struct stat st;
-	if (chmod(path, 0600) || stat(path, &st) || listen(fd, 16) || !identify(fd, sock_id)) {
+	if (chmod(path, 0600) || stat(path, file) || listen(fd, 16)) {
 		int e = errno;
 		unlink(path);
 		close(fd);
 		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot set up control socket '%s'", path);
 	}
-	file_id->dev = st.st_dev;
-	file_id->ino = st.st_ino;
 	*out_fd = fd;
 	return 0;
 }
 
+static bool nobody_listens(const char *path);
+
 /*
  * The app closed the listening socket (its number may be another file now,
- * which is left alone): listen anew at the same path. A failure is retried
- * at the next check.
+ * which is left alone): listen anew at the same path, once nobody listens
+ * there any more. A failure is retried at the next check.
  */
 static void listen_again(struct gs_ctl_server *s)
 {
@@ -585,27 +582,30 @@ static void listen_again(struct gs_ctl_server *s)
 		pr_warn("the app closed the control socket's descriptor; listening anew at %s", s->path);
 		said = true;
 	}
-	if (path_is_ours(s))
+	struct stat st;
+	if (!lstat(s->path, &st)) {
+		if (!S_ISSOCK(st.st_mode) || !nobody_listens(s->path))
+			return;
 		unlink(s->path);
+	}
 	struct gs_err err = { 0 };
-	struct fd_identity file_id;
 	int fd;
-	if (open_listener(s->path, &fd, &file_id, &s->listen_id, &err)) {
+	if (open_listener(s->path, &fd, &st, &err)) {
 		pr_debug("%s", err.msg);
 		return;
 	}
-	s->dev = file_id.dev;
-	s->ino = file_id.ino;
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
 	__atomic_store_n(&s->listen_fd, fd, __ATOMIC_RELEASE);
 }
 
-/* Forgets (never closes) a long-lived descriptor the app has closed; true if it was lost. */
-static bool lost(int *fdp, const struct fd_identity *id)
+/* Forgets (never closes) a long-lived descriptor that is not what it was; true if it is gone. */
+static bool lost(struct gs_ctl_server *s, int *fdp)
 {
 	int fd = __atomic_load_n(fdp, __ATOMIC_ACQUIRE);
 	if (fd < 0)
 		return true;
-	if (still_ours(fd, id))
+	if (fdp == &s->listen_fd ? is_listener_at(fd, s->path) : is_eventfd(fd))
 		return false;
 	__atomic_store_n(fdp, -1, __ATOMIC_RELEASE);
 	return true;
@@ -618,8 +618,8 @@ static void *server_main(void *arg)
 		if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
 			return NULL;
 		/* looked at on every tick: a descriptor the app closed is never polled, read or accepted on */
-		(void)lost(&s->stop_fd, &s->stop_id);
-		if (lost(&s->listen_fd, &s->listen_id))
+		(void)lost(s, &s->stop_fd);
+		if (lost(s, &s->listen_fd))
 			listen_again(s);
 		int listen_fd = __atomic_load_n(&s->listen_fd, __ATOMIC_ACQUIRE);
 		struct pollfd p[2] = { { listen_fd, POLLIN, 0 }, { __atomic_load_n(&s->stop_fd, __ATOMIC_ACQUIRE), POLLIN, 0 } };
@@ -632,7 +632,7 @@ static void *server_main(void *arg)
 		}
 		if (p[1].revents & POLLIN)
 			return NULL;
-		if (!(p[0].revents & POLLIN) || !still_ours(listen_fd, &s->listen_id))
+		if (!(p[0].revents & POLLIN) || !is_listener_at(listen_fd, s->path))
 			continue;
 		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
@@ -735,15 +735,14 @@ int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double i
 	}
 	s->listen_fd = -1;
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->stop_fd < 0 || !identify(s->stop_fd, &s->stop_id)) {
+	if (s->stop_fd < 0) {
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create the control socket's eventfd");
 		goto fail;
 	}
-	struct fd_identity file_id;
-	if ((rc = open_listener(path, &s->listen_fd, &file_id, &s->listen_id, err)))
+	if ((rc = open_listener(path, &s->listen_fd, &st, err)))
 		goto fail;
-	s->dev = file_id.dev;
-	s->ino = file_id.ino;
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
 
 	/* agents that ended without removing their socket (a fork child's _exit, SIGKILL): the next one does */
 	char dir[SUN_PATH_MAX];
@@ -777,11 +776,13 @@ fail:
 	return rc;
 }
 
-/* Closes a long-lived descriptor only if it still is the server's (else the number may be the app's). */
-static void close_if_ours(int fd, const struct fd_identity *id)
+/* Closes the long-lived descriptors only if they still are the server's (else the numbers may be the app's). */
+static void close_own_fds(struct gs_ctl_server *s)
 {
-	if (fd >= 0 && still_ours(fd, id))
-		close(fd);
+	if (!lost(s, &s->listen_fd))
+		close(s->listen_fd);
+	if (!lost(s, &s->stop_fd))
+		close(s->stop_fd);
 }
 
 void gs_ctl_server_stop(struct gs_ctl_server *s)
@@ -792,7 +793,7 @@ void gs_ctl_server_stop(struct gs_ctl_server *s)
 	/* without its eventfd (lost to the app) the server sees the flag within GS_CTL_CHECK_MS */
 	int stop_fd = __atomic_load_n(&s->stop_fd, __ATOMIC_ACQUIRE);
 	uint64_t one = 1;
-	if (stop_fd >= 0 && still_ours(stop_fd, &s->stop_id))
+	if (stop_fd >= 0 && is_eventfd(stop_fd))
 		while (write(stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
 			;
 	pthread_join(s->thread, NULL);
@@ -801,10 +802,10 @@ void gs_ctl_server_stop(struct gs_ctl_server *s)
 		if (s->conns[i].used)
 			pthread_join(s->conns[i].thread, NULL);
 	/* remove the socket file only if it is still ours (not a newer process's) */
-	if (path_is_ours(s))
+	struct stat st;
+	if (!lstat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino)
 		unlink(s->path);
-	close_if_ours(s->listen_fd, &s->listen_id);
-	close_if_ours(s->stop_fd, &s->stop_id);
+	close_own_fds(s);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -819,8 +820,7 @@ void gs_ctl_server_abandon(struct gs_ctl_server *s)
 		if (fd >= 0)
 			close(fd);
 	}
-	close_if_ours(s->listen_fd, &s->listen_id);
-	close_if_ours(s->stop_fd, &s->stop_id);
+	close_own_fds(s);
 	free(s);
 }
 

@@ -34,12 +34,13 @@
  *
  * Descriptors lost to the app: an app that closes every descriptor
  * (close_range, closefrom, a loop of close) at its start closes the
- * listening socket and the eventfd too. The server remembers what each of
- * its two long-lived descriptors is (device and inode) and looks again at
- * every wake-up and at least every GS_CTL_CHECK_MS: one that is no longer
- * its own is forgotten, never read, written or closed (its number may be
- * the app's now), and a lost listening socket is made anew at the same
- * path. A stop then comes through a flag the server looks at on the same
+ * listening socket and the eventfd too. The server looks at its two
+ * long-lived descriptors at every wake-up and at least every
+ * GS_CTL_CHECK_MS, by what they are (a listening Unix socket bound to its
+ * path; an eventfd), not by inode, which CRIU's restore changes: one that is
+ * no longer what it was is forgotten, never read, written or closed (its
+ * number may be the app's now), and a lost listening socket is made anew at
+ * the same path once nobody listens there. A stop then comes through a flag the server looks at on the same
  * tick. The agent also keeps its descriptors out of the app's close_range
  * and closefrom (agent_fds.c); this is what remains when an app closes them
  * another way.
