@@ -28,7 +28,7 @@
 #include "cuda/gpus.h"
 #include "cuda/nvml.h"
 
-struct gsp_state gsp = { .images_fd = -1, .verify_rd = -1 };
+struct gsp_state gsp = { .images_fd = -1, .verify_rd = -1, .driver_req = -1, .driver_rep = -1 };
 
 void *gsp_criu_symbol(const char *name)
 {
@@ -89,18 +89,7 @@ pid_t gsp_ns_pid(pid_t pid)
 	return gs_proc_status_ids(pid, &uid, &ns) ? pid : ns;
 }
 
-/*
- * The restore thread under CRIU's ptrace: its signals blocked (none of the
- * app's handlers runs on it), ptrace options cleared, let run. run_alone_stop
- * stops it again and puts mask and options back as CRIU set them.
- */
-struct traced_thread {
-	pid_t tid;
-	uint64_t saved_mask;
-	bool running;
-};
-
-static int run_alone_start(pid_t tid, struct traced_thread *t, struct gs_err *err)
+int gsp_run_alone_start(pid_t tid, struct gsp_traced_thread *t, struct gs_err *err)
 {
 	memset(t, 0, sizeof(*t));
 	t->tid = tid;
@@ -118,7 +107,7 @@ static int run_alone_start(pid_t tid, struct traced_thread *t, struct gs_err *er
 	return 0;
 }
 
-static int run_alone_stop(struct traced_thread *t, struct gs_err *err)
+int gsp_run_alone_stop(struct gsp_traced_thread *t, struct gs_err *err)
 {
 	if (!t->running)
 		return 0;
@@ -150,11 +139,11 @@ int gsp_traced_restore(pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, s
 {
 	struct gs_cuda *cu = &gsp.s.cu;
 	pid_t tid = 0;
-	struct traced_thread t = { 0 };
+	struct gsp_traced_thread t = { 0 };
 	struct gs_err e = { 0 };
 	/* a driver that names no restore thread restores from the calling thread */
 	if (!gs_ckpt_restore_thread(cu, pid, &tid, &e)) {
-		int rc = run_alone_start(tid, &t, err);
+		int rc = gsp_run_alone_start(tid, &t, err);
 		if (rc)
 			return rc;
 	}
@@ -162,7 +151,7 @@ int gsp_traced_restore(pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, s
 	int rc = gs_ckpt_restore(cu, pid, pairs, npairs, &secs, err);
 	if (!rc)
 		rc = gs_ckpt_unlock(cu, pid, &secs, err);
-	int src = run_alone_stop(&t, &e);
+	int src = gsp_run_alone_stop(&t, &e);
 	if (!rc && src)
 		rc = gs_fail(err, src, "%s", e.msg);
 	return rc;
@@ -213,6 +202,7 @@ static int plugin_init(int stage)
 	gsp.images_fd = -1;
 	gsp.loads_rd = gsp.loads_wr = -1;
 	gsp.verify_rd = -1;
+	gsp.driver_req = gsp.driver_rep = -1;
 	/* pre-dump leaves the GPU alone: its pages are not the process's data while it runs */
 	if (stage == GSP_STAGE_PRE_DUMP)
 		return 0;

@@ -83,6 +83,16 @@ struct gsp_state {
 	 */
 	int loads_rd, loads_wr;
 	int nloads;
+	/*
+	 * The restore's driver work runs in a process of its own (the driver
+	 * helper), forked in init before CRIU clones any task: it opens the
+	 * driver at once (its start-up overlaps CRIU's restore), plans the GPUs
+	 * and then serves RESUME_DEVICES_LATE's requests (the restore thread's
+	 * id; restore and unlock) through driver_req/driver_rep, so libcuda is
+	 * never loaded into criu on restore. 0 / -1 when none runs.
+	 */
+	pid_t driver;
+	int driver_req, driver_rep;
 };
 
 extern struct gsp_state gsp;
@@ -99,6 +109,21 @@ void *gsp_criu_symbol(const char *name);
 int gsp_session_open(struct gs_err *err);
 /* The innermost PID namespace's PID of pid (NSpid's last field), pid itself where unknown. */
 pid_t gsp_ns_pid(pid_t pid);
+
+/*
+ * The driver's restore thread tid of a task CRIU holds stopped under its
+ * ptrace, let run alone: its signals blocked (none of the app's handlers
+ * runs on it), CRIU's ptrace options cleared. gsp_run_alone_stop stops it
+ * again and puts mask and options back as CRIU set them (nothing when it
+ * was never started). Called by criu's process, the tracer.
+ */
+struct gsp_traced_thread {
+	pid_t tid;
+	uint64_t saved_mask;
+	bool running;
+};
+int gsp_run_alone_start(pid_t tid, struct gsp_traced_thread *t, struct gs_err *err);
+int gsp_run_alone_stop(struct gsp_traced_thread *t, struct gs_err *err);
 
 /*
  * Runs the driver's checkpoint-API step on pid while CRIU holds the process
