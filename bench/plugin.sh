@@ -13,6 +13,11 @@
 #   GPUSNAP_BENCH_SIZES         sizes (default "8G")
 #   GPUSNAP_BENCH_PATHS         paths (default "agent driver")
 #   GPUSNAP_BENCH_DIR           image directory (default /dev/shm/gpusnap-bench-plugin)
+#   GPUSNAP_BENCH_REPEAT        cycles per path (default 1), each gpusnap dump/restore then criu
+#                               dump/restore of the same process; with more than one the table
+#                               gives the medians of cycles 2..N: from the second cycle on both
+#                               sides work on a process CRIU restored (the first gpusnap dump
+#                               meets the fresh one, whose memory CRIU lays out differently)
 #   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
 set -u
 export LC_ALL=C
@@ -55,6 +60,10 @@ warm_storage() {
 }
 warm_storage
 
+REPEAT=${GPUSNAP_BENCH_REPEAT:-1}
+case $REPEAT in '' | *[!0-9]* | 0) echo "GPUSNAP_BENCH_REPEAT must be a positive number, not '$REPEAT'"; exit 2 ;; esac
+median() { [ $# -gt 0 ] || { echo 0; return; }; printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 ROWS=()
 for size in $SIZES; do
@@ -68,29 +77,39 @@ for size in $SIZES; do
     fi
     pid=${APP_PID[b]}
     status=ok
-    gd=0 gr=0 pd=0 pr=0
-    gs_run dump --json -D "$DIR/gs" "$pid"
-    [ "$GS_RC" == 0 ] && gd=$GS_SECS || status="gpusnap dump exit $GS_RC"
-    wait "$pid" 2>/dev/null
-    wait_pid_gone "$pid"
-    if [ "$status" == ok ]; then
-      gs_run restore --json -D "$DIR/gs"
-      [ "$GS_RC" == 0 ] && gr=$GS_SECS || status="gpusnap restore exit $GS_RC"
-      APP_OWN[b]=restored
-    fi
-    [ "$status" == ok ] && { app_verify b "after gpusnap restore ($size, $path)" || status="verify failed after gpusnap restore"; }
-    rm -rf "$DIR/gs"
-    if [ "$status" == ok ]; then
-      plugin_dump "$pid" "$DIR/criu"
-      [ "$PLUGIN_RC" == 0 ] && pd=$PLUGIN_SECS || status="criu dump exit $PLUGIN_RC"
-      wait_pid_gone "$pid"
-    fi
-    if [ "$status" == ok ]; then
-      plugin_restore "$DIR/criu"
-      if [ "$PLUGIN_RC" == 0 ] && plugin_wait_loaded "$pid"; then pr=$PLUGIN_SECS; else status="criu restore exit $PLUGIN_RC"; fi
-    fi
-    [ "$status" == ok ] && { app_verify b "after criu restore through the plugin ($size, $path)" || status="verify failed after criu restore"; }
-    rm -rf "$DIR/criu"
+    GDS=() GRS=() PDS=() PRS=()
+    for ((cycle = 1; cycle <= REPEAT; cycle++)); do
+      [ "$status" == ok ] || break
+      gd=0 gr=0 pd=0 pr=0
+      gs_run dump --json -D "$DIR/gs" "$pid"
+      [ "$GS_RC" == 0 ] && gd=$GS_SECS || status="gpusnap dump exit $GS_RC"
+      wait "$pid" 2>/dev/null
+      wait_pid_reaped "$pid"
+      if [ "$status" == ok ]; then
+        gs_run restore --json -D "$DIR/gs"
+        [ "$GS_RC" == 0 ] && gr=$GS_SECS || status="gpusnap restore exit $GS_RC"
+        APP_OWN[b]=restored
+      fi
+      [ "$status" == ok ] && { app_verify b "after gpusnap restore ($size, $path, cycle $cycle)" || status="verify failed after gpusnap restore"; }
+      rm -rf "$DIR/gs"
+      if [ "$status" == ok ]; then
+        plugin_dump "$pid" "$DIR/criu"
+        [ "$PLUGIN_RC" == 0 ] && pd=$PLUGIN_SECS || status="criu dump exit $PLUGIN_RC"
+        wait_pid_gone "$pid"
+      fi
+      if [ "$status" == ok ]; then
+        plugin_restore "$DIR/criu"
+        if [ "$PLUGIN_RC" == 0 ] && plugin_wait_loaded "$pid"; then pr=$PLUGIN_SECS; else status="criu restore exit $PLUGIN_RC"; fi
+      fi
+      [ "$status" == ok ] && { app_verify b "after criu restore through the plugin ($size, $path, cycle $cycle)" || status="verify failed after criu restore"; }
+      rm -rf "$DIR/criu"
+      log "cycle $cycle: gpusnap $gd / $gr s, criu through the plugin $pd / $pr s"
+      # the first of several cycles is a warm-up (see GPUSNAP_BENCH_REPEAT above)
+      if [ "$REPEAT" -eq 1 ] || [ "$cycle" -gt 1 ]; then
+        GDS+=("$gd") GRS+=("$gr") PDS+=("$pd") PRS+=("$pr")
+      fi
+    done
+    gd=$(median "${GDS[@]}") gr=$(median "${GRS[@]}") pd=$(median "${PDS[@]}") pr=$(median "${PRS[@]}")
     app_quit b >/dev/null || gs_kill_pid "$pid"
     app_forget b
     ROWS+=("| $size | $path | $gd | $pd | $(ratio "$pd" "$gd") | $gr | $pr | $(ratio "$pr" "$gr") | $status |")
@@ -98,7 +117,7 @@ for size in $SIZES; do
 done
 
 {
-  echo "criu through gpusnap_criu.so vs gpusnap (wall seconds; images in $DIR)"
+  echo "criu through gpusnap_criu.so vs gpusnap (wall seconds; images in $DIR; $REPEAT cycle(s) per path$([ "$REPEAT" -gt 1 ] && echo ", medians of cycles 2..$REPEAT"))"
   echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i 0 2>/dev/null), $(git -C "$SRC" describe --always --dirty 2>/dev/null)"
   echo
   echo "| size | path | gpusnap dump | criu dump (plugin) | ratio | gpusnap restore | criu restore (plugin) | ratio | status |"
