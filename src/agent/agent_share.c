@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <linux/kcmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,12 @@ struct sh_import {
 	bool linked;
 	bool released; /* let go by a suspend or dump: imported again from fd on resume */
 };
+
+/* remove_records_of reads both kinds of record through this common beginning */
+_Static_assert(offsetof(struct sh_export, vh) == 0 && offsetof(struct sh_import, vh) == 0 &&
+		       offsetof(struct sh_export, fd) == sizeof(uint64_t) &&
+		       offsetof(struct sh_import, fd) == sizeof(uint64_t),
+	       "export and import records begin with vh, then fd");
 
 static struct {
 	struct sh_export *ex;
@@ -98,29 +105,31 @@ int gs_share_note_import_locked(uint64_t vh, int fd)
 	return 0;
 }
 
-static void remove_exports_of(uint64_t vh)
+/*
+ * Removes the records of vh from an array of n records of elem bytes (the
+ * export or the import list), closing their duplicates. Both record types
+ * begin with vh then fd, which is what this reads of them.
+ */
+static void remove_records_of(void *arr, size_t *n, size_t elem, uint64_t vh)
 {
+	char *base = arr;
 	size_t k = 0;
-	for (size_t i = 0; i < sh.nex; i++) {
-		if (sh.ex[i].vh == vh)
-			close_fd(&sh.ex[i].fd);
-		else
-			sh.ex[k++] = sh.ex[i];
+	for (size_t i = 0; i < *n; i++) {
+		char *rec = base + i * elem;
+		if (*(uint64_t *)rec == vh)
+			close_fd((int *)(rec + sizeof(uint64_t)));
+		else if (k++ != i)
+			memcpy(base + (k - 1) * elem, rec, elem);
 	}
-	sh.nex = k;
+	*n = k;
 }
+
+static void remove_exports_of(uint64_t vh) { remove_records_of(sh.ex, &sh.nex, sizeof(*sh.ex), vh); }
 
 void gs_share_forget_locked(uint64_t vh)
 {
 	remove_exports_of(vh);
-	size_t k = 0;
-	for (size_t i = 0; i < sh.nim; i++) {
-		if (sh.im[i].vh == vh)
-			close_fd(&sh.im[i].fd);
-		else
-			sh.im[k++] = sh.im[i];
-	}
-	sh.nim = k;
+	remove_records_of(sh.im, &sh.nim, sizeof(*sh.im), vh);
 }
 
 bool gs_share_created_early_locked(uint64_t vh)

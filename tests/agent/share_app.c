@@ -34,23 +34,14 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUhandle;
 
-struct prop {
-	int type, handle_types, loc_type, loc_id;
-	void *win32;
-	unsigned char flags[8];
-};
-struct access {
-	int loc_type, loc_id, flags;
-};
-
 #define MiB (1ULL << 20)
 #define SIZE (4 * MiB)
 #define POSIX_FD 1
 
 static CUresult (*p_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-static CUresult (*p_create)(CUhandle *, size_t, const struct prop *, unsigned long long);
+static CUresult (*p_create)(CUhandle *, size_t, const struct fake_mem_prop *, unsigned long long);
 static CUresult (*p_map)(CUdeviceptr, size_t, size_t, CUhandle, unsigned long long);
-static CUresult (*p_set_access)(CUdeviceptr, size_t, const struct access *, size_t);
+static CUresult (*p_set_access)(CUdeviceptr, size_t, const struct fake_mem_access *, size_t);
 static CUresult (*p_export)(void *, CUhandle, int, unsigned long long);
 static CUresult (*p_import)(CUhandle *, void *, int);
 
@@ -150,7 +141,7 @@ static CUdeviceptr import_and_map(int fd)
 {
 	CUhandle h;
 	CUdeviceptr va;
-	struct access a = { 1, 0, 3 };
+	struct fake_mem_access a = { 1, 0, 3 };
 	if (p_import(&h, (void *)(intptr_t)fd, POSIX_FD) || p_reserve(&va, SIZE, 0, 0, 0) || p_map(va, SIZE, 0, h, 0) ||
 	    p_set_access(va, SIZE, &a, 1))
 		die("cannot import the peer's memory");
@@ -169,8 +160,8 @@ static void setup(void)
 	*(void **)&p_set_access = fake_app_need("cuMemSetAccess");
 	fake_app_gpa("cuMemExportToShareableHandle", &p_export);
 	fake_app_gpa("cuMemImportFromShareableHandle", &p_import);
-	struct prop prop = { .type = 1, .handle_types = POSIX_FD, .loc_type = 1, .loc_id = 0 };
-	struct access a = { 1, 0, 3 };
+	struct fake_mem_prop prop = { .type = 1, .handle_types = POSIX_FD, .loc_type = 1, .loc_id = 0 };
+	struct fake_mem_access a = { 1, 0, 3 };
 	int fd = -1;
 	if (p_reserve(&own_va, SIZE, 0, 0, 0) || p_create(&own_h, SIZE, &prop, 0) || p_map(own_va, SIZE, 0, own_h, 0) ||
 	    p_set_access(own_va, SIZE, &a, 1))
