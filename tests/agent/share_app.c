@@ -18,7 +18,11 @@
  *              it a second time, keeping that descriptor open -> "KEEPFD OK"
  *              (a suspend must then be refused)
  *   ipc        cuMemAlloc + cuIpcGetMemHandle (legacy CUDA IPC) -> "IPC <result>"
+ *   sync       cuCtxSynchronize, which waits while the agent's gate is closed -> "SYNC <result>"
  *   quit       both exit
+ *
+ * SHARE_APP_CHILD_FAULT, when set, is the child's GPUSNAP_FAULT (empty:
+ * none), so a test can fail one rank's agent; otherwise both inherit it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -252,6 +256,12 @@ int main(int argc, char **argv)
 		close(sv[0]);
 		char arg[16];
 		snprintf(arg, sizeof(arg), "%d", sv[1]);
+		/* the child's agent gets faults of its own, so a test can fail one rank */
+		const char *child_fault = getenv("SHARE_APP_CHILD_FAULT");
+		if (child_fault && *child_fault)
+			setenv("GPUSNAP_FAULT", child_fault, 1);
+		else if (child_fault)
+			unsetenv("GPUSNAP_FAULT");
 		execl("/proc/self/exe", argv[0], "--child", arg, (char *)NULL);
 		_exit(127);
 	}
@@ -319,6 +329,11 @@ int main(int argc, char **argv)
 			if (alloc(&p, MiB))
 				die("cannot allocate");
 			printf("IPC %d\n", ipc(handle, p));
+		} else if (!strcmp(cmd, "sync")) {
+			/* a driver call: it waits while the agent's gate is closed */
+			CUresult (*sync)(void);
+			*(void **)&sync = fake_app_need("cuCtxSynchronize");
+			printf("SYNC %d\n", sync());
 		} else if (!strcmp(cmd, "quit")) {
 			send_line("quit\n");
 			int st = 0;
