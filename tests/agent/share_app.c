@@ -21,15 +21,23 @@
  *   sync       cuCtxSynchronize, which waits while the agent's gate is closed -> "SYNC <result>"
  *   quit       both exit
  *
+ * With --signals (for dumps by CRIU, tests/cli/t4016-share-tree-image.sh)
+ * it reads no stdin: SIGUSR1 runs verify, SIGUSR2 ring, the answers go to
+ * stdout; it runs until killed.
+ *
  * SHARE_APP_CHILD_FAULT, when set, is the child's GPUSNAP_FAULT (empty:
  * none), so a test can fail one rank's agent; otherwise both inherit it.
  */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_app_common.h"
@@ -231,8 +239,78 @@ static void verify(char *why, size_t n)
 		snprintf(why, n, "%s", line);
 }
 
+static void say_verify(void)
+{
+	char why[300];
+	verify(why, sizeof(why));
+	if (why[0])
+		printf("VERIFY FAIL %s\n", why);
+	else
+		printf("VERIFY OK 4\n");
+}
+
+/* Each rank writes a new pattern into the other's buffer through its import, then both verify. */
+static void ring(void)
+{
+	char line[300], why[300];
+	parent_seed += 10;
+	child_seed += 10;
+	fill(peer_va, child_seed); /* into the child's buffer, through the import */
+	snprintf(line, sizeof(line), "write %u\n", parent_seed);
+	send_line(line);
+	if (read_line(line, sizeof(line)) || strcmp(line, "ok")) {
+		printf("RING FAIL the child could not write\n");
+		return;
+	}
+	verify(why, sizeof(why));
+	if (why[0])
+		printf("RING FAIL %s\n", why);
+	else
+		printf("RING OK\n");
+}
+
+static volatile sig_atomic_t verify_asked, ring_asked;
+
+static void on_signal(int sig)
+{
+	if (sig == SIGUSR1)
+		verify_asked = 1;
+	else
+		ring_asked = 1;
+}
+
+/* --signals: SIGUSR1 verifies, SIGUSR2 runs the ring exchange, answers on stdout; until killed. */
+__attribute__((noreturn)) static void serve_signals(void)
+{
+	for (;;) {
+		if (verify_asked) {
+			verify_asked = 0;
+			say_verify();
+			fflush(stdout);
+		}
+		if (ring_asked) {
+			ring_asked = 0;
+			ring();
+			fflush(stdout);
+		}
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 int main(int argc, char **argv)
 {
+	bool signals = argc == 2 && !strcmp(argv[1], "--signals");
+	if (signals) {
+		struct sigaction sa = { .sa_handler = on_signal };
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR1, &sa, NULL);
+		sigaction(SIGUSR2, &sa, NULL);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0)
+			die("cannot read stdin from /dev/null");
+		close(null);
+	}
 	if (argc == 3 && !strcmp(argv[1], "--child")) {
 		rank = 1;
 		sock = atoi(argv[2]);
@@ -278,32 +356,15 @@ int main(int argc, char **argv)
 	setup();
 	printf("READY %d %d\n", (int)getpid(), (int)child);
 	fflush(stdout);
+	if (signals)
+		serve_signals();
 	char cmd[128];
 	while (fgets(cmd, sizeof(cmd), stdin)) {
-		char why[300];
 		cmd[strcspn(cmd, "\n")] = '\0';
 		if (!strcmp(cmd, "verify")) {
-			verify(why, sizeof(why));
-			if (why[0])
-				printf("VERIFY FAIL %s\n", why);
-			else
-				printf("VERIFY OK 4\n");
+			say_verify();
 		} else if (!strcmp(cmd, "ring")) {
-			char line[300];
-			parent_seed += 10;
-			child_seed += 10;
-			fill(peer_va, child_seed); /* into the child's buffer, through the import */
-			snprintf(line, sizeof(line), "write %u\n", parent_seed);
-			send_line(line);
-			if (read_line(line, sizeof(line)) || strcmp(line, "ok")) {
-				printf("RING FAIL the child could not write\n");
-			} else {
-				verify(why, sizeof(why));
-				if (why[0])
-					printf("RING FAIL %s\n", why);
-				else
-					printf("RING OK\n");
-			}
+			ring();
 		} else if (!strcmp(cmd, "keepfd")) {
 			char line[64];
 			send_line("keepfd\n");

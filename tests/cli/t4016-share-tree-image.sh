@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# t4016 - `gpusnap dump --tree` and `restore` of two processes that share GPU
+# memory as POSIX file descriptors (cuMemExportToShareableHandle /
+# cuMemImportFromShareableHandle, as NCCL does with cuMem), under the agent
+# on the host-memory fake driver, dumped with the real CRIU 4:
+# tests/agent/share_app.c --signals, two ranks, each exporting a 4 MiB
+# buffer that the other imports and maps. Checks:
+#  - dump --tree writes one image of the tree (CRIU's of both processes, one
+#    GPU image per rank under DIR/procs/<pid>/, each exported buffer saved
+#    once, by its exporter), and both processes are gone;
+#  - restore brings both back: each rank's buffer and the one it imported
+#    hold their data byte for byte, at the same addresses, and the ring
+#    exchange (each rank writes into the other's buffer) goes on; a second
+#    restore of the same image works too;
+#  - dump --tree --leave-running: both run on with their data, and the image
+#    restores once they are gone;
+#  - refusals, one line each, nothing changed and no image written: dump
+#    --tree of the child alone (the memory it imports is exported outside its
+#    tree);
+#  - failures after the agents, after the driver, and in CRIU roll the tree
+#    back (both run on, data intact, exchange goes on, nothing at DIR); a
+#    restore failing before the agents load leaves no process and the image
+#    unchanged, and the next restore works.
+# Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/fake_agent.sh"
+
+build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
+app=$build/tests/agent/share_app
+log=$TEST_TMP/app.log
+APP_IO=signals
+fake_agent_env criu
+cleanup_apps() {
+  kill_our_apps share_app
+  cleanup_test
+}
+trap cleanup_apps EXIT
+MiB=$((1 << 20))
+phys_of() { cat "$FAKE_CUDA_DIR/$1.phys" 2>/dev/null || echo none; }
+
+# ring_ok TITLE: SIGUSR2 asks the parent for the ring exchange; it answers RING on its stdout
+ring_ok() {
+  local before reply
+  before=$(grep -c '^RING' "$log")
+  kill -USR2 "$APP" 2>/dev/null
+  for _ in $(seq 300); do
+    [ "$(grep -c '^RING' "$log")" -gt "$before" ] && break
+    sleep 0.1
+  done
+  reply=$(grep '^RING' "$log" | tail -n 1)
+  [ "$(grep -c '^RING' "$log")" -gt "$before" ] || reply="(no answer)"
+  case $reply in "RING OK") pass "$1" ;; *) fail "$1" "$reply" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG")" ;; esac
+}
+both_alive() { alive "$APP" && alive "$CHILD"; }
+both_hold() { test "$(phys_of "$APP")" = $((8 * MiB)) -a "$(phys_of "$CHILD")" = $((8 * MiB)); }
+
+start_app
+CHILD=$(awk '/^READY/ {print $3; exit}' "$log")
+verify_ok "both ranks see both buffers after setup"
+ring_ok "the ring exchange before the dump"
+
+img=$TEST_TMP/img
+
+# refused before anything changes: the child's tree alone (it imports the parent's memory)
+run_gpusnap dump --tree -D "$img" "$CHILD"
+expect "dump --tree of the child alone is refused" 6 "no process of this tree exports"
+check "the refusal is one line" one_error
+check "no image is left" test ! -e "$img"
+check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+verify_ok "the refused dump changed nothing"
+
+# failures roll the whole tree back
+for fault in dump-tree-after-agents dump-tree-after-driver criu-run; do
+  GPUSNAP_FAULT=$fault run_gpusnap dump --tree -D "$img" "$APP"
+  case $fault in criu-run) want=15 ;; *) want=1 ;; esac
+  expect "a dump --tree failing at $fault fails" "$want" "$fault"
+  check "after $fault both ranks run ($APP, $CHILD)" both_alive
+  check "after $fault both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+  check "after $fault nothing is at DIR" test ! -e "$img"
+  verify_ok "both buffers after the rollback at $fault"
+  ring_ok "the ring exchange after the rollback at $fault"
+done
+
+# --leave-running: both run on with their data; the image is whole
+run_gpusnap dump --tree --leave-running --json -D "$img" "$APP"; expect "dump --tree --leave-running" 0
+check "both ranks still run" both_alive
+check "both ranks hold their memory again ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+verify_ok "both buffers after dump --leave-running"
+ring_ok "the ring exchange after dump --leave-running"
+rm -rf "$img"
+
+run_gpusnap dump --tree --json -D "$img" "$APP"; expect "dump --tree" 0
+check "the outcome names both processes" test "$(jget "['processes'][1]['pid']")" = "$CHILD"
+check "the outcome says they share memory" test "$(jget "['shared_memory']")" = True
+# own buffers only: 4 MiB each, the imports are their exporters'
+data=$(jget "['gpu_data_bytes']")
+check "each exported buffer is saved once, by its exporter ($data bytes)" test "$data" = $((8 * MiB))
+check "both processes are gone" wait_gone "$APP" 5
+check "the child is gone too" wait_gone "$CHILD" 5
+check "one GPU image per rank" test -f "$img/procs/$APP/manifest.img" -a -f "$img/procs/$CHILD/manifest.img"
+run_gpusnap inspect --verify "$img/procs/$CHILD"; expect "the child's GPU image verifies" 0
+run_gpusnap inspect --json "$img"; expect "inspect of the tree's image" 0
+check "the tree's image says how it was taken ($(jget "['image']['how']"))" test "$(jget "['image']['how']")" = tree
+
+# a restore failing before the agents load: no process is left, the image is unchanged
+GPUSNAP_FAULT=restore-tree-before-agents run_gpusnap restore -D "$img"
+expect "a restore failing before the agents load fails" 1 "restore-tree-before-agents"
+check "no restored process is left" wait_gone "$APP" 5
+check "nor its child" wait_gone "$CHILD" 5
+
+run_gpusnap restore --json -D "$img"; expect "restore of the tree" 0
+check "both ranks run again" both_alive
+check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+verify_ok "both buffers are back byte for byte after the restore"
+ring_ok "the ring exchange goes on after the restore"
+
+kill -9 "$CHILD" "$APP"; wait_gone "$APP" 5; wait_gone "$CHILD" 5
+run_gpusnap restore -D "$img"; expect "a second restore from the same image" 0
+verify_ok "both buffers after the second restore"
+ring_ok "the ring exchange after the second restore"
+
+# and the restored tree suspends and resumes together as before
+run_gpusnap suspend --tree "$APP"; expect "suspend --tree of the restored tree" 0
+run_gpusnap resume --tree "$APP"; expect "resume --tree of the restored tree" 0
+verify_ok "both buffers after suspend and resume of the restored tree"
+test_done
