@@ -28,6 +28,7 @@
 #include "core/control_socket.h"
 #include "core/share_plan.h"
 #include "core/vmm_handles.h"
+#include "image/image.h"
 
 /* One descriptor the app exported (fd: the agent's duplicate; -1 once a suspend closed it). */
 struct sh_export {
@@ -360,6 +361,47 @@ bool gs_share_handle(struct gs_agent *a, const struct gs_msg *req, struct gs_msg
 	pthread_mutex_unlock(&a->lock);
 	gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 	return true;
+}
+
+/* ---- what the image says about them ---- */
+
+int gs_share_describe(struct gs_image_writer *w, struct gs_err *err)
+{
+	gs_app_vmm_lock();
+	int rc = 0;
+	size_t n = 0;
+	char key[64], value[GS_SHARE_DESCRIBE_MAX];
+	for (size_t i = 0; !rc && i < sh.nex; i++) {
+		bool seen = false;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = sh.ex[j].vh == sh.ex[i].vh;
+		if (seen)
+			continue;
+		snprintf(key, sizeof(key), "%s%zu", GS_SHARE_META_EXPORT, n++);
+		snprintf(value, sizeof(value), "handle=%#llx", (unsigned long long)sh.ex[i].vh);
+		rc = gs_image_writer_set_metadata(w, key, value, err);
+	}
+	n = 0;
+	for (size_t i = 0; !rc && i < sh.nim; i++) {
+		const struct sh_import *im = &sh.im[i];
+		const struct gs_vh_handle *h = gs_app_vmm_get_locked(im->vh);
+		if (!im->linked || !h)
+			continue;
+		int len = snprintf(value, sizeof(value), "exporter=%d export_handle=%#llx handle=%#llx maps=", (int)im->exporter,
+				   (unsigned long long)im->export_vh, (unsigned long long)im->vh);
+		for (size_t m = 0; m < h->nmaps && len > 0 && (size_t)len < sizeof(value); m++)
+			len += snprintf(value + len, sizeof(value) - (size_t)len, "%s%#llx+%#llx", m ? "," : "",
+					(unsigned long long)h->maps[m]->va, (unsigned long long)h->maps[m]->size);
+		if (len < 0 || (size_t)len >= sizeof(value)) {
+			rc = gs_fail(err, GS_E_AGENT, "imported GPU memory %#llx is mapped in too many places to describe",
+				     (unsigned long long)im->vh);
+			break;
+		}
+		snprintf(key, sizeof(key), "%s%zu", GS_SHARE_META_IMPORT, n++);
+		rc = gs_image_writer_set_metadata(w, key, value, err);
+	}
+	gs_app_vmm_unlock();
+	return rc;
 }
 
 /* ---- the lifecycle's steps ---- */

@@ -55,6 +55,7 @@
 #include "common/lone_thread.h"
 #include "common/proc.h"
 #include "core/control_socket.h"
+#include "core/share_plan.h"
 #include "common/util.h"
 #include "criu/criu.h"
 #include "cuda/checkpoint.h"
@@ -325,6 +326,53 @@ static void remove_left_copy(struct restore_run *r)
 	kill_restored(pid, false);
 }
 
+/* Whether the GPU image of the tree's process exporter records the export export_vh. */
+static bool tree_exports(const struct restore_run *r, pid_t exporter, uint64_t export_vh, struct gs_err *err)
+{
+	for (int i = 0; i < r->tree_n; i++) {
+		if (r->tree_pids[i] != exporter)
+			continue;
+		for (size_t k = 0; k < gs_image_metadata_count(r->tree_imgs[i]); k++) {
+			const struct gs_image_kv *kv = gs_image_metadata_at(r->tree_imgs[i], k);
+			uint64_t vh;
+			if (!strncmp(kv->key, GS_SHARE_META_EXPORT, strlen(GS_SHARE_META_EXPORT)) &&
+			    !gs_share_parse_export_meta(kv->key, kv->value, &vh, err) && vh == export_vh)
+				return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Memory shared between the tree's processes: every import an image
+ * records must come from an export another image of the tree records (its
+ * exporter re-creates it and hands it over), else nothing is started.
+ */
+static int check_tree_shares(const struct restore_run *r, struct gs_err *err)
+{
+	for (int i = 0; i < r->tree_n; i++) {
+		for (size_t k = 0; k < gs_image_metadata_count(r->tree_imgs[i]); k++) {
+			const struct gs_image_kv *kv = gs_image_metadata_at(r->tree_imgs[i], k);
+			if (strncmp(kv->key, GS_SHARE_META_IMPORT, strlen(GS_SHARE_META_IMPORT)))
+				continue;
+			pid_t exporter;
+			uint64_t export_vh;
+			int rc = gs_share_parse_import_meta(kv->key, kv->value, &exporter, &export_vh, err);
+			if (rc) {
+				gs_err_wrap(err, "'%s'", r->tree_dirs[i]);
+				return rc;
+			}
+			struct gs_err e = { 0 };
+			if (!tree_exports(r, exporter, export_vh, &e))
+				return gs_fail(err, GS_E_IMAGE, "'%s': process %d imported GPU memory that process %d exported "
+					       "(%#llx), and the image holds no such export: not a whole image of the tree",
+					       r->tree_dirs[i], (int)r->tree_pids[i], (int)exporter,
+					       (unsigned long long)export_vh);
+		}
+	}
+	return 0;
+}
+
 /*
  * An image of a process tree: the GPU image of each of its CUDA processes,
  * DIR/procs/<pid>/ (opened, so checked as any image), each taken by an
@@ -356,7 +404,7 @@ static int open_tree(struct restore_run *r, const struct restore_opts *o, struct
 				       "%d, taken by '%s')", r->tree_dirs[i], (int)r->tree_pids[i], (int)in->source_pid, in->how);
 		gs_image_set_direct_io(r->tree_imgs[i], false);
 	}
-	return 0;
+	return check_tree_shares(r, err);
 }
 
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)

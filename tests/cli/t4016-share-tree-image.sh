@@ -99,6 +99,14 @@ check "both processes are gone" wait_gone "$APP" 5
 check "the child is gone too" wait_gone "$CHILD" 5
 check "one GPU image per rank" test -f "$img/procs/$APP/manifest.img" -a -f "$img/procs/$CHILD/manifest.img"
 run_gpusnap inspect --verify "$img/procs/$CHILD"; expect "the child's GPU image verifies" 0
+run_gpusnap inspect --json "$img/procs/$CHILD"; expect "inspect of the child's GPU image" 0
+imported=$(jget "['image']['metadata']['share.import.0']")
+check "the child's image records what it imported: the parent's export, its mapping ($imported)" \
+  grep -q "^exporter=$APP export_handle=0x[0-9a-f]* handle=0x[0-9a-f]* maps=0x[0-9a-f]*+0x400000$" <<<"$imported"
+run_gpusnap inspect --json "$img/procs/$APP"; expect "inspect of the parent's GPU image" 0
+exported=$(jget "['image']['metadata']['share.export.0']")
+check "the parent's image records the export the child imported ($exported)" \
+  test "${imported#*export_handle=}" != "$imported" -a "handle=$(sed 's/.*export_handle=\([^ ]*\).*/\1/' <<<"$imported")" = "$exported"
 run_gpusnap inspect --json "$img"; expect "inspect of the tree's image" 0
 check "the tree's image says how it was taken ($(jget "['image']['how']"))" test "$(jget "['image']['how']")" = tree
 
