@@ -21,7 +21,9 @@
 #    back (both run on, data intact, exchange goes on, nothing at DIR); a
 #    restore failing before the agents load leaves no process and the image
 #    unchanged, and the next restore works.
-# Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
+# In a sanitizer build only the dump half runs (CRIU cannot restore the two
+# ASan-instrumented processes). Needs root, CRIU (scripts/get-criu.sh unless
+# GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
@@ -109,6 +111,14 @@ check "the parent's image records the export the child imported ($exported)" \
   test "${imported#*export_handle=}" != "$imported" -a "handle=$(sed 's/.*export_handle=\([^ ]*\).*/\1/' <<<"$imported")" = "$exported"
 run_gpusnap inspect --json "$img"; expect "inspect of the tree's image" 0
 check "the tree's image says how it was taken ($(jget "['image']['how']"))" test "$(jget "['image']['how']")" = tree
+
+if ldd "$app" | grep -q libasan; then
+  # CRIU 4.2.1's restore of this tree of two ASan-instrumented processes dies in the root task's
+  # premap (SIGSEGV in criu's restore log, before any task runs); single ASan processes restore
+  echo "# the restore of the tree is not checked in a sanitizer build (CRIU cannot restore it there)"
+  test_done
+  exit
+fi
 
 # a restore failing before the agents load: no process is left, the image is unchanged
 GPUSNAP_FAULT=restore-tree-before-agents run_gpusnap restore -D "$img"
