@@ -5,7 +5,7 @@
  * its export and gives each agent that shares the go-ahead; before a resume
  * it has the exporters create their exported memory again and hands the new
  * descriptors to the importers, which then resume gated until every agent
- * is back (cli_share_open).
+ * is back (cli_share_resume does all of it).
  */
 #ifndef GPUSNAP_CLI_SHARE_TREE_H
 #define GPUSNAP_CLI_SHARE_TREE_H
