@@ -64,6 +64,9 @@ struct tree_run {
 	struct gs_image_tmp *tmp;
 	char cpu_dir[4096];
 	bool shared;
+	/* GPU memory each process held before the dump (NVML): its GPUs in the images, free memory checked on restore */
+	uint64_t (*vram)[CLI_MAX_GPUS];
+	uint64_t *gpu_mask;
 	/* what has been done, for undoing it */
 	bool *gated, *dumped;
 	bool driver_suspended, published;
@@ -183,7 +186,10 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 	r->image_ptrs = calloc((size_t)n, sizeof(*r->image_ptrs));
 	r->gated = calloc((size_t)n, sizeof(bool));
 	r->dumped = calloc((size_t)n, sizeof(bool));
-	if (!r->agents || !r->procs || !r->locks || !r->images || !r->image_ptrs || !r->gated || !r->dumped)
+	r->vram = calloc((size_t)n, sizeof(*r->vram));
+	r->gpu_mask = calloc((size_t)n, sizeof(*r->gpu_mask));
+	if (!r->agents || !r->procs || !r->locks || !r->images || !r->image_ptrs || !r->gated || !r->dumped || !r->vram ||
+	    !r->gpu_mask)
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
 	struct cli_op_record left;
 	bool root_is_cuda = false;
@@ -219,6 +225,9 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 	}
 	if (!root_is_cuda && (rc = cli_op_begin(r->root, false, "dump", &r->root_lock, &left, err)))
 		return rc;
+	/* before anything moves: afterwards the processes hold nothing */
+	for (int i = 0; i < n; i++)
+		r->gpu_mask[i] = process_gpus(r, r->pids[i], r->vram[i]);
 	return gs_criu_dumpable(r->root, err);
 }
 
@@ -247,9 +256,10 @@ static void record_step(struct tree_run *r, const struct dump_tree_opts *o, cons
 	int me = (int)getpid(), root = (int)r->root;
 	snprintf(alive, sizeof(alive), "process tree %d was left suspended by a gpusnap dump --tree (pid %d) that was "
 		 "killed; gpusnap resume --tree %d puts it back", root, me, root);
+	const char *tmp = gs_image_tmp_path(r->tmp);
 	snprintf(gone, sizeof(gone), "CRIU dumped the process tree %d for a gpusnap dump --tree (pid %d) that was killed "
-		 "before it published '%s': gpusnap restore -D '%s' brings it back once published by hand, if whole", root,
-		 me, o->dir, gs_image_tmp_path(r->tmp));
+		 "before it published the image at '%s': check '%s' with gpusnap inspect --verify, then gpusnap restore -D "
+		 "'%s' brings the tree back", root, me, o->dir, tmp, tmp);
 	for (int i = 0; i < r->n; i++)
 		cli_op_step(r->locks[i], step, r->agents[i].present ? r->images[i] : NULL, alive, criu_done ? gone : NULL);
 }
@@ -329,11 +339,9 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 	char pid_list[4096] = "";
 	size_t used = 0;
 	for (int i = 0; i < r->n && !rc; i++) {
-		uint64_t vram[CLI_MAX_GPUS] = { 0 };
-		uint64_t mask = process_gpus(r, r->pids[i], vram);
 		for (int g = 0; g < CLI_MAX_GPUS; g++)
-			vram_all[g] += vram[g];
-		mask_all |= mask;
+			vram_all[g] += r->vram[i][g];
+		mask_all |= r->gpu_mask[i];
 		int k = snprintf(pid_list + used, sizeof(pid_list) - used, "%s%d", used ? " " : "", (int)r->pids[i]);
 		if (k < 0 || (size_t)k >= sizeof(pid_list) - used)
 			rc = gs_fail(err, GS_E_FAILURE, "the tree of process %d has too many CUDA processes for one image (%d)",
@@ -343,7 +351,7 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 		if (!rc && !r->agents[i].present) {
 			char comm[64];
 			gs_proc_comm(r->pids[i], comm, sizeof(comm));
-			rc = write_manifest(r, r->images[i], r->pids[i], comm, "driver", vram, mask, NULL, err);
+			rc = write_manifest(r, r->images[i], r->pids[i], comm, "driver", r->vram[i], r->gpu_mask[i], NULL, err);
 		}
 	}
 	if (rc || (rc = write_manifest(r, gs_image_tmp_path(r->tmp), r->root, r->comm, DUMP_TREE_HOW, vram_all, mask_all,
@@ -531,6 +539,8 @@ int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
 	free(r->image_ptrs);
 	free(r->gated);
 	free(r->dumped);
+	free(r->vram);
+	free(r->gpu_mask);
 	free(r);
 	return rc;
 }
