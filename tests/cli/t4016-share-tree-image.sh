@@ -17,6 +17,9 @@
 #  - refusals, one line each, nothing changed and no image written: dump
 #    --tree of the child alone (the memory it imports is exported outside its
 #    tree);
+#  - a tree without the agent (a shell, no CUDA process, running two CUDA
+#    processes on the driver path) dumps and restores whole, each counting
+#    on from where it was dumped;
 #  - failures after the agents, after the driver, and in CRIU roll the tree
 #    back (both run on, data intact, exchange goes on, nothing at DIR); a
 #    restore failing before the agents load leaves no process and the image
@@ -34,6 +37,8 @@ APP_IO=signals
 fake_agent_env criu
 cleanup_apps() {
   kill_our_apps share_app
+  kill_test_procs cpu_counter
+  [ -n "${shell_pid:-}" ] && kill -9 "$shell_pid" 2>/dev/null
   cleanup_test
 }
 trap cleanup_apps EXIT
@@ -113,6 +118,39 @@ check "the parent's image records the export the child imported ($exported)" \
   test -n "$export_handle" -a "handle=$export_handle" = "$exported"
 run_gpusnap inspect --json "$img"; expect "inspect of the tree's image" 0
 check "the tree's image says how it was taken ($(jget "['image']['how']"))" test "$(jget "['image']['how']")" = tree
+
+# a tree without the agent: a shell (no CUDA process) running two CUDA processes on the driver path
+# (cpu_counter, registered with the fake): dumped and restored whole, each counts on from the dump
+clog1=$TEST_TMP/counter1.log
+clog2=$TEST_TMP/counter2.log
+counter=$build/tests/apps/cpu_counter
+# setsid -f: the shell is no child of this test's, so it is reaped once CRIU has dumped it (a zombie
+# would hold the PID the restore needs)
+(close_inherited_fds && exec setsid -f bash -c 'echo $$ >"$3"; "$0" "$1" & "$0" "$2" & wait' "$counter" "$clog1" \
+  "$clog2" "$TEST_TMP/shell.pid" </dev/null >/dev/null 2>&1)
+for _ in $(seq 100); do
+  shell_pid=$(cat "$TEST_TMP/shell.pid" 2>/dev/null)
+  [ -n "$shell_pid" ] && [ "$(pgrep -P "$shell_pid" | wc -l)" = 2 ] && break
+  sleep 0.05
+done
+mapfile -t counters < <(pgrep -P "$shell_pid")
+for c in "${counters[@]}"; do echo "0 0" >"$FAKE_CUDA_DIR/$c"; done
+check "the shell runs two counters (${counters[*]})" test "${#counters[@]}" = 2
+wait_lines "$clog1" 10 && wait_lines "$clog2" 10
+timg=$TEST_TMP/counters-img
+run_gpusnap dump --tree --json -D "$timg" "$shell_pid"; expect "dump --tree of the shell and its counters" 0
+check "the outcome lists the two CUDA processes on the driver path" \
+  test "$(jget "['processes'][0]['path']") $(jget "['processes'][1]['path']")" = "driver driver"
+check "the shell is gone" wait_gone "$shell_pid" 5
+read -r n1 v1 < <(settled "$clog1")
+read -r n2 v2 < <(settled "$clog2")
+check "a driver-path manifest per counter" test -f "$timg/procs/${counters[0]}/manifest.img" -a -f "$timg/procs/${counters[1]}/manifest.img"
+run_gpusnap restore --json -D "$timg"; expect "restore of the shell and its counters" 0
+check "the restored root is the shell ($(jget "['pid']"))" test "$(jget "['pid']")" = "$shell_pid"
+check "the first counter counts on from the dump" continues "$clog1" "$n1" "$v1"
+check "the second counter counts on from the dump" continues "$clog2" "$n2" "$v2"
+run_gpusnap state "${counters[1]}"; expect "state of a restored counter" 0 "running"
+kill -9 "${counters[@]}" "$shell_pid" 2>/dev/null
 
 if ldd "$app" | grep -q libasan; then
   # CRIU 4.2.1's restore of this tree of two ASan-instrumented processes dies in the root task's
