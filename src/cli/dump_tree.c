@@ -290,11 +290,14 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 			continue;
 		rc = cli_agent_dump_running(r->pids[i], &r->agents[i], r->images[i], o->timeout, err);
 		if (rc) {
-			/* its own undo failed: it stays suspended, its data in its image */
+			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays
+			 * suspended, its data in its image */
 			struct cli_agent now;
 			struct gs_err e = { 0 };
 			if (!cli_agent_probe(r->pids[i], &now, &e) && now.present && now.state != GS_AGENT_RUNNING)
 				r->dumped[i] = true;
+			else
+				r->gated[i] = false;
 			break;
 		}
 		r->dumped[i] = true;

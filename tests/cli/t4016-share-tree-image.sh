@@ -20,7 +20,8 @@
 #  - a tree without the agent (a shell, no CUDA process, running two CUDA
 #    processes on the driver path) dumps and restores whole, each counting
 #    on from where it was dumped;
-#  - failures after the agents, after the driver, and in CRIU roll the tree
+#  - a dump failing in the second rank's agent, and failures after the
+#    agents, after the driver, and in CRIU roll the tree
 #    back (both run on, data intact, exchange goes on, nothing at DIR); a
 #    restore failing before the agents load leaves no process and the image
 #    unchanged, and the next restore works.
@@ -60,6 +61,20 @@ ring_ok() {
 }
 both_alive() { alive "$APP" && alive "$CHILD"; }
 both_hold() { test "$(phys_of "$APP")" = $((8 * MiB)) -a "$(phys_of "$CHILD")" = $((8 * MiB)); }
+
+# the second rank's agent fails its copy out of the GPU (its first): the parent dumped already, its
+# memory released, the child walked back and runs on; the parent takes its data back from its
+# image, its export made again and handed to the child, and both run on with their data
+SHARE_APP_CHILD_FAULT=agent-copy-out start_app
+CHILD=$(awk '/^READY/ {print $3; exit}' "$log")
+run_gpusnap dump --tree -D "$TEST_TMP/img" "$APP"
+expect "a dump --tree whose second rank fails its dump fails" 16 "to host on GPU 0 failed"
+check "both ranks run ($APP, $CHILD)" both_alive
+check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+check "nothing is at DIR" test ! -e "$TEST_TMP/img"
+verify_ok "both buffers after the failed dump of the second rank"
+ring_ok "the ring exchange after the failed dump of the second rank"
+kill -9 "$CHILD" "$APP"; wait_gone "$APP" 5
 
 start_app
 CHILD=$(awk '/^READY/ {print $3; exit}' "$log")
