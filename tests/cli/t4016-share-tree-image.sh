@@ -103,6 +103,21 @@ for fault in dump-tree-after-agents dump-tree-after-driver criu-run; do
   ring_ok "the ring exchange after the rollback at $fault"
 done
 
+# gpusnap killed after the agents wrote their images and let go of the shared memory: the ranks
+# stay suspended, the next command says so, and resume --tree brings both back (each agent
+# reads its data from its image in the temporary directory, the exports handed over again)
+GPUSNAP_FAULT=dump-tree-after-agents=kill run_gpusnap dump --tree -D "$img" "$APP"
+check "gpusnap was killed at the fault ($RC)" test "$RC" = 137
+check "both ranks are suspended (they hold $(phys_of "$APP"), $(phys_of "$CHILD") bytes)" \
+  test "$(phys_of "$APP")" = 0 -a "$(phys_of "$CHILD")" = 0
+run_gpusnap state "$CHILD"
+check "state says what the killed dump left ($(head -c 300 "$ERR_TXT"))" grep -q "gpusnap resume --tree $APP puts it back" "$ERR_TXT"
+run_gpusnap resume --tree "$APP"; expect "resume --tree after the killed dump" 0
+check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+verify_ok "both buffers after the killed dump and resume --tree"
+ring_ok "the ring exchange after the killed dump and resume --tree"
+check "nothing is at DIR" test ! -e "$img"
+
 # --leave-running: both run on with their data; the image is whole
 run_gpusnap dump --tree --leave-running --json -D "$img" "$APP"; expect "dump --tree --leave-running" 0
 check "both ranks still run" both_alive
