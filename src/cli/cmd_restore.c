@@ -533,7 +533,12 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
 	int me = (int)getpid(), pid = (int)r->info->source_pid;
 	bool loading = !strcmp(step, "load");
-	if (loading)
+	if (loading && r->tree)
+		/* the agents load as one job, each from its own image: only a new restore does that again */
+		snprintf(alive, sizeof(alive), "the process tree %d was restored from '%s' by a gpusnap restore (pid %d) "
+			 "that was killed while its agents loaded their GPU data: kill -9 every process of the tree, then "
+			 "gpusnap restore -D '%s' again", pid, o->dir, me, o->dir);
+	else if (loading)
 		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
 			 "killed before the agent loaded its GPU data: gpusnap resume %d loads it", pid, o->dir, me, pid);
 	else if (!strcmp(step, "resume"))
