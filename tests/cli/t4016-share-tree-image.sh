@@ -148,6 +148,17 @@ check "the parent's image records the export the child imported ($exported)" \
   test -n "$export_handle" -a "handle=$export_handle" = "$exported"
 run_gpusnap inspect --json "$img"; expect "inspect of the tree's image" 0
 check "the tree's image says how it was taken ($(jget "['image']['how']"))" test "$(jget "['image']['how']")" = tree
+check "inspect lists the child's GPU image ($(jget "['processes'][1]['pid']"))" test "$(jget "['processes'][1]['pid']")" = "$CHILD"
+run_gpusnap inspect --verify "$img"; expect "inspect --verify of the tree's image" 0 "verify       ok"
+check "the check covers both ranks' data (a chunk each) ($(grep "^verify" "$OUT_TXT"))" grep -q "^verify       ok: 2 stored chunks" "$OUT_TXT"
+# a flipped byte in a rank's data: inspect --verify and restore find it, nothing is started
+cp -a "$img" "$img-bad"
+data_file=$img-bad/procs/$APP/gpu-data-0000.img
+printf '\x5a' | dd of="$data_file" bs=1 seek=8192 conv=notrunc status=none
+run_gpusnap inspect --verify "$img-bad"; expect "inspect --verify finds the bad chunk in a rank's image" 11 "checksum"
+run_gpusnap restore -D "$img-bad"; expect "restore refuses the bad chunk" 11 "checksum"
+check "no restored process is left" wait_gone "$APP" 5
+rm -rf "$img-bad"
 
 # a tree without the agent: a shell (no CUDA process) running two CUDA processes on the driver path
 # (cpu_counter, registered with the fake): dumped and restored whole, each counts on from the dump
