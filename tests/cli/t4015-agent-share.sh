@@ -15,7 +15,8 @@
 #  - a second cycle works the same;
 #  - refusals, one line each, nothing changed: suspending one rank alone, and
 #    a rank that keeps the descriptor it imported open;
-#  - dump (no --tree yet) refuses a rank that shares memory, which runs on;
+#  - dump without --tree refuses a rank that shares memory, which runs on
+#    (dump --tree: t4016);
 #  - legacy CUDA IPC (cuIpcGetMemHandle) on the agent's memory fails at the
 #    call with a log line naming GPUSNAP_AGENT_HOOKS=0, which makes it work;
 #  - a --tree suspend that fails after the agents (suspend-after-agent), or
@@ -23,7 +24,14 @@
 #    mappings and the ring exchange intact;
 #  - resuming one rank of a suspended tree alone is refused (one line);
 #  - a resume stopped after the exporters made their memory again (fault
-#    share-handover) leaves the tree suspended; the next resume finishes it.
+#    share-handover) leaves the tree suspended; the next resume finishes it;
+#  - a resume --tree whose second rank fails its RESUME (agent-copy-in in the
+#    child only, SHARE_APP_CHILD_FAULT) opens no gate: the first rank is
+#    suspended again, the shared memory let go, the tree stays suspended
+#    (one line, exit 16) and the next resume --tree brings both back;
+#  - a suspend --tree rolled back after the driver (suspend-after-driver)
+#    holds the gates until every rank is back: while the child's RESUME is
+#    held, a driver call of the parent waits.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -98,7 +106,7 @@ verify_ok "the data after the resumed handover"
 app_cmd ring
 case $REPLY in "RING OK") pass "the ring exchange after the retried resume" ;; *) fail "ring after retry" "$REPLY" ;; esac
 
-# dump has no --tree yet: a rank that shares memory refuses to be dumped alone, and runs on
+# a rank that shares memory refuses to be dumped alone (dump --tree takes the whole job), and runs on
 if [ -x "${GPUSNAP_CRIU:-}" ] && [ "$(id -u)" = 0 ]; then
   run_gpusnap dump "$APP" -D "$TEST_TMP/img"
   expect "dumping a rank that shares memory is refused" 6 "together with --tree"
