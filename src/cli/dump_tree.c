@@ -499,13 +499,19 @@ int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
 		cli_progress_stop(progress);
 		if (rc && !r->published)
 			undo(r);
+		/* a step that failed after the signal came (CRIU got it too, say) is told as its cause */
+		char cause[GS_ERR_MSG_MAX] = "";
 		if (rc && cli_signal_caught() && !cli_is_interrupted(rc) && !r->published) {
-			char cause[GS_ERR_MSG_MAX];
 			snprintf(cause, sizeof(cause), " (%s)", err.msg);
 			snprintf(what, sizeof(what), "dump of tree %d", (int)r->root);
 			rc = cli_fail_interrupted(&err, what);
-			cli_err_append(&err, "%s%s", r->undo_failed ? "not all of it could be undone (said above)" : "undone",
-				       cause);
+		}
+		if (cli_is_interrupted(rc)) {
+			if (r->undo_failed)
+				cli_err_append(&err, "not all of it could be undone (said above)%s", cause);
+			else
+				cli_err_append(&err, "undone, the processes run on and nothing was written to '%s'%s", o->dir,
+					       cause);
 		}
 	}
 	if (r->tmp && r->undo_failed && !r->published) {

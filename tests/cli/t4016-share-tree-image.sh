@@ -103,6 +103,18 @@ for fault in dump-tree-after-agents dump-tree-after-driver criu-run; do
   ring_ok "the ring exchange after the rollback at $fault"
 done
 
+# SIGTERM while the dump holds after the agents: undone at the next step, gpusnap ends by the signal
+bg_gpusnap dump-tree-after-agents=hold:2 dump --tree -D "$img" "$APP"
+check "the dump reached the point after the agents" at_fault dump-tree-after-agents
+kill -TERM "$BG"
+bg_wait
+check "the interrupted dump ends by SIGTERM ($BG_RC: $(tail -n 1 "$TEST_TMP/bg.err"))" test "$BG_RC" = 143
+check "it says it undid the dump" grep -q "undone" "$TEST_TMP/bg.err"
+check "both ranks hold their memory after the interrupted dump ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+check "nothing is at DIR after the interrupted dump" test ! -e "$img"
+verify_ok "both buffers after the interrupted dump"
+ring_ok "the ring exchange after the interrupted dump"
+
 # gpusnap killed after the agents wrote their images and let go of the shared memory: the ranks
 # stay suspended, the next command says so, and resume --tree brings both back (each agent
 # reads its data from its image in the temporary directory, the exports handed over again)
