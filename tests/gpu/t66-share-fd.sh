@@ -19,6 +19,7 @@
 #    exchange goes on (the imports map the exporters' new memory at their
 #    old addresses), and a suspend/resume --tree cycle of the restored pair
 #    works (the CPU twin is tests/cli/t4016-share-tree-image.sh).
+# gpu-test-limit: 360
 . "$(dirname "$0")/lib.sh"
 gs_test_init t66-share-fd
 # CRIU dumps the ranks: an open stderr file would grow between dump and restore

@@ -17,7 +17,7 @@
 #    suspend/resume --tree cycle of the restored job too.
 # SKIP (visible) with fewer than 2 GPUs or without PyTorch; the dump part
 # SKIPs without CRIU.
-# gpu-test-limit: 480
+# gpu-test-limit: 570
 . "$(dirname "$0")/lib.sh"
 gs_test_init t67-nccl-allreduce
 require_gpus 2 "a two-rank NCCL job needs 2 GPUs"
