@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "agent/agent_ring.h"
+#include "agent/agent_share.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
@@ -72,7 +73,7 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
 		if (rc)
 			return rc;
 	}
-	return 0;
+	return gs_share_describe(w, err); /* memory shared with other processes: what a restore must find */
 }
 
 /*

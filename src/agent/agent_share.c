@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <linux/kcmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include "core/control_socket.h"
 #include "core/share_plan.h"
 #include "core/vmm_handles.h"
+#include "image/image.h"
 
 /* One descriptor the app exported (fd: the agent's duplicate; -1 once a suspend closed it). */
 struct sh_export {
@@ -44,6 +46,12 @@ struct sh_import {
 	bool linked;
 	bool released; /* let go by a suspend or dump: imported again from fd on resume */
 };
+
+/* remove_records_of reads both kinds of record through this common beginning */
+_Static_assert(offsetof(struct sh_export, vh) == 0 && offsetof(struct sh_import, vh) == 0 &&
+		       offsetof(struct sh_export, fd) == sizeof(uint64_t) &&
+		       offsetof(struct sh_import, fd) == sizeof(uint64_t),
+	       "export and import records begin with vh, then fd");
 
 static struct {
 	struct sh_export *ex;
@@ -98,29 +106,31 @@ int gs_share_note_import_locked(uint64_t vh, int fd)
 	return 0;
 }
 
-static void remove_exports_of(uint64_t vh)
+/*
+ * Removes the records of vh from an array of n records of elem bytes (the
+ * export or the import list), closing their duplicates. Both record types
+ * begin with vh then fd, which is what this reads of them.
+ */
+static void remove_records_of(void *arr, size_t *n, size_t elem, uint64_t vh)
 {
+	char *base = arr;
 	size_t k = 0;
-	for (size_t i = 0; i < sh.nex; i++) {
-		if (sh.ex[i].vh == vh)
-			close_fd(&sh.ex[i].fd);
-		else
-			sh.ex[k++] = sh.ex[i];
+	for (size_t i = 0; i < *n; i++) {
+		char *rec = base + i * elem;
+		if (*(uint64_t *)rec == vh)
+			close_fd((int *)(rec + sizeof(uint64_t)));
+		else if (k++ != i)
+			memcpy(base + (k - 1) * elem, rec, elem);
 	}
-	sh.nex = k;
+	*n = k;
 }
+
+static void remove_exports_of(uint64_t vh) { remove_records_of(sh.ex, &sh.nex, sizeof(*sh.ex), vh); }
 
 void gs_share_forget_locked(uint64_t vh)
 {
 	remove_exports_of(vh);
-	size_t k = 0;
-	for (size_t i = 0; i < sh.nim; i++) {
-		if (sh.im[i].vh == vh)
-			close_fd(&sh.im[i].fd);
-		else
-			sh.im[k++] = sh.im[i];
-	}
-	sh.nim = k;
+	remove_records_of(sh.im, &sh.nim, sizeof(*sh.im), vh);
 }
 
 bool gs_share_created_early_locked(uint64_t vh)
@@ -351,6 +361,47 @@ bool gs_share_handle(struct gs_agent *a, const struct gs_msg *req, struct gs_msg
 	pthread_mutex_unlock(&a->lock);
 	gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 	return true;
+}
+
+/* ---- what the image says about them ---- */
+
+int gs_share_describe(struct gs_image_writer *w, struct gs_err *err)
+{
+	gs_app_vmm_lock();
+	int rc = 0;
+	size_t n = 0;
+	char key[64], value[GS_SHARE_DESCRIBE_MAX];
+	for (size_t i = 0; !rc && i < sh.nex; i++) {
+		bool seen = false;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = sh.ex[j].vh == sh.ex[i].vh;
+		if (seen)
+			continue;
+		snprintf(key, sizeof(key), "%s%zu", GS_SHARE_META_EXPORT, n++);
+		snprintf(value, sizeof(value), "handle=%#llx", (unsigned long long)sh.ex[i].vh);
+		rc = gs_image_writer_set_metadata(w, key, value, err);
+	}
+	n = 0;
+	for (size_t i = 0; !rc && i < sh.nim; i++) {
+		const struct sh_import *im = &sh.im[i];
+		const struct gs_vh_handle *h = gs_app_vmm_get_locked(im->vh);
+		if (!im->linked || !h)
+			continue;
+		int len = snprintf(value, sizeof(value), "exporter=%d export_handle=%#llx handle=%#llx maps=", (int)im->exporter,
+				   (unsigned long long)im->export_vh, (unsigned long long)im->vh);
+		for (size_t m = 0; m < h->nmaps && len > 0 && (size_t)len < sizeof(value); m++)
+			len += snprintf(value + len, sizeof(value) - (size_t)len, "%s%#llx+%#llx", m ? "," : "",
+					(unsigned long long)h->maps[m]->va, (unsigned long long)h->maps[m]->size);
+		if (len < 0 || (size_t)len >= sizeof(value)) {
+			rc = gs_fail(err, GS_E_AGENT, "imported GPU memory %#llx is mapped in too many places to describe",
+				     (unsigned long long)im->vh);
+			break;
+		}
+		snprintf(key, sizeof(key), "%s%zu", GS_SHARE_META_IMPORT, n++);
+		rc = gs_image_writer_set_metadata(w, key, value, err);
+	}
+	gs_app_vmm_unlock();
+	return rc;
 }
 
 /* ---- the lifecycle's steps ---- */

@@ -80,6 +80,16 @@ void gs_share_after_resume(void);
  */
 void gs_share_refresh(void);
 
+/*
+ * For the image a dump writes (docs/FORMAT.md, "Images of a process tree"):
+ * one metadata entry per exported allocation (GS_SHARE_META_EXPORT<n>:
+ * "handle=0x..") and per linked import (GS_SHARE_META_IMPORT<n>:
+ * "exporter=PID export_handle=0x.. handle=0x.. maps=VA+SIZE,..."), so a
+ * restore can tell before it starts anything that every exporter is there.
+ */
+struct gs_image_writer;
+int gs_share_describe(struct gs_image_writer *w, struct gs_err *err);
+
 /* SHARES, SHARE_LINK, SHARE_EXPORT, SHARE_IMPORT, SHARE_RELEASE: answers req into reply; false for other types. */
 bool gs_share_handle(struct gs_agent *a, const struct gs_msg *req, struct gs_msg *reply);
 

@@ -13,6 +13,7 @@
  * Either way the image is built under a temporary name and published at DIR
  * only once CRIU succeeded. Any failure before that undoes the steps in
  * reverse, so the process runs on; docs/DESIGN.md, "Dumping to files".
+ * --tree (a whole process tree, ranks sharing GPU memory) is dump_tree.c's.
  *
  * The process is locked for the dump (op_lock.h) and each step is recorded
  * with what to do should gpusnap be killed there. An ending signal is
@@ -31,6 +32,7 @@
 #include "cli/cli.h"
 #include "cli/cli_criu.h"
 #include "cli/dump_common.h"
+#include "cli/dump_tree.h"
 #include "cli/interrupt.h"
 #include "cli/op_lock.h"
 #include "common/fault.h"
@@ -42,8 +44,8 @@
 #include "image/image.h"
 
 static const char *const dump_usage[] = {
-	"gpusnap dump [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] [--replace] "
-	"[--json] -D DIR PID",
+	"gpusnap dump [--tree] [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] "
+	"[--replace] [--json] -D DIR PID",
 	NULL,
 };
 
@@ -52,7 +54,7 @@ static const char *const dump_usage[] = {
 struct dump_opts {
 	const char *dir;
 	double timeout;
-	bool leave_running, driver_only, json, tcp_close, tcp_established, replace;
+	bool tree, leave_running, driver_only, json, tcp_close, tcp_established, replace;
 };
 
 struct dump_run {
@@ -429,6 +431,8 @@ int cmd_dump(int argc, char **argv)
 	struct dump_opts o = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
 	const struct gs_option opts[] = {
 		GS_OPT_STRING_('D', "dir", &o.dir, "DIR", "image directory to create or replace (required)"),
+		GS_OPT_BOOL_(0, "tree", &o.tree,
+			     "dump PID's whole process tree with every CUDA process in it (ranks sharing GPU memory too)"),
 		GS_OPT_BOOL_(0, "leave-running", &o.leave_running, "the process keeps running after the dump"),
 		GS_OPT_SECONDS_(0, "timeout", &o.timeout, "SECONDS",
 				"wait at most this long for running GPU work (default 30, 0 = no limit)"),
@@ -460,6 +464,14 @@ int cmd_dump(int argc, char **argv)
 			return GS_E_USAGE;
 		}
 		o.dir = absdir;
+	}
+	if (o.tree) {
+		struct dump_tree_opts to = {
+			.dir = o.dir, .timeout = o.timeout, .leave_running = o.leave_running, .driver_only = o.driver_only,
+			.json = o.json, .replace = o.replace,
+			.tcp = o.tcp_close ? GS_CRIU_TCP_CLOSE : o.tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE,
+		};
+		return dump_tree(&to, argv[0]);
 	}
 	struct gs_err err = { 0 };
 	struct dump_run *r = calloc(1, sizeof(*r));

@@ -3,11 +3,16 @@
  * allocations, checksums, CRIU's files, how and when it was taken, versions),
  * as text or JSON; --verify also reads every stored chunk and every listed
  * file of CRIU's and checks their checksums. Opening the image already
- * refuses one that is unsafe or incomplete (image.h: gs_image_open).
+ * refuses one that is unsafe or incomplete (image.h: gs_image_open). An
+ * image of a process tree (dump --tree) lists the GPU image of each of its
+ * CUDA processes too, and --verify checks those as well.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
+#include "cli/dump_tree.h"
 #include "common/util.h"
 #include "image/image.h"
 
@@ -15,6 +20,43 @@ static const char *const inspect_usage[] = {
 	"gpusnap inspect [--verify] [--json] DIR",
 	NULL,
 };
+
+/* The GPU images of a tree image's processes (none for other images), each opened and checked, verified with verify. */
+struct tree_part {
+	pid_t pid;
+	struct gs_image *img;
+	struct gs_image_totals tot;
+};
+
+static int open_tree_parts(const char *dir, struct gs_image *img, bool verify, struct tree_part **parts, int *n,
+			   struct gs_err *err)
+{
+	*parts = NULL;
+	*n = 0;
+	if (strcmp(gs_image_get_info(img)->how, DUMP_TREE_HOW))
+		return 0;
+	pid_t *pids;
+	int rc = dump_tree_parse_pids(gs_image_metadata_get(img, DUMP_TREE_META_PIDS), &pids, n, err);
+	if (rc)
+		return rc;
+	*parts = calloc((size_t)*n, sizeof(**parts));
+	if (!*parts) {
+		free(pids);
+		*n = 0;
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	}
+	for (int i = 0; i < *n && !rc; i++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/%s/%d", dir, DUMP_TREE_PROCS_DIR, (int)pids[i]);
+		(*parts)[i].pid = pids[i];
+		if (!(rc = gs_image_open(path, &(*parts)[i].img, err)) && verify)
+			rc = gs_image_verify((*parts)[i].img, 0, err);
+		if ((*parts)[i].img)
+			gs_image_totals((*parts)[i].img, &(*parts)[i].tot);
+	}
+	free(pids);
+	return rc;
+}
 
 int cmd_inspect(int argc, char **argv)
 {
@@ -40,14 +82,25 @@ int cmd_inspect(int argc, char **argv)
 	struct gs_image *img;
 	if ((rc = gs_image_open(dir, &img, &err)))
 		return cli_report_error(&err);
-	double verify_s = 0;
-	if (verify) {
-		double t = gs_now();
+	double verify_s = 0, t = gs_now();
+	if (verify)
 		rc = gs_image_verify(img, 0, &err);
-		verify_s = gs_now() - t;
+	struct tree_part *parts = NULL;
+	int nparts = 0;
+	struct gs_err perr = { 0 };
+	int prc = open_tree_parts(dir, img, verify && !rc, &parts, &nparts, &perr);
+	if (!rc && prc) {
+		rc = prc;
+		err = perr;
 	}
+	verify_s = gs_now() - t;
 	struct gs_image_totals tot;
 	gs_image_totals(img, &tot);
+	for (int i = 0; i < nparts; i++) {
+		tot.chunks += parts[i].tot.chunks;
+		tot.zero_chunks += parts[i].tot.zero_chunks;
+		tot.stored_bytes += parts[i].tot.stored_bytes;
+	}
 	size_t cpu_files = 0;
 	uint64_t cpu_bytes = 0;
 	bool cpu_listed = gs_image_cpu_files(img, &cpu_files, &cpu_bytes);
@@ -57,6 +110,20 @@ int cmd_inspect(int argc, char **argv)
 		gs_json_object_begin(&j);
 		gs_json_key(&j, "image");
 		gs_image_describe_json(img, &j);
+		if (nparts) {
+			gs_json_key(&j, "processes");
+			gs_json_array_begin(&j);
+			for (int i = 0; i < nparts; i++) {
+				gs_json_object_begin(&j);
+				gs_json_kv_int(&j, "pid", parts[i].pid);
+				if (parts[i].img)
+					gs_json_kv_string(&j, "how", gs_image_get_info(parts[i].img)->how);
+				gs_json_kv_uint(&j, "allocation_bytes", parts[i].tot.alloc_bytes);
+				gs_json_kv_uint(&j, "stored_bytes", parts[i].tot.stored_bytes);
+				gs_json_object_end(&j);
+			}
+			gs_json_array_end(&j);
+		}
 		gs_json_key(&j, "verify");
 		if (verify) {
 			gs_json_object_begin(&j);
@@ -75,6 +142,14 @@ int cmd_inspect(int argc, char **argv)
 		cli_json_print(&j);
 	} else {
 		gs_image_describe_text(img, stdout);
+		for (int i = 0; i < nparts; i++) {
+			char b[32];
+			if (parts[i].img)
+				printf("%-12s %d: %s path, %s of GPU data in %s/%s/%d\n", i ? "" : "processes", (int)parts[i].pid,
+				       gs_image_get_info(parts[i].img)->how,
+				       gs_format_bytes(parts[i].tot.stored_bytes, b, sizeof(b)), dir, DUMP_TREE_PROCS_DIR,
+				       (int)parts[i].pid);
+		}
 		if (verify && !rc) {
 			char b[32], cb[32] = "";
 			if (cpu_listed)
@@ -84,6 +159,9 @@ int cmd_inspect(int argc, char **argv)
 			       gs_format_bytes(tot.stored_bytes + cpu_bytes, b, sizeof(b)), verify_s);
 		}
 	}
+	for (int i = 0; i < nparts; i++)
+		gs_image_close(parts[i].img);
+	free(parts);
 	gs_image_close(img);
 	if (rc)
 		cli_report_error(&err);

@@ -46,13 +46,16 @@
 #include "cli/cli.h"
 #include "cli/cli_criu.h"
 #include "cli/dump_common.h"
+#include "cli/dump_tree.h"
 #include "cli/interrupt.h"
 #include "cli/op_lock.h"
+#include "cli/share_tree.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/lone_thread.h"
 #include "common/proc.h"
 #include "core/control_socket.h"
+#include "core/share_plan.h"
 #include "common/util.h"
 #include "criu/criu.h"
 #include "cuda/checkpoint.h"
@@ -93,6 +96,14 @@ struct restore_run {
 	int verify_rc;
 	struct gs_err verify_err;
 	bool held_restore; /* the driver restored while the app's threads were held stopped */
+	/* an image of a process tree (dump --tree): its CUDA processes, each with its GPU image */
+	bool tree;
+	pid_t *tree_pids;
+	int tree_n;
+	struct gs_image **tree_imgs;
+	char (*tree_dirs)[PATH_MAX];
+	struct cli_agent *tree_agents;
+	struct gs_ckpt_proc *tree_procs;
 };
 
 static const char *uuid_str(const uint8_t u[16], char *b, size_t n)
@@ -285,6 +296,19 @@ static void kill_restored(pid_t pid, bool ran)
 	}
 }
 
+/* Every process of a restored tree is killed (kill_restored), the root last. */
+static void kill_restored_tree(pid_t root, bool ran)
+{
+	pid_t *all = NULL;
+	size_t n = 0;
+	struct gs_err e = { 0 };
+	if (root > 0 && gs_proc_tree(root, &all, &n, &e) == 0)
+		for (size_t i = n; i-- > 1;)
+			kill_restored(all[i], ran);
+	free(all);
+	kill_restored(root, ran);
+}
+
 /*
  * A copy of the image that a killed gpusnap restore left stopped, never run,
  * at the PID the image needs (its record says so, with the copy's start
@@ -302,6 +326,87 @@ static void remove_left_copy(struct restore_run *r)
 	kill_restored(pid, false);
 }
 
+/* Whether the GPU image of the tree's process exporter records the export export_vh. */
+static bool tree_exports(const struct restore_run *r, pid_t exporter, uint64_t export_vh, struct gs_err *err)
+{
+	for (int i = 0; i < r->tree_n; i++) {
+		if (r->tree_pids[i] != exporter)
+			continue;
+		for (size_t k = 0; k < gs_image_metadata_count(r->tree_imgs[i]); k++) {
+			const struct gs_image_kv *kv = gs_image_metadata_at(r->tree_imgs[i], k);
+			uint64_t vh;
+			if (!strncmp(kv->key, GS_SHARE_META_EXPORT, strlen(GS_SHARE_META_EXPORT)) &&
+			    !gs_share_parse_export_meta(kv->key, kv->value, &vh, err) && vh == export_vh)
+				return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Memory shared between the tree's processes: every import an image
+ * records must come from an export another image of the tree records (its
+ * exporter re-creates it and hands it over), else nothing is started.
+ */
+static int check_tree_shares(const struct restore_run *r, struct gs_err *err)
+{
+	for (int i = 0; i < r->tree_n; i++) {
+		for (size_t k = 0; k < gs_image_metadata_count(r->tree_imgs[i]); k++) {
+			const struct gs_image_kv *kv = gs_image_metadata_at(r->tree_imgs[i], k);
+			if (strncmp(kv->key, GS_SHARE_META_IMPORT, strlen(GS_SHARE_META_IMPORT)))
+				continue;
+			pid_t exporter;
+			uint64_t export_vh;
+			int rc = gs_share_parse_import_meta(kv->key, kv->value, &exporter, &export_vh, err);
+			if (rc) {
+				gs_err_wrap(err, "'%s'", r->tree_dirs[i]);
+				return rc;
+			}
+			struct gs_err e = { 0 };
+			if (!tree_exports(r, exporter, export_vh, &e))
+				return gs_fail(err, GS_E_IMAGE, "'%s': process %d imported GPU memory that process %d exported "
+					       "(%#llx), and the image holds no such export: not a whole image of the tree",
+					       r->tree_dirs[i], (int)r->tree_pids[i], (int)exporter,
+					       (unsigned long long)export_vh);
+		}
+	}
+	return 0;
+}
+
+/*
+ * An image of a process tree: the GPU image of each of its CUDA processes,
+ * DIR/procs/<pid>/ (opened, so checked as any image), each taken by an
+ * agent or by the driver.
+ */
+static int open_tree(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
+{
+	int rc = dump_tree_parse_pids(gs_image_metadata_get(r->img, DUMP_TREE_META_PIDS), &r->tree_pids, &r->tree_n,
+				      err);
+	if (rc) {
+		gs_err_wrap(err, "'%s'", o->dir);
+		return rc;
+	}
+	int n = r->tree_n;
+	r->tree_imgs = calloc((size_t)n, sizeof(*r->tree_imgs));
+	r->tree_dirs = calloc((size_t)n, sizeof(*r->tree_dirs));
+	r->tree_agents = calloc((size_t)n, sizeof(*r->tree_agents));
+	r->tree_procs = calloc((size_t)n, sizeof(*r->tree_procs));
+	if (!r->tree_imgs || !r->tree_dirs || !r->tree_agents || !r->tree_procs)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	for (int i = 0; i < n; i++) {
+		snprintf(r->tree_dirs[i], sizeof(r->tree_dirs[i]), "%s/%s/%d", o->dir, DUMP_TREE_PROCS_DIR,
+			 (int)r->tree_pids[i]);
+		if ((rc = gs_image_open(r->tree_dirs[i], &r->tree_imgs[i], err)))
+			return rc;
+		const struct gs_image_info *in = gs_image_get_info(r->tree_imgs[i]);
+		if (in->source_pid != r->tree_pids[i] || (strcmp(in->how, "agent") && strcmp(in->how, "driver")))
+			return gs_fail(err, GS_E_IMAGE, "'%s' is not the GPU image of process %d of the tree (it is of process "
+				       "%d, taken by '%s')", r->tree_dirs[i], (int)r->tree_pids[i], (int)in->source_pid, in->how);
+		gs_image_set_direct_io(r->tree_imgs[i], false);
+	}
+	return check_tree_shares(r, err);
+}
+
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
 	int rc = gs_image_open(o->dir, &r->img, err);
@@ -312,9 +417,12 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 		return gs_fail(err, GS_E_IMAGE, "'%s' holds no CPU state (not written by gpusnap dump): nothing to restore",
 			       o->dir);
 	bool agent = !strcmp(r->info->how, "agent");
-	if (!agent && strcmp(r->info->how, "driver"))
+	r->tree = !strcmp(r->info->how, DUMP_TREE_HOW);
+	if (!agent && !r->tree && strcmp(r->info->how, "driver"))
 		return gs_fail(err, GS_E_IMAGE, "'%s' was taken in a way this gpusnap does not restore ('%s')", o->dir,
 			       r->info->how);
+	if (r->tree && (rc = open_tree(r, o, err)))
+		return rc;
 	/* one restore of the PID at a time: the checks below hold only while no other gpusnap restores it */
 	pid_t pid = r->info->source_pid;
 	if ((rc = cli_op_begin(pid, true, "restore", &r->lock, &r->left, err)))
@@ -327,6 +435,9 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	if ((rc = gs_cuda_require_checkpoint(&r->s.cu, err)) || (rc = plan_gpus(r, o, err)) || (rc = check_vram(r, err)))
 		return rc;
 	remove_left_copy(r);
+	for (int i = 0; i < r->tree_n; i++)
+		if (r->tree_pids[i] != pid && (rc = check_pid_free(r->tree_pids[i], err)))
+			return rc;
 	if ((rc = check_pid_free(pid, err))) {
 		/* the process at the PID may be one a killed restore left: say what to do with it */
 		struct gs_proc_stat st;
@@ -346,11 +457,13 @@ static void verify_image(struct restore_run *r)
 {
 	double t = gs_now();
 	r->verify_rc = gs_image_verify(r->img, 0, &r->verify_err);
+	for (int i = 0; i < r->tree_n && !r->verify_rc; i++)
+		r->verify_rc = gs_image_verify(r->tree_imgs[i], 0, &r->verify_err);
 	r->verify_s = gs_now() - t;
-	if (!r->verify_rc) {
+	for (int i = -1; !r->verify_rc && i < r->tree_n; i++) {
 		struct gs_image_totals tot;
-		gs_image_totals(r->img, &tot);
-		r->verified_bytes = tot.stored_bytes;
+		gs_image_totals(i < 0 ? r->img : r->tree_imgs[i], &tot);
+		r->verified_bytes += tot.stored_bytes;
 	}
 }
 
@@ -389,21 +502,27 @@ static int join_verify(struct restore_run *r, struct gs_err *err)
  * rights, no restore thread named): the caller lets the process continue
  * and restores it running. 0 or an error code otherwise.
  */
-static int driver_restore_held(struct restore_run *r, struct gs_err *err)
+static int driver_restore_held_of(struct restore_run *r, pid_t pid, struct gs_ckpt_proc *proc, struct gs_err *err)
 {
 	struct gs_err e = { 0 };
 	pid_t tid = 0;
 	struct gs_lone_thread lone;
-	if (gs_process_wait_stopped(r->pid, 5, &e) || gs_ckpt_restore_thread(&r->s.cu, r->pid, &tid, &e) ||
-	    gs_lone_thread_start(r->pid, tid, &lone, &e)) {
-		pr_info("the driver restores process %d running, not held: %s", (int)r->pid, e.msg);
+	if (gs_process_wait_stopped(pid, 5, &e) || gs_ckpt_restore_thread(&r->s.cu, pid, &tid, &e) ||
+	    gs_lone_thread_start(pid, tid, &lone, &e)) {
+		pr_info("the driver restores process %d running, not held: %s", (int)pid, e.msg);
 		return -1;
 	}
-	r->proc.pid = r->pid;
-	int rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err);
+	proc->pid = pid;
+	int rc = gs_ckpt_resume(&r->s.cu, proc, 1, r->pairs, r->npairs, err);
 	int src = gs_lone_thread_stop(&lone, &e);
 	if (!rc && src)
 		rc = gs_fail(err, src, "after the driver's restore: %s", e.msg);
+	return rc;
+}
+
+static int driver_restore_held(struct restore_run *r, struct gs_err *err)
+{
+	int rc = driver_restore_held_of(r, r->pid, &r->proc, err);
 	r->held_restore = !rc;
 	return rc;
 }
@@ -414,7 +533,12 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
 	int me = (int)getpid(), pid = (int)r->info->source_pid;
 	bool loading = !strcmp(step, "load");
-	if (loading)
+	if (loading && r->tree)
+		/* the agents load as one job, each from its own image: only a new restore does that again */
+		snprintf(alive, sizeof(alive), "the process tree %d was restored from '%s' by a gpusnap restore (pid %d) "
+			 "that was killed while its agents loaded their GPU data: kill -9 every process of the tree, then "
+			 "gpusnap restore -D '%s' again", pid, o->dir, me, o->dir);
+	else if (loading)
 		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
 			 "killed before the agent loaded its GPU data: gpusnap resume %d loads it", pid, o->dir, me, pid);
 	else if (!strcmp(step, "resume"))
@@ -449,6 +573,77 @@ static int stop_held(struct restore_run *r, const struct restore_opts *o, enum g
 	snprintf(what, sizeof(what), "restore from '%s'", o->dir);
 	int rc = cli_fail_interrupted(err, what);
 	cli_err_append(err, "the restored process %d was killed before it ran; the image is unchanged", (int)r->pid);
+	return rc;
+}
+
+/*
+ * The GPU part of a restored tree (held stopped by CRIU): the driver puts
+ * each CUDA process back (held where it can), the checksum pass ends, every
+ * task of the tree continues, and the agents load their data from their
+ * images as one job (cli_share_resume: memory shared between them made again
+ * by its exporters and handed to its importers, no gate open before all are
+ * back). *ran: the tree was let continue.
+ */
+static int restore_tree_gpu(struct restore_run *r, const struct restore_opts *o, bool *ran, struct gs_err *err)
+{
+	int n = r->tree_n, rc = 0;
+	int *held = calloc((size_t)n, sizeof(int));
+	const char **images = calloc((size_t)n, sizeof(char *));
+	pid_t *all = NULL;
+	size_t nall = 0;
+	if (!held || !images) {
+		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n && !rc; i++) {
+		held[i] = driver_restore_held_of(r, r->tree_pids[i], &r->tree_procs[i], err);
+		if (held[i] > 0)
+			rc = held[i];
+	}
+	if (rc) {
+		join_verify(r, NULL);
+		goto out;
+	}
+	if ((rc = join_verify(r, err)) || (rc = stop_held(r, o, GS_FI_RESTORE_BEFORE_CONT, err)))
+		goto out;
+	record_step(r, o, "load");
+	if ((rc = gs_proc_tree(r->pid, &all, &nall, err)))
+		goto out;
+	for (size_t k = 0; k < nall; k++)
+		if (kill(all[k], SIGCONT) && errno != ESRCH) {
+			rc = gs_fail_errno(err, GS_E_NO_PROCESS, errno, "cannot let the restored process %d continue",
+					   (int)all[k]);
+			goto out;
+		}
+	*ran = true;
+	if (gs_fault(GS_FI_RESTORE_TREE_BEFORE_AGENTS)) {
+		rc = gs_fail(err, GS_E_FAILURE, "restore from '%s' failed at '%s' (injected)", o->dir,
+			     gs_fault_name(GS_FI_RESTORE_TREE_BEFORE_AGENTS));
+		goto out;
+	}
+	for (int i = 0; i < n && !rc; i++) {
+		r->tree_procs[i].pid = r->tree_pids[i];
+		if (held[i] < 0)
+			rc = gs_ckpt_resume(&r->s.cu, &r->tree_procs[i], 1, r->pairs, r->npairs, err);
+	}
+	for (int i = 0; i < n && !rc; i++) {
+		if (strcmp(gs_image_get_info(r->tree_imgs[i])->how, "agent"))
+			continue; /* the driver put it back whole */
+		struct cli_agent *ag = &r->tree_agents[i];
+		if (!(rc = cli_agent_probe(r->tree_pids[i], ag, err)) && !ag->present)
+			rc = gs_fail(err, GS_E_AGENT, "the restored process %d has no gpusnap agent answering",
+				     (int)r->tree_pids[i]);
+		struct gs_err e = { 0 };
+		if (!rc && cli_agent_prepare(r->tree_pids[i], ag, &e))
+			pr_debug("%s", e.msg);
+		images[i] = r->tree_dirs[i];
+	}
+	if (!rc)
+		rc = cli_share_resume(r->tree_pids, r->tree_agents, n, images, err);
+out:
+	free(all);
+	free(held);
+	free(images);
 	return rc;
 }
 
@@ -509,6 +704,13 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		join_verify(r, NULL);
 		goto fail;
 	}
+	if (r->tree) {
+		if ((rc = restore_tree_gpu(r, o, &ran, err)))
+			goto fail;
+		r->gpu_s = gs_now() - t - r->verify_wait_s;
+		remove_work_dir(r);
+		return 0;
+	}
 	held = driver_restore_held(r, err);
 	if (held > 0) {
 		rc = held;
@@ -551,7 +753,10 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	return 0;
 fail:
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
-	kill_restored(r->pid, ran);
+	if (r->tree)
+		kill_restored_tree(r->pid, ran);
+	else
+		kill_restored(r->pid, ran);
 	remove_work_dir(r);
 	return rc;
 }
@@ -669,6 +874,13 @@ int cmd_restore(int argc, char **argv)
 	cli_op_end(r.lock, rc == 0);
 	free(r.target);
 	free(r.pairs);
+	for (int i = 0; r.tree_imgs && i < r.tree_n; i++)
+		gs_image_close(r.tree_imgs[i]);
+	free(r.tree_imgs);
+	free(r.tree_dirs);
+	free(r.tree_agents);
+	free(r.tree_procs);
+	free(r.tree_pids);
 	gs_image_close(r.img);
 	if (r.session)
 		cli_session_close(&r.s);

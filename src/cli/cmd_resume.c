@@ -92,6 +92,8 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	struct gs_ckpt_proc *drv = calloc((size_t)n, sizeof(*drv));
 	int *drv_index = calloc((size_t)n, sizeof(int));
 	int ndrv = 0, nagent = 0, nunlocked = 0, rc = 0;
+	pid_t *pids = NULL;
+	const char **images = NULL;
 	if (!drv || !drv_index) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
@@ -171,54 +173,30 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 		goto out;
 	}
 	/*
-	 * memory shared between the processes: exporters create it again, importers get its new descriptors;
-	 * then every agent resumes with its gate closed, and the gates open once all are back
+	 * data part: each agent re-creates its memory at the same addresses and lets the app go on; memory
+	 * shared between the processes is made again by its exporters and handed to its importers first, and
+	 * no gate opens before every agent is back (share_tree.h)
 	 */
-	bool shared = false;
-	pid_t *pids = calloc((size_t)n, sizeof(pid_t));
-	if (!pids) {
+	pids = calloc((size_t)n, sizeof(pid_t));
+	images = calloc((size_t)n, sizeof(char *));
+	if (!pids || !images) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		pids[i] = procs[i].pid;
-	rc = cli_share_before_resume(pids, agents, n, &shared, err);
-	free(pids);
-	if (rc)
-		goto out;
-	/* data part: each agent re-creates its memory at the same addresses and lets the app go on */
-	bool *gated = calloc((size_t)n, sizeof(bool));
-	if (!gated) {
-		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
-		goto out;
-	}
-	for (int i = 0; i < n; i++) {
-		if (!agents[i].present || agents[i].state == GS_AGENT_RUNNING)
-			continue;
-		const char *image = ctx->image;
-		if (!image && ctx->left_image[0] && procs[i].pid == ctx->left_pid) {
-			image = ctx->left_image;
+		images[i] = ctx->image;
+		if (!ctx->image && ctx->left_image[0] && procs[i].pid == ctx->left_pid && agents[i].present &&
+		    agents[i].state != GS_AGENT_RUNNING) {
+			images[i] = ctx->left_image;
 			fprintf(stderr, "gpusnap: note: process %d's GPU data is taken from '%s', where a gpusnap that did not "
-				"finish left it\n", (int)procs[i].pid, image);
-		}
-		int r = shared ? cli_agent_resume_gated(procs[i].pid, &agents[i], image, err)
-			       : cli_agent_resume_from(procs[i].pid, &agents[i], image, err);
-		gated[i] = shared && !r;
-		if (r && !rc)
-			rc = r;
-	}
-	for (int i = 0; i < n; i++) {
-		struct gs_err e = { 0 };
-		int r = gated[i] ? cli_agent_open(procs[i].pid, &agents[i], &e) : 0;
-		if (r && !rc) {
-			rc = r;
-			*err = e;
-		} else if (r) {
-			cli_report_error(&e);
+				"finish left it\n", (int)procs[i].pid, images[i]);
 		}
 	}
-	free(gated);
+	rc = cli_share_resume(pids, agents, n, images, err);
 out:
+	free(pids);
+	free(images);
 	free(drv);
 	free(drv_index);
 	return rc;

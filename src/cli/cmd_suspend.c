@@ -53,22 +53,24 @@ static struct {
  */
 static bool undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, int upto, int gated_to, int failed)
 {
-	bool all = true;
-	if (share_set.shared && upto > 0) {
-		/* the agents' status changed: asked again, then exports made again and handed to the importers */
-		bool shared;
+	bool all = true, shared = share_set.shared && upto > 0;
+	if (shared) {
+		/*
+		 * the agents' status changed: asked again; then the exports are made again and handed to the
+		 * importers, and the suspended agents resume as one job, no gate open before all are back
+		 */
 		struct gs_err e = { 0 };
 		for (int i = 0; i < share_set.n; i++)
 			if (agents[i].present && cli_agent_probe(procs[i].pid, &agents[i], &e))
 				cli_report_error(&e);
-		if (cli_share_before_resume(share_set.pids, agents, share_set.n, &shared, &e)) {
+		if (cli_share_resume(share_set.pids, agents, share_set.n, NULL, &e)) {
 			cli_report_error(&e);
 			all = false;
 		}
 	}
 	for (int i = 0; i < (gated_to > upto ? gated_to : upto); i++) {
 		struct gs_err e = { 0 };
-		if (!agents[i].present || i == failed)
+		if (!agents[i].present || i == failed || (shared && i < upto))
 			continue;
 		if (i < upto ? cli_agent_resume(procs[i].pid, &agents[i], &e) : cli_agent_open(procs[i].pid, &agents[i], &e)) {
 			cli_report_error(&e);

@@ -8,16 +8,21 @@
 
 #include <errno.h>
 #include <linux/kcmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
+#include "cli/interrupt.h"
 #include "common/fault.h"
 #include "core/control_socket.h"
 #include "core/share_plan.h"
 
 #define SHARE_TIMEOUT_S 60.0
+/* how long a rollback's SUSPEND waits for the app's GPU work */
+#define ROLLBACK_SUSPEND_TIMEOUT_S 30.0
 
 struct gathered {
 	struct gs_share_export *ex;
@@ -267,5 +272,94 @@ int cli_share_before_resume(const pid_t *pids, const struct cli_agent *agents, i
 out:
 	gathered_free(&g);
 	gathered_free(&fresh);
+	return rc;
+}
+
+/*
+ * A RESUME failed in one agent of a job that shares memory (failed: its
+ * index; it rolled itself back to suspended): those resumed with their gates
+ * held are suspended again and the shared memory let go and closed, as at
+ * the end of a suspend --tree, so no gate opens onto memory the failed
+ * exporter never filled, and a later resume --tree starts from a whole,
+ * suspended tree. false if one could not (said on stderr).
+ */
+static bool suspend_again(const pid_t *pids, struct cli_agent *agents, int n, const bool *gated)
+{
+	struct gs_err e = { 0 };
+	bool shared, ok = true;
+	/* the links of the resume are gone (each agent forgot them when it resumed): made again */
+	if (cli_share_before_suspend(pids, agents, n, true, &shared, &e)) {
+		fprintf(stderr, "gpusnap: %s\n", e.msg);
+		return false;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!gated[i])
+			continue;
+		if (cli_agent_suspend(pids[i], &agents[i], ROLLBACK_SUSPEND_TIMEOUT_S, false, &e)) {
+			fprintf(stderr, "gpusnap: %s\n", e.msg);
+			ok = false;
+		}
+	}
+	if (ok && cli_share_release(pids, agents, n, &e)) {
+		fprintf(stderr, "gpusnap: %s\n", e.msg);
+		ok = false;
+	}
+	return ok;
+}
+
+int cli_share_resume(const pid_t *pids, struct cli_agent *agents, int n, const char *const *images, struct gs_err *err)
+{
+	bool shared = false;
+	int rc = cli_share_before_resume(pids, agents, n, &shared, err);
+	if (rc)
+		return rc;
+	bool *gated = calloc((size_t)n, sizeof(bool));
+	if (!gated)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	int failed = -1;
+	for (int i = 0; i < n; i++) {
+		if (!agents[i].present || !is_suspended(&agents[i]))
+			continue;
+		const char *image = images ? images[i] : NULL;
+		struct gs_err e = { 0 };
+		int r = shared ? cli_agent_resume_gated(pids[i], &agents[i], image, &e)
+			       : cli_agent_resume_from(pids[i], &agents[i], image, &e);
+		gated[i] = shared && !r;
+		if (r && !rc) {
+			rc = r;
+			*err = e;
+			failed = i;
+		} else if (r) {
+			cli_report_error(&e);
+		}
+		/* sharing: the first failure ends it; the others would open onto what that rank did not fill */
+		if (r && shared)
+			break;
+	}
+	if (rc && shared) {
+		/* the agent of the failed rank rolled itself back; the others go back to where they were */
+		for (int i = 0; i < n; i++) {
+			struct gs_err e = { 0 };
+			if (agents[i].present && i != failed && cli_agent_probe(pids[i], &agents[i], &e))
+				cli_report_error(&e);
+		}
+		if (suspend_again(pids, agents, n, gated))
+			cli_err_append(err, "the processes stay suspended (gpusnap resume --tree retries)");
+		else
+			cli_err_append(err, "not every process could be suspended again (said above)");
+		free(gated);
+		return rc;
+	}
+	for (int i = 0; i < n; i++) {
+		struct gs_err e = { 0 };
+		int r = gated[i] ? cli_agent_open(pids[i], &agents[i], &e) : 0;
+		if (r && !rc) {
+			rc = r;
+			*err = e;
+		} else if (r) {
+			cli_report_error(&e);
+		}
+	}
+	free(gated);
 	return rc;
 }

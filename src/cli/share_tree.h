@@ -5,7 +5,7 @@
  * its export and gives each agent that shares the go-ahead; before a resume
  * it has the exporters create their exported memory again and hands the new
  * descriptors to the importers, which then resume gated until every agent
- * is back (cli_share_open).
+ * is back (cli_share_resume does all of it).
  */
 #ifndef GPUSNAP_CLI_SHARE_TREE_H
 #define GPUSNAP_CLI_SHARE_TREE_H
@@ -42,5 +42,19 @@ int cli_share_release(const pid_t *pids, const struct cli_agent *agents, int n, 
  */
 int cli_share_before_resume(const pid_t *pids, const struct cli_agent *agents, int n, bool *shared,
 			    struct gs_err *err);
+/*
+ * The agents' part of a resume of pids (each suspended agent: RESUME, its
+ * data from images[i] when images and images[i] are not NULL, else from its
+ * own memory). Without shared memory each resumes on its own (the first
+ * error returned, the others resumed all the same). With it: as one job,
+ * cli_share_before_resume first, then every RESUME with the gates held, and
+ * OPEN to all once all are back. If one RESUME fails (that agent rolls
+ * itself back), no gate is opened: the agents resumed before it are
+ * suspended again and the shared memory let go, so the whole job stays
+ * suspended ("the processes stay suspended" appended to err, whose code is
+ * the failed RESUME's) and a later resume --tree retries.
+ */
+int cli_share_resume(const pid_t *pids, struct cli_agent *agents, int n, const char *const *images,
+		     struct gs_err *err);
 
 #endif

@@ -70,6 +70,10 @@
 	X(RESTORE_AFTER_CRIU, "restore-after-criu", "CRIU restored the process (held), before the GPU part") \
 	X(RESTORE_BEFORE_CONT, "restore-before-cont", "the process is restored and held, before it continues") \
 	X(RESTORE_AFTER_CONT, "restore-after-cont", "the restored process continued, before the agent loads its GPU data") \
+	/* --- dump --tree and the restore of its image (src/cli/dump_tree.c, cmd_restore.c) --- */   \
+	X(DUMP_TREE_AFTER_AGENTS, "dump-tree-after-agents", "dump --tree: every agent's data in the image, shared memory let go, before the driver") \
+	X(DUMP_TREE_AFTER_DRIVER, "dump-tree-after-driver", "dump --tree: the driver checkpointed the tree's processes, before CRIU") \
+	X(RESTORE_TREE_BEFORE_AGENTS, "restore-tree-before-agents", "restore of a tree: the processes continued, before their agents load") \
 	/* --- suspend and resume commands (src/cli) --- */                                           \
 	X(SUSPEND_AFTER_AGENT, "suspend-after-agent", "the agent released its data, before the driver") \
 	X(SUSPEND_AFTER_GATES, "suspend-after-gates", "--tree: every agent's gate closed, before any suspend") \

@@ -4,6 +4,8 @@
  */
 #include "core/share_plan.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,5 +154,26 @@ int gs_share_plan(struct gs_share_export *exports, size_t nexports, struct gs_sh
 				       "(its exporter is outside, runs without the agent, or keeps the exported descriptor open)",
 				       (int)im->pid, together ? "tree" : "operation");
 	}
+	return 0;
+}
+
+int gs_share_parse_import_meta(const char *key, const char *value, pid_t *exporter, uint64_t *export_vh,
+			       struct gs_err *err)
+{
+	int pid = 0, used = 0;
+	uint64_t vh = 0;
+	if (!value || sscanf(value, "exporter=%d export_handle=%" SCNx64 " %n", &pid, &vh, &used) != 2 || used == 0 ||
+	    pid <= 0 || strncmp(value + used, "handle=", 7))
+		return gs_fail(err, GS_E_IMAGE, "malformed shared-memory record '%s' = '%s'", key, value ? value : "");
+	*exporter = (pid_t)pid;
+	*export_vh = vh;
+	return 0;
+}
+
+int gs_share_parse_export_meta(const char *key, const char *value, uint64_t *vh, struct gs_err *err)
+{
+	int used = 0;
+	if (!value || sscanf(value, "handle=%" SCNx64 "%n", vh, &used) != 1 || value[used])
+		return gs_fail(err, GS_E_IMAGE, "malformed shared-memory record '%s' = '%s'", key, value ? value : "");
 	return 0;
 }

@@ -64,6 +64,19 @@ enum {
 	GS_F_SHARE_IMPORT = 131, /* bytes: vh, fd, flags, exporter, export vh */
 	GS_F_SHARE_LINK = 132,   /* bytes: import vh, exporter, export vh, fd index */
 };
+/* Metadata keys of an agent's image (followed by 0, 1, ...; agent_share.h gs_share_describe) and a value's limit. */
+#define GS_SHARE_META_EXPORT "share.export."
+#define GS_SHARE_META_IMPORT "share.import."
+#define GS_SHARE_DESCRIBE_MAX 4096
+/*
+ * Reads an import's metadata value: its exporter and the exporter's handle.
+ * GS_E_IMAGE naming key when malformed.
+ */
+int gs_share_parse_import_meta(const char *key, const char *value, pid_t *exporter, uint64_t *export_vh,
+			       struct gs_err *err);
+/* Reads an export's metadata value: the handle. GS_E_IMAGE when malformed. */
+int gs_share_parse_export_meta(const char *key, const char *value, uint64_t *vh, struct gs_err *err);
+
 void gs_share_add_export(struct gs_msg *m, const struct gs_share_export *e);
 void gs_share_add_import(struct gs_msg *m, const struct gs_share_import *i);
 void gs_share_add_link(struct gs_msg *m, const struct gs_share_link *l);

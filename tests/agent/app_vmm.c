@@ -39,33 +39,23 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUhandle;
 
-/* CUmemAllocationProp and CUmemAccessDesc of cuda.h */
-struct prop {
-	int type, handle_types, loc_type, loc_id;
-	void *win32;
-	unsigned char flags[8];
-};
-struct access {
-	int loc_type, loc_id, flags;
-};
-
 #define MiB (1ULL << 20)
 #define POSIX_FD 1
 
 static CUresult (*p_cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
 static CUresult (*p_cuMemAddressFree)(CUdeviceptr, size_t);
-static CUresult (*p_cuMemCreate)(CUhandle *, size_t, const struct prop *, unsigned long long);
+static CUresult (*p_cuMemCreate)(CUhandle *, size_t, const struct fake_mem_prop *, unsigned long long);
 static CUresult (*p_cuMemRelease)(CUhandle);
 static CUresult (*p_cuMemMap)(CUdeviceptr, size_t, size_t, CUhandle, unsigned long long);
 static CUresult (*p_cuMemUnmap)(CUdeviceptr, size_t);
-static CUresult (*p_cuMemSetAccess)(CUdeviceptr, size_t, const struct access *, size_t);
+static CUresult (*p_cuMemSetAccess)(CUdeviceptr, size_t, const struct fake_mem_access *, size_t);
 static CUresult (*p_cuMemRetainAllocationHandle)(CUhandle *, void *);
-static CUresult (*p_cuMemGetAllocationPropertiesFromHandle)(struct prop *, CUhandle);
+static CUresult (*p_cuMemGetAllocationPropertiesFromHandle)(struct fake_mem_prop *, CUhandle);
 static CUresult (*p_cuMemExportToShareableHandle)(void *, CUhandle, int, unsigned long long);
 
 static CUhandle h1, h2, h3, h4, h5a, h5b;
 static CUdeviceptr r1, r2, r3, r4, r5;
-static struct prop prop_plain, prop_fd;
+static struct fake_mem_prop prop_plain, prop_fd;
 static int exported_fd = -1;
 
 static unsigned char pattern(unsigned seed, size_t offset)
@@ -107,13 +97,13 @@ static int die(const char *what, CUresult r)
 
 static void set_access(CUdeviceptr va, size_t size, int flags)
 {
-	struct access a = { 1, 0, flags }; /* device 0 */
+	struct fake_mem_access a = { 1, 0, flags }; /* device 0 */
 	CK(p_cuMemSetAccess(va, size, &a, 1));
 }
 
 static void setup(void)
 {
-	prop_plain = (struct prop){ .type = 1, .loc_type = 1, .loc_id = 0 };
+	prop_plain = (struct fake_mem_prop){ .type = 1, .loc_type = 1, .loc_id = 0 };
 	prop_fd = prop_plain;
 	prop_fd.handle_types = POSIX_FD;
 
@@ -189,7 +179,7 @@ static int check_handles(void)
 		printf("VERIFY FAIL release of the retained h3: rc %d\n", r);
 		return -1;
 	}
-	struct prop got;
+	struct fake_mem_prop got;
 	memset(&got, 0xee, sizeof(got));
 	r = p_cuMemGetAllocationPropertiesFromHandle(&got, h2);
 	if (r || memcmp(&got, &prop_fd, sizeof(got))) {

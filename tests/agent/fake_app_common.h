@@ -3,10 +3,21 @@
  * app_vmm.c) share: finding the driver's entry points the ways real apps do
  * and making a context, telling the fake driver they are CUDA processes, and
  * the --signals mode in which CRIU can dump them (no stdin; SIGUSR1 asks for
- * a verify, whose answer goes to stdout).
+ * a verify, whose answer goes to stdout), and stand-ins for the cuda.h types
+ * of the VMM API that app_vmm.c and share_app.c pass the driver.
  */
 #ifndef GPUSNAP_TESTS_FAKE_APP_COMMON_H
 #define GPUSNAP_TESTS_FAKE_APP_COMMON_H
+
+/* CUmemAllocationProp and CUmemAccessDesc of cuda.h, with the same layout */
+struct fake_mem_prop {
+	int type, handle_types, loc_type, loc_id;
+	void *win32;
+	unsigned char flags[8];
+};
+struct fake_mem_access {
+	int loc_type, loc_id, flags;
+};
 
 /*
  * Opens the driver (GPUSNAP_LIBCUDA, else libcuda.so.1) for the app named

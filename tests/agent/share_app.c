@@ -18,14 +18,26 @@
  *              it a second time, keeping that descriptor open -> "KEEPFD OK"
  *              (a suspend must then be refused)
  *   ipc        cuMemAlloc + cuIpcGetMemHandle (legacy CUDA IPC) -> "IPC <result>"
+ *   sync       cuCtxSynchronize, which waits while the agent's gate is closed -> "SYNC <result>"
  *   quit       both exit
+ *
+ * With --signals (for dumps by CRIU, tests/cli/t4016-share-tree-image.sh)
+ * it reads no stdin: SIGUSR1 runs verify, SIGUSR2 ring, the answers go to
+ * stdout; it runs until killed.
+ *
+ * SHARE_APP_CHILD_FAULT, when set, is the child's GPUSNAP_FAULT (empty:
+ * none), so a test can fail one rank's agent; otherwise both inherit it.
  */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_app_common.h"
@@ -34,23 +46,14 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUhandle;
 
-struct prop {
-	int type, handle_types, loc_type, loc_id;
-	void *win32;
-	unsigned char flags[8];
-};
-struct access {
-	int loc_type, loc_id, flags;
-};
-
 #define MiB (1ULL << 20)
 #define SIZE (4 * MiB)
 #define POSIX_FD 1
 
 static CUresult (*p_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-static CUresult (*p_create)(CUhandle *, size_t, const struct prop *, unsigned long long);
+static CUresult (*p_create)(CUhandle *, size_t, const struct fake_mem_prop *, unsigned long long);
 static CUresult (*p_map)(CUdeviceptr, size_t, size_t, CUhandle, unsigned long long);
-static CUresult (*p_set_access)(CUdeviceptr, size_t, const struct access *, size_t);
+static CUresult (*p_set_access)(CUdeviceptr, size_t, const struct fake_mem_access *, size_t);
 static CUresult (*p_export)(void *, CUhandle, int, unsigned long long);
 static CUresult (*p_import)(CUhandle *, void *, int);
 
@@ -150,7 +153,7 @@ static CUdeviceptr import_and_map(int fd)
 {
 	CUhandle h;
 	CUdeviceptr va;
-	struct access a = { 1, 0, 3 };
+	struct fake_mem_access a = { 1, 0, 3 };
 	if (p_import(&h, (void *)(intptr_t)fd, POSIX_FD) || p_reserve(&va, SIZE, 0, 0, 0) || p_map(va, SIZE, 0, h, 0) ||
 	    p_set_access(va, SIZE, &a, 1))
 		die("cannot import the peer's memory");
@@ -169,8 +172,8 @@ static void setup(void)
 	*(void **)&p_set_access = fake_app_need("cuMemSetAccess");
 	fake_app_gpa("cuMemExportToShareableHandle", &p_export);
 	fake_app_gpa("cuMemImportFromShareableHandle", &p_import);
-	struct prop prop = { .type = 1, .handle_types = POSIX_FD, .loc_type = 1, .loc_id = 0 };
-	struct access a = { 1, 0, 3 };
+	struct fake_mem_prop prop = { .type = 1, .handle_types = POSIX_FD, .loc_type = 1, .loc_id = 0 };
+	struct fake_mem_access a = { 1, 0, 3 };
 	int fd = -1;
 	if (p_reserve(&own_va, SIZE, 0, 0, 0) || p_create(&own_h, SIZE, &prop, 0) || p_map(own_va, SIZE, 0, own_h, 0) ||
 	    p_set_access(own_va, SIZE, &a, 1))
@@ -236,8 +239,78 @@ static void verify(char *why, size_t n)
 		snprintf(why, n, "%s", line);
 }
 
+static void say_verify(void)
+{
+	char why[300];
+	verify(why, sizeof(why));
+	if (why[0])
+		printf("VERIFY FAIL %s\n", why);
+	else
+		printf("VERIFY OK 4\n");
+}
+
+/* Each rank writes a new pattern into the other's buffer through its import, then both verify. */
+static void ring(void)
+{
+	char line[300], why[300];
+	parent_seed += 10;
+	child_seed += 10;
+	fill(peer_va, child_seed); /* into the child's buffer, through the import */
+	snprintf(line, sizeof(line), "write %u\n", parent_seed);
+	send_line(line);
+	if (read_line(line, sizeof(line)) || strcmp(line, "ok")) {
+		printf("RING FAIL the child could not write\n");
+		return;
+	}
+	verify(why, sizeof(why));
+	if (why[0])
+		printf("RING FAIL %s\n", why);
+	else
+		printf("RING OK\n");
+}
+
+static volatile sig_atomic_t verify_asked, ring_asked;
+
+static void on_signal(int sig)
+{
+	if (sig == SIGUSR1)
+		verify_asked = 1;
+	else
+		ring_asked = 1;
+}
+
+/* --signals: SIGUSR1 verifies, SIGUSR2 runs the ring exchange, answers on stdout; until killed. */
+__attribute__((noreturn)) static void serve_signals(void)
+{
+	for (;;) {
+		if (verify_asked) {
+			verify_asked = 0;
+			say_verify();
+			fflush(stdout);
+		}
+		if (ring_asked) {
+			ring_asked = 0;
+			ring();
+			fflush(stdout);
+		}
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 int main(int argc, char **argv)
 {
+	bool signals = argc == 2 && !strcmp(argv[1], "--signals");
+	if (signals) {
+		struct sigaction sa = { .sa_handler = on_signal };
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR1, &sa, NULL);
+		sigaction(SIGUSR2, &sa, NULL);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0)
+			die("cannot read stdin from /dev/null");
+		close(null);
+	}
 	if (argc == 3 && !strcmp(argv[1], "--child")) {
 		rank = 1;
 		sock = atoi(argv[2]);
@@ -261,6 +334,12 @@ int main(int argc, char **argv)
 		close(sv[0]);
 		char arg[16];
 		snprintf(arg, sizeof(arg), "%d", sv[1]);
+		/* the child's agent gets faults of its own, so a test can fail one rank */
+		const char *child_fault = getenv("SHARE_APP_CHILD_FAULT");
+		if (child_fault && *child_fault)
+			setenv("GPUSNAP_FAULT", child_fault, 1);
+		else if (child_fault)
+			unsetenv("GPUSNAP_FAULT");
 		execl("/proc/self/exe", argv[0], "--child", arg, (char *)NULL);
 		_exit(127);
 	}
@@ -277,32 +356,15 @@ int main(int argc, char **argv)
 	setup();
 	printf("READY %d %d\n", (int)getpid(), (int)child);
 	fflush(stdout);
+	if (signals)
+		serve_signals();
 	char cmd[128];
 	while (fgets(cmd, sizeof(cmd), stdin)) {
-		char why[300];
 		cmd[strcspn(cmd, "\n")] = '\0';
 		if (!strcmp(cmd, "verify")) {
-			verify(why, sizeof(why));
-			if (why[0])
-				printf("VERIFY FAIL %s\n", why);
-			else
-				printf("VERIFY OK 4\n");
+			say_verify();
 		} else if (!strcmp(cmd, "ring")) {
-			char line[300];
-			parent_seed += 10;
-			child_seed += 10;
-			fill(peer_va, child_seed); /* into the child's buffer, through the import */
-			snprintf(line, sizeof(line), "write %u\n", parent_seed);
-			send_line(line);
-			if (read_line(line, sizeof(line)) || strcmp(line, "ok")) {
-				printf("RING FAIL the child could not write\n");
-			} else {
-				verify(why, sizeof(why));
-				if (why[0])
-					printf("RING FAIL %s\n", why);
-				else
-					printf("RING OK\n");
-			}
+			ring();
 		} else if (!strcmp(cmd, "keepfd")) {
 			char line[64];
 			send_line("keepfd\n");
@@ -328,6 +390,11 @@ int main(int argc, char **argv)
 			if (alloc(&p, MiB))
 				die("cannot allocate");
 			printf("IPC %d\n", ipc(handle, p));
+		} else if (!strcmp(cmd, "sync")) {
+			/* a driver call: it waits while the agent's gate is closed */
+			CUresult (*sync)(void);
+			*(void **)&sync = fake_app_need("cuCtxSynchronize");
+			printf("SYNC %d\n", sync());
 		} else if (!strcmp(cmd, "quit")) {
 			send_line("quit\n");
 			int st = 0;

@@ -15,7 +15,8 @@
 #  - a second cycle works the same;
 #  - refusals, one line each, nothing changed: suspending one rank alone, and
 #    a rank that keeps the descriptor it imported open;
-#  - dump (no --tree yet) refuses a rank that shares memory, which runs on;
+#  - dump without --tree refuses a rank that shares memory, which runs on
+#    (dump --tree: t4016);
 #  - legacy CUDA IPC (cuIpcGetMemHandle) on the agent's memory fails at the
 #    call with a log line naming GPUSNAP_AGENT_HOOKS=0, which makes it work;
 #  - a --tree suspend that fails after the agents (suspend-after-agent), or
@@ -23,7 +24,14 @@
 #    mappings and the ring exchange intact;
 #  - resuming one rank of a suspended tree alone is refused (one line);
 #  - a resume stopped after the exporters made their memory again (fault
-#    share-handover) leaves the tree suspended; the next resume finishes it.
+#    share-handover) leaves the tree suspended; the next resume finishes it;
+#  - a resume --tree whose second rank fails its RESUME (agent-copy-in in the
+#    child only, SHARE_APP_CHILD_FAULT) opens no gate: the first rank is
+#    suspended again, the shared memory let go, the tree stays suspended
+#    (one line, exit 16) and the next resume --tree brings both back;
+#  - a suspend --tree rolled back after the driver (suspend-after-driver)
+#    holds the gates until every rank is back: while the child's RESUME is
+#    held, a driver call of the parent waits.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -98,7 +106,7 @@ verify_ok "the data after the resumed handover"
 app_cmd ring
 case $REPLY in "RING OK") pass "the ring exchange after the retried resume" ;; *) fail "ring after retry" "$REPLY" ;; esac
 
-# dump has no --tree yet: a rank that shares memory refuses to be dumped alone, and runs on
+# a rank that shares memory refuses to be dumped alone (dump --tree takes the whole job), and runs on
 if [ -x "${GPUSNAP_CRIU:-}" ] && [ "$(id -u)" = 0 ]; then
   run_gpusnap dump "$APP" -D "$TEST_TMP/img"
   expect "dumping a rank that shares memory is refused" 6 "together with --tree"
@@ -155,4 +163,54 @@ GPUSNAP_AGENT_HOOKS=0 start_app
 app_cmd ipc
 check "with GPUSNAP_AGENT_HOOKS=0 cuIpcGetMemHandle works ($REPLY)" test "$REPLY" = "IPC 0"
 quit_app "both ranks exit cleanly without hooks"
+# one rank's RESUME fails (the child's agent fails its first copy to the GPU): no gate opens onto
+# memory that rank did not fill; the rank resumed before it is suspended again, the memory they
+# share released, and the whole tree stays suspended until the next resume --tree
+SHARE_APP_CHILD_FAULT=agent-copy-in start_app
+CHILD=$(awk '/^READY/ {print $3; exit}' "$TEST_TMP/app.out")
+TEST_PIDS+=("$CHILD")
+run_gpusnap suspend --tree "$APP"; expect "suspend --tree before the failing resume" 0
+run_gpusnap resume --tree "$APP"
+expect "a resume --tree whose second rank fails its RESUME fails" 16 "to the GPU on GPU 0 failed"
+check "the refusal says the tree stays suspended" grep -q "the processes stay suspended" "$ERR_TXT"
+check "the error is one line" one_error
+check "the rank resumed first is suspended again (it holds $(phys_of "$APP") bytes)" test "$(phys_of "$APP")" = 0
+check "the failing rank stays suspended (it holds $(phys_of "$CHILD") bytes)" test "$(phys_of "$CHILD")" = 0
+check "no descriptor or mapping of the shared memory is left ($(memfds "$APP") in $APP, $(memfds "$CHILD") in $CHILD)" \
+  test "$(memfds "$APP")" = 0 -a "$(memfds "$CHILD")" = 0
+run_gpusnap state "$APP"
+check "state says the first rank is suspended ($(head -c 200 "$OUT_TXT"))" grep -q "suspended" "$OUT_TXT"
+run_gpusnap resume --tree "$APP"; expect "the next resume --tree brings the tree back" 0
+verify_ok "both buffers after the failed resume and its retry"
+app_cmd ring
+case $REPLY in "RING OK") pass "the ring exchange after the retried resume" ;; *) fail "ring after retry" "$REPLY" ;; esac
+quit_app "both ranks exit cleanly after the failed resume"
+
+# a rollback after the driver's checkpoint (suspend-after-driver) resumes the ranks with their
+# gates held until all are back: while the child's RESUME is slow (its agent holds 3 s in its
+# copy to the GPU), a driver call of the parent, resumed first, waits at its gate
+SHARE_APP_CHILD_FAULT=agent-copy-in=hold:3 start_app
+CHILD=$(awk '/^READY/ {print $3; exit}' "$TEST_TMP/app.out")
+TEST_PIDS+=("$CHILD")
+holds() { grep -c "injected at 'agent-copy-in'" "$GPUSNAP_AGENT_LOG" 2>/dev/null || true; }
+before=$(holds)
+bg_gpusnap suspend-after-driver suspend --tree "$APP"
+for _ in $(seq 200); do
+  [ "$(holds)" -gt "$before" ] && break
+  sleep 0.05
+done
+check "the child's resume holds (its agent's log)" test "$(holds)" -gt "$before"
+echo sync >&3
+sleep 1
+check "while the child resumes, the parent's driver call waits at its gate ($(grep -c '^SYNC' "$TEST_TMP/app.out") answers)" \
+  test "$(grep -c '^SYNC' "$TEST_TMP/app.out")" = 0
+bg_wait
+check "the suspend failed at the injected point and was undone (rc $BG_RC: $(cat "$TEST_TMP/bg.err"))" test "$BG_RC" = 1
+for _ in $(seq 100); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.05; done
+check "once every rank is back the parent's driver call returns ($(grep '^SYNC' "$TEST_TMP/app.out"))" \
+  grep -q '^SYNC 0' "$TEST_TMP/app.out"
+verify_ok "both buffers after the rollback after the driver"
+app_cmd ring
+case $REPLY in "RING OK") pass "the ring exchange after that rollback" ;; *) fail "ring after rollback" "$REPLY" ;; esac
+quit_app "both ranks exit cleanly after that rollback"
 test_done

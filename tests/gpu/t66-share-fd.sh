@@ -12,9 +12,18 @@
 #    and a ring exchange (each rank writes the other's buffer through its
 #    import) is seen by the other: the imports map the exporters' new memory;
 #  - a second cycle and a --keep-context cycle work the same;
-#  - suspending one rank alone is refused (exit 6, one line), nothing changes.
+#  - suspending one rank alone is refused (exit 6, one line), nothing changes;
+#  - dump --tree of rank 0 (with CRIU): both ranks gone, one GPU image per
+#    rank, each 1 GiB buffer saved once (by its exporter); restore brings
+#    both back with their PIDs, both buffers verify from both ranks, the ring
+#    exchange goes on (the imports map the exporters' new memory at their
+#    old addresses), and a suspend/resume --tree cycle of the restored pair
+#    works (the CPU twin is tests/cli/t4016-share-tree-image.sh).
+# gpu-test-limit: 360
 . "$(dirname "$0")/lib.sh"
 gs_test_init t66-share-fd
+# CRIU dumps the ranks: an open stderr file would grow between dump and restore
+export GS_APP_STDERR=null
 app=$GS_APPS/share
 if [ ! -x "$app" ]; then
   fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
@@ -76,6 +85,41 @@ check "the refusal says to use --tree" grep -q -- "--tree" <<<"$GS_ERR"
 check "the refusal is one line" [ "$(wc -l <<<"$GS_ERR")" == 1 ]
 expect_state "$p0" running "rank 0 after the refusal"
 app_verify share "both buffers after the refusal"
+
+# dump --tree, both ranks gone, restore: the shared buffers come back through their exporters
+require_criu
+img=$GS_WORK/tree-img
+gs_run dump --tree --json -D "$img" "$p0"
+if ! expect_rc 0 "dump --tree of both ranks"; then
+  log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 30 2>/dev/null)"
+  app_quit share 60
+  finish
+fi
+check_eq "the dump took the tree" "$(json_get "$GS_OUT" tree)" true
+check_eq "the dump saw the shared memory" "$(json_get "$GS_OUT" shared_memory)" true
+check_eq "rank 1 took the agent path" "$(json_get "$GS_OUT" "processes[pid=$p1].path")" agent
+data=$(json_get "$GS_OUT" gpu_data_bytes)
+check "each 1 GiB buffer is saved once, by its exporter ($data bytes)" test "$data" -ge $((2 << 30)) -a "$data" -lt $((3 << 30))
+log "dump --tree: agents $(json_get "$GS_OUT" times.agents_s) s, CRIU $(json_get "$GS_OUT" times.criu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+check "rank 0 is gone after the dump" wait_pid_gone "$p0"
+check "rank 1 is gone after the dump" wait_pid_gone "$p1"
+gs_run inspect --json --verify "$img/procs/$p1"
+expect_rc 0 "rank 1's GPU image verifies"
+check "rank 1's image records its import of rank 0's buffer" \
+  grep -q "exporter=$p0 " <<<"$(json_get "$GS_OUT" image.metadata)"
+gs_run inspect --json "$img"
+check_eq "the image is of a tree" "$(json_get "$GS_OUT" image.how)" tree
+
+gs_run restore --json -D "$img"
+expect_rc 0 "restore of both ranks" || { app_forget share; finish; }
+check_eq "restored pid" "$(json_get "$GS_OUT" pid)" "$p0"
+log "restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+APP_OWN[share]=restored
+check "rank 0 runs again" pid_alive "$p0"
+check "rank 1 runs again" pid_alive "$p1"
+app_verify share "both buffers from both ranks after the restore" || finish
+ring_ok "after the restore"
+cycle "cycle of the restored ranks" || finish
 
 app_quit share 60
 finish

@@ -9,10 +9,15 @@
 #    holds 0 MiB in nvidia-smi;
 #  - resume --tree: more all-reduce steps, digests equal to the twin's (two
 #    cycles, the second with --keep-context);
-#  - suspending one rank alone is refused (exit 6), the job goes on.
-# Not covered yet: dump/restore of the whole job (gpusnap dump has no --tree).
-# SKIP (visible) with fewer than 2 GPUs or without PyTorch.
-# gpu-test-limit: 480
+#  - suspending one rank alone is refused (exit 6), the job goes on;
+#  - dump --tree of the whole job (with CRIU; --tcp-close: the ranks'
+#    loopback TCP connections to torch's store come back closed, which an
+#    all-reduce does not need): both ranks gone; restore brings them back
+#    with their PIDs, and more all-reduce steps give the twin's results; a
+#    suspend/resume --tree cycle of the restored job too.
+# SKIP (visible) with fewer than 2 GPUs or without PyTorch; the dump part
+# SKIPs without CRIU.
+# gpu-test-limit: 570
 . "$(dirname "$0")/lib.sh"
 gs_test_init t67-nccl-allreduce
 require_gpus 2 "a two-rank NCCL job needs 2 GPUs"
@@ -23,6 +28,8 @@ if ! python3 -c 'import torch, torch.distributed; assert torch.cuda.is_available
 fi
 log "torch $(python3 -c 'import torch; print(torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1)"
 export NCCL_NVLS_ENABLE=0 NCCL_CUMEM_ENABLE=1 TORCH_NCCL_ENABLE_MONITORING=0 NCCL_DEBUG=WARN
+# CRIU dumps the job: an open stderr file would grow between dump and restore
+export GS_APP_STDERR=null
 port=$((29500 + RANDOM % 1000))
 
 app_start job 300 "$GPUSNAP" run -- python3 "$py" --port "$port" --seed 67 || finish
@@ -77,6 +84,36 @@ gs_run suspend "$r0" --json
 expect_rc 6 "suspending rank 0 alone is refused"
 log "refusal: $GS_ERR"
 steps 5 "after the refusal"
+
+# dump --tree of the whole job, both ranks gone, restore: the all-reduce goes on as the twin's
+require_criu
+img=$GS_WORK/job-img
+GS_CMD_TIMEOUT=300 gs_run dump --tree --tcp-close --json -D "$img" "$r0"
+if ! expect_rc 0 "dump --tree of the job"; then
+  log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
+  steps 5 "after the failed dump (the job must run on)"
+  app_quit job 120
+  app_quit twin 120
+  finish
+fi
+check_eq "the dump took the tree" "$(json_get "$GS_OUT" tree)" true
+check_eq "rank 1 took the agent path" "$(json_get "$GS_OUT" "processes[pid=$r1].path")" agent
+log "dump --tree: shared memory $(json_get "$GS_OUT" shared_memory), GPU data $(json_get "$GS_OUT" gpu_data_bytes) B, agents $(json_get "$GS_OUT" times.agents_s) s, CRIU $(json_get "$GS_OUT" times.criu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+check "rank 0 is gone after the dump" wait_pid_gone "$r0"
+check "rank 1 is gone after the dump" wait_pid_gone "$r1"
+GS_CMD_TIMEOUT=300 gs_run restore --json -D "$img"
+if ! expect_rc 0 "restore of the job"; then
+  log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
+  app_forget job
+  app_quit twin 120
+  finish
+fi
+log "restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+APP_OWN[job]=restored
+check "rank 0 runs again" pid_alive "$r0"
+check "rank 1 runs again" pid_alive "$r1"
+steps 20 "after the restore" || finish
+cycle "cycle of the restored job" || finish
 
 app_quit job 120
 app_quit twin 120

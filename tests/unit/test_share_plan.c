@@ -104,9 +104,29 @@ static void test_plan(void)
 	CHECK_INT(gs_share_plan(ex, 2, &cannot, 1, true, same_fd, NULL, &err), GS_E_PERMISSION);
 }
 
+static void test_image_records(void)
+{
+	struct gs_err err = { 0 };
+	pid_t pid = 0;
+	uint64_t vh = 0;
+	CHECK_INT(gs_share_parse_import_meta("share.import.0", "exporter=4242 export_handle=0x10 handle=0x20 maps=0x7f0000+0x400000",
+					     &pid, &vh, &err), 0);
+	CHECK(pid == 4242 && vh == 0x10);
+	CHECK_INT(gs_share_parse_import_meta("share.import.1", "exporter=0 export_handle=0x10 handle=0x20 maps=", &pid, &vh,
+					     &err), GS_E_IMAGE);
+	CHECK(strstr(err.msg, "share.import.1") != NULL);
+	CHECK_INT(gs_share_parse_import_meta("k", "exporter=12 handle=0x20", &pid, &vh, &err), GS_E_IMAGE);
+	CHECK_INT(gs_share_parse_import_meta("k", NULL, &pid, &vh, &err), GS_E_IMAGE);
+	CHECK_INT(gs_share_parse_export_meta("share.export.0", "handle=0xabc", &vh, &err), 0);
+	CHECK(vh == 0xabc);
+	CHECK_INT(gs_share_parse_export_meta("share.export.0", "handle=0xabc trailing", &vh, &err), GS_E_IMAGE);
+	CHECK_INT(gs_share_parse_export_meta("share.export.0", "vh=1", &vh, &err), GS_E_IMAGE);
+}
+
 int main(void)
 {
 	RUN(test_wire);
 	RUN(test_plan);
+	RUN(test_image_records);
 	return TEST_SUMMARY();
 }

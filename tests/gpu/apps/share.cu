@@ -18,7 +18,8 @@
  *           -> "VERIFY OK 4" / "VERIFY FAIL <what>"
  *   ring    each rank fills the other's buffer through its import with a new
  *           key, then both verify -> "RING OK" / "RING FAIL <what>"
- *   quit    both exit (0 only if no CUDA error was ever seen in either)
+ *   quit    both exit (0 only if no CUDA error was ever seen in either),
+ *           "BYE <status>"
  * Rank 1 talks only to the parent (lines over the socket), never on stdout.
  */
 #include "app_common.cuh"
@@ -339,5 +340,6 @@ int main(int argc, char **argv)
 		app_info("rank 1 exited with status %d", st);
 		rc = rc ? rc : 1;
 	}
+	reply("BYE %d", rc); /* a restored rank 0 is no child of the test's: it learns the status here */
 	return rc;
 }

@@ -1,0 +1,555 @@
+/*
+ * dump_tree.c - `gpusnap dump --tree -D DIR PID` (see dump_tree.h): the
+ * process tree rooted at PID in one image, CRIU's dump of the whole tree in
+ * DIR/cpu/ and the GPU state of each CUDA process of it in an image of its
+ * own, DIR/procs/<pid>/ (an agent's streamed data, or a driver-path
+ * manifest whose data CRIU's pages carry).
+ *
+ * The order is suspend --tree's: memory shared between the processes is
+ * linked first (share_tree.h; refused before anything changes when it
+ * cannot move), every agent's gate closes before any agent waits for GPU
+ * work (ranks wait on each other), then each agent streams its data into
+ * its image and releases its GPU memory; an exported allocation is saved
+ * once, by its exporter, and once every agent is done the importers let go
+ * of their imports and every agent closes its duplicates, so neither the
+ * driver (which refuses imported memory) nor CRIU meets the shared memory.
+ * Then the driver checkpoints every CUDA process, CRIU dumps the tree, and
+ * the image is published. Any failure before CRIU's dump undoes all: the
+ * driver puts the processes back, the agents take their data back from
+ * their images as one job (cli_share_resume: exports made again, handed to
+ * the importers, no gate open before all are back), nothing is left at DIR.
+ */
+#include "cli/dump_tree.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/agent_client.h"
+#include "cli/cli.h"
+#include "cli/cli_criu.h"
+#include "cli/dump_common.h"
+#include "cli/interrupt.h"
+#include "cli/op_lock.h"
+#include "cli/share_tree.h"
+#include "common/fault.h"
+#include "common/proc.h"
+#include "common/util.h"
+#include "core/protocol.h"
+#include "cuda/checkpoint.h"
+#include "cuda/nvml.h"
+#include "image/image.h"
+
+/* How long a gate closed by GATE waits for its dump before the agent reopens it by itself. */
+#define GATE_LEASE_MARGIN_S 120.0
+#define GATE_LEASE_NO_LIMIT_S 3600.0
+
+struct tree_run {
+	pid_t root;
+	char comm[64];
+	struct cli_session s;
+	bool session;
+	struct gs_criu criu;
+	pid_t *pids; /* the CUDA processes of the tree, parents first */
+	int n;
+	struct cli_agent *agents;
+	struct gs_ckpt_proc *procs;
+	struct cli_op **locks; /* [n]: each CUDA process's; root_lock: the root's when it is not one of them */
+	struct cli_op *root_lock;
+	char (*images)[4096]; /* each process's GPU image in the temporary directory, then at DIR */
+	const char **image_ptrs;
+	struct gs_image_tmp *tmp;
+	char cpu_dir[4096];
+	bool shared;
+	/* GPU memory each process held before the dump (NVML): its GPUs in the images, free memory checked on restore */
+	uint64_t (*vram)[CLI_MAX_GPUS];
+	uint64_t *gpu_mask;
+	/* what has been done, for undoing it */
+	bool *gated, *dumped;
+	bool driver_suspended, published;
+	bool undo_failed; /* an agent could not take its data back: its image is kept */
+	double agents_s, criu_s, total_s;
+	uint64_t gpu_bytes;
+};
+
+int dump_tree_parse_pids(const char *value, pid_t **pids, int *n, struct gs_err *err)
+{
+	*pids = NULL;
+	*n = 0;
+	size_t cap = 0;
+	const char *p = value ? value : "";
+	while (*p) {
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			break;
+		char *end;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (end == p || (*end && *end != ' ') || errno || v <= 0 || v > 0x3fffffff)
+			break;
+		for (int i = 0; i < *n; i++)
+			if ((*pids)[i] == (pid_t)v)
+				goto bad;
+		if ((size_t)*n == cap) {
+			size_t nc = cap ? cap * 2 : 8;
+			pid_t *np = realloc(*pids, nc * sizeof(pid_t));
+			if (!np) {
+				free(*pids);
+				*pids = NULL;
+				return gs_fail(err, GS_E_FAILURE, "out of memory");
+			}
+			*pids = np;
+			cap = nc;
+		}
+		(*pids)[(*n)++] = (pid_t)v;
+		p = end;
+	}
+	if (!*p && *n > 0)
+		return 0;
+bad:
+	free(*pids);
+	*pids = NULL;
+	*n = 0;
+	return gs_fail(err, GS_E_IMAGE, "the image's list of processes ('%s') is malformed", value ? value : "");
+}
+
+/* The GPUs a process holds memory on (NVML), into vram[] and the returned mask. */
+static uint64_t process_gpus(struct tree_run *r, pid_t pid, uint64_t *vram)
+{
+	uint64_t mask = 0;
+	for (int g = 0; g < r->s.ngpus && g < CLI_MAX_GPUS; g++) {
+		uint64_t b = 0;
+		if (gs_nvml_process_bytes(r->s.nvml, (unsigned)g, pid, &b) && b) {
+			vram[g] += b;
+			mask |= 1ULL << g;
+		}
+	}
+	return mask;
+}
+
+/* A manifest in dir: the GPUs in mask (every GPU when 0), metadata, no allocations. */
+static int write_manifest(struct tree_run *r, const char *dir, pid_t pid, const char *comm, const char *how,
+			  const uint64_t *vram, uint64_t mask, const char *pid_list, struct gs_err *err)
+{
+	struct gs_image_writer_opts wo = { .source_pid = pid, .source_comm = comm, .how = how };
+	struct gs_image_writer *w;
+	int rc = gs_image_writer_open_in(dir, &wo, &w, err);
+	if (rc)
+		return rc;
+	for (int g = 0; g < r->s.ngpus && !rc; g++) {
+		const struct gs_gpu *gpu = &r->s.gpus[g];
+		if (mask && (g >= 64 || !(mask & (1ULL << g))))
+			continue;
+		struct gs_image_gpu ig = {
+			.index = (uint32_t)gpu->index, .name = gpu->name, .cc_major = (uint32_t)gpu->cc_major,
+			.cc_minor = (uint32_t)gpu->cc_minor, .total_memory = gpu->total_bytes,
+		};
+		memcpy(ig.uuid, gpu->uuid.bytes, 16);
+		rc = gs_image_writer_add_gpu(w, &ig, err);
+	}
+	if (!rc)
+		rc = dump_set_metadata(w, &r->s, vram, mask, err);
+	if (!rc && pid_list)
+		rc = gs_image_writer_set_metadata(w, DUMP_TREE_META_PIDS, pid_list, err);
+	if (rc) {
+		gs_image_writer_abort(w);
+		return rc;
+	}
+	return gs_image_writer_seal(w, err);
+}
+
+/* The checks before anything is touched; locks every process of the operation. */
+static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const char *pid_arg, struct gs_err *err)
+{
+	int pid, rc;
+	if (gs_parse_pid(pid_arg, &pid))
+		return gs_fail(err, GS_E_USAGE, "'%s' is not a process ID", pid_arg);
+	if ((rc = gs_proc_check(pid, err)))
+		return rc;
+	r->root = pid;
+	gs_proc_comm(pid, r->comm, sizeof(r->comm));
+	if ((rc = cli_criu_find(&r->criu, err)) || (rc = cli_session_open(&r->s, err)))
+		return rc;
+	r->session = true;
+	if ((rc = gs_cuda_require_checkpoint(&r->s.cu, err)) ||
+	    (rc = cli_targets(&r->s, pid_arg, true, &r->pids, &r->n, err)))
+		return rc;
+	int n = r->n;
+	r->agents = calloc((size_t)n, sizeof(*r->agents));
+	r->procs = calloc((size_t)n, sizeof(*r->procs));
+	r->locks = calloc((size_t)n, sizeof(*r->locks));
+	r->images = calloc((size_t)n, sizeof(*r->images));
+	r->image_ptrs = calloc((size_t)n, sizeof(*r->image_ptrs));
+	r->gated = calloc((size_t)n, sizeof(bool));
+	r->dumped = calloc((size_t)n, sizeof(bool));
+	r->vram = calloc((size_t)n, sizeof(*r->vram));
+	r->gpu_mask = calloc((size_t)n, sizeof(*r->gpu_mask));
+	if (!r->agents || !r->procs || !r->locks || !r->images || !r->image_ptrs || !r->gated || !r->dumped || !r->vram ||
+	    !r->gpu_mask)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	struct cli_op_record left;
+	bool root_is_cuda = false;
+	for (int i = 0; i < n; i++) {
+		r->procs[i].pid = r->pids[i];
+		root_is_cuda |= r->pids[i] == r->root;
+		if ((rc = cli_op_begin(r->pids[i], false, "dump", &r->locks[i], &left, err))) {
+			cli_op_explain_gone(r->pids[i], err);
+			return rc;
+		}
+		CUprocessState st;
+		if ((rc = gs_ckpt_get_state(&r->s.cu, r->pids[i], &st, err)))
+			return rc;
+		if (st != CU_PROCESS_STATE_RUNNING)
+			return gs_fail(err, GS_E_STATE, "process %d is %s; resume it (gpusnap resume --tree %d) before dumping "
+				       "the tree", (int)r->pids[i], gs_cuda_state_name(st), (int)r->root);
+		if (!o->driver_only && (rc = cli_agent_probe(r->pids[i], &r->agents[i], err)))
+			return rc;
+		if (r->agents[i].present && !(r->agents[i].caps & GS_CAP_DUMP_RUNNING))
+			return gs_fail(err, GS_E_AGENT, "the agent of process %d is older than dump --tree (it cannot stream "
+				       "its data into an image): start the job again with this gpusnap's run", (int)r->pids[i]);
+		if (r->agents[i].present && r->agents[i].state != GS_AGENT_RUNNING)
+			return gs_fail(err, GS_E_STATE, "process %d is suspended; resume it (gpusnap resume --tree %d) before "
+				       "dumping the tree", (int)r->pids[i], (int)r->root);
+		struct stat pst;
+		char ppath[64];
+		snprintf(ppath, sizeof(ppath), "/proc/%d", (int)r->pids[i]);
+		/* the agent writes its image as the process's user, and restore trusts only this user's (or root's) files */
+		if (r->agents[i].present && stat(ppath, &pst) == 0 && pst.st_uid != geteuid() && pst.st_uid != 0)
+			return gs_fail(err, GS_E_PERMISSION,
+				       "process %d runs as user %u and its agent would write the image: run gpusnap dump as "
+				       "that user, or use --driver", (int)r->pids[i], (unsigned)pst.st_uid);
+	}
+	if (!root_is_cuda && (rc = cli_op_begin(r->root, false, "dump", &r->root_lock, &left, err)))
+		return rc;
+	/* before anything moves: afterwards the processes hold nothing */
+	for (int i = 0; i < n; i++)
+		r->gpu_mask[i] = process_gpus(r, r->pids[i], r->vram[i]);
+	return gs_criu_dumpable(r->root, err);
+}
+
+/*
+ * Between steps before CRIU: a test's injected failure at point (GS_FI_COUNT_:
+ * none here), or a signal that came, stops the dump here (undo follows).
+ */
+static int stop_if_signalled(struct tree_run *r, enum gs_fault_point point, struct gs_err *err)
+{
+	if (point != GS_FI_COUNT_ && gs_fault(point)) {
+		int e = gs_fault_errno(point, EIO);
+		return gs_fail_errno(err, gs_exit_from_errno(e), e, "dump of tree %d failed at '%s' (injected)", (int)r->root,
+				     gs_fault_name(point));
+	}
+	if (!cli_signal_caught())
+		return 0;
+	char what[64];
+	snprintf(what, sizeof(what), "dump of tree %d", (int)r->root);
+	return cli_fail_interrupted(err, what);
+}
+
+/* What the next command says should this gpusnap be killed from here on. */
+static void record_step(struct tree_run *r, const struct dump_tree_opts *o, const char *step, bool criu_done)
+{
+	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
+	int me = (int)getpid(), root = (int)r->root;
+	snprintf(alive, sizeof(alive), "process tree %d was left suspended by a gpusnap dump --tree (pid %d) that was "
+		 "killed; gpusnap resume --tree %d puts it back", root, me, root);
+	const char *tmp = gs_image_tmp_path(r->tmp);
+	snprintf(gone, sizeof(gone), "CRIU dumped the process tree %d for a gpusnap dump --tree (pid %d) that was killed "
+		 "before it published the image at '%s': check '%s' with gpusnap inspect --verify, then gpusnap restore -D "
+		 "'%s' brings the tree back", root, me, o->dir, tmp, tmp);
+	for (int i = 0; i < r->n; i++)
+		cli_op_step(r->locks[i], step, r->agents[i].present ? r->images[i] : NULL, alive, criu_done ? gone : NULL);
+}
+
+/* The agents' data part: gates first, then each agent's image; the shared memory let go at the end. */
+static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err *err)
+{
+	int rc = cli_share_before_suspend(r->pids, r->agents, r->n, true, &r->shared, err);
+	if (rc)
+		return rc;
+	int gates = 0;
+	bool all_gate = true;
+	for (int i = 0; i < r->n; i++) {
+		gates += r->agents[i].present;
+		all_gate &= !r->agents[i].present || (r->agents[i].caps & GS_CAP_GATE);
+	}
+	if (gates > 1 && all_gate) {
+		double lease = o->timeout > 0 ? GATE_LEASE_MARGIN_S + 2.0 * r->n * o->timeout : GATE_LEASE_NO_LIMIT_S;
+		for (int i = 0; i < r->n && !rc; i++)
+			if (r->agents[i].present && !(rc = cli_agent_gate(r->pids[i], &r->agents[i], o->timeout, lease, err)))
+				r->gated[i] = true;
+		if (rc)
+			return rc;
+	}
+	double t = gs_now();
+	for (int i = 0; i < r->n && !rc; i++) {
+		if (!r->agents[i].present)
+			continue;
+		rc = cli_agent_dump_running(r->pids[i], &r->agents[i], r->images[i], o->timeout, err);
+		if (rc) {
+			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays
+			 * suspended, its data in its image */
+			struct cli_agent now;
+			struct gs_err e = { 0 };
+			if (!cli_agent_probe(r->pids[i], &now, &e) && now.present && now.state != GS_AGENT_RUNNING)
+				r->dumped[i] = true;
+			else
+				r->gated[i] = false;
+			break;
+		}
+		r->dumped[i] = true;
+		r->gated[i] = false;
+		r->gpu_bytes += cli_agent_counter(&r->agents[i], "bytes");
+	}
+	r->agents_s = gs_now() - t;
+	/* every process is off the GPU: the memory they share can go, before the driver and CRIU meet it */
+	if (!rc && r->shared)
+		rc = cli_share_release(r->pids, r->agents, r->n, err);
+	return rc;
+}
+
+static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err *err)
+{
+	double t0 = gs_now();
+	struct gs_image_tmp_opts to = { .source_pid = r->root, .source_comm = r->comm, .replace = o->replace };
+	int rc = gs_image_tmp_create(o->dir, &to, &r->tmp, err);
+	if (rc || (rc = gs_image_tmp_cpu_fd_path(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
+		return rc;
+	char procs_dir[4096];
+	snprintf(procs_dir, sizeof(procs_dir), "%s/%s", gs_image_tmp_path(r->tmp), DUMP_TREE_PROCS_DIR);
+	if (mkdir(procs_dir, 0700))
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create '%s'", procs_dir);
+	for (int i = 0; i < r->n; i++) {
+		snprintf(r->images[i], sizeof(r->images[i]), "%s/%d", procs_dir, (int)r->pids[i]);
+		r->image_ptrs[i] = r->images[i];
+		if (mkdir(r->images[i], 0700))
+			return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create '%s'", r->images[i]);
+	}
+	if ((rc = stop_if_signalled(r, GS_FI_COUNT_, err)))
+		return rc;
+	record_step(r, o, "agent", false);
+	if ((rc = agents_out(r, o, err)) || (rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_AGENTS, err)))
+		return rc;
+	record_step(r, o, "driver", false);
+	if ((rc = gs_ckpt_suspend(&r->s.cu, r->procs, r->n, o->timeout, err)))
+		return rc;
+	r->driver_suspended = true;
+	/* the manifests: a driver-path process's (its data is in CRIU's pages), the tree's with every GPU used */
+	uint64_t vram_all[CLI_MAX_GPUS] = { 0 }, mask_all = 0;
+	char pid_list[4096] = "";
+	size_t used = 0;
+	for (int i = 0; i < r->n && !rc; i++) {
+		for (int g = 0; g < CLI_MAX_GPUS; g++)
+			vram_all[g] += r->vram[i][g];
+		mask_all |= r->gpu_mask[i];
+		int k = snprintf(pid_list + used, sizeof(pid_list) - used, "%s%d", used ? " " : "", (int)r->pids[i]);
+		if (k < 0 || (size_t)k >= sizeof(pid_list) - used)
+			rc = gs_fail(err, GS_E_FAILURE, "the tree of process %d has too many CUDA processes for one image (%d)",
+				     (int)r->root, r->n);
+		else
+			used += (size_t)k;
+		if (!rc && !r->agents[i].present) {
+			char comm[64];
+			gs_proc_comm(r->pids[i], comm, sizeof(comm));
+			rc = write_manifest(r, r->images[i], r->pids[i], comm, "driver", r->vram[i], r->gpu_mask[i], NULL, err);
+		}
+	}
+	if (rc || (rc = write_manifest(r, gs_image_tmp_path(r->tmp), r->root, r->comm, DUMP_TREE_HOW, vram_all, mask_all,
+				       pid_list, err)))
+		return rc;
+	if ((rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_DRIVER, err)))
+		return rc;
+	struct gs_criu_dump_opts co = { .leave_running = o->leave_running, .tcp = o->tcp };
+	record_step(r, o, "criu", true);
+	double t = gs_now();
+	rc = gs_criu_dump(&r->criu, r->root, r->cpu_dir, &co, err);
+	r->criu_s = gs_now() - t;
+	if (rc)
+		return rc; /* criu resumes the tree it could not dump: undo puts it back on the GPU */
+	if (!o->leave_running)
+		r->driver_suspended = false; /* the processes are gone: nothing to undo from here on */
+	rc = gs_image_publish(r->tmp, &r->published, err);
+	if (rc && !r->published && !o->leave_running) {
+		char kept[4096];
+		struct gs_err ke = { 0 };
+		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
+			fprintf(stderr, "gpusnap: %s\n", ke.msg);
+		r->tmp = NULL;
+		gs_err_wrap(err, "tree %d was dumped, but its image was not published; it is kept at '%s' (gpusnap restore "
+			    "-D '%s' brings the tree back)", (int)r->root, kept, kept);
+		return rc;
+	}
+	if (rc)
+		return rc;
+	if (o->leave_running) {
+		for (int i = 0; i < r->n; i++) {
+			snprintf(r->images[i], sizeof(r->images[i]), "%s/%s/%d", o->dir, DUMP_TREE_PROCS_DIR, (int)r->pids[i]);
+			r->image_ptrs[i] = r->agents[i].present ? r->images[i] : NULL;
+		}
+		rc = gs_ckpt_resume(&r->s.cu, r->procs, r->n, NULL, 0, err);
+		if (!rc) {
+			r->driver_suspended = false;
+			for (int i = 0; i < r->n; i++)
+				if (r->agents[i].present && (rc = cli_agent_probe(r->pids[i], &r->agents[i], err)))
+					break;
+		}
+		if (!rc)
+			rc = cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, err);
+		if (rc) {
+			gs_err_wrap(err, "the image at '%s' is complete, but the tree did not resume (gpusnap resume --tree %d)",
+				    o->dir, (int)r->root);
+			r->driver_suspended = false;
+		}
+		memset(r->dumped, 0, (size_t)r->n * sizeof(bool));
+	}
+	r->total_s = gs_now() - t0;
+	return rc;
+}
+
+/* Brings the tree back to running after a failure before CRIU's dump. */
+static void undo(struct tree_run *r)
+{
+	struct gs_err e = { 0 };
+	if (r->driver_suspended && gs_ckpt_resume(&r->s.cu, r->procs, r->n, NULL, 0, &e)) {
+		fprintf(stderr, "gpusnap: could not put the tree's processes back on the GPU: %s\n", e.msg);
+		r->undo_failed = true;
+	}
+	r->driver_suspended = false;
+	bool any = false;
+	for (int i = 0; i < r->n; i++)
+		any |= r->dumped[i];
+	if (any) {
+		for (int i = 0; i < r->n; i++)
+			if (r->agents[i].present && cli_agent_probe(r->pids[i], &r->agents[i], &e))
+				fprintf(stderr, "gpusnap: %s\n", e.msg);
+		/* each agent takes its data back from its image; shared memory is handed over first */
+		if (cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, &e)) {
+			fprintf(stderr, "gpusnap: %s\n", e.msg);
+			r->undo_failed = true;
+		}
+	}
+	for (int i = 0; i < r->n; i++) {
+		if (r->gated[i] && !r->dumped[i] && cli_agent_open(r->pids[i], &r->agents[i], &e)) {
+			fprintf(stderr, "gpusnap: %s\n", e.msg);
+			r->undo_failed = true;
+		}
+	}
+}
+
+static void print_outcome(const struct tree_run *r, const struct dump_tree_opts *o, int rc, const struct gs_err *err)
+{
+	if (o->json) {
+		struct gs_json j;
+		cli_json_begin_outcome(&j, "dump", rc, err);
+		gs_json_kv_int(&j, "pid", r->root);
+		gs_json_kv_bool(&j, "tree", true);
+		gs_json_kv_string(&j, "dir", o->dir);
+		gs_json_kv_bool(&j, "leave_running", o->leave_running);
+		gs_json_kv_bool(&j, "published", r->published);
+		gs_json_kv_bool(&j, "shared_memory", r->shared);
+		gs_json_kv_uint(&j, "gpu_data_bytes", r->gpu_bytes);
+		gs_json_key(&j, "processes");
+		gs_json_array_begin(&j);
+		for (int i = 0; i < r->n; i++) {
+			gs_json_object_begin(&j);
+			gs_json_kv_int(&j, "pid", r->pids[i]);
+			gs_json_kv_string(&j, "path", r->agents[i].present ? "agent" : "driver");
+			gs_json_object_end(&j);
+		}
+		gs_json_array_end(&j);
+		gs_json_key(&j, "times");
+		gs_json_object_begin(&j);
+		gs_json_kv_double(&j, "total_s", r->total_s);
+		gs_json_kv_double(&j, "agents_s", r->agents_s);
+		gs_json_kv_double(&j, "criu_s", r->criu_s);
+		gs_json_object_end(&j);
+		gs_json_object_end(&j);
+		cli_json_print(&j);
+		return;
+	}
+	if (rc)
+		return;
+	char b[32];
+	printf("dumped tree %d (%s, %d CUDA process%s) to %s: %s of GPU data written by the agents in %.2f s, CRIU part "
+	       "%.2f s, total %.2f s\n", (int)r->root, r->comm, r->n, r->n == 1 ? "" : "es", o->dir,
+	       gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agents_s, r->criu_s, r->total_s);
+	printf(o->leave_running ? "the tree of process %d keeps running\n"
+				: "the tree of process %d is gone; gpusnap restore -D %s brings it back\n",
+	       (int)r->root, o->dir);
+}
+
+int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
+{
+	struct gs_err err = { 0 };
+	struct tree_run *r = calloc(1, sizeof(*r));
+	if (!r)
+		return cli_report_error(&(struct gs_err){ GS_E_FAILURE, "out of memory" });
+	cli_signals_catch();
+	int rc = prepare(r, o, pid_arg, &err);
+	if (rc == GS_E_NO_PROCESS)
+		cli_op_explain_gone(r->root, &err);
+	if (!rc) {
+		char what[64];
+		snprintf(what, sizeof(what), "dump --tree %d", (int)r->root);
+		struct cli_progress *progress = cli_progress_start(what);
+		rc = run(r, o, &err);
+		cli_progress_stop(progress);
+		if (rc && !r->published)
+			undo(r);
+		/* a step that failed after the signal came (CRIU got it too, say) is told as its cause */
+		char cause[GS_ERR_MSG_MAX] = "";
+		if (rc && cli_signal_caught() && !cli_is_interrupted(rc) && !r->published) {
+			snprintf(cause, sizeof(cause), " (%s)", err.msg);
+			snprintf(what, sizeof(what), "dump of tree %d", (int)r->root);
+			rc = cli_fail_interrupted(&err, what);
+		}
+		if (cli_is_interrupted(rc)) {
+			if (r->undo_failed)
+				cli_err_append(&err, "not all of it could be undone (said above)%s", cause);
+			else
+				cli_err_append(&err, "undone, the processes run on and nothing was written to '%s'%s", o->dir,
+					       cause);
+		}
+	}
+	if (r->tmp && r->undo_failed && !r->published) {
+		/* an agent's data is only in its image: kept, and said where */
+		char kept[4096];
+		struct gs_err ke = { 0 };
+		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
+			fprintf(stderr, "gpusnap: %s\n", ke.msg);
+		else
+			fprintf(stderr, "gpusnap: the GPU data of the processes that stay suspended is kept in '%s/%s/<pid>' "
+				"(gpusnap resume --image DIR PID puts one back)\n", kept, DUMP_TREE_PROCS_DIR);
+	} else if (r->tmp) {
+		if (r->published)
+			gs_image_tmp_close(r->tmp);
+		else
+			gs_image_tmp_discard(r->tmp);
+	}
+	print_outcome(r, o, rc, &err);
+	if (rc)
+		cli_report_error(&err);
+	else if (cli_signal_caught())
+		fprintf(stderr, "gpusnap: %s came after CRIU had dumped tree %d, too late to undo; the dump was finished\n",
+			cli_signal_name(cli_signal_caught()), (int)r->root);
+	for (int i = 0; r->locks && i < r->n; i++)
+		cli_op_end(r->locks[i], rc == 0);
+	cli_op_end(r->root_lock, rc == 0);
+	if (r->session)
+		cli_session_close(&r->s);
+	free(r->pids);
+	free(r->agents);
+	free(r->procs);
+	free(r->locks);
+	free(r->images);
+	free(r->image_ptrs);
+	free(r->gated);
+	free(r->dumped);
+	free(r->vram);
+	free(r->gpu_mask);
+	free(r);
+	return rc;
+}

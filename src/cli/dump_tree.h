@@ -1,0 +1,39 @@
+/*
+ * dump_tree.h - `gpusnap dump --tree` and the restore of the image it
+ * writes: a process tree (CRIU dumps it whole) with the GPU state of each
+ * CUDA process in it, ranks of one job that share GPU memory included
+ * (docs/FORMAT.md, "Images of a process tree"; docs/DESIGN.md, "Dumping a
+ * process tree").
+ */
+#ifndef GPUSNAP_CLI_DUMP_TREE_H
+#define GPUSNAP_CLI_DUMP_TREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "criu/criu.h"
+
+/* The image's `how` and where its processes' GPU images are. */
+#define DUMP_TREE_HOW "tree"
+#define DUMP_TREE_PROCS_DIR "procs"
+/* Metadata key: the PIDs of the tree's CUDA processes, in decimal, separated by spaces; each has DIR/procs/<pid>/. */
+#define DUMP_TREE_META_PIDS "tree.cuda_pids"
+
+struct dump_tree_opts {
+	const char *dir; /* absolute */
+	double timeout;
+	bool leave_running, driver_only, json, replace;
+	enum gs_criu_tcp tcp;
+};
+
+/* `gpusnap dump --tree`: the exit code, everything said on stdout/stderr. */
+int dump_tree(const struct dump_tree_opts *o, const char *pid_arg);
+
+/*
+ * Parses DUMP_TREE_META_PIDS's value into a malloc'd array (*pids, *n):
+ * GS_E_IMAGE for anything but one or more positive PIDs, each once.
+ */
+int dump_tree_parse_pids(const char *value, pid_t **pids, int *n, struct gs_err *err);
+
+#endif
