@@ -62,7 +62,11 @@ warm_storage
 
 REPEAT=${GPUSNAP_BENCH_REPEAT:-1}
 case $REPEAT in '' | *[!0-9]* | 0) echo "GPUSNAP_BENCH_REPEAT must be a positive number, not '$REPEAT'"; exit 2 ;; esac
-median() { [ $# -gt 0 ] || { echo 0; return; }; printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+median() { # an even count: the mean of the middle two
+  [ $# -gt 0 ] || { echo 0; return; }
+  printf '%s\n' "$@" | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 ROWS=()
