@@ -237,6 +237,37 @@ static std::string verify_both(void)
 	return answer == "ok" ? "" : answer;
 }
 
+/* verify: both buffers, read through both ranks' mappings. */
+static void verify_command(void)
+{
+	std::string why = verify_both();
+	if (why.empty())
+		reply("VERIFY OK 4");
+	else
+		reply("VERIFY FAIL %s", why.c_str());
+}
+
+/* ring: rank 0 writes rank 1's buffer through its import and has rank 1 write rank 0's through its own. */
+static void ring_command(void)
+{
+	key0 += 100;
+	key1 += 100;
+	std::string answer;
+	char buf[64];
+	snprintf(buf, sizeof(buf), "write %llu", (unsigned long long)key0);
+	if (!fill(g.peer, key1)) { /* into rank 1's buffer, through the import */
+		reply("RING FAIL rank 0 cannot write: %s", first_error().c_str());
+	} else if (!send_line(buf) || !read_line(answer) || answer != "ok") {
+		reply("RING FAIL %s", answer.empty() ? "rank 1 does not answer" : answer.c_str());
+	} else {
+		std::string why = verify_both();
+		if (why.empty())
+			reply("RING OK");
+		else
+			reply("RING FAIL %s", why.c_str());
+	}
+}
+
 int main(int argc, char **argv)
 {
 	g_app_name = "share";
@@ -301,37 +332,8 @@ int main(int argc, char **argv)
 	app_info("two ranks share %zu bytes each way", g.size);
 	reply("READY %d %d", (int)getpid(), (int)child);
 
-	char line[256];
-	while (read_command(line, sizeof(line))) {
-		if (!strcmp(line, "verify")) {
-			std::string why = verify_both();
-			if (why.empty())
-				reply("VERIFY OK 4");
-			else
-				reply("VERIFY FAIL %s", why.c_str());
-		} else if (!strcmp(line, "ring")) {
-			key0 += 100;
-			key1 += 100;
-			std::string answer;
-			char buf[64];
-			snprintf(buf, sizeof(buf), "write %llu", (unsigned long long)key0);
-			if (!fill(g.peer, key1)) { /* into rank 1's buffer, through the import */
-				reply("RING FAIL rank 0 cannot write: %s", first_error().c_str());
-			} else if (!send_line(buf) || !read_line(answer) || answer != "ok") {
-				reply("RING FAIL %s", answer.empty() ? "rank 1 does not answer" : answer.c_str());
-			} else {
-				std::string why = verify_both();
-				if (why.empty())
-					reply("RING OK");
-				else
-					reply("RING FAIL %s", why.c_str());
-			}
-		} else if (!strcmp(line, "quit")) {
-			break;
-		} else {
-			reply("UNKNOWN %s", line);
-		}
-	}
+	static const app_command commands[] = { { "verify", verify_command }, { "ring", ring_command } };
+	serve_commands(commands);
 	send_line("quit");
 	int st = 0;
 	waitpid(child, &st, 0);
