@@ -542,20 +542,10 @@ int cmd_dump(int argc, char **argv)
 	cli_progress_stop(progress);
 	if (rc)
 		undo(r);
-	/* a step that failed after the signal came (CRIU got it too, say) is told as its cause */
-	char cause[GS_ERR_MSG_MAX] = "";
-	if (rc && cli_signal_caught() && !cli_is_interrupted(rc) && !r->published) {
-		snprintf(cause, sizeof(cause), " (%s)", err.msg);
-		snprintf(what, sizeof(what), "dump of process %d", (int)r->pid);
-		rc = cli_fail_interrupted(&err, what);
-	}
-	if (cli_is_interrupted(rc)) {
-		if (r->undo_failed)
-			cli_err_append(&err, "not all of it could be undone (said above)%s", cause);
-		else
-			cli_err_append(&err, "undone, process %d runs on and nothing was written to '%s'%s", (int)r->pid,
-				       o.dir, cause);
-	}
+	char runs_on[64];
+	snprintf(what, sizeof(what), "dump of process %d", (int)r->pid);
+	snprintf(runs_on, sizeof(runs_on), "process %d runs on", (int)r->pid);
+	rc = cli_dump_failed_by_signal(rc, r->published, r->undo_failed, what, runs_on, o.dir, &err);
 	if (r->tmp && r->keep_tmp) {
 		char kept[4096];
 		keep_tmp_image(r, o.dir, false, kept, sizeof(kept));

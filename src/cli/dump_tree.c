@@ -499,20 +499,8 @@ int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
 		cli_progress_stop(progress);
 		if (rc && !r->published)
 			undo(r);
-		/* a step that failed after the signal came (CRIU got it too, say) is told as its cause */
-		char cause[GS_ERR_MSG_MAX] = "";
-		if (rc && cli_signal_caught() && !cli_is_interrupted(rc) && !r->published) {
-			snprintf(cause, sizeof(cause), " (%s)", err.msg);
-			snprintf(what, sizeof(what), "dump of tree %d", (int)r->root);
-			rc = cli_fail_interrupted(&err, what);
-		}
-		if (cli_is_interrupted(rc)) {
-			if (r->undo_failed)
-				cli_err_append(&err, "not all of it could be undone (said above)%s", cause);
-			else
-				cli_err_append(&err, "undone, the processes run on and nothing was written to '%s'%s", o->dir,
-					       cause);
-		}
+		snprintf(what, sizeof(what), "dump of tree %d", (int)r->root);
+		rc = cli_dump_failed_by_signal(rc, r->published, r->undo_failed, what, "the processes run on", o->dir, &err);
 	}
 	if (r->tmp && r->undo_failed && !r->published) {
 		/* an agent's data is only in its image: kept, and said where */

@@ -74,6 +74,23 @@ int cli_fail_interrupted(struct gs_err *err, const char *what)
 	return gs_fail(err, GS_E_INTERRUPTED_BASE + sig, "%s interrupted by %s", what, cli_signal_name(sig));
 }
 
+int cli_dump_failed_by_signal(int rc, bool published, bool undo_failed, const char *what, const char *runs_on,
+			      const char *dir, struct gs_err *err)
+{
+	char cause[GS_ERR_MSG_MAX] = "";
+	if (rc && cli_signal_caught() && !cli_is_interrupted(rc) && !published) {
+		snprintf(cause, sizeof(cause), " (%s)", err->msg);
+		rc = cli_fail_interrupted(err, what);
+	}
+	if (cli_is_interrupted(rc)) {
+		if (undo_failed)
+			cli_err_append(err, "not all of it could be undone (said above)%s", cause);
+		else
+			cli_err_append(err, "undone, %s and nothing was written to '%s'%s", runs_on, dir, cause);
+	}
+	return rc;
+}
+
 void cli_err_append(struct gs_err *err, const char *fmt, ...)
 {
 	size_t len = strlen(err->msg);

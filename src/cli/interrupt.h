@@ -42,6 +42,16 @@ void cli_err_append(struct gs_err *err, const char *fmt, ...) __attribute__((for
 /* Whether code is one cli_fail_interrupted made. */
 bool cli_is_interrupted(int code);
 /*
+ * The end of a dump that failed (rc) and was undone unless published: a
+ * step that failed after a signal came (CRIU got it too, say) is told as the
+ * interruption of `what` ("dump of process 5") with its own error as the
+ * cause; an interruption then says whether it was all undone, naming who
+ * runs on ("process 5 runs on") and the folder nothing was written to.
+ * Returns the code to exit with.
+ */
+int cli_dump_failed_by_signal(int rc, bool published, bool undo_failed, const char *what, const char *runs_on,
+			      const char *dir, struct gs_err *err);
+/*
  * The command's end: with an interrupted code, the signal's default action
  * (gpusnap ends by it); otherwise returns code for main to return.
  */
