@@ -322,7 +322,26 @@ static int helper_restore(pid_t pid, const struct gsp_image *im, struct gs_err *
 	return rc;
 }
 
-/* Ends the driver helper and reaps it, SIGCHLD at its default meanwhile (as stop_verifier). */
+/*
+ * Kills one of the restore's helper processes (the verifier, the driver
+ * helper) and reaps it, with SIGCHLD at its default meanwhile: where CRIU's
+ * handler is still set (a restore that failed early) it would reap the
+ * helper itself and log it as a task that died. *helper is 0 afterwards.
+ */
+static void end_helper(pid_t *helper)
+{
+	if (*helper <= 0)
+		return;
+	struct sigaction dfl = { .sa_handler = SIG_DFL }, old;
+	sigaction(SIGCHLD, &dfl, &old);
+	kill(*helper, SIGKILL);
+	while (waitpid(*helper, NULL, 0) < 0 && errno == EINTR)
+		;
+	sigaction(SIGCHLD, &old, NULL);
+	*helper = 0;
+}
+
+/* Ends the driver helper (end_helper). */
 static void stop_driver_helper(void)
 {
 	if (gsp.driver_req >= 0)
@@ -330,15 +349,7 @@ static void stop_driver_helper(void)
 	if (gsp.driver_rep >= 0)
 		close(gsp.driver_rep);
 	gsp.driver_req = gsp.driver_rep = -1;
-	if (gsp.driver <= 0)
-		return;
-	struct sigaction dfl = { .sa_handler = SIG_DFL }, old;
-	sigaction(SIGCHLD, &dfl, &old);
-	kill(gsp.driver, SIGKILL);
-	while (waitpid(gsp.driver, NULL, 0) < 0 && errno == EINTR)
-		;
-	sigaction(SIGCHLD, &old, NULL);
-	gsp.driver = 0;
+	end_helper(&gsp.driver);
 }
 
 /*
@@ -415,25 +426,13 @@ static int start_verifier(struct gs_err *err)
 	return 0;
 }
 
-/*
- * Ends the verifier and reaps it, with SIGCHLD at its default meanwhile:
- * where CRIU's handler is still set (a restore that failed early) it would
- * reap the verifier itself and log it as a task that died.
- */
+/* Ends the verifier (end_helper). */
 static void stop_verifier(void)
 {
 	if (gsp.verify_rd >= 0)
 		close(gsp.verify_rd);
 	gsp.verify_rd = -1;
-	if (gsp.verifier <= 0)
-		return;
-	struct sigaction dfl = { .sa_handler = SIG_DFL }, old;
-	sigaction(SIGCHLD, &dfl, &old);
-	kill(gsp.verifier, SIGKILL);
-	while (waitpid(gsp.verifier, NULL, 0) < 0 && errno == EINTR)
-		;
-	sigaction(SIGCHLD, &old, NULL);
-	gsp.verifier = 0;
+	end_helper(&gsp.verifier);
 }
 
 /* The checksum pass's result, waiting for it where it still runs; 0 when every image is good. */
