@@ -45,6 +45,15 @@ struct gsp_image {
 	CUcheckpointGpuPair *pairs;
 	unsigned npairs;
 	bool done; /* RESUME_DEVICES_LATE handled its process */
+	/*
+	 * Its image records GPU memory shared with other processes of the tree
+	 * (share.export / share.import): its agent loads with theirs, as one
+	 * job (plugin_restore.c). pid: the restored task, once RESUME_DEVICES_LATE
+	 * put it back on the GPU; path: its image directory for the agent.
+	 */
+	bool shares;
+	pid_t pid;
+	char *path;
 };
 
 struct gsp_state {
@@ -59,12 +68,20 @@ struct gsp_state {
 	bool tree_seen; /* the first PAUSE_DEVICES walked the tree */
 	bool driver_suspended;
 	bool leave_running;
+	bool shared; /* the agents of the tree share GPU memory (cli/share_tree.h): linked, let go, resumed as one */
 	struct gsp_proc *procs;
 	int nprocs;
 	struct gs_ckpt_proc *ck;
 	/* restore */
 	struct gsp_image *images;
 	int nimages;
+	/*
+	 * Images that share memory (gsp_image.shares): nshared of them, nready
+	 * put back on the GPU and waiting for the others; their agents load
+	 * together once all are (shared_loading), else the ready ones are killed.
+	 */
+	int nshared, nready;
+	bool shared_loading;
 	/*
 	 * The checksum pass runs in a process of its own (the verifier) while
 	 * CRIU restores the tasks; its result comes through verify_rd and is

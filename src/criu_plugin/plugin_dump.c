@@ -12,8 +12,14 @@
  * the driver's lock of every process before its checkpoint of any
  * (gs_ckpt_suspend); processes without the agent keep their data in host
  * memory, which CRIU's pages carry (a manifest with how=driver says so).
- * Later calls and CHECKPOINT_DEVICES only check that no CUDA process was
- * missed. The images are published when CRIU's dump succeeded; a failed dump
+ * Agents that share GPU memory as file descriptors (NCCL's cuMem buffers,
+ * cli/share_tree.h) are linked before any gate closes, each exported buffer
+ * is saved once, by its exporter, and once every agent dumped the importers
+ * let go and every agent closes its duplicates, before the driver's
+ * checkpoint and before CRIU meets any descriptor; undoing it resumes them
+ * as one job (exports made again and handed over, no gate open before all
+ * are back). Later calls and CHECKPOINT_DEVICES only check that no CUDA
+ * process was missed. The images are published when CRIU's dump succeeded; a failed dump
  * and --leave-running put every process back on the GPU (exit hook).
  */
 #include <errno.h>
@@ -27,6 +33,7 @@
 #include <unistd.h>
 
 #include "cli/dump_common.h"
+#include "cli/share_tree.h"
 #include "common/fault.h"
 #include "common/proc.h"
 #include "common/util.h"
@@ -222,6 +229,49 @@ static int write_driver_manifest(struct gsp_proc *p, struct gs_err *err)
 	return gs_image_writer_seal(w, err);
 }
 
+/* The tree's processes as share_tree.h takes them: their PIDs and (copies of) their agents. */
+static int share_arrays(pid_t **pids, struct cli_agent **agents, struct gs_err *err)
+{
+	size_t n = gsp.nprocs ? (size_t)gsp.nprocs : 1;
+	*pids = calloc(n, sizeof(**pids));
+	*agents = calloc(n, sizeof(**agents));
+	if (!*pids || !*agents) {
+		free(*pids);
+		free(*agents);
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	}
+	for (int i = 0; i < gsp.nprocs; i++) {
+		(*pids)[i] = gsp.procs[i].pid;
+		(*agents)[i] = gsp.procs[i].agent;
+	}
+	return 0;
+}
+
+/*
+ * The agents that share memory take their data back as one job: from
+ * images[i] (NULL: an agent not suspended, or from its own memory), the
+ * exports made again and handed to the importers, every gate held until
+ * all are back (cli_share_resume). On failure they stay suspended.
+ */
+static int share_resume(const char *const *images, struct gs_err *err)
+{
+	pid_t *pids;
+	struct cli_agent *agents;
+	int rc = share_arrays(&pids, &agents, err);
+	if (rc)
+		return rc;
+	for (int i = 0; i < gsp.nprocs && !rc; i++)
+		if (agents[i].present)
+			rc = cli_agent_probe(pids[i], &agents[i], err);
+	if (!rc)
+		rc = cli_share_resume(pids, agents, gsp.nprocs, images, err);
+	for (int i = 0; i < gsp.nprocs; i++)
+		gsp.procs[i].agent = agents[i];
+	free(pids);
+	free(agents);
+	return rc;
+}
+
 /* Undoes what PAUSE_DEVICES did while the processes still run (nothing frozen yet). */
 static void undo_running(void)
 {
@@ -229,10 +279,30 @@ static void undo_running(void)
 	if (gsp.driver_suspended && gs_ckpt_resume(&gsp.s.cu, gsp.ck, gsp.nprocs, NULL, 0, &e))
 		gsp_err("could not put the processes back on the GPU: %s", e.msg);
 	gsp.driver_suspended = false;
+	/* agents that share memory: back together from their temporary images, before any gate opens */
+	bool shared_back = false, shared_kept = false;
+	const char **images = gsp.shared ? calloc((size_t)gsp.nprocs + 1, sizeof(*images)) : NULL;
+	bool any = false;
+	for (int i = 0; images && i < gsp.nprocs; i++) {
+		images[i] = gsp.procs[i].agent_dumped ? gs_image_tmp_path(gsp.procs[i].tmp) : NULL;
+		any |= gsp.procs[i].agent_dumped;
+	}
+	if (gsp.shared && any) {
+		if (!images || share_resume(images, &e)) {
+			gsp_err("the processes that share GPU memory stay suspended, their GPU data kept in their images: %s",
+				images ? e.msg : "out of memory");
+			shared_kept = true;
+		} else {
+			shared_back = true;
+		}
+	}
+	free(images);
 	for (int i = 0; i < gsp.nprocs; i++) {
 		struct gsp_proc *p = &gsp.procs[i];
 		bool keep = false;
-		if (p->agent_dumped && gsp_agent_resume(p->pid, &p->agent, gs_image_tmp_path(p->tmp), &e)) {
+		if (p->agent_dumped && (shared_back || shared_kept)) {
+			keep = shared_kept;
+		} else if (p->agent_dumped && gsp_agent_resume(p->pid, &p->agent, gs_image_tmp_path(p->tmp), &e)) {
 			gsp_err("process %d stays suspended, its GPU data kept in its image: %s", (int)p->pid, e.msg);
 			keep = true;
 		} else if (p->agent_staged && cli_agent_resume(p->pid, &p->agent, &e)) {
@@ -279,6 +349,28 @@ static int take_off_gpu(struct gs_err *err)
 			rc = gs_fail(err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)p->pid);
 	}
 	/*
+	 * Memory the agents share: every import linked to its export before any
+	 * gate closes, or the dump refused before anything changed (an importer
+	 * whose exporter is outside the tree, a process of it without the agent).
+	 */
+	if (!rc && !driver_only) {
+		pid_t *pids;
+		struct cli_agent *agents;
+		if (!(rc = share_arrays(&pids, &agents, err))) {
+			rc = cli_share_before_suspend(pids, agents, gsp.nprocs, true, &gsp.shared, err);
+			free(pids);
+			free(agents);
+		}
+		/* the records name exporters by PID: one that differs in the image (a PID namespace) would not match */
+		for (int i = 0; i < gsp.nprocs && !rc && gsp.shared; i++)
+			if (gsp.procs[i].agent.present && gsp.procs[i].nspid != gsp.procs[i].pid)
+				rc = gs_fail(err, GS_E_STATE, "process %d shares GPU memory and runs in a PID namespace of its own "
+					     "(as %d): the plugin does not carry shared GPU memory across PID namespaces yet",
+					     (int)gsp.procs[i].pid, (int)gsp.procs[i].nspid);
+		if (!rc && gsp.shared)
+			gsp_info("the agents of the tree share GPU memory: linked, each exported buffer saved by its exporter");
+	}
+	/*
 	 * Several agents (ranks of one job that wait on each other): every gate
 	 * closes before any process waits for its GPU work, as gpusnap suspend
 	 * --tree does; an agent reopens its gate by itself if no dump follows.
@@ -323,6 +415,22 @@ static int take_off_gpu(struct gs_err *err)
 			gsp_info("process %d: the agent wrote %llu bytes of GPU data in %.2f s%s", (int)p->pid,
 				 (unsigned long long)cli_agent_counter(&p->agent, "bytes"), gs_now() - t,
 				 (p->agent.caps & GS_CAP_DIR_FD) ? " through the image directory's descriptor" : "");
+		} else if (gsp.shared) {
+			/* it walked back and runs on, unless its own undo failed: then its data is only in its image */
+			struct cli_agent now;
+			struct gs_err e = { 0 };
+			if (!cli_agent_probe(p->pid, &now, &e) && now.present && now.state != GS_AGENT_RUNNING)
+				p->agent_dumped = true;
+		}
+	}
+	/* every agent is off the GPU: the shared memory goes before the driver's checkpoint and CRIU meet it */
+	if (!rc && gsp.shared) {
+		pid_t *pids;
+		struct cli_agent *agents;
+		if (!(rc = share_arrays(&pids, &agents, err))) {
+			rc = cli_share_release(pids, agents, gsp.nprocs, err);
+			free(pids);
+			free(agents);
 		}
 	}
 	if (rc)
@@ -407,6 +515,28 @@ int gsp_checkpoint_devices(int pid)
 	return -1;
 }
 
+/* In a helper: waits (up to 10 minutes) until CRIU let pid go; false when the process is gone. */
+static bool wait_untraced(pid_t pid)
+{
+	/* CRIU detaches when it has finished with the whole tree */
+	for (int i = 0; i < 60000; i++) {
+		char path[64], line[256];
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			return false;
+		long tracer = -1;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "TracerPid:", 10))
+				tracer = strtol(line + 10, NULL, 10);
+		fclose(f);
+		if (tracer == 0)
+			break;
+		usleep(10000);
+	}
+	return true;
+}
+
 /*
  * The agent answers only once CRIU lets the process go: a child of the
  * plugin's waits for that, then has the agent load its data back from the
@@ -426,26 +556,41 @@ static void agent_resume_later(struct gsp_proc *p, const char *from)
 	}
 	if (fork() != 0)
 		_exit(0);
-	/* up to 10 minutes: CRIU detaches when it has finished with the whole tree */
-	for (int i = 0; i < 60000; i++) {
-		char path[64], line[256];
-		snprintf(path, sizeof(path), "/proc/%d/status", (int)p->pid);
-		FILE *f = fopen(path, "re");
-		if (!f)
-			_exit(0);
-		long tracer = -1;
-		while (fgets(line, sizeof(line), f))
-			if (!strncmp(line, "TracerPid:", 10))
-				tracer = strtol(line + 10, NULL, 10);
-		fclose(f);
-		if (tracer == 0)
-			break;
-		usleep(10000);
-	}
+	if (!wait_untraced(p->pid))
+		_exit(0);
 	struct gs_err e = { 0 };
 	if (gsp_agent_resume(p->pid, &p->agent, from, &e))
 		gsp_err("process %d did not resume after the dump: %s (gpusnap resume --image '%s' %d)", (int)p->pid, e.msg,
 			from, (int)p->pid);
+	_exit(0);
+}
+
+/*
+ * As agent_resume_later for the agents that share memory: one helper waits
+ * until CRIU let each go, then they take their data back from images[i] as
+ * one job (share_resume: no gate opens before all are back).
+ */
+static void shared_resume_later(const char *const *images)
+{
+	pid_t child = fork();
+	if (child < 0) {
+		gsp_err("cannot start the helper that resumes the processes that share GPU memory: %s (gpusnap resume "
+			"--tree %d)", strerror(errno), gsp.nprocs ? (int)gsp.procs[0].pid : 0);
+		return;
+	}
+	if (child > 0) {
+		waitpid(child, NULL, 0);
+		return;
+	}
+	if (fork() != 0)
+		_exit(0);
+	for (int i = 0; i < gsp.nprocs; i++)
+		if (images[i] && !wait_untraced(gsp.procs[i].pid))
+			gsp_err("process %d is gone; the others that share GPU memory with it resume without it",
+				(int)gsp.procs[i].pid);
+	struct gs_err e = { 0 };
+	if (share_resume(images, &e))
+		gsp_err("the processes that share GPU memory did not resume after the dump: %s", e.msg);
 	_exit(0);
 }
 
@@ -469,6 +614,16 @@ void gsp_dump_fini(int ret)
 		else
 			gsp_info("process %d is back on the GPU", (int)p->pid);
 	}
+	/* agents that share memory resume together: their image directories, kept until the helper started */
+	char (*dirs)[sizeof(gsp.images_dir) + 64] = NULL;
+	const char **images = NULL;
+	if (back && gsp.shared && gsp.nprocs) {
+		dirs = calloc((size_t)gsp.nprocs, sizeof(*dirs));
+		images = calloc((size_t)gsp.nprocs, sizeof(*images));
+		if (!dirs || !images)
+			gsp_err("out of memory: the processes that share GPU memory stay suspended (gpusnap resume --tree %d)",
+				(int)gsp.procs[0].pid);
+	}
 	for (int i = 0; i < gsp.nprocs; i++) {
 		struct gsp_proc *p = &gsp.procs[i];
 		if (back && p->agent_dumped) {
@@ -478,7 +633,12 @@ void gsp_dump_fini(int ret)
 				snprintf(dir, sizeof(dir), "%s/%s/%d", gsp.images_dir, GSP_SUBDIR, (int)p->nspid);
 			else
 				snprintf(dir, sizeof(dir), "%s", gs_image_tmp_path(p->tmp));
-			agent_resume_later(p, dir);
+			if (!gsp.shared) {
+				agent_resume_later(p, dir);
+			} else if (dirs && images) {
+				memcpy(dirs[i], dir, sizeof(dir));
+				images[i] = dirs[i];
+			}
 			if (p->tmp)
 				gs_image_tmp_close(p->tmp);
 		} else if (p->tmp) {
@@ -489,9 +649,14 @@ void gsp_dump_fini(int ret)
 		}
 		p->tmp = NULL;
 	}
+	if (dirs && images)
+		shared_resume_later(images);
+	free(dirs);
+	free(images);
 	free(gsp.procs);
 	free(gsp.ck);
 	gsp.procs = NULL;
 	gsp.ck = NULL;
 	gsp.nprocs = 0;
+	gsp.shared = false;
 }

@@ -19,7 +19,13 @@
  * while criu, the tracer, lets the driver's restore thread run alone (CRIU
  * holds all the app's threads stopped); should that fail the task is killed
  * before it ran. For agent images the agent then loads the GPU data from
- * the image once CRIU lets the process go.
+ * the image once CRIU lets the process go. Images that record GPU memory
+ * shared between the tree's processes (share.export / share.import,
+ * docs/FORMAT.md) load as one job: init refuses an import whose export no
+ * image of the dump holds; once every sharing task is back on the GPU, one
+ * helper has the exporters create and export their memory again, hands the
+ * descriptors to the importers, and lets every agent load with its gate
+ * held until all are back (cli_share_resume).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -32,9 +38,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/share_tree.h"
 #include "common/fault.h"
 #include "common/util.h"
 #include "criu_plugin/criu_plugin_abi.h"
+#include "core/share_plan.h"
 #include "criu_plugin/plugin.h"
 #include "cuda/gpus.h"
 
@@ -74,6 +82,59 @@ static int plan_gpus(struct gsp_image *im, struct gs_err *err)
 	}
 	/* on the machine it was dumped on the process also saw GPUs it held no memory on: the driver wants those too */
 	return here ? gs_gpu_pairs_complete(&im->pairs, &im->npairs, gsp.s.gpus, gsp.s.ngpus, err) : 0;
+}
+
+/* Whether im records an export with handle vh (share.export.N). */
+static bool image_exports(const struct gsp_image *im, uint64_t vh)
+{
+	for (size_t k = 0; k < gs_image_metadata_count(im->img); k++) {
+		const struct gs_image_kv *kv = gs_image_metadata_at(im->img, k);
+		uint64_t v;
+		struct gs_err e = { 0 };
+		if (!strncmp(kv->key, GS_SHARE_META_EXPORT, strlen(GS_SHARE_META_EXPORT)) &&
+		    !gs_share_parse_export_meta(kv->key, kv->value, &v, &e) && v == vh)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * GPU memory shared between the dumped processes: each image that records
+ * some is marked, and every import must come from an export another image
+ * of this dump records (its exporter makes it again and hands it over),
+ * else nothing is restored.
+ */
+static int check_shares(struct gs_err *err)
+{
+	for (int i = 0; i < gsp.nimages; i++) {
+		struct gsp_image *im = &gsp.images[i];
+		for (size_t k = 0; k < gs_image_metadata_count(im->img); k++) {
+			const struct gs_image_kv *kv = gs_image_metadata_at(im->img, k);
+			if (!strncmp(kv->key, GS_SHARE_META_EXPORT, strlen(GS_SHARE_META_EXPORT)))
+				im->shares = true;
+			if (strncmp(kv->key, GS_SHARE_META_IMPORT, strlen(GS_SHARE_META_IMPORT)))
+				continue;
+			im->shares = true;
+			pid_t exporter;
+			uint64_t export_vh;
+			int rc = gs_share_parse_import_meta(kv->key, kv->value, &exporter, &export_vh, err);
+			if (rc)
+				return gs_err_wrap(err, "the GPU image of process %d", (int)im->nspid), rc;
+			bool found = false;
+			for (int j = 0; j < gsp.nimages && !found; j++)
+				found = gsp.images[j].nspid == exporter && gsp.images[j].agent &&
+					image_exports(&gsp.images[j], export_vh);
+			if (!found)
+				return gs_fail(err, GS_E_IMAGE, "the GPU image of process %d imported GPU memory that process %d "
+					       "exported (%#llx), and no GPU image of this dump holds that export: not a whole "
+					       "image of the tree", (int)im->nspid, (int)exporter, (unsigned long long)export_vh);
+		}
+		if (im->shares && !im->agent)
+			return gs_fail(err, GS_E_IMAGE, "the GPU image of process %d records shared GPU memory but was not "
+				       "taken by the agent", (int)im->nspid);
+		gsp.nshared += im->shares;
+	}
+	return 0;
 }
 
 static int open_images(struct gs_err *err)
@@ -477,6 +538,8 @@ int gsp_restore_init(void)
 		return 0;
 	struct gs_err err = { 0 };
 	int rc = open_images(&err);
+	if (!rc)
+		rc = check_shares(&err);
 	/* the checksum pass first: it overlaps the planning too */
 	if (!rc)
 		rc = start_verifier(&err);
@@ -545,6 +608,99 @@ static void agent_load_later(pid_t pid, const char *image)
 	char result = rc ? 1 : 0;
 	if (gsp.loads_wr >= 0 && write(gsp.loads_wr, &result, 1) < 0)
 		_exit(1);
+	_exit(0);
+}
+
+/* The tasks of the images that share memory and were put back on the GPU are killed: they cannot load alone. */
+static void kill_shared(const char *why)
+{
+	for (int i = 0; i < gsp.nimages; i++) {
+		struct gsp_image *im = &gsp.images[i];
+		if (!im->shares || !im->pid)
+			continue;
+		gsp_err("process %d shares GPU memory with %s; killed", (int)im->pid, why);
+		kill(im->pid, SIGKILL);
+		im->pid = 0;
+	}
+}
+
+/*
+ * Every task whose image shares memory is back on the GPU: one helper (as
+ * agent_load_later's, one result byte per process on loads_wr) waits until
+ * each agent answers, then they load as one job (cli_share_resume: the
+ * exporters create and export their memory again, the importers get the
+ * descriptors, every gate held until all are back). On failure every one
+ * of them is killed: none can run without the others' memory.
+ */
+static void shared_load_later(void)
+{
+	int p[2];
+	if (gsp.loads_wr < 0 && !pipe2(p, O_CLOEXEC)) {
+		gsp.loads_rd = p[0];
+		gsp.loads_wr = p[1];
+	}
+	gsp.shared_loading = true;
+	pid_t child = fork();
+	if (child < 0) {
+		gsp_err("cannot start the helper that loads the GPU data of the processes that share GPU memory: %s",
+			strerror(errno));
+		kill_shared("the others (no helper to load them)");
+		return;
+	}
+	if (child > 0) {
+		gsp.nloads += gsp.nshared;
+		waitpid(child, NULL, 0);
+		return;
+	}
+	if (fork() != 0)
+		_exit(0);
+	if (gsp.loads_rd >= 0)
+		close(gsp.loads_rd);
+	int n = gsp.nshared, k = 0, rc = 0;
+	pid_t *pids = calloc((size_t)n, sizeof(*pids));
+	struct cli_agent *agents = calloc((size_t)n, sizeof(*agents));
+	const char **images = calloc((size_t)n, sizeof(*images));
+	struct gs_err e = { 0 };
+	if (!pids || !agents || !images)
+		rc = gs_fail(&e, GS_E_FAILURE, "out of memory");
+	for (int i = 0; i < gsp.nimages && !rc; i++) {
+		struct gsp_image *im = &gsp.images[i];
+		if (!im->shares)
+			continue;
+		pids[k] = im->pid;
+		images[k] = im->path;
+		struct cli_agent *ag = &agents[k++];
+		/* the agent answers once CRIU detached (up to 10 minutes: CRIU restores the whole tree first) */
+		rc = GS_E_AGENT;
+		for (int t = 0; t < 60000 && rc; t++) {
+			if (kill(im->pid, 0)) {
+				rc = gs_fail(&e, GS_E_NO_PROCESS, "process %d is gone", (int)im->pid);
+				break;
+			}
+			rc = cli_agent_probe(im->pid, ag, &e);
+			if (!rc && !ag->present)
+				rc = gs_fail(&e, GS_E_AGENT, "process %d has no gpusnap agent answering", (int)im->pid);
+			if (rc)
+				usleep(10000);
+		}
+		struct gs_err pe = { 0 };
+		if (!rc)
+			cli_agent_prepare(im->pid, ag, &pe);
+	}
+	if (!rc)
+		rc = cli_share_resume(pids, agents, n, images, &e);
+	if (rc) {
+		gsp_err("the %d processes that share GPU memory could not load their GPU data: %s; killed", n, e.msg);
+		for (int i = 0; i < gsp.nimages; i++)
+			if (gsp.images[i].shares && gsp.images[i].pid)
+				kill(gsp.images[i].pid, SIGKILL);
+	} else {
+		gsp_info("the %d processes that share GPU memory loaded their GPU data together", n);
+	}
+	char result = rc ? 1 : 0;
+	for (int i = 0; i < n; i++)
+		if (gsp.loads_wr >= 0 && write(gsp.loads_wr, &result, 1) < 0)
+			_exit(1);
 	_exit(0);
 }
 
@@ -620,6 +776,8 @@ int gsp_resume_devices_late(int pid)
 		/* CRIU only logs this hook's failure: the task, which never ran, goes */
 		gsp_err("process %d could not be put back on the GPU: %s; killed before it ran", pid, err.msg);
 		kill(pid, SIGKILL);
+		if (im->shares)
+			kill_shared("a process that could not be restored");
 		return -1;
 	}
 	gsp_info("process %d is back on the GPU (%.2f s)", pid, gs_now() - t);
@@ -630,7 +788,22 @@ int gsp_resume_devices_late(int pid)
 		char real[4096];
 		if (realpath(path, real))
 			snprintf(path, sizeof(path), "%s", real);
-		agent_load_later(pid, path);
+		if (!im->shares) {
+			agent_load_later(pid, path);
+			return 0;
+		}
+		/* shared memory: its agent loads with the others', once all are back on the GPU */
+		im->pid = pid;
+		im->path = strdup(path);
+		if (!im->path) {
+			gsp_err("out of memory; process %d killed", pid);
+			kill(pid, SIGKILL);
+			im->pid = 0;
+			kill_shared("a process that could not be restored");
+			return -1;
+		}
+		if (++gsp.nready == gsp.nshared)
+			shared_load_later();
 	}
 	return 0;
 }
@@ -640,12 +813,18 @@ void gsp_restore_fini(int ret)
 	/* a restore that failed before RESUME_DEVICES_LATE: the checksum pass may still run */
 	stop_verifier();
 	stop_driver_helper();
+	/* sharing tasks put back while another of them never was: they cannot load alone */
+	if (gsp.nshared && !gsp.shared_loading)
+		kill_shared("a process that was not restored");
 	wait_for_loads(ret);
 	for (int i = 0; i < gsp.nimages; i++) {
 		gs_image_close(gsp.images[i].img);
 		free(gsp.images[i].pairs);
+		free(gsp.images[i].path);
 	}
 	free(gsp.images);
 	gsp.images = NULL;
 	gsp.nimages = 0;
+	gsp.nshared = gsp.nready = 0;
+	gsp.shared_loading = false;
 }
