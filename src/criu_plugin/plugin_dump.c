@@ -19,8 +19,9 @@
  * checkpoint and before CRIU meets any descriptor; undoing it resumes them
  * as one job (exports made again and handed over, no gate open before all
  * are back). Later calls and CHECKPOINT_DEVICES only check that no CUDA
- * process was missed. The images are published when CRIU's dump succeeded; a failed dump
- * and --leave-running put every process back on the GPU (exit hook).
+ * process was missed. The images are published when CRIU's dump succeeded;
+ * a failed dump and --leave-running put every process back on the GPU (exit
+ * hook).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -260,11 +261,13 @@ static int share_resume(const char *const *images, struct gs_err *err)
 	int rc = share_arrays(&pids, &agents, err);
 	if (rc)
 		return rc;
-	for (int i = 0; i < gsp.nprocs && !rc; i++)
-		if (agents[i].present)
-			rc = cli_agent_probe(pids[i], &agents[i], err);
-	if (!rc)
-		rc = cli_share_resume(pids, agents, gsp.nprocs, images, err);
+	/* each agent's state now (suspended ones resume); one that does not answer is said and left out */
+	for (int i = 0; i < gsp.nprocs; i++) {
+		struct gs_err e = { 0 };
+		if (agents[i].present && cli_agent_probe(pids[i], &agents[i], &e))
+			gsp_err("%s", e.msg);
+	}
+	rc = cli_share_resume(pids, agents, gsp.nprocs, images, err);
 	for (int i = 0; i < gsp.nprocs; i++)
 		gsp.procs[i].agent = agents[i];
 	free(pids);
@@ -586,7 +589,7 @@ static void shared_resume_later(const char *const *images)
 		_exit(0);
 	for (int i = 0; i < gsp.nprocs; i++)
 		if (images[i] && !wait_untraced(gsp.procs[i].pid))
-			gsp_err("process %d is gone; the others that share GPU memory with it resume without it",
+			gsp_err("process %d ended before it resumed (it shared GPU memory with the others)",
 				(int)gsp.procs[i].pid);
 	struct gs_err e = { 0 };
 	if (share_resume(images, &e))
