@@ -8,6 +8,8 @@
 #  - a dump failing in the second rank's agent (after the first dumped and
 #    released its memory), and one failing after CRIU froze the tree, roll
 #    back: both run on with their data, the ring exchange goes on;
+#  - criu dump of the child alone (it imports memory exported outside its
+#    tree) is refused before anything changes;
 #  - criu dump --leave-running: both run on with their data;
 #  - criu dump: the memory is linked and let go before the driver and CRIU
 #    meet it (each exported buffer saved once, by its exporter; the
@@ -88,6 +90,15 @@ CHILD=$(awk '/^READY/ {print $3; exit}' "$log")
 check "both ranks started ($APP, $CHILD)" both_alive
 verify_ok "both ranks see both buffers after setup"
 ring_ok "the ring exchange before the dumps"
+
+# ---- refused before anything changes: the child's tree alone (it imports memory exported outside it) ----
+criu_dump "$TEST_TMP/alone" "$CHILD"
+check "criu dump of the child alone fails" rc_failed
+check "... refused by the plugin, naming the cause" log_has "$TEST_TMP/alone/dump.log" "no process of this tree exports"
+check "both ranks run" both_alive
+check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+verify_ok "the refused dump changed nothing"
+ring_ok "the ring exchange after the refused dump"
 
 # ---- a dump failing after CRIU froze the tree (every agent dumped, the shared memory let go): both
 # resume as one job once CRIU let them go ----
