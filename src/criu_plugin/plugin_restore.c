@@ -118,8 +118,10 @@ static int check_shares(struct gs_err *err)
 			pid_t exporter;
 			uint64_t export_vh;
 			int rc = gs_share_parse_import_meta(kv->key, kv->value, &exporter, &export_vh, err);
-			if (rc)
-				return gs_err_wrap(err, "the GPU image of process %d", (int)im->nspid), rc;
+			if (rc) {
+				gs_err_wrap(err, "the GPU image of process %d", (int)im->nspid);
+				return rc;
+			}
 			bool found = false;
 			for (int j = 0; j < gsp.nimages && !found; j++)
 				found = gsp.images[j].nspid == exporter && gsp.images[j].agent &&

@@ -18,8 +18,10 @@
 #    both back with their PIDs, both buffers verify from both ranks, the ring
 #    exchange goes on (the imports map the exporters' new memory at their
 #    old addresses), and a suspend/resume --tree cycle of the restored pair
-#    works (the CPU twin is tests/cli/t4016-share-tree-image.sh).
-# gpu-test-limit: 360
+#    works (the CPU twin is tests/cli/t4016-share-tree-image.sh);
+#  - the same with plain criu dump / criu restore through gpusnap_criu.so
+#    (the CPU twin is tests/cli/t6003-criu-plugin-share.sh).
+# gpu-test-limit: 420
 . "$(dirname "$0")/lib.sh"
 gs_test_init t66-share-fd
 # CRIU dumps the ranks: an open stderr file would grow between dump and restore
@@ -120,6 +122,27 @@ check "rank 1 runs again" pid_alive "$p1"
 app_verify share "both buffers from both ranks after the restore" || finish
 ring_ok "after the restore"
 cycle "cycle of the restored ranks" || finish
+
+# the same through plain criu and the CRIU plugin (what container engines run): the plugin links the
+# shared memory before the gates close and lets it go before the driver and CRIU; on restore one helper
+# has both agents load as one job (the CPU twin is tests/cli/t6003-criu-plugin-share.sh)
+. "$(dirname "$0")/plugin_lib.sh"
+plugin_init
+pimg=$GS_WORK/plugin-img
+plugin_dump "$p0" "$pimg"
+check_eq "criu dump of both ranks through the plugin" "$PLUGIN_RC" 0
+check "the plugin linked the shared memory" grep -q "share GPU memory: linked" "$pimg/dump.log"
+check "both took the agent path" test "$(grep -c 'is off the GPU: agent path' "$pimg/dump.log")" = 2
+check "rank 0 is gone after criu dump" wait_pid_gone "$p0"
+check "rank 1 is gone after criu dump" wait_pid_gone "$p1"
+plugin_restore "$pimg"
+check_eq "criu restore of both ranks through the plugin" "$PLUGIN_RC" 0
+check_eq "restored pid" "$PLUGIN_PID" "$p0"
+check "the agents loaded as one job" grep -q "share GPU memory loaded their GPU data together" "$GS_WORK/restore-$$.log"
+check "rank 0 runs on the GPU again" plugin_wait_loaded "$p0"
+check "rank 1 runs on the GPU again" plugin_wait_loaded "$p1"
+app_verify share "both buffers from both ranks after criu restore through the plugin" || finish
+ring_ok "after criu restore through the plugin"
 
 app_quit share 60
 finish
