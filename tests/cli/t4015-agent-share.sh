@@ -35,16 +35,15 @@
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
+. "$(dirname "$0")/share_lib.sh"
 
 app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/share_app
 fake_agent_env
-MiB=$((1 << 20))
 
 start_app
 CHILD=$(awk '/^READY/ {print $3; exit}' "$TEST_TMP/app.out")
 TEST_PIDS+=("$CHILD")
 verify_ok "both ranks see both buffers after setup"
-phys_of() { cat "$FAKE_CUDA_DIR/$1.phys" 2>/dev/null || echo none; }
 # descriptors and mappings of the fake's shared memory (memfds) in process $1
 memfds() { { ls -l "/proc/$1/fd" 2>/dev/null; cat "/proc/$1/maps" 2>/dev/null; } | grep -c "memfd:fake-vram" || true; }
 check "each rank holds its buffer and the imported one (8 MiB each: $(phys_of "$APP"), $(phys_of "$CHILD"))" \

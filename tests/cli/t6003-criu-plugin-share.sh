@@ -24,6 +24,7 @@
 # (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
+. "$(dirname "$0")/share_lib.sh"
 . "$(dirname "$0")/plugin_lib.sh"
 
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
@@ -37,25 +38,6 @@ cleanup_apps() {
   cleanup_test
 }
 trap cleanup_apps EXIT
-MiB=$((1 << 20))
-phys_of() { cat "$FAKE_CUDA_DIR/$1.phys" 2>/dev/null || echo none; }
-
-# ring_ok TITLE: SIGUSR2 asks the parent for the ring exchange (each rank writes into the other's
-# buffer through its import, then both verify); it answers RING on its stdout
-ring_ok() {
-  local before reply
-  before=$(grep -c '^RING' "$log")
-  kill -USR2 "$APP" 2>/dev/null
-  for _ in $(seq 300); do
-    [ "$(grep -c '^RING' "$log")" -gt "$before" ] && break
-    sleep 0.1
-  done
-  reply=$(grep '^RING' "$log" | tail -n 1)
-  [ "$(grep -c '^RING' "$log")" -gt "$before" ] || reply="(no answer)"
-  case $reply in "RING OK") pass "$1" ;; *) fail "$1" "$reply" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG")" ;; esac
-}
-both_alive() { alive "$APP" && alive "$CHILD"; }
-both_hold() { test "$(phys_of "$APP")" = $((8 * MiB)) -a "$(phys_of "$CHILD")" = $((8 * MiB)); }
 # loaded PID: its agent says running within 30 s (its data is back; the gates open together)
 loaded() {
   local i st
