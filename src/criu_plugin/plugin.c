@@ -54,6 +54,26 @@ void gsp_log(unsigned level, const char *fmt, ...)
 		fprintf(stderr, "gpusnap: %s\n", line);
 }
 
+int gsp_fork_detached(void)
+{
+	pid_t child = fork();
+	if (child < 0)
+		return -1;
+	if (child == 0) {
+		pid_t helper = fork();
+		if (helper == 0)
+			return 0; /* the helper */
+		_exit(helper < 0 ? 1 : 0);
+	}
+	int st = 0;
+	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 1;
+	errno = EAGAIN;
+	return -1;
+}
+
 int gsp_session_open(struct gs_err *err)
 {
 	if (gsp.session)

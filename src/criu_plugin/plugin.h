@@ -120,6 +120,14 @@ void gsp_log(unsigned level, const char *fmt, ...) __attribute__((format(printf,
 #define gsp_warn(...) gsp_log(2, __VA_ARGS__)
 #define gsp_info(...) gsp_log(3, __VA_ARGS__)
 
+/*
+ * Forks a helper that outlives the hook and is no child of criu (CRIU takes
+ * the end of a child of its for a restored task that died): an intermediate
+ * child forks the helper and ends at once, reaped here. Returns 0 in the
+ * helper, 1 in the caller once the helper runs, -1 (errno set) when either
+ * fork failed.
+ */
+int gsp_fork_detached(void);
 /* A symbol of the criu binary, NULL where it has none. */
 void *gsp_criu_symbol(const char *name);
 /* Opens the driver session (gsp.s). GS_E_NO_DRIVER where libcuda.so.1 is missing. */

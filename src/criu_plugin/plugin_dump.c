@@ -547,18 +547,12 @@ static bool wait_untraced(pid_t pid)
  */
 static void agent_resume_later(struct gsp_proc *p, const char *from)
 {
-	pid_t child = fork();
-	if (child < 0) {
+	int forked = gsp_fork_detached();
+	if (forked < 0)
 		gsp_err("cannot start the helper that resumes process %d: %s (gpusnap resume --image '%s' %d)", (int)p->pid,
 			strerror(errno), from, (int)p->pid);
+	if (forked)
 		return;
-	}
-	if (child > 0) {
-		waitpid(child, NULL, 0);
-		return;
-	}
-	if (fork() != 0)
-		_exit(0);
 	if (!wait_untraced(p->pid))
 		_exit(0);
 	struct gs_err e = { 0 };
@@ -575,18 +569,12 @@ static void agent_resume_later(struct gsp_proc *p, const char *from)
  */
 static void shared_resume_later(const char *const *images)
 {
-	pid_t child = fork();
-	if (child < 0) {
+	int forked = gsp_fork_detached();
+	if (forked < 0)
 		gsp_err("cannot start the helper that resumes the processes that share GPU memory: %s (gpusnap resume "
 			"--tree %d)", strerror(errno), gsp.nprocs ? (int)gsp.procs[0].pid : 0);
+	if (forked)
 		return;
-	}
-	if (child > 0) {
-		waitpid(child, NULL, 0);
-		return;
-	}
-	if (fork() != 0)
-		_exit(0);
 	for (int i = 0; i < gsp.nprocs; i++)
 		if (images[i] && !wait_untraced(gsp.procs[i].pid))
 			gsp_err("process %d ended before it resumed (it shared GPU memory with the others)",

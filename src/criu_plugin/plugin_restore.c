@@ -570,19 +570,16 @@ static void agent_load_later(pid_t pid, const char *image)
 		gsp.loads_rd = p[0];
 		gsp.loads_wr = p[1];
 	}
-	pid_t child = fork();
-	if (child < 0) {
+	int forked = gsp_fork_detached();
+	if (forked < 0) {
 		gsp_err("cannot start the helper that loads process %d's GPU data: %s; killed", (int)pid, strerror(errno));
 		kill(pid, SIGKILL);
 		return;
 	}
-	if (child > 0) {
+	if (forked) {
 		gsp.nloads++;
-		waitpid(child, NULL, 0);
 		return;
 	}
-	if (fork() != 0)
-		_exit(0);
 	if (gsp.loads_rd >= 0)
 		close(gsp.loads_rd);
 	struct cli_agent ag;
@@ -642,20 +639,17 @@ static void shared_load_later(void)
 		gsp.loads_wr = p[1];
 	}
 	gsp.shared_loading = true;
-	pid_t child = fork();
-	if (child < 0) {
+	int forked = gsp_fork_detached();
+	if (forked < 0) {
 		gsp_err("cannot start the helper that loads the GPU data of the processes that share GPU memory: %s",
 			strerror(errno));
 		kill_shared("the others (no helper to load them)");
 		return;
 	}
-	if (child > 0) {
+	if (forked) {
 		gsp.nloads += gsp.nshared;
-		waitpid(child, NULL, 0);
 		return;
 	}
-	if (fork() != 0)
-		_exit(0);
 	if (gsp.loads_rd >= 0)
 		close(gsp.loads_rd);
 	int n = gsp.nshared, k = 0, rc = 0;
