@@ -121,6 +121,26 @@ static bool error_is_noise(const char *msg)
 	return false;
 }
 
+/*
+ * CRIU's words for limits a user meets with real apps, and what to do about
+ * them; appended to the cause. Seen on the GPU machines with PyTorch jobs.
+ */
+static const char *known_limit(const char *msg)
+{
+	static const struct {
+		const char *needle, *hint;
+	} limits[] = {
+		{ "anon_inode:[io_uring]", "the process uses io_uring, which CRIU cannot dump (PyTorch's TCPStore sets one "
+					   "up through libuv: start the job with USE_LIBUV=0)" },
+		{ "Address already in use", "a port the process had bound is taken on this machine now (`ss -tanp` "
+					    "names who holds it): restore where it is free" },
+	};
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++)
+		if (strstr(msg, limits[i].needle))
+			return limits[i].hint;
+	return NULL;
+}
+
 int gs_criu_log_error(const char *log_text, char *out, size_t n)
 {
 	if (n)
@@ -151,7 +171,8 @@ int gs_criu_log_error(const char *log_text, char *out, size_t n)
 				memcpy(buf, msg, mlen);
 				buf[mlen] = '\0';
 				if (mlen && !error_is_noise(buf)) {
-					snprintf(out, n, "%s", buf);
+					const char *hint = known_limit(buf);
+					snprintf(out, n, "%s%s%s", buf, hint ? ": " : "", hint ? hint : "");
 					return 0;
 				}
 			}

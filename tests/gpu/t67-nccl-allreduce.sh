@@ -30,6 +30,9 @@ log "torch $(python3 -c 'import torch; print(torch.__version__, "nccl", ".".join
 export NCCL_NVLS_ENABLE=0 NCCL_CUMEM_ENABLE=1 TORCH_NCCL_ENABLE_MONITORING=0 NCCL_DEBUG=WARN
 # CRIU dumps the job: an open stderr file would grow between dump and restore
 export GS_APP_STDERR=null
+# CRIU cannot dump io_uring, which the libuv backend of torch's TCPStore sets up (on the 2 x H200
+# machine UV_USE_IO_URING=0 alone did not keep it away): the store's classic backend
+export USE_LIBUV=0
 port=$((29500 + RANDOM % 1000))
 
 app_start job 300 "$GPUSNAP" run -- python3 "$py" --port "$port" --seed 67 || finish

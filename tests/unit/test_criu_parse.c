@@ -112,6 +112,24 @@ static void test_log_error_skips_rlimit_and_summary(void)
 	CHECK_STR(out, "Can't fork for 6101: File exists");
 }
 
+/* Limits real apps meet (PyTorch jobs on the GPU machines) come with what to do. */
+static void test_log_error_known_limits(void)
+{
+	char out[512];
+	const char io_uring[] = "(00.12) Error (criu/proc_parse.c:502): Unknown shit 600 (anon_inode:[io_uring])\n"
+				"(00.13) Error (criu/cr-dump.c:1440): Collect mappings (pid: 940) failed with -1\n";
+	CHECK_INT(gs_criu_log_error(io_uring, out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "Unknown shit 600 (anon_inode:[io_uring]): the process uses io_uring");
+	CHECK_CONTAINS(out, "USE_LIBUV=0");
+	const char bind[] = "(00.18)   6076: Error (criu/sk-inet.c:1059): inet: Can't bind inet socket (id 148): "
+			    "Address already in use\n";
+	CHECK_INT(gs_criu_log_error(bind, out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "Can't bind inet socket (id 148): Address already in use: a port the process had bound");
+	/* a cause with no known limit is left as CRIU wrote it */
+	CHECK_INT(gs_criu_log_error(restore_log_busy, out, sizeof(out)), 0);
+	CHECK_STR(out, "Can't fork for 6101: File exists");
+}
+
 static void test_log_error_none(void)
 {
 	char out[64] = "stale";
@@ -255,6 +273,7 @@ int main(void)
 	RUN(test_version_check);
 	RUN(test_log_error_skips_rlimit_and_summary);
 	RUN(test_log_error_none);
+	RUN(test_log_error_known_limits);
 	RUN(test_log_error_forms);
 	RUN(test_pid_in_use);
 	RUN(test_needs_shell_job);
