@@ -34,6 +34,8 @@
 #define VERSION_TIMEOUT_S 30.0
 /* How long dump waits for the process criu killed to be reaped, and restore for a zombie holding its PID. */
 #define GONE_TIMEOUT_S 5.0
+/* How long a restore waits for the TIME_WAIT connections holding a port it must bind (Linux: 60 s). */
+#define TIME_WAIT_MAX_S 65
 /* Lines of a log kept while looking for the cause of a failure. */
 #define LOG_ERRORS_MAX 64
 
@@ -400,6 +402,67 @@ static int write_args_record(const char *path, const struct gs_argv *a, struct g
  * PID, and a restore needs that PID free. An orphan's parent is init, which may
  * reap late (seen: ~2 s in our VMs). false if it still exists after timeout_s.
  */
+/*
+ * The local port of the socket CRIU could not bind on restore ("Address
+ * already in use"): the one its task logged last before the failure; 0 if
+ * none is found.
+ */
+static int log_busy_port(const char *log_path)
+{
+	FILE *f = fopen(log_path, "r");
+	if (!f)
+		return 0;
+	/* the last port each task logged (tasks interleave; a handful of them restore sockets) */
+	struct {
+		pid_t task;
+		int port;
+	} last[64];
+	int nlast = 0, busy = 0;
+	char *line = NULL;
+	size_t cap = 0;
+	while (!busy && getline(&line, &cap, f) > 0) {
+		pid_t task;
+		int port;
+		if (gs_criu_log_restore_port(line, &task, &port)) {
+			int i = 0;
+			while (i < nlast && last[i].task != task)
+				i++;
+			if (i == nlast && nlast < 64)
+				nlast++;
+			if (i < nlast) {
+				last[i].task = task;
+				last[i].port = port;
+			}
+		} else if (gs_criu_log_bind_in_use(line, &task)) {
+			for (int i = 0; i < nlast; i++)
+				if (last[i].task == task)
+					busy = last[i].port;
+		}
+	}
+	free(line);
+	fclose(f);
+	return busy;
+}
+
+/* TCP sockets of this network namespace in TIME_WAIT on local port `port`. */
+static int time_wait_on(int port)
+{
+	int n = 0;
+	const char *files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+	char *line = NULL;
+	size_t cap = 0;
+	for (int i = 0; i < 2; i++) {
+		FILE *f = fopen(files[i], "r");
+		if (!f)
+			continue;
+		while (getline(&line, &cap, f) > 0)
+			n += gs_net_tcp_time_wait(line, port);
+		fclose(f);
+	}
+	free(line);
+	return n;
+}
+
 static bool wait_pid_free(pid_t pid, double timeout_s)
 {
 	double deadline = gs_now() + timeout_s;
@@ -744,6 +807,27 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 			break;
 		char *errors = read_log_errors(log_path);
 		pid_t busy = errors ? gs_criu_log_pid_in_use(errors) : -1;
+		/*
+		 * A port the dumped process listened on, still held by its own closed
+		 * connections in TIME_WAIT (60 s on Linux): a listener that did not set
+		 * SO_REUSEADDR (NCCL's bootstrap, PyTorch's store) cannot be bound
+		 * again until they expire, however CRIU sets its options. Wait once.
+		 */
+		int port = errors && strstr(errors, "Address already in use") ? log_busy_port(log_path) : 0;
+		int waiting = port > 0 && attempt == 0 ? time_wait_on(port) : 0;
+		if (waiting > 0) {
+			pr_warn("port %d of the restored process is held by %d connection%s in TIME_WAIT that it closed when "
+				"it was dumped; restoring again once they expire (up to %d s)",
+				port, waiting, waiting == 1 ? "" : "s", TIME_WAIT_MAX_S);
+			double deadline = gs_now() + TIME_WAIT_MAX_S;
+			while (time_wait_on(port) > 0 && gs_now() < deadline)
+				sleep(1);
+			if (time_wait_on(port) == 0) {
+				free(errors);
+				unlink(pidfile);
+				continue;
+			}
+		}
 		if (busy > 0 && attempt == 0 && is_zombie(busy)) {
 			pr_info("pid %d is held by a zombie; waiting for it to be reaped", (int)busy);
 			if (wait_pid_free(busy, GONE_TIMEOUT_S)) {

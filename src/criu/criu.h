@@ -222,6 +222,21 @@ int gs_criu_log_error(const char *log_text, char *out, size_t n);
 /* The PID that CRIU could not take in a "Can't fork for N: File exists" line; -1 if none. */
 pid_t gs_criu_log_pid_in_use(const char *log_text);
 
+/*
+ * A socket CRIU could not bind on restore, from its log read line by line:
+ * gs_criu_log_restore_port takes a task's "inet: Restore: ... port N ..."
+ * line (*task, *port; false for any other line), gs_criu_log_bind_in_use its
+ * "Can't bind inet socket (id N): Address already in use" line (*task). The
+ * port is the one the task logged last before its failure.
+ */
+bool gs_criu_log_restore_port(const char *line, pid_t *task, int *port);
+bool gs_criu_log_bind_in_use(const char *line, pid_t *task);
+/*
+ * How many TCP sockets in TIME_WAIT have the local port `port` in the text of
+ * /proc/net/tcp or /proc/net/tcp6 (same format).
+ */
+int gs_net_tcp_time_wait(const char *proc_net_tcp, int port);
+
 /* The flags decision for AUTO from /proc/PID/stat fields: pgrp, session, tty_nr. */
 bool gs_criu_needs_shell_job(pid_t pid, pid_t pgrp, pid_t session, int tty_nr);
 

@@ -298,3 +298,61 @@ int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const 
 		gs_argv_free(out);
 	return rc;
 }
+
+/* The task id a CRIU log line starts with after its timestamp: "(00.18)   6034: ..." -> 6034; 0 for none. */
+static pid_t log_line_task(const char *line)
+{
+	const char *p = strchr(line, ')');
+	if (!p || line[0] != '(')
+		return 0;
+	p++;
+	while (*p == ' ')
+		p++;
+	long v = 0;
+	const char *d = p;
+	while (*d >= '0' && *d <= '9' && v < INT_MAX)
+		v = v * 10 + (*d++ - '0');
+	return d != p && *d == ':' && v > 0 && v <= INT_MAX ? (pid_t)v : 0;
+}
+
+bool gs_criu_log_restore_port(const char *line, pid_t *task, int *port)
+{
+	const char *r = strstr(line, "inet: \tRestore: ");
+	const char *p = r ? strstr(r, " port ") : NULL;
+	if (!p)
+		return false;
+	char *end;
+	long v = strtol(p + 6, &end, 10);
+	if (end == p + 6 || v <= 0 || v > 65535)
+		return false;
+	*task = log_line_task(line);
+	*port = (int)v;
+	return true;
+}
+
+bool gs_criu_log_bind_in_use(const char *line, pid_t *task)
+{
+	if (!strstr(line, "Can't bind inet socket") || !strstr(line, "Address already in use"))
+		return false;
+	*task = log_line_task(line);
+	return true;
+}
+
+int gs_net_tcp_time_wait(const char *text, int port)
+{
+	int n = 0;
+	for (const char *line = text; line && *line;) {
+		const char *end = strchr(line, '\n');
+		/* "  sl  local_address rem_address   st ...": "   3: 0100007F:CDE3 0100007F:1F90 06 ..." */
+		char local[64], remote[64], st[8];
+		if (sscanf(line, " %*[0-9]: %63s %63s %7s", local, remote, st) == 3 && !strcmp(st, "06")) {
+			const char *colon = strrchr(local, ':');
+			char *e;
+			long p = colon ? strtol(colon + 1, &e, 16) : -1;
+			if (colon && *e == '\0' && p == port)
+				n++;
+		}
+		line = end ? end + 1 : NULL;
+	}
+	return n;
+}

@@ -40,7 +40,9 @@ static int bound_socket(int type, int *port)
 	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(a);
-	int one = 1;
+	/* SOCKET_SERVER_NO_REUSEADDR=1: a listener as NCCL's bootstrap or PyTorch's store make it */
+	const char *no_reuse = getenv("SOCKET_SERVER_NO_REUSEADDR");
+	int one = !(no_reuse && !strcmp(no_reuse, "1"));
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
 	    bind(fd, (struct sockaddr *)&a, sizeof(a)) || getsockname(fd, (struct sockaddr *)&a, &len))
 		return -1;

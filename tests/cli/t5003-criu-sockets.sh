@@ -8,7 +8,9 @@
 #    connections) and the server runs on;
 #  - with it the server is dumped and gone; the kept-open client sees its
 #    connection end; after restore the server answers TCP and UDP requests with
-#    the count it had (its memory came back), twice from the same image.
+#    the count it had (its memory came back), twice from the same image;
+#  - a listener without SO_REUSEADDR, whose connection the dump closed sits in
+#    TIME_WAIT on its port: restore waits for it (up to 65 s) and restores.
 # Why this needs CRIU >= 4.2: from Linux 6.16 on the kernel refuses SO_PASSCRED and
 # SO_PASSSEC on sockets other than AF_UNIX/AF_NETLINK, and CRIU 4.1.1 reads them
 # from every socket it dumps: on this kernel (6.18) `criu dump` of this very
@@ -106,6 +108,30 @@ kill -9 "$pid"; wait_gone "$pid"
 run_gpusnap restore -D "$img"; expect "restore again from the same image" 0 "restored $pid (socket_server)"
 check "it answers from the dumped count again" answers tcp "count 6"
 check "and UDP" answers udp "count 7"
+kill -9 "$pid"; wait_gone "$pid"
+
+# A listener without SO_REUSEADDR (NCCL's bootstrap, PyTorch's store): the connection the dump
+# closed stays in TIME_WAIT on the listener's port for 60 s once its peer closes, and until then
+# the port cannot be bound again, whatever CRIU sets. Restore waits for it and restores.
+pid=$(SOCKET_SERVER_NO_REUSEADDR=1 "$server" --daemon "$TEST_TMP") || { echo "not ok - cannot start $server"; exit 1; }
+TEST_PIDS+=("$pid")
+echo "0 0" >"$FAKE_CUDA_DIR/$pid"
+read -r tcp_port udp_port <"$TEST_TMP/ports"
+exec 7<>"/dev/tcp/127.0.0.1/$tcp_port"
+check "without SO_REUSEADDR: the kept-open connection is answered" keepalive_answers "count 1"
+rm -rf "$img"
+run_gpusnap dump --tcp-close -D "$img" "$pid"; expect "without SO_REUSEADDR: dump --tcp-close" 0 "dumped $pid"
+check "the server is gone" wait_gone "$pid"
+exec 7<&-
+tw_on_port() { awk -v p="$(printf '%04X' "$tcp_port")" '$4 == "06" && $2 ~ (":" p "$")' /proc/net/tcp | wc -l; }
+for _ in $(seq 20); do [ "$(tw_on_port)" -gt 0 ] && break; sleep 0.1; done
+check "its closed connection holds the port in TIME_WAIT ($(tw_on_port))" [ "$(tw_on_port)" -gt 0 ]
+t0=$(date +%s)
+run_gpusnap restore -D "$img"
+expect "restore waits for the TIME_WAIT and restores" 0 "restored $pid (socket_server)"
+check "... saying why it waits" grep -q "held by 1 connection in TIME_WAIT that it closed when it was dumped" "$ERR_TXT"
+check "... after the TIME_WAIT, not before ($(($(date +%s) - t0)) s)" [ $(($(date +%s) - t0)) -ge 20 ]
+check "after restore it answers TCP from its dumped count" answers tcp "count 2"
 kill -9 "$pid"; wait_gone "$pid"
 
 test_done

@@ -130,6 +130,43 @@ static void test_log_error_known_limits(void)
 	CHECK_STR(out, "Can't fork for 6101: File exists");
 }
 
+/* A restore that could not bind a port: which port, and whether TIME_WAIT connections hold it. */
+static void test_bind_busy_port(void)
+{
+	pid_t task = 0;
+	int port = 0;
+	CHECK(gs_criu_log_restore_port("(00.185366)   6034: inet: \tRestore: family AF_INET    type SOCK_STREAM    "
+				       "proto IPPROTO_TCP      port 52707 state TCP_LISTEN       src_addr 192.0.2.2\n",
+				       &task, &port));
+	CHECK_INT(task, 6034);
+	CHECK_INT(port, 52707);
+	CHECK(!gs_criu_log_restore_port("(00.1)   6034: sockets: 11 restore sndbuf 3939840 rcv buf 131072\n", &task,
+					&port));
+	CHECK(!gs_criu_log_restore_port("(00.1)   6034: inet: \tRestore: family AF_INET port 70000 state\n", &task,
+					&port));
+	CHECK(gs_criu_log_bind_in_use("(00.185379)   6034: Error (criu/sk-inet.c:1059): inet: Can't bind inet socket "
+				      "(id 106): Address already in use\n",
+				      &task));
+	CHECK_INT(task, 6034);
+	CHECK(!gs_criu_log_bind_in_use("(00.1) Error (criu/files.c:1221): Unable to open fd=63 id=0x6a\n", &task));
+
+	/* port 52707 = 0xCDE3; state 06 = TIME_WAIT, 0A = LISTEN, 01 = ESTABLISHED */
+	const char tcp[] =
+		"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+		"   0: 020000C0:CDE3 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
+		"   1: 020000C0:CDE3 020000C0:9A10 06 00000000:00000000 03:00001234 00000000     0        0 0 3\n"
+		"   2: 020000C0:CDE3 020000C0:9A11 06 00000000:00000000 03:00001234 00000000     0        0 0 3\n"
+		"   3: 020000C0:9A12 020000C0:CDE3 06 00000000:00000000 03:00001234 00000000     0        0 0 3\n"
+		"   4: 020000C0:CDE3 020000C0:9A13 01 00000000:00000000 00:00000000 00000000     0        0 5 1\n";
+	CHECK_INT(gs_net_tcp_time_wait(tcp, 52707), 2);
+	CHECK_INT(gs_net_tcp_time_wait(tcp, 39442), 1);
+	CHECK_INT(gs_net_tcp_time_wait(tcp, 80), 0);
+	const char tcp6[] = "  sl  local_address                         remote_address                        st\n"
+			    "   0: 0000000000000000FFFF0000020000C0:CDE3 0000000000000000FFFF0000020000C0:9A14 06 0\n";
+	CHECK_INT(gs_net_tcp_time_wait(tcp6, 52707), 1);
+	CHECK_INT(gs_net_tcp_time_wait("", 52707), 0);
+}
+
 static void test_log_error_none(void)
 {
 	char out[64] = "stale";
@@ -274,6 +311,7 @@ int main(void)
 	RUN(test_log_error_skips_rlimit_and_summary);
 	RUN(test_log_error_none);
 	RUN(test_log_error_known_limits);
+	RUN(test_bind_busy_port);
 	RUN(test_log_error_forms);
 	RUN(test_pid_in_use);
 	RUN(test_needs_shell_job);
