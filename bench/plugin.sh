@@ -26,12 +26,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tests/gpu/plugin_lib.sh"
 cd "$SRC" || exit 1
 
-if ! have_gpu; then
-  echo "SKIP: no NVIDIA GPU on this machine (bench/plugin.sh)"
-  exit 0
-fi
-OUT=${OUT:-$SRC/gpu-out}
-case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+plugin_bench_prologue bench/plugin.sh
 SIZES=${GPUSNAP_BENCH_SIZES:-8G}
 PATHS=${GPUSNAP_BENCH_PATHS:-agent driver}
 DIR=${GPUSNAP_BENCH_DIR:-/dev/shm/gpusnap-bench-plugin}
