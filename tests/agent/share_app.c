@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/fd_passing.h"
 #include "fake_app_common.h"
 
 typedef int CUresult;
@@ -90,39 +91,15 @@ static int check(CUdeviceptr va, unsigned seed, char *why, size_t n, const char 
 
 static void send_fd(int fd)
 {
-	char byte = 'F';
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} c;
-	memset(&c, 0, sizeof(c));
-	struct iovec iov = { &byte, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.buf, .msg_controllen = sizeof(c.buf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	if (sendmsg(sock, &mh, 0) != 1)
+	if (test_send_fd(sock, fd))
 		die("cannot send the descriptor");
 }
 
 static int recv_fd(void)
 {
-	char byte;
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} c;
-	struct iovec iov = { &byte, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.buf, .msg_controllen = sizeof(c.buf) };
-	if (recvmsg(sock, &mh, 0) != 1)
+	int fd = test_recv_fd(sock);
+	if (fd < 0)
 		die("cannot receive the descriptor");
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	if (!cm || cm->cmsg_type != SCM_RIGHTS)
-		die("no descriptor came");
-	int fd;
-	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
 	return fd;
 }
 

@@ -22,6 +22,7 @@
  *           "BYE <status>"
  * Rank 1 talks only to the parent (lines over the socket), never on stdout.
  */
+#include "../../common/fd_passing.h"
 #include "app_common.cuh"
 
 #include <sys/socket.h>
@@ -85,49 +86,12 @@ static std::string check(CUdeviceptr va, uint64_t key, const char *what)
 
 static bool send_fd(int fd)
 {
-	char byte = 'F';
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} c;
-	memset(&c, 0, sizeof(c));
-	struct iovec iov = {&byte, 1};
-	struct msghdr mh;
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = c.buf;
-	mh.msg_controllen = sizeof(c.buf);
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	return sendmsg(g.sock, &mh, 0) == 1;
+	return test_send_fd(g.sock, fd) == 0;
 }
 
 static int recv_fd(void)
 {
-	char byte;
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} c;
-	struct iovec iov = {&byte, 1};
-	struct msghdr mh;
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = c.buf;
-	mh.msg_controllen = sizeof(c.buf);
-	if (recvmsg(g.sock, &mh, 0) != 1)
-		return -1;
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	if (!cm || cm->cmsg_type != SCM_RIGHTS)
-		return -1;
-	int fd;
-	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-	return fd;
+	return test_recv_fd(g.sock);
 }
 
 static bool send_line(const std::string &s)
