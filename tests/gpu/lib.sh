@@ -681,6 +681,33 @@ restore_checked() { # DIR WANT_PID [EXTRA ARGS...]
   return 0
 }
 
+# ---------------------------------------------------------------- the counter (tests/gpu/apps/counter.cu)
+
+# The counter app without stdin, a session leader of its own (as CRIU dumps it without --shell-job),
+# writing 1, 2, 3, ... to COUNTER_VALUES ($GS_WORK/counter.values); COUNTER_PID. Checks it counts.
+counter_start() {
+  COUNTER_VALUES=$GS_WORK/counter.values
+  rm -f "$COUNTER_VALUES"
+  setsid "$GS_APPS/counter" --no-stdin --out "$COUNTER_VALUES" --quiet </dev/null >/dev/null 2>/dev/null &
+  COUNTER_PID=$!
+  GS_EXTRA_PIDS+=("$COUNTER_PID")
+  gs_track_pid "$COUNTER_PID"
+  local i
+  for ((i = 0; i < 300; i++)); do [ "$(counter_lines)" -ge 10 ] && break; sleep 0.1; done
+  check "counter is counting ($(counter_lines) lines)" test "$(counter_lines)" -ge 10
+}
+counter_lines() { wc -l <"$COUNTER_VALUES" 2>/dev/null || echo 0; }
+
+# The counter's file (FILE, default COUNTER_VALUES) runs 1, 2, 3, ... with no reset or gap.
+counter_check_sequence() { # [FILE]
+  local f=${1:-$COUNTER_VALUES}
+  if awk 'NR != $1 { bad = 1; exit } END { exit bad }' "$f"; then
+    pass "the counter's file runs 1..$(wc -l <"$f") with no reset or gap"
+  else
+    fail "the counter's file is not 1, 2, 3, ...: $(awk 'NR != $1 { print "line " NR " holds " $1; exit }' "$f")"
+  fi
+}
+
 # ---------------------------------------------------------------- the inference server (tests/gpu/py)
 
 # Starts tests/gpu/py/server.py twice with `gpusnap run`: app srv (the one a test interrupts) and

@@ -26,11 +26,7 @@ resume_checked c || finish
 sleep 1.5
 value; v4=$V
 check "counter goes on after resume ($v3 -> $v4)" test "${v4:-0}" -gt "${v3:-0}"
-if awk 'NR != $1 { print "line " NR " holds " $1; bad = 1; exit } END { exit bad }' "$values"; then
-  pass "the counter's file runs 1..$(wc -l <"$values") with no reset or gap"
-else
-  fail "the counter's file is not 1, 2, 3, ...: $(awk 'NR != $1 { print "line " NR " holds " $1; exit }' "$values")"
-fi
+counter_check_sequence "$values"
 app_verify c "counter app"
 app_quit c
 finish

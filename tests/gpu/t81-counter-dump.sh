@@ -9,37 +9,26 @@ gs_test_init t81-counter-dump
 export GS_APP_STDERR=null
 require_criu
 
-values=$GS_WORK/counter.values
 img=$GS_WORK/img
-rm -f "$values"
-setsid "$GS_APPS/counter" --no-stdin --out "$values" --quiet </dev/null >/dev/null 2>/dev/null &
-pid=$!
-GS_EXTRA_PIDS+=("$pid")
-gs_track_pid "$pid"
-lines() { wc -l <"$values" 2>/dev/null || echo 0; }
-for ((i = 0; i < 300; i++)); do [ "$(lines)" -ge 10 ] && break; sleep 0.1; done
-check "counter is counting ($(lines) lines)" test "$(lines)" -ge 10
+counter_start
+pid=$COUNTER_PID
 
 dump_checked "$pid" "$img" driver || finish
-n=$(lines)
+n=$(counter_lines)
 sleep 1.5
-check_eq "lines in the counter's file after the dump" "$(lines)" "$n"
-v=$(tail -n 1 "$values")
+check_eq "lines in the counter's file after the dump" "$(counter_lines)" "$n"
+v=$(tail -n 1 "$COUNTER_VALUES")
 
 restore_checked "$img" "$pid" || finish
 sleep 1.5
-check "counter goes on after restore ($n -> $(lines) lines)" test "$(lines)" -gt "$n"
-if awk 'NR != $1 { bad = 1; exit } END { exit bad }' "$values"; then
-  pass "the counter's file runs 1..$(lines) with no reset or gap"
-else
-  fail "the counter's file is not 1, 2, 3, ...: $(awk 'NR != $1 { print "line " NR " holds " $1; exit }' "$values")"
-fi
+check "counter goes on after restore ($n -> $(counter_lines) lines)" test "$(counter_lines)" -gt "$n"
+counter_check_sequence
 
 gs_kill_pid "$pid"
 check "restored counter is gone" wait_pid_gone "$pid"
-m=$(lines)
+m=$(counter_lines)
 restore_checked "$img" "$pid" || finish
 sleep 1.5
-check_eq "first value after the second restore" "$(sed -n "$((m + 1))p" "$values")" "$((v + 1))"
+check_eq "first value after the second restore" "$(sed -n "$((m + 1))p" "$COUNTER_VALUES")" "$((v + 1))"
 gs_kill_pid "$pid"
 finish
