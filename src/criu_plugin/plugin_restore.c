@@ -557,6 +557,41 @@ int gsp_restore_init(void)
 	return 0;
 }
 
+/* The pipe the load helpers write their results to (one byte per process), made at the first helper. */
+static void open_loads_pipe(void)
+{
+	int p[2];
+	if (gsp.loads_wr < 0 && !pipe2(p, O_CLOEXEC)) {
+		gsp.loads_rd = p[0];
+		gsp.loads_wr = p[1];
+	}
+}
+
+/*
+ * In a load helper: waits until pid's agent answers, which it does once
+ * CRIU detached (up to 10 minutes: CRIU restores the whole tree first), and
+ * has it prepare its load. 0, or GS_E_NO_PROCESS when the process is gone,
+ * else the last error (no agent answering).
+ */
+static int await_agent(pid_t pid, struct cli_agent *ag, struct gs_err *err)
+{
+	int rc = GS_E_AGENT;
+	for (int t = 0; t < 60000 && rc; t++) {
+		if (kill(pid, 0))
+			return gs_fail(err, GS_E_NO_PROCESS, "process %d is gone", (int)pid);
+		rc = cli_agent_probe(pid, ag, err);
+		if (!rc && !ag->present)
+			rc = gs_fail(err, GS_E_AGENT, "process %d has no gpusnap agent answering", (int)pid);
+		if (rc)
+			usleep(10000);
+	}
+	if (!rc) {
+		struct gs_err pe = { 0 };
+		cli_agent_prepare(pid, ag, &pe);
+	}
+	return rc;
+}
+
 /*
  * Like the dump's helper: once CRIU let the process go, its agent loads the
  * GPU data from the image. The helper holds gsp.loads_wr and writes its
@@ -565,11 +600,7 @@ int gsp_restore_init(void)
  */
 static void agent_load_later(pid_t pid, const char *image)
 {
-	int p[2];
-	if (gsp.loads_wr < 0 && !pipe2(p, O_CLOEXEC)) {
-		gsp.loads_rd = p[0];
-		gsp.loads_wr = p[1];
-	}
+	open_loads_pipe();
 	int forked = gsp_fork_detached();
 	if (forked < 0) {
 		gsp_err("cannot start the helper that loads process %d's GPU data: %s; killed", (int)pid, strerror(errno));
@@ -584,22 +615,11 @@ static void agent_load_later(pid_t pid, const char *image)
 		close(gsp.loads_rd);
 	struct cli_agent ag;
 	struct gs_err e = { 0 };
-	int rc = GS_E_AGENT;
-	/* the agent answers once CRIU detached (up to 10 minutes: CRIU restores the whole tree first) */
-	for (int i = 0; i < 60000 && rc; i++) {
-		if (kill(pid, 0))
-			_exit(0);
-		rc = cli_agent_probe(pid, &ag, &e);
-		if (!rc && !ag.present)
-			rc = GS_E_AGENT;
-		if (rc)
-			usleep(10000);
-	}
-	if (!rc) {
-		struct gs_err pe = { 0 };
-		cli_agent_prepare(pid, &ag, &pe);
+	int rc = await_agent(pid, &ag, &e);
+	if (rc == GS_E_NO_PROCESS)
+		_exit(0); /* gone meanwhile (killed): nothing to load, nothing to report */
+	if (!rc)
 		rc = gsp_agent_resume(pid, &ag, image, &e);
-	}
 	if (rc) {
 		gsp_err("process %d could not load its GPU data: %s; killed", (int)pid, e.msg[0] ? e.msg : "no agent");
 		kill(pid, SIGKILL);
@@ -633,11 +653,7 @@ static void kill_shared(const char *why)
  */
 static void shared_load_later(void)
 {
-	int p[2];
-	if (gsp.loads_wr < 0 && !pipe2(p, O_CLOEXEC)) {
-		gsp.loads_rd = p[0];
-		gsp.loads_wr = p[1];
-	}
+	open_loads_pipe();
 	gsp.shared_loading = true;
 	int forked = gsp_fork_detached();
 	if (forked < 0) {
@@ -665,23 +681,7 @@ static void shared_load_later(void)
 			continue;
 		pids[k] = im->pid;
 		images[k] = im->path;
-		struct cli_agent *ag = &agents[k++];
-		/* the agent answers once CRIU detached (up to 10 minutes: CRIU restores the whole tree first) */
-		rc = GS_E_AGENT;
-		for (int t = 0; t < 60000 && rc; t++) {
-			if (kill(im->pid, 0)) {
-				rc = gs_fail(&e, GS_E_NO_PROCESS, "process %d is gone", (int)im->pid);
-				break;
-			}
-			rc = cli_agent_probe(im->pid, ag, &e);
-			if (!rc && !ag->present)
-				rc = gs_fail(&e, GS_E_AGENT, "process %d has no gpusnap agent answering", (int)im->pid);
-			if (rc)
-				usleep(10000);
-		}
-		struct gs_err pe = { 0 };
-		if (!rc)
-			cli_agent_prepare(im->pid, ag, &pe);
+		rc = await_agent(im->pid, &agents[k++], &e);
 	}
 	if (!rc)
 		rc = cli_share_resume(pids, agents, n, images, &e);
