@@ -65,6 +65,8 @@ struct cli_vram {
 void cli_vram_read(struct cli_session *s, struct cli_vram *v);
 /* Bytes held by pid on all GPUs; *on_gpu gets a bitmask of GPUs where it holds memory. */
 uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mask);
+/* The same, each GPU's bytes also added to per_gpu[i] (CLI_MAX_GPUS entries). */
+uint64_t cli_process_vram_per_gpu(struct cli_session *s, pid_t pid, uint64_t *per_gpu, uint64_t *on_gpu_mask);
 
 /* A progress line on a terminal for operations that take over a second. */
 struct cli_progress;

@@ -114,7 +114,7 @@ void cli_vram_read(struct cli_session *s, struct cli_vram *v)
 	v->known = v->ngpus > 0;
 }
 
-uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mask)
+uint64_t cli_process_vram_per_gpu(struct cli_session *s, pid_t pid, uint64_t *per_gpu, uint64_t *on_gpu_mask)
 {
 	uint64_t total = 0;
 	if (on_gpu_mask)
@@ -123,11 +123,18 @@ uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mas
 		uint64_t b = 0;
 		if (gs_nvml_process_bytes(s->nvml, (unsigned)i, pid, &b) && b) {
 			total += b;
+			if (per_gpu)
+				per_gpu[i] += b;
 			if (on_gpu_mask)
 				*on_gpu_mask |= 1ULL << i;
 		}
 	}
 	return total;
+}
+
+uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mask)
+{
+	return cli_process_vram_per_gpu(s, pid, NULL, on_gpu_mask);
 }
 
 struct cli_progress {

@@ -106,25 +106,6 @@ static void keep_tmp_image(struct dump_run *r, const char *dir, bool process_gon
 	cli_op_leave(r->lock, kept, process_gone ? NULL : how, process_gone ? how : NULL);
 }
 
-/* Records the GPUs: those the process holds memory on (NVML), or every GPU where that is unknown. */
-static int describe_gpus(struct dump_run *r, struct gs_image_writer *w, struct gs_err *err)
-{
-	for (int i = 0; i < r->s.ngpus; i++) {
-		const struct gs_gpu *g = &r->s.gpus[i];
-		if (r->gpu_mask && (i >= 64 || !(r->gpu_mask & (1ULL << i))))
-			continue;
-		struct gs_image_gpu ig = {
-			.index = (uint32_t)g->index, .name = g->name, .cc_major = (uint32_t)g->cc_major,
-			.cc_minor = (uint32_t)g->cc_minor, .total_memory = g->total_bytes,
-		};
-		memcpy(ig.uuid, g->uuid.bytes, 16);
-		int rc = gs_image_writer_add_gpu(w, &ig, err);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
 /* The driver path's manifest: GPUs, no allocations (CRIU's pages carry the data), metadata. */
 static int write_driver_manifest(struct dump_run *r, struct gs_err *err)
 {
@@ -133,7 +114,7 @@ static int write_driver_manifest(struct dump_run *r, struct gs_err *err)
 	int rc = gs_image_writer_open_in(gs_image_tmp_path(r->tmp), &wo, &w, err);
 	if (rc)
 		return rc;
-	if ((rc = describe_gpus(r, w, err)) || (rc = dump_set_metadata(w, &r->s, r->vram, r->gpu_mask, err))) {
+	if ((rc = dump_add_gpus(w, &r->s, r->gpu_mask, err)) || (rc = dump_set_metadata(w, &r->s, r->vram, r->gpu_mask, err))) {
 		gs_image_writer_abort(w);
 		return rc;
 	}
@@ -527,13 +508,7 @@ int cmd_dump(int argc, char **argv)
 		free(r);
 		return cli_report_error(&err);
 	}
-	for (int i = 0; i < r->s.ngpus && i < CLI_MAX_GPUS; i++) {
-		uint64_t b = 0;
-		if (gs_nvml_process_bytes(r->s.nvml, (unsigned)i, r->pid, &b) && b) {
-			r->vram[i] = b;
-			r->gpu_mask |= 1ULL << i;
-		}
-	}
+	cli_process_vram_per_gpu(&r->s, r->pid, r->vram, &r->gpu_mask); /* r is zeroed: vram[] gets each GPU's bytes */
 
 	char what[64];
 	snprintf(what, sizeof(what), "dump %d", (int)r->pid);

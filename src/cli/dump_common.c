@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,24 @@ int dump_set_metadata(struct gs_image_writer *w, const struct cli_session *s, co
 		snprintf(key, sizeof(key), "%s%s", DUMP_META_VRAM_PREFIX, s->gpus[i].uuid_str);
 		snprintf(value, sizeof(value), "%llu", (unsigned long long)vram[i]);
 		int rc = gs_image_writer_set_metadata(w, key, value, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int dump_add_gpus(struct gs_image_writer *w, const struct cli_session *s, uint64_t mask, struct gs_err *err)
+{
+	for (int i = 0; i < s->ngpus; i++) {
+		const struct gs_gpu *g = &s->gpus[i];
+		if (mask && (i >= 64 || !(mask & (1ULL << i))))
+			continue;
+		struct gs_image_gpu ig = {
+			.index = (uint32_t)g->index, .name = g->name, .cc_major = (uint32_t)g->cc_major,
+			.cc_minor = (uint32_t)g->cc_minor, .total_memory = g->total_bytes,
+		};
+		memcpy(ig.uuid, g->uuid.bytes, 16);
+		int rc = gs_image_writer_add_gpu(w, &ig, err);
 		if (rc)
 			return rc;
 	}

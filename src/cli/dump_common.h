@@ -14,6 +14,8 @@
 /* Metadata key prefix: "vram_bytes.GPU-<uuid>" = GPU memory the process held on that GPU when dumped (NVML). */
 #define DUMP_META_VRAM_PREFIX "vram_bytes."
 
+/* Adds the session's GPUs in mask to the image (every GPU when mask is 0: where the process is on is unknown). */
+int dump_add_gpus(struct gs_image_writer *w, const struct cli_session *s, uint64_t mask, struct gs_err *err);
 /* Records vram[i] for each GPU i in mask under DUMP_META_VRAM_PREFIX + its UUID. */
 int dump_set_metadata(struct gs_image_writer *w, const struct cli_session *s, const uint64_t *vram, uint64_t mask,
 		      struct gs_err *err);

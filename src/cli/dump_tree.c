@@ -40,7 +40,6 @@
 #include "common/util.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
-#include "cuda/nvml.h"
 #include "image/image.h"
 
 /* How long a gate closed by GATE waits for its dump before the agent reopens it by itself. */
@@ -117,20 +116,6 @@ bad:
 	return gs_fail(err, GS_E_IMAGE, "the image's list of processes ('%s') is malformed", value ? value : "");
 }
 
-/* The GPUs a process holds memory on (NVML), into vram[] and the returned mask. */
-static uint64_t process_gpus(struct tree_run *r, pid_t pid, uint64_t *vram)
-{
-	uint64_t mask = 0;
-	for (int g = 0; g < r->s.ngpus && g < CLI_MAX_GPUS; g++) {
-		uint64_t b = 0;
-		if (gs_nvml_process_bytes(r->s.nvml, (unsigned)g, pid, &b) && b) {
-			vram[g] += b;
-			mask |= 1ULL << g;
-		}
-	}
-	return mask;
-}
-
 /* A manifest in dir: the GPUs in mask (every GPU when 0), metadata, no allocations. */
 static int write_manifest(struct tree_run *r, const char *dir, pid_t pid, const char *comm, const char *how,
 			  const uint64_t *vram, uint64_t mask, const char *pid_list, struct gs_err *err)
@@ -140,17 +125,7 @@ static int write_manifest(struct tree_run *r, const char *dir, pid_t pid, const 
 	int rc = gs_image_writer_open_in(dir, &wo, &w, err);
 	if (rc)
 		return rc;
-	for (int g = 0; g < r->s.ngpus && !rc; g++) {
-		const struct gs_gpu *gpu = &r->s.gpus[g];
-		if (mask && (g >= 64 || !(mask & (1ULL << g))))
-			continue;
-		struct gs_image_gpu ig = {
-			.index = (uint32_t)gpu->index, .name = gpu->name, .cc_major = (uint32_t)gpu->cc_major,
-			.cc_minor = (uint32_t)gpu->cc_minor, .total_memory = gpu->total_bytes,
-		};
-		memcpy(ig.uuid, gpu->uuid.bytes, 16);
-		rc = gs_image_writer_add_gpu(w, &ig, err);
-	}
+	rc = dump_add_gpus(w, &r->s, mask, err);
 	if (!rc)
 		rc = dump_set_metadata(w, &r->s, vram, mask, err);
 	if (!rc && pid_list)
@@ -227,7 +202,7 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 		return rc;
 	/* before anything moves: afterwards the processes hold nothing */
 	for (int i = 0; i < n; i++)
-		r->gpu_mask[i] = process_gpus(r, r->pids[i], r->vram[i]);
+		cli_process_vram_per_gpu(&r->s, r->pids[i], r->vram[i], &r->gpu_mask[i]);
 	return gs_criu_dumpable(r->root, err);
 }
 

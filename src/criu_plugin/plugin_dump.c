@@ -42,7 +42,6 @@
 #include "criu_plugin/criu_plugin_abi.h"
 #include "criu_plugin/plugin.h"
 #include "cuda/gpus.h"
-#include "cuda/nvml.h"
 
 /*
  * CRIU's own options, `opts` (struct cr_options): its first member,
@@ -203,24 +202,8 @@ static int write_driver_manifest(struct gsp_proc *p, struct gs_err *err)
 	if (rc)
 		return rc;
 	uint64_t vram[CLI_MAX_GPUS] = { 0 }, mask = 0;
-	for (int i = 0; i < gsp.s.ngpus && i < CLI_MAX_GPUS; i++) {
-		uint64_t b = 0;
-		if (gs_nvml_process_bytes(gsp.s.nvml, (unsigned)i, p->pid, &b) && b) {
-			vram[i] = b;
-			mask |= 1ULL << i;
-		}
-	}
-	for (int i = 0; i < gsp.s.ngpus && !rc; i++) {
-		const struct gs_gpu *g = &gsp.s.gpus[i];
-		if (mask && (i >= 64 || !(mask & (1ULL << i))))
-			continue;
-		struct gs_image_gpu ig = {
-			.index = (uint32_t)g->index, .name = g->name, .cc_major = (uint32_t)g->cc_major,
-			.cc_minor = (uint32_t)g->cc_minor, .total_memory = g->total_bytes,
-		};
-		memcpy(ig.uuid, g->uuid.bytes, 16);
-		rc = gs_image_writer_add_gpu(w, &ig, err);
-	}
+	cli_process_vram_per_gpu(&gsp.s, p->pid, vram, &mask);
+	rc = dump_add_gpus(w, &gsp.s, mask, err);
 	if (!rc)
 		rc = dump_set_metadata(w, &gsp.s, vram, mask, err);
 	if (rc) {
