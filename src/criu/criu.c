@@ -676,9 +676,12 @@ static int pid_in_use_error(pid_t pid, const char *note, struct gs_err *err)
 
 /* The image PID of the restore in flight, for gs_criu_interrupt; 0 when none. */
 static volatile sig_atomic_t restoring_pid;
+/* gs_criu_interrupt was called: a restore waiting to try again gives up. */
+static volatile sig_atomic_t interrupted;
 
 void gs_criu_interrupt(void)
 {
+	interrupted = 1;
 	pid_t child = gs_run_child();
 	if (child > 0) {
 		kill(-child, SIGKILL);
@@ -781,8 +784,13 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	/* A signal handler kills that PID blindly: only where nothing else holds it now. */
 	if (o->image_pid > 0 && pid_unused(o->image_pid))
 		restoring_pid = o->image_pid;
-	/* A second try only when the PID we need is held by a zombie about to be reaped. */
-	for (int attempt = 0;; attempt++) {
+	/*
+	 * Another try only when the PID we need is held by a zombie about to be
+	 * reaped, or a port by TIME_WAIT connections about to expire; each cause
+	 * once (a zombie may hold the PID first and TIME_WAIT the port next).
+	 */
+	bool waited_port = false, waited_pid = false;
+	for (;;) {
 		/*
 		 * No umask here: restored processes would keep criu's if CRIU did not
 		 * restore theirs. gpusnap's process group: a shell job restored into a
@@ -814,21 +822,23 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		 * again until they expire, however CRIU sets its options. Wait once.
 		 */
 		int port = errors && strstr(errors, "Address already in use") ? log_busy_port(log_path) : 0;
-		int waiting = port > 0 && attempt == 0 ? time_wait_on(port) : 0;
+		int waiting = port > 0 && !waited_port ? time_wait_on(port) : 0;
 		if (waiting > 0) {
+			waited_port = true;
 			pr_warn("port %d of the restored process is held by %d connection%s in TIME_WAIT that it closed when "
 				"it was dumped; restoring again once they expire (up to %d s)",
 				port, waiting, waiting == 1 ? "" : "s", TIME_WAIT_MAX_S);
 			double deadline = gs_now() + TIME_WAIT_MAX_S;
-			while (time_wait_on(port) > 0 && gs_now() < deadline)
+			while (time_wait_on(port) > 0 && gs_now() < deadline && !interrupted)
 				sleep(1);
-			if (time_wait_on(port) == 0) {
+			if (!interrupted && time_wait_on(port) == 0) {
 				free(errors);
 				unlink(pidfile);
 				continue;
 			}
 		}
-		if (busy > 0 && attempt == 0 && is_zombie(busy)) {
+		if (busy > 0 && !waited_pid && is_zombie(busy)) {
+			waited_pid = true;
 			pr_info("pid %d is held by a zombie; waiting for it to be reaped", (int)busy);
 			if (wait_pid_free(busy, GONE_TIMEOUT_S)) {
 				free(errors);

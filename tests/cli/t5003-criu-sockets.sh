@@ -126,6 +126,17 @@ exec 7<&-
 tw_on_port() { awk -v p="$(printf '%04X' "$tcp_port")" '$4 == "06" && $2 ~ (":" p "$")' /proc/net/tcp | wc -l; }
 for _ in $(seq 20); do [ "$(tw_on_port)" -gt 0 ] && break; sleep 0.1; done
 check "its closed connection holds the port in TIME_WAIT ($(tw_on_port))" [ "$(tw_on_port)" -gt 0 ]
+# a SIGTERM while restore waits ends the wait at once: the image stays, nothing runs
+"$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
+bg=$!
+for _ in $(seq 100); do grep -q "TIME_WAIT" "$TEST_TMP/bg.err" && break; sleep 0.1; done
+check "a restore says it waits for the TIME_WAIT" grep -q "TIME_WAIT" "$TEST_TMP/bg.err"
+t0=$(date +%s)
+kill -TERM "$bg"
+wait "$bg"; rc=$?
+check "SIGTERM ends the waiting restore within 3 s (exit $rc after $(($(date +%s) - t0)) s)" \
+  test "$rc" = 143 -a $(($(date +%s) - t0)) -le 3
+check "... and nothing was restored" wait_gone "$pid"
 t0=$(date +%s)
 run_gpusnap restore -D "$img"
 expect "restore waits for the TIME_WAIT and restores" 0 "restored $pid (socket_server)"
