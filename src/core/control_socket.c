@@ -630,7 +630,13 @@ static void *server_main(void *arg)
 			pr_perror("control server poll failed");
 			return NULL;
 		}
-		if (p[1].revents & POLLIN)
+		/*
+		 * Only gs_ctl_server_stop writes the eventfd, and it sets stopping first:
+		 * a readable descriptor without it is a file the app opened on the
+		 * eventfd's number after closing it (always readable); the next tick
+		 * forgets it.
+		 */
+		if ((p[1].revents & POLLIN) && __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
 			return NULL;
 		if (!(p[0].revents & POLLIN) || !is_listener_at(listen_fd, s->path))
 			continue;
