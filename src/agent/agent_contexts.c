@@ -46,6 +46,17 @@ static struct {
 	size_t n, cap;
 } known = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* Contexts whose stack limit a suspend set to 0, with what it was (gs_ctx_shrink_stacks). Control thread, a->lock. */
+struct shrunk_ctx {
+	CUcontext ctx;
+	int dev;
+	size_t stack;
+};
+static struct {
+	struct shrunk_ctx *v;
+	size_t n, cap;
+} shrunk;
+
 /* One context to synchronize, and what its synchronize returned. */
 struct live_ctx {
 	CUcontext ctx;
@@ -121,6 +132,7 @@ static void after_fork_in_child(void)
 	waiter.n = waiter.at = 0;
 	pthread_mutex_init(&known.lock, NULL);
 	known.n = 0;
+	shrunk.n = 0; /* the parent's contexts: none of them is the child's */
 }
 
 /* ---- hooks: each runs inside the gate, like the call it replaces ---- */
@@ -405,4 +417,66 @@ void gs_ctx_use_copy_context(struct gs_agent *a)
 			a->cu.cuCtxSetCurrent(a->devices[d].ctx);
 			return;
 		}
+}
+
+unsigned gs_ctx_shrink_stacks(struct gs_agent *a)
+{
+	const char *off = getenv("GPUSNAP_SHRINK_STACK");
+	if (!a->cu.cuCtxSetLimit || (off && !strcmp(off, "0")) || shrunk.n)
+		return 0;
+	struct live_ctx *list = NULL;
+	size_t n = 0;
+	struct gs_err e = { 0 };
+	if (snapshot(a, &list, &n, &e)) {
+		pr_warn("contexts keep their stacks through the checkpoint: %s", e.msg);
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t stack = 0;
+		if (a->cu.cuCtxSetCurrent(list[i].ctx) != CUDA_SUCCESS ||
+		    a->cu.cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS || !stack)
+			continue;
+		if (gs_grow_array((void **)&shrunk.v, &shrunk.cap, shrunk.n, sizeof(*shrunk.v), 4)) {
+			pr_warn("out of memory listing contexts to shrink: the rest keep their stacks");
+			break;
+		}
+		CUresult r = a->cu.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 0);
+		if (r != CUDA_SUCCESS) {
+			char b[128];
+			pr_debug("context %p on GPU %d keeps its stack: %s", (void *)list[i].ctx, list[i].dev,
+				 gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+			continue;
+		}
+		shrunk.v[shrunk.n++] = (struct shrunk_ctx){ .ctx = list[i].ctx, .dev = list[i].dev, .stack = stack };
+	}
+	free(list);
+	gs_ctx_use_copy_context(a);
+	return (unsigned)shrunk.n;
+}
+
+int gs_ctx_restore_stacks(struct gs_agent *a, struct gs_err *err)
+{
+	int rc = 0;
+	size_t kept = 0;
+	for (size_t i = 0; i < shrunk.n; i++) {
+		struct shrunk_ctx *c = &shrunk.v[i];
+		CUresult r = rc ? CUDA_SUCCESS : a->cu.cuCtxSetCurrent(c->ctx);
+		if (!rc && r == CUDA_SUCCESS)
+			r = gs_fault(GS_FI_AGENT_STACK) ? CUDA_ERROR_OUT_OF_MEMORY
+							  : a->cu.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, c->stack);
+		if (!rc && (r == CUDA_ERROR_INVALID_CONTEXT || r == CONTEXT_IS_DESTROYED))
+			continue; /* gone (a context the app destroyed cannot be: the gate was closed): nothing to give back */
+		if (!rc && r == CUDA_SUCCESS)
+			continue;
+		if (!rc) {
+			char b[128];
+			rc = gs_fail(err, r == CUDA_ERROR_OUT_OF_MEMORY ? GS_E_NO_VRAM : GS_E_AGENT,
+				     "cannot give the CUDA context on GPU %d its stack back (%zu bytes per thread): %s",
+				     c->dev, c->stack, gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+		}
+		shrunk.v[kept++] = *c; /* this one and the rest: a retry gives them back */
+	}
+	shrunk.n = kept;
+	gs_ctx_use_copy_context(a);
+	return rc;
 }

@@ -236,6 +236,19 @@ static int step_release(struct gs_agent *a, struct gs_err *err)
 	return rc;
 }
 
+/*
+ * RELEASED, before the reply of a suspend or dump the driver will checkpoint:
+ * the contexts' stacks go too (agent_contexts.h says why). The last step, so
+ * nothing after it fails; back_bring gives them back.
+ */
+static void step_shrink_stacks(struct gs_agent *a, struct gs_msg *reply)
+{
+	double t0 = gs_now();
+	unsigned n = gs_ctx_shrink_stacks(a);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "shrink_stacks", gs_now() - t0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "stacks_shrunk", n);
+}
+
 /* ---- steps back ---- */
 
 /* Where the holder keeps the data, for messages. */
@@ -289,6 +302,11 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 static int back_bring(struct gs_agent *a, const char *dir, struct gs_msg *reply, struct gs_err *err)
 {
 	struct gs_agent_held *h = a->held;
+	double t_stacks = gs_now();
+	int rc = gs_ctx_restore_stacks(a, err);
+	if (rc)
+		return rc;
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "restore_stacks", gs_now() - t_stacks);
 	if (!h) { /* the app never allocated: nothing was moved */
 		set_state(a, LC_COPIED);
 		return 0;
@@ -298,7 +316,7 @@ static int back_bring(struct gs_agent *a, const char *dir, struct gs_msg *reply,
 		return gs_fail(err, GS_E_STATE, "the process's GPU data is in an image: restore it with gpusnap restore");
 	double t0 = gs_now();
 	struct gs_image *img = NULL;
-	int rc = from ? gs_agent_image_open_matching(h, from, &img, err) : 0;
+	rc = from ? gs_agent_image_open_matching(h, from, &img, err) : 0;
 	if (rc) {
 		if (!dir)
 			gs_err_wrap(err, "its GPU data is in '%s' (gpusnap resume --image DIR names another copy)", from);
@@ -500,8 +518,11 @@ int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struc
 	double t_copy = gs_now();
 	if ((rc = step_release(a, err)) || (rc = reply_fault(err)))
 		goto fail;
+	double t_release = gs_now();
+	if (!keep_context)
+		step_shrink_stacks(a, reply);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "copy_out", t_copy - t_pool);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", gs_now() - t_copy);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", h->nregions);
 	goto out;
@@ -551,10 +572,13 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct
 		set_state(a, LC_RELEASED);
 	/* unused by this dump, and CRIU would carry it: unpinned and freed before the reply */
 	gs_mover_drop_reserve(a);
+	double t_release = gs_now();
+	if (h)
+		step_shrink_stacks(a, reply);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "plan", t_plan - t_quiesce);
 	gs_ring_stats_report(&rs, reply);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_write", t_write - t_plan);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", gs_now() - t_write);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_write);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h ? h->bytes : 0);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", h ? h->nregions : 0);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", st.payload_bytes);

@@ -95,6 +95,16 @@ int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err)
 			return gs_fail(err, GS_E_DRIVER_OLD, "NVIDIA driver lacks %s", table[i].name);
 		memcpy((char *)cu + table[i].offset, &fn, sizeof(fn));
 	}
+	/* what the agent can do without: it then leaves the context as it is */
+	void *fn = NULL;
+	int status = 0;
+	if (cu->cuGetProcAddress("cuCtxGetLimit", &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS)
+		memcpy(&cu->cuCtxGetLimit, &fn, sizeof(fn));
+	fn = NULL;
+	if (cu->cuGetProcAddress("cuCtxSetLimit", &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS)
+		memcpy(&cu->cuCtxSetLimit, &fn, sizeof(fn));
+	if (!cu->cuCtxGetLimit || !cu->cuCtxSetLimit)
+		cu->cuCtxGetLimit = NULL, cu->cuCtxSetLimit = NULL;
 	cu->memory_api = true;
 	return 0;
 }

@@ -74,6 +74,9 @@ struct gs_cuda {
 	/* the app's contexts (agent_contexts.c): is it still there, is a primary one active */
 	CUresult (*cuCtxGetApiVersion)(CUcontext, unsigned int *);
 	CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
+	/* optional (NULL when the driver lacks them): the current context's limits, for the stack shrink before a checkpoint */
+	CUresult (*cuCtxGetLimit)(size_t *, CUlimit);
+	CUresult (*cuCtxSetLimit)(CUlimit, size_t);
 };
 
 /* Hook for the agent, which must reach the real dlsym past its own interposer. */

@@ -21,6 +21,9 @@ typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
+typedef int CUlimit;
+/* cuCtxGetLimit/cuCtxSetLimit: bytes of stack per GPU thread; the context's local memory is sized from it */
+#define CU_LIMIT_STACK_SIZE 0x00
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1

@@ -16,6 +16,8 @@
  *                fills block B with a new value -> "LAUNCHED <rc>"
  *   hang         a kernel in the current context that runs until told -> "LAUNCHED <rc>"
  *   sync         cuCtxSynchronize in the current context -> "SYNC <rc>"
+ *   stack 4096   sets the current context's stack limit -> "STACK SET <rc>"
+ *   stack        the current context's stack limit -> "STACK <bytes>" (or "STACK FAIL <rc>")
  *   quit
  * With --signals (CTX_APP_COLL=1: for the --tree test) a thread runs a
  * collective step after step, 200 ms apart, on a stream of the first
@@ -49,6 +51,8 @@ static CUresult (*p_cuLaunchKernel)(void *, unsigned, unsigned, unsigned, unsign
 				    void **, void **);
 static CUresult (*p_cuStreamCreate)(void **, unsigned);
 static CUresult (*p_cuStreamQuery)(void *);
+static CUresult (*p_cuCtxGetLimit)(size_t *, int);
+static CUresult (*p_cuCtxSetLimit)(int, size_t);
 
 static void *ctx1;
 static CUdeviceptr block_a, block_b;
@@ -131,6 +135,17 @@ static void launch(void *kind, unsigned ms)
 static void kernel_300(void) { launch(KERNEL_TIMED, 300); }
 static void hang(void) { launch(KERNEL_HANG, 0); }
 static void sync_ctx(void) { printf("SYNC %d\n", p_cuCtxSynchronize()); }
+static void set_stack_4096(void) { printf("STACK SET %d\n", p_cuCtxSetLimit(0 /* CU_LIMIT_STACK_SIZE */, 4096)); }
+
+static void get_stack(void)
+{
+	size_t v = 0;
+	CUresult r = p_cuCtxGetLimit(&v, 0);
+	if (r)
+		printf("STACK FAIL %d\n", r);
+	else
+		printf("STACK %zu\n", v);
+}
 
 int main(int argc, char **argv)
 {
@@ -147,6 +162,8 @@ int main(int argc, char **argv)
 	*(void **)&p_cuLaunchKernel = fake_app_need("cuLaunchKernel");
 	*(void **)&p_cuStreamCreate = fake_app_need("cuStreamCreate");
 	fake_app_gpa("cuStreamQuery", &p_cuStreamQuery);
+	fake_app_gpa("cuCtxGetLimit", &p_cuCtxGetLimit);
+	fake_app_gpa("cuCtxSetLimit", &p_cuCtxSetLimit);
 	if (p_cuInit(0) || p_cuCtxCreate(&ctx1, 0, 0)) {
 		fprintf(stderr, "ctx_app: no context\n");
 		return 1;
@@ -166,7 +183,8 @@ int main(int argc, char **argv)
 	}
 	static const struct fake_app_command commands[] = {
 		{ "ctx2", make_ctx2 }, { "destroy1", destroy1 }, { "kernel 300", kernel_300 },
-		{ "hang", hang },      { "sync", sync_ctx },     { NULL, NULL },
+		{ "hang", hang },      { "sync", sync_ctx },     { "stack 4096", set_stack_4096 },
+		{ "stack", get_stack }, { NULL, NULL },
 	};
 	return fake_app_serve("ctx_app", signals, verify, commands);
 }

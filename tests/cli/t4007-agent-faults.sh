@@ -176,6 +176,7 @@ row suspend-killed   agent-reply=hold:3                               137  ""   
 row resume           cli:resume-after-driver=kill                     137  ""                               suspended-plain
 row resume           agent-recreate@2                                  14  "not enough free GPU memory"     suspended-plain
 row resume           agent-copy-in@2                                   16  "copy of"                        suspended-plain
+row resume           agent-stack                                       14  "its stack back"                 suspended-plain
 row dump             agent-copy-out@2                                  16  "copy of"                        running
 row dump             agent-release@2                                   16  "cannot release GPU memory"      running
 # the agent's own undo fails, the command's retry from the image works: it runs on
@@ -188,5 +189,6 @@ row dump             image-write@3=fail:EIO                             1  ""   
 row dump             agent-copy-out@2=exit:3                           16  ""                               gone
 row restore          agent-recreate                                    14  "not enough free GPU memory"     restorable
 row restore          agent-copy-in@3                                   16  "copy of"                        restorable
+row restore          agent-stack                                       14  "its stack back"                 restorable
 row restore          image-read@2=fail:EIO                             11  ""                               restorable
 test_done

@@ -12,6 +12,9 @@
 #    runs fails the same way; once it ends, suspend and resume work;
 #  - --timeout 0 is no limit on the agent path too, also while an app thread
 #    is inside the driver;
+#  - the contexts' stacks: a suspend sets every context's stack limit to 0
+#    for the driver's checkpoint and the resume gives each its own back (a
+#    --keep-context suspend, or GPUSNAP_SHRINK_STACK=0, leaves them);
 #  - --tree over two ranks whose collectives wait for each other: every gate
 #    closes before any rank waits, so neither waits for a peer it stopped;
 #    the suspend succeeds (or, if a rank was caught mid-step, rolls both back
@@ -57,6 +60,34 @@ for cycle in 1 2; do
   check "cycle $cycle mapped it again" test "$(phys)" = "$phys0"
   verify_ok "the data after cycle $cycle"
 done
+quit_app "the app exits cleanly"
+
+# ---- the contexts' stacks ----
+stack() { cat "$FAKE_CUDA_DIR/$APP.stack" 2>/dev/null || echo none; }
+start_app
+reply_is "the first context's stack set to 4096" "stack 4096" "STACK SET 0"
+reply_is "a second context" ctx2 CTX2
+check "the contexts hold 4096 + 1024 bytes of stack per thread ($(stack))" test "$(stack)" = 5120
+run_gpusnap suspend --json "$APP"; expect "suspend" 0
+n=$(jget "['processes'][0]['agent']['stacks_shrunk']")
+check "the suspend shrank both contexts' stacks ($n)" test "$n" = 2
+check "while suspended they hold none ($(stack))" test "$(stack)" = 0
+run_gpusnap resume "$APP"; expect "resume" 0
+check "after the resume each has its own again ($(stack))" test "$(stack)" = 5120
+reply_is "the second context (current) says 1024" stack "STACK 1024"
+verify_ok "the data after the cycle"
+run_gpusnap suspend --keep-context --json "$APP"; expect "suspend --keep-context" 0
+n=$(jget "['processes'][0]['agent'].get('stacks_shrunk', 0)")
+check "a --keep-context suspend leaves the stacks ($n shrunk, $(stack))" test "$n" = 0 -a "$(stack)" = 5120
+run_gpusnap resume "$APP"; expect "resume" 0
+reply_is "still 1024 after it" stack "STACK 1024"
+quit_app "the app exits cleanly after the stack cycles"
+GPUSNAP_SHRINK_STACK=0 start_app
+run_gpusnap suspend --json "$APP"; expect "suspend with GPUSNAP_SHRINK_STACK=0" 0
+n=$(jget "['processes'][0]['agent']['stacks_shrunk']")
+check "GPUSNAP_SHRINK_STACK=0 leaves the stack ($n shrunk, $(stack))" test "$n" = 0 -a "$(stack)" = 1024
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "the data after that cycle"
 quit_app "the app exits cleanly"
 
 # ---- a kernel that never ends ----

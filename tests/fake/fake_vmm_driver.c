@@ -119,6 +119,8 @@ struct fake_ctx {
 	bool primary, alive;
 	int refs;            /* primary: retains */
 	int sticky;          /* an error its work hit (a kernel whose memory went away): every later sync returns it */
+	size_t stack;        /* CU_LIMIT_STACK_SIZE as set; stack_set false: the default, 1024 */
+	bool stack_set;
 	struct fake_ctx *next;
 };
 static struct fake_ctx primary_ctx[FAKE_MAX_DEVICES]; /* device i's primary context */
@@ -216,6 +218,50 @@ EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned *version)
 	*version = 12000;
 	return 0;
 }
+/*
+ * Limits: only the stack size (bytes per GPU thread; a GPU sizes the
+ * context's local memory from it). FAKE_CUDA_DIR/<pid>.stack = the sum over
+ * the live contexts, written whenever it changes, so a test sees what the contexts
+ * hold while the process is suspended and after.
+ */
+#define FAKE_DEFAULT_STACK 1024
+static size_t ctx_stack(const struct fake_ctx *c) { return c->stack_set ? c->stack : FAKE_DEFAULT_STACK; }
+static void publish_stack(void)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (!dir)
+		return;
+	long long sum = 0;
+	pthread_mutex_lock(&ctx_lock);
+	for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+		if (primary_ctx[d].alive)
+			sum += (long long)ctx_stack(&primary_ctx[d]);
+	for (struct fake_ctx *c = created_ctxs; c; c = c->next)
+		if (c->alive)
+			sum += (long long)ctx_stack(c);
+	pthread_mutex_unlock(&ctx_lock);
+	write_number(dir, "stack", sum);
+}
+EXPORT CUresult cuCtxGetLimit(size_t *value, int limit)
+{
+	if (!value || limit != 0)
+		return FAKE_INVALID_VALUE;
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
+	*value = ctx_stack(current_ctx);
+	return 0;
+}
+EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
+{
+	if (limit != 0)
+		return FAKE_INVALID_VALUE;
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
+	current_ctx->stack = value;
+	current_ctx->stack_set = true;
+	publish_stack();
+	return 0;
+}
 static bool device_ok(int dev) { return dev >= 0 && dev < ngpus() && dev < FAKE_MAX_DEVICES; }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev)
 {
@@ -229,6 +275,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev)
 	c->alive = true;
 	pthread_mutex_unlock(&ctx_lock);
 	*ctx = c;
+	publish_stack();
 	return 0;
 }
 static void ctx_died(struct fake_ctx *c);
@@ -270,6 +317,7 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, int dev)
 	pthread_mutex_unlock(&ctx_lock);
 	current_ctx = c;
 	*pctx = c;
+	publish_stack();
 	return 0;
 }
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
@@ -594,6 +642,7 @@ static CUresult ctx_wait_kernels(struct fake_ctx *c, bool block)
 /* A context died: its streams with it, its kernels dropped. */
 static void ctx_died(struct fake_ctx *c)
 {
+	publish_stack();
 	pthread_mutex_lock(&stream_lock);
 	for (struct fake_stream *s = streams; s; s = s->next)
 		if (s->ctx == c)
@@ -1556,6 +1605,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2),
 		ENTRY("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState), ENTRY("cuCtxCreate", cuCtxCreate_v2),
 		ENTRY("cuCtxDestroy", cuCtxDestroy_v2), ENTRY("cuCtxGetApiVersion", cuCtxGetApiVersion),
+		ENTRY("cuCtxGetLimit", cuCtxGetLimit), ENTRY("cuCtxSetLimit", cuCtxSetLimit),
 		ENTRY("cuLaunchKernel", cuLaunchKernel), ENTRY("cuStreamQuery", cuStreamQuery),
 		ENTRY("cuStreamCreate", cuStreamCreate), ENTRY("cuStreamDestroy", cuStreamDestroy_v2),
 		ENTRY("cuStreamSynchronize", cuStreamSynchronize), ENTRY("cuStreamIsCapturing", cuStreamIsCapturing),

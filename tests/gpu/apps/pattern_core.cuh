@@ -347,8 +347,9 @@ static bool pattern_verify(struct pattern_app *app, std::string *detail)
 
 static const char *const pattern_usage =
 	"[--size BYTES] [--alloc-size BYTES] [--count N --min BYTES --max BYTES]\n"
-	"       [--api runtime|driver|pitch|async|vmm] [--device N|all] [--seed S] [--zero-percent P]\n"
+	"       [--api runtime|driver|pitch|async|vmm] [--device N|all] [--seed S] [--zero-percent P] [--stack BYTES]\n"
 	"  --zero-percent P: the first P percent of the allocations hold zeros instead of the pattern\n"
+	"  --stack BYTES: sets each device's per-thread stack limit (cudaLimitStackSize); command 'stack' reports it\n"
 	"  --size/--alloc-size: hold BYTES (default 1G) in allocations of at most --alloc-size (default 1G)\n"
 	"  --count N: instead, N allocations of seeded random sizes in [--min, --max] (the first is --min, the second --max)\n"
 	"  --device all: the same allocations on every visible GPU\n"
@@ -360,6 +361,7 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 	long count = 0, device = 0;
 	enum alloc_api api = API_RUNTIME;
 	uint64_t seed = 1;
+	unsigned long long stack = 0; /* 0: the driver's default */
 	/* PATTERN_ZERO_PERCENT: the same as --zero-percent, for benchmarks that can only set the environment */
 	const char *zp = getenv("PATTERN_ZERO_PERCENT");
 	long zero_percent = zp ? atol(zp) : 0;
@@ -380,6 +382,8 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 			max_size = opt_size(argc, argv, &i, pattern_usage);
 		else if (!strcmp(a, "--zero-percent"))
 			zero_percent = opt_long(argc, argv, &i, pattern_usage, 0, 100);
+		else if (!strcmp(a, "--stack"))
+			stack = opt_size(argc, argv, &i, pattern_usage);
 		else if (!strcmp(a, "--seed"))
 			seed = (uint64_t)opt_long(argc, argv, &i, pattern_usage, 0, 0x7fffffffffffffffL);
 		else if (!strcmp(a, "--device")) {
@@ -445,6 +449,8 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 		    !CK(cudaDeviceGetAttribute(&pd.sm_count, cudaDevAttrMultiProcessorCount, d)) ||
 		    !CK(cudaStreamCreateWithFlags(&pd.stream, cudaStreamNonBlocking)) ||
 		    !CK(cudaMalloc((void **)&pd.result, sizeof(struct verify_result))))
+			return 1;
+		if (stack && !CK(cudaDeviceSetLimit(cudaLimitStackSize, (size_t)stack)))
 			return 1;
 		app.devices.push_back(pd);
 	}
@@ -516,6 +522,16 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 			reply("INFO pid=%d allocations=%zu bytes=%llu api=%s devices=%s seed=%llu errors=%llu", (int)getpid(),
 			      app.regions.size(), app.total_bytes, api_names[api], ds.c_str(), (unsigned long long)app.seed,
 			      g_errors.load());
+		} else if (!strcmp(line, "stack")) {
+			/* each device's stack limit: a suspend may shrink it for the driver's checkpoint, the resume gives it back */
+			std::string limits;
+			for (auto &d : app.devices) {
+				size_t v = 0;
+				if (!CK(cudaSetDevice(d.device)) || !CK(cudaDeviceGetLimit(&v, cudaLimitStackSize)))
+					v = 0;
+				limits += (limits.empty() ? "" : ",") + std::to_string(v);
+			}
+			reply("STACK %s", limits.c_str());
 		} else if (!strcmp(line, "ping")) {
 			reply("PONG");
 		} else if (!strcmp(line, "quit")) {
