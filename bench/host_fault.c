@@ -10,9 +10,14 @@
  * usage: host_fault SIZE_GIB THREADS MODE [STEP_MIB]
  *   MODE: thp (MADV_HUGEPAGE + MADV_POPULATE_WRITE), 4k (MADV_NOHUGEPAGE +
  *         populate), hugetlb (MAP_HUGETLB + populate), copy (MADV_HUGEPAGE,
- *         memcpy of a warm 4 MiB buffer into the fresh pages), shm (pwrite of
+ *         memcpy of a warm 4 MiB buffer into the fresh pages), copy-stream
+ *         (the same with non-temporal stores, gs_host_copy_stream), shm (pwrite of
  *         that buffer into a memfd per segment: tmpfs does not zero pages a
- *         write fills, so allocation and copy are one pass)
+ *         write fills, so allocation and copy are one pass), reserve (the
+ *         memory populated first, untimed, as a reserved pool is; then each
+ *         thread copies its own warm 4 MiB buffer into it with memcpy: the
+ *         host side of a bounce suspend into a reserved pool), reserve-stream
+ *         (the same with non-temporal stores, gs_host_copy_stream)
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -25,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/host_copy.h"
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -32,7 +39,7 @@
 #define MiB (1024ull * 1024)
 #define SEGMENT (256 * MiB)
 
-enum mode { MODE_THP, MODE_4K, MODE_HUGETLB, MODE_COPY, MODE_SHM };
+enum mode { MODE_THP, MODE_4K, MODE_HUGETLB, MODE_COPY, MODE_COPY_STREAM, MODE_SHM, MODE_RESERVE, MODE_RESERVE_STREAM };
 
 struct run {
 	uint8_t *base;
@@ -40,6 +47,8 @@ struct run {
 	enum mode mode;
 	atomic_uint_fast64_t next; /* next segment offset to claim */
 	uint8_t *warm;             /* copy and shm modes: the source, in cache */
+	uint8_t **thread_warm;     /* reserve modes: each thread's own source */
+	atomic_int next_thread;
 	int *fds;                  /* shm mode: one memfd per segment */
 	atomic_int failed;
 };
@@ -54,6 +63,7 @@ static double now(void)
 static void *worker(void *arg)
 {
 	struct run *r = arg;
+	const uint8_t *own = r->thread_warm ? r->thread_warm[atomic_fetch_add(&r->next_thread, 1)] : NULL;
 	for (;;) {
 		uint64_t seg = atomic_fetch_add(&r->next, SEGMENT);
 		if (seg >= r->size)
@@ -72,9 +82,22 @@ static void *worker(void *arg)
 						return NULL;
 					}
 				}
-			} else if (r->mode == MODE_COPY) {
-				for (uint64_t k = 0; k < n; k += 4 * MiB)
-					memcpy(r->base + off + k, r->warm, n - k < 4 * MiB ? n - k : 4 * MiB);
+			} else if (r->mode == MODE_COPY || r->mode == MODE_COPY_STREAM) {
+				for (uint64_t k = 0; k < n; k += 4 * MiB) {
+					size_t len = n - k < 4 * MiB ? n - k : 4 * MiB;
+					if (r->mode == MODE_COPY)
+						memcpy(r->base + off + k, r->warm, len);
+					else
+						gs_host_copy_stream(r->base + off + k, r->warm, len);
+				}
+			} else if (r->mode == MODE_RESERVE || r->mode == MODE_RESERVE_STREAM) {
+				for (uint64_t k = 0; k < n; k += 4 * MiB) {
+					size_t len = n - k < 4 * MiB ? n - k : 4 * MiB;
+					if (r->mode == MODE_RESERVE)
+						memcpy(r->base + off + k, own, len);
+					else
+						gs_host_copy_stream(r->base + off + k, own, len);
+				}
 			} else if (madvise(r->base + off, n, MADV_POPULATE_WRITE)) {
 				perror("madvise(MADV_POPULATE_WRITE)");
 				atomic_store(&r->failed, 1);
@@ -101,7 +124,7 @@ static long anon_huge_mib(void)
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: host_fault SIZE_GIB THREADS thp|4k|hugetlb|copy|shm [STEP_MIB]\n");
+		fprintf(stderr, "usage: host_fault SIZE_GIB THREADS thp|4k|hugetlb|copy|copy-stream|shm|reserve|reserve-stream [STEP_MIB]\n");
 		return 2;
 	}
 	struct run r = { .size = strtoull(argv[1], NULL, 10) << 30, .step = 4 * MiB };
@@ -110,7 +133,10 @@ int main(int argc, char **argv)
 	r.mode = !strcmp(m, "4k")	 ? MODE_4K
 		 : !strcmp(m, "hugetlb") ? MODE_HUGETLB
 		 : !strcmp(m, "copy")	 ? MODE_COPY
+		 : !strcmp(m, "copy-stream") ? MODE_COPY_STREAM
 		 : !strcmp(m, "shm")	 ? MODE_SHM
+		 : !strcmp(m, "reserve") ? MODE_RESERVE
+		 : !strcmp(m, "reserve-stream") ? MODE_RESERVE_STREAM
 					 : MODE_THP;
 	if (argc > 4)
 		r.step = strtoull(argv[4], NULL, 10) * MiB;
@@ -138,7 +164,7 @@ int main(int argc, char **argv)
 		if (!r.fds)
 			return 1;
 	}
-	if (r.mode == MODE_COPY || r.mode == MODE_SHM) {
+	if (r.mode == MODE_COPY || r.mode == MODE_COPY_STREAM || r.mode == MODE_SHM) {
 		r.warm = aligned_alloc(2 * MiB, 4 * MiB);
 		if (!r.warm)
 			return 1;
@@ -146,6 +172,31 @@ int main(int argc, char **argv)
 	}
 	long huge_before = anon_huge_mib();
 	pthread_t *tid = calloc((size_t)threads, sizeof(*tid));
+	if (!tid)
+		return 1;
+	if (r.mode == MODE_RESERVE || r.mode == MODE_RESERVE_STREAM) {
+		/* the pool as a reserve is when a suspend comes: populated, untimed */
+		enum mode copy_mode = r.mode;
+		r.mode = MODE_THP;
+		for (int i = 0; i < threads; i++)
+			if (pthread_create(&tid[i], NULL, worker, &r)) {
+				perror("pthread_create");
+				return 1;
+			}
+		for (int i = 0; i < threads; i++)
+			pthread_join(tid[i], NULL);
+		r.mode = copy_mode;
+		atomic_store(&r.next, 0);
+		r.thread_warm = calloc((size_t)threads, sizeof(*r.thread_warm));
+		for (int i = 0; r.thread_warm && i < threads; i++) {
+			r.thread_warm[i] = aligned_alloc(2 * MiB, 4 * MiB);
+			if (!r.thread_warm[i])
+				return 1;
+			memset(r.thread_warm[i], 0x5a + i, 4 * MiB);
+		}
+		if (!r.thread_warm)
+			return 1;
+	}
 	double t0 = now();
 	for (int i = 0; i < threads; i++)
 		if (pthread_create(&tid[i], NULL, worker, &r)) {
@@ -166,5 +217,8 @@ int main(int argc, char **argv)
 	free(r.fds);
 	free(tid);
 	free(r.warm);
+	for (int i = 0; r.thread_warm && i < threads; i++)
+		free(r.thread_warm[i]);
+	free(r.thread_warm);
 	return atomic_load(&r.failed);
 }

@@ -61,6 +61,7 @@ struct gs_staging {
 	struct gs_staging_ops ops;
 	uint64_t seg_size, size;
 	bool try_hugetlb;
+	bool lazy; /* config.lazy: pages fault in on first write */
 	struct segment **segs;
 	uint32_t nsegs;
 	uint32_t next_pending;
@@ -349,6 +350,7 @@ int gs_staging_create(uint64_t size, const struct gs_staging_config *cfg, const 
 		return gs_fail(err, GS_E_FAILURE, "out of memory creating the staging pool");
 	}
 	p->size = size;
+	p->lazy = c.lazy;
 	p->t_start = gs_now();
 	if (c.lazy && p->ops.reg) {
 		gs_staging_destroy(p);
@@ -590,4 +592,9 @@ bool gs_staging_pinned(struct gs_staging *p, uint32_t seg)
 bool gs_staging_registers(const struct gs_staging *p)
 {
 	return p->ops.reg != NULL; /* fixed at create */
+}
+
+bool gs_staging_lazy(const struct gs_staging *p)
+{
+	return p->lazy; /* fixed at create */
 }

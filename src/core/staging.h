@@ -139,6 +139,8 @@ bool gs_staging_pinned(struct gs_staging *p, uint32_t seg);
  * pinned bounce buffer (the agent's bounce mode, agent_ring.h).
  */
 bool gs_staging_registers(const struct gs_staging *p);
+/* Whether the pool was made lazy (config.lazy): its pages are fresh until the copies write them. */
+bool gs_staging_lazy(const struct gs_staging *p);
 void gs_staging_get_report(struct gs_staging *p, struct gs_staging_report *r);
 
 #endif

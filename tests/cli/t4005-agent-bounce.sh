@@ -4,10 +4,12 @@
 # waited for, like DMA): the staging pool is never pinned and the data goes
 # through a small pinned ring (the default staging mode). Three runs: on
 # demand; with a reserved pool (GPUSNAP_RESERVE), whose ring is kept across
-# cycles, its host copies with non-temporal stores (GPUSNAP_HOST_COPY=stream);
-# the same with GPUSNAP_STAGING_MODE=bounce said and chunks of 2 MiB
-# (GPUSNAP_CHUNK_SIZE); and on demand with the pool populated ahead
-# (GPUSNAP_STAGING_POPULATE=ahead; the default lets the copies fault it in); each time:
+# cycles, its host copies as by default (non-temporal stores into the pool,
+# memcpy out of it); the same with GPUSNAP_STAGING_MODE=bounce said, chunks
+# of 2 MiB (GPUSNAP_CHUNK_SIZE) and memcpy both ways (GPUSNAP_HOST_COPY=memcpy);
+# and on demand with the pool populated ahead (GPUSNAP_STAGING_POPULATE=ahead;
+# the default lets the copies fault it in) and non-temporal stores both ways
+# (GPUSNAP_HOST_COPY=stream); each time:
 #  - a full suspend: data moved, physical memory released, the driver holds
 #    the process, and the pinned host memory is only the kept ring (reserve)
 #    or nothing (on demand); resume gives the data back bit for bit;
@@ -70,8 +72,8 @@ for mode in on-demand on-demand-ahead reserve said-reserve; do
   if [ $mode = said-reserve ]; then export GPUSNAP_STAGING_MODE=bounce; else unset GPUSNAP_STAGING_MODE; fi
   # that run also takes other chunks, and so another kept ring (2 buffers of 2 MiB a thread)
   if [ $mode = said-reserve ]; then export GPUSNAP_CHUNK_SIZE=2M; else unset GPUSNAP_CHUNK_SIZE; fi
-  # the reserve run copies on the host with non-temporal stores (core/host_copy.c)
-  if [ $mode = reserve ]; then export GPUSNAP_HOST_COPY=stream; else unset GPUSNAP_HOST_COPY; fi
+  # each way of the host copy (core/host_copy.c): the default, memcpy, non-temporal stores
+  case $mode in said-reserve) export GPUSNAP_HOST_COPY=memcpy ;; on-demand-ahead) export GPUSNAP_HOST_COPY=stream ;; *) unset GPUSNAP_HOST_COPY ;; esac
   start_app
   verify_ok "$mode: the app's data after allocation"
   phys0=$(phys)

@@ -582,6 +582,7 @@ static void test_unregistered_pool(void)
 	if (!p)
 		return;
 	CHECK(!gs_staging_registers(p));
+	CHECK(!gs_staging_lazy(p));
 	uint32_t nsegs = gs_staging_segments(p);
 	CHECK_INT(nsegs, 3);
 	CHECK_INT(gs_staging_wait_all(p, 5, &err), 0);
@@ -614,6 +615,7 @@ static void test_lazy_pool(void)
 	CHECK_INT(gs_staging_create(5 * GS_MiB, &cfg, &none, &p, &err), 0);
 	if (!p)
 		return;
+	CHECK(gs_staging_lazy(p));
 	uint32_t nsegs = gs_staging_segments(p);
 	CHECK_INT(nsegs, 3);
 	for (uint32_t i = 0; i < nsegs; i++)
