@@ -5,17 +5,23 @@
  * (local memory, sized for every thread the GPU can run at once) as the
  * driver made it or shrunk first with cudaDeviceSetLimit(cudaLimitStackSize).
  *
- * usage: context_floor [STACK_BYTES]
- *   Creates the context, runs a kernel, prints "used_mib A" (device memory in
- *   use, cuMemGetInfo), then with STACK_BYTES sets the stack limit and prints
- *   "shrunk_mib B", then "ready" and waits: on SIGUSR1 it runs the kernel again
- *   and prints "kernel ok" (or "kernel FAILED: ..."); SIGTERM ends it.
+ * usage: context_floor [STACK_BYTES|default [CONTEXTS]]
+ *   Creates the context (prints "context_only_mib": device memory in use
+ *   before any kernel, cuMemGetInfo), runs a kernel, prints "used_mib A",
+ *   then with STACK_BYTES sets the stack limit and prints "shrunk_mib B".
+ *   CONTEXTS > 1: that many contexts on the GPU (cuCtxCreate), each with its
+ *   kernel and stack limit, to see whether the driver's cost grows per
+ *   context. Then "ready" and waits: on SIGUSR1 it runs the kernel again in
+ *   every context and prints "kernel ok" (or "kernel FAILED: ..."); SIGTERM
+ *   ends it.
  * bench/context_floor.sh times gpusnap's driver path on it.
  */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t run_kernel, stop;
@@ -66,26 +72,51 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGUSR1, on_usr1);
 	signal(SIGTERM, on_term);
-	int *d = NULL;
-	if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) {
-		printf("cudaMalloc failed\n");
-		return 1;
+	const char *stack_arg = argc > 1 && strcmp(argv[1], "default") ? argv[1] : NULL;
+	int contexts = argc > 2 ? atoi(argv[2]) : 1;
+	if (contexts < 1 || contexts > 16) {
+		printf("CONTEXTS must be 1 to 16\n");
+		return 2;
 	}
-	if (launch(d))
-		return 1;
+	cudaFree(0);
+	printf("context_only_mib %.1f\n", used_mib());
+	CUcontext ctx[16] = { 0 };
+	int *d[16] = { 0 };
+	for (int c = 0; c < contexts; c++) {
+		if (c > 0 && cuCtxCreate(&ctx[c], NULL, 0, 0) != CUDA_SUCCESS) {
+			printf("cuCtxCreate failed\n");
+			return 1;
+		}
+		if (c == 0)
+			cuCtxGetCurrent(&ctx[0]);
+		if (cudaMalloc(&d[c], sizeof(int)) != cudaSuccess) {
+			printf("cudaMalloc failed\n");
+			return 1;
+		}
+		if (launch(d[c]))
+			return 1;
+	}
 	size_t stack = 0;
 	cudaDeviceGetLimit(&stack, cudaLimitStackSize);
 	printf("stack_bytes %zu used_mib %.1f\n", stack, used_mib());
-	if (argc > 1) {
-		cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, (size_t)strtoull(argv[1], NULL, 0));
+	if (stack_arg) {
+		cudaError_t e = cudaSuccess;
+		for (int c = 0; c < contexts && e == cudaSuccess; c++) {
+			cuCtxSetCurrent(ctx[c]);
+			e = cudaDeviceSetLimit(cudaLimitStackSize, (size_t)strtoull(stack_arg, NULL, 0));
+		}
 		cudaDeviceGetLimit(&stack, cudaLimitStackSize);
-		printf("set %s: %s; stack_bytes %zu shrunk_mib %.1f\n", argv[1], cudaGetErrorString(e), stack, used_mib());
+		printf("set %s: %s; stack_bytes %zu shrunk_mib %.1f\n", stack_arg, cudaGetErrorString(e), stack, used_mib());
 	}
 	printf("ready\n");
 	while (!stop) {
 		if (run_kernel) {
 			run_kernel = 0;
-			launch(d);
+			int failed = 0;
+			for (int c = 0; c < contexts && !failed; c++) {
+				cuCtxSetCurrent(ctx[c]);
+				failed = launch(d[c]);
+			}
 			printf("stack_bytes_after used_mib %.1f\n", used_mib());
 		}
 		usleep(10000);

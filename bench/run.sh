@@ -23,6 +23,8 @@
 #                         the multigpu app under the agent with a reserved pool, on GPU 0 alone (path
 #                         agent-reserve-gpus1) and on GPUs 0 and 1 (agent-reserve-gpus2), same run; the table's
 #                         last line compares them (goal: two GPUs within 1.2x of one). SKIP line on one GPU.
+#   GPUSNAP_BENCH_TWO_GPUS_EXTRA  more two-GPU variants, each compared with agent-reserve-gpus1 too
+#                         (e.g. "agent-reserve-gpus2+GPUSNAP_STAGING_THREADS=24")
 #   GPUSNAP_BUILD         build directory (default ./build; built here if the binaries are missing)
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -232,6 +234,11 @@ if [ "$TWO_GPUS" != 0 ]; then
   else
     measure "$TWO_GPUS" agent-reserve-gpus1
     measure "$TWO_GPUS" agent-reserve-gpus2
+    for path in ${GPUSNAP_BENCH_TWO_GPUS_EXTRA:-}; do
+      case $path in agent-reserve-gpus[12]+*) measure "$TWO_GPUS" "$path" ;;
+        *) echo "ERROR: GPUSNAP_BENCH_TWO_GPUS_EXTRA: '$path' is not agent-reserve-gpus1+... or agent-reserve-gpus2+..."; FAILED=1 ;;
+      esac
+    done
   fi
 fi
 
@@ -290,16 +297,18 @@ for (size, path) in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1]))
         data_rates, ratio, walls, data))
 per_gpu = {}
 for (size, path), rs in groups.items():
-    if path in ("agent-reserve-gpus1", "agent-reserve-gpus2"):
-        per_gpu.setdefault(size // (2 if path == "agent-reserve-gpus2" else 1), {})[path[-5:]] = rs
+    if path.startswith("agent-reserve-gpus"):
+        two = path.startswith("agent-reserve-gpus2")
+        per_gpu.setdefault(size // (2 if two else 1), {})[path] = rs
 for each, d in sorted(per_gpu.items()):
-    if "gpus1" not in d or "gpus2" not in d:
+    if "agent-reserve-gpus1" not in d:
         continue
-    s1, r1 = med(d["gpus1"], "suspend_s"), med(d["gpus1"], "resume_s")
-    s2, r2 = med(d["gpus2"], "suspend_s"), med(d["gpus2"], "resume_s")
-    if s1 and r1 and s2 and r2:
-        lines += ["", "Two GPUs in parallel (%s on each; goal <= 1.2x of one GPU): suspend %.2f s vs %.2f s (x%.2f), "
-                  "resume %.2f s vs %.2f s (x%.2f)." % (human(each), s2, s1, s2 / s1, r2, r1, r2 / r1)]
+    s1, r1 = med(d["agent-reserve-gpus1"], "suspend_s"), med(d["agent-reserve-gpus1"], "resume_s")
+    for path in sorted(p for p in d if p.startswith("agent-reserve-gpus2")):
+        s2, r2 = med(d[path], "suspend_s"), med(d[path], "resume_s")
+        if s1 and r1 and s2 and r2:
+            lines += ["", "Two GPUs in parallel (%s on each; goal <= 1.2x of one GPU; %s): suspend %.2f s vs %.2f s (x%.2f), "
+                      "resume %.2f s vs %.2f s (x%.2f)." % (human(each), path, s2, s1, s2 / s1, r2, r1, r2 / r1)]
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 EOF
 echo
