@@ -107,6 +107,19 @@ static void *worker(void *arg)
 	}
 }
 
+/* Runs the workers over the whole area once: 0, or 1 if a thread could not start. */
+static int run_workers(struct run *r, pthread_t *tid, int threads)
+{
+	for (int i = 0; i < threads; i++)
+		if (pthread_create(&tid[i], NULL, worker, r)) {
+			perror("pthread_create");
+			return 1;
+		}
+	for (int i = 0; i < threads; i++)
+		pthread_join(tid[i], NULL);
+	return 0;
+}
+
 /* AnonHugePages of this process, in MiB (the part of the pool in transparent huge pages). */
 static long anon_huge_mib(void)
 {
@@ -178,13 +191,8 @@ int main(int argc, char **argv)
 		/* the pool as a reserve is when a suspend comes: populated, untimed */
 		enum mode copy_mode = r.mode;
 		r.mode = MODE_THP;
-		for (int i = 0; i < threads; i++)
-			if (pthread_create(&tid[i], NULL, worker, &r)) {
-				perror("pthread_create");
-				return 1;
-			}
-		for (int i = 0; i < threads; i++)
-			pthread_join(tid[i], NULL);
+		if (run_workers(&r, tid, threads))
+			return 1;
 		r.mode = copy_mode;
 		atomic_store(&r.next, 0);
 		r.thread_warm = calloc((size_t)threads, sizeof(*r.thread_warm));
@@ -198,13 +206,8 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	double t0 = now();
-	for (int i = 0; i < threads; i++)
-		if (pthread_create(&tid[i], NULL, worker, &r)) {
-			perror("pthread_create");
-			return 1;
-		}
-	for (int i = 0; i < threads; i++)
-		pthread_join(tid[i], NULL);
+	if (run_workers(&r, tid, threads))
+		return 1;
 	double s = now() - t0;
 	long huge = anon_huge_mib() - huge_before;
 	printf("host_fault %s threads=%d step=%lluMiB size=%lluGiB: %.2f s, %.1f GB/s, huge pages %ld MiB (%.0f%%)\n", m,
