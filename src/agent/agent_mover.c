@@ -19,6 +19,7 @@
 #include "agent/agent_mover.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "agent/agent_app_vmm.h"
+#include "agent/agent_contexts.h"
 #include "agent/agent_peer.h"
 #include "agent/agent_ring.h"
 #include "agent/gate.h"
@@ -504,23 +506,85 @@ void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h)
 	free(h);
 }
 
-int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
+/*
+ * One GPU's regions (h's regions are sorted by device), released in order.
+ * Each GPU has its own lane and, beyond the first, its own thread: the driver
+ * unmaps and frees a GiB region in ~0.6 ms, 33 of them per 32 GiB, and two
+ * GPUs need not wait for each other. A lane stops at its first failure.
+ */
+struct release_lane {
+	struct gs_agent *a;
+	struct gs_agent_held *h;
+	size_t from, to;
+	size_t failed_at; /* to: none failed */
+	CUresult res;
+	pthread_t thread;
+	bool started;
+};
+
+static void *release_lane_main(void *arg)
 {
-	for (size_t i = 0; i < h->nregions; i++) {
-		struct held_region *r = &h->regions[i];
+	struct release_lane *l = arg;
+	l->failed_at = l->to;
+	CUcontext ctx = l->a->devices[l->h->regions[l->from].device].ctx;
+	l->res = CUDA_SUCCESS;
+	if (ctx)
+		l->res = l->a->cu.cuCtxSetCurrent(ctx);
+	else
+		gs_ctx_use_copy_context(l->a); /* any context unmaps: the address space is one */
+	for (size_t i = l->from; i < l->to && l->res == CUDA_SUCCESS; i++) {
+		struct held_region *r = &l->h->regions[i];
 		if (r->released)
 			continue;
-		CUresult res = gs_fault(GS_FI_AGENT_RELEASE) ? CUDA_ERROR_INVALID_VALUE : release_region(a, r);
-		if (res != CUDA_SUCCESS) {
-			char b[128];
-			return gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s", (unsigned long long)r->va,
-				       gs_cuda_strerror(&a->cu, res, b, sizeof(b)));
+		l->res = gs_fault(GS_FI_AGENT_RELEASE) ? CUDA_ERROR_INVALID_VALUE : release_region(l->a, r);
+		if (l->res != CUDA_SUCCESS) {
+			l->failed_at = i;
+			break;
 		}
 		r->released = true;
 		r->handle = 0;
-		update_registry(a, r);
 	}
-	return 0;
+	if (l->res != CUDA_SUCCESS && l->failed_at == l->to)
+		l->failed_at = l->from; /* the context could not be made current: nothing of this lane released */
+	return NULL;
+}
+
+int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)
+{
+	struct release_lane lanes[GS_AGENT_MAX_DEVICES];
+	size_t nlanes = 0;
+	for (size_t i = 0; i < h->nregions; i++)
+		if (!nlanes || h->regions[i].device != h->regions[lanes[nlanes - 1].from].device)
+			lanes[nlanes++] = (struct release_lane){ .a = a, .h = h, .from = i, .to = h->nregions };
+	for (size_t k = 0; k + 1 < nlanes; k++)
+		lanes[k].to = lanes[k + 1].from;
+	pr_debug("releasing %zu regions on %zu GPU(s)", h->nregions, nlanes);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
+	for (size_t k = 1; k < nlanes; k++)
+		lanes[k].started = pthread_create(&lanes[k].thread, NULL, release_lane_main, &lanes[k]) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	for (size_t k = 0; k < nlanes; k++) {
+		if (k == 0 || !lanes[k].started)
+			release_lane_main(&lanes[k]); /* the first GPU's here; another's here too if its thread did not start */
+		else
+			pthread_join(lanes[k].thread, NULL);
+	}
+	gs_ctx_use_copy_context(a);
+	const struct release_lane *failed = NULL;
+	for (size_t k = 0; k < nlanes; k++) {
+		for (size_t i = lanes[k].from; i < lanes[k].to; i++)
+			if (h->regions[i].released)
+				update_registry(a, &h->regions[i]);
+		if (!failed && lanes[k].res != CUDA_SUCCESS)
+			failed = &lanes[k];
+	}
+	if (!failed)
+		return 0;
+	char b[128];
+	return gs_fail(err, GS_E_AGENT, "cannot release GPU memory at %#llx: %s",
+		       (unsigned long long)h->regions[failed->failed_at].va, gs_cuda_strerror(&a->cu, failed->res, b, sizeof(b)));
 }
 
 int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err)

@@ -11,7 +11,10 @@
 #  - allocations inside a stream capture, also cuMemAllocFromPoolAsync, are
 #    the graph's; a free inside a capture frees the memory when the graph
 #    runs (once, however often it runs), not never;
-#  - managed memory counts as not releasable in `state` until it is freed.
+#  - managed memory counts as not releasable in `state` until it is freed;
+#  - memory on both devices is released by one thread per device: a release
+#    that fails on one while the other's go on is undone on both, the app
+#    runs on with its data, and the next cycle works.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
@@ -60,5 +63,23 @@ reply_ok "managed memory freed" managed-free MANAGEDFREE
 check "freed managed memory no longer counts ($(agent_field unmanaged_allocations))" \
   test "$(agent_field unmanaged_allocations)" = "$unmanaged"
 
+quit_app "the app exits cleanly"
+# ---- one thread per device releases; a failure on one is undone on both ----
+GPUSNAP_FAULT=agent-release@2 start_app
+reply_ok "an allocation on device 1 (device 0 current)" device-pool DEVPOOL
+reply_ok "allocations on device 0 through its pools" set-pool SETPOOL
+verify_ok "the data on both devices"
+phys0=$(phys)
+run_gpusnap suspend "$APP"
+expect "a suspend whose second release fails (two devices releasing at once)" 16 "cannot release GPU memory"
+check "every allocation is mapped again ($(phys) of $phys0 bytes)" test "$(phys)" = "$phys0"
+verify_ok "the data after the failed suspend"
+run_gpusnap state "$APP"
+check "state says running ($(cat "$OUT_TXT"))" grep -qx running "$OUT_TXT"
+run_gpusnap suspend "$APP"; expect "the next suspend" 0
+check "it released both devices' memory (left: $(phys))" test "$(phys)" = 0
+run_gpusnap resume "$APP"; expect "resume" 0
+check "mapped again ($(phys) of $phys0 bytes)" test "$(phys)" = "$phys0"
+verify_ok "the data after the cycle"
 quit_app "the app exits cleanly"
 test_done
