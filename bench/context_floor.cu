@@ -9,6 +9,7 @@
  *   Creates the context (prints "context_only_mib": device memory in use
  *   before any kernel, cuMemGetInfo), runs a kernel, prints "used_mib A",
  *   then with STACK_BYTES sets the stack limit and prints "shrunk_mib B".
+ *   CONTEXT_FLOOR_LIMITS (below) sets other limits too.
  *   CONTEXTS > 1: that many contexts on the GPU (cuCtxCreate), each with its
  *   kernel and stack limit, to see whether the driver's cost grows per
  *   context. Then "ready" and waits: on SIGUSR1 it runs the kernel again in
@@ -107,6 +108,28 @@ int main(int argc, char **argv)
 		}
 		cudaDeviceGetLimit(&stack, cudaLimitStackSize);
 		printf("set %s: %s; stack_bytes %zu shrunk_mib %.1f\n", stack_arg, cudaGetErrorString(e), stack, used_mib());
+	}
+	/*
+	 * CONTEXT_FLOOR_LIMITS="L:V,...": other cuCtxSetLimit limits (cudaLimit
+	 * numbers: 1 printf FIFO, 2 malloc heap, 3 sync depth, 4 pending launches)
+	 * set in every context, to see what else a context's memory is made of.
+	 */
+	const char *more = getenv("CONTEXT_FLOOR_LIMITS");
+	for (const char *p = more; p && *p;) {
+		int limit = 0;
+		unsigned long long value = 0;
+		int used = 0;
+		if (sscanf(p, "%d:%llu%n", &limit, &value, &used) != 2)
+			break;
+		cudaError_t e = cudaSuccess;
+		for (int c = 0; c < contexts && e == cudaSuccess; c++) {
+			cuCtxSetCurrent(ctx[c]);
+			e = cudaDeviceSetLimit((cudaLimit)limit, (size_t)value);
+		}
+		printf("limit %d = %llu: %s; used_mib %.1f\n", limit, value, cudaGetErrorString(e), used_mib());
+		p += used;
+		if (*p == ',')
+			p++;
 	}
 	printf("ready\n");
 	while (!stop) {
