@@ -547,6 +547,33 @@ expect_vram_released() { # NAME PID PID_MIB_BEFORE GPU_MIB_BEFORE EXPECT_MIB
   return 1
 }
 
+# suspend --tree of a two-rank job (R0 leads the tree, R1 is in it), each rank
+# checked suspended and, for a full suspend (no SUSPEND ARGS), its VRAM
+# released (expect_vram_released with EXPECT_MIB per rank); then the caller's
+# check between suspend and resume (BETWEEN: a function name, or ":"), and
+# resume --tree with both ranks checked running. TREE_GPU_BEFORE is the GPUs'
+# use before the suspend, for BETWEEN. Returns 1 when a command failed.
+tree_cycle() { # WHAT R0 R1 EXPECT_MIB BETWEEN [SUSPEND ARGS...]
+  local what=$1 r0=$2 r1=$3 expect=$4 between=$5 b0 b1
+  shift 5
+  b0=$(pid_vram_mib "$r0")
+  b1=$(pid_vram_mib "$r1")
+  TREE_GPU_BEFORE=$(gpus_used_mib)
+  gs_run suspend "$r0" --tree --json "$@"
+  expect_rc 0 "$what: suspend --tree of both ranks" || return 1
+  expect_json_process "$r0" suspended "$what: rank 0"
+  expect_json_process "$r1" suspended "$what: rank 1"
+  if [ $# -eq 0 ]; then
+    expect_vram_released "rank 0" "$r0" "$b0" "$TREE_GPU_BEFORE" "$expect"
+    expect_vram_released "rank 1" "$r1" "$b1" "$TREE_GPU_BEFORE" "$expect"
+  fi
+  "$between" "$what" "$@"
+  gs_run resume "$r0" --tree --json
+  expect_rc 0 "$what: resume --tree" || return 1
+  expect_json_process "$r0" running "$what: rank 0 after resume"
+  expect_json_process "$r1" running "$what: rank 1 after resume"
+}
+
 # Checks nvidia-smi lists PID with at least MIN_MIB (the data it holds).
 expect_vram_at_least() { # NAME PID MIN_MIB
   local now

@@ -53,29 +53,16 @@ ring_ok() { # WHAT
 }
 ring_ok "before suspend"
 
-cycle() { # WHAT [SUSPEND ARGS...]
-  local what=$1 b0 b1 gpu_before gpu_after
-  shift
-  b0=$(pid_vram_mib "$p0")
-  b1=$(pid_vram_mib "$p1")
-  gpu_before=$(gpus_used_mib)
-  gs_run suspend "$p0" --tree --json "$@"
-  expect_rc 0 "$what: suspend --tree of rank 0 and its child" || return 1
-  expect_json_process "$p0" suspended "$what: rank 0"
-  expect_json_process "$p1" suspended "$what: rank 1"
-  if [ $# -eq 0 ]; then
-    expect_vram_released "rank 0" "$p0" "$b0" "$gpu_before" 1024
-    expect_vram_released "rank 1" "$p1" "$b1" "$gpu_before" 1024
-  fi
+fell_by_both() { # WHAT [SUSPEND ARGS...]
+  local gpu_after
   gpu_after=$(gpus_used_mib)
-  check "$what: the GPU's use fell by both 1 GiB buffers ($gpu_before -> $gpu_after MiB)" \
-    [ $((gpu_before - gpu_after)) -ge $((2048 * 9 / 10)) ]
-  gs_run resume "$p0" --tree --json
-  expect_rc 0 "$what: resume --tree" || return 1
-  expect_json_process "$p0" running "$what: rank 0 after resume"
-  expect_json_process "$p1" running "$what: rank 1 after resume"
-  app_verify share "$what: both buffers from both ranks after resume" || return 1
-  ring_ok "$what: after resume"
+  check "$1: the GPU's use fell by both 1 GiB buffers ($TREE_GPU_BEFORE -> $gpu_after MiB)" \
+    [ $((TREE_GPU_BEFORE - gpu_after)) -ge $((2048 * 9 / 10)) ]
+}
+cycle() { # WHAT [SUSPEND ARGS...]
+  tree_cycle "$1" "$p0" "$p1" 1024 fell_by_both "${@:2}" || return 1
+  app_verify share "$1: both buffers from both ranks after resume" || return 1
+  ring_ok "$1: after resume"
 }
 cycle "first cycle" || finish
 cycle "second cycle" || finish

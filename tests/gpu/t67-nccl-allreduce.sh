@@ -58,27 +58,13 @@ steps 20 "before any suspend" || finish
 gs_run state "$r0" -v
 log "rank 0: $GS_OUT"
 
+kept_vram() { # WHAT [SUSPEND ARGS...]
+  [ $# -gt 1 ] && log "$1: VRAM with the contexts kept: rank 0 $(pid_vram_mib "$r0") MiB, rank 1 $(pid_vram_mib "$r1") MiB"
+  return 0
+}
 cycle() { # WHAT [SUSPEND ARGS...]
-  local what=$1 b0 b1 gpu_before
-  shift
-  b0=$(pid_vram_mib "$r0")
-  b1=$(pid_vram_mib "$r1")
-  gpu_before=$(gpus_used_mib)
-  gs_run suspend "$r0" --tree --json "$@"
-  expect_rc 0 "$what: suspend --tree of the job" || return 1
-  expect_json_process "$r0" suspended "$what: rank 0"
-  expect_json_process "$r1" suspended "$what: rank 1"
-  if [ $# -eq 0 ]; then
-    expect_vram_released "rank 0" "$r0" "$b0" "$gpu_before" 0
-    expect_vram_released "rank 1" "$r1" "$b1" "$gpu_before" 0
-  else
-    log "$what: VRAM with the contexts kept: rank 0 $(pid_vram_mib "$r0") MiB, rank 1 $(pid_vram_mib "$r1") MiB"
-  fi
-  gs_run resume "$r0" --tree --json
-  expect_rc 0 "$what: resume --tree of the job" || return 1
-  expect_json_process "$r0" running "$what: rank 0 after resume"
-  expect_json_process "$r1" running "$what: rank 1 after resume"
-  steps 20 "$what: after resume"
+  tree_cycle "$1" "$r0" "$r1" 0 kept_vram "${@:2}" || return 1
+  steps 20 "$1: after resume"
 }
 cycle "first cycle" || finish
 cycle "keep-context cycle" --keep-context || finish
