@@ -1,0 +1,135 @@
+"""jax_cupy.py - a JAX or CuPy process for gpusnap's GPU tests (t68).
+
+JAX (--framework jax): an MLP with seeded random weights, its forward pass
+jitted, and a jitted SGD step on a copy of the weights; XLA's allocator as it
+comes (by default it takes 75% of the GPU at start, XLA_PYTHON_CLIENT_* in the
+environment change that). CuPy (--framework cupy): cuBLAS matrix products, a
+cuFFT transform, a reduction and an ElementwiseKernel that NVRTC compiles at
+run time, through CuPy's memory pool. Either way the results of the first run
+are kept as references (and a large seeded array is kept on the GPU as data
+to carry), then it answers commands on stdin, one per line, like the C test
+apps:
+  check  -> "CHECK OK <framework>" when every result computed again is
+            bit-identical to its reference, the kept array is unchanged and
+            a training step gives a finite loss; else "CHECK FAIL <why>"
+  quit   -> "BYE <status>"
+"""
+import argparse
+import os
+import sys
+
+
+def jax_app(seed, held_mib):
+    import jax
+    import jax.numpy as jnp
+
+    dev = jax.devices("gpu")[0]
+    key = jax.random.PRNGKey(seed)
+    k1, k2, k3 = jax.random.split(key, 3)
+    dims = [256, 1024, 1024, 256]
+    params = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        kw, kb = jax.random.split(jax.random.fold_in(k1, i))
+        params.append((jax.random.normal(kw, (a, b), jnp.float32) / a ** 0.5, jax.random.normal(kb, (b,), jnp.float32)))
+    params = jax.device_put(params, dev)
+    x = jax.device_put(jax.random.normal(k2, (64, dims[0]), jnp.float32), dev)
+    held = jax.device_put(jax.random.bits(k3, (held_mib * 262144,), jnp.uint32), dev)
+    def held_sum():
+        return int(jnp.sum(held * jnp.uint32(2654435761)))  # wraps in 32 bits (JAX has no 64-bit types by default)
+
+    held_ref = held_sum()
+
+    @jax.jit
+    def forward(p, v):
+        for w, b in p[:-1]:
+            v = jax.nn.gelu(v @ w + b)
+        w, b = p[-1]
+        return v @ w + b
+
+    @jax.jit
+    def sgd_step(p, v):
+        def loss(q):
+            return jnp.mean(forward(q, v) ** 2)
+        value, grads = jax.value_and_grad(loss)(p)
+        return value, jax.tree_util.tree_map(lambda a, g: a - 1e-4 * g, p, grads)
+
+    ref = jax.device_get(forward(params, x))
+    trainee = jax.tree_util.tree_map(lambda a: a + 0, params)
+
+    def check():
+        nonlocal trainee
+        why = []
+        out = jax.device_get(forward(params, x))
+        if not (out == ref).all():
+            why.append("forward output differs")
+        if held_sum() != held_ref:
+            why.append("the kept array changed")
+        value, trainee = sgd_step(trainee, x)
+        if not jnp.isfinite(value):
+            why.append("training step gave %s" % value)
+        return why
+
+    return check
+
+
+def cupy_app(seed, held_mib):
+    import cupy as cp
+
+    rs = cp.random.RandomState(seed)
+    a = rs.standard_normal((1024, 1024), dtype=cp.float32)
+    b = rs.standard_normal((1024, 1024), dtype=cp.float32)
+    sig = rs.standard_normal(1 << 20).astype(cp.complex64)
+    held = rs.randint(0, 2 ** 31 - 1, size=held_mib * 262144, dtype=cp.int32)
+    scale = cp.ElementwiseKernel("float32 x, float32 y", "float32 z", "z = x * 0.5f + y * y", "gpusnap_t68_scale")
+
+    def compute():
+        return [cp.asnumpy(a @ b), cp.asnumpy(cp.fft.fft(sig)), cp.asnumpy(scale(a, b)),
+                int(cp.sum(held.astype(cp.int64) * 2654435761 % 4294967291))]
+
+    refs = compute()
+    names = ["matmul (cuBLAS)", "fft (cuFFT)", "elementwise kernel (NVRTC)", "the kept array"]
+
+    def check():
+        why = [n for n, got, want in zip(names, compute(), refs)
+               if not (got == want if isinstance(want, int) else (got == want).all())]
+        # allocations and frees through the pool after the resume
+        churn = [cp.empty((i * 37) % 65536 + 1, dtype=cp.uint8) for i in range(500)]
+        del churn
+        cp.cuda.Device().synchronize()
+        return why
+
+    return check
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--framework", choices=["jax", "cupy"], required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--held-mib", type=int, default=1024, help="MiB of seeded data kept on the GPU")
+    args = ap.parse_args()
+    check = (jax_app if args.framework == "jax" else cupy_app)(args.seed, args.held_mib)
+    why = check()
+    if why:
+        print("CHECK FAIL at start: " + "; ".join(why), flush=True)
+        return 1
+    print("READY %d" % os.getpid(), flush=True)
+    status = 0
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "check":
+            why = check()
+            if why:
+                status = 1
+                print("CHECK FAIL " + "; ".join(why), flush=True)
+            else:
+                print("CHECK OK %s" % args.framework, flush=True)
+        elif cmd == "quit":
+            break
+        elif cmd:
+            print("ERROR unknown command %r" % cmd, flush=True)
+    print("BYE %d" % status, flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# t68-jax-cupy.sh - JAX and CuPy, the two other frameworks on the GPU
+# machine, under the agent (gpusnap run): a jitted MLP and its SGD step with
+# XLA's allocator as it comes (75% of the GPU taken at start), and CuPy's
+# cuBLAS, cuFFT, an NVRTC-compiled kernel and its memory pool, each holding 1
+# GiB of seeded data besides. Every result computed again after two agent
+# suspend/resume cycles (VRAM 0 while suspended), a --keep-context cycle, a
+# --driver cycle, and a dump, kill and restore is bit-identical to the one
+# computed before. A framework that is not installed is a SKIP line.
+# gpu-test-limit: 480
+. "$(dirname "$0")/lib.sh"
+gs_test_init t68-jax-cupy
+py=$(dirname "$0")/py/jax_cupy.py
+require_criu
+
+check_ok() { # NAME WHAT
+  if app_cmd "$1" check CHECK 180 && [[ $REPLY_LINE == "CHECK OK"* ]]; then
+    pass "$2"
+  else
+    fail "$2: ${REPLY_LINE:-no answer}"
+    app_show_stderr "$1"
+  fi
+}
+
+for fw in jax cupy; do
+  if ! python3 -c "import $fw" 2>/dev/null; then
+    skip "$fw is not installed here"
+    continue
+  fi
+  app_start "$fw" 300 "$GPUSNAP" run -- python3 "$py" --framework "$fw" --seed 68 || continue
+  pid=${APP_PID[$fw]}
+  check_ok "$fw" "$fw: results before any suspend"
+  gs_run state "$pid" --json
+  check "$fw: the agent can release the data ($(json_get "$GS_OUT" agent.bytes) bytes)" \
+    awk -v b="$(json_get "$GS_OUT" agent.bytes)" 'BEGIN { exit !(b >= 1073741824) }'
+  for cycle in 1 2; do
+    gs_run suspend "$pid" --json
+    expect_rc 0 "$fw: agent suspend $cycle" || break
+    check "$fw: suspend $cycle took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
+    log "$fw: suspend $cycle: $(json_get "$GS_OUT" 'processes.0.agent.bytes') bytes, $(json_get "$GS_OUT" 'processes.0.agent.zero_bytes') of them zero, $(json_get "$GS_OUT" total_s) s"
+    check "$fw: VRAM 0 while suspended" [ "$(pid_vram_mib "$pid")" == 0 ]
+    gs_run resume "$pid" --json
+    expect_rc 0 "$fw: resume $cycle" || break
+    check_ok "$fw" "$fw: bit-identical results after cycle $cycle"
+  done
+  gs_run suspend "$pid" --keep-context --json
+  expect_rc 0 "$fw: suspend --keep-context"
+  gs_run resume "$pid" --json
+  expect_rc 0 "$fw: resume after --keep-context"
+  check_ok "$fw" "$fw: bit-identical after a --keep-context cycle"
+  gs_run suspend "$pid" --driver --json
+  expect_rc 0 "$fw: suspend --driver (the driver moves everything)"
+  gs_run resume "$pid" --json
+  expect_rc 0 "$fw: resume after --driver"
+  check_ok "$fw" "$fw: bit-identical after a --driver cycle"
+  if dump_checked "$pid" "$GS_WORK/img-$fw" agent && restore_checked "$GS_WORK/img-$fw" "$pid"; then
+    check_ok "$fw" "$fw: bit-identical after dump, kill and restore"
+  fi
+  app_quit "$fw" 60
+done
+finish
