@@ -393,6 +393,8 @@ static void run_to_host(struct ring_worker *wk)
 			size_t k = job_claim(j);
 			if (k >= n)
 				break;
+			if (j->end->ops->zero && j->end->ops->zero(j->end, k))
+				continue; /* found all zero on the GPU before the transfer: nothing to move */
 			struct ring_slot *s = &wk->slots[(head + count) % RING_DEPTH];
 			void *host = j->end->direct ? direct_at(j, k) : s->buf;
 			if (!host || issue(wk, s, k, host))

@@ -75,7 +75,11 @@ struct gs_ring_end_ops {
 	int (*put)(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, const void *buf, struct gs_err *e);
 	/* Towards the GPU: fills buf with chunk k's bytes. */
 	int (*get)(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, void *buf, struct gs_err *e);
-	/* Optional, towards the GPU: chunk k is all zero (the GPU sets it; nothing is read). */
+	/*
+	 * Optional: chunk k is all zero. Towards the GPU the GPU sets it (nothing
+	 * is read); towards the host a chunk already known zero when the transfer
+	 * claims it (found on the GPU, agent_zero_scan.h) is not copied at all.
+	 */
 	bool (*zero)(struct gs_ring_end *end, size_t k);
 	/*
 	 * Optional: chunk k's bytes in the end's own memory, waited for until
@@ -103,7 +107,8 @@ struct gs_ring_end {
  * the ring, a chunk found all zero in its ring buffer is marked there and
  * nothing of it enters the pool (frameworks reserve much more GPU memory than
  * they fill, and fresh GPU memory reads as zero: that host memory is then
- * never taken); towards the GPU a marked chunk is set to zero on the GPU
+ * never taken); a chunk marked before the transfer (found on the GPU) is not
+ * copied at all; towards the GPU a marked chunk is set to zero on the GPU
  * instead (cuMemsetD8Async, in order with the lane's copies).
  *
  * unpin (direct, towards the host): each segment is unpinned as soon as the

@@ -95,16 +95,30 @@ int gs_cuda_load_memory_api(struct gs_cuda *cu, struct gs_err *err)
 			return gs_fail(err, GS_E_DRIVER_OLD, "NVIDIA driver lacks %s", table[i].name);
 		memcpy((char *)cu + table[i].offset, &fn, sizeof(fn));
 	}
-	/* what the agent can do without: it then leaves the context as it is */
-	void *fn = NULL;
-	int status = 0;
-	if (cu->cuGetProcAddress("cuCtxGetLimit", &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS)
-		memcpy(&cu->cuCtxGetLimit, &fn, sizeof(fn));
-	fn = NULL;
-	if (cu->cuGetProcAddress("cuCtxSetLimit", &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS)
-		memcpy(&cu->cuCtxSetLimit, &fn, sizeof(fn));
-	if (!cu->cuCtxGetLimit || !cu->cuCtxSetLimit)
-		cu->cuCtxGetLimit = NULL, cu->cuCtxSetLimit = NULL;
+	/* what the agent can do without, in groups: a group with a member missing is left out whole */
+	static const struct {
+		const char *name;
+		size_t offset;
+		int group; /* 0: the context's limits; 1: a kernel of the agent's own */
+	} optional[] = {
+#define OPTIONAL(field, group) { #field, offsetof(struct gs_cuda, field), group }
+		OPTIONAL(cuCtxGetLimit, 0), OPTIONAL(cuCtxSetLimit, 0), OPTIONAL(cuModuleLoadData, 1),
+		OPTIONAL(cuModuleGetFunction, 1), OPTIONAL(cuModuleUnload, 1), OPTIONAL(cuLaunchKernel, 1),
+#undef OPTIONAL
+	};
+	const size_t noptional = sizeof(optional) / sizeof(optional[0]);
+	bool group_missing[2] = { false, false };
+	for (size_t i = 0; i < noptional; i++) {
+		void *fn = NULL;
+		int status = 0;
+		if (cu->cuGetProcAddress(optional[i].name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS)
+			fn = NULL;
+		group_missing[optional[i].group] |= fn == NULL;
+		memcpy((char *)cu + optional[i].offset, &fn, sizeof(fn));
+	}
+	for (size_t i = 0; i < noptional; i++)
+		if (group_missing[optional[i].group])
+			memset((char *)cu + optional[i].offset, 0, sizeof(void *));
 	cu->memory_api = true;
 	return 0;
 }

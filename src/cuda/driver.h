@@ -77,6 +77,12 @@ struct gs_cuda {
 	/* optional (NULL when the driver lacks them): the current context's limits, for the stack shrink before a checkpoint */
 	CUresult (*cuCtxGetLimit)(size_t *, CUlimit);
 	CUresult (*cuCtxSetLimit)(CUlimit, size_t);
+	/* optional (NULL when the driver lacks any of them): a kernel of the agent's own, from PTX (agent_zero_scan.c) */
+	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*cuModuleUnload)(CUmodule);
+	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				   CUstream, void **, void **);
 };
 
 /* Hook for the agent, which must reach the real dlsym past its own interposer. */

@@ -22,6 +22,8 @@ typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
 typedef int CUlimit;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 /* cuCtxGetLimit/cuCtxSetLimit: bytes of stack per GPU thread; the context's local memory is sized from it */
 #define CU_LIMIT_STACK_SIZE 0x00
 

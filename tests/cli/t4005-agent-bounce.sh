@@ -119,9 +119,18 @@ check "the ring reports its threads' wait and host time (ring_wait_s $(counter r
 # block's place are an older cycle's, the memset must win over the stale bytes
 unset GPUSNAP_STAGING_MODE GPUSNAP_CHUNK_SIZE GPUSNAP_HOST_COPY GPUSNAP_STAGING_POPULATE
 export AGENT_APP_ZERO_MB=64
+# where zero chunks are found: on the GPU (the agent's own kernel), or on the host after the copy
+scan_where=gpu
 zero_cycle() { # TITLE WANT(zero|data|off)
   run_gpusnap suspend --json "$APP"; expect "$mode: suspend, $1" 0
-  local z; z=$(counter zero_bytes)
+  local z g; z=$(counter zero_bytes) g=$(counter gpu_zero_bytes)
+  check "$mode: $1: the agent unloaded its kernel ($(cat "$FAKE_CUDA_DIR/$APP.modules" 2>/dev/null) modules)" \
+    test "$(cat "$FAKE_CUDA_DIR/$APP.modules" 2>/dev/null || echo 0)" = 0
+  case $2:$scan_where in
+    zero:gpu) check "$mode: $1: the zero block was found on the GPU ($g of $z zero bytes)" test "${g:-0}" -ge $((64 << 20)) ;;
+    zero:host) check "$mode: $1: the zero block was found on the host ($g of $z zero bytes)" test "${g:-1}" = 0 ;;
+    data:*) check "$mode: $1: nothing of the filled block is zero on the GPU ($g bytes)" test "${g:-1}" -lt $((64 << 20)) ;;
+  esac
   case $2 in
     zero) check "$mode: $1: the zero block was not copied ($z zero bytes)" test "${z:-0}" -ge $((64 << 20)) ;;
     data) check "$mode: $1: the filled block was copied ($z zero bytes)" test "${z:-0}" -lt $((64 << 20)) ;;
@@ -150,6 +159,21 @@ for mode in zero-on-demand zero-reserve; do
   exec 3>&-
   wait "$APP"
 done
+# the GPU scan turned off, or a driver that loads no module: found on the host, as before the scan
+scan_where=host
+for mode in zero-scan-off zero-no-modules; do
+  if [ $mode = zero-scan-off ]; then export GPUSNAP_GPU_ZERO_SCAN=0; else unset GPUSNAP_GPU_ZERO_SCAN; export FAKE_CUDA_NO_MODULES=1; fi
+  : >"$GPUSNAP_AGENT_LOG"
+  start_app
+  zero_cycle "a zero block" zero
+  if [ $mode = zero-no-modules ]; then
+    check "$mode: the agent's log says the GPU could not scan" grep -q "found on the host instead of on GPU 0" "$GPUSNAP_AGENT_LOG"
+  fi
+  echo quit >&3
+  exec 3>&-
+  wait "$APP"
+done
+unset GPUSNAP_GPU_ZERO_SCAN FAKE_CUDA_NO_MODULES
 mode=zero-off
 unset GPUSNAP_RESERVE
 export GPUSNAP_ZERO_CHUNKS=0

@@ -537,7 +537,7 @@ EXPORT CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
 
 /*
  * Kernels, for the tests of a suspend waiting for GPU work: cuLaunchKernel's
- * function handle says what the kernel does (there are no modules).
+ * function handle says what the kernel does (modules only for the one below).
  *   FAKE_KERNEL_TIMED (1): runs gridDimX milliseconds;
  *   FAKE_KERNEL_HANG (2): runs until FAKE_CUDA_DIR/<pid>.kernel-done exists;
  *   FAKE_KERNEL_COLLECTIVE (3): step gridDimX of a collective: it creates
@@ -551,7 +551,74 @@ EXPORT CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
  * instead: its context's later synchronizes return CUDA_ERROR_ILLEGAL_ADDRESS,
  * as on a GPU.
  */
-enum { FAKE_KERNEL_TIMED = 1, FAKE_KERNEL_HANG = 2, FAKE_KERNEL_COLLECTIVE = 3 };
+enum { FAKE_KERNEL_TIMED = 1, FAKE_KERNEL_HANG = 2, FAKE_KERNEL_COLLECTIVE = 3, FAKE_KERNEL_ZERO_SCAN = 4 };
+
+/*
+ * The agent's own kernel (src/agent/agent_zero_scan.c): cuModuleLoadData
+ * takes PTX that defines the entry gs_zero_scan (anything else:
+ * CUDA_ERROR_INVALID_IMAGE; FAKE_CUDA_NO_MODULES=1: CUDA_ERROR_NOT_SUPPORTED,
+ * a driver that refuses), cuModuleGetFunction hands out
+ * FAKE_KERNEL_ZERO_SCAN, and its launch runs at once, after the stream's
+ * queued copies, as the PTX does: block b reads chunk b's {va, bytes} from
+ * its first parameter and writes 1 to the u32 flags[b] of its second when
+ * those bytes are all zero, else 0. Loaded modules are counted in
+ * FAKE_CUDA_DIR/<pid>.modules, so a test sees the agent unloads its own.
+ */
+#define FAKE_INVALID_IMAGE 200
+static int live_modules;
+static void publish_modules(int delta)
+{
+	int n = __atomic_add_fetch(&live_modules, delta, __ATOMIC_RELAXED);
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (dir)
+		write_number(dir, "modules", n);
+}
+EXPORT CUresult cuModuleLoadData(void **mod, const void *image)
+{
+	const char *no = getenv("FAKE_CUDA_NO_MODULES");
+	if (no && !strcmp(no, "1"))
+		return FAKE_NOT_SUPPORTED;
+	if (!mod || !image || !strstr((const char *)image, ".entry gs_zero_scan("))
+		return FAKE_INVALID_IMAGE;
+	if (!ctx_alive(current_ctx))
+		return FAKE_INVALID_CONTEXT;
+	*mod = (void *)(uintptr_t)0x5ca9;
+	publish_modules(1);
+	return 0;
+}
+EXPORT CUresult cuModuleGetFunction(void **fn, void *mod, const char *name)
+{
+	if (mod != (void *)(uintptr_t)0x5ca9 || !fn || !name || strcmp(name, "gs_zero_scan"))
+		return FAKE_NOT_FOUND;
+	*fn = (void *)(uintptr_t)FAKE_KERNEL_ZERO_SCAN;
+	return 0;
+}
+EXPORT CUresult cuModuleUnload(void *mod)
+{
+	if (mod != (void *)(uintptr_t)0x5ca9)
+		return FAKE_INVALID_HANDLE;
+	publish_modules(-1);
+	return 0;
+}
+static bool all_zero_bytes(const unsigned char *p, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+static CUresult run_zero_scan(unsigned blocks, CUstream h, void **params)
+{
+	bool dead;
+	flush_stream(h, &dead); /* the table's copy queued before it */
+	if (dead || !params || !params[0] || !params[1])
+		return FAKE_INVALID_VALUE;
+	const uint64_t *table = (const uint64_t *)(uintptr_t)*(CUdeviceptr *)params[0];
+	uint32_t *flags = (uint32_t *)(uintptr_t)*(CUdeviceptr *)params[1];
+	for (unsigned b = 0; b < blocks; b++)
+		flags[b] = all_zero_bytes((const unsigned char *)(uintptr_t)table[2 * b], table[2 * b + 1]);
+	return 0;
+}
 struct fake_kernel {
 	struct fake_ctx *ctx;
 	struct fake_stream *stream;
@@ -676,10 +743,12 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 {
 	(void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)extra;
 	int kind = (int)(uintptr_t)f;
-	if (kind < FAKE_KERNEL_TIMED || kind > FAKE_KERNEL_COLLECTIVE)
+	if (kind < FAKE_KERNEL_TIMED || kind > FAKE_KERNEL_ZERO_SCAN)
 		return FAKE_INVALID_VALUE;
 	if (!ctx_alive(current_ctx))
 		return FAKE_INVALID_CONTEXT;
+	if (kind == FAKE_KERNEL_ZERO_SCAN)
+		return run_zero_scan(gx, h, params);
 	struct fake_kernel *k = calloc(1, sizeof(*k));
 	if (!k)
 		return FAKE_OUT_OF_MEMORY;
@@ -1606,6 +1675,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 		ENTRY("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState), ENTRY("cuCtxCreate", cuCtxCreate_v2),
 		ENTRY("cuCtxDestroy", cuCtxDestroy_v2), ENTRY("cuCtxGetApiVersion", cuCtxGetApiVersion),
 		ENTRY("cuCtxGetLimit", cuCtxGetLimit), ENTRY("cuCtxSetLimit", cuCtxSetLimit),
+		ENTRY("cuModuleLoadData", cuModuleLoadData), ENTRY("cuModuleGetFunction", cuModuleGetFunction),
+		ENTRY("cuModuleUnload", cuModuleUnload),
 		ENTRY("cuLaunchKernel", cuLaunchKernel), ENTRY("cuStreamQuery", cuStreamQuery),
 		ENTRY("cuStreamCreate", cuStreamCreate), ENTRY("cuStreamDestroy", cuStreamDestroy_v2),
 		ENTRY("cuStreamSynchronize", cuStreamSynchronize), ENTRY("cuStreamIsCapturing", cuStreamIsCapturing),

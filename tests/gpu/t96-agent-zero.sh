@@ -6,20 +6,29 @@
 # a memset, and every byte verifies (the zeros and the pattern). Then the same
 # with a reserved pool over two cycles (its bytes are the last cycle's where
 # zero chunks were not copied), a --keep-context cycle, and
-# GPUSNAP_ZERO_CHUNKS=0 (every chunk copied).
+# GPUSNAP_ZERO_CHUNKS=0 (every chunk copied). The zero chunks are found on the
+# GPU by the agent's own kernel before anything crosses PCIe (gpu_zero_bytes
+# as large as zero_bytes), and with GPUSNAP_GPU_ZERO_SCAN=0 on the host after
+# the copy (gpu_zero_bytes 0, the same zero_bytes).
 . "$(dirname "$0")/lib.sh"
 gs_test_init t96-agent-zero
 
-zero_bytes() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["processes"][0]["agent"].get("zero_bytes", -1))' "$GS_OUT"; }
+zero_bytes() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["processes"][0]["agent"].get(sys.argv[2], -1))' "$GS_OUT" "${1:-zero_bytes}"; }
 
 cycle() { # NAME WHAT MIN_ZERO_BYTES MAX_ZERO_BYTES [SUSPEND ARGS...]
-  local name=$1 what=$2 lo=$3 hi=$4 pid=${APP_PID[$1]} z
+  local name=$1 what=$2 lo=$3 hi=$4 pid=${APP_PID[$1]} z g
   shift 4
   gs_run suspend "$pid" --json "$@"
   expect_rc 0 "suspend $what" || return 1
   check "$what took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
   z=$(zero_bytes)
   check "$what: $z bytes were zero and not copied (want $lo to $hi)" [ "$z" -ge "$lo" ] && [ "$z" -le "$hi" ]
+  g=$(zero_bytes gpu_zero_bytes)
+  if [ "${GPUSNAP_GPU_ZERO_SCAN:-1}" = 0 ] || [ "$hi" = 0 ]; then
+    check "$what: none found on the GPU ($g bytes)" [ "$g" -le 0 ]
+  else
+    check "$what: all of them found on the GPU, never copied ($g of $z bytes; scan $(json_get "$GS_OUT" processes.0.agent.zero_scan_s) s)" [ "$g" = "$z" ]
+  fi
   [ "${1:-}" != --keep-context ] && check "$what: VRAM of the process is 0" [ "$(pid_vram_mib "$pid")" == 0 ]
   gs_run resume "$pid" --json
   expect_rc 0 "resume after $what" || return 1
@@ -41,6 +50,12 @@ app_start r 180 "$GPUSNAP" run --reserve 9G -- "$GS_APPS/pattern" --size 8G --al
 cycle r "a suspend into a reserved pool" "$six" "$most" || finish
 cycle r "a second suspend into the reserved pool" "$six" "$most" || finish
 app_quit r
+
+export GPUSNAP_GPU_ZERO_SCAN=0
+app_start h 180 "$GPUSNAP" run -- "$GS_APPS/pattern" --size 8G --alloc-size 1G --zero-percent 75 --seed 99 || finish
+cycle h "a suspend with GPUSNAP_GPU_ZERO_SCAN=0 (found on the host)" "$six" "$most" || finish
+app_quit h
+unset GPUSNAP_GPU_ZERO_SCAN
 
 GPUSNAP_ZERO_CHUNKS=0 app_start o 180 "$GPUSNAP" run -- "$GS_APPS/pattern" --size 8G --alloc-size 1G --zero-percent 75 --seed 98 || finish
 cycle o "a suspend with GPUSNAP_ZERO_CHUNKS=0" 0 0 || finish
