@@ -746,7 +746,7 @@ int gs_mover_stage_out(struct gs_agent *a, struct gs_agent_held *h, double timeo
 	} else {
 		gs_ring_staging_end_finish(&end);
 	}
-	h->zero_bytes = atomic_load(&end.zero_bytes) + gpu_zero;
+	h->zero_bytes = atomic_load(&end.zero_bytes); /* the GPU's finds included: the transfer put them as zero */
 	if (h->ring) {
 		st.setup_s = h->ring_setup_s;
 		double t = gs_now();

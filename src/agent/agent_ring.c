@@ -393,8 +393,13 @@ static void run_to_host(struct ring_worker *wk)
 			size_t k = job_claim(j);
 			if (k >= n)
 				break;
-			if (j->end->ops->zero && j->end->ops->zero(j->end, k))
-				continue; /* found all zero on the GPU before the transfer: nothing to move */
+			if (j->end->ops->zero && j->end->ops->zero(j->end, k)) {
+				/* found all zero on the GPU before the transfer: nothing crosses PCIe, the end hears so */
+				struct gs_err e = { 0 };
+				if (j->end->ops->put(j->end, j->h, k, NULL, &e))
+					job_fail(j, &e);
+				continue;
+			}
 			struct ring_slot *s = &wk->slots[(head + count) % RING_DEPTH];
 			void *host = j->end->direct ? direct_at(j, k) : s->buf;
 			if (!host || issue(wk, s, k, host))
@@ -777,7 +782,7 @@ static int staging_put(struct gs_ring_end *end, const struct gs_agent_held *h, s
 {
 	struct gs_ring_staging_end *s = (struct gs_ring_staging_end *)end;
 	const struct gs_copy_chunk *c = &h->plan.chunks[k];
-	if (s->zero && gs_all_zero(buf, c->size)) {
+	if (s->zero && (!buf || gs_all_zero(buf, c->size))) {
 		/* nothing to keep: the pool's pages for it are never touched (a lazy pool never faults them in) */
 		s->zero[k] = 1;
 		atomic_fetch_add(&s->zero_bytes, c->size);
@@ -882,7 +887,13 @@ static int image_get(struct gs_ring_end *end, const struct gs_agent_held *h, siz
 	return gs_image_read_chunk(((struct gs_ring_image_end *)end)->img, k, buf, e);
 }
 
-static const struct gs_ring_end_ops image_writer_ops = { .put = image_put };
+static bool image_known_zero(struct gs_ring_end *end, size_t k)
+{
+	const uint8_t *z = ((struct gs_ring_image_end *)end)->known_zero;
+	return z && z[k];
+}
+
+static const struct gs_ring_end_ops image_writer_ops = { .put = image_put, .zero = image_known_zero };
 static const struct gs_ring_end_ops image_reader_ops = { .get = image_get };
 
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w)

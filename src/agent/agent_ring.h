@@ -141,6 +141,8 @@ struct gs_ring_image_end {
 	struct gs_ring_end end;
 	struct gs_image_writer *w;
 	struct gs_image *img;
+	/* a writer's chunks known all zero before the transfer (found on the GPU; NULL: none): written as zero records */
+	const uint8_t *known_zero;
 };
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w);
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);

@@ -80,6 +80,7 @@ struct dump_run {
 	/* timings */
 	double agent_suspend_s, agent_write_s, criu_s, publish_s, resume_s, total_s;
 	uint64_t gpu_bytes, ring_bytes;
+	uint64_t gpu_zero_bytes; /* streamed dump: bytes the agent found all zero on the GPU (never copied) */
 };
 
 /*
@@ -261,6 +262,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->agent_write_s = total > r->agent_suspend_s ? total - r->agent_suspend_s : 0;
 		r->gpu_bytes = cli_agent_counter(&r->agent, "bytes");
 		r->ring_bytes = cli_agent_counter(&r->agent, "ring_bytes");
+		r->gpu_zero_bytes = cli_agent_counter(&r->agent, "gpu_zero_bytes");
 	} else if (r->agent.present) {
 		/* data part (agents without the streamed dump): staging, image, free the staging memory */
 		record_step(r, o, STEP_AGENT);
@@ -373,6 +375,7 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_uint(&j, "gpu_data_bytes", r->gpu_bytes);
 		gs_json_kv_bool(&j, "streamed", r->streamed);
 		gs_json_kv_uint(&j, "ring_bytes", r->ring_bytes);
+		gs_json_kv_uint(&j, "gpu_zero_bytes", r->gpu_zero_bytes);
 		gs_json_kv_uint(&j, "cpu_bytes", rc ? 0 : dump_dir_bytes(o->dir, "cpu"));
 		gs_json_key(&j, "times");
 		gs_json_object_begin(&j);

@@ -148,6 +148,21 @@ else
   echo "SKIP: cannot mount a small tmpfs here: the full-disk case is not tested"
 fi
 
+# ---- a zero block: found on the GPU, ZERO chunks in the image, nothing copied for it ----
+kill -9 "$PID"; wait_gone "$PID"
+AGENT_APP_ZERO_MB=8 start_app
+verify_ok "zero block: the app's data after allocation"
+img6=$TEST_TMP/img6
+run_gpusnap dump --json -D "$img6" "$PID"; expect "zero block: dump (streamed)" 0
+check "zero block: the agent found it on the GPU ($(jget "['gpu_zero_bytes']") bytes)" \
+  test "$(jget "['gpu_zero_bytes']")" -ge $((8 << 20))
+wait_gone "$PID" 5
+run_gpusnap inspect --json --verify "$img6"; expect "zero block: inspect --verify" 0
+check "zero block: ZERO chunks in the image ($(jget "['image']['chunks']['zero_bytes']") bytes) that verify" \
+  test "$(jget "['image']['chunks']['zero_bytes']")" -ge $((8 << 20)) -a "$(jget "['verify']['ok']")" = True
+run_gpusnap restore -D "$img6"; expect "zero block: restore" 0
+verify_ok "zero block: every byte is back after restore, the zero block included"
+
 # ---- an agent without the streamed dump (gpusnap builds before it) ----
 # the command line then suspends into staging memory and has the agent write
 # the image from there (gs_agent_image_save); restore is the same
