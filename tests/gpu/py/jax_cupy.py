@@ -8,15 +8,16 @@ cuFFT transform, a reduction and an ElementwiseKernel that NVRTC compiles at
 run time, through CuPy's memory pool. Either way the results of the first run
 are kept as references (and a large seeded array is kept on the GPU as data
 to carry), then it answers commands on stdin, one per line, like the C test
-apps:
+apps (check_loop.py):
   check  -> "CHECK OK <framework>" when every result computed again is
             bit-identical to its reference, the kept array is unchanged and
             a training step gives a finite loss; else "CHECK FAIL <why>"
   quit   -> "BYE <status>"
 """
 import argparse
-import os
 import sys
+
+import check_loop
 
 
 def jax_app(seed, held_mib):
@@ -112,23 +113,7 @@ def main():
     if why:
         print("CHECK FAIL at start: " + "; ".join(why), flush=True)
         return 1
-    print("READY %d" % os.getpid(), flush=True)
-    status = 0
-    for line in sys.stdin:
-        cmd = line.strip()
-        if cmd == "check":
-            why = check()
-            if why:
-                status = 1
-                print("CHECK FAIL " + "; ".join(why), flush=True)
-            else:
-                print("CHECK OK %s" % args.framework, flush=True)
-        elif cmd == "quit":
-            break
-        elif cmd:
-            print("ERROR unknown command %r" % cmd, flush=True)
-    print("BYE %d" % status, flush=True)
-    return status
+    return check_loop.serve(check, args.framework)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Builds a small transformer-style model with random weights (seeded; nothing is
 downloaded), runs it on a fixed input and keeps the output as the reference. A
 CUDA graph of the forward pass is captured too. Then it answers commands on
-stdin, one per line, like the C test apps:
+stdin, one per line, like the C test apps (the loop is check_loop.py's):
   check   -> "CHECK OK" if the eager output and the graph replay are bit-identical
              to the references (and a training step runs), else "CHECK FAIL <why>"
   churn   -> allocates and frees tensors of many sizes (exercises the allocator)
@@ -23,6 +23,8 @@ import sys
 import time
 
 import torch
+
+import check_loop
 
 
 def agent_probe():
@@ -134,42 +136,31 @@ def main():
     # a copy of the model to train, so the reference model's weights never change
     trainee, _ = build(args.seed, args.dim, args.layers)
     opt = torch.optim.SGD(trainee.parameters(), lr=1e-6)
-    print("READY %d" % os.getpid(), flush=True)
-    status = 0
-    for line in sys.stdin:
-        cmd = line.strip()
-        if cmd == "check":
-            out = forward(model, x)
-            graph.replay()
-            torch.cuda.synchronize()
-            why = []
-            if not torch.equal(out, ref):
-                why.append("eager output differs (max diff %g)" % (out - ref).abs().max().item())
-            if not torch.equal(static_out, graph_ref):
-                why.append("graph replay differs")
-            loss = train_step(trainee, opt, x)
-            if loss != loss:
-                why.append("training step gave NaN")
-            if why:
-                status = 1
-                print("CHECK FAIL " + "; ".join(why), flush=True)
-            else:
-                print("CHECK OK %s" % os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"), flush=True)
-        elif cmd == "churn":
-            keep = []
-            for i in range(2000):
-                t = torch.empty((i * 37) % 65536 + 1, dtype=torch.uint8, device="cuda")
-                if i % 3 == 0:
-                    keep.append(t)
-            del keep
-            torch.cuda.synchronize()
-            print("CHURN OK", flush=True)
-        elif cmd == "quit":
-            break
-        else:
-            print("ERROR unknown command %r" % cmd, flush=True)
-    print("BYE %d" % status, flush=True)
-    return status
+    def check():
+        out = forward(model, x)
+        graph.replay()
+        torch.cuda.synchronize()
+        why = []
+        if not torch.equal(out, ref):
+            why.append("eager output differs (max diff %g)" % (out - ref).abs().max().item())
+        if not torch.equal(static_out, graph_ref):
+            why.append("graph replay differs")
+        loss = train_step(trainee, opt, x)
+        if loss != loss:
+            why.append("training step gave NaN")
+        return why
+
+    def churn():
+        keep = []
+        for i in range(2000):
+            t = torch.empty((i * 37) % 65536 + 1, dtype=torch.uint8, device="cuda")
+            if i % 3 == 0:
+                keep.append(t)
+        del keep
+        torch.cuda.synchronize()
+        print("CHURN OK", flush=True)
+
+    return check_loop.serve(check, os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"), {"churn": churn})
 
 
 if __name__ == "__main__":

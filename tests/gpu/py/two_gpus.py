@@ -10,13 +10,14 @@ the host. Then answers commands on stdin, one per line:
             all-reduce of one tensor per GPU gives the sum on both GPUs (--collective
             nccl: torch.cuda.nccl.all_reduce, NCCL inside one process; copy: a peer
             copy, an add and a copy back); else "CHECK FAIL <why>"
-  quit   -> exits (status 1 if a check ever failed)
+  quit   -> "BYE <status>" (status 1 if a check ever failed); the loop is check_loop.py's
 """
 import argparse
-import os
 import sys
 
 import torch
+
+import check_loop
 
 
 def ints(gen, n, device):
@@ -50,46 +51,35 @@ def main():
     red_host = [ints(gen, large, "cpu") for _ in range(2)]
     red_sum = red_host[0] + red_host[1]
     torch.cuda.synchronize()
-    print("READY %d" % os.getpid(), flush=True)
-    status = 0
-    for line in sys.stdin:
-        cmd = line.strip()
-        if cmd == "check":
-            why = []
-            for i, (t, host) in enumerate(kept):
-                if not torch.equal(t.cpu(), host):
-                    why.append("kept tensor %d on %s changed" % (i, t.device))
-            for src_dev, dst_dev in (("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")):
-                src = next(t for t, _ in kept if t.device == torch.device(src_dev))
-                host = next(h for t, h in kept if t.device == torch.device(src_dev))
-                if not torch.equal(src.to(dst_dev).cpu(), host):
-                    why.append("contiguous peer copy %s -> %s differs" % (src_dev, dst_dev))
-                # transposed: not contiguous, so PyTorch's copy kernel reads the peer's memory
-                sq = src[: 1024 * 1024].view(1024, 1024)
-                dst = torch.empty(1024, 1024, device=dst_dev)
-                dst.copy_(sq.t())
-                if not torch.equal(dst.cpu(), host[: 1024 * 1024].view(1024, 1024).t()):
-                    why.append("transposed peer copy %s -> %s differs" % (src_dev, dst_dev))
-            red = [red_host[0].to("cuda:0"), red_host[1].to("cuda:1")]
-            if args.collective == "nccl":
-                nccl.all_reduce(red)
-            else:
-                total = red[0] + red[1].to("cuda:0")
-                red = [total, total.to("cuda:1")]
-            torch.cuda.synchronize()
-            for t in red:
-                if not torch.equal(t.cpu(), red_sum):
-                    why.append("all-reduce result on %s differs" % t.device)
-            if why:
-                status = 1
-                print("CHECK FAIL " + "; ".join(why), flush=True)
-            else:
-                print("CHECK OK %s" % args.collective, flush=True)
-        elif cmd == "quit":
-            break
+    def check():
+        why = []
+        for i, (t, host) in enumerate(kept):
+            if not torch.equal(t.cpu(), host):
+                why.append("kept tensor %d on %s changed" % (i, t.device))
+        for src_dev, dst_dev in (("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")):
+            src = next(t for t, _ in kept if t.device == torch.device(src_dev))
+            host = next(h for t, h in kept if t.device == torch.device(src_dev))
+            if not torch.equal(src.to(dst_dev).cpu(), host):
+                why.append("contiguous peer copy %s -> %s differs" % (src_dev, dst_dev))
+            # transposed: not contiguous, so PyTorch's copy kernel reads the peer's memory
+            sq = src[: 1024 * 1024].view(1024, 1024)
+            dst = torch.empty(1024, 1024, device=dst_dev)
+            dst.copy_(sq.t())
+            if not torch.equal(dst.cpu(), host[: 1024 * 1024].view(1024, 1024).t()):
+                why.append("transposed peer copy %s -> %s differs" % (src_dev, dst_dev))
+        red = [red_host[0].to("cuda:0"), red_host[1].to("cuda:1")]
+        if args.collective == "nccl":
+            nccl.all_reduce(red)
         else:
-            print("UNKNOWN %s" % cmd, flush=True)
-    return status
+            total = red[0] + red[1].to("cuda:0")
+            red = [total, total.to("cuda:1")]
+        torch.cuda.synchronize()
+        for t in red:
+            if not torch.equal(t.cpu(), red_sum):
+                why.append("all-reduce result on %s differs" % t.device)
+        return why
+
+    return check_loop.serve(check, args.collective)
 
 
 if __name__ == "__main__":
