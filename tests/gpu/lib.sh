@@ -547,6 +547,29 @@ expect_vram_released() { # NAME PID PID_MIB_BEFORE GPU_MIB_BEFORE EXPECT_MIB
   return 1
 }
 
+# suspend --json of PID that must take the agent path, checked: exit 0, the
+# agent's path, and for a full suspend (no SUSPEND ARGS) the process's VRAM at
+# 0. GS_OUT keeps the outcome. Returns 1 when the suspend failed.
+agent_suspend_checked() { # WHAT PID [SUSPEND ARGS...]
+  local what=$1 pid=$2
+  shift 2
+  gs_run suspend "$pid" --json "$@"
+  expect_rc 0 "$what" || return 1
+  check "$what took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
+  if [ $# -eq 0 ]; then
+    check "$what: VRAM of the process is 0" [ "$(pid_vram_mib "$pid")" == 0 ]
+  fi
+  return 0
+}
+
+# The agent of PID can release at least MIN_BYTES (gpusnap state --json).
+expect_agent_releasable() { # WHAT PID MIN_BYTES
+  local bytes
+  gs_run state "$2" --json
+  bytes=$(json_get "$GS_OUT" agent.bytes)
+  check "$1: the agent can release ${bytes:-?} bytes (at least $3)" awk -v b="${bytes:-0}" -v m="$3" 'BEGIN { exit !(b >= m) }'
+}
+
 # suspend --tree of a two-rank job (R0 leads the tree, R1 is in it), each rank
 # checked suspended and, for a full suspend (no SUSPEND ARGS), its VRAM
 # released (expect_vram_released with EXPECT_MIB per rank); then the caller's

@@ -31,15 +31,10 @@ for fw in jax cupy; do
   app_start "$fw" 300 "$GPUSNAP" run -- python3 "$py" --framework "$fw" --seed 68 || continue
   pid=${APP_PID[$fw]}
   check_ok "$fw" "$fw: results before any suspend"
-  gs_run state "$pid" --json
-  check "$fw: the agent can release the data ($(json_get "$GS_OUT" agent.bytes) bytes)" \
-    awk -v b="$(json_get "$GS_OUT" agent.bytes)" 'BEGIN { exit !(b >= 1073741824) }'
+  expect_agent_releasable "$fw" "$pid" $((1 << 30))
   for cycle in 1 2; do
-    gs_run suspend "$pid" --json
-    expect_rc 0 "$fw: agent suspend $cycle" || break
-    check "$fw: suspend $cycle took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
+    agent_suspend_checked "$fw: agent suspend $cycle" "$pid" || break
     log "$fw: suspend $cycle: $(json_get "$GS_OUT" 'processes.0.agent.bytes') bytes, $(json_get "$GS_OUT" 'processes.0.agent.zero_bytes') of them zero, $(json_get "$GS_OUT" total_s) s"
-    check "$fw: VRAM 0 while suspended" [ "$(pid_vram_mib "$pid")" == 0 ]
     gs_run resume "$pid" --json
     expect_rc 0 "$fw: resume $cycle" || break
     check_ok "$fw" "$fw: bit-identical results after cycle $cycle"

@@ -22,14 +22,9 @@ for conf in default expandable_segments:True backend:cudaMallocAsync; do
     fail "$conf: check before suspend: $REPLY_LINE"
   # every backend's memory is releasable by the agent: expandable segments (the app's
   # own cuMemCreate/cuMemMap) through virtual handles, at least one 20 MiB segment
-  gs_run state "$pid" --json
-  check "$conf: the agent can release the model's memory ($(json_get "$GS_OUT" agent.bytes) bytes)" \
-    awk -v b="$(json_get "$GS_OUT" agent.bytes)" 'BEGIN { exit !(b >= 16 * 1048576) }'
+  expect_agent_releasable "$conf: the model's memory" "$pid" $((16 << 20))
   for cycle in 1 2; do
-    gs_run suspend "$pid" --json
-    expect_rc 0 "$conf: agent suspend $cycle" || break
-    check "$conf: suspend $cycle took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
-    check "$conf: VRAM 0 while suspended" [ "$(pid_vram_mib "$pid")" == 0 ]
+    agent_suspend_checked "$conf: agent suspend $cycle" "$pid" || break
     gs_run resume "$pid" --json
     expect_rc 0 "$conf: resume $cycle" || break
     if app_cmd "$name" check CHECK 120 && [[ $REPLY_LINE == "CHECK OK"* ]]; then
