@@ -37,6 +37,7 @@
 
 #include "agent/agent.h"
 #include "agent/agent_app_vmm.h"
+#include "agent/agent_capture.h"
 #include "agent/agent_peer.h"
 #include "agent/agent_pointer.h"
 #include "agent/gate.h"
@@ -814,6 +815,9 @@ int gs_agent_install_hooks(struct gs_err *err)
 		return rc;
 	/* peer access and pointer attributes of the agent's memory (agent_peer.c, agent_pointer.c) */
 	if ((rc = gs_peer_install_hooks(err)) || (rc = gs_pointer_install_hooks(err)))
+		return rc;
+	/* global-mode stream captures a suspend must not run into (agent_capture.c) */
+	if ((rc = gs_capture_install_hooks(err)))
 		return rc;
 	/* the app's own cuMemCreate/cuMemMap memory: virtual handles (agent_app_vmm.c) */
 	return gs_app_vmm_install_hooks(err);

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "agent/agent_capture.h"
 #include "agent/agent_contexts.h"
 #include "agent/agent_image.h"
 #include "agent/agent_mover.h"
@@ -205,7 +206,10 @@ static int step_quiesce(struct gs_agent *a, double deadline, struct gs_msg *repl
 	set_state(a, LC_QUIESCED);
 	double t1 = gs_now();
 	if (a->cuda_ready) {
-		int rc = gs_ctx_quiesce(a, left(deadline), err);
+		/* the gate holds every app thread now: the open captures stay as they are (agent_capture.h) */
+		int rc = gs_capture_check_none_open(err);
+		if (!rc)
+			rc = gs_ctx_quiesce(a, left(deadline), err);
 		if (rc) {
 			gs_gate_open(); /* nothing moved: the data is on the GPU */
 			set_state(a, LC_RUNNING);

@@ -17,6 +17,8 @@
  *   capture-free  frees an allocation of 4 MiB inside a capture ("CAPFREE OK"); its memory stays until
  *   graph-launch  launches that graph twice ("GRAPH OK"); an allocation after it lets the agent free it
  *   managed       cuMemAllocManaged of 2 MiB; managed-free frees it
+ *   capture-open  begins a global-mode capture on the app's stream and leaves it open -> "CAPOPEN OK";
+ *                 capture-open-local the same in thread-local mode; capture-close ends it -> "CAPCLOSE OK"
  *   verify        the data of every allocation the agent made here -> "VERIFY OK n"
  *   quit
  */
@@ -248,6 +250,30 @@ static void capture_free(void)
 		printf("CAPFREE OK\n");
 }
 
+/* A capture left open (mode 0: global, 1: thread-local) until capture-close: a suspend must not break it. */
+static void capture_open_mode(int mode)
+{
+	CUresult r = p_begin_capture(stream, mode);
+	if (r)
+		printf("CAPOPEN FAIL %d\n", r);
+	else
+		printf("CAPOPEN OK\n");
+}
+static void capture_open(void) { capture_open_mode(0); }
+static void capture_open_local(void) { capture_open_mode(1); }
+
+static void capture_close(void)
+{
+	void *g = NULL;
+	CUresult r = p_end_capture(stream, &g);
+	if (g)
+		p_graph_destroy(g);
+	if (r)
+		printf("CAPCLOSE FAIL %d\n", r);
+	else
+		printf("CAPCLOSE OK\n");
+}
+
 static void graph_launch(void)
 {
 	CUdeviceptr p = 0;
@@ -322,7 +348,8 @@ int main(void)
 		{ "host-pool", host_pool },	    { "device-pool", device_pool },   { "pool-access", pool_access },
 		{ "check-access", check_access }, { "set-pool", set_pool },	      { "capture-alloc", capture_alloc },
 		{ "capture-free", capture_free }, { "graph-launch", graph_launch }, { "managed", alloc_managed },
-		{ "managed-free", free_managed }, { NULL, NULL },
+		{ "managed-free", free_managed }, { "capture-open", capture_open },
+		{ "capture-open-local", capture_open_local }, { "capture-close", capture_close }, { NULL, NULL },
 	};
 	return fake_app_serve("pool_app", 0, verify, commands);
 }

@@ -12,6 +12,9 @@
 #    the graph's; a free inside a capture frees the memory when the graph
 #    runs (once, however often it runs), not never;
 #  - managed memory counts as not releasable in `state` until it is freed;
+#  - a suspend while the app's global-mode stream capture is open is refused
+#    (exit 6) and the app runs on, its capture intact; a thread-local one does
+#    not stop it; once the capture ended the suspend works;
 #  - memory on both devices is released by one thread per device: a release
 #    that fails on one while the other's go on is undone on both, the app
 #    runs on with its data, and the next cycle works.
@@ -64,6 +67,24 @@ check "freed managed memory no longer counts ($(agent_field unmanaged_allocation
   test "$(agent_field unmanaged_allocations)" = "$unmanaged"
 
 quit_app "the app exits cleanly"
+# ---- an open global-mode stream capture ----
+start_app
+reply_ok "a global-mode capture left open" capture-open CAPOPEN
+run_gpusnap suspend "$APP"
+expect "a suspend during it is refused" 6 "capturing a CUDA graph in global mode"
+check "the message says the app runs on" grep -q "the app runs on" "$ERR_TXT"
+run_gpusnap state "$APP"
+check "state says running ($(cat "$OUT_TXT"))" grep -qx running "$OUT_TXT"
+reply_ok "the capture ends as the app meant it to" capture-close CAPCLOSE
+run_gpusnap suspend "$APP"; expect "a suspend once it ended" 0
+run_gpusnap resume "$APP"; expect "resume" 0
+reply_ok "a thread-local capture left open" capture-open-local CAPOPEN
+run_gpusnap suspend "$APP"; expect "a suspend during a thread-local capture goes on" 0
+run_gpusnap resume "$APP"; expect "resume" 0
+reply_ok "that capture ends too" capture-close CAPCLOSE
+verify_ok "the data after the capture cycles"
+quit_app "the app exits cleanly"
+
 # ---- one thread per device releases; a failure on one is undone on both ----
 GPUSNAP_FAULT=agent-release@2 start_app
 reply_ok "an allocation on device 1 (device 0 current)" device-pool DEVPOOL

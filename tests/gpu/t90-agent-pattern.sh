@@ -3,7 +3,8 @@
 # agent (gpusnap run) holding 8 GiB is suspended (the agent moves the data,
 # the driver the rest: VRAM -> 0), resumed and verified bit for bit, its
 # context's stack limit (set by the app to 4096) shrunk for the driver's
-# checkpoint and given back; then a --keep-context cycle (VRAM drops to the context only) and a --driver cycle
+# checkpoint and given back; a suspend during the app's open global-mode
+# stream capture refused, the capture unbroken; then a --keep-context cycle (VRAM drops to the context only) and a --driver cycle
 # on the same process, each verified.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t90-agent-pattern
@@ -27,6 +28,17 @@ resume_checked p || finish
 app_verify p "8 GiB after an agent suspend/resume" || finish
 app_cmd p stack STACK
 check "the context has the app's stack limit back ($REPLY_LINE)" [ "$REPLY_LINE" == "STACK 4096" ]
+
+# a global-mode stream capture open in the app: the suspend is refused (6), the
+# app runs on, and its capture ends and runs as a graph; then a suspend works
+app_cmd p capture-open CAPTURE
+check "the app left a global-mode capture open ($REPLY_LINE)" [ "$REPLY_LINE" == "CAPTURE OPEN" ]
+gs_run suspend "$pid" --json
+expect_rc 6 "a suspend during the app's global-mode capture is refused"
+check "it says why" grep -q "capturing a CUDA graph in global mode" <<<"$GS_ERR"
+app_cmd p capture-close CAPTURE
+check "the app's capture was not broken: it ends and runs ($REPLY_LINE)" [ "$REPLY_LINE" == "CAPTURE CLOSED" ]
+app_verify p "8 GiB after the refused suspend" || finish
 
 # keep-context: only the data goes; the process keeps its context (~0.5 GiB
 # with the default 1 KiB stack; this app's 4 KiB stack makes it ~1.3 GiB: the

@@ -350,6 +350,7 @@ static const char *const pattern_usage =
 	"       [--api runtime|driver|pitch|async|vmm] [--device N|all] [--seed S] [--zero-percent P] [--stack BYTES]\n"
 	"  --zero-percent P: the first P percent of the allocations hold zeros instead of the pattern\n"
 	"  --stack BYTES: sets each device's per-thread stack limit (cudaLimitStackSize); command 'stack' reports it\n"
+	"  commands capture-open / capture-close: a global-mode stream capture left open, then ended, run as a graph\n"
 	"  --size/--alloc-size: hold BYTES (default 1G) in allocations of at most --alloc-size (default 1G)\n"
 	"  --count N: instead, N allocations of seeded random sizes in [--min, --max] (the first is --min, the second --max)\n"
 	"  --device all: the same allocations on every visible GPU\n"
@@ -522,6 +523,32 @@ static int pattern_main(int argc, char **argv, bool all_devices)
 			reply("INFO pid=%d allocations=%zu bytes=%llu api=%s devices=%s seed=%llu errors=%llu", (int)getpid(),
 			      app.regions.size(), app.total_bytes, api_names[api], ds.c_str(), (unsigned long long)app.seed,
 			      g_errors.load());
+		} else if (!strcmp(line, "capture-open")) {
+			/* a global-mode capture left open, as a framework's graph capture is while it runs */
+			struct pattern_device &d = app.devices[0];
+			cudaError_t e = cudaSetDevice(d.device);
+			if (e == cudaSuccess)
+				e = cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeGlobal);
+			if (e == cudaSuccess)
+				e = cudaMemsetAsync(d.result, 0, sizeof(*d.result), d.stream);
+			reply(e == cudaSuccess ? "CAPTURE OPEN" : "CAPTURE FAIL %s", cudaGetErrorString(e));
+		} else if (!strcmp(line, "capture-close")) {
+			/* ends it: a capture some other thread's call invalidated meanwhile fails here */
+			struct pattern_device &d = app.devices[0];
+			cudaGraph_t g = NULL;
+			cudaGraphExec_t x = NULL;
+			cudaError_t e = cudaStreamEndCapture(d.stream, &g);
+			if (e == cudaSuccess)
+				e = cudaGraphInstantiate(&x, g, 0);
+			if (e == cudaSuccess)
+				e = cudaGraphLaunch(x, d.stream);
+			if (e == cudaSuccess)
+				e = cudaStreamSynchronize(d.stream);
+			if (x)
+				cudaGraphExecDestroy(x);
+			if (g)
+				cudaGraphDestroy(g);
+			reply(e == cudaSuccess ? "CAPTURE CLOSED" : "CAPTURE FAIL %s", cudaGetErrorString(e));
 		} else if (!strcmp(line, "stack")) {
 			/* each device's stack limit: a suspend may shrink it for the driver's checkpoint, the resume gives it back */
 			std::string limits;

@@ -1,0 +1,28 @@
+/*
+ * agent_capture.h - the app's stream captures in CUDA's global mode, which a
+ * suspend must not run into.
+ *
+ * While a thread of the app captures a stream into a graph in global mode
+ * (CU_STREAM_CAPTURE_MODE_GLOBAL: cudaStreamBeginCapture's default, and
+ * PyTorch's for torch.cuda.graph), the driver refuses every thread of the
+ * process the calls that could touch the capture (synchronizing a context,
+ * allocating, pinning host memory, loading a module) and invalidates the
+ * capture when one is tried. A suspend makes exactly those calls, and the
+ * gate holds the capturing thread before its cuStreamEndCapture. So the
+ * agent keeps the global-mode captures open now (hooks on
+ * cuStreamBeginCapture*, cuStreamEndCapture*, inside the gate so the list is
+ * still once the gate is closed), and a suspend or dump that finds one
+ * refuses with GS_E_STATE, the app running on. Thread-local and relaxed
+ * captures forbid nothing to the agent's threads and are not listed.
+ */
+#ifndef GPUSNAP_AGENT_AGENT_CAPTURE_H
+#define GPUSNAP_AGENT_AGENT_CAPTURE_H
+
+#include "common/err.h"
+
+/* Installs the replacements of the capture entry points. */
+int gs_capture_install_hooks(struct gs_err *err);
+/* With the gate closed: GS_E_STATE (err says which thread) when a global-mode capture is open, else 0. */
+int gs_capture_check_none_open(struct gs_err *err);
+
+#endif
