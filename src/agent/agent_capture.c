@@ -30,9 +30,12 @@ struct open_capture {
 
 static struct {
 	pthread_mutex_t lock;
+	pthread_cond_t changed; /* a background section ended, or a begin finished */
 	struct open_capture *v;
 	size_t n, cap;
-} open_captures = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	unsigned beginning;  /* global-mode begins in the driver now */
+	unsigned background; /* the agent's background sections running now */
+} open_captures = { .lock = PTHREAD_MUTEX_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER };
 
 static struct {
 	CUresult (*begin)(CUstream);
@@ -62,15 +65,48 @@ static bool same(const struct open_capture *c, CUstream s, pid_t tid)
 	return c->stream == s && (!per_thread || c->tid == tid);
 }
 
-static void began(CUresult r, CUstream s, int mode)
+/* Before a begin: a global-mode one waits for the agent's background sections and counts as beginning. */
+static void beginning(int mode)
 {
-	if (r != CUDA_SUCCESS || mode != CAPTURE_MODE_GLOBAL)
+	if (mode != CAPTURE_MODE_GLOBAL)
 		return;
 	pthread_mutex_lock(&open_captures.lock);
-	if (gs_grow_array((void **)&open_captures.v, &open_captures.cap, open_captures.n, sizeof(*open_captures.v), 4))
+	while (open_captures.background)
+		pthread_cond_wait(&open_captures.changed, &open_captures.lock);
+	open_captures.beginning++;
+	pthread_mutex_unlock(&open_captures.lock);
+}
+
+static void began(CUresult r, CUstream s, int mode)
+{
+	if (mode != CAPTURE_MODE_GLOBAL)
+		return;
+	pthread_mutex_lock(&open_captures.lock);
+	open_captures.beginning--;
+	if (r != CUDA_SUCCESS)
+		; /* nothing opened */
+	else if (gs_grow_array((void **)&open_captures.v, &open_captures.cap, open_captures.n, sizeof(*open_captures.v), 4))
 		pr_warn("out of memory noting a stream capture: a suspend during it may break it");
 	else
 		open_captures.v[open_captures.n++] = (struct open_capture){ .stream = canonical(s), .tid = this_tid() };
+	pthread_mutex_unlock(&open_captures.lock);
+}
+
+bool gs_capture_bg_begin(void)
+{
+	pthread_mutex_lock(&open_captures.lock);
+	bool ok = !open_captures.n && !open_captures.beginning;
+	if (ok)
+		open_captures.background++;
+	pthread_mutex_unlock(&open_captures.lock);
+	return ok;
+}
+
+void gs_capture_bg_end(void)
+{
+	pthread_mutex_lock(&open_captures.lock);
+	open_captures.background--;
+	pthread_cond_broadcast(&open_captures.changed);
 	pthread_mutex_unlock(&open_captures.lock);
 }
 
@@ -88,10 +124,11 @@ static void ended(CUstream s)
 	pthread_mutex_unlock(&open_captures.lock);
 }
 
-/* Each hook runs inside the gate, the real call and the list's update together. */
-#define CAPTURE_HOOK(call, update)                             \
+/* Each hook runs inside the gate: the wait for background work, the real call and the list's update together. */
+#define CAPTURE_HOOK(before, call, update)                     \
 	do {                                                   \
 		int token_ = gs_gate_enter_c();                \
+		before;                                        \
 		CUresult r_ = (call);                          \
 		update;                                        \
 		gs_gate_exit_c(token_);                        \
@@ -102,56 +139,58 @@ static CUresult hook_begin(CUstream s)
 {
 	if (!real.begin)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.begin(s), began(r_, s, CAPTURE_MODE_GLOBAL));
+	CAPTURE_HOOK(beginning(CAPTURE_MODE_GLOBAL), real.begin(s), began(r_, s, CAPTURE_MODE_GLOBAL));
 }
 static CUresult hook_begin_ptsz(CUstream s)
 {
 	if (!real.begin_ptsz)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.begin_ptsz(s), began(r_, s ? s : STREAM_PER_THREAD, CAPTURE_MODE_GLOBAL));
+	CAPTURE_HOOK(beginning(CAPTURE_MODE_GLOBAL), real.begin_ptsz(s), began(r_, s ? s : STREAM_PER_THREAD, CAPTURE_MODE_GLOBAL));
 }
 static CUresult hook_begin_v2(CUstream s, int mode)
 {
 	if (!real.begin_v2)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.begin_v2(s, mode), began(r_, s, mode));
+	CAPTURE_HOOK(beginning(mode), real.begin_v2(s, mode), began(r_, s, mode));
 }
 static CUresult hook_begin_v2_ptsz(CUstream s, int mode)
 {
 	if (!real.begin_v2_ptsz)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.begin_v2_ptsz(s, mode), began(r_, s ? s : STREAM_PER_THREAD, mode));
+	CAPTURE_HOOK(beginning(mode), real.begin_v2_ptsz(s, mode), began(r_, s ? s : STREAM_PER_THREAD, mode));
 }
 static CUresult hook_begin_to_graph(CUstream s, void *g, const void *deps, const void *data, size_t n, int mode)
 {
 	if (!real.begin_to_graph)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.begin_to_graph(s, g, deps, data, n, mode), began(r_, s, mode));
+	CAPTURE_HOOK(beginning(mode), real.begin_to_graph(s, g, deps, data, n, mode), began(r_, s, mode));
 }
 static CUresult hook_begin_to_graph_ptsz(CUstream s, void *g, const void *deps, const void *data, size_t n, int mode)
 {
 	if (!real.begin_to_graph_ptsz)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.begin_to_graph_ptsz(s, g, deps, data, n, mode), began(r_, s ? s : STREAM_PER_THREAD, mode));
+	CAPTURE_HOOK(beginning(mode), real.begin_to_graph_ptsz(s, g, deps, data, n, mode), began(r_, s ? s : STREAM_PER_THREAD, mode));
 }
 static CUresult hook_end(CUstream s, void **graph)
 {
 	if (!real.end)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.end(s, graph), ended(s));
+	CAPTURE_HOOK((void)0, real.end(s, graph), ended(s));
 }
 static CUresult hook_end_ptsz(CUstream s, void **graph)
 {
 	if (!real.end_ptsz)
 		return CUDA_ERROR_NOT_FOUND;
-	CAPTURE_HOOK(real.end_ptsz(s, graph), ended(s ? s : STREAM_PER_THREAD));
+	CAPTURE_HOOK((void)0, real.end_ptsz(s, graph), ended(s ? s : STREAM_PER_THREAD));
 }
 
 /* A fork child has none of its parent's captures (and no thread of it holds the lock). */
 static void after_fork_in_child(void)
 {
 	pthread_mutex_init(&open_captures.lock, NULL);
+	pthread_cond_init(&open_captures.changed, NULL);
 	open_captures.n = 0;
+	open_captures.beginning = open_captures.background = 0;
 }
 
 int gs_capture_install_hooks(struct gs_err *err)

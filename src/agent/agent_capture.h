@@ -14,11 +14,25 @@
  * still once the gate is closed), and a suspend or dump that finds one
  * refuses with GS_E_STATE, the app running on. Thread-local and relaxed
  * captures forbid nothing to the agent's threads and are not listed.
+ * (Pinned staging, GPUSNAP_STAGING_MODE=pinned, still pins and unpins its
+ * pool on worker threads without looking.)
  */
 #ifndef GPUSNAP_AGENT_AGENT_CAPTURE_H
 #define GPUSNAP_AGENT_AGENT_CAPTURE_H
 
+#include <stdbool.h>
+
 #include "common/err.h"
+
+/*
+ * The agent's background CUDA work (the kept copy ring pinned after a
+ * device's first use and after each resume) brackets itself with these: begin
+ * returns false, and the work is to be skipped, while a global-mode capture
+ * is open or beginning; while a section runs, a global-mode capture waits to
+ * begin. A section never waits for a capture, so nothing waits in a circle.
+ */
+bool gs_capture_bg_begin(void);
+void gs_capture_bg_end(void);
 
 /* Installs the replacements of the capture entry points. */
 int gs_capture_install_hooks(struct gs_err *err);

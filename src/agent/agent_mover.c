@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "agent/agent_app_vmm.h"
+#include "agent/agent_capture.h"
 #include "agent/agent_contexts.h"
 #include "agent/agent_peer.h"
 #include "agent/agent_ring.h"
@@ -237,8 +238,15 @@ static void *build_ring(void *arg)
 	struct gs_agent *a = arg;
 	struct gs_ring *r = NULL;
 	struct gs_err err = { 0 };
+	(void)gs_fault(GS_FI_AGENT_RING_BUILD); /* hold: a window for a test to begin a capture in */
+	/* pinning memory now would break a global-mode capture of the app's (agent_capture.h) */
+	if (!gs_capture_bg_begin()) {
+		pr_info("the copy ring is not set up ahead: the app is capturing a CUDA graph (the next suspend sets one up)");
+		return NULL;
+	}
 	if (gs_ring_create(a, kept_ring_threads(), mover.chunk_bytes, &r, &err))
 		pr_warn("cannot set up the copy ring ahead of suspends (the next suspend sets one up): %s", err.msg);
+	gs_capture_bg_end();
 	return r;
 }
 

@@ -14,7 +14,9 @@
 #  - managed memory counts as not releasable in `state` until it is freed;
 #  - a suspend while the app's global-mode stream capture is open is refused
 #    (exit 6) and the app runs on, its capture intact; a thread-local one does
-#    not stop it; once the capture ended the suspend works;
+#    not stop it; once the capture ended the suspend works; the agent's
+#    background pinning (the kept copy ring with GPUSNAP_RESERVE) skips its
+#    work rather than break a capture the app began meanwhile;
 #  - memory on both devices is released by one thread per device: a release
 #    that fails on one while the other's go on is undone on both, the app
 #    runs on with its data, and the next cycle works.
@@ -83,6 +85,18 @@ run_gpusnap suspend "$APP"; expect "a suspend during a thread-local capture goes
 run_gpusnap resume "$APP"; expect "resume" 0
 reply_ok "that capture ends too" capture-close CAPCLOSE
 verify_ok "the data after the capture cycles"
+quit_app "the app exits cleanly"
+
+# the kept ring's background build (held 2 s by the fault point) meets the app's open capture: it skips
+: >"$GPUSNAP_AGENT_LOG"
+GPUSNAP_LOG=info GPUSNAP_RESERVE=64M GPUSNAP_FAULT=agent-ring-build=hold:2 start_app
+reply_ok "a global-mode capture begun while the agent's ring build waits" capture-open CAPOPEN
+for _ in $(seq 50); do grep -q "copy ring is not set up ahead" "$GPUSNAP_AGENT_LOG" && break; sleep 0.1; done
+check "the build skipped its pinning" grep -q "the app is capturing a CUDA graph" "$GPUSNAP_AGENT_LOG"
+reply_ok "the app's capture was not broken by it" capture-close CAPCLOSE
+run_gpusnap suspend --json "$APP"; expect "a suspend then (its ring set up on demand)" 0
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "the data after that cycle"
 quit_app "the app exits cleanly"
 
 # ---- one thread per device releases; a failure on one is undone on both ----

@@ -55,6 +55,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -335,6 +336,34 @@ EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 		current_ctx = NULL;
 	return 0;
 }
+/*
+ * A capture in global mode (cuStreamBeginCapture_v2 mode 0), as the driver
+ * keeps it: while it is open, another thread's call that could touch it
+ * (cuCtxSynchronize, cuMemAlloc, cuMemHostRegister, cuModuleLoadData)
+ * fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the
+ * capture, whose cuStreamEndCapture then fails with
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. One at a time is enough here.
+ */
+#define FAKE_CAPTURE_UNSUPPORTED 900
+#define FAKE_CAPTURE_INVALIDATED 901
+static struct {
+	pthread_mutex_t lock;
+	void *stream; /* the stream being captured in global mode; NULL: none */
+	pid_t tid;    /* the thread that began it */
+	bool invalidated;
+} global_capture = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* 0, or FAKE_CAPTURE_UNSUPPORTED (the capture invalidated) when another thread's global capture is open. */
+static CUresult capture_forbids(void)
+{
+	pthread_mutex_lock(&global_capture.lock);
+	bool forbidden = global_capture.stream && global_capture.tid != (pid_t)syscall(SYS_gettid);
+	if (forbidden)
+		global_capture.invalidated = true;
+	pthread_mutex_unlock(&global_capture.lock);
+	return forbidden ? FAKE_CAPTURE_UNSUPPORTED : 0;
+}
+
 static void flush_all(void);
 static CUresult ctx_wait_kernels(struct fake_ctx *c, bool block);
 /* Waits for every copy of every stream, and for the kernels of the current context. */
@@ -342,6 +371,9 @@ EXPORT CUresult cuCtxSynchronize(void)
 {
 	if (!ctx_alive(current_ctx))
 		return FAKE_INVALID_CONTEXT;
+	CUresult forbidden = capture_forbids();
+	if (forbidden)
+		return forbidden;
 	flush_all();
 	return ctx_wait_kernels(current_ctx, true);
 }
@@ -580,6 +612,9 @@ EXPORT CUresult cuModuleLoadData(void **mod, const void *image)
 		return FAKE_NOT_SUPPORTED;
 	if (!mod || !image || !strstr((const char *)image, ".entry gs_zero_scan("))
 		return FAKE_INVALID_IMAGE;
+	CUresult forbidden = capture_forbids();
+	if (forbidden)
+		return forbidden;
 	if (!ctx_alive(current_ctx))
 		return FAKE_INVALID_CONTEXT;
 	*mod = (void *)(uintptr_t)0x5ca9;
@@ -849,6 +884,9 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 	(void)flags;
 	if (!p || !n)
 		return FAKE_INVALID_VALUE;
+	CUresult forbidden = capture_forbids();
+	if (forbidden)
+		return forbidden;
 	pthread_mutex_lock(&pin_lock);
 	if (npins == cap_pins) {
 		size_t cap = cap_pins ? cap_pins * 2 : 64;
@@ -1344,6 +1382,9 @@ static bool fake_alloc_find(CUdeviceptr p, struct fake_alloc *out)
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 {
+	CUresult forbidden = capture_forbids();
+	if (forbidden)
+		return forbidden;
 	int dev = current_device();
 	return dev < 0 ? FAKE_INVALID_CONTEXT : fake_alloc(p, n, FAKE_DEVICE_ALLOC, dev, NULL);
 }
@@ -1542,15 +1583,24 @@ EXPORT CUresult cuLaunchHostFunc(CUstream h, void (*fn)(void *), void *data)
 
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, int mode)
 {
-	(void)mode;
 	CUresult r = FAKE_INVALID_VALUE; /* only a stream of cuStreamCreate, as the legacy stream cannot be captured */
 	pthread_mutex_lock(&stream_lock);
 	struct fake_stream *s = find_stream_locked(h);
 	if (s && !s->capture && (s->capture = calloc(1, sizeof(*s->capture))))
 		r = 0;
 	pthread_mutex_unlock(&stream_lock);
+	if (!r && mode == 0) {
+		pthread_mutex_lock(&global_capture.lock);
+		if (!global_capture.stream) {
+			global_capture.stream = h;
+			global_capture.tid = (pid_t)syscall(SYS_gettid);
+			global_capture.invalidated = false;
+		}
+		pthread_mutex_unlock(&global_capture.lock);
+	}
 	return r;
 }
+EXPORT CUresult cuGraphDestroy(void *graph);
 EXPORT CUresult cuStreamEndCapture(CUstream h, void **graph)
 {
 	CUresult r = FAKE_INVALID_VALUE;
@@ -1562,6 +1612,16 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, void **graph)
 		r = 0;
 	}
 	pthread_mutex_unlock(&stream_lock);
+	pthread_mutex_lock(&global_capture.lock);
+	if (global_capture.stream == h) {
+		if (global_capture.invalidated && !r) {
+			cuGraphDestroy(*graph); /* the capture ends, without a graph */
+			*graph = NULL;
+			r = FAKE_CAPTURE_INVALIDATED;
+		}
+		global_capture.stream = NULL;
+	}
+	pthread_mutex_unlock(&global_capture.lock);
 	return r;
 }
 EXPORT CUresult cuStreamGetCtx(CUstream h, CUcontext *ctx)
