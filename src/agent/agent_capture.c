@@ -83,12 +83,13 @@ static void began(CUresult r, CUstream s, int mode)
 		return;
 	pthread_mutex_lock(&open_captures.lock);
 	open_captures.beginning--;
-	if (r != CUDA_SUCCESS)
-		; /* nothing opened */
-	else if (gs_grow_array((void **)&open_captures.v, &open_captures.cap, open_captures.n, sizeof(*open_captures.v), 4))
+	bool opened = r == CUDA_SUCCESS;
+	if (opened && gs_grow_array((void **)&open_captures.v, &open_captures.cap, open_captures.n,
+				    sizeof(*open_captures.v), 4))
 		pr_warn("out of memory noting a stream capture: a suspend during it may break it");
-	else
+	else if (opened)
 		open_captures.v[open_captures.n++] = (struct open_capture){ .stream = canonical(s), .tid = this_tid() };
+	pthread_cond_broadcast(&open_captures.changed);
 	pthread_mutex_unlock(&open_captures.lock);
 }
 
