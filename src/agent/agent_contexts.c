@@ -379,11 +379,7 @@ int gs_ctx_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err)
 	waiter.n = n;
 	waiter.at = 0;
 	waiter.done = false;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
-	int cr = pthread_create(&waiter.thread, NULL, waiter_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int cr = gs_thread_start(&waiter.thread, waiter_main, NULL);
 	if (cr) {
 		free(list);
 		waiter.list = NULL;

@@ -196,11 +196,7 @@ int gs_agent_image_prepare(struct gs_agent *a, const struct gs_agent_held *h, st
 		prep.a = a;
 		prep.h = h;
 		prep.err = (struct gs_err){ 0 };
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
-		prep.running = pthread_create(&prep.thread, NULL, prepare_main, NULL) == 0;
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		prep.running = gs_thread_start(&prep.thread, prepare_main, NULL) == 0;
 		if (!prep.running)
 			rc = gs_fail(err, GS_E_AGENT, "cannot start a thread to get the copy ring ready");
 	}

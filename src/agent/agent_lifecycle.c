@@ -181,11 +181,7 @@ static int start_lease(struct gs_agent *a, double lease_s, struct gs_err *err)
 		return gs_fail(err, GS_E_AGENT, "cannot keep a lease on the gate: no condition variable");
 	lc.lease_stop = false;
 	lc.lease_deadline = gs_now() + (lease_s > 0 ? lease_s : DEFAULT_LEASE_S);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
-	int rc = pthread_create(&lc.lease_thread, NULL, lease_main, a);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int rc = gs_thread_start(&lc.lease_thread, lease_main, a);
 	if (rc)
 		return gs_fail_errno(err, GS_E_AGENT, rc, "cannot start the gate's lease thread");
 	lc.lease_running = true;

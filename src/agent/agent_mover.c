@@ -255,11 +255,7 @@ static void start_ring_builder(struct gs_agent *a)
 {
 	pthread_mutex_lock(&mover.ring_lock);
 	if (mover.reserve && !gs_staging_registers(mover.reserve) && !mover.ring && !mover.ring_building) {
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
-		mover.ring_building = pthread_create(&mover.ring_builder, NULL, build_ring, a) == 0;
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		mover.ring_building = gs_thread_start(&mover.ring_builder, build_ring, a) == 0;
 	}
 	pthread_mutex_unlock(&mover.ring_lock);
 }
@@ -568,12 +564,8 @@ int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err 
 	for (size_t k = 0; k + 1 < nlanes; k++)
 		lanes[k].to = lanes[k + 1].from;
 	pr_debug("releasing %zu regions on %zu GPU(s)", h->nregions, nlanes);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
 	for (size_t k = 1; k < nlanes; k++)
-		lanes[k].started = pthread_create(&lanes[k].thread, NULL, release_lane_main, &lanes[k]) == 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+		lanes[k].started = gs_thread_start(&lanes[k].thread, release_lane_main, &lanes[k]) == 0;
 	for (size_t k = 0; k < nlanes; k++) {
 		if (k == 0 || !lanes[k].started)
 			release_lane_main(&lanes[k]); /* the first GPU's here; another's here too if its thread did not start */

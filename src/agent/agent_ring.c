@@ -580,18 +580,14 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 	gs_first_err_init(&j->fail);
 	double t_run = gs_now();
 	unsigned started = 0;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
 	for (unsigned i = 0; i < n; i++) {
 		wk[i] = (struct ring_worker){ .job = j, .clean = true, .cur_dev = -1, .borrowed = ring != NULL };
 		wk[i].slots = ring ? &ring->slots[(size_t)i * RING_DEPTH] : wk[i].own;
 		/* the caller's thread is worker 0; fewer threads is slower, not wrong */
-		if (i > 0 && pthread_create(&wk[i].thread, NULL, worker_main, &wk[i]) != 0)
+		if (i > 0 && gs_thread_start(&wk[i].thread, worker_main, &wk[i]) != 0)
 			break;
 		started = i + 1;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	/* the caller keeps its current context: worker 0 changes it, so put it back afterwards */
 	CUcontext saved = NULL;
 	a->cu.cuCtxGetCurrent(&saved);
@@ -682,15 +678,11 @@ int gs_ring_host(const struct gs_agent_held *h, struct gs_ring_end *from, struct
 	pthread_t t[RING_THREADS_MAX];
 	size_t started = 0;
 	double t0 = gs_now();
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (size_t i = 1; i < n; i++) {
-		if (pthread_create(&t[started], NULL, host_worker, &j) != 0)
+		if (gs_thread_start(&t[started], host_worker, &j) != 0)
 			break; /* fewer threads: the ones running take every chunk */
 		started++;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	host_worker(&j);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
@@ -965,17 +957,13 @@ static int build_ring(struct gs_agent *a, unsigned threads, uint64_t buf_size, i
 	r->threads = threads;
 	r->buf_size = gs_round_up(buf_size, RING_ALIGN);
 	CUcontext ctx = dev >= 0 ? a->devices[dev].ctx : NULL;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
 	unsigned started = 0;
 	for (unsigned i = 0; i < threads; i++) {
 		b[i] = (struct ring_build){ .r = r, .ctx = ctx, .dev = dev, .index = i };
-		if (pthread_create(&b[i].thread, NULL, build_main, &b[i]) != 0)
+		if (gs_thread_start(&b[i].thread, build_main, &b[i]) != 0)
 			break;
 		started = i + 1;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(b[i].thread, NULL);
 	/* a thread that could not start leaves its buffers to this one */

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,4 +132,14 @@ int gs_private_dir(const char *dir, uid_t uid, const char *whose, const char *no
 	if ((st.st_mode & 077) && chmod(dir, 0700))
 		return gs_fail_errno(err, GS_E_PERMISSION, errno, "cannot make %s %s '%s' private", whose, noun, dir);
 	return 0;
+}
+
+int gs_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
+	int e = pthread_create(thread, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return e;
 }

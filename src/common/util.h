@@ -1,12 +1,13 @@
 /*
  * util.h - small helpers shared by every part: clocks, byte formatting,
- * checked arithmetic, private directories.
+ * checked arithmetic, private directories, threads of our own.
  */
 #ifndef GPUSNAP_COMMON_UTIL_H
 #define GPUSNAP_COMMON_UTIL_H
 
 #include <stddef.h>
 #include <stdbool.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -34,6 +35,13 @@ uint64_t gs_round_up(uint64_t v, uint64_t align);
  * *cap unchanged then).
  */
 int gs_grow_array(void **arr, size_t *cap, size_t n, size_t elem_size, size_t first_cap);
+/*
+ * pthread_create with every signal blocked in the new thread: gpusnap's
+ * threads live in the app's process (the agent) or beside CRIU (the
+ * plugin), and the app's signal handlers must never run on them. The
+ * caller's own mask is as before when it returns. 0, or pthread_create's error.
+ */
+int gs_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
 /* Parses a PID ("1234", > 0). Returns 0 or -1. */
 int gs_parse_pid(const char *s, int *pid);
 /*

@@ -759,12 +759,7 @@ int gs_ctl_server_start(const char *path, gs_ctl_handler fn, void *ctx, double i
 		gs_ctl_remove_stale_sockets(*dir ? dir : "/");
 	}
 
-	/* The threads start with every signal blocked: the app's handlers must never run on them. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int e = pthread_create(&s->thread, NULL, server_main, s);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int e = gs_thread_start(&s->thread, server_main, s);
 	if (e) {
 		rc = gs_fail_errno(err, GS_E_FAILURE, e, "cannot start the control server thread");
 		unlink(path);

@@ -187,14 +187,11 @@ static int spawn_workers(struct gs_staging *p, struct gs_err *err)
 		running += p->wstate[w] == WORKER_RUNNING;
 	}
 	uint32_t pending = p->nsegs - p->next_pending;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signal handlers never run on our threads */
 	int rc = 0;
 	for (int w = 0; w < p->nworkers && (uint32_t)running < pending; w++) {
 		if (p->wstate[w] != WORKER_NONE)
 			continue;
-		int e = pthread_create(&p->tid[w], NULL, worker_main, p);
+		int e = gs_thread_start(&p->tid[w], worker_main, p);
 		if (e) {
 			if (!running)
 				rc = gs_fail_errno(err, GS_E_FAILURE, e, "cannot start a staging worker thread");
@@ -203,7 +200,6 @@ static int spawn_workers(struct gs_staging *p, struct gs_err *err)
 		p->wstate[w] = WORKER_RUNNING;
 		running++;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return rc;
 }
 
