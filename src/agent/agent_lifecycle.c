@@ -558,9 +558,7 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct
 	gs_ring_image_writer_end(&end, w);
 	/* chunks all zero on the GPU become zero records without crossing PCIe (agent_zero_scan.h) */
 	uint8_t *known_zero = h && h->plan.nchunks ? calloc(h->plan.nchunks, 1) : NULL;
-	double t_scan = gs_now();
-	uint64_t gpu_zero = known_zero ? gs_zero_scan(a, h, known_zero) : 0;
-	double scan_s = gs_now() - t_scan;
+	gs_zero_scan(a, h, known_zero, reply);
 	end.known_zero = known_zero;
 	rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
 	free(known_zero);
@@ -593,8 +591,6 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", st.payload_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_direct_bytes", st.direct_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_zero_bytes", st.zero_bytes);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "gpu_zero_bytes", gpu_zero);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "zero_scan", scan_s);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "io_threads", rs.threads);
 	pr_info("streamed %llu bytes of GPU data into '%s' in %.2f s (ring of %llu bytes, %u threads)",

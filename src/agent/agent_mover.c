@@ -729,9 +729,7 @@ int gs_mover_stage_out(struct gs_agent *a, struct gs_agent_held *h, double timeo
 	if (!direct && !mover.no_zero_chunks && h->plan.nchunks && !(h->zero_chunks = calloc(h->plan.nchunks, 1)))
 		pr_warn("no memory to track zero chunks: every chunk is copied");
 	/* what is all zero on the GPU never crosses PCIe (agent_zero_scan.h) */
-	double t_scan = gs_now();
-	uint64_t gpu_zero = gs_zero_scan(a, h, h->zero_chunks);
-	double scan_s = gs_now() - t_scan;
+	gs_zero_scan(a, h, h->zero_chunks, reply);
 	struct gs_ring_staging_end end;
 	int rc = gs_ring_staging_end(&end, h, h->pool, timeout_s, h->zero_chunks, unpin && mover.unpin, err);
 	if (rc)
@@ -768,8 +766,6 @@ int gs_mover_stage_out(struct gs_agent *a, struct gs_agent_held *h, double timeo
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "staging_bounce", !direct);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", st.ring_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", h->zero_bytes);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "gpu_zero_bytes", gpu_zero);
-	gs_msg_add_named_f64(reply, GS_F_TIMING, "zero_scan", scan_s);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", h->pool_is_reserve);
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 #define SCAN_THREADS 256 /* per block; one block per chunk */
 
@@ -143,7 +144,8 @@ out:
 	return found;
 }
 
-uint64_t gs_zero_scan(struct gs_agent *a, const struct gs_agent_held *h, uint8_t *zero)
+/* The scan over every GPU of h's plan; the bytes found. */
+static uint64_t scan_all(struct gs_agent *a, const struct gs_agent_held *h, uint8_t *zero)
 {
 	if (!zero || !h->plan.nchunks || !a->cu.cuLaunchKernel || !scan_enabled())
 		return 0;
@@ -170,5 +172,14 @@ uint64_t gs_zero_scan(struct gs_agent *a, const struct gs_agent_held *h, uint8_t
 			found += scan_device(a, d, h, idx, n, zero);
 	}
 	free(idx);
+	return found;
+}
+
+uint64_t gs_zero_scan(struct gs_agent *a, const struct gs_agent_held *h, uint8_t *zero, struct gs_msg *reply)
+{
+	double t0 = gs_now();
+	uint64_t found = scan_all(a, h, zero);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "zero_scan", gs_now() - t0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "gpu_zero_bytes", found);
 	return found;
 }

@@ -30,13 +30,16 @@
 
 #include "agent/agent.h"
 #include "agent/agent_mover.h"
+#include "core/protocol.h"
 
 /*
  * With the gate closed and the contexts synchronized: sets zero[k] = 1 for
  * every chunk k of h's plan found all zero on its GPU (zero: one byte per
  * chunk, as agent_ring.h's staging end takes it), and returns their bytes.
- * Chunks already marked are not scanned again.
+ * Chunks already marked are not scanned again. The scan's time and the
+ * bytes found go to reply (zero_scan, gpu_zero_bytes); zero NULL: nothing
+ * is scanned and 0 is reported.
  */
-uint64_t gs_zero_scan(struct gs_agent *a, const struct gs_agent_held *h, uint8_t *zero);
+uint64_t gs_zero_scan(struct gs_agent *a, const struct gs_agent_held *h, uint8_t *zero, struct gs_msg *reply);
 
 #endif
