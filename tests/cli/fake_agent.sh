@@ -103,21 +103,32 @@ quit_app() {
   check "$1 (rc $rc)" test "$rc" = 0
 }
 
+# signal_reply SIG PREFIX: sends SIG to the app (APP_IO=signals) and prints the
+# line starting with PREFIX it adds to $log in answer: the latest one, "(no
+# answer)" after 30 s, or "(no process PID)"
+signal_reply() {
+  local sig=$1 prefix=$2 before
+  before=$(grep -c "^$prefix" "$log")
+  if ! kill "-$sig" "$PID" 2>/dev/null; then
+    echo "(no process $PID)"
+    return
+  fi
+  for _ in $(seq 300); do
+    [ "$(grep -c "^$prefix" "$log")" -gt "$before" ] && break
+    sleep 0.1
+  done
+  if [ "$(grep -c "^$prefix" "$log")" -gt "$before" ]; then
+    grep "^$prefix" "$log" | tail -n 1
+  else
+    echo "(no answer)"
+  fi
+}
+
 # verify_ok TITLE: the app checks every block through its own pointers and answers VERIFY
 verify_ok() {
-  local before reply=""
+  local reply=""
   if [ "${APP_IO:-fifo}" = signals ]; then
-    before=$(grep -c '^VERIFY' "$log")
-    if kill -USR1 "$PID" 2>/dev/null; then
-      for _ in $(seq 300); do
-        [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break
-        sleep 0.1
-      done
-      reply=$(grep '^VERIFY' "$log" | tail -n 1)
-      [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] || reply="(no answer)"
-    else
-      reply="(no process $PID)"
-    fi
+    reply=$(signal_reply USR1 VERIFY)
   else
     app_cmd verify
     reply=$REPLY

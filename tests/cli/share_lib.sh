@@ -9,15 +9,8 @@ phys_of() { cat "$FAKE_CUDA_DIR/$1.phys" 2>/dev/null || echo none; }
 # ring_ok TITLE: SIGUSR2 asks the parent for the ring exchange (each rank writes into the other's
 # buffer through its import, then both verify); it answers RING on its stdout
 ring_ok() {
-  local before reply
-  before=$(grep -c '^RING' "$log")
-  kill -USR2 "$APP" 2>/dev/null
-  for _ in $(seq 300); do
-    [ "$(grep -c '^RING' "$log")" -gt "$before" ] && break
-    sleep 0.1
-  done
-  reply=$(grep '^RING' "$log" | tail -n 1)
-  [ "$(grep -c '^RING' "$log")" -gt "$before" ] || reply="(no answer)"
+  local reply
+  reply=$(signal_reply USR2 RING)
   case $reply in "RING OK") pass "$1" ;; *) fail "$1" "$reply" "agent log: $(tail -n 5 "$GPUSNAP_AGENT_LOG")" ;; esac
 }
 both_alive() { alive "$APP" && alive "$CHILD"; }
