@@ -6,10 +6,13 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -186,4 +189,161 @@ int gs_proc_status_ids(pid_t pid, uid_t *uid, pid_t *nspid)
 		}
 	}
 	return 0;
+}
+
+const char *gs_gpu_device_prefix(void)
+{
+	const char *p = getenv("GPUSNAP_DEVICE_PATH_PREFIX");
+	return p && *p ? p : "/dev/nvidia";
+}
+
+bool gs_proc_maps_gpu_device(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	int n = gs_maps_find(fd, gs_gpu_device_prefix(), NULL, 0);
+	close(fd);
+	return n > 0;
+}
+
+/* Parses a hexadecimal number at *p, moving *p past it; false when there is none. */
+static bool parse_hex(const char **p, const char *end, uintptr_t *v)
+{
+	const char *s = *p;
+	uintptr_t x = 0;
+	while (s < end) {
+		int d = *s >= '0' && *s <= '9' ? *s - '0' : *s >= 'a' && *s <= 'f' ? *s - 'a' + 10 : -1;
+		if (d < 0)
+			break;
+		x = x << 4 | (uintptr_t)d;
+		s++;
+	}
+	if (s == *p)
+		return false;
+	*p = s;
+	*v = x;
+	return true;
+}
+
+/* Skips n blank-separated fields (and the blanks after each). */
+static const char *skip_fields(const char *s, const char *end, int n)
+{
+	for (int i = 0; i < n; i++) {
+		while (s < end && *s != ' ')
+			s++;
+		while (s < end && *s == ' ')
+			s++;
+	}
+	return s;
+}
+
+/*
+ * One line "start-end perms offset dev inode   path" (the path may be cut
+ * short where the line was longer than the buffer: only its start is
+ * compared). 1 when it matches, 0 when not, -1 when it does not parse.
+ */
+static int parse_maps_line(const char *s, const char *end, const char *prefix, size_t plen, struct gs_maps_entry *e)
+{
+	if (!parse_hex(&s, end, &e->start) || s == end || *s++ != '-' || !parse_hex(&s, end, &e->end) ||
+	    end - s < 6 || *s++ != ' ')
+		return -1;
+	e->prot = (s[0] == 'r' ? PROT_READ : 0) | (s[1] == 'w' ? PROT_WRITE : 0) | (s[2] == 'x' ? PROT_EXEC : 0);
+	e->shared = s[3] == 's';
+	s = skip_fields(s, end, 4); /* perms, offset, dev, inode */
+	return (size_t)(end - s) >= plen && memcmp(s, prefix, plen) == 0;
+}
+
+int gs_maps_find(int fd, const char *prefix, struct gs_maps_entry *out, int max)
+{
+	char buf[8192];
+	size_t have = 0, plen = strlen(prefix);
+	bool skipping = false; /* the rest of a line too long for buf, already looked at */
+	int found = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + have, sizeof(buf) - have);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		have += (size_t)r;
+		size_t at = 0;
+		for (;;) {
+			char *nl = memchr(buf + at, '\n', have - at);
+			bool cut = !nl && have == sizeof(buf) && at == 0; /* a line longer than buf */
+			bool last = !nl && r == 0 && at < have;         /* the text's last line, without a newline */
+			if (!nl && !cut && !last)
+				break;
+			const char *end = nl ? nl : buf + have;
+			if (!skipping) {
+				struct gs_maps_entry e;
+				int m = parse_maps_line(buf + at, end, prefix, plen, &e);
+				if (m < 0)
+					return -1;
+				if (m && found < max)
+					out[found] = e;
+				found += m;
+			}
+			skipping = cut;
+			at = nl ? (size_t)(nl - buf) + 1 : have;
+			if (!nl)
+				break;
+		}
+		memmove(buf, buf + at, have - at);
+		have -= at;
+		if (r == 0)
+			return found;
+	}
+}
+
+/* The record getdents64(2) fills in (the kernel's struct linux_dirent64). */
+struct dirent64_record {
+	uint64_t ino;
+	int64_t off;
+	unsigned short reclen;
+	unsigned char type;
+	char name[];
+};
+
+int gs_fds_find(const char *prefix, int *out, int max)
+{
+	int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0)
+		return -1;
+	size_t plen = strlen(prefix);
+	int found = 0;
+	char buf[4096] __attribute__((aligned(8)));
+	long n;
+	while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < n;) {
+			const struct dirent64_record *d = (const void *)(buf + off);
+			off += d->reclen;
+			int fd = 0;
+			const char *c = d->name;
+			for (; *c >= '0' && *c <= '9' && fd < 100000000; c++)
+				fd = fd * 10 + (*c - '0');
+			if (*c || c == d->name || fd == dir)
+				continue; /* "." and ".." */
+			/* "/proc/self/fd/" and the number, built by hand: snprintf is not async-signal-safe */
+			char link[40] = "/proc/self/fd/", digits[12];
+			int nd = 0;
+			for (int v = fd; nd == 0 || v; v /= 10)
+				digits[nd++] = (char)('0' + v % 10);
+			size_t at = strlen(link);
+			while (nd)
+				link[at++] = digits[--nd];
+			link[at] = '\0';
+			char target[512];
+			ssize_t len = readlink(link, target, sizeof(target));
+			if (len >= (ssize_t)plen && memcmp(target, prefix, plen) == 0) {
+				if (found < max)
+					out[found] = fd;
+				found++;
+			}
+		}
+	}
+	close(dir);
+	return n < 0 ? -1 : found;
 }

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/err.h"
@@ -44,5 +45,37 @@ bool gs_proc_maps_contain(pid_t pid, const char *needle);
 int gs_proc_status_ids(pid_t pid, uid_t *euid, pid_t *nspid);
 /* True if the process has an open file whose path starts with prefix (e.g. "/dev/nvidia"). */
 bool gs_proc_has_open_file(pid_t pid, const char *prefix);
+
+/*
+ * Where the GPU driver's device files are: "/dev/nvidia" (nvidiactl,
+ * nvidia0, nvidia-uvm ...), or GPUSNAP_DEVICE_PATH_PREFIX where set (tests
+ * without a GPU name a file of their own).
+ */
+const char *gs_gpu_device_prefix(void);
+/* True if the process maps a file whose path starts with gs_gpu_device_prefix(). */
+bool gs_proc_maps_gpu_device(pid_t pid);
+
+/* One mapping of a /proc/PID/maps text. */
+struct gs_maps_entry {
+	uintptr_t start, end;
+	int prot; /* PROT_READ | PROT_WRITE | PROT_EXEC as the perms say */
+	bool shared;
+};
+/*
+ * Reads the /proc/PID/maps text on fd to its end and stores in out[] (up to
+ * max) the mappings whose path starts with prefix. Returns how many there
+ * are in all (more than max when out[] was too small), or -1 when a read
+ * fails or a line does not parse. Async-signal-safe: read(2) and a buffer
+ * on the stack, nothing allocated, no lock (the agent calls it in a fork
+ * child of a threaded process).
+ */
+int gs_maps_find(int fd, const char *prefix, struct gs_maps_entry *out, int max);
+/*
+ * This process's descriptors whose file's path starts with prefix, in
+ * out[] (up to max); returns how many there are in all, or -1 when
+ * /proc/self/fd cannot be read. Async-signal-safe like gs_maps_find
+ * (getdents64 and readlink, nothing allocated).
+ */
+int gs_fds_find(const char *prefix, int *out, int max);
 
 #endif

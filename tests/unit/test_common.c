@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -237,6 +239,74 @@ static void test_all_zero(void)
 	}
 }
 
+
+/* A /proc/PID/maps text in a memfd, read back through gs_maps_find. */
+static int maps_fd(const char *text)
+{
+	int fd = memfd_create("maps", 0);
+	CHECK(fd >= 0);
+	CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	CHECK(lseek(fd, 0, SEEK_SET) == 0);
+	return fd;
+}
+
+static void test_maps_find(void)
+{
+	/* a line longer than the scanner's buffer first (a long path, matching), then the usual kinds */
+	size_t longlen = 20000;
+	char *text = malloc(longlen + 1024);
+	CHECK(text != NULL);
+	int n = sprintf(text, "7f0000000000-7f0000001000 rw-s 00000000 00:06 143                        /dev/nvidia-uvm");
+	memset(text + n, 'x', longlen);
+	strcpy(text + n + longlen,
+	       "\n00400000-00420000 r--p 00000000 fe:00 79246                              /usr/bin/python3.12\n"
+	       "00ba7000-00bab000 rw-p 00000000 00:00 0 \n"
+	       "7ff81e0cd000-7ff81e0dd000 -w-s 00000000 00:06 143                        /dev/nvidia0\n"
+	       "7ff81e0dd000-7ff81e0de000 r--p 00000000 fe:00 12 /lib/dev/nvidia.so\n"
+	       "7ff900000000-7ff900200000 rw-s 00000000 00:06 142                        /dev/nvidiactl");
+	int fd = maps_fd(text);
+	struct gs_maps_entry e[4];
+	CHECK_INT(gs_maps_find(fd, "/dev/nvidia", e, 4), 3);
+	CHECK(e[0].start == 0x7f0000000000 && e[0].end == 0x7f0000001000);
+	CHECK(e[0].prot == (PROT_READ | PROT_WRITE) && e[0].shared);
+	CHECK(e[1].start == 0x7ff81e0cd000 && e[1].end == 0x7ff81e0dd000 && e[1].prot == PROT_WRITE && e[1].shared);
+	/* the last line has no newline */
+	CHECK(e[2].start == 0x7ff900000000 && e[2].end == 0x7ff900200000);
+	close(fd);
+	/* more than fits: the count is all of them, out[] holds the first */
+	fd = maps_fd(text);
+	CHECK_INT(gs_maps_find(fd, "/dev/nvidia", e, 1), 3);
+	CHECK(e[0].start == 0x7f0000000000);
+	close(fd);
+	fd = maps_fd(text);
+	CHECK_INT(gs_maps_find(fd, "/usr/bin/", NULL, 0), 1);
+	close(fd);
+	fd = maps_fd("");
+	CHECK_INT(gs_maps_find(fd, "/dev/nvidia", e, 4), 0);
+	close(fd);
+	fd = maps_fd("not a maps line\n");
+	CHECK_INT(gs_maps_find(fd, "/dev/nvidia", e, 4), -1);
+	close(fd);
+	free(text);
+	/* descriptors: two of a file under the prefix are found, by number */
+	char tmpl[] = "/tmp/gpusnap-fds-XXXXXX";
+	int a = mkstemp(tmpl);
+	CHECK(a >= 0);
+	int b = open(tmpl, O_RDONLY);
+	int fds[1];
+	CHECK_INT(gs_fds_find(tmpl, fds, 1), 2);
+	CHECK(fds[0] == a || fds[0] == b);
+	CHECK_INT(gs_fds_find("/nonexistent/device", fds, 1), 0);
+	close(a);
+	close(b);
+	unlink(tmpl);
+	/* this process maps no GPU device file here, whatever the prefix names */
+	setenv("GPUSNAP_DEVICE_PATH_PREFIX", "/nonexistent/device", 1);
+	CHECK(!gs_proc_maps_gpu_device(getpid()));
+	unsetenv("GPUSNAP_DEVICE_PATH_PREFIX");
+	CHECK_STR(gs_gpu_device_prefix(), "/dev/nvidia");
+}
+
 int main(void)
 {
 	RUN(test_parse_size);
@@ -249,5 +319,6 @@ int main(void)
 	RUN(test_grow_array);
 	RUN(test_read_small_file);
 	RUN(test_all_zero);
+	RUN(test_maps_find);
 	return TEST_SUMMARY();
 }
