@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -32,6 +33,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/options.h"
+#include "common/proc.h"
 #include "common/util.h"
 #include "core/control_socket.h"
 #include "core/hostmem.h"
@@ -362,9 +364,67 @@ static void forget_parent_gpu_state(struct gs_agent *a)
 	gs_app_vmm_forget_after_fork();
 }
 
+/* gs_gpu_device_prefix() read at load: getenv is not for the fork child of a threaded process */
+static char device_prefix[256];
+
+/*
+ * A fork child inherits the driver's mappings of the GPU device files
+ * (/dev/nvidia0 and the like) that its parent's CUDA set up, without the
+ * CUDA state behind them: CUDA does not work in a fork child. CRIU cannot
+ * dump such a mapping (a DataLoader worker's, an Inductor compile worker's)
+ * and the driver does not take it away, since the child is no CUDA process
+ * to it; so the dump of the whole job would fail on it. Each is replaced by
+ * private anonymous memory of the same size and protection, at the same
+ * address: whatever in the child still touches it (nothing should) meets
+ * memory, not a fault, and no write of the child reaches the device.
+ * Async-signal-safe: the child of a threaded parent may only do that.
+ */
+static void drop_inherited_device_maps(void)
+{
+	struct gs_maps_entry maps[32];
+	for (int pass = 0; pass < 64; pass++) {
+		int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return;
+		int n = gs_maps_find(fd, device_prefix, maps, 32);
+		close(fd);
+		if (n <= 0)
+			return;
+		for (int i = 0; i < n && i < 32; i++)
+			if (mmap((void *)maps[i].start, maps[i].end - maps[i].start, maps[i].prot,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+				return; /* left mapped: the dump names this process then */
+		if (n <= 32)
+			return;
+	}
+}
+
+/*
+ * The same for the driver's descriptors of the device files: CRIU cannot
+ * dump them either. Each number is kept, now naming /dev/null (still
+ * close-on-exec): libcuda in the child may still hold the numbers, and an
+ * ioctl it makes there fails instead of reaching a file opened later.
+ */
+static void drop_inherited_device_fds(void)
+{
+	int fds[64], null_fd = -1;
+	int n = gs_fds_find(device_prefix, fds, 64);
+	for (int i = 0; i < n && i < 64; i++) {
+		if (null_fd < 0 && (null_fd = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+			return;
+		dup3(null_fd, fds[i], O_CLOEXEC);
+	}
+	if (null_fd >= 0)
+		close(null_fd);
+}
+
 /* After fork(), in the child: let go of the parent's server (its descriptors too) and start one of its own. */
 static void after_fork_in_child(void)
 {
+	if (device_prefix[0]) {
+		drop_inherited_device_maps();
+		drop_inherited_device_fds();
+	}
 	gs_agent_fds_set_server(NULL);
 	gs_ctl_server_abandon(control_server);
 	control_server = NULL;
@@ -393,6 +453,7 @@ __attribute__((constructor)) static void agent_init(void)
 {
 	gs_log_init_from_env();
 	gs_agent_fds_init();
+	snprintf(device_prefix, sizeof(device_prefix), "%s", gs_gpu_device_prefix());
 	open_log();
 	struct gs_err err = { 0 };
 	/*

@@ -9,7 +9,11 @@
  *                 prints "ALLOC OK" from that thread; the command itself
  *                 answers "STARTED"
  *   fork-child    forks a child that registers with the fake driver as a CUDA
- *                 process and waits to be killed -> "CHILD <pid>"
+ *                 process and waits to be killed -> "CHILD <pid>"; where
+ *                 CONTROL_APP_DEVICE_FILE named a file that main opened and
+ *                 mapped shared (standing for a GPU device file the driver
+ *                 has open and maps),
+ *                 the child first writes 0xab to its first byte
  *   fork-exit     forks a child that leaves at once through _exit (no
  *                 destructors) -> "EXITED <pid>" once it is reaped
  *   fork-return   the same through exit() (destructors run) -> "RETURNED <pid>"
@@ -28,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +52,7 @@ static CUdeviceptr block;
 static int filled; /* atomic */
 static pthread_t allocator;
 static bool started;
+static volatile unsigned char *device_map; /* CONTROL_APP_DEVICE_FILE, mapped shared */
 
 static unsigned char pattern(size_t i)
 {
@@ -117,6 +123,8 @@ static void fork_child(void)
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid == 0) {
+		if (device_map)
+			device_map[0] = 0xab; /* the agent replaced the inherited mapping: this reaches no file */
 		register_child();
 		for (;;)
 			pause();
@@ -178,9 +186,25 @@ static int close_all(void)
 	return rc;
 }
 
+/* Opens CONTROL_APP_DEVICE_FILE and maps it shared, read and write, as the driver does its device files. */
+static int map_device_file(void)
+{
+	const char *path = getenv("CONTROL_APP_DEVICE_FILE");
+	if (!path || !*path)
+		return 0;
+	int fd = open(path, O_RDWR | O_CLOEXEC); /* kept open, as the driver keeps its descriptors */
+	void *p = fd < 0 ? MAP_FAILED : mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		perror("control_app: mapping CONTROL_APP_DEVICE_FILE");
+		return -1;
+	}
+	device_map = p;
+	return 0;
+}
+
 int main(void)
 {
-	if (close_all())
+	if (close_all() || map_device_file())
 		return 1;
 	fake_app_open_driver("control_app");
 	fake_app_gpa("cuMemAlloc", &p_alloc);

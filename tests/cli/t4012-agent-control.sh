@@ -8,7 +8,10 @@
 #    at once (it used to wait 10 s and fail with the GPU-work timeout's exit 9);
 #  - one operation at a time: a second suspend while one runs is refused at
 #    once ("busy: a suspend is under way", exit 6) while `state` answers;
-#  - fork: the child has none of the parent's staging memory (MADV_DONTFORK),
+#  - fork: the child has none of the parent's staging memory (MADV_DONTFORK)
+#    nor its mappings and descriptors of the GPU's device files (memory of
+#    its own there, which the child's write does not carry to the file;
+#    /dev/null under the descriptor's number),
 #    its agent owns nothing of the parent's (state, suspend and resume of the
 #    child), the parent's socket does not stay connectable through the child
 #    once the parent is gone, and sockets of processes that are gone are
@@ -91,7 +94,10 @@ verify_ok "the data after the cycle"
 quit_app "the app exits cleanly"
 
 # -- fork
-start_with GPUSNAP_RESERVE=256M
+# a file of the test's stands for a GPU device file that the driver maps shared in the parent
+devfile=$TEST_TMP/nvidia0
+head -c 65536 /dev/zero >"$devfile"
+start_with GPUSNAP_RESERVE=256M GPUSNAP_DEVICE_PATH_PREFIX="$TEST_TMP/nvidia" CONTROL_APP_DEVICE_FILE="$devfile"
 app_cmd alloc-thread
 wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
 sleep 0.5 # the reserved pool is mapped at the first allocation
@@ -101,6 +107,15 @@ TEST_PIDS+=("$child")
 check "a fork child ($REPLY)" alive "$child"
 for _ in $(seq 50); do [ -S "$(sock "$child")" ] && break; sleep 0.1; done
 check "the child has a control socket of its own" test -S "$(sock "$child")"
+for _ in $(seq 50); do [ -e "$FAKE_CUDA_DIR/$child" ] && break; sleep 0.1; done
+check "the child wrote where the device file was mapped, and lives" test -e "$FAKE_CUDA_DIR/$child" -a -d "/proc/$child"
+check "the parent maps the device file" grep -q "$devfile" "/proc/$APP/maps"
+check "the child maps it no more (the agent put memory of its own there)" sh -c "! grep -q '$devfile' /proc/$child/maps"
+check "the child's write did not reach the device file" test "$(od -An -tx1 -N1 "$devfile" | tr -d ' ')" = 00
+fd_names() { find "/proc/$1/fd" -mindepth 1 -printf '%l\n' 2>/dev/null; }
+check "the parent has the device file open" sh -c "$(declare -f fd_names); fd_names $APP | grep -qx '$devfile'"
+check "the child has it open no more (its number names /dev/null)" \
+  sh -c "$(declare -f fd_names); ! fd_names $child | grep -qx '$devfile'"
 parent_kb=$(vmsize_kb "$APP") child_kb=$(vmsize_kb "$child")
 check "the child has none of the parent's 256 MiB of staging memory (parent $parent_kb kB, child $child_kb kB)" \
   test $((parent_kb - child_kb)) -gt $((200 << 10))
