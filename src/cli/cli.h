@@ -75,6 +75,15 @@ void cli_progress_stop(struct cli_progress *p);
 
 /* Resolves PID (and with `tree` its descendants) to the CUDA processes to act on. */
 int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **pids, int *n, struct gs_err *err);
+/*
+ * GS_E_STATE with err set when a process of root's tree that is not one of
+ * cuda[] (the CUDA processes the dump handles) maps the GPU's device files
+ * or has one open (gs_gpu_device_prefix): CRIU would fail on it after the
+ * GPU part.
+ */
+int cli_tree_check_device_maps(pid_t root, const pid_t *cuda, int ncuda, struct gs_err *err);
+/* A process under pid (not pid, not this gpusnap) that the driver knows as a CUDA process, or 0 when none is. */
+pid_t cli_tree_other_cuda(struct cli_session *s, pid_t pid);
 
 /* Records of suspended processes: the GPUs they used, for --map coverage checks on resume. */
 int cli_record_suspend(struct cli_session *s, pid_t pid, uint64_t gpu_mask);

@@ -208,6 +208,48 @@ void cli_progress_stop(struct cli_progress *p)
 	free(p);
 }
 
+int cli_tree_check_device_maps(pid_t root, const pid_t *cuda, int ncuda, struct gs_err *err)
+{
+	pid_t *all;
+	size_t n;
+	int rc = gs_proc_tree(root, &all, &n, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n && !rc; i++) {
+		bool is_cuda = all[i] == getpid();
+		for (int k = 0; k < ncuda && !is_cuda; k++)
+			is_cuda = cuda[k] == all[i];
+		if (is_cuda || (!gs_proc_maps_gpu_device(all[i]) && !gs_proc_has_open_file(all[i], gs_gpu_device_prefix())))
+			continue;
+		char comm[64];
+		gs_proc_comm(all[i], comm, sizeof(comm));
+		rc = gs_fail(err, GS_E_STATE,
+			     "process %d (%s) in the tree of %d holds the GPU's device files but is no CUDA process (a fork "
+			     "child of one inherits them, CUDA does not): CRIU cannot dump them; let it exit first, "
+			     "or start the job with gpusnap run, whose agent drops them in fork children",
+			     (int)all[i], comm, (int)root);
+	}
+	free(all);
+	return rc;
+}
+
+pid_t cli_tree_other_cuda(struct cli_session *s, pid_t pid)
+{
+	pid_t *all, found = 0;
+	size_t n;
+	struct gs_err e = { 0 };
+	if (gs_proc_tree(pid, &all, &n, &e))
+		return 0;
+	for (size_t i = 0; i < n && !found; i++) {
+		CUprocessState st;
+		/* all[0] is pid itself; gpusnap is in the tree when run from it */
+		if (all[i] != pid && all[i] != getpid() && gs_ckpt_get_state(&s->cu, all[i], &st, &e) == 0)
+			found = all[i];
+	}
+	free(all);
+	return found;
+}
+
 int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **out, int *nout, struct gs_err *err)
 {
 	int pid;

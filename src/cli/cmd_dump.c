@@ -449,14 +449,13 @@ int cmd_dump(int argc, char **argv)
 		}
 		o.dir = absdir;
 	}
-	if (o.tree) {
-		struct dump_tree_opts to = {
-			.dir = o.dir, .timeout = o.timeout, .leave_running = o.leave_running, .driver_only = o.driver_only,
-			.json = o.json, .replace = o.replace,
-			.tcp = o.tcp_close ? GS_CRIU_TCP_CLOSE : o.tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE,
-		};
+	struct dump_tree_opts to = {
+		.dir = o.dir, .timeout = o.timeout, .leave_running = o.leave_running, .driver_only = o.driver_only,
+		.json = o.json, .replace = o.replace,
+		.tcp = o.tcp_close ? GS_CRIU_TCP_CLOSE : o.tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE,
+	};
+	if (o.tree)
 		return dump_tree(&to, argv[0]);
-	}
 	struct gs_err err = { 0 };
 	struct dump_run *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -478,6 +477,21 @@ int cmd_dump(int argc, char **argv)
 		rc = cli_session_open(&r->s, &err);
 	if (!rc)
 		rc = gs_cuda_require_checkpoint(&r->s.cu, &err);
+	pid_t other = 0;
+	if (!rc && (other = cli_tree_other_cuda(&r->s, pid))) {
+		/*
+		 * CRIU dumps PID with every process under it, and another of them
+		 * uses CUDA too (a framework's worker processes, ranks PID
+		 * started): only the tree dump handles its GPU state; CRIU alone
+		 * would fail on its device mappings after the GPU part was done.
+		 */
+		fprintf(stderr, "gpusnap: process %d under %d uses CUDA too: dumping the whole tree, as --tree does\n",
+			(int)other, pid);
+		cli_op_end(r->lock, false);
+		cli_session_close(&r->s);
+		free(r);
+		return dump_tree(&to, argv[0]);
+	}
 	r->pid = pid;
 	gs_proc_comm(r->pid, r->comm, sizeof(r->comm));
 	if (!rc) {
@@ -497,6 +511,8 @@ int cmd_dump(int argc, char **argv)
 	/* after the CUDA checks: "not a CUDA process" is the more useful answer when both apply */
 	if (!rc)
 		rc = gs_criu_dumpable(r->pid, &err);
+	if (!rc)
+		rc = cli_tree_check_device_maps(r->pid, &r->pid, 1, &err);
 	struct stat pst;
 	char ppath[64];
 	snprintf(ppath, sizeof(ppath), "/proc/%d", (int)r->pid);

@@ -16,10 +16,13 @@
 #    restores once they are gone;
 #  - refusals, one line each, nothing changed and no image written: dump
 #    --tree of the child alone (the memory it imports is exported outside its
-#    tree);
+#    tree); a dump (with --tree and without) of a tree in which a process
+#    that is no CUDA process maps the GPU's device files (a file of the
+#    test's stands for them), as fork children of a CUDA process do;
 #  - a tree without the agent (a shell, no CUDA process, running two CUDA
 #    processes on the driver path) dumps and restores whole, each counting
-#    on from where it was dumped;
+#    on from where it was dumped; a dump without --tree does the same,
+#    saying so (CRIU dumps the shell's children with it);
 #  - a dump failing in the second rank's agent, and failures after the
 #    agents, after the driver, and in CRIU roll the tree
 #    back (both run on, data intact, exchange goes on, nothing at DIR); a
@@ -174,7 +177,9 @@ for c in "${counters[@]}"; do echo "0 0" >"$FAKE_CUDA_DIR/$c"; done
 check "the shell runs two counters (${counters[*]})" test "${#counters[@]}" = 2
 wait_lines "$clog1" 10 && wait_lines "$clog2" 10
 timg=$TEST_TMP/counters-img
-run_gpusnap dump --tree --json -D "$timg" "$shell_pid"; expect "dump --tree of the shell and its counters" 0
+# without --tree: CRIU dumps the counters with the shell, so the dump is the tree's, and says so
+run_gpusnap dump --json -D "$timg" "$shell_pid"
+expect "dump of the shell (no --tree) dumps its counters' tree" 0 "uses CUDA too: dumping the whole tree"
 check "the outcome lists the two CUDA processes on the driver path" \
   test "$(jget "['processes'][0]['path']") $(jget "['processes'][1]['path']")" = "driver driver"
 check "the shell is gone" wait_gone "$shell_pid" 5
@@ -187,6 +192,36 @@ check "the first counter counts on from the dump" continues "$clog1" "$n1" "$v1"
 check "the second counter counts on from the dump" continues "$clog2" "$n2" "$v2"
 run_gpusnap state "${counters[1]}"; expect "state of a restored counter" 0 "running"
 kill -9 "${counters[@]}" "$shell_pid" 2>/dev/null
+
+# a process of the tree that maps the GPU's device files without being a CUDA process (a fork child
+# of one inherits them: DataLoader workers, without the agent; this one closed its descriptor): refused before anything changes, by
+# the dump of one process (its CUDA root) and by --tree; a file of the test's stands for the device
+devfile=$TEST_TMP/nvidia0
+head -c 65536 /dev/zero >"$devfile"
+python3 -c 'import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import mmap, sys, time\nf = open(sys.argv[1], \"r+b\")\nm = mmap.mmap(f.fileno(), 65536)\ntime.sleep(600)", sys.argv[1]])
+time.sleep(600)' "$devfile" </dev/null >/dev/null 2>&1 &
+maproot=$!
+TEST_PIDS+=("$maproot")
+echo "0 0" >"$FAKE_CUDA_DIR/$maproot"
+mapper=
+for _ in $(seq 100); do
+  mapper=$(pgrep -P "$maproot")
+  [ -n "$mapper" ] && grep -q "$devfile" "/proc/$mapper/maps" 2>/dev/null && break
+  sleep 0.05
+done
+TEST_PIDS+=("$mapper")
+check "the child maps the stand-in device file ($mapper)" grep -q "$devfile" "/proc/$mapper/maps"
+for how in "" --tree; do
+  GPUSNAP_DEVICE_PATH_PREFIX=$TEST_TMP/nvidia run_gpusnap dump $how -D "$TEST_TMP/mapimg" "$maproot"
+  expect "dump ${how:-of one process} with a child mapping the device is refused" 6 \
+    "process $mapper (python3) in the tree of $maproot holds the GPU's device files but is no CUDA process"
+  check "the refusal is one line" one_error
+  check "no image is left" test ! -e "$TEST_TMP/mapimg"
+  check "both processes run on" test -d "/proc/$maproot" -a -d "/proc/$mapper"
+  run_gpusnap state "$maproot"; expect "the root is still running for the driver" 0 "running"
+done
+kill -9 "$mapper" "$maproot" 2>/dev/null
 
 if ldd "$app" | grep -q libasan; then
   # CRIU 4.2.1's restore of this tree of two ASan-instrumented processes dies in the root task's
