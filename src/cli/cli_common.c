@@ -260,8 +260,14 @@ int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **o
 		return rc;
 	if (!tree) {
 		CUprocessState st;
-		if ((rc = gs_ckpt_get_state(&s->cu, pid, &st, err)))
+		if ((rc = gs_ckpt_get_state(&s->cu, pid, &st, err))) {
+			pid_t child = rc == GS_E_NOT_CUDA ? cli_tree_other_cuda(s, pid) : 0;
+			/* a launcher (torchrun, a shell) named instead of its ranks */
+			if (child)
+				cli_err_append(err, "; process %d under it is one: --tree acts on every CUDA process under %d",
+					       (int)child, pid);
 			return rc;
+		}
 		*out = malloc(sizeof(pid_t));
 		if (!*out)
 			return gs_fail(err, GS_E_FAILURE, "out of memory");

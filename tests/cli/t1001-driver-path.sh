@@ -96,6 +96,9 @@ check "all locks come before any checkpoint" bash -c "awk '{print \$1}' '$FAKE_C
 run_gpusnap resume --tree "$parent"; expect "resume --tree" 0
 check "both children running" [ "$(fake_state "${kids[0]}")$(fake_state "${kids[1]}")" = 00 ]
 run_gpusnap suspend "$parent"; expect "parent alone is not CUDA" 4 "is not a CUDA process"
+check "... and the message points at --tree for the CUDA processes under it" \
+  grep -qE "process (${kids[0]}|${kids[1]}) under it is one: --tree acts on every CUDA process under $parent" "$ERR_TXT"
+check "... in one line" one_error
 
 # --tree rollback: the second checkpoint fails, the first child is brought back to running
 FAKE_CUDA_FAIL_CHECKPOINT=${kids[1]} run_gpusnap suspend --tree "$parent"
