@@ -103,6 +103,15 @@ bool gs_capture_bg_begin(void)
 	return ok;
 }
 
+void gs_capture_bg_begin_wait(void)
+{
+	pthread_mutex_lock(&open_captures.lock);
+	while (open_captures.n || open_captures.beginning)
+		pthread_cond_wait(&open_captures.changed, &open_captures.lock);
+	open_captures.background++;
+	pthread_mutex_unlock(&open_captures.lock);
+}
+
 void gs_capture_bg_end(void)
 {
 	pthread_mutex_lock(&open_captures.lock);
@@ -122,6 +131,7 @@ static void ended(CUstream s)
 			open_captures.v[i] = open_captures.v[--open_captures.n];
 			break;
 		}
+	pthread_cond_broadcast(&open_captures.changed); /* for gs_capture_bg_begin_wait */
 	pthread_mutex_unlock(&open_captures.lock);
 }
 

@@ -26,12 +26,18 @@
 
 /*
  * The agent's background CUDA work (the kept copy ring pinned after a
- * device's first use and after each resume) brackets itself with these: begin
- * returns false, and the work is to be skipped, while a global-mode capture
- * is open or beginning; while a section runs, a global-mode capture waits to
- * begin. A section never waits for a capture, so nothing waits in a circle.
+ * device's first use and after each resume; a pinned staging pool's workers)
+ * brackets itself with these: begin returns false, and the work is to be
+ * skipped, while a global-mode capture is open or beginning; begin_wait
+ * waits for the captures to end instead, for work that cannot be skipped.
+ * While a section runs, a global-mode capture waits to begin. A capture
+ * waits only for sections that have begun, and those wait for nothing of
+ * the app's, so nothing waits in a circle (nothing of the app's waits for a
+ * worker in begin_wait either: a suspend, which would, refuses while a
+ * capture is open).
  */
 bool gs_capture_bg_begin(void);
+void gs_capture_bg_begin_wait(void);
 void gs_capture_bg_end(void);
 
 /* Installs the replacements of the capture entry points. */

@@ -105,19 +105,33 @@ static void use_any_context(struct gs_agent *a)
 		}
 }
 
+/*
+ * A pinned pool's workers pin and unpin on their own threads, also while
+ * the app runs (a reserved pool's first pinning, after a resume), which
+ * would break a global-mode capture of the app's (agent_capture.h): each
+ * waits for the app's captures to end first. During a suspend or resume
+ * none is open (the gate holds the app, a suspend refuses while one is).
+ */
 static int staging_register(void *ctx, void *addr, uint64_t len)
 {
 	struct gs_agent *a = ctx;
+	(void)gs_fault(GS_FI_AGENT_STAGING_PIN); /* hold: a window for a test to begin a capture in */
+	gs_capture_bg_begin_wait();
 	use_any_context(a);
-	return a->cu.cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS ? 0 : -1;
+	int rc = a->cu.cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS ? 0 : -1;
+	gs_capture_bg_end();
+	return rc;
 }
 
 static void staging_unregister(void *ctx, void *addr, uint64_t len)
 {
 	struct gs_agent *a = ctx;
 	(void)len;
+	(void)gs_fault(GS_FI_AGENT_STAGING_PIN);
+	gs_capture_bg_begin_wait();
 	use_any_context(a);
 	a->cu.cuMemHostUnregister(addr);
+	gs_capture_bg_end();
 }
 
 /*

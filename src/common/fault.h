@@ -44,6 +44,7 @@
 	X(AGENT_REPLY, "agent-reply", "before the agent replies to a suspend or dump")               \
 	X(AGENT_STACK, "agent-stack", "giving a context its stack back on resume (out of GPU memory)") \
 	X(AGENT_RING_BUILD, "agent-ring-build", "the kept copy ring's background build, before it pins (hold: a slow start)") \
+	X(AGENT_STAGING_PIN, "agent-staging-pin", "a pinned staging pool's worker, before it pins or unpins (hold: a slow pin)") \
 	/* --- the agent's allocation hooks and control server (agent_hooks.c, agent_main.c) --- */  \
 	X(AGENT_ALLOC, "agent-alloc", "an allocation hook inside the gate, before its device's set-up") \
 	X(AGENT_OPERATION, "agent-operation", "an operation (suspend, resume, dump) is under way, before its work") \

@@ -14,7 +14,8 @@
 #  - managed memory counts as not releasable in `state` until it is freed;
 #  - a suspend while the app's global-mode stream capture is open is refused
 #    (exit 6) and the app runs on, its capture intact; a thread-local one does
-#    not stop it; once the capture ended the suspend works; the agent's
+#    not stop it; once the capture ended the suspend works; a pinned staging
+#    pool's workers wait for the capture to end before they pin; the agent's
 #    background pinning (the kept copy ring with GPUSNAP_RESERVE) skips its
 #    work rather than break a capture the app began meanwhile;
 #  - memory on both devices is released by one thread per device: a release
@@ -95,6 +96,18 @@ for _ in $(seq 50); do grep -q "copy ring is not set up ahead" "$GPUSNAP_AGENT_L
 check "the build skipped its pinning" grep -q "the app is capturing a CUDA graph" "$GPUSNAP_AGENT_LOG"
 reply_ok "the app's capture was not broken by it" capture-close CAPCLOSE
 run_gpusnap suspend --json "$APP"; expect "a suspend then (its ring set up on demand)" 0
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "the data after that cycle"
+quit_app "the app exits cleanly"
+
+# a pinned staging pool's workers (GPUSNAP_STAGING_MODE=pinned) pin the reserved pool in the
+# background after the first allocation; held 2 s, each meets the app's open capture and waits for
+# it to end rather than break it (the fake driver invalidates a global capture when another thread pins)
+GPUSNAP_STAGING_MODE=pinned GPUSNAP_RESERVE=64M GPUSNAP_FAULT=agent-staging-pin=hold:2 start_app
+reply_ok "a global-mode capture begun while the pinned pool's workers wait to pin" capture-open CAPOPEN
+sleep 2.5 # the workers' hold is over: they wait for the capture now
+reply_ok "the app's capture was not broken by the pool's pinning" capture-close CAPCLOSE
+run_gpusnap suspend "$APP"; expect "a suspend through the pinned pool then" 0
 run_gpusnap resume "$APP"; expect "resume" 0
 verify_ok "the data after that cycle"
 quit_app "the app exits cleanly"
