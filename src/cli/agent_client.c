@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/proc.h"
 #include "core/control_socket.h"
 #include "core/protocol.h"
 
@@ -75,6 +76,11 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 		*err = e;
 		return e.code;
 	}
+	/* its agent would not answer: say why at once rather than after the time limit */
+	if (gs_proc_all_stopped(pid))
+		return gs_fail(err, GS_E_STATE,
+			       "process %d is stopped (SIGSTOP or SIGTSTP, or a debugger holds it): its gpusnap agent cannot "
+			       "answer until it continues (kill -CONT %d)", (int)pid, (int)pid);
 	struct gs_msg req, reply;
 	gs_msg_init(&req, GS_MSG_HELLO);
 	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, HELLO_TIMEOUT_S, &e);

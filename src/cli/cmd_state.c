@@ -63,9 +63,14 @@ int cmd_state(int argc, char **argv)
 	uint64_t vram = cli_process_vram(&s, pid, &mask);
 	struct cli_agent ag = { .present = false };
 	/* an agent at work for another gpusnap answers when its work is done: not asked then */
+	/* a process stopped by a signal or a debugger: its agent cannot answer; the driver's view, and why */
+	bool held_stopped = false;
 	if ((!has_op || !op.holder_alive) && (rc = cli_agent_probe(pid, &ag, &err))) {
-		cli_session_close(&s);
-		return cli_report_error(&err);
+		held_stopped = rc == GS_E_STATE && gs_proc_all_stopped(pid);
+		if (!held_stopped) {
+			cli_session_close(&s);
+			return cli_report_error(&err);
+		}
 	}
 	const char *state = cli_process_state_name(st, ag.present, ag.state);
 	char comm[64];
@@ -87,7 +92,7 @@ int cmd_state(int argc, char **argv)
 		if (ag.present && ag.fault[0]) /* an undo of the agent failed: why it stays suspended */
 			gs_json_kv_string(&j, "fault", ag.fault);
 		gs_json_kv_string(&j, "driver_state", gs_cuda_state_name(st));
-		gs_json_kv_string(&j, "path", ag.present ? "agent" : "driver");
+		gs_json_kv_string(&j, "path", ag.present || (held_stopped && ag.socket[0]) ? "agent" : "driver");
 		if (ag.present) {
 			gs_json_key(&j, "agent");
 			gs_json_object_begin(&j);
@@ -106,6 +111,8 @@ int cmd_state(int argc, char **argv)
 			if (mask & (1ULL << g))
 				gs_json_int(&j, g);
 		gs_json_array_end(&j);
+		if (held_stopped)
+			gs_json_kv_string(&j, "stopped", err.msg);
 		if (note[0]) {
 			gs_json_key(&j, "operation");
 			gs_json_object_begin(&j);
@@ -127,6 +134,8 @@ int cmd_state(int argc, char **argv)
 			printf("%s\n", state);
 		if (note[0])
 			fprintf(stderr, "gpusnap: note: %s\n", note);
+		if (held_stopped)
+			fprintf(stderr, "gpusnap: note: %s; the state shown is the driver's\n", err.msg);
 		if (ag.present && !verbose && ag.unmanaged_count) {
 			char b[32];
 			fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",

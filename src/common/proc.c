@@ -129,6 +129,27 @@ int gs_proc_tree(pid_t root, pid_t **out, size_t *count, struct gs_err *err)
 	return 0;
 }
 
+bool gs_proc_all_stopped(pid_t pid)
+{
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return false;
+	int threads = 0, stopped = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		struct gs_proc_stat st;
+		threads++;
+		if (gs_proc_read_task_stat(pid, (pid_t)atoi(de->d_name), &st) == 0 && (st.state == 'T' || st.state == 't'))
+			stopped++;
+	}
+	closedir(d);
+	return threads > 0 && stopped == threads;
+}
+
 bool gs_proc_maps_contain(pid_t pid, const char *needle)
 {
 	char path[64], line[4096];

@@ -18,6 +18,9 @@
 #    removed by the next agent;
 #  - an app that closes every descriptor at its start (close_range, closefrom,
 #    the raw system call, a close() loop) is still reached through its agent;
+#  - an app stopped by SIGSTOP: a suspend is refused at once (exit 6, the
+#    cause named) rather than waiting for its agent, `state` gives the
+#    driver's view and why; once it continues, suspend and resume work;
 #  - `run --reserve` beyond the host's memory is refused (exit 13) and the
 #    agent warns about a GPUSNAP_RESERVE set by hand beyond it.
 . "$(dirname "$0")/lib.sh"
@@ -179,6 +182,24 @@ for how in close_range closefrom syscall loop; do
   quit_app "$how: the app exits cleanly"
   rm -f "$TEST_TMP/agent.log"
 done
+
+# -- an app stopped by a signal (a supervisor's SIGSTOP): its agent cannot answer; said at once
+start_app
+app_cmd alloc-thread
+wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
+kill -STOP "$APP"
+t0=$(now_ms)
+run_gpusnap suspend "$APP"
+expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP, or a debugger holds it)"
+check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 2000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
+run_gpusnap state --json "$APP"; expect "state of the stopped app answers" 0
+check "... with the driver's view, the agent's path and why (JSON)" \
+  test "$(jget "['state']") $(jget "['path']")" = "running agent" -a -n "$(jget "['stopped']")"
+kill -CONT "$APP"
+run_gpusnap suspend "$APP"; expect "once it continues, the suspend works" 0
+run_gpusnap resume "$APP"; expect "resume" 0
+verify_ok "the data after the cycle"
+quit_app "the app exits cleanly"
 
 # -- --reserve beyond the host's memory
 run_gpusnap run --reserve 1000T -- sh -c 'echo ran'

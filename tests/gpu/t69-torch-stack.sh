@@ -5,7 +5,8 @@
 # JIT-compiled and loaded as modules in the process, and mode="reduce-overhead"
 # with its CUDA graph trees and their pool) and torchvision's resnet18 through
 # cuDNN, trained on batches from a DataLoader's forked worker processes,
-# besides 1 GiB of seeded data (py/torch_stack.py). Every result
+# besides 1 GiB of seeded data and NVML queried through pynvml
+# (py/torch_stack.py). Every result
 # computed again after two agent suspend/resume cycles (VRAM 0 while
 # suspended), a --keep-context cycle, a --driver cycle and a dump, kill and
 # restore is bit-identical to the one computed before; Inductor's compile
@@ -28,10 +29,12 @@ for part in llama:transformers compile:triton vision:torchvision; do
   fi
 done
 [ -n "$parts" ] || { skip "none of transformers, triton, torchvision is installed"; finish; }
+# NVML, kept open by the app (pynvml), is checked where installed; it is named last in CHECK OK
+python3 -c "import pynvml" 2>/dev/null && want_tag="$parts nvml" || { want_tag=$parts; skip "pynvml is not installed: NVML is not checked"; }
 
 check_ok() { # WHAT
-  if app_cmd stack check CHECK 180 && [ "$REPLY_LINE" == "CHECK OK $parts" ]; then
-    pass "$1 ($parts)"
+  if app_cmd stack check CHECK 180 && [ "$REPLY_LINE" == "CHECK OK $want_tag" ]; then
+    pass "$1 ($want_tag)"
   else
     fail "$1: ${REPLY_LINE:-no answer}"
     app_show_stderr stack

@@ -13,7 +13,9 @@ downloaded):
            under bf16 autocast, and a training step on a copy fed by a
            DataLoader's two persistent worker processes (forked from this
            CUDA process) through pinned memory
-Besides, 1 GiB of seeded data is kept on the GPU. The first results are kept
+Besides, 1 GiB of seeded data is kept on the GPU, and NVML (pynvml, where
+installed) is initialized once and queried on every check, as monitoring
+code in servers does. The first results are kept
 as references; then it answers commands on stdin, one per line (check_loop.py):
   check  -> "CHECK OK <parts that run>" when every part computed again is
             bit-identical to its reference, the kept data is unchanged and
@@ -154,6 +156,14 @@ def main():
         for _ in range(2):
             compute()
         refs.append([t.detach().clone() for t in compute()])
+    # NVML kept open, as monitoring code does (its descriptors are the driver's too): queried on every check
+    nvml = None
+    if importlib.util.find_spec("pynvml") is not None:
+        import pynvml
+        pynvml.nvmlInit()
+        nvml = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        nvml_total = pynvml.nvmlDeviceGetMemoryInfo(nvml).total
+        running.append("nvml")
     gen = torch.Generator(DEV).manual_seed(args.seed)
     held = torch.randint(-2 ** 31, 2 ** 31 - 1, (args.held_mib * 262144,), dtype=torch.int32, device=DEV, generator=gen)
     held_ref = int(held.to(torch.int64).mul_(2654435761).remainder_(4294967291).sum())
@@ -169,6 +179,13 @@ def main():
                 loss = train()
                 if loss != loss or loss in (float("inf"), float("-inf")):
                     why.append("training step gave %s" % loss)
+        if nvml is not None:
+            try:
+                if pynvml.nvmlDeviceGetMemoryInfo(nvml).total != nvml_total:
+                    why.append("NVML reports another memory size")
+                pynvml.nvmlDeviceGetUtilizationRates(nvml)
+            except pynvml.NVMLError as e:
+                why.append("NVML failed: %s" % e)
         if int(held.to(torch.int64).mul_(2654435761).remainder_(4294967291).sum()) != held_ref:
             why.append("the kept data changed")
         torch.cuda.synchronize()
