@@ -77,7 +77,7 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 		return e.code;
 	}
 	/* its agent would not answer: say why at once rather than after the time limit */
-	if (gs_proc_all_stopped(pid))
+	if (gs_proc_all_stopped(pid, true))
 		return gs_fail(err, GS_E_STATE,
 			       "process %d is stopped (SIGSTOP or SIGTSTP, or a debugger holds it): its gpusnap agent cannot "
 			       "answer until it continues (kill -CONT %d)", (int)pid, (int)pid);

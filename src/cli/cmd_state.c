@@ -44,7 +44,7 @@ int cmd_state(int argc, char **argv)
 		gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0]);
 		return cli_report_error(&err);
 	}
-	CUprocessState st;
+	CUprocessState st = CU_PROCESS_STATE_RUNNING; /* left so for a process that is stopped */
 	rc = gs_proc_check(pid, &err);
 	if (rc) {
 		cli_op_explain_gone(pid, &err);
@@ -52,8 +52,18 @@ int cmd_state(int argc, char **argv)
 	}
 	struct cli_op_record op;
 	bool has_op = cli_op_find(pid, &op) == 1;
+	/*
+	 * Stopped by a signal (a supervisor's SIGSTOP): neither the driver nor the
+	 * agent can answer for it until it continues; state says so at once.
+	 * Stopped by a debugger: the driver answers, the agent cannot.
+	 */
+	bool group_stopped = gs_proc_all_stopped(pid, false), held_stopped = group_stopped;
+	char why_stopped[GS_ERR_MSG_MAX] = "";
+	if (group_stopped)
+		snprintf(why_stopped, sizeof(why_stopped), "process %d is stopped (SIGSTOP or SIGTSTP): the driver and its "
+			 "agent answer for it once it continues (kill -CONT %d)", pid, pid);
 	rc = cli_session_open(&s, &err);
-	if (!rc)
+	if (!rc && !group_stopped)
 		rc = gs_ckpt_get_state(&s.cu, pid, &st, &err);
 	if (rc) {
 		cli_session_close(&s);
@@ -63,16 +73,15 @@ int cmd_state(int argc, char **argv)
 	uint64_t vram = cli_process_vram(&s, pid, &mask);
 	struct cli_agent ag = { .present = false };
 	/* an agent at work for another gpusnap answers when its work is done: not asked then */
-	/* a process stopped by a signal or a debugger: its agent cannot answer; the driver's view, and why */
-	bool held_stopped = false;
-	if ((!has_op || !op.holder_alive) && (rc = cli_agent_probe(pid, &ag, &err))) {
-		held_stopped = rc == GS_E_STATE && gs_proc_all_stopped(pid);
+	if (!group_stopped && (!has_op || !op.holder_alive) && (rc = cli_agent_probe(pid, &ag, &err))) {
+		held_stopped = rc == GS_E_STATE && gs_proc_all_stopped(pid, true);
 		if (!held_stopped) {
 			cli_session_close(&s);
 			return cli_report_error(&err);
 		}
+		snprintf(why_stopped, sizeof(why_stopped), "%s; the state shown is the driver's", err.msg);
 	}
-	const char *state = cli_process_state_name(st, ag.present, ag.state);
+	const char *state = group_stopped ? "stopped" : cli_process_state_name(st, ag.present, ag.state);
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));
 	/* what an operation at work, or one that was killed, has to do with the state */
@@ -91,8 +100,10 @@ int cmd_state(int argc, char **argv)
 		gs_json_kv_string(&j, "state", state);
 		if (ag.present && ag.fault[0]) /* an undo of the agent failed: why it stays suspended */
 			gs_json_kv_string(&j, "fault", ag.fault);
-		gs_json_kv_string(&j, "driver_state", gs_cuda_state_name(st));
-		gs_json_kv_string(&j, "path", ag.present || (held_stopped && ag.socket[0]) ? "agent" : "driver");
+		if (!group_stopped)
+			gs_json_kv_string(&j, "driver_state", gs_cuda_state_name(st));
+		if (!group_stopped || ag.socket[0])
+			gs_json_kv_string(&j, "path", ag.present || (held_stopped && ag.socket[0]) ? "agent" : "driver");
 		if (ag.present) {
 			gs_json_key(&j, "agent");
 			gs_json_object_begin(&j);
@@ -112,7 +123,7 @@ int cmd_state(int argc, char **argv)
 				gs_json_int(&j, g);
 		gs_json_array_end(&j);
 		if (held_stopped)
-			gs_json_kv_string(&j, "stopped", err.msg);
+			gs_json_kv_string(&j, "stopped", why_stopped);
 		if (note[0]) {
 			gs_json_key(&j, "operation");
 			gs_json_object_begin(&j);
@@ -135,7 +146,7 @@ int cmd_state(int argc, char **argv)
 		if (note[0])
 			fprintf(stderr, "gpusnap: note: %s\n", note);
 		if (held_stopped)
-			fprintf(stderr, "gpusnap: note: %s; the state shown is the driver's\n", err.msg);
+			fprintf(stderr, "gpusnap: note: %s\n", why_stopped);
 		if (ag.present && !verbose && ag.unmanaged_count) {
 			char b[32];
 			fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",

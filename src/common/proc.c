@@ -129,7 +129,7 @@ int gs_proc_tree(pid_t root, pid_t **out, size_t *count, struct gs_err *err)
 	return 0;
 }
 
-bool gs_proc_all_stopped(pid_t pid)
+bool gs_proc_all_stopped(pid_t pid, bool traced_too)
 {
 	char dir[64];
 	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
@@ -143,7 +143,7 @@ bool gs_proc_all_stopped(pid_t pid)
 			continue;
 		struct gs_proc_stat st;
 		threads++;
-		if (gs_proc_read_task_stat(pid, (pid_t)atoi(de->d_name), &st) == 0 && (st.state == 'T' || st.state == 't'))
+		if (gs_proc_read_task_stat(pid, (pid_t)atoi(de->d_name), &st) == 0 && (st.state == 'T' || (traced_too && st.state == 't')))
 			stopped++;
 	}
 	closedir(d);

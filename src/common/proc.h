@@ -29,10 +29,11 @@ int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st);
 int gs_proc_read_task_stat(pid_t pid, pid_t tid, struct gs_proc_stat *st);
 /*
  * True when every thread of pid is stopped: by SIGSTOP, SIGTSTP and the
- * like ('T'), or by a tracer ('t'). Such a process runs none of its code,
- * the gpusnap agent's threads included, until it continues.
+ * like ('T'), or, with traced_too, by a tracer ('t'). Such a process runs
+ * none of its code, the gpusnap agent's threads included, until it
+ * continues.
  */
-bool gs_proc_all_stopped(pid_t pid);
+bool gs_proc_all_stopped(pid_t pid, bool traced_too);
 /* Parent PID from /proc/PID/stat; -1 if unreadable. */
 pid_t gs_proc_ppid(pid_t pid);
 /*

@@ -44,10 +44,26 @@ static int driver_error(struct gs_cuda *cu, struct gs_err *err, CUresult r, pid_
 		       hint);
 }
 
+/*
+ * The driver's checkpoint calls need the process to run: on one stopped by
+ * SIGSTOP (a supervisor's) cuCheckpointProcessGetState returned after about
+ * 110 s with an error and cuCheckpointProcessLock did not return within 120
+ * s whatever its timeout (H100, driver 580.159.04). Refused at once instead.
+ * Only a group stop: gpusnap's own restore holds processes traced while the
+ * driver works on them.
+ */
+static int refuse_stopped(pid_t pid, struct gs_err *err)
+{
+	if (!gs_proc_all_stopped(pid, false))
+		return 0;
+	return gs_fail(err, GS_E_STATE, "process %d is stopped (SIGSTOP or SIGTSTP): the driver cannot reach its GPU state "
+		       "until it continues (kill -CONT %d)", (int)pid, (int)pid);
+}
+
 int gs_ckpt_get_state(struct gs_cuda *cu, pid_t pid, CUprocessState *state, struct gs_err *err)
 {
 	int rc = gs_proc_check(pid, err);
-	if (rc)
+	if (rc || (rc = refuse_stopped(pid, err)))
 		return rc;
 	if ((rc = gs_cuda_require_checkpoint(cu, err)))
 		return rc;
@@ -85,6 +101,9 @@ int gs_ckpt_lock(struct gs_cuda *cu, pid_t pid, double timeout_s, double *secs, 
 	args.timeoutMs = ms > 4e9 ? 4000000000u : (unsigned)(ms + 0.5);
 	if (timeout_s > 0 && args.timeoutMs == 0)
 		args.timeoutMs = 1;
+	int rc = refuse_stopped(pid, err);
+	if (rc)
+		return rc;
 	double t0 = gs_now();
 	CUresult r = cu->cuCheckpointProcessLock((int)pid, &args);
 	*secs = gs_now() - t0;

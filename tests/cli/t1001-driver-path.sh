@@ -74,6 +74,25 @@ run_gpusnap state --json "$p"; expect "state --json" 0
 check "state JSON" [ "$(json_get "$OUT_TXT" '["state"]')" = suspended ]
 run_gpusnap resume "$p"; expect "resume again" 0
 
+# stopped by a signal (a supervisor's SIGSTOP): the driver cannot reach it (on the real driver its
+# calls hang for minutes); refused at once, nothing asked of the driver, state says so
+kill -STOP "$p"
+: >"$FAKE_CUDA_LOG"
+run_gpusnap suspend --timeout 5 "$p"
+expect "suspend of a stopped process is refused" 6 "process $p is stopped (SIGSTOP or SIGTSTP)"
+check "... in one line" one_error
+check "... without a call to the driver" test ! -s "$FAKE_CUDA_LOG"
+run_gpusnap suspend --tree "$p"; expect "suspend --tree of it too" 6 "is stopped"
+run_gpusnap state "$p"; expect "state of a stopped process answers" 0 "stopped"
+check "... and says why" grep -q "once it continues (kill -CONT $p)" "$ERR_TXT"
+check "the process was left as it was" [ "$(fake_state "$p")" = 0 ]
+kill -CONT "$p"
+run_gpusnap suspend "$p"; expect "once continued, suspend" 0
+kill -STOP "$p"
+run_gpusnap resume "$p"; expect "resume of a suspended process stopped meanwhile is refused" 6 "is stopped"
+kill -CONT "$p"
+run_gpusnap resume "$p"; expect "once continued, resume" 0
+
 # lock timeout: the process is left running, nothing else happened to it
 start_cuda_proc 0; p=$NEWPID
 : >"$FAKE_CUDA_LOG"

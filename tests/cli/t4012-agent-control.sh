@@ -19,8 +19,8 @@
 #  - an app that closes every descriptor at its start (close_range, closefrom,
 #    the raw system call, a close() loop) is still reached through its agent;
 #  - an app stopped by SIGSTOP: a suspend is refused at once (exit 6, the
-#    cause named) rather than waiting for its agent, `state` gives the
-#    driver's view and why; once it continues, suspend and resume work;
+#    cause named) rather than waiting for its agent, `state` says it is
+#    stopped and why; once it continues, suspend and resume work;
 #  - `run --reserve` beyond the host's memory is refused (exit 13) and the
 #    agent warns about a GPUSNAP_RESERVE set by hand beyond it.
 . "$(dirname "$0")/lib.sh"
@@ -190,11 +190,11 @@ wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app
 kill -STOP "$APP"
 t0=$(now_ms)
 run_gpusnap suspend "$APP"
-expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP, or a debugger holds it)"
+expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP)"
 check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 2000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
 run_gpusnap state --json "$APP"; expect "state of the stopped app answers" 0
-check "... with the driver's view, the agent's path and why (JSON)" \
-  test "$(jget "['state']") $(jget "['path']")" = "running agent" -a -n "$(jget "['stopped']")"
+check "... stopped, and why (JSON)" \
+  sh -c "[ '$(jget "['state']")' = stopped ] && echo '$(jget "['stopped']")' | grep -q 'answer for it once it continues'"
 kill -CONT "$APP"
 run_gpusnap suspend "$APP"; expect "once it continues, the suspend works" 0
 run_gpusnap resume "$APP"; expect "resume" 0

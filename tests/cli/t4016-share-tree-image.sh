@@ -198,9 +198,10 @@ kill -9 "${counters[@]}" "$shell_pid" 2>/dev/null
 # the dump of one process (its CUDA root) and by --tree; a file of the test's stands for the device
 devfile=$TEST_TMP/nvidia0
 head -c 65536 /dev/zero >"$devfile"
-python3 -c 'import subprocess, sys, time
+# a session of its own, as CRIU needs (setsid execs in place: $! is python)
+(close_inherited_fds && exec setsid python3 -c 'import subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", "import mmap, sys, time\nf = open(sys.argv[1], \"r+b\")\nm = mmap.mmap(f.fileno(), 65536)\ntime.sleep(600)", sys.argv[1]])
-time.sleep(600)' "$devfile" </dev/null >/dev/null 2>&1 &
+time.sleep(600)' "$devfile" </dev/null >/dev/null 2>&1) &
 maproot=$!
 TEST_PIDS+=("$maproot")
 echo "0 0" >"$FAKE_CUDA_DIR/$maproot"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t10-errors.sh - gpusnap's error exit codes on a real driver: a non-CUDA process
 # (4), a pid that does not exist (3), usage errors (2), suspend of a suspended
-# process and resume of a running one (6); the CUDA process stays usable throughout.
+# process and resume of a running one (6), a suspend of a process stopped by
+# SIGSTOP (6, at once); the CUDA process stays usable throughout.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t10-errors
 
@@ -55,5 +56,18 @@ gs_run resume "$pid"
 expect_rc 6 "resume of a process already resumed"
 expect_state "$pid" running "state after the refused resume"
 app_verify p "256 MiB pattern after the refused operations"
+# Stopped by a signal (a supervisor's SIGSTOP): the driver's calls on it would not return for
+# minutes (a lock with a 5 s timeout: killed after 125 s); refused at once, state says so.
+kill -STOP "$pid"
+gs_run suspend "$pid" --timeout 5
+expect_rc 6 "suspend of a process stopped by SIGSTOP"
+check "... at once (${GS_SECS} s)" awk -v s="$GS_SECS" 'BEGIN { exit !(s < 3) }'
+check "... naming the cause" grep -q 'is stopped (SIGSTOP or SIGTSTP)' <<<"$GS_ERR"
+gs_run state "$pid"
+expect_rc 0 "state of the stopped process"
+check_eq "state says stopped" "$GS_OUT" stopped
+kill -CONT "$pid"
+expect_state "$pid" running "state once it continues"
+app_verify p "256 MiB pattern after the refusal"
 app_quit p
 finish
