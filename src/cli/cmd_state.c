@@ -57,9 +57,13 @@ int cmd_state(int argc, char **argv)
 	 * agent can answer for it until it continues; state says so at once.
 	 * Stopped by a debugger: the driver answers, the agent cannot.
 	 */
-	bool group_stopped = gs_proc_all_stopped(pid, false), held_stopped = group_stopped;
-	char why_stopped[GS_ERR_MSG_MAX] = "";
-	if (group_stopped)
+	char why_stopped[GS_ERR_MSG_MAX] = "", cg[256];
+	bool frozen = gs_proc_frozen(pid, cg, sizeof(cg));
+	bool group_stopped = frozen || gs_proc_all_stopped(pid, false), held_stopped = group_stopped;
+	if (frozen)
+		snprintf(why_stopped, sizeof(why_stopped), "process %d is frozen (its cgroup %s is: a paused container): the "
+			 "driver and its agent answer for it once it is thawed", pid, cg);
+	else if (group_stopped)
 		snprintf(why_stopped, sizeof(why_stopped), "process %d is stopped (SIGSTOP or SIGTSTP): the driver and its "
 			 "agent answer for it once it continues (kill -CONT %d)", pid, pid);
 	rc = cli_session_open(&s, &err);
@@ -81,7 +85,7 @@ int cmd_state(int argc, char **argv)
 		}
 		snprintf(why_stopped, sizeof(why_stopped), "%s; the state shown is the driver's", err.msg);
 	}
-	const char *state = group_stopped ? "stopped" : cli_process_state_name(st, ag.present, ag.state);
+	const char *state = frozen ? "frozen" : group_stopped ? "stopped" : cli_process_state_name(st, ag.present, ag.state);
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));
 	/* what an operation at work, or one that was killed, has to do with the state */

@@ -150,6 +150,59 @@ bool gs_proc_all_stopped(pid_t pid, bool traced_too)
 	return threads > 0 && stopped == threads;
 }
 
+/* Whether a freezer's state file reads frozen: v1 freezer.state FROZEN or FREEZING, v2 cgroup.events "frozen 1". */
+static bool freezer_file_frozen(const char *path, bool v2)
+{
+	char buf[512];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	if (!v2)
+		return !strncmp(buf, "FROZEN", 6) || !strncmp(buf, "FREEZING", 8);
+	return !strncmp(buf, "frozen 1", 8) || strstr(buf, "\nfrozen 1") != NULL;
+}
+
+bool gs_proc_frozen(pid_t pid, char *cgroup, size_t n)
+{
+	char path[64], line[4096];
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool frozen = false;
+	while (!frozen && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		/* "ID:CONTROLLERS:PATH": v2's line is "0::PATH", a v1 freezer's names it among its controllers */
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = '\0';
+		const char *controllers = c1 + 1, *cg = c2 + 1;
+		char file[4600];
+		if (!*controllers) {
+			/* v2: mounted at /sys/fs/cgroup, or at /sys/fs/cgroup/unified beside v1 */
+			snprintf(file, sizeof(file), "/sys/fs/cgroup%s/cgroup.events", cg);
+			frozen = freezer_file_frozen(file, true);
+			snprintf(file, sizeof(file), "/sys/fs/cgroup/unified%s/cgroup.events", cg);
+			frozen = frozen || freezer_file_frozen(file, true);
+		} else {
+			char list[256];
+			snprintf(list, sizeof(list), ",%s,", controllers);
+			if (!strstr(list, ",freezer,"))
+				continue;
+			snprintf(file, sizeof(file), "/sys/fs/cgroup/freezer%s/freezer.state", cg);
+			frozen = freezer_file_frozen(file, false);
+		}
+		if (frozen && cgroup && n)
+			snprintf(cgroup, n, "%s", cg);
+	}
+	fclose(f);
+	return frozen;
+}
+
 bool gs_proc_maps_contain(pid_t pid, const char *needle)
 {
 	char path[64], line[4096];

@@ -34,6 +34,12 @@ int gs_proc_read_task_stat(pid_t pid, pid_t tid, struct gs_proc_stat *st);
  * continues.
  */
 bool gs_proc_all_stopped(pid_t pid, bool traced_too);
+/*
+ * True when pid's cgroup is frozen (`docker pause`, `podman pause`, a
+ * freezer of cgroup v1 or v2): its threads run nothing until it is thawed.
+ * cgroup gets the cgroup's path (as /proc/PID/cgroup names it).
+ */
+bool gs_proc_frozen(pid_t pid, char *cgroup, size_t n);
 /* Parent PID from /proc/PID/stat; -1 if unreadable. */
 pid_t gs_proc_ppid(pid_t pid);
 /*

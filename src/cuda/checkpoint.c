@@ -50,10 +50,15 @@ static int driver_error(struct gs_cuda *cu, struct gs_err *err, CUresult r, pid_
  * 110 s with an error and cuCheckpointProcessLock did not return within 120
  * s whatever its timeout (H100, driver 580.159.04). Refused at once instead.
  * Only a group stop: gpusnap's own restore holds processes traced while the
- * driver works on them.
+ * driver works on them. A frozen cgroup (a paused container) stops its
+ * processes the same way.
  */
 static int refuse_stopped(pid_t pid, struct gs_err *err)
 {
+	char cg[256];
+	if (gs_proc_frozen(pid, cg, sizeof(cg)))
+		return gs_fail(err, GS_E_STATE, "process %d is frozen (its cgroup %s is: a paused container): the driver "
+			       "cannot reach its GPU state until it is thawed (unpause it)", (int)pid, cg);
 	if (!gs_proc_all_stopped(pid, false))
 		return 0;
 	return gs_fail(err, GS_E_STATE, "process %d is stopped (SIGSTOP or SIGTSTP): the driver cannot reach its GPU state "

@@ -93,6 +93,34 @@ run_gpusnap resume "$p"; expect "resume of a suspended process stopped meanwhile
 kill -CONT "$p"
 run_gpusnap resume "$p"; expect "once continued, resume" 0
 
+# frozen by its cgroup (docker/podman pause): the same, where this machine lets the test freeze a
+# cgroup of its own (cgroup v1's freezer, or v2's cgroup.freeze)
+freezer=
+if [ -w /sys/fs/cgroup/freezer/tasks ] && mkdir "/sys/fs/cgroup/freezer/gpusnap-t1001-$$" 2>/dev/null; then
+  freezer=/sys/fs/cgroup/freezer/gpusnap-t1001-$$ freeze_file=freezer.state frozen=FROZEN thawed=THAWED
+  back=/sys/fs/cgroup/freezer/tasks
+elif [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "/sys/fs/cgroup/gpusnap-t1001-$$" 2>/dev/null; then
+  freezer=/sys/fs/cgroup/gpusnap-t1001-$$ freeze_file=cgroup.freeze frozen=1 thawed=0
+  back=/sys/fs/cgroup/cgroup.procs
+fi
+if [ -n "$freezer" ] && echo "$p" >"$freezer/cgroup.procs" 2>/dev/null; then
+  echo "$frozen" >"$freezer/$freeze_file"
+  for _ in $(seq 50); do grep -q "$frozen" "$freezer/$freeze_file" 2>/dev/null && break; sleep 0.1; done
+  : >"$FAKE_CUDA_LOG"
+  run_gpusnap suspend "$p"
+  expect "suspend of a process in a frozen cgroup is refused" 6 "process $p is frozen (its cgroup /${freezer##*/} is: a paused container)"
+  check "... without a call to the driver" test ! -s "$FAKE_CUDA_LOG"
+  run_gpusnap state "$p"; expect "state of a frozen process answers" 0 "frozen"
+  echo "$thawed" >"$freezer/$freeze_file"
+  echo "$p" >"$back" 2>/dev/null
+  rmdir "$freezer"
+  run_gpusnap suspend "$p"; expect "once thawed, suspend" 0
+  run_gpusnap resume "$p"; expect "resume" 0
+else
+  echo "# SKIP: no cgroup freezer this test may use here: a frozen process is not checked"
+  [ -n "$freezer" ] && rmdir "$freezer"
+fi
+
 # lock timeout: the process is left running, nothing else happened to it
 start_cuda_proc 0; p=$NEWPID
 : >"$FAKE_CUDA_LOG"

@@ -2,7 +2,8 @@
 # t10-errors.sh - gpusnap's error exit codes on a real driver: a non-CUDA process
 # (4), a pid that does not exist (3), usage errors (2), suspend of a suspended
 # process and resume of a running one (6), a suspend of a process stopped by
-# SIGSTOP (6, at once); the CUDA process stays usable throughout.
+# SIGSTOP or in a frozen cgroup (6, at once); the CUDA process stays usable
+# throughout.
 . "$(dirname "$0")/lib.sh"
 gs_test_init t10-errors
 
@@ -69,5 +70,30 @@ check_eq "state says stopped" "$GS_OUT" stopped
 kill -CONT "$pid"
 expect_state "$pid" running "state once it continues"
 app_verify p "256 MiB pattern after the refusal"
+# Frozen by its cgroup (docker/podman pause), where a cgroup of the test's own can be frozen.
+cg=
+if [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "/sys/fs/cgroup/gpusnap-t10-$$" 2>/dev/null; then
+  cg=/sys/fs/cgroup/gpusnap-t10-$$ freeze_file=cgroup.freeze frozen=1 thawed=0 back=/sys/fs/cgroup/cgroup.procs
+elif [ -w /sys/fs/cgroup/freezer/tasks ] && mkdir "/sys/fs/cgroup/freezer/gpusnap-t10-$$" 2>/dev/null; then
+  cg=/sys/fs/cgroup/freezer/gpusnap-t10-$$ freeze_file=freezer.state frozen=FROZEN thawed=THAWED
+  back=/sys/fs/cgroup/freezer/tasks
+fi
+if [ -n "$cg" ] && echo "$pid" >"$cg/cgroup.procs" 2>/dev/null; then
+  echo "$frozen" >"$cg/$freeze_file"
+  sleep 0.5
+  gs_run suspend "$pid" --timeout 5
+  expect_rc 6 "suspend of a process in a frozen cgroup"
+  check "... at once (${GS_SECS} s), naming the cause" grep -q "is frozen (its cgroup" <<<"$GS_ERR"
+  gs_run state "$pid"
+  check_eq "state says frozen" "$GS_OUT" frozen
+  echo "$thawed" >"$cg/$freeze_file"
+  echo "$pid" >"$back" 2>/dev/null
+  rmdir "$cg" 2>/dev/null
+  expect_state "$pid" running "state once thawed"
+  app_verify p "256 MiB pattern after the frozen refusal"
+else
+  [ -n "$cg" ] && rmdir "$cg" 2>/dev/null
+  skip "no cgroup freezer the test may use here: a frozen process is not checked"
+fi
 app_quit p
 finish
