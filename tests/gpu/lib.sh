@@ -286,6 +286,21 @@ app_verify() { # NAME [WHAT] [TIMEOUT_S]
   return 1
 }
 
+# Sends COMMAND; PASS (WHAT and the answer) when the answer matches WANT, a
+# bash pattern ("CHECK OK*"), else FAIL with the answer and NAME's stderr.
+# For the Python apps' check (py/check_loop.py) and their like.
+app_reply_ok() { # NAME COMMAND WANT TIMEOUT_S WHAT
+  local name=$1 want=$3 what=$5
+  # shellcheck disable=SC2053 # WANT is a pattern
+  if app_cmd "$name" "$2" "${want%% *}" "$4" && [[ $REPLY_LINE == $want ]]; then
+    pass "$what ($REPLY_LINE)"
+    return 0
+  fi
+  fail "$what: ${REPLY_LINE:-no answer}"
+  app_show_stderr "$name"
+  return 1
+}
+
 # Sends quit and waits for the exit; PASS if it exits 0. APP_RC gets the status.
 app_quit() { # NAME [TIMEOUT_S]
   local name=$1 timeout=${2:-60} pid=${APP_PID[$1]} i

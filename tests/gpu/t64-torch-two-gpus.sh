@@ -23,15 +23,7 @@ if ! python3 -c 'import torch; assert torch.cuda.device_count() >= 2' 2>/dev/nul
   finish
 fi
 
-check_ok() { # NAME WHAT
-  if app_cmd "$1" check CHECK 180 && [[ $REPLY_LINE == "CHECK OK"* ]]; then
-    pass "$2 ($REPLY_LINE)"
-    return 0
-  fi
-  fail "$2: ${REPLY_LINE:-no answer}"
-  app_show_stderr "$1"
-  return 1
-}
+check_ok() { app_reply_ok "$1" check "CHECK OK*" 180 "$2"; } # NAME WHAT
 
 for conf in default expandable_segments:True; do
   if [ "$conf" == default ]; then unset PYTORCH_CUDA_ALLOC_CONF; else export PYTORCH_CUDA_ALLOC_CONF=$conf; fi

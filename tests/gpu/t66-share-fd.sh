@@ -43,14 +43,7 @@ gs_track_pid "$p1"
 log "rank 0 $p0, rank 1 $p1"
 app_verify share "both buffers from both ranks before suspend" || finish
 
-ring_ok() { # WHAT
-  if app_cmd share ring RING 120 && [ "$REPLY_LINE" == "RING OK" ]; then
-    pass "$1: each rank sees the other's writes through its import"
-  else
-    fail "$1: ring: ${REPLY_LINE:-no answer}"
-    app_show_stderr share
-  fi
-}
+ring_ok() { app_reply_ok share ring "RING OK" 120 "$1: each rank sees the other's writes through its import"; } # WHAT
 ring_ok "before suspend"
 
 fell_by_both() { # WHAT [SUSPEND ARGS...]

@@ -14,14 +14,7 @@ gs_test_init t68-jax-cupy
 py=$(dirname "$0")/py/jax_cupy.py
 require_criu
 
-check_ok() { # NAME WHAT
-  if app_cmd "$1" check CHECK 180 && [[ $REPLY_LINE == "CHECK OK"* ]]; then
-    pass "$2"
-  else
-    fail "$2: ${REPLY_LINE:-no answer}"
-    app_show_stderr "$1"
-  fi
-}
+check_ok() { app_reply_ok "$1" check "CHECK OK*" 180 "$2"; } # NAME WHAT
 
 for fw in jax cupy; do
   if ! python3 -c "import $fw" 2>/dev/null; then

@@ -32,14 +32,7 @@ done
 # NVML, kept open by the app (pynvml), is checked where installed; it is named last in CHECK OK
 python3 -c "import pynvml" 2>/dev/null && want_tag="$parts nvml" || { want_tag=$parts; skip "pynvml is not installed: NVML is not checked"; }
 
-check_ok() { # WHAT
-  if app_cmd stack check CHECK 180 && [ "$REPLY_LINE" == "CHECK OK $want_tag" ]; then
-    pass "$1 ($want_tag)"
-  else
-    fail "$1: ${REPLY_LINE:-no answer}"
-    app_show_stderr stack
-  fi
-}
+check_ok() { app_reply_ok stack check "CHECK OK $want_tag" 180 "$1"; } # WHAT
 
 # As users run it: Inductor compiles in worker processes of the app's own,
 # which initialize CUDA (T69_ENV=TORCHINDUCTOR_COMPILE_THREADS=1 compiles in
