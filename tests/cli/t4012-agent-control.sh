@@ -187,6 +187,9 @@ done
 start_app
 app_cmd alloc-thread
 wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
+# the app's own binary, which it maps, stands for the GPU device files a CUDA process holds
+export GPUSNAP_DEVICE_PATH_PREFIX
+GPUSNAP_DEVICE_PATH_PREFIX=$(readlink -f "$app")
 kill -STOP "$APP"
 t0=$(now_ms)
 run_gpusnap suspend "$APP"
@@ -196,6 +199,7 @@ run_gpusnap state --json "$APP"; expect "state of the stopped app answers" 0
 check "... stopped, and why (JSON)" \
   sh -c "[ '$(jget "['state']")' = stopped ] && echo '$(jget "['stopped']")' | grep -q 'answer for it once it continues'"
 kill -CONT "$APP"
+unset GPUSNAP_DEVICE_PATH_PREFIX
 run_gpusnap suspend "$APP"; expect "once it continues, the suspend works" 0
 run_gpusnap resume "$APP"; expect "resume" 0
 verify_ok "the data after the cycle"
