@@ -260,7 +260,17 @@ int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **o
 		return rc;
 	if (!tree) {
 		CUprocessState st;
-		if ((rc = gs_ckpt_get_state(&s->cu, pid, &st, err))) {
+		rc = gs_ckpt_get_state(&s->cu, pid, &st, err);
+		/*
+		 * Stopped or frozen: the operation's own calls say so, after its lock
+		 * has named any gpusnap at work on it (a restore holds its process
+		 * stopped), which is the better answer then.
+		 */
+		if (rc == GS_E_STATE) {
+			memset(err, 0, sizeof(*err));
+			rc = 0;
+		}
+		if (rc) {
 			pid_t child = rc == GS_E_NOT_CUDA ? cli_tree_other_cuda(s, pid) : 0;
 			/* a launcher (torchrun, a shell) named instead of its ranks */
 			if (child)

@@ -60,9 +60,6 @@ int cmd_state(int argc, char **argv)
 	char why_stopped[GS_ERR_MSG_MAX] = "", cg[256];
 	bool frozen = gs_proc_frozen(pid, cg, sizeof(cg));
 	bool group_stopped = frozen || gs_proc_all_stopped(pid, false);
-	/* one that holds none of the GPU's device files is no CUDA process: the driver says so (checkpoint.c) */
-	if (group_stopped && !gs_proc_maps_gpu_device(pid) && !gs_proc_has_open_file(pid, gs_gpu_device_prefix()))
-		frozen = group_stopped = false;
 	bool held_stopped = group_stopped;
 	if (frozen)
 		snprintf(why_stopped, sizeof(why_stopped), "process %d is frozen (its cgroup %s is: a paused container): the "

@@ -51,9 +51,9 @@ static int driver_error(struct gs_cuda *cu, struct gs_err *err, CUresult r, pid_
  * s whatever its timeout (H100, driver 580.159.04). Refused at once instead.
  * Only a group stop: gpusnap's own restore holds processes traced while the
  * driver works on them. A frozen cgroup (a paused container) stops its
- * processes the same way. A stopped process that holds none of the GPU's
- * device files is no CUDA process, and is said to be none without asking
- * the driver (a stopped shell job beside the CUDA processes of a tree).
+ * processes the same way. Any stopped process is refused so, CUDA or not:
+ * what holds the GPU's device files cannot tell (a process the driver holds
+ * checkpointed holds none).
  */
 static int refuse_stopped(pid_t pid, struct gs_err *err)
 {
@@ -61,11 +61,6 @@ static int refuse_stopped(pid_t pid, struct gs_err *err)
 	bool frozen = gs_proc_frozen(pid, cg, sizeof(cg));
 	if (!frozen && !gs_proc_all_stopped(pid, false))
 		return 0;
-	if (!gs_proc_maps_gpu_device(pid) && !gs_proc_has_open_file(pid, gs_gpu_device_prefix())) {
-		char comm[64];
-		gs_proc_comm(pid, comm, sizeof(comm));
-		return gs_fail(err, GS_E_NOT_CUDA, "process %d (%s) is not a CUDA process", (int)pid, comm);
-	}
 	if (frozen)
 		return gs_fail(err, GS_E_STATE, "process %d is frozen (its cgroup %s is: a paused container): the driver "
 			       "cannot reach its GPU state until it is thawed (unpause it)", (int)pid, cg);

@@ -187,19 +187,15 @@ done
 start_app
 app_cmd alloc-thread
 wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
-# the app's own binary, which it maps, stands for the GPU device files a CUDA process holds
-export GPUSNAP_DEVICE_PATH_PREFIX
-GPUSNAP_DEVICE_PATH_PREFIX=$(readlink -f "$app")
 kill -STOP "$APP"
 t0=$(now_ms)
 run_gpusnap suspend "$APP"
-expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP)"
+expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP"
 check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 2000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
 run_gpusnap state --json "$APP"; expect "state of the stopped app answers" 0
 check "... stopped, and why (JSON)" \
   sh -c "[ '$(jget "['state']")' = stopped ] && echo '$(jget "['stopped']")' | grep -q 'answer for it once it continues'"
 kill -CONT "$APP"
-unset GPUSNAP_DEVICE_PATH_PREFIX
 run_gpusnap suspend "$APP"; expect "once it continues, the suspend works" 0
 run_gpusnap resume "$APP"; expect "resume" 0
 verify_ok "the data after the cycle"
