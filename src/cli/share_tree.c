@@ -31,51 +31,6 @@ struct gathered {
 	size_t nim;
 };
 
-/* cli_share_name_pids's lists: how the agents name the processes of the operation */
-static struct {
-	pid_t *here, *named;
-	int n;
-} names;
-
-int cli_share_name_pids(const pid_t *here, const pid_t *named, int n, struct gs_err *err)
-{
-	free(names.here);
-	free(names.named);
-	memset(&names, 0, sizeof(names));
-	if (!here || n <= 0)
-		return 0;
-	names.here = malloc((size_t)n * sizeof(pid_t));
-	names.named = malloc((size_t)n * sizeof(pid_t));
-	if (!names.here || !names.named) {
-		free(names.here);
-		free(names.named);
-		memset(&names, 0, sizeof(names));
-		return gs_fail(err, GS_E_FAILURE, "out of memory");
-	}
-	memcpy(names.here, here, (size_t)n * sizeof(pid_t));
-	memcpy(names.named, named, (size_t)n * sizeof(pid_t));
-	names.n = n;
-	return 0;
-}
-
-/* The name the agents know process `here` by. */
-static pid_t named_of(pid_t here)
-{
-	for (int i = 0; i < names.n; i++)
-		if (names.here[i] == here)
-			return names.named[i];
-	return here;
-}
-
-/* The process here that the agents call `named`. */
-static pid_t here_of(pid_t named)
-{
-	for (int i = 0; i < names.n; i++)
-		if (names.named[i] == named)
-			return names.here[i];
-	return named;
-}
-
 static void gathered_free(struct gathered *g)
 {
 	free(g->ex);
@@ -120,8 +75,6 @@ static int call(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int p
 		size_t nex = 0, nim = 0;
 		if (!(rc = gs_share_get_exports(&reply, pid, &ex, &nex, err)) &&
 		    !(rc = gs_share_get_imports(&reply, pid, &im, &nim, err))) {
-			for (size_t k = 0; k < nim; k++)
-				im[k].exporter = here_of(im[k].exporter);
 			rc = append((void **)&g->ex, &g->nex, ex, nex, sizeof(*ex), err);
 			if (!rc)
 				rc = append((void **)&g->im, &g->nim, im, nim, sizeof(*im), err);
@@ -202,7 +155,7 @@ int cli_share_before_suspend(const pid_t *pids, const struct cli_agent *agents, 
 		gs_msg_init(&req, GS_MSG_SHARE_LINK);
 		for (size_t k = 0; k < g.nim; k++)
 			if (g.im[k].pid == pids[i]) {
-				struct gs_share_link l = { .import_vh = g.im[k].vh, .exporter = named_of(g.im[k].exporter),
+				struct gs_share_link l = { .import_vh = g.im[k].vh, .exporter = g.im[k].exporter,
 							   .export_vh = g.im[k].export_vh };
 				gs_share_add_link(&req, &l);
 			}
@@ -261,7 +214,7 @@ static int hand_over(pid_t pid, const struct cli_agent *ag, const struct gathere
 		}
 		struct gs_msg req;
 		gs_msg_init(&req, GS_MSG_SHARE_IMPORT);
-		struct gs_share_link l = { .import_vh = im->vh, .exporter = named_of(ex->pid), .export_vh = ex->vh };
+		struct gs_share_link l = { .import_vh = im->vh, .exporter = ex->pid, .export_vh = ex->vh };
 		gs_share_add_link(&req, &l);
 		rc = call(pid, ag, &req, fd, NULL, err);
 		close(fd);

@@ -17,17 +17,6 @@
 #include "common/err.h"
 
 /*
- * How the agents name the processes of the operation, where that is not by
- * their PIDs here: processes in a PID namespace of their own know each other
- * (and their images record exporters) by the PIDs they see there. From here
- * on every exporter a link tells an agent is named[i] for here[i], and every
- * exporter an agent reports is read back to here[i]; a PID in neither list
- * is taken as it is. n = 0 (or here NULL) goes back to PIDs as they are.
- * The lists are copied. 0, or GS_E_FAILURE out of memory.
- */
-int cli_share_name_pids(const pid_t *here, const pid_t *named, int n, struct gs_err *err);
-
-/*
  * Before a suspend or dump of pids (agents from cli_agent_probe): nothing
  * when no agent shares memory (*shared false). Else every import is linked
  * or the operation is refused (GS_E_STATE or GS_E_AGENT, naming the process):
