@@ -225,7 +225,7 @@ int cli_tree_check_device_maps(pid_t root, const pid_t *cuda, int ncuda, struct 
 		gs_proc_comm(all[i], comm, sizeof(comm));
 		rc = gs_fail(err, GS_E_STATE,
 			     "process %d (%s) in the tree of %d holds the GPU's device files but is no CUDA process (a fork "
-			     "child of one inherits them, CUDA does not): CRIU cannot dump them; let it exit first, "
+			     "child of one inherits them, CUDA does not; NVML opens them too): CRIU cannot dump them; let it exit first, "
 			     "or start the job with gpusnap run, whose agent drops them in fork children",
 			     (int)all[i], comm, (int)root);
 	}

@@ -460,6 +460,14 @@ int gsp_pause_devices(int pid)
 		rc = gs_fail(&err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_PAUSE));
 	if (!rc)
 		rc = collect(pid, &err);
+	/* a process holding the GPU's device files that is no CUDA process: CRIU would fail on it after the GPU part */
+	if (!rc) {
+		pid_t *cuda = calloc((size_t)gsp.nprocs + 1, sizeof(*cuda));
+		for (int i = 0; cuda && i < gsp.nprocs; i++)
+			cuda[i] = gsp.procs[i].pid;
+		rc = cuda ? cli_tree_check_device_maps(pid, cuda, gsp.nprocs, &err) : gs_fail(&err, GS_E_FAILURE, "out of memory");
+		free(cuda);
+	}
 	if (!rc && gsp.nprocs == 0) {
 		alarm(freeze_left);
 		return 0;

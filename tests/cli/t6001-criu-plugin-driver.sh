@@ -16,6 +16,8 @@
 #    timer is paused meanwhile, the dump succeeds;
 #  - a failed dump (the driver's checkpoint fails; CRIU fails after freezing):
 #    the process runs on, back on the GPU, no gpusnap image left;
+#  - a tree in which a process holds the GPU's device files without being a
+#    CUDA process is refused before anything moves (the process runs on);
 #  - refusals: the image restored without the plugin (CRIU: missing required
 #    plugin); a damaged gpusnap image (nothing is restored); a failed driver
 #    restore kills the task before it ran; GPUSNAP_PLUGIN_MAP remaps GPUs and a
@@ -188,6 +190,18 @@ check "... the plugin says why" log_has "$TEST_TMP/fail2/dump.log" "dump of the 
 check "the process runs on" grows "$log"
 check "it is running on the GPU" [ "$(fake_state "$pid")" = 0 ]
 check "no gpusnap image is left" bash -c "[ -z \"\$(ls -A '$TEST_TMP/fail2/gpusnap' 2>/dev/null)\" ]"
+
+# ---- a process of the tree holding the GPU's device files without being a CUDA process (a fork child
+# of one, an NVML monitor): refused before anything moves; here the counter, no CUDA process for the
+# fake while its entry is away, maps its own binary, which stands for the device files ----
+mv "$FAKE_CUDA_DIR/$pid" "$TEST_TMP/entry"
+GPUSNAP_DEVICE_PATH_PREFIX=$(readlink -f "$app") criu_dump "$TEST_TMP/devmap" "$pid"
+check "criu dump of a tree holding the device files outside CUDA fails" rc_failed
+check "... the plugin says which process and why" \
+  log_has "$TEST_TMP/devmap/dump.log" "process $pid (cpu_counter) in the tree of $pid holds the GPU's device files but is no CUDA process"
+check "the process runs on" grows "$log"
+mv "$TEST_TMP/entry" "$FAKE_CUDA_DIR/$pid"
+check "it is running on the GPU" [ "$(fake_state "$pid")" = 0 ]
 
 # ---- beside CRIU's cuda_plugin.so: refused, the process runs on ----
 inc=""
