@@ -376,7 +376,8 @@ static char device_prefix[256];
  * to it; so the dump of the whole job would fail on it. Each is replaced by
  * private anonymous memory of the same size and protection, at the same
  * address: whatever in the child still touches it (nothing should) meets
- * memory, not a fault, and no write of the child reaches the device.
+ * memory, not a fault, and no write of the child reaches the device. Not
+ * reserved (MAP_NORESERVE): such a range can be large, and is never used.
  * Async-signal-safe: the child of a threaded parent may only do that.
  */
 static void drop_inherited_device_maps(void)
@@ -392,7 +393,7 @@ static void drop_inherited_device_maps(void)
 			return;
 		for (int i = 0; i < n && i < 32; i++)
 			if (mmap((void *)maps[i].start, maps[i].end - maps[i].start, maps[i].prot,
-				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
 				return; /* left mapped: the dump names this process then */
 		if (n <= 32)
 			return;
