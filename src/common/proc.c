@@ -131,6 +131,10 @@ int gs_proc_tree(pid_t root, pid_t **out, size_t *count, struct gs_err *err)
 
 bool gs_proc_all_stopped(pid_t pid, bool traced_too)
 {
+	/* the main thread first: a running one answers for a process of thousands of threads at once */
+	struct gs_proc_stat main_st;
+	if (gs_proc_read_stat(pid, &main_st) || (main_st.state != 'T' && !(traced_too && main_st.state == 't')))
+		return false;
 	char dir[64];
 	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
 	DIR *d = opendir(dir);
