@@ -163,6 +163,18 @@ static void test_proc(void)
 		found |= tree[i] == child;
 	CHECK(found);
 	free(tree);
+	/* a group stop, as a supervisor's SIGSTOP makes one, and back */
+	CHECK(!gs_proc_all_stopped(child, true));
+	CHECK(!gs_proc_all_stopped(getpid(), true));
+	kill(child, SIGSTOP);
+	int status = 0;
+	CHECK_INT(waitpid(child, &status, WUNTRACED), child);
+	CHECK(WIFSTOPPED(status));
+	CHECK(gs_proc_all_stopped(child, false));
+	CHECK(!gs_proc_frozen(child, NULL, 0)); /* stopped, not frozen: its cgroup is ours, which runs */
+	kill(child, SIGCONT);
+	CHECK_INT(waitpid(child, &status, WCONTINUED), child);
+	CHECK(!gs_proc_all_stopped(child, false));
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 }
