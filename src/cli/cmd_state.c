@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "cli/op_lock.h"
 #include "cli/report.h"
+#include "core/control_socket.h"
 #include "core/protocol.h"
 #include "common/proc.h"
 #include "common/util.h"
@@ -77,6 +78,10 @@ int cmd_state(int argc, char **argv)
 	uint64_t mask = 0;
 	uint64_t vram = cli_process_vram(&s, pid, &mask);
 	struct cli_agent ag = { .present = false };
+	/* stopped: whether it has an agent (its socket) is all that can be known of it */
+	struct gs_err socket_err = { 0 };
+	if (group_stopped && gs_ctl_find_agent(pid, ag.socket, sizeof(ag.socket), &socket_err))
+		ag.socket[0] = '\0';
 	/* an agent at work for another gpusnap answers when its work is done: not asked then */
 	if (!group_stopped && (!has_op || !op.holder_alive) && (rc = cli_agent_probe(pid, &ag, &err))) {
 		held_stopped = rc == GS_E_STATE && gs_proc_all_stopped(pid, true);

@@ -193,8 +193,8 @@ run_gpusnap suspend "$APP"
 expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP"
 check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 2000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
 run_gpusnap state --json "$APP"; expect "state of the stopped app answers" 0
-check "... stopped, and why (JSON)" \
-  sh -c "[ '$(jget "['state']")' = stopped ] && echo '$(jget "['stopped']")' | grep -q 'answer for it once it continues'"
+check "... stopped, with its agent, and why (JSON)" \
+  sh -c "[ '$(jget "['state']") $(jget "['path']")' = 'stopped agent' ] && echo '$(jget "['stopped']")' | grep -q 'answer for it once it continues'"
 kill -CONT "$APP"
 run_gpusnap suspend "$APP"; expect "once it continues, the suspend works" 0
 run_gpusnap resume "$APP"; expect "resume" 0
