@@ -378,6 +378,9 @@ static char device_prefix[256];
  * address: whatever in the child still touches it (nothing should) meets
  * memory, not a fault, and no write of the child reaches the device. Not
  * reserved (MAP_NORESERVE): such a range can be large, and is never used.
+ * What it costs: NVML's descriptors are among them, so a child that goes on
+ * using NVML as its parent initialized it gets errors from it
+ * (GPUSNAP_FORK_DROP_DEVICE=0 keeps them, and the child undumpable).
  * Async-signal-safe: the child of a threaded parent may only do that.
  */
 static void drop_inherited_device_maps(void)
@@ -469,7 +472,10 @@ __attribute__((constructor)) static void agent_init(void)
 {
 	gs_log_init_from_env();
 	gs_agent_fds_init();
-	snprintf(device_prefix, sizeof(device_prefix), "%s", gs_gpu_device_prefix());
+	/* GPUSNAP_FORK_DROP_DEVICE=0: fork children keep what they inherit (and cannot be dumped) */
+	const char *drop = getenv("GPUSNAP_FORK_DROP_DEVICE");
+	if (!drop || strcmp(drop, "0"))
+		snprintf(device_prefix, sizeof(device_prefix), "%s", gs_gpu_device_prefix());
 	open_log();
 	struct gs_err err = { 0 };
 	/*

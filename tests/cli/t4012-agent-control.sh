@@ -11,7 +11,8 @@
 #  - fork: the child has none of the parent's staging memory (MADV_DONTFORK)
 #    nor its mappings and descriptors of the GPU's device files (memory of
 #    its own there, which the child's write does not carry to the file;
-#    /dev/null under the descriptor's number),
+#    /dev/null under the descriptor's number; GPUSNAP_FORK_DROP_DEVICE=0
+#    keeps them),
 #    its agent owns nothing of the parent's (state, suspend and resume of the
 #    child), the parent's socket does not stay connectable through the child
 #    once the parent is gone, and sockets of processes that are gone are
@@ -182,6 +183,17 @@ for how in close_range closefrom syscall loop; do
   quit_app "$how: the app exits cleanly"
   rm -f "$TEST_TMP/agent.log"
 done
+
+# -- GPUSNAP_FORK_DROP_DEVICE=0: a fork child keeps what it inherits
+start_with GPUSNAP_DEVICE_PATH_PREFIX="$TEST_TMP/nvidia" CONTROL_APP_DEVICE_FILE="$devfile" GPUSNAP_FORK_DROP_DEVICE=0
+app_cmd fork-child
+kept=${REPLY#CHILD }
+TEST_PIDS+=("$kept")
+for _ in $(seq 50); do [ -e "$FAKE_CUDA_DIR/$kept" ] && break; sleep 0.1; done
+check "with GPUSNAP_FORK_DROP_DEVICE=0 the child still maps the device file" grep -q "$devfile" "/proc/$kept/maps"
+check "... and its write reached it" test "$(od -An -tx1 -N1 "$devfile" | tr -d ' ')" = ab
+kill -9 "$kept"
+quit_app "the app exits cleanly"
 
 # -- an app stopped by a signal (a supervisor's SIGSTOP): its agent cannot answer; said at once
 start_app
