@@ -77,14 +77,10 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 		return e.code;
 	}
 	/* its agent would not answer: say why at once rather than after the time limit */
-	char cg[256];
-	if (gs_proc_frozen(pid, cg, sizeof(cg)))
-		return gs_fail(err, GS_E_STATE, "process %d is frozen (its cgroup %s is: a paused container): its gpusnap "
-			       "agent cannot answer until it is thawed (unpause it)", (int)pid, cg);
-	if (gs_proc_all_stopped(pid, true))
-		return gs_fail(err, GS_E_STATE,
-			       "process %d is stopped (SIGSTOP or SIGTSTP, or a debugger holds it): its gpusnap agent cannot "
-			       "answer until it continues (kill -CONT %d)", (int)pid, (int)pid);
+	char why[320], until[64];
+	if (gs_proc_halted(pid, true, why, sizeof(why), until, sizeof(until)))
+		return gs_fail(err, GS_E_STATE, "process %d is %s: its gpusnap agent cannot answer until %s", (int)pid, why,
+			       until);
 	struct gs_msg req, reply;
 	gs_msg_init(&req, GS_MSG_HELLO);
 	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, HELLO_TIMEOUT_S, &e);

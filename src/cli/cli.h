@@ -78,10 +78,10 @@ int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **p
 /*
  * GS_E_STATE with err set when a process of root's tree that is not one of
  * cuda[] (the CUDA processes the dump handles) maps the GPU's device files
- * or has one open (gs_gpu_device_prefix): CRIU would fail on it after the
- * GPU part.
+ * or has one open (gs_proc_holds_gpu_device): CRIU would fail on it after
+ * the GPU part.
  */
-int cli_tree_check_device_maps(pid_t root, const pid_t *cuda, int ncuda, struct gs_err *err);
+int cli_tree_check_device_files(pid_t root, const pid_t *cuda, int ncuda, struct gs_err *err);
 /* A process under pid (not pid, not this gpusnap) that the driver knows as a CUDA process, or 0 when none is. */
 pid_t cli_tree_other_cuda(struct cli_session *s, pid_t pid);
 

@@ -208,7 +208,7 @@ void cli_progress_stop(struct cli_progress *p)
 	free(p);
 }
 
-int cli_tree_check_device_maps(pid_t root, const pid_t *cuda, int ncuda, struct gs_err *err)
+int cli_tree_check_device_files(pid_t root, const pid_t *cuda, int ncuda, struct gs_err *err)
 {
 	pid_t *all;
 	size_t n;
@@ -219,7 +219,7 @@ int cli_tree_check_device_maps(pid_t root, const pid_t *cuda, int ncuda, struct 
 		bool is_cuda = all[i] == getpid();
 		for (int k = 0; k < ncuda && !is_cuda; k++)
 			is_cuda = cuda[k] == all[i];
-		if (is_cuda || (!gs_proc_maps_gpu_device(all[i]) && !gs_proc_has_open_file(all[i], gs_gpu_device_prefix())))
+		if (is_cuda || !gs_proc_holds_gpu_device(all[i]))
 			continue;
 		char comm[64];
 		gs_proc_comm(all[i], comm, sizeof(comm));

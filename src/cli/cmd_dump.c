@@ -512,7 +512,7 @@ int cmd_dump(int argc, char **argv)
 	if (!rc)
 		rc = gs_criu_dumpable(r->pid, &err);
 	if (!rc)
-		rc = cli_tree_check_device_maps(r->pid, &r->pid, 1, &err);
+		rc = cli_tree_check_device_files(r->pid, &r->pid, 1, &err);
 	struct stat pst;
 	char ppath[64];
 	snprintf(ppath, sizeof(ppath), "/proc/%d", (int)r->pid);

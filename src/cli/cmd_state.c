@@ -58,16 +58,13 @@ int cmd_state(int argc, char **argv)
 	 * agent can answer for it until it continues; state says so at once.
 	 * Stopped by a debugger: the driver answers, the agent cannot.
 	 */
-	char why_stopped[GS_ERR_MSG_MAX] = "", cg[256];
-	bool frozen = gs_proc_frozen(pid, cg, sizeof(cg));
-	bool group_stopped = frozen || gs_proc_all_stopped(pid, false);
+	char why_stopped[GS_ERR_MSG_MAX] = "", why[320], until[64];
+	enum gs_proc_halt halt = gs_proc_halted(pid, false, why, sizeof(why), until, sizeof(until));
+	bool frozen = halt == GS_PROC_FROZEN, group_stopped = halt != GS_PROC_RUNS;
 	bool held_stopped = group_stopped;
-	if (frozen)
-		snprintf(why_stopped, sizeof(why_stopped), "process %d is frozen (its cgroup %s is: a paused container): the "
-			 "driver and its agent answer for it once it is thawed", pid, cg);
-	else if (group_stopped)
-		snprintf(why_stopped, sizeof(why_stopped), "process %d is stopped (SIGSTOP or SIGTSTP): the driver and its "
-			 "agent answer for it once it continues (kill -CONT %d)", pid, pid);
+	if (group_stopped)
+		snprintf(why_stopped, sizeof(why_stopped), "process %d is %s: the driver and its agent answer for it once %s",
+			 pid, why, until);
 	rc = cli_session_open(&s, &err);
 	if (!rc && !group_stopped)
 		rc = gs_ckpt_get_state(&s.cu, pid, &st, &err);

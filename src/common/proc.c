@@ -207,6 +207,21 @@ bool gs_proc_frozen(pid_t pid, char *cgroup, size_t n)
 	return frozen;
 }
 
+enum gs_proc_halt gs_proc_halted(pid_t pid, bool traced_too, char *why, size_t nwhy, char *until, size_t nuntil)
+{
+	char cg[256];
+	if (gs_proc_frozen(pid, cg, sizeof(cg))) {
+		snprintf(why, nwhy, "frozen (its cgroup %s is: a paused container)", cg);
+		snprintf(until, nuntil, "it is thawed (unpause it)");
+		return GS_PROC_FROZEN;
+	}
+	if (!gs_proc_all_stopped(pid, traced_too))
+		return GS_PROC_RUNS;
+	snprintf(why, nwhy, "stopped (SIGSTOP or SIGTSTP%s)", traced_too ? ", or a debugger holds it" : "");
+	snprintf(until, nuntil, "it continues (kill -CONT %d)", (int)pid);
+	return GS_PROC_STOPPED;
+}
+
 bool gs_proc_maps_contain(pid_t pid, const char *needle)
 {
 	char path[64], line[4096];
@@ -275,14 +290,17 @@ const char *gs_gpu_device_prefix(void)
 	return p && *p ? p : "/dev/nvidia";
 }
 
-bool gs_proc_maps_gpu_device(pid_t pid)
+bool gs_proc_holds_gpu_device(pid_t pid)
 {
+	const char *prefix = gs_gpu_device_prefix();
+	if (gs_proc_has_open_file(pid, prefix))
+		return true;
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
-	int n = gs_maps_find(fd, gs_gpu_device_prefix(), NULL, 0);
+	int n = gs_maps_find(fd, prefix, NULL, 0);
 	close(fd);
 	return n > 0;
 }

@@ -40,6 +40,17 @@ bool gs_proc_all_stopped(pid_t pid, bool traced_too);
  * cgroup gets the cgroup's path (as /proc/PID/cgroup names it).
  */
 bool gs_proc_frozen(pid_t pid, char *cgroup, size_t n);
+/* What keeps a process from running its code (gs_proc_halted). */
+enum gs_proc_halt { GS_PROC_RUNS = 0, GS_PROC_STOPPED, GS_PROC_FROZEN };
+/*
+ * Whether pid is held: its cgroup frozen (gs_proc_frozen, asked first), or
+ * every thread stopped (gs_proc_all_stopped). why gets what holds it
+ * ("stopped (SIGSTOP or SIGTSTP)", with traced_too "..., or a debugger
+ * holds it)", "frozen (its cgroup PATH is: a paused container)") and until
+ * what lets it go on ("it continues (kill -CONT PID)", "it is thawed
+ * (unpause it)"), for the callers' messages.
+ */
+enum gs_proc_halt gs_proc_halted(pid_t pid, bool traced_too, char *why, size_t nwhy, char *until, size_t nuntil);
 /* Parent PID from /proc/PID/stat; -1 if unreadable. */
 pid_t gs_proc_ppid(pid_t pid);
 /*
@@ -65,8 +76,8 @@ bool gs_proc_has_open_file(pid_t pid, const char *prefix);
  * without a GPU name a file of their own).
  */
 const char *gs_gpu_device_prefix(void);
-/* True if the process maps a file whose path starts with gs_gpu_device_prefix(). */
-bool gs_proc_maps_gpu_device(pid_t pid);
+/* True if the process maps or has open a file whose path starts with gs_gpu_device_prefix(). */
+bool gs_proc_holds_gpu_device(pid_t pid);
 
 /* One mapping of a /proc/PID/maps text. */
 struct gs_maps_entry {

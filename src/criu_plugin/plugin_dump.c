@@ -461,12 +461,12 @@ int gsp_pause_devices(int pid)
 	if (!rc)
 		rc = collect(pid, &err);
 	/* a process holding the GPU's device files that is no CUDA process: CRIU would fail on it after the GPU part */
-	if (!rc) {
-		pid_t *cuda = calloc((size_t)gsp.nprocs + 1, sizeof(*cuda));
-		for (int i = 0; cuda && i < gsp.nprocs; i++)
-			cuda[i] = gsp.procs[i].pid;
-		rc = cuda ? cli_tree_check_device_maps(pid, cuda, gsp.nprocs, &err) : gs_fail(&err, GS_E_FAILURE, "out of memory");
+	pid_t *cuda;
+	struct cli_agent *agents;
+	if (!rc && !(rc = share_arrays(&cuda, &agents, &err))) {
+		rc = cli_tree_check_device_files(pid, cuda, gsp.nprocs, &err);
 		free(cuda);
+		free(agents);
 	}
 	if (!rc && gsp.nprocs == 0) {
 		alarm(freeze_left);

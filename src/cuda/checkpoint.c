@@ -57,15 +57,11 @@ static int driver_error(struct gs_cuda *cu, struct gs_err *err, CUresult r, pid_
  */
 static int refuse_stopped(pid_t pid, struct gs_err *err)
 {
-	char cg[256];
-	bool frozen = gs_proc_frozen(pid, cg, sizeof(cg));
-	if (!frozen && !gs_proc_all_stopped(pid, false))
+	char why[320], until[64];
+	if (!gs_proc_halted(pid, false, why, sizeof(why), until, sizeof(until)))
 		return 0;
-	if (frozen)
-		return gs_fail(err, GS_E_STATE, "process %d is frozen (its cgroup %s is: a paused container): the driver "
-			       "cannot reach its GPU state until it is thawed (unpause it)", (int)pid, cg);
-	return gs_fail(err, GS_E_STATE, "process %d is stopped (SIGSTOP or SIGTSTP): the driver cannot reach its GPU state "
-		       "until it continues (kill -CONT %d)", (int)pid, (int)pid);
+	return gs_fail(err, GS_E_STATE, "process %d is %s: the driver cannot reach its GPU state until %s", (int)pid, why,
+		       until);
 }
 
 int gs_ckpt_get_state(struct gs_cuda *cu, pid_t pid, CUprocessState *state, struct gs_err *err)

@@ -314,7 +314,7 @@ static void test_maps_find(void)
 	unlink(tmpl);
 	/* this process maps no GPU device file here, whatever the prefix names */
 	setenv("GPUSNAP_DEVICE_PATH_PREFIX", "/nonexistent/device", 1);
-	CHECK(!gs_proc_maps_gpu_device(getpid()));
+	CHECK(!gs_proc_holds_gpu_device(getpid()));
 	unsetenv("GPUSNAP_DEVICE_PATH_PREFIX");
 	CHECK_STR(gs_gpu_device_prefix(), "/dev/nvidia");
 }
