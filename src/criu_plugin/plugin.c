@@ -1,8 +1,9 @@
 /*
  * plugin.c - gpusnap_criu.so, a CRIU plugin that carries the GPU state of
  * the CUDA processes CRIU dumps and restores (docs/CRIU.md, "The CRIU
- * plugin"): its descriptor, init and exit, CRIU's log, the driver session,
- * and running the driver's restore thread while CRIU holds the process.
+ * plugin"): its descriptor, init and exit, CRIU's log, the driver session
+ * (opened in the driver helper, plugin_driver.c), and letting the driver's
+ * restore thread run while CRIU holds the process.
  *
  * The hooks themselves are in plugin_dump.c and plugin_restore.c. Nothing
  * here prints except through CRIU's log, and nothing exits: a failure is a
@@ -92,16 +93,6 @@ int gsp_session_open(struct gs_err *err)
 	return 0;
 }
 
-static void session_close(void)
-{
-	if (!gsp.session)
-		return;
-	gs_nvml_close(gsp.s.nvml);
-	free(gsp.s.gpus);
-	memset(&gsp.s, 0, sizeof(gsp.s));
-	gsp.session = false;
-}
-
 pid_t gsp_ns_pid(pid_t pid)
 {
 	uid_t uid;
@@ -153,28 +144,6 @@ int gsp_run_alone_stop(struct gsp_traced_thread *t, struct gs_err *err)
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot hand the driver's restore thread %d back to CRIU",
 				     (int)t->tid);
 	return 0;
-}
-
-int gsp_traced_restore(pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, struct gs_err *err)
-{
-	struct gs_cuda *cu = &gsp.s.cu;
-	pid_t tid = 0;
-	struct gsp_traced_thread t = { 0 };
-	struct gs_err e = { 0 };
-	/* a driver that names no restore thread restores from the calling thread */
-	if (!gs_ckpt_restore_thread(cu, pid, &tid, &e)) {
-		int rc = gsp_run_alone_start(tid, &t, err);
-		if (rc)
-			return rc;
-	}
-	double secs;
-	int rc = gs_ckpt_restore(cu, pid, pairs, npairs, &secs, err);
-	if (!rc)
-		rc = gs_ckpt_unlock(cu, pid, &secs, err);
-	int src = gsp_run_alone_stop(&t, &e);
-	if (!rc && src)
-		rc = gs_fail(err, src, "%s", e.msg);
-	return rc;
 }
 
 int gsp_agent_resume(pid_t pid, struct cli_agent *ag, const char *dir, struct gs_err *err)
@@ -244,7 +213,7 @@ static void plugin_exit(int stage, int ret)
 		gsp_dump_fini(ret);
 	else if (stage == GSP_STAGE_RESTORE)
 		gsp_restore_fini(ret);
-	session_close();
+	gsp_driver_stop();
 }
 
 static int pause_devices(int pid)

@@ -59,8 +59,8 @@ struct gsp_image {
 struct gsp_state {
 	int stage;
 	bool active;   /* the driver loaded: the hooks serve CUDA processes */
-	bool session;  /* s is open */
-	struct cli_session s;
+	bool session;  /* s is open: in the driver helper only */
+	struct cli_session s; /* in criu: only gpus and ngpus, the helper's list */
 	int images_fd; /* CRIU's image directory */
 	char images_dir[4096];
 	struct gs_plugin_config cfg; /* the settings of this run: file, then environment (plugin_init) */
@@ -101,12 +101,9 @@ struct gsp_state {
 	int loads_rd, loads_wr;
 	int nloads;
 	/*
-	 * The restore's driver work runs in a process of its own (the driver
-	 * helper), forked in init before CRIU clones any task: it opens the
-	 * driver at once (its start-up overlaps CRIU's restore), plans the GPUs
-	 * and then serves RESUME_DEVICES_LATE's requests (the restore thread's
-	 * id; restore and unlock) through driver_req/driver_rep, so libcuda is
-	 * never loaded into criu on restore. 0 / -1 when none runs.
+	 * The driver helper (gsp_driver_start), forked at the stage's init:
+	 * requests through driver_req, replies through driver_rep. 0 / -1 when
+	 * none runs.
 	 */
 	pid_t driver;
 	int driver_req, driver_rep;
@@ -130,7 +127,7 @@ void gsp_log(unsigned level, const char *fmt, ...) __attribute__((format(printf,
 int gsp_fork_detached(void);
 /* A symbol of the criu binary, NULL where it has none. */
 void *gsp_criu_symbol(const char *name);
-/* Opens the driver session (gsp.s). GS_E_NO_DRIVER where libcuda.so.1 is missing. */
+/* Opens the driver session (gsp.s), in the driver helper only. GS_E_NO_DRIVER where libcuda.so.1 is missing. */
 int gsp_session_open(struct gs_err *err);
 /* The innermost PID namespace's PID of pid (NSpid's last field), pid itself where unknown. */
 pid_t gsp_ns_pid(pid_t pid);
@@ -151,13 +148,35 @@ int gsp_run_alone_start(pid_t tid, struct gsp_traced_thread *t, struct gs_err *e
 int gsp_run_alone_stop(struct gsp_traced_thread *t, struct gs_err *err);
 
 /*
- * Runs the driver's checkpoint-API step on pid while CRIU holds the process
- * stopped under its ptrace: the driver's restore thread is let run alone
- * (signals blocked) for the step, then stopped again (what CRIU's own CUDA
- * plugin does). restore: gs_ckpt_restore with pairs then unlock; else
- * restore-less unlock is not needed: see the callers.
+ * The driver helper (plugin_driver.c): a process of its own, forked from
+ * criu, makes every driver call, so that criu stays single-threaded
+ * (libcuda's cuInit starts a thread; CRIU's setns into a container's mount
+ * namespace is refused to a multithreaded process). gsp_driver_start forks
+ * it and waits until it opened the driver (GS_E_NO_DRIVER and the like when
+ * it could not: then none runs) and listed the GPUs into gsp.s.gpus;
+ * gsp_driver_stop kills it and frees the list. The calls below are the
+ * gs_ckpt_* and cli_process_vram_per_gpu calls of the same names, made there.
  */
-int gsp_traced_restore(pid_t pid, CUcheckpointGpuPair *pairs, unsigned npairs, struct gs_err *err);
+int gsp_driver_start(struct gs_err *err);
+void gsp_driver_stop(void);
+int gsp_driver_state(pid_t pid, CUprocessState *st, struct gs_err *err);
+int gsp_driver_suspend(struct gs_ckpt_proc *procs, int n, double timeout_s, struct gs_err *err);
+int gsp_driver_resume(struct gs_ckpt_proc *procs, int n, struct gs_err *err);
+/* pid's bytes on each GPU added to per_gpu (CLI_MAX_GPUS), *mask the GPUs it holds memory on; its total */
+uint64_t gsp_driver_vram(pid_t pid, uint64_t *per_gpu, uint64_t *mask);
+/*
+ * The driver's restore (with pairs, none: the same GPUs) and unlock of pid
+ * while CRIU holds the process stopped under its ptrace: the driver's
+ * restore thread is let run alone (signals blocked) by criu, the tracer,
+ * while the helper makes the calls, then stopped again (what CRIU's own CUDA
+ * plugin does).
+ */
+int gsp_traced_restore(pid_t pid, const CUcheckpointGpuPair *pairs, unsigned npairs, struct gs_err *err);
+/* Kills one of the plugin's helper processes and reaps it (SIGCHLD at its default meanwhile); *helper = 0. */
+void gsp_end_helper(pid_t *helper);
+/* Whole records on the helpers' pipes: false on end of file or error. */
+bool gsp_read_exact(int fd, void *buf, size_t n);
+bool gsp_write_exact(int fd, const void *buf, size_t n);
 
 /*
  * The agent of pid loads its GPU data from the image at dir: the directory

@@ -21,7 +21,8 @@
  * are back). Later calls and CHECKPOINT_DEVICES only check that no CUDA
  * process was missed. The images are published when CRIU's dump succeeded;
  * a failed dump and --leave-running put every process back on the GPU (exit
- * hook).
+ * hook). Every driver call goes through the driver helper (plugin_driver.c),
+ * forked at init: criu itself must stay single-threaded.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -83,7 +84,7 @@ static bool criu_leaves_running(const char **how)
 int gsp_dump_init(void)
 {
 	struct gs_err err = { 0 };
-	if (gsp_session_open(&err)) {
+	if (gsp_driver_start(&err)) {
 		/* no driver, or one without the checkpoint API: no CUDA process to serve here */
 		gsp_info("not active: %s", err.msg);
 		return 0;
@@ -130,7 +131,7 @@ static int collect(pid_t root, struct gs_err *err)
 		struct gs_err e = { 0 };
 		if (all[i] == getpid())
 			continue;
-		int r = gs_ckpt_get_state(&gsp.s.cu, all[i], &st, &e);
+		int r = gsp_driver_state(all[i], &st, &e);
 		if (r == GS_E_NOT_CUDA || r == GS_E_NO_PROCESS)
 			continue;
 		if (r) {
@@ -202,7 +203,7 @@ static int write_driver_manifest(struct gsp_proc *p, struct gs_err *err)
 	if (rc)
 		return rc;
 	uint64_t vram[CLI_MAX_GPUS] = { 0 }, mask = 0;
-	cli_process_vram_per_gpu(&gsp.s, p->pid, vram, &mask);
+	gsp_driver_vram(p->pid, vram, &mask);
 	rc = dump_add_gpus(w, &gsp.s, mask, err);
 	if (!rc)
 		rc = dump_set_metadata(w, &gsp.s, vram, mask, err);
@@ -262,7 +263,7 @@ static int share_resume(const char *const *images, struct gs_err *err)
 static void undo_running(void)
 {
 	struct gs_err e = { 0 };
-	if (gsp.driver_suspended && gs_ckpt_resume(&gsp.s.cu, gsp.ck, gsp.nprocs, NULL, 0, &e))
+	if (gsp.driver_suspended && gsp_driver_resume(gsp.ck, gsp.nprocs, &e))
 		gsp_err("could not put the processes back on the GPU: %s", e.msg);
 	gsp.driver_suspended = false;
 	/* agents that share memory: back together from their temporary images, before any gate opens */
@@ -427,7 +428,7 @@ static int take_off_gpu(struct gs_err *err)
 	for (int i = 0; i < gsp.nprocs; i++)
 		gsp.ck[i].pid = gsp.procs[i].pid;
 	/* every process locked before any is checkpointed; on failure all run on */
-	if ((rc = gs_ckpt_suspend(&gsp.s.cu, gsp.ck, gsp.nprocs, gsp.cfg.timeout_s, err)))
+	if ((rc = gsp_driver_suspend(gsp.ck, gsp.nprocs, gsp.cfg.timeout_s, err)))
 		return rc;
 	gsp.driver_suspended = true;
 	for (int i = 0; i < gsp.nprocs && !rc; i++)
@@ -442,7 +443,7 @@ int gsp_pause_devices(int pid)
 	if (gsp.tree_seen) {
 		/* taken off the GPU with the tree at the first call, or not a CUDA process */
 		CUprocessState st;
-		if (find_proc(pid) || gs_ckpt_get_state(&gsp.s.cu, pid, &st, &err))
+		if (find_proc(pid) || gsp_driver_state(pid, &st, &err))
 			return 0;
 		gsp_err("CUDA process %d appeared in the tree after the dump began; dump again", pid);
 		return -1;
@@ -503,7 +504,7 @@ int gsp_checkpoint_devices(int pid)
 		gsp_err("dump of process %d failed at '%s' (injected)", pid, gs_fault_name(GS_FI_PLUGIN_CHECKPOINT));
 		return -1;
 	}
-	if (find_proc(pid) || gs_ckpt_get_state(&gsp.s.cu, pid, &st, &err))
+	if (find_proc(pid) || gsp_driver_state(pid, &st, &err))
 		return 0;
 	gsp_err("CUDA process %d was not taken off the GPU (it is %s); dump again", pid, gs_cuda_state_name(st));
 	return -1;

@@ -12,13 +12,13 @@
  * verifier), and runs while CRIU restores the tasks; its result is taken at
  * the first RESUME_DEVICES_LATE, before any GPU data is put back and before
  * any task runs: on a bad chunk every restored task is killed there. The
- * driver work runs in a second process of its own, the driver helper,
- * forked in init too: it opens the driver while CRIU restores (libcuda is
- * never loaded into criu on restore), plans the GPUs, and then, per task at
- * RESUME_DEVICES_LATE, runs the driver's restore (with the map) and unlock
- * while criu, the tracer, lets the driver's restore thread run alone (CRIU
- * holds all the app's threads stopped); should that fail the task is killed
- * before it ran. For agent images the agent then loads the GPU data from
+ * driver work runs in a second process of its own, the driver helper
+ * (plugin_driver.c), forked in init too: it opens the driver and lists the
+ * GPUs, which init plans with (libcuda is never loaded into criu), and then,
+ * per task at RESUME_DEVICES_LATE, runs the driver's restore (with the map)
+ * and unlock while criu, the tracer, lets the driver's restore thread run
+ * alone (CRIU holds all the app's threads stopped); should that fail the
+ * task is killed before it ran. For agent images the agent then loads the GPU data from
  * the image once CRIU lets the process go. Images that record GPU memory
  * shared between the tree's processes (share.export / share.import,
  * docs/FORMAT.md) load as one job: init refuses an import whose export no
@@ -183,238 +183,6 @@ static int open_images(struct gs_err *err)
 	return rc;
 }
 
-/* Reads exactly n bytes from fd; false on end of file or error. */
-static bool read_exact(int fd, void *buf, size_t n)
-{
-	for (size_t got = 0; got < n;) {
-		ssize_t r = read(fd, (char *)buf + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return false;
-		got += (size_t)r;
-	}
-	return true;
-}
-
-static bool write_exact(int fd, const void *buf, size_t n)
-{
-	for (size_t put = 0; put < n;) {
-		ssize_t w = write(fd, (const char *)buf + put, n - put);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return false;
-		put += (size_t)w;
-	}
-	return true;
-}
-
-/*
- * The driver helper (gsp.driver, plugin.h). Requests and replies are
- * fixed-size records on two pipes; a restore request is followed by its
- * pairs. The helper answers one request at a time, in order.
- */
-enum driver_op { DRIVER_RESTORE_THREAD = 1, DRIVER_RESTORE = 2 };
-
-struct driver_request {
-	int op;
-	pid_t pid;
-	unsigned npairs;
-};
-
-struct driver_reply {
-	int rc;
-	pid_t tid;
-	double secs;
-	struct gs_err err;
-};
-
-/* In the helper: the restore thread of pid, or restore (with pairs) and unlock. */
-static void driver_serve(const struct driver_request *rq, const CUcheckpointGpuPair *pairs, struct driver_reply *r)
-{
-	struct gs_cuda *cu = &gsp.s.cu;
-	double t = gs_now(), secs;
-	if (rq->op == DRIVER_RESTORE_THREAD) {
-		/* a driver that names no restore thread restores from the calling thread: tid 0 */
-		if (gs_ckpt_restore_thread(cu, rq->pid, &r->tid, &r->err))
-			r->tid = 0;
-		memset(&r->err, 0, sizeof(r->err));
-		return;
-	}
-	r->rc = gs_ckpt_restore(cu, rq->pid, (CUcheckpointGpuPair *)pairs, rq->npairs, &secs, &r->err);
-	if (!r->rc)
-		r->rc = gs_ckpt_unlock(cu, rq->pid, &secs, &r->err);
-	r->secs = gs_now() - t;
-}
-
-/* The helper's life: driver, plan (one record per image), then requests until criu closes the pipe. */
-static void driver_main(int req, int rep)
-{
-	sigset_t all;
-	sigfillset(&all);
-	sigdelset(&all, SIGKILL);
-	sigprocmask(SIG_SETMASK, &all, NULL);
-	struct gs_err e = { 0 };
-	int rc = gsp_session_open(&e);
-	for (int i = 0; i < gsp.nimages; i++) {
-		struct gsp_image *im = &gsp.images[i];
-		int r = rc ? rc : plan_gpus(im, &e);
-		unsigned n = r ? 0 : im->npairs;
-		if (!write_exact(rep, &r, sizeof(r)) || !write_exact(rep, &e, sizeof(e)) ||
-		    !write_exact(rep, &n, sizeof(n)) || (n && !write_exact(rep, im->pairs, n * sizeof(*im->pairs))))
-			_exit(1);
-		if (r)
-			break;
-	}
-	CUcheckpointGpuPair *pairs = NULL;
-	for (;;) {
-		struct driver_request rq;
-		struct driver_reply r = { 0 };
-		if (!read_exact(req, &rq, sizeof(rq)))
-			break;
-		if (rq.npairs) {
-			CUcheckpointGpuPair *more = realloc(pairs, rq.npairs * sizeof(*pairs));
-			if (!more || !read_exact(req, more, rq.npairs * sizeof(*pairs)))
-				_exit(1);
-			pairs = more;
-		}
-		driver_serve(&rq, pairs, &r);
-		if (!write_exact(rep, &r, sizeof(r)))
-			break;
-	}
-	/* criu closed the requests: wait for the SIGKILL that ends this (a child that ends early fails CRIU's restore) */
-	for (;;)
-		pause();
-}
-
-/*
- * Starts the driver helper and takes the GPU plan of every image from it.
- * Forked here, in init: criu clones the tasks it restores from its own
- * process after this, so the driver is never loaded into criu itself, and
- * the driver's start-up runs while CRIU restores.
- */
-static int start_driver_helper(struct gs_err *err)
-{
-	int req[2], rep[2];
-	if (pipe2(req, O_CLOEXEC))
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot start the driver helper: pipe");
-	if (pipe2(rep, O_CLOEXEC)) {
-		close(req[0]);
-		close(req[1]);
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot start the driver helper: pipe");
-	}
-	pid_t criu = getpid();
-	pid_t child = fork();
-	if (child < 0) {
-		int e = errno;
-		close(req[0]);
-		close(req[1]);
-		close(rep[0]);
-		close(rep[1]);
-		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot start the driver helper: fork");
-	}
-	if (child == 0) {
-		close(req[1]);
-		close(rep[0]);
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != criu)
-			_exit(1);
-		driver_main(req[0], rep[1]);
-	}
-	close(req[0]);
-	close(rep[1]);
-	gsp.driver = child;
-	gsp.driver_req = req[1];
-	gsp.driver_rep = rep[0];
-	for (int i = 0; i < gsp.nimages; i++) {
-		struct gsp_image *im = &gsp.images[i];
-		int r;
-		unsigned n;
-		struct gs_err e;
-		if (!read_exact(gsp.driver_rep, &r, sizeof(r)) || !read_exact(gsp.driver_rep, &e, sizeof(e)) ||
-		    !read_exact(gsp.driver_rep, &n, sizeof(n)))
-			return gs_fail(err, GS_E_FAILURE, "cannot plan the GPUs: the driver helper ended early");
-		e.msg[sizeof(e.msg) - 1] = '\0';
-		if (r) {
-			*err = e;
-			return r;
-		}
-		if (n) {
-			im->pairs = calloc(n, sizeof(*im->pairs));
-			if (!im->pairs || !read_exact(gsp.driver_rep, im->pairs, n * sizeof(*im->pairs)))
-				return gs_fail(err, GS_E_FAILURE, "cannot plan the GPUs: short answer from the driver helper");
-			im->npairs = n;
-		}
-	}
-	return 0;
-}
-
-/* One request to the driver helper and its reply; the reply's rc (GS_E_FAILURE with err when it is gone). */
-static int driver_call(int op, pid_t pid, const struct gsp_image *im, struct driver_reply *r, struct gs_err *err)
-{
-	struct driver_request rq = { .op = op, .pid = pid, .npairs = op == DRIVER_RESTORE ? im->npairs : 0 };
-	memset(r, 0, sizeof(*r));
-	if (gsp.driver_req < 0 || !write_exact(gsp.driver_req, &rq, sizeof(rq)) ||
-	    (rq.npairs && !write_exact(gsp.driver_req, im->pairs, rq.npairs * sizeof(*im->pairs))) ||
-	    !read_exact(gsp.driver_rep, r, sizeof(*r)))
-		return gs_fail(err, GS_E_FAILURE, "the driver helper is gone");
-	r->err.msg[sizeof(r->err.msg) - 1] = '\0';
-	if (r->rc)
-		*err = r->err;
-	return r->rc;
-}
-
-/*
- * The driver's restore of pid with its restore thread let run alone: criu,
- * the tracer, starts and stops the thread; the helper makes the driver calls.
- */
-static int helper_restore(pid_t pid, const struct gsp_image *im, struct gs_err *err)
-{
-	struct driver_reply r;
-	int rc = driver_call(DRIVER_RESTORE_THREAD, pid, im, &r, err);
-	if (rc)
-		return rc;
-	struct gsp_traced_thread t = { 0 };
-	if (r.tid && (rc = gsp_run_alone_start(r.tid, &t, err)))
-		return rc;
-	rc = driver_call(DRIVER_RESTORE, pid, im, &r, err);
-	struct gs_err e = { 0 };
-	int src = gsp_run_alone_stop(&t, &e);
-	if (!rc && src)
-		rc = gs_fail(err, src, "%s", e.msg);
-	return rc;
-}
-
-/*
- * Kills one of the restore's helper processes (the verifier, the driver
- * helper) and reaps it, with SIGCHLD at its default meanwhile: where CRIU's
- * handler is still set (a restore that failed early) it would reap the
- * helper itself and log it as a task that died. *helper is 0 afterwards.
- */
-static void end_helper(pid_t *helper)
-{
-	if (*helper <= 0)
-		return;
-	struct sigaction dfl = { .sa_handler = SIG_DFL }, old;
-	sigaction(SIGCHLD, &dfl, &old);
-	kill(*helper, SIGKILL);
-	while (waitpid(*helper, NULL, 0) < 0 && errno == EINTR)
-		;
-	sigaction(SIGCHLD, &old, NULL);
-	*helper = 0;
-}
-
-/* Ends the driver helper (end_helper). */
-static void stop_driver_helper(void)
-{
-	if (gsp.driver_req >= 0)
-		close(gsp.driver_req);
-	if (gsp.driver_rep >= 0)
-		close(gsp.driver_rep);
-	gsp.driver_req = gsp.driver_rep = -1;
-	end_helper(&gsp.driver);
-}
-
 /*
  * The checksum pass alongside CRIU. Not a thread: CRIU's process, which
  * clones the restored tasks after init, must stay single-threaded (setns
@@ -442,7 +210,7 @@ static void verifier_main(int out)
 	if (gs_fault(GS_FI_PLUGIN_VERIFY)) {
 		struct verify_record r = { .rc = GS_E_FAILURE };
 		gs_fail(&r.err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_VERIFY));
-		if (!write_exact(out, &r, sizeof(r)))
+		if (!gsp_write_exact(out, &r, sizeof(r)))
 			_exit(1);
 	} else {
 		for (int i = 0; i < gsp.nimages; i++) {
@@ -450,7 +218,7 @@ static void verifier_main(int out)
 			double t = gs_now();
 			r.rc = gs_image_verify(gsp.images[i].img, 0, &r.err);
 			r.secs = gs_now() - t;
-			if (!write_exact(out, &r, sizeof(r)) || r.rc)
+			if (!gsp_write_exact(out, &r, sizeof(r)) || r.rc)
 				break;
 		}
 	}
@@ -489,13 +257,13 @@ static int start_verifier(struct gs_err *err)
 	return 0;
 }
 
-/* Ends the verifier (end_helper). */
+/* Ends the verifier (gsp_end_helper). */
 static void stop_verifier(void)
 {
 	if (gsp.verify_rd >= 0)
 		close(gsp.verify_rd);
 	gsp.verify_rd = -1;
-	end_helper(&gsp.verifier);
+	gsp_end_helper(&gsp.verifier);
 }
 
 /* The checksum pass's result, waiting for it where it still runs; 0 when every image is good. */
@@ -508,7 +276,7 @@ static int verify_result(void)
 	int rc = 0;
 	for (int i = 0; i < gsp.nimages && !rc; i++) {
 		struct verify_record r;
-		if (!read_exact(gsp.verify_rd, &r, sizeof(r))) {
+		if (!gsp_read_exact(gsp.verify_rd, &r, sizeof(r))) {
 			rc = gs_fail(&gsp.verify_err, GS_E_FAILURE, "the checksum pass ended before it checked every image");
 			break;
 		}
@@ -546,10 +314,12 @@ int gsp_restore_init(void)
 	if (!rc)
 		rc = start_verifier(&err);
 	if (!rc && gsp.nimages)
-		rc = start_driver_helper(&err);
+		rc = gsp_driver_start(&err);
+	for (int i = 0; i < gsp.nimages && !rc; i++)
+		rc = plan_gpus(&gsp.images[i], &err);
 	if (rc) {
 		stop_verifier();
-		stop_driver_helper();
+		gsp_driver_stop();
 		gsp_err("refusing the restore: %s", err.msg);
 		return -1;
 	}
@@ -768,7 +538,7 @@ int gsp_resume_devices_late(int pid)
 	int rc = 0;
 	if (gs_fault(GS_FI_PLUGIN_RESTORE))
 		rc = gs_fail(&err, GS_E_FAILURE, "failed at '%s' (injected)", gs_fault_name(GS_FI_PLUGIN_RESTORE));
-	if (rc || helper_restore(pid, im, &err)) {
+	if (rc || gsp_traced_restore(pid, im->pairs, im->npairs, &err)) {
 		/* CRIU only logs this hook's failure: the task, which never ran, goes */
 		gsp_err("process %d could not be put back on the GPU: %s; killed before it ran", pid, err.msg);
 		kill(pid, SIGKILL);
@@ -808,7 +578,7 @@ void gsp_restore_fini(int ret)
 {
 	/* a restore that failed before RESUME_DEVICES_LATE: the checksum pass may still run */
 	stop_verifier();
-	stop_driver_helper();
+	gsp_driver_stop();
 	/* sharing tasks put back while another of them never was: they cannot load alone */
 	if (gsp.nshared && !gsp.shared_loading)
 		kill_shared("a process that was not restored");

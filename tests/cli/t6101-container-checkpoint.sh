@@ -22,7 +22,11 @@
 #     tree, in the private plugin folder), when it is built: the archive
 #     carries its GPU image (checkpoint/gpusnap/). The container shares the
 #     host's PID namespace here, as the fake driver names its state files by
-#     the PID its process sees (the real driver knows host PIDs). Without the
+#     the PID its process sees (the real driver knows host PIDs). The fake
+#     driver's cuInit starts a thread, as libcuda's does: criu dumps the
+#     container's mounts from inside its mount namespace, which a
+#     multithreaded process cannot enter, so the plugin's driver calls must
+#     stay out of criu's process (they did not, once). Without the
 #     plugin, or in a sanitizer build (criu cannot load their runtime), this
 #     part prints a SKIP line and counts nothing. The plugin's settings come
 #     from gpusnap_criu.conf beside it (no environment reaches criu here): it
@@ -48,11 +52,13 @@ podman_env
 etc_criu_before=$(ls -la --time-style=full-iso /etc/criu 2>&1; cat /etc/criu/* 2>/dev/null)
 mkdir -p "$TEST_TMP/bin" "$TEST_TMP/fake-b"
 marker=$TEST_TMP/marker
-# What CRIU's plugins see: the marker's file, and the fake driver for gpusnap's plugin (part B).
+# What CRIU's plugins see: the marker's file, and the fake driver for gpusnap's plugin (part B), whose
+# cuInit starts a thread as libcuda's does (criu, multithreaded, could not enter the container's mount
+# namespace to dump its /dev: the plugin must make its driver calls in a process of its own)
 cat >"$TEST_TMP/bin/criu" <<EOF
 #!/bin/sh
 export GPUSNAP_TEST_PLUGIN_MARKER='$marker'
-export GPUSNAP_LIBCUDA='$GPUSNAP_LIBCUDA' FAKE_CUDA_DIR='$TEST_TMP/fake-b' FAKE_CUDA_CRIU=1
+export GPUSNAP_LIBCUDA='$GPUSNAP_LIBCUDA' FAKE_CUDA_DIR='$TEST_TMP/fake-b' FAKE_CUDA_CRIU=1 FAKE_CUDA_INIT_THREAD=1
 exec '$GPUSNAP_CRIU' "\$@"
 EOF
 chmod 755 "$TEST_TMP/bin/criu"

@@ -27,10 +27,12 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -140,7 +142,36 @@ static void fake_uuid(int i, CUuuid *u)
 	memset(u->bytes, 0x10 + i, sizeof(u->bytes));
 }
 
-EXPORT CUresult cuInit(unsigned flags) { (void)flags; return ngpus() > 0 ? 0 : 100; }
+/*
+ * libcuda's cuInit starts a thread of its own (seen on driver 580: one named
+ * cudaXXXX right after cuInit). FAKE_CUDA_INIT_THREAD=1 does the same, so a
+ * test sees what that does to a caller that must stay single-threaded (criu:
+ * it cannot setns into a container's mount namespace then).
+ */
+static void *init_thread_main(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return NULL;
+}
+
+static void start_init_thread(void)
+{
+	pthread_t t;
+	if (!pthread_create(&t, NULL, init_thread_main, NULL))
+		pthread_detach(t);
+}
+
+EXPORT CUresult cuInit(unsigned flags)
+{
+	(void)flags;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const char *t = getenv("FAKE_CUDA_INIT_THREAD");
+	if (t && *t == '1')
+		pthread_once(&once, start_init_thread);
+	return ngpus() > 0 ? 0 : 100;
+}
 EXPORT CUresult cuDriverGetVersion(int *v)
 {
 	const char *e = getenv("FAKE_CUDA_VERSION");
