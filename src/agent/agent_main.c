@@ -188,7 +188,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
 	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_PREPARE |
-			GS_CAP_GATE | GS_CAP_DIR_FD | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
+			GS_CAP_GATE | GS_CAP_DIR_FD | GS_CAP_GATED_FD | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
 	/*
 	 * For tests: answer as the agents before the streamed dump did, so the
 	 * command line's path for them (suspend into staging, then DUMP of the
@@ -238,7 +238,7 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		snprintf(dir, sizeof(dir), "/proc/self/fd/%d/.", dirfd); /* "." : opened with O_NOFOLLOW */
 		int rc = dirfd < 0			     ? gs_fail(&err, GS_E_USAGE, "%s request without a directory descriptor",
 								       gs_msg_type_name(req->type))
-			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume(a, dir, reply, &err)
+			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, (flags & GS_RESUME_STAY_GATED) != 0, reply, &err)
 			 : (flags & GS_DUMP_RUNNING)	     ? gs_lc_dump(a, dir, timeout, reply, &err)
 							     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		if (dirfd >= 0)

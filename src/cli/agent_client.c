@@ -11,8 +11,11 @@
  */
 #include "cli/agent_client.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/proc.h"
 #include "core/control_socket.h"
@@ -256,6 +259,22 @@ int cli_agent_resume_from_fd(pid_t pid, struct cli_agent *ag, int dir_fd, struct
 	int rc = !(ag->caps & GS_CAP_DIR_FD)
 			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
 			 : request_full(pid, ag, GS_MSG_RESUME_FD, 0, 0, NULL, dir_fd, 0, WORK_MARGIN_S, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, struct gs_err *err)
+{
+	uint64_t flags = gated ? GS_RESUME_STAY_GATED : 0;
+	bool by_fd = image_dir && (ag->caps & GS_CAP_DIR_FD) && (!gated || (ag->caps & GS_CAP_GATED_FD));
+	if (!by_fd)
+		return gated ? cli_agent_resume_gated(pid, ag, image_dir, err) : cli_agent_resume_from(pid, ag, image_dir, err);
+	int fd = open(image_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return gs_fail_errno(err, GS_E_IMAGE, errno, "cannot open the image '%s'", image_dir);
+	int rc = request_full(pid, ag, GS_MSG_RESUME_FD, 0, flags, NULL, fd, 0, WORK_MARGIN_S, err);
+	close(fd);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

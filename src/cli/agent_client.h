@@ -80,6 +80,13 @@ int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_di
 int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, struct gs_err *err);
 int cli_agent_resume_from_fd(pid_t pid, struct cli_agent *ag, int dir_fd, struct gs_err *err);
 /*
+ * RESUME from the image at image_dir (NULL: from staging memory), gated as
+ * cli_agent_resume_gated where asked: the directory passed as a descriptor
+ * where the agent takes one that way (it may live in another mount
+ * namespace, a container's), else as the path.
+ */
+int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, struct gs_err *err);
+/*
  * --tree (agents with GS_CAP_GATE): GATE closes the process's gate and
  * replies without waiting for its GPU work (timeout_s bounds the wait for
  * app threads inside the driver; <= 0: no limit); the agent reopens it by

@@ -472,7 +472,6 @@ static uint64_t known_flags(uint16_t type)
 	switch (type) {
 	case GS_MSG_HELLO:
 	case GS_MSG_STATUS:
-	case GS_MSG_RESUME_FD:
 	case GS_MSG_PREPARE:
 	case GS_MSG_GATE:
 	case GS_MSG_OPEN:
@@ -483,6 +482,7 @@ static uint64_t known_flags(uint16_t type)
 	case GS_MSG_DUMP_FD:
 		return GS_DUMP_FLAGS_KNOWN;
 	case GS_MSG_RESUME:
+	case GS_MSG_RESUME_FD:
 		return GS_RESUME_FLAGS_KNOWN;
 	case GS_MSG_SHARES:
 	case GS_MSG_SHARE_LINK:

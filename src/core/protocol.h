@@ -71,7 +71,8 @@ enum gs_msg_type {
 	 * directory travels with the request as a descriptor (SCM_RIGHTS on the
 	 * control socket, gs_ctl_call_fd), not as DIR. Agents with GS_CAP_DIR_FD.
 	 * DUMP_FD: as DUMP (TIMEOUT, FLAGS GS_DUMP_*), into the passed directory.
-	 * RESUME_FD: as RESUME, loading the GPU data from the passed directory.
+	 * RESUME_FD: as RESUME, loading the GPU data from the passed directory
+	 * (FLAGS GS_RESUME_STAY_GATED: agents with GS_CAP_GATED_FD).
 	 */
 	GS_MSG_DUMP_FD = 20,
 	GS_MSG_RESUME_FD = 21,
@@ -139,6 +140,7 @@ enum gs_agent_caps {
 	GS_CAP_PREPARE = 1u << 5,       /* PREPARE: maps the copy ring while the driver restores the process */
 	GS_CAP_GATE = 1u << 6,          /* GATE and OPEN; TIMEOUT <= 0 means no limit */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
+	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
 };
 
 enum gs_suspend_flags {

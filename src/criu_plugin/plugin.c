@@ -148,14 +148,7 @@ int gsp_run_alone_stop(struct gsp_traced_thread *t, struct gs_err *err)
 
 int gsp_agent_resume(pid_t pid, struct cli_agent *ag, const char *dir, struct gs_err *err)
 {
-	if (!(ag->caps & GS_CAP_DIR_FD))
-		return cli_agent_resume_from(pid, ag, dir, err);
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return gs_fail_errno(err, GS_E_IMAGE, errno, "cannot open the image '%s'", dir);
-	int rc = cli_agent_resume_from_fd(pid, ag, fd, err);
-	close(fd);
-	return rc;
+	return cli_agent_resume_image(pid, ag, dir, false, err);
 }
 
 /*

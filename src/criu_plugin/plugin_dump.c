@@ -348,12 +348,6 @@ static int take_off_gpu(struct gs_err *err)
 			free(pids);
 			free(agents);
 		}
-		/* the records name exporters by PID: one that differs in the image (a PID namespace) would not match */
-		for (int i = 0; i < gsp.nprocs && !rc && gsp.shared; i++)
-			if (gsp.procs[i].agent.present && gsp.procs[i].nspid != gsp.procs[i].pid)
-				rc = gs_fail(err, GS_E_STATE, "process %d shares GPU memory and runs in a PID namespace of its own "
-					     "(as %d): the plugin does not carry shared GPU memory across PID namespaces yet",
-					     (int)gsp.procs[i].pid, (int)gsp.procs[i].nspid);
 		if (!rc && gsp.shared)
 			gsp_info("the agents of the tree share GPU memory: linked, each exported buffer saved by its exporter");
 	}
