@@ -86,6 +86,16 @@ require_criu() {
   "$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1 || skip "criu check fails here: $(tail -n 1 "$TEST_TMP/check.log")"
 }
 
+# have_criu: as require_criu, but says only whether CRIU can be used here (for a test's optional part)
+have_criu() {
+  [ "$(id -u)" = 0 ] || return 1
+  if [ -z "${GPUSNAP_CRIU:-}" ]; then
+    "${GPUSNAP_SRC:?GPUSNAP_SRC not set}/scripts/get-criu.sh" >"$TEST_TMP/get-criu.log" 2>&1 || return 1
+    export GPUSNAP_CRIU=$GPUSNAP_SRC/.cache/criu/bin/criu
+  fi
+  "$GPUSNAP_CRIU" check >"$TEST_TMP/check.log" 2>&1
+}
+
 # errors FILE: FILE without the fault table's own lines (GPUSNAP_FAULT's "fault: injected at ...").
 errors() { grep -v "fault: injected at" "$1"; }
 # one_line: the last run_gpusnap's stderr is a single line.
