@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# t71-container-runc.sh - CUDA processes in containers, checkpointed and
+# restored by the OCI runtime itself (runc checkpoint / runc restore, what
+# Podman, CRI-O and containerd run underneath), with gpusnap's CRIU plugin
+# named by the container's org.criu.config annotation (runc's way: nothing
+# in /etc/criu). Each container has its own PID, mount, network, IPC and UTS
+# namespaces and a device cgroup; its file system is the host's /usr, /etc and
+# /opt bound read-only (tests/gpu/py/oci_bundle.py writes the bundle), the GPU
+# device nodes given as nvidia-container-toolkit would, the agent through
+# `gpusnap container-spec --run-args` (a bind mount and LD_PRELOAD).
+#  ag: 8 GiB pattern under the agent, PID 1 of its namespace, commands on
+#      FIFOs in its /out: `gpusnap suspend`/`resume` from the host (VRAM 0,
+#      verified); runc checkpoint (the plugin's agent path, the GPU image in
+#      CRIU's image directory), the container gone; runc restore: verified bit
+#      for bit; runc checkpoint --leave-running: runs on, verified.
+#  sh: two ranks sharing 1 GiB cuMem buffers as file descriptors, as NCCL
+#      does (tests/gpu/apps/share.cu), rank 0 PID 1 of the container's
+#      namespace: runc checkpoint (each exported buffer saved by its owner,
+#      the records naming PIDs as the container sees them) and restore (the
+#      exports made again, the imports handed over): both buffers verified
+#      from both ranks, the ring exchange through the imports works.
+#  dr: the counter (value in GPU memory) without the agent, on the host's
+#      network (no network namespace, as --network host): `gpusnap suspend`/
+#      `resume` from the host, then runc checkpoint and restore through the
+#      plugin's driver path and the PID namespace; it counts on with no reset
+#      or gap.
+# A host without iptables-restore cannot lock a network namespace for CRIU:
+# the CRIU configuration then says `network-lock skip` (ag's namespace has
+# only its loopback).
+# runc: on PATH, else Debian's .deb in .cache/container-debs (the GPU machine
+# has no registry; scripts/get-runc.sh fetches it), unpacked here. Needs CRIU.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/plugin_lib.sh"
+gs_test_init t71-container-runc
+require_criu
+plugin_init
+
+RUNC=$(command -v runc || true)
+if [ -z "$RUNC" ]; then
+  deb=$(find "$GS_SRC/.cache/container-debs" -name 'runc_*.deb' 2>/dev/null | sort | tail -n 1)
+  [ -n "$deb" ] && dpkg -x "$deb" "$GS_WORK/runc-root" && RUNC=$GS_WORK/runc-root/usr/sbin/runc
+fi
+if [ -z "$RUNC" ] || ! "$RUNC" --version >"$GS_WORK/runc.version" 2>&1; then
+  skip "no runc: install it, or carry .cache/container-debs (scripts/get-runc.sh fetches Debian's)"
+  finish
+fi
+log "runc: $RUNC ($(head -n 1 "$GS_WORK/runc.version"))"
+# runc runs the first criu in its PATH (criu swrk); the wrapper finds its tree through the link
+mkdir -p "$GS_WORK/bin"
+ln -sf "$(command -v "$GS_CRIU_BIN")" "$GS_WORK/bin/criu"
+export PATH=$GS_WORK/bin:$PATH
+# the container's CRIU configuration (annotation org.criu.config): the plugin folder
+printf 'libdir %s\n' "$GS_PLUGIN_DIR" >"$GS_WORK/criu-runc.conf"
+# CRIU locks a container's network namespace with iptables-restore (or nft) during the dump; a host
+# without them (the GPU machine) cannot, and ag has no network but its loopback: nothing to lock
+if ! command -v iptables-restore >/dev/null 2>&1; then
+  log "no iptables-restore here: the CRIU configuration says network-lock skip"
+  echo "network-lock skip" >>"$GS_WORK/criu-runc.conf"
+fi
+
+runc_() { timeout -k 5 "${GS_CMD_TIMEOUT:-300}" "$RUNC" --root "$GS_WORK/runc-state" "$@"; }
+t71_cleanup() {
+  local c
+  for c in ag sh dr; do runc_ delete -f "$c" >/dev/null 2>&1; done
+  rmdir /sys/fs/cgroup/gpusnap-t71 2>/dev/null
+  gs_cleanup
+}
+trap t71_cleanup EXIT
+
+devices=()
+for d in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do
+  [ -c "$d" ] && devices+=(--device "$d")
+done
+gs_run container-spec --run-args --container-path /gpusnap/libgpusnap.so
+expect_rc 0 "gpusnap container-spec --run-args" || finish
+agent=()
+while read -r a; do
+  case $a in
+  --volume=*) agent+=(--bind "${a#--volume=}") ;;
+  --env=*) agent+=(--env "${a#--env=}") ;;
+  esac
+done <<<"$GS_OUT"
+
+# ctr_run NAME SHELL_CMD [oci_bundle.py options]: container NAME (bundle and /out under $GS_WORK/NAME) runs
+# /bin/sh -c SHELL_CMD, detached; CTR_PID its init's host PID
+ctr_run() {
+  local name=$1 cmd=$2 dir=$GS_WORK/$1
+  shift 2
+  python3 "$GS_SRC/tests/gpu/py/oci_bundle.py" "$dir/bundle" --cgroup "/gpusnap-t71/$name" --hostname "$name" \
+    --annotation "org.criu.config=$GS_WORK/criu-runc.conf" --bind "$dir/out:/out" --bind "$GS_BUILD:$GS_BUILD:ro" \
+    "${devices[@]}" "$@" -- /bin/sh -c "$cmd" || { fail "oci_bundle.py for $name"; return 1; }
+  log "\$ runc run -d $name: $cmd"
+  (cd "$dir/bundle" && runc_ run -d "$name") </dev/null >"$dir/run.out" 2>&1 ||
+    { fail "runc run $name: $(tail -n 3 "$dir/run.out")"; return 1; }
+  ctr_pid "$name"
+}
+ctr_pid() { # NAME: CTR_PID
+  CTR_PID=$(runc_ state "$1" 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["pid"])' 2>/dev/null)
+  [ -n "$CTR_PID" ] && [ "$CTR_PID" -gt 0 ]
+}
+ctr_status() { runc_ state "$1" 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["status"])' 2>/dev/null; }
+# ctr_checkpoint NAME IMG [runc checkpoint options]: CTR_RC, CTR_SECS; CRIU's log in IMG.work/dump.log
+ctr_checkpoint() {
+  local name=$1 img=$2 t0
+  shift 2
+  rm -rf "$img" "$img.work"
+  mkdir -p "$img" "$img.work"
+  log "\$ runc checkpoint --image-path $img $* $name"
+  t0=$EPOCHREALTIME
+  runc_ checkpoint --image-path "$img" --work-path "$img.work" "$@" "$name" >"$img.out" 2>&1
+  CTR_RC=$?
+  CTR_SECS=$(gs_elapsed "$t0")
+  log "  exit $CTR_RC after ${CTR_SECS}s"
+  log_block "  plugin| " "$(grep 'gpusnap:' "$img.work/dump.log" 2>/dev/null)"
+  [ "$CTR_RC" == 0 ] || log_block "  runc| " "$(tail -n 5 "$img.out"; grep -i 'error' "$img.work/dump.log" 2>/dev/null | tail -n 10)"
+}
+# ctr_restore NAME IMG: runc restore -d from IMG (CRIU's log in IMG.rwork/restore.log); CTR_RC, CTR_SECS, CTR_PID
+ctr_restore() {
+  local name=$1 img=$2 t0
+  rm -rf "$img.rwork"
+  mkdir -p "$img.rwork"
+  log "\$ runc restore -d --image-path $img $name"
+  t0=$EPOCHREALTIME
+  (cd "$GS_WORK/$name/bundle" && runc_ restore -d --image-path "$img" --work-path "$img.rwork" "$name") \
+    </dev/null >"$img.rout" 2>&1
+  CTR_RC=$?
+  CTR_SECS=$(gs_elapsed "$t0")
+  CTR_PID=
+  ctr_pid "$name"
+  log "  exit $CTR_RC after ${CTR_SECS}s, pid ${CTR_PID:-none}"
+  log_block "  plugin| " "$(grep 'gpusnap:' "$img.rwork/restore.log" 2>/dev/null)"
+  [ "$CTR_RC" == 0 ] || log_block "  runc| " "$(tail -n 5 "$img.rout"; grep -i 'error' "$img.rwork/restore.log" 2>/dev/null | tail -n 10)"
+}
+ns_pid() { awk '/^NSpid/ {print $NF}' "/proc/$1/status" 2>/dev/null; }
+
+# ---- ag: 8 GiB under the agent ----
+mkdir -p "$GS_WORK/ag/out"
+mkfifo "$GS_WORK/ag/out/in" "$GS_WORK/ag/out/out"
+app_attach ag 0 "$GS_WORK/ag/out/in" "$GS_WORK/ag/out/out" "$GS_WORK/ag/out/err" "" || finish
+ctr_run ag "exec $GS_APPS/pattern --size 8G --alloc-size 1G --seed 71 </out/in >/out/out 2>/out/err" "${agent[@]}" ||
+  finish
+# the app is no child of this shell: its exit status comes from its BYE line
+APP_PID[ag]=$CTR_PID APP_OWN[ag]=restored
+app_wait_ready ag 180 || finish
+pid=$CTR_PID
+check "ag's app is PID 1 of its own PID namespace (host PID $pid)" test "$(ns_pid "$pid")" = 1
+check "ag's app runs in the container's cgroup" grep -q "gpusnap-t71/ag" "/proc/$pid/cgroup"
+expect_vram_at_least ag "$pid" 8192
+gs_run state "$pid"
+check_eq "gpusnap state of the container's process (from the host)" "$(tr -d '[:space:]' <<<"$GS_OUT")" running
+gs_run suspend --json "$pid"
+expect_rc 0 "gpusnap suspend of the container's process (agent socket through /proc/$pid/root)"
+check_eq "suspend path" "$(json_get "$GS_OUT" "processes[pid=$pid].path")" agent
+check_eq "its VRAM while suspended (MiB)" "$(pid_vram_mib "$pid")" 0
+gs_run resume "$pid"
+expect_rc 0 "gpusnap resume of the container's process"
+app_verify ag "8 GiB in the container after suspend/resume" || finish
+
+ctr_checkpoint ag "$GS_WORK/ag-img"
+check_eq "runc checkpoint of ag (8 GiB, agent)" "$CTR_RC" 0
+check "the plugin took the agent path" grep -q "is off the GPU: agent path" "$GS_WORK/ag-img.work/dump.log"
+check "the container's process is gone" wait_pid_reaped "$pid"
+check "runc no longer runs ag" sh -c "! '$RUNC' --root '$GS_WORK/runc-state' state ag >/dev/null 2>&1"
+check "CRIU's image directory holds the GPU image (gpusnap/1: the PID in the container)" test -d "$GS_WORK/ag-img/gpusnap/1"
+gs_run inspect "$GS_WORK/ag-img/gpusnap/1"
+expect_rc 0 "inspect of the container's GPU image"
+ctr_restore ag "$GS_WORK/ag-img"
+check_eq "runc restore of ag" "$CTR_RC" 0
+[ -n "$CTR_PID" ] || finish
+pid=$CTR_PID
+APP_PID[ag]=$pid
+check_eq "runc says ag is" "$(ctr_status ag)" running
+check "the restored app is PID 1 of its namespace again" test "$(ns_pid "$pid")" = 1
+check "the restored agent has loaded the GPU data" plugin_wait_loaded "$pid"
+expect_vram_at_least ag "$pid" 8192
+app_verify ag "8 GiB after runc checkpoint and restore" || finish
+
+ctr_checkpoint ag "$GS_WORK/ag-lr" --leave-running
+check_eq "runc checkpoint --leave-running of ag" "$CTR_RC" 0
+check "the plugin knew the container runs on (runc's RPC options)" \
+  grep -q "the tasks run on after the dump" "$GS_WORK/ag-lr.work/dump.log"
+check_eq "runc says ag is" "$(ctr_status ag)" running
+check "its agent took its data back" plugin_wait_loaded "$pid"
+app_verify ag "8 GiB after runc checkpoint --leave-running" || finish
+app_quit ag
+runc_ delete -f ag >/dev/null 2>&1
+app_forget ag
+
+# ---- sh: two ranks that share cuMem buffers as file descriptors (as NCCL does), in one container ----
+mkdir -p "$GS_WORK/sh/out"
+mkfifo "$GS_WORK/sh/out/in" "$GS_WORK/sh/out/out"
+app_attach sh 0 "$GS_WORK/sh/out/in" "$GS_WORK/sh/out/out" "$GS_WORK/sh/out/err" "" || finish
+ctr_run sh "exec $GS_APPS/share --size 1G --seed 71 </out/in >/out/out 2>/out/err" "${agent[@]}" || finish
+APP_PID[sh]=$CTR_PID APP_OWN[sh]=restored
+app_wait_ready sh 180 || finish
+app_verify sh "both ranks' buffers, own and imported, in the container" || finish
+app_reply_ok sh ring "RING OK" 120 "each rank writes the other's buffer through its import"
+ctr_checkpoint sh "$GS_WORK/sh-img"
+check_eq "runc checkpoint of the two ranks" "$CTR_RC" 0
+check "the plugin linked their shared memory" grep -q "share GPU memory: linked" "$GS_WORK/sh-img.work/dump.log"
+check "a GPU image for each rank, named by its PID in the container (gpusnap/$(ls "$GS_WORK/sh-img/gpusnap" | tr '\n' ' '))" \
+  test "$(find "$GS_WORK/sh-img/gpusnap" -mindepth 1 -maxdepth 1 -name '[0-9]*' | wc -l)" = 2 -a -d "$GS_WORK/sh-img/gpusnap/1"
+ctr_restore sh "$GS_WORK/sh-img"
+check_eq "runc restore of the two ranks" "$CTR_RC" 0
+[ -n "$CTR_PID" ] || finish
+APP_PID[sh]=$CTR_PID
+check "their agents loaded as one job (the exports made again, the imports handed over)" \
+  grep -q "share GPU memory loaded their GPU data together" "$GS_WORK/sh-img.rwork/restore.log"
+app_verify sh "both ranks' buffers after runc checkpoint and restore" || finish
+app_reply_ok sh ring "RING OK" 120 "the ring exchange through the imports after the restore"
+app_quit sh
+runc_ delete -f sh >/dev/null 2>&1
+app_forget sh
+
+# ---- dr: the counter, driver path ----
+mkdir -p "$GS_WORK/dr/out"
+COUNTER_VALUES=$GS_WORK/dr/out/count
+ctr_run dr "exec $GS_APPS/counter --no-stdin --quiet --out /out/count </dev/null >/dev/null 2>/out/err" \
+  --host-network || finish
+pid=$CTR_PID
+GS_EXTRA_PIDS+=("$pid")
+for ((i = 0; i < 300; i++)); do [ "$(counter_lines)" -ge 10 ] && break; sleep 0.1; done
+check "dr's counter counts ($(counter_lines) lines)" test "$(counter_lines)" -ge 10
+gs_run suspend "$pid"
+expect_rc 0 "gpusnap suspend of dr's counter (driver path, host PID $pid)"
+n=$(counter_lines)
+sleep 1
+check_eq "lines while suspended" "$(counter_lines)" "$n"
+gs_run resume "$pid"
+expect_rc 0 "gpusnap resume of dr's counter"
+ctr_checkpoint dr "$GS_WORK/dr-img"
+check_eq "runc checkpoint of dr (driver path)" "$CTR_RC" 0
+check "the plugin took the driver path" grep -q "is off the GPU: driver path" "$GS_WORK/dr-img.work/dump.log"
+check "dr's process is gone" wait_pid_reaped "$pid"
+n=$(counter_lines)
+sleep 1.5
+check_eq "lines after the checkpoint" "$(counter_lines)" "$n"
+ctr_restore dr "$GS_WORK/dr-img"
+check_eq "runc restore of dr" "$CTR_RC" 0
+if [ -n "$CTR_PID" ]; then
+  GS_EXTRA_PIDS+=("$CTR_PID")
+  sleep 1.5
+  check "the counter goes on after the restore ($n -> $(counter_lines) lines)" test "$(counter_lines)" -gt "$n"
+  counter_check_sequence
+fi
+runc_ delete -f dr >/dev/null 2>&1
+finish
