@@ -19,6 +19,12 @@
 #      the records naming PIDs as the container sees them) and restore (the
 #      exports made again, the imports handed over): both buffers verified
 #      from both ranks, the ring exchange through the imports works.
+#  srv: the PyTorch inference server of t85 (tests/gpu/py/server.py: HTTP
+#      keep-alive and UDP, a small transformer) under the agent, on the
+#      host's network, with `tcp-close` in its container's CRIU
+#      configuration (runc has no such option): runc checkpoint with an idle
+#      keep-alive client connection, restore; every answer equal to an
+#      uninterrupted twin's (run on the host), the idle connection closed.
 #  dr: the counter (value in GPU memory) without the agent, on the host's
 #      network (no network namespace, as --network host): `gpusnap suspend`/
 #      `resume` from the host, then runc checkpoint and restore through the
@@ -29,6 +35,7 @@
 # only its loopback).
 # runc: on PATH, else Debian's .deb in .cache/container-debs (the GPU machine
 # has no registry; scripts/get-runc.sh fetches it), unpacked here. Needs CRIU.
+# gpu-test-limit: 420
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/plugin_lib.sh"
 gs_test_init t71-container-runc
@@ -61,7 +68,7 @@ fi
 runc_() { timeout -k 5 "${GS_CMD_TIMEOUT:-300}" "$RUNC" --root "$GS_WORK/runc-state" "$@"; }
 t71_cleanup() {
   local c
-  for c in ag sh dr; do runc_ delete -f "$c" >/dev/null 2>&1; done
+  for c in ag sh srv dr; do runc_ delete -f "$c" >/dev/null 2>&1; done
   rmdir /sys/fs/cgroup/gpusnap-t71 2>/dev/null
   gs_cleanup
 }
@@ -211,6 +218,45 @@ app_reply_ok sh ring "RING OK" 120 "the ring exchange through the imports after 
 app_quit sh
 runc_ delete -f sh >/dev/null 2>&1
 app_forget sh
+
+# ---- srv: the PyTorch inference server (HTTP keep-alive, UDP, many threads), host network ----
+py=$(command -v python3)
+if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  skip "srv: PyTorch with CUDA is not installed here"
+else
+  # its own CRIU configuration: established connections are closed on restore (no iptables here to lock them)
+  printf 'libdir %s\ntcp-close\n' "$GS_PLUGIN_DIR" >"$GS_WORK/criu-srv.conf"
+  mkdir -p "$GS_WORK/srv/out"
+  mkfifo "$GS_WORK/srv/out/in" "$GS_WORK/srv/out/out"
+  app_attach srv 0 "$GS_WORK/srv/out/in" "$GS_WORK/srv/out/out" "$GS_WORK/srv/out/err" "" || finish
+  ctr_run srv "exec $py $GS_SRC/tests/gpu/py/server.py --seed 71 --ports-file /out/ports.json </out/in >/out/out 2>/out/err" \
+    --host-network --bind "$GS_SRC:$GS_SRC:ro" --annotation "org.criu.config=$GS_WORK/criu-srv.conf" "${agent[@]}" ||
+    finish
+  APP_PID[srv]=$CTR_PID APP_OWN[srv]=restored
+  app_wait_ready srv 240 || finish
+  ln -sf "$GS_WORK/srv/out/ports.json" "$GS_WORK/srv.json"
+  rm -f "$GS_WORK/twin.json"
+  # the twin runs on the host, never checkpointed
+  GS_APP_STDERR=null app_start twin 240 "$GPUSNAP" run -- "$py" "$GS_SRC/tests/gpu/py/server.py" --seed 71 \
+    --ports-file "$GS_WORK/twin.json" || finish
+  server_client_start 71 || finish
+  client_ask open OPEN "OPEN SAME" "keep-alive connections to the container's server and to its twin"
+  client_same_as_twin "the server in a container, before the checkpoint"
+  ctr_checkpoint srv "$GS_WORK/srv-img"
+  check_eq "runc checkpoint of the server (agent path, tcp-close in its CRIU configuration)" "$CTR_RC" 0
+  check "the plugin took the agent path" grep -q "is off the GPU: agent path" "$GS_WORK/srv-img.work/dump.log"
+  ctr_restore srv "$GS_WORK/srv-img"
+  check_eq "runc restore of the server" "$CTR_RC" 0
+  [ -n "$CTR_PID" ] || finish
+  APP_PID[srv]=$CTR_PID
+  check "the restored server's agent has loaded its GPU data" plugin_wait_loaded "$CTR_PID"
+  client_ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "tcp-close: the idle keep-alive connection comes back closed"
+  client_same_as_twin "after runc checkpoint and restore of the server"
+  app_quit client 30
+  app_quit srv 60
+  app_quit twin 60
+  runc_ delete -f srv >/dev/null 2>&1
+fi
 
 # ---- dr: the counter, driver path ----
 mkdir -p "$GS_WORK/dr/out"
