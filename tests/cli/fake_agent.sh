@@ -58,10 +58,14 @@ start_app() {
   else
     rm -f "$TEST_TMP/app.in" "$TEST_TMP/app.out"
     mkfifo "$TEST_TMP/app.in"
+    # APP_SETSID=1: a session of its own (CRIU cannot dump a process whose session leader is outside its
+    # PID namespace, as a test's is when the whole run is in one); setsid execs in place here, so $! is the app
+    local session=()
+    [ "${APP_SETSID:-0}" = 1 ] && session=(setsid)
     if [ -n "$asan" ]; then
-      LD_PRELOAD="$asan $agent" "$app" "$@" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+      LD_PRELOAD="$asan $agent" "${session[@]}" "$app" "$@" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
     else
-      "$GPUSNAP_BIN" run -- "$app" "$@" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+      "${session[@]}" "$GPUSNAP_BIN" run -- "$app" "$@" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
     fi
     APP=$!
     PID=$APP

@@ -40,7 +40,7 @@
 app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/share_app
 fake_agent_env
 
-start_app
+APP_SETSID=1 start_app # the dump refusal below must meet the shared memory, not CRIU's session limit
 CHILD=$(awk '/^READY/ {print $3; exit}' "$TEST_TMP/app.out")
 TEST_PIDS+=("$CHILD")
 verify_ok "both ranks see both buffers after setup"
