@@ -10,7 +10,8 @@
 # `gpusnap container-spec --run-args` (a bind mount and LD_PRELOAD).
 #  ag: 8 GiB pattern under the agent, PID 1 of its namespace, commands on
 #      FIFOs in its /out: `gpusnap suspend`/`resume` from the host (VRAM 0,
-#      verified); runc checkpoint (the plugin's agent path, the GPU image in
+#      verified; a runc checkpoint meanwhile is refused, the container runs
+#      on, still suspended); runc checkpoint (the plugin's agent path, the GPU image in
 #      CRIU's image directory), the container gone; runc restore: verified bit
 #      for bit; runc checkpoint --leave-running: runs on, verified.
 #  sh: two ranks sharing 1 GiB cuMem buffers as file descriptors, as NCCL
@@ -27,9 +28,9 @@
 #      uninterrupted twin's (run on the host), the idle connection closed.
 #  dr: the counter (value in GPU memory) without the agent, on the host's
 #      network (no network namespace, as --network host): `gpusnap suspend`/
-#      `resume` from the host, then runc checkpoint and restore through the
-#      plugin's driver path and the PID namespace; it counts on with no reset
-#      or gap.
+#      `resume` from the host, runc checkpoint --leave-running (it counts on),
+#      then runc checkpoint and restore through the plugin's driver path and
+#      the PID namespace; it counts on with no reset or gap.
 # A host without iptables-restore cannot lock a network namespace for CRIU:
 # the CRIU configuration then says `network-lock skip` (ag's namespace has
 # only its loopback).
@@ -159,6 +160,12 @@ gs_run suspend --json "$pid"
 expect_rc 0 "gpusnap suspend of the container's process (agent socket through /proc/$pid/root)"
 check_eq "suspend path" "$(json_get "$GS_OUT" "processes[pid=$pid].path")" agent
 check_eq "its VRAM while suspended (MiB)" "$(pid_vram_mib "$pid")" 0
+# a checkpoint of a container whose process gpusnap holds suspended: refused, nothing changes
+ctr_checkpoint ag "$GS_WORK/ag-refused"
+check "runc checkpoint while its process is suspended is refused (exit $CTR_RC)" test "$CTR_RC" != 0
+check "... CRIU's log says why" grep -q "; resume it before dumping it" "$GS_WORK/ag-refused.work/dump.log"
+check_eq "... runc says ag is" "$(ctr_status ag)" running
+expect_state "$pid" suspended "... state of the container's process"
 gs_run resume "$pid"
 expect_rc 0 "gpusnap resume of the container's process"
 app_verify ag "8 GiB in the container after suspend/resume" || finish
@@ -274,6 +281,12 @@ sleep 1
 check_eq "lines while suspended" "$(counter_lines)" "$n"
 gs_run resume "$pid"
 expect_rc 0 "gpusnap resume of dr's counter"
+n=$(counter_lines)
+ctr_checkpoint dr "$GS_WORK/dr-lr" --leave-running
+check_eq "runc checkpoint --leave-running of dr (driver path)" "$CTR_RC" 0
+check "... the plugin put it back on the GPU" grep -q "is back on the GPU" "$GS_WORK/dr-lr.work/dump.log"
+sleep 1
+check "... it counts on ($n -> $(counter_lines) lines)" test "$(counter_lines)" -gt "$n"
 ctr_checkpoint dr "$GS_WORK/dr-img"
 check_eq "runc checkpoint of dr (driver path)" "$CTR_RC" 0
 check "the plugin took the driver path" grep -q "is off the GPU: driver path" "$GS_WORK/dr-img.work/dump.log"
