@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# t68-jax-cupy.sh - JAX and CuPy, the two other frameworks on the GPU
-# machine, under the agent (gpusnap run): a jitted MLP and its SGD step with
-# XLA's allocator as it comes (75% of the GPU taken at start), and CuPy's
-# cuBLAS, cuFFT, an NVRTC-compiled kernel and its memory pool, each holding 1
-# GiB of seeded data besides. Every result computed again after two agent
+# t68-jax-cupy.sh - the other Python GPU frameworks on the GPU machine,
+# under the agent (gpusnap run): JAX (a jitted MLP and its SGD step with
+# XLA's allocator as it comes, 75% of the GPU taken at start), CuPy (cuBLAS,
+# cuFFT, an NVRTC-compiled kernel and its memory pool), Numba (a @cuda.jit
+# kernel, cuda.reduce, its memory manager) and cuda.core (NVRTC through
+# Program, launch(), stream-ordered memory, pinned host memory), each holding
+# 1 GiB of seeded data besides (GPUSNAP_T68_FRAMEWORKS picks some). Every result computed again after two agent
 # suspend/resume cycles (VRAM 0 while suspended), a --keep-context cycle, a
 # --driver cycle, and a dump, kill and restore is bit-identical to the one
 # computed before; JAX's never-written memory is found zero on the GPU by the
@@ -16,9 +18,20 @@ require_criu
 
 check_ok() { app_reply_ok "$1" check "CHECK OK*" 180 "$2"; } # NAME WHAT
 
-for fw in jax cupy; do
-  if ! python3 -c "import $fw" 2>/dev/null; then
-    skip "$fw is not installed here"
+# what says whether a framework can run here: its import, and for Numba a kernel compiled and launched
+# (Numba 0.68's compiler fails with the GPU machine's NumPy 2.5: "module 'numpy' has no attribute 'row_stack'")
+numba_probe='import numpy as np
+from numba import cuda
+@cuda.jit
+def one(a):
+    a[0] = 1
+a = cuda.to_device(np.zeros(1, np.int32))
+one[1, 1](a)
+assert a.copy_to_host()[0] == 1'
+declare -A probe=([jax]="import jax" [cupy]="import cupy" [numba]="$numba_probe" [cudacore]="import cuda.core")
+for fw in ${GPUSNAP_T68_FRAMEWORKS:-jax cupy numba cudacore}; do
+  if ! why=$(python3 -c "${probe[$fw]}" 2>&1); then
+    skip "$fw cannot run here: $(tail -n 1 <<<"$why")"
     continue
   fi
   app_start "$fw" 300 "$GPUSNAP" run -- python3 "$py" --framework "$fw" --seed 68 || continue
