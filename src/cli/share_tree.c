@@ -7,7 +7,8 @@
  * The agents name an exporter by its PID in their own PID namespace: what
  * an image records, and what the process has again after CRIU restored it
  * in a container. The callers' PIDs are this process's view; records are
- * translated on the way in and out (the same numbers outside containers).
+ * translated on the way in and out (common/pid_names.h; the same numbers
+ * outside containers).
  * Processes that share memory must be in one PID namespace.
  */
 #include "cli/share_tree.h"
@@ -17,14 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/interrupt.h"
 #include "common/fault.h"
-#include "common/proc.h"
+#include "common/pid_names.h"
 #include "core/control_socket.h"
 #include "core/share_plan.h"
 
@@ -32,62 +32,12 @@
 /* how long a rollback's SUSPEND waits for the app's GPU work */
 #define ROLLBACK_SUSPEND_TIMEOUT_S 30.0
 
-/* The operation's processes as the agents name them: ns[i] is pids[i] in its own PID namespace. */
-struct pid_names {
-	const pid_t *pids;
-	pid_t *ns;
-	int n;
-	bool mixed; /* not all in one PID namespace */
-};
-
-static int names_make(const pid_t *pids, int n, struct pid_names *t, struct gs_err *err)
-{
-	t->pids = pids;
-	t->n = n;
-	t->mixed = false;
-	t->ns = calloc(n > 0 ? (size_t)n : 1, sizeof(*t->ns));
-	if (!t->ns)
-		return gs_fail(err, GS_E_FAILURE, "out of memory");
-	ino_t first = 0;
-	for (int i = 0; i < n; i++) {
-		uid_t uid;
-		if (gs_proc_status_ids(pids[i], &uid, &t->ns[i]))
-			t->ns[i] = pids[i];
-		char path[64];
-		struct stat st;
-		snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pids[i]);
-		if (!stat(path, &st)) {
-			t->mixed |= i > 0 && first && st.st_ino != first;
-			first = first ? first : st.st_ino;
-		}
-	}
-	return 0;
-}
-
-/* pid (the caller's view) as the agents name it */
-static pid_t to_agents(const struct pid_names *t, pid_t pid)
-{
-	for (int i = 0; t && i < t->n; i++)
-		if (t->pids[i] == pid)
-			return t->ns[i];
-	return pid;
-}
-
-/* an agent's name of a process of the operation in the caller's view (as it is when none has it) */
-static pid_t from_agents(const struct pid_names *t, pid_t ns)
-{
-	for (int i = 0; t && i < t->n; i++)
-		if (t->ns[i] == ns)
-			return t->pids[i];
-	return ns;
-}
-
 struct gathered {
 	struct gs_share_export *ex;
 	size_t nex;
 	struct gs_share_import *im;
 	size_t nim;
-	const struct pid_names *names; /* the importers' exporters translated with it */
+	const struct gs_pid_names *names; /* the importers' exporters translated with it */
 };
 
 static void gathered_free(struct gathered *g)
@@ -137,7 +87,7 @@ static int call(pid_t pid, const struct cli_agent *ag, struct gs_msg *req, int p
 		if (!(rc = gs_share_get_exports(&reply, pid, &ex, &nex, err)) &&
 		    !(rc = gs_share_get_imports(&reply, pid, &im, &nim, err))) {
 			for (size_t k = 0; k < nim; k++)
-				im[k].exporter = from_agents(g->names, im[k].exporter);
+				im[k].exporter = gs_pid_names_ours(g->names, im[k].exporter);
 			rc = append((void **)&g->ex, &g->nex, ex, nex, sizeof(*ex), err);
 			if (!rc)
 				rc = append((void **)&g->im, &g->nim, im, nim, sizeof(*im), err);
@@ -194,8 +144,8 @@ static bool shares(const struct gathered *g, pid_t pid)
 int cli_share_before_suspend(const pid_t *pids, const struct cli_agent *agents, int n, bool together, bool *shared,
 			     struct gs_err *err)
 {
-	struct pid_names names;
-	int rc = names_make(pids, n, &names, err);
+	struct gs_pid_names names;
+	int rc = gs_pid_names_make(pids, n, &names, err);
 	if (rc)
 		return rc;
 	struct gathered g = { .names = &names };
@@ -228,7 +178,7 @@ int cli_share_before_suspend(const pid_t *pids, const struct cli_agent *agents, 
 		for (size_t k = 0; k < g.nim; k++)
 			if (g.im[k].pid == pids[i]) {
 				struct gs_share_link l = { .import_vh = g.im[k].vh,
-							   .exporter = to_agents(&names, g.im[k].exporter),
+							   .exporter = gs_pid_names_own(&names, g.im[k].exporter),
 							   .export_vh = g.im[k].export_vh };
 				gs_share_add_link(&req, &l);
 			}
@@ -237,7 +187,7 @@ int cli_share_before_suspend(const pid_t *pids, const struct cli_agent *agents, 
 	}
 out:
 	gathered_free(&g);
-	free(names.ns);
+	gs_pid_names_free(&names);
 	return rc;
 }
 
@@ -288,7 +238,8 @@ static int hand_over(pid_t pid, const struct cli_agent *ag, const struct gathere
 		}
 		struct gs_msg req;
 		gs_msg_init(&req, GS_MSG_SHARE_IMPORT);
-		struct gs_share_link l = { .import_vh = im->vh, .exporter = to_agents(g->names, ex->pid), .export_vh = ex->vh };
+		struct gs_share_link l = { .import_vh = im->vh, .exporter = gs_pid_names_own(g->names, ex->pid),
+					   .export_vh = ex->vh };
 		gs_share_add_link(&req, &l);
 		rc = call(pid, ag, &req, fd, NULL, err);
 		close(fd);
@@ -317,8 +268,8 @@ int cli_share_release(const pid_t *pids, const struct cli_agent *agents, int n, 
 int cli_share_before_resume(const pid_t *pids, const struct cli_agent *agents, int n, bool *shared,
 			    struct gs_err *err)
 {
-	struct pid_names names;
-	int rc = names_make(pids, n, &names, err);
+	struct gs_pid_names names;
+	int rc = gs_pid_names_make(pids, n, &names, err);
 	if (rc)
 		return rc;
 	struct gathered g = { .names = &names }, fresh = { .names = &names };
@@ -350,7 +301,7 @@ int cli_share_before_resume(const pid_t *pids, const struct cli_agent *agents, i
 out:
 	gathered_free(&g);
 	gathered_free(&fresh);
-	free(names.ns);
+	gs_pid_names_free(&names);
 	return rc;
 }
 
