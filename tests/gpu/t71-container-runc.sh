@@ -16,7 +16,8 @@
 #      for bit; runc checkpoint --leave-running: runs on, verified.
 #  sh: two ranks sharing 1 GiB cuMem buffers as file descriptors, as NCCL
 #      does (tests/gpu/apps/share.cu), rank 0 PID 1 of the container's
-#      namespace: runc checkpoint (each exported buffer saved by its owner,
+#      namespace: `gpusnap suspend --tree`/`resume --tree` from the host (VRAM 0
+#      for both, verified); runc checkpoint (each exported buffer saved by its owner,
 #      the records naming PIDs as the container sees them) and restore (the
 #      exports made again, the imports handed over): both buffers verified
 #      from both ranks, the ring exchange through the imports works.
@@ -209,6 +210,17 @@ APP_PID[sh]=$CTR_PID APP_OWN[sh]=restored
 app_wait_ready sh 180 || finish
 app_verify sh "both ranks' buffers, own and imported, in the container" || finish
 app_reply_ok sh ring "RING OK" 120 "each rank writes the other's buffer through its import"
+# gpusnap from the host on the container's ranks: host PIDs here, PIDs of the container in the agents' records
+sh_pid=$CTR_PID
+sh_rank1=$(pgrep -P "$sh_pid" | head -n 1)
+gs_run suspend --tree "$sh_pid"
+expect_rc 0 "gpusnap suspend --tree of the container's two ranks (from the host)"
+check_eq "rank 0's VRAM while suspended (MiB)" "$(pid_vram_mib "$sh_pid")" 0
+check_eq "rank 1's VRAM while suspended (MiB)" "$(pid_vram_mib "${sh_rank1:-0}")" 0
+gs_run resume --tree "$sh_pid"
+expect_rc 0 "gpusnap resume --tree of the two ranks (exports made again, imports handed over)"
+app_verify sh "both ranks' buffers after suspend/resume --tree from the host" || finish
+app_reply_ok sh ring "RING OK" 120 "the ring exchange through the imports after resume --tree"
 ctr_checkpoint sh "$GS_WORK/sh-img"
 check_eq "runc checkpoint of the two ranks" "$CTR_RC" 0
 check "the plugin linked their shared memory" grep -q "share GPU memory: linked" "$GS_WORK/sh-img.work/dump.log"
