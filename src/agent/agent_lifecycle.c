@@ -666,11 +666,6 @@ out:
 	return rc;
 }
 
-int gs_lc_resume(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err)
-{
-	return gs_lc_resume_gated(a, gpu_dir, false, reply, err);
-}
-
 int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, bool stay_gated, struct gs_msg *reply,
 		       struct gs_err *err)
 {

@@ -52,11 +52,11 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struc
  * RESUME: back to RUNNING, the data from the image at gpu_dir when given,
  * else from the holder (the staging pool, or the image the data was dumped
  * to). On failure the process stays suspended and a later RESUME retries.
+ * stay_gated leaves the gate closed (GATED, with a lease) until OPEN:
+ * processes that share memory (agent_share.h).
  */
-/* RESUME that leaves the gate closed (GATED, with a lease) until OPEN: processes that share memory (agent_share.h). */
 int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, bool stay_gated, struct gs_msg *reply,
 		       struct gs_err *err);
-int gs_lc_resume(struct gs_agent *a, const char *gpu_dir, struct gs_msg *reply, struct gs_err *err);
 /* PREPARE: with the data in an image, gets the restore's copy ring ready (no CUDA call); replies at once. */
 int gs_lc_prepare(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err);
 /* GATE (RUNNING -> GATED) and its undo OPEN (GATED -> RUNNING; a RUNNING agent, its lease expired, is fine). */

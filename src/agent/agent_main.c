@@ -236,9 +236,10 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		int dirfd = gs_ctl_take_passed_fd();
 		char dir[64];
 		snprintf(dir, sizeof(dir), "/proc/self/fd/%d/.", dirfd); /* "." : opened with O_NOFOLLOW */
+		bool gated = (flags & GS_RESUME_STAY_GATED) != 0;
 		int rc = dirfd < 0			     ? gs_fail(&err, GS_E_USAGE, "%s request without a directory descriptor",
 								       gs_msg_type_name(req->type))
-			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, (flags & GS_RESUME_STAY_GATED) != 0, reply, &err)
+			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, gated, reply, &err)
 			 : (flags & GS_DUMP_RUNNING)	     ? gs_lc_dump(a, dir, timeout, reply, &err)
 							     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		if (dirfd >= 0)

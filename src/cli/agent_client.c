@@ -254,16 +254,6 @@ int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, doubl
 	return rc;
 }
 
-int cli_agent_resume_from_fd(pid_t pid, struct cli_agent *ag, int dir_fd, struct gs_err *err)
-{
-	int rc = !(ag->caps & GS_CAP_DIR_FD)
-			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
-			 : request_full(pid, ag, GS_MSG_RESUME_FD, 0, 0, NULL, dir_fd, 0, WORK_MARGIN_S, err);
-	if (rc)
-		gs_err_wrap(err, "agent of process %d", (int)pid);
-	return rc;
-}
-
 int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, struct gs_err *err)
 {
 	uint64_t flags = gated ? GS_RESUME_STAY_GATED : 0;

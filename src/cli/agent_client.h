@@ -73,12 +73,11 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
 int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
 			   struct gs_err *err);
 /*
- * The same two with the image directory as a descriptor (agents with
+ * The same with the image directory as a descriptor (agents with
  * GS_CAP_DIR_FD; GS_E_AGENT otherwise): for an agent in another mount
  * namespace, where the caller's path would name another directory or none.
  */
 int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, struct gs_err *err);
-int cli_agent_resume_from_fd(pid_t pid, struct cli_agent *ag, int dir_fd, struct gs_err *err);
 /*
  * RESUME from the image at image_dir (NULL: from staging memory), gated as
  * cli_agent_resume_gated where asked: the directory passed as a descriptor
