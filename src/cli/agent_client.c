@@ -208,14 +208,6 @@ int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir
 	return rc;
 }
 
-int cli_agent_resume_gated(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err)
-{
-	int rc = request(pid, ag, GS_MSG_RESUME, 0, GS_RESUME_STAY_GATED, image_dir, err);
-	if (rc)
-		gs_err_wrap(err, "agent of process %d", (int)pid);
-	return rc;
-}
-
 int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
 	if (!(ag->caps & GS_CAP_PREPARE))
@@ -258,13 +250,13 @@ int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_di
 {
 	uint64_t flags = gated ? GS_RESUME_STAY_GATED : 0;
 	bool by_fd = image_dir && (ag->caps & GS_CAP_DIR_FD) && (!gated || (ag->caps & GS_CAP_GATED_FD));
-	if (!by_fd)
-		return gated ? cli_agent_resume_gated(pid, ag, image_dir, err) : cli_agent_resume_from(pid, ag, image_dir, err);
-	int fd = open(image_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	int fd = by_fd ? open(image_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (by_fd && fd < 0)
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "cannot open the image '%s'", image_dir);
-	int rc = request_full(pid, ag, GS_MSG_RESUME_FD, 0, flags, NULL, fd, 0, WORK_MARGIN_S, err);
-	close(fd);
+	int rc = by_fd ? request_full(pid, ag, GS_MSG_RESUME_FD, 0, flags, NULL, fd, 0, WORK_MARGIN_S, err)
+		       : request(pid, ag, GS_MSG_RESUME, 0, flags, image_dir, err);
+	if (fd >= 0)
+		close(fd);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

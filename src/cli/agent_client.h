@@ -53,8 +53,6 @@ int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* RESUME after loading the GPU data from the image at image_dir (NULL: from the agent's staging memory). */
 int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
-/* RESUME (from image_dir, or NULL) that leaves the gate closed until cli_agent_open: shared memory (share_tree.h). */
-int cli_agent_resume_gated(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
 /*
  * DUMP: the agent (suspended) writes the data it holds into the image
  * directory image_dir (a temporary one from gs_image_tmp_create) and seals it;
@@ -79,10 +77,11 @@ int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_di
  */
 int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, struct gs_err *err);
 /*
- * RESUME from the image at image_dir (NULL: from staging memory), gated as
- * cli_agent_resume_gated where asked: the directory passed as a descriptor
- * where the agent takes one that way (it may live in another mount
- * namespace, a container's), else as the path.
+ * RESUME from the image at image_dir (NULL: from staging memory); gated:
+ * the gate stays closed until cli_agent_open (memory shared between
+ * processes, share_tree.h). The directory goes as a descriptor where the
+ * agent takes one that way (it may live in another mount namespace, a
+ * container's), else as the path.
  */
 int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, struct gs_err *err);
 /*

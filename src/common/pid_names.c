@@ -29,10 +29,10 @@ int gs_pid_names_make(const pid_t *pids, int n, struct gs_pid_names *t, struct g
 		snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pids[i]);
 		if (stat(path, &st))
 			continue;
-		if (first && st.st_ino != first)
-			t->mixed = true;
 		if (!first)
 			first = st.st_ino;
+		else if (st.st_ino != first)
+			t->mixed = true;
 	}
 	return 0;
 }

@@ -30,7 +30,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/util.h"
 #include "criu_plugin/plugin.h"
 #include "cuda/gpus.h"
 
@@ -54,7 +53,6 @@ struct driver_reply {
 	int rc;
 	pid_t tid;
 	int state;
-	double secs;
 	uint64_t total, mask;
 	struct gs_err err;
 	uint32_t len; /* payload bytes */
@@ -98,7 +96,7 @@ static void serve(const struct driver_request *rq, void *payload, struct driver_
 		  const void **out)
 {
 	struct gs_cuda *cu = &gsp.s.cu;
-	double t = gs_now(), secs;
+	double secs;
 	*out = NULL;
 	switch (rq->op) {
 	case DRIVER_STATE: {
@@ -138,7 +136,6 @@ static void serve(const struct driver_request *rq, void *payload, struct driver_
 	default:
 		r->rc = gs_fail(&r->err, GS_E_FAILURE, "the driver helper got an unknown request (%d)", rq->op);
 	}
-	r->secs = gs_now() - t;
 }
 
 /* The helper's life: the session record, then requests until criu closes them. */

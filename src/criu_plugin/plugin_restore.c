@@ -18,8 +18,8 @@
  * per task at RESUME_DEVICES_LATE, runs the driver's restore (with the map)
  * and unlock while criu, the tracer, lets the driver's restore thread run
  * alone (CRIU holds all the app's threads stopped); should that fail the
- * task is killed before it ran. For agent images the agent then loads the GPU data from
- * the image once CRIU lets the process go. Images that record GPU memory
+ * task is killed before it ran. For agent images the agent then loads the
+ * GPU data from the image once CRIU lets the process go. Images that record GPU memory
  * shared between the tree's processes (share.export / share.import,
  * docs/FORMAT.md) load as one job: init refuses an import whose export no
  * image of the dump holds; once every sharing task is back on the GPU, one
