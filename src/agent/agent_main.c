@@ -25,6 +25,7 @@
 #include "agent/agent_app_vmm.h"
 #include "agent/agent_contexts.h"
 #include "agent/agent_fds.h"
+#include "agent/agent_io_uring.h"
 #include "agent/agent_lifecycle.h"
 #include "agent/agent_share.h"
 #include "agent/agent_mover.h"
@@ -478,6 +479,7 @@ __attribute__((constructor)) static void agent_init(void)
 	if (!drop || strcmp(drop, "0"))
 		snprintf(device_prefix, sizeof(device_prefix), "%s", gs_gpu_device_prefix());
 	open_log();
+	gs_agent_io_uring_init();
 	struct gs_err err = { 0 };
 	/*
 	 * GPUSNAP_AGENT_HOOKS=0 leaves allocations to the driver (an escape hatch for

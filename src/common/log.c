@@ -104,6 +104,26 @@ static void emit(enum gs_log_level level, const char *prefix, const char *fmt, v
 	errno = saved;
 }
 
+void gs_log_fixed(enum gs_log_level level, const char *prefix, const char *msg)
+{
+	if (level > current_level)
+		return;
+	char line[1024];
+	size_t n = 0;
+	const char *parts[] = { "gpusnap: ", level_name(level), ": ", prefix, msg };
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+		for (const char *c = parts[i]; *c && n < sizeof(line) - 1; c++)
+			line[n++] = *c;
+	line[n++] = '\n';
+	int saved = errno;
+	int fd = line_fd();
+	if (fd >= 0) {
+		ssize_t w = write(fd, line, n);
+		(void)w;
+	}
+	errno = saved;
+}
+
 void gs_log(enum gs_log_level level, const char *prefix, const char *fmt, ...)
 {
 	if (level > current_level)

@@ -3,7 +3,7 @@
  *
  * Every file defines LOG_PREFIX before including this header so each line says
  * where it came from ("criu: ", "agent: "). pr_perror appends strerror(errno).
- * Not async-signal-safe: never call from a signal handler.
+ * Not async-signal-safe (gs_log_fixed is): never call them from a signal handler.
  */
 #ifndef GPUSNAP_COMMON_LOG_H
 #define GPUSNAP_COMMON_LOG_H
@@ -32,6 +32,11 @@ void gs_log_set_fd(int fd);
 void gs_log(enum gs_log_level level, const char *prefix, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void gs_log_errno(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * One fixed line (no formatting), async-signal-safe: for code that may run
+ * in a signal handler or a fork child of a threaded process. Long lines are cut.
+ */
+void gs_log_fixed(enum gs_log_level level, const char *prefix, const char *msg);
 
 #define pr_err(fmt, ...) gs_log(GS_LOG_ERROR, LOG_PREFIX, fmt, ##__VA_ARGS__)
 #define pr_warn(fmt, ...) gs_log(GS_LOG_WARN, LOG_PREFIX, fmt, ##__VA_ARGS__)

@@ -5,11 +5,13 @@
 #include "fake_app_common.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,9 +101,60 @@ int fake_app_signals_setup(void)
 	return 0;
 }
 
+/*
+ * FAKE_APP_IO_URING=start (and/or preinit): an io_uring set up through
+ * syscall(3), as libuv does, at the start of serving (and from the
+ * executable's preinit_array, before any library's constructor, so before
+ * the agent's); each ring got is kept open. Said before READY as
+ * "IO_URING preinit=R start=R", R a descriptor or an errno name.
+ */
+static long io_uring_preinit = -1000; /* -1000: not tried; < 0: -errno */
+
+static long try_io_uring(void)
+{
+	unsigned char params[120]; /* struct io_uring_params */
+	memset(params, 0, sizeof(params));
+	long r = syscall(SYS_io_uring_setup, 4, params);
+	return r >= 0 ? r : -errno;
+}
+
+static void io_uring_at_preinit(int argc, char **argv, char **envp)
+{
+	(void)argc;
+	(void)argv;
+	for (char **e = envp; *e; e++)
+		if (!strncmp(*e, "FAKE_APP_IO_URING=", 18) && strstr(*e + 18, "preinit"))
+			io_uring_preinit = try_io_uring();
+}
+__attribute__((section(".preinit_array"), used)) static void (*const io_uring_preinit_entry)(int, char **,
+											   char **) = io_uring_at_preinit;
+
+static const char *io_uring_result(long r, char *buf, size_t n)
+{
+	if (r == -1000)
+		return "untried";
+	if (r >= 0)
+		snprintf(buf, n, "%ld", r);
+	else
+		snprintf(buf, n, "%s", r == -ENOSYS ? "ENOSYS" : r == -EPERM ? "EPERM" : strerror((int)-r));
+	return buf;
+}
+
+static void io_uring_at_start(void)
+{
+	const char *want = getenv("FAKE_APP_IO_URING");
+	if (!want || !*want)
+		return;
+	long start = strstr(want, "start") ? try_io_uring() : -1000;
+	char a[64], b[64];
+	printf("IO_URING preinit=%s start=%s\n", io_uring_result(io_uring_preinit, a, sizeof(a)),
+	       io_uring_result(start, b, sizeof(b)));
+}
+
 int fake_app_serve(const char *app_name, int signals, void (*verify)(void), const struct fake_app_command *commands)
 {
 	fake_app_register(app_name);
+	io_uring_at_start();
 	printf("READY %d\n", (int)getpid());
 	fflush(stdout);
 	while (signals) {

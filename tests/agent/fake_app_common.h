@@ -34,7 +34,8 @@ int fake_app_make_context(void);
 /* For --signals: SIGUSR1 handler installed, stdin from /dev/null. 0, or -1 if stdin cannot be replaced. */
 int fake_app_signals_setup(void);
 /*
- * Registers with the fake, prints "READY <pid>", then serves: with signals,
+ * Registers with the fake, prints "READY <pid>" (after an "IO_URING ..."
+ * line where FAKE_APP_IO_URING asks for rings: fake_app_common.c), then serves: with signals,
  * SIGUSR1 runs verify until the process is killed; else one command per
  * stdin line: "verify", a name in commands (ends with a NULL name; runs its fn), "quit" (returns 0).
  */

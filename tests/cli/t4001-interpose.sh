@@ -6,7 +6,8 @@
 #    (stack-passed, float, double and struct-returning calls included);
 #  - gate and replacement tests, with membarrier and with the seq_cst fallback;
 #  - 16 threads calling while the gate closes and opens 1000 times;
-#  - only the intended symbols are exported (the driver's entry points, dlsym/dlvsym, close_range/closefrom, the probes);
+#  - only the intended symbols are exported (the driver's entry points, dlsym/dlvsym, close_range/closefrom,
+#    syscall (agent_io_uring.h), the probes);
 #  - the per-call cost is printed.
 # Needs GPUSNAP_BUILD (set by ctest).
 set -u
@@ -64,7 +65,7 @@ exports_intended() {
 	local other
 	other=$(nm -D --defined-only "$agent" | awk '{print $3}' | grep -v '^cu[A-Z]' | sort | tr '\n' ' ')
 	echo "exported besides cu*: $other"
-	[ "$other" = "close_range closefrom dlsym dlvsym gpusnap_driver_calls gpusnap_gate_cost_ns gpusnap_interpose_test_hooks " ] || return 1
+	[ "$other" = "close_range closefrom dlsym dlvsym gpusnap_driver_calls gpusnap_gate_cost_ns gpusnap_interpose_test_hooks syscall " ] || return 1
 	local n listed
 	n=$(nm -D --defined-only "$agent" | awk '{print $3}' | grep -c '^cu[A-Z]')
 	listed=$(grep -c '^cu' "$GPUSNAP_SRC/src/agent/driver_exports.txt")

@@ -18,7 +18,9 @@
 #    process is killed; GPUSNAP_PLUGIN_NO_VERIFY=0 wins over the file;
 #  - a tree of two agent processes: every gate closed before either dumps;
 #  - --leave-running: the app runs on with its data back on the GPU;
-#  - a dump that fails after CRIU froze the tree: the app runs on with its data.
+#  - a dump that fails after CRIU froze the tree: the app runs on with its data;
+#  - a tree holding an io_uring (GPUSNAP_ALLOW_IO_URING=1): refused before
+#    the GPU part, naming the process; the app runs on with its data.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -198,5 +200,20 @@ check "the second app's agent loaded its data" loaded "$pb"
 log=$la PID=$pa verify_ok "the first app's data after the restore"
 log=$lb PID=$pb verify_ok "the second app's data after the restore"
 kill -9 "$pa" "$pb" "$RPID" 2>/dev/null
+
+# ---- an app holding an io_uring (its agent told to let it through): refused before the GPU part ----
+log=$TEST_TMP/app.log
+GPUSNAP_ALLOW_IO_URING=1 FAKE_APP_IO_URING=start start_app
+if grep -q '^IO_URING preinit=untried start=[0-9]' "$log"; then
+  criu_dump "$TEST_TMP/uring" "$PID"
+  check "criu dump of a tree holding an io_uring fails" rc_failed
+  check "the plugin names the process and io_uring" log_has "$TEST_TMP/uring/dump.log" "process $PID (agent_app) holds an io_uring"
+  not_off() { ! grep -q "is off the GPU" "$TEST_TMP/uring/dump.log"; }
+  check "before any GPU data moved" not_off
+  check "the app runs on" alive "$PID"
+  verify_ok "its data after the refused dump"
+else
+  echo "SKIP: this kernel gives no io_uring ($(grep '^IO_URING' "$log")): the plugin's refusal is not tested"
+fi
 
 test_done
