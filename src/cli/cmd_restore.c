@@ -296,6 +296,27 @@ static void kill_restored(pid_t pid, bool ran)
 	}
 }
 
+/*
+ * Lets every process of the restored tree continue: CRIU left them all
+ * stopped (--leave-stopped), the processes under the root too (a server's
+ * workers, DataLoader workers), which would otherwise stay stopped for good.
+ */
+static int continue_tree(pid_t root, struct gs_err *err)
+{
+	pid_t *all;
+	size_t n;
+	int rc = gs_proc_tree(root, &all, &n, err);
+	if (rc)
+		return rc == GS_E_NO_PROCESS ? gs_fail(err, GS_E_NO_PROCESS, "the restored process %d is gone", (int)root)
+					     : rc;
+	for (size_t k = 0; k < n && !rc; k++)
+		if (kill(all[k], SIGCONT) && errno != ESRCH)
+			rc = gs_fail_errno(err, GS_E_NO_PROCESS, errno, "cannot let the restored process %d continue",
+					   (int)all[k]);
+	free(all);
+	return rc;
+}
+
 /* Every process of a restored tree is killed (kill_restored), the root last. */
 static void kill_restored_tree(pid_t root, bool ran)
 {
@@ -589,8 +610,6 @@ static int restore_tree_gpu(struct restore_run *r, const struct restore_opts *o,
 	int n = r->tree_n, rc = 0;
 	int *held = calloc((size_t)n, sizeof(int));
 	const char **images = calloc((size_t)n, sizeof(char *));
-	pid_t *all = NULL;
-	size_t nall = 0;
 	if (!held || !images) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
@@ -607,14 +626,8 @@ static int restore_tree_gpu(struct restore_run *r, const struct restore_opts *o,
 	if ((rc = join_verify(r, err)) || (rc = stop_held(r, o, GS_FI_RESTORE_BEFORE_CONT, err)))
 		goto out;
 	record_step(r, o, "load");
-	if ((rc = gs_proc_tree(r->pid, &all, &nall, err)))
+	if ((rc = continue_tree(r->pid, err)))
 		goto out;
-	for (size_t k = 0; k < nall; k++)
-		if (kill(all[k], SIGCONT) && errno != ESRCH) {
-			rc = gs_fail_errno(err, GS_E_NO_PROCESS, errno, "cannot let the restored process %d continue",
-					   (int)all[k]);
-			goto out;
-		}
 	*ran = true;
 	if (gs_fault(GS_FI_RESTORE_TREE_BEFORE_AGENTS)) {
 		rc = gs_fail(err, GS_E_FAILURE, "restore from '%s' failed at '%s' (injected)", o->dir,
@@ -641,7 +654,6 @@ static int restore_tree_gpu(struct restore_run *r, const struct restore_opts *o,
 	if (!rc)
 		rc = cli_share_resume(r->tree_pids, r->tree_agents, n, images, err);
 out:
-	free(all);
 	free(held);
 	free(images);
 	return rc;
@@ -723,10 +735,8 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		goto fail;
 	/* the point of no return: the process runs its own code from here, and a signal waits for the end */
 	record_step(r, o, !strcmp(r->info->how, "agent") ? "load" : "resume");
-	if (kill(r->pid, SIGCONT)) {
-		rc = gs_fail_errno(err, GS_E_NO_PROCESS, errno, "the restored process %d is gone", (int)r->pid);
+	if ((rc = continue_tree(r->pid, err)))
 		goto fail;
-	}
 	ran = true;
 	if (gs_fault(GS_FI_RESTORE_AFTER_CONT)) {
 		rc = gs_fail(err, GS_E_FAILURE, "restore from '%s' failed at '%s' (injected)", o->dir,
