@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "common/proc.h"
+#include "common/tcp_conns.h"
 #include "common/util.h"
 #include "criu/run.h"
 
@@ -475,7 +476,68 @@ static bool wait_pid_free(pid_t pid, double timeout_s)
 	return true;
 }
 
-int gs_criu_dumpable(pid_t pid, struct gs_err *err)
+/* A program CRIU runs by name (iptables-restore) is on PATH. */
+static bool on_path(const char *name)
+{
+	const char *path = getenv("PATH");
+	if (!path || !*path)
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+	for (const char *p = path; *p;) {
+		const char *end = strchr(p, ':');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		char full[PATH_MAX];
+		if (len && (size_t)snprintf(full, sizeof(full), "%.*s/%s", (int)len, p, name) < sizeof(full) &&
+		    access(full, X_OK) == 0)
+			return true;
+		p += len + (end != NULL);
+	}
+	return false;
+}
+
+int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan, struct gs_err *err)
+{
+	*plan = (struct gs_criu_tcp_plan){ .tcp = asked };
+	if (asked == GS_CRIU_TCP_CLOSE)
+		return 0;
+	struct gs_tcp_conns conns;
+	int rc = gs_tcp_conns_of_tree(pid, &conns, err);
+	if (rc)
+		return rc;
+	const struct gs_tcp_conn *out = NULL;
+	for (size_t i = 0; i < conns.n; i++) {
+		if (conns.conn[i].inside) {
+			plan->inside++;
+		} else {
+			plan->outside++;
+			out = out ? out : &conns.conn[i];
+		}
+	}
+	if (out && (asked == GS_CRIU_TCP_REFUSE || !on_path("iptables-restore"))) {
+		char comm[64], local[64], remote[64];
+		gs_proc_comm(out->pid, comm, sizeof(comm));
+		gs_tcp_format_addr(out->row.local, local, sizeof(local));
+		gs_tcp_format_addr(out->row.remote, remote, sizeof(remote));
+		if (asked == GS_CRIU_TCP_REFUSE)
+			rc = gs_fail(err, GS_E_CRIU,
+				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s): dump "
+				     "with --tcp-established (it comes back as it was; CRIU locks the network with "
+				     "iptables-restore meanwhile) or --tcp-close (it comes back closed)",
+				     (int)out->pid, comm, local, remote, plan->outside > 1 ? ", and others" : "");
+		else
+			rc = gs_fail(err, GS_E_CRIU,
+				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s), which "
+				     "CRIU locks for --tcp-established with iptables-restore, and there is none on PATH: "
+				     "install iptables, or dump with --tcp-close (it comes back closed)",
+				     (int)out->pid, comm, local, remote, plan->outside > 1 ? ", and others" : "");
+	} else if (!out && plan->inside) {
+		plan->tcp = GS_CRIU_TCP_ESTABLISHED;
+		plan->skip_network_lock = true;
+	}
+	gs_tcp_conns_free(&conns);
+	return rc;
+}
+
+int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_err *err)
 {
 	int rc = gs_proc_check(pid, err);
 	if (rc)
@@ -488,7 +550,31 @@ int gs_criu_dumpable(pid_t pid, struct gs_err *err)
 		return gs_fail(err, GS_E_CRIU,
 			       "process %d belongs to a session whose leader is outside its PID namespace, which CRIU "
 			       "cannot dump; start it in a session of its own (setsid)", (int)pid);
-	return 0;
+	int rc2 = gs_criu_check_io_uring(pid, err);
+	struct gs_criu_tcp_plan plan;
+	return rc2 ? rc2 : gs_criu_tcp_plan(pid, tcp, &plan, err);
+}
+
+int gs_criu_check_io_uring(pid_t root, struct gs_err *err)
+{
+	pid_t *all;
+	size_t n;
+	int rc = gs_proc_tree(root, &all, &n, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (!gs_proc_has_open_file(all[i], "anon_inode:[io_uring]"))
+			continue;
+		char comm[64];
+		gs_proc_comm(all[i], comm, sizeof(comm));
+		rc = gs_fail(err, GS_E_CRIU,
+			     "process %d (%s) holds an io_uring, which CRIU cannot dump (libuv's event loops set one up, "
+			     "PyTorch's TCPStore among them): start the job with gpusnap run, whose agent keeps io_uring "
+			     "from the app (libuv then uses epoll), or without io_uring (PyTorch: USE_LIBUV=0)",
+			     (int)all[i], comm);
+	}
+	free(all);
+	return rc;
 }
 
 static bool is_zombie(pid_t pid)
@@ -556,9 +642,18 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	struct gs_criu_dump_opts opts = *o;
 	if (!(opts.libdir = plugin_dir(c, o->libdir, err)))
 		return GS_E_FAILURE;
-	int rc = gs_criu_dumpable(pid, err);
+	int rc = gs_criu_dumpable(pid, GS_CRIU_TCP_CLOSE, err);
 	if (rc)
 		return rc;
+	/* decided now, the tree as it is when CRIU comes (the check before anything moved said the same then) */
+	struct gs_criu_tcp_plan tcp;
+	if ((rc = gs_criu_tcp_plan(pid, o->tcp, &tcp, err)))
+		return rc;
+	opts.tcp = tcp.tcp;
+	opts.skip_network_lock = tcp.skip_network_lock;
+	if (tcp.skip_network_lock)
+		pr_info("%zu TCP connection(s) between processes of the tree: dumped as they are (--tcp-established), "
+			"without a network lock", tcp.inside);
 	rc = ensure_dir(images_dir, err);
 	if (rc)
 		return rc;

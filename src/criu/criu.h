@@ -86,6 +86,7 @@ struct gs_criu_dump_opts {
 	enum gs_criu_shell_job shell_job;
 	enum gs_criu_tcp tcp;
 	bool no_file_locks;            /* leave out --file-locks (on by default: held locks are saved) */
+	bool skip_network_lock;        /* --network-lock=skip (gs_criu_dump sets it from gs_criu_tcp_plan) */
 	const char *libdir;            /* --libdir: folder of CRIU plugins (*.so); NULL: the home's plugins/ */
 	double timeout_s;              /* kill criu after this long; <= 0: the criu's timeout_s */
 	const char *const *extra_args; /* NULL-terminated, appended as given; NULL: none */
@@ -136,11 +137,39 @@ int gs_criu_check(const struct gs_criu *c, struct gs_err *err);
 
 /*
  * Checks what CRIU needs of the process before anything is stopped: that it
- * exists and that its session leader lives in its PID namespace (session ID 0
- * as seen from here; CRIU cannot dump such a process, --shell-job or not).
- * GS_E_NO_PROCESS or GS_E_CRIU with a one-line message saying what to do.
+ * exists, that its session leader lives in its PID namespace (session ID 0
+ * as seen from here; CRIU cannot dump such a process, --shell-job or not),
+ * and gs_criu_check_io_uring of its tree. GS_E_NO_PROCESS or GS_E_CRIU with
+ * a one-line message saying what to do.
  */
-int gs_criu_dumpable(pid_t pid, struct gs_err *err);
+int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_err *err);
+
+/*
+ * What a dump does with the connected TCP sockets of pid's tree
+ * (common/tcp_conns.h), asked: the --tcp-* the user gave.
+ *  - --tcp-close: closed, as asked.
+ *  - Every connection between two processes of the tree (torch's TCPStore
+ *    and its clients, torchrun and its workers): --tcp-established
+ *    without a network lock, asked or not: both ends come back as they were
+ *    and no peer outside can meet a missing socket meanwhile.
+ *  - A connection to outside the tree: GS_E_CRIU unless --tcp-established
+ *    was asked (CRIU then locks it with iptables-restore, which must be on
+ *    PATH: GS_E_CRIU when it is not).
+ * The message names the process and the connection.
+ */
+struct gs_criu_tcp_plan {
+	enum gs_criu_tcp tcp;
+	bool skip_network_lock;
+	size_t inside, outside; /* connections found, by where the other end is */
+};
+int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan, struct gs_err *err);
+
+/*
+ * CRIU cannot dump an io_uring instance: GS_E_CRIU naming the first process
+ * of root's tree that holds one (libuv's event loops set one up; the agent
+ * keeps them from the app, agent_io_uring.h), 0 when none does.
+ */
+int gs_criu_check_io_uring(pid_t root, struct gs_err *err);
 
 /*
  * Dumps the process tree rooted at pid into images_dir (created 0700 if missing).
@@ -246,8 +275,8 @@ int gs_criu_dump_args(const struct gs_criu *c, pid_t pid, const char *images_dir
 
 /*
  * Builds the criu restore command line. recorded: the text of GS_CRIU_DUMP_ARGS
- * (NULL if absent); its --shell-job, --file-locks, --tcp-established and --tcp-close
- * are repeated.
+ * (NULL if absent); its --shell-job, --file-locks, --tcp-established, --tcp-close
+ * and --network-lock=skip are repeated.
  */
 int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const char *log_path,
 			 const char *pidfile, const struct gs_criu_restore_opts *o, const char *recorded,

@@ -249,6 +249,8 @@ int gs_criu_dump_args(const struct gs_criu *c, pid_t pid, const char *images_dir
 		ADD("--file-locks");
 	if (tcp_flag(o->tcp))
 		ADD(tcp_flag(o->tcp));
+	if (o->skip_network_lock)
+		ADD("--network-lock=skip");
 	if (o->leave_running)
 		ADD("--leave-running");
 	if (o->libdir)
@@ -289,6 +291,9 @@ int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const 
 		tcp = GS_CRIU_TCP_CLOSE;
 	if (tcp_flag(tcp))
 		ADD(tcp_flag(tcp));
+	/* the connections were dumped without a lock: restore has none to take off */
+	if (has_line(recorded, "--network-lock=skip"))
+		ADD("--network-lock=skip");
 	if (o->libdir)
 		ADD("--libdir", o->libdir);
 	if (o->leave_stopped)

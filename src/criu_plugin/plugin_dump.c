@@ -40,6 +40,7 @@
 #include "common/proc.h"
 #include "common/util.h"
 #include "core/protocol.h"
+#include "criu/criu.h"
 #include "criu_plugin/criu_plugin_abi.h"
 #include "criu_plugin/plugin.h"
 #include "cuda/gpus.h"
@@ -467,6 +468,9 @@ int gsp_pause_devices(int pid)
 		alarm(freeze_left);
 		return 0;
 	}
+	/* CRIU would fail on it after the GPU part */
+	if (!rc)
+		rc = gs_criu_check_io_uring(pid, &err);
 	gsp_add_inventory_plugin_t *add = (gsp_add_inventory_plugin_t *)gsp_criu_symbol("add_inventory_plugin");
 	/* the image names this plugin as required: a CRIU restoring it without the plugin refuses */
 	if (!rc)

@@ -13,6 +13,13 @@
  *
  * A second thread named "cuda-restore" only waits, standing in for the CUDA
  * driver's restore thread, as in cpu_counter.c (the fake libcuda needs it).
+ *
+ * SOCKET_SERVER_RELAY=1: the daemon also forks a relay, a child in its tree
+ * that connects to the daemon's TCP port once (a connection whose two ends are
+ * both in the tree, as a launcher's store and its workers have) and answers
+ * each datagram on its own UDP port (DIR/relay_port) with "relay " and what
+ * the daemon answered on that one connection. It never connects again: an
+ * answer after a restore says the connection came back as it was.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -64,6 +71,42 @@ static int write_ports(const char *dir, int tcp, int udp)
 	return rename(tmp, path);
 }
 
+/* The relay (see the top): one TCP connection to the daemon, for its whole life. */
+static void relay(int tcp_port, const char *dir)
+{
+	int udp_port, udp = bound_socket(SOCK_DGRAM, &udp_port);
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((unsigned short)tcp_port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (udp < 0 || c < 0 || connect(c, (struct sockaddr *)&a, sizeof(a)))
+		_exit(1);
+	char tmp[4096], path[4096];
+	snprintf(tmp, sizeof(tmp), "%s/relay_port.tmp", dir);
+	snprintf(path, sizeof(path), "%s/relay_port", dir);
+	FILE *f = fopen(tmp, "w");
+	if (!f || fprintf(f, "%d\n", udp_port) < 0 || fclose(f) || rename(tmp, path))
+		_exit(1);
+	for (;;) {
+		char buf[512], answer[128];
+		struct sockaddr_in from;
+		socklen_t len = sizeof(from);
+		if (recvfrom(udp, buf, sizeof(buf), 0, (struct sockaddr *)&from, &len) < 0)
+			continue;
+		size_t have = 0;
+		if (write(c, "relay\n", 6) != 6)
+			_exit(1);
+		while (have < sizeof(answer) - 1 && (have == 0 || answer[have - 1] != '\n')) {
+			ssize_t r = read(c, answer + have, sizeof(answer) - 1 - have);
+			if (r <= 0)
+				_exit(1); /* the connection is gone: the test sees no answer */
+			have += (size_t)r;
+		}
+		char reply[160];
+		int n = snprintf(reply, sizeof(reply), "relay %.*s", (int)have, answer);
+		sendto(udp, reply, (size_t)n, 0, (struct sockaddr *)&from, len);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 || strcmp(argv[1], "--daemon")) {
@@ -100,6 +143,17 @@ int main(int argc, char **argv)
 	for (int fd = 3; fd < 1024; fd++)
 		if (fd != listener && fd != udp)
 			close(fd);
+	const char *want_relay = getenv("SOCKET_SERVER_RELAY");
+	if (want_relay && !strcmp(want_relay, "1")) {
+		pid_t r = fork();
+		if (r < 0)
+			return 1;
+		if (r == 0) {
+			close(listener);
+			close(udp);
+			relay(tcp_port, argv[2]);
+		}
+	}
 	pthread_t t;
 	if (pthread_create(&t, NULL, restore_thread, NULL))
 		return 1;

@@ -4,13 +4,20 @@
 # one open) and a UDP socket (tests/apps/socket_server, registered as a CUDA
 # process in the fake libcuda, as in t5002) goes through `gpusnap dump --tcp-close`
 # and `gpusnap restore`:
-#  - without --tcp-close the dump is refused (CRIU's rule for established
-#    connections) and the server runs on;
+#  - without --tcp-close the dump is refused before anything moves (a
+#    connection to a client outside the tree: CRIU's rule for established
+#    connections), and --tcp-established too where iptables-restore (CRIU's
+#    lock for it) is not on PATH; the server runs on;
 #  - with it the server is dumped and gone; the kept-open client sees its
 #    connection end; after restore the server answers TCP and UDP requests with
 #    the count it had (its memory came back), twice from the same image;
 #  - a listener without SO_REUSEADDR, whose connection the dump closed sits in
-#    TIME_WAIT on its port: restore waits for it (up to 65 s) and restores.
+#    TIME_WAIT on its port: restore waits for it (up to 65 s) and restores;
+#  - a connection whose two ends are in the tree (the daemon and a relay
+#    child): dumped as it is without --tcp-*, with --tcp-established and
+#    --network-lock=skip, and the relay's one connection works after restore
+#    (the relay, a process under the dumped one that CRIU restores stopped,
+#    runs again: restore lets the whole tree continue).
 # Why this needs CRIU >= 4.2: from Linux 6.16 on the kernel refuses SO_PASSCRED and
 # SO_PASSSEC on sockets other than AF_UNIX/AF_NETLINK, and CRIU 4.1.1 reads them
 # from every socket it dumps: on this kernel (6.18) `criu dump` of this very
@@ -87,9 +94,21 @@ fi
 
 img=$TEST_TMP/img
 run_gpusnap dump -D "$img" "$pid"
-expect "dump without --tcp-close is refused (an established connection)" 15 "criu dump of $pid failed"
+expect "dump without --tcp-* is refused (a connection to outside the tree)" 15 \
+  "process $pid (socket_server) has a TCP connection to outside the dumped tree"
+check "in one line" one_line
 check "the server runs on" answers tcp "count 4"
 check "its kept-open connection too" keepalive_answers "count 5"
+# --tcp-established needs CRIU's lock for it, by iptables-restore: refused before anything moves without one
+PATH=/usr/bin:/bin run_gpusnap dump --tcp-established -D "$img" "$pid"
+if ! PATH=/usr/bin:/bin command -v iptables-restore >/dev/null; then
+  expect "dump --tcp-established without iptables-restore on PATH is refused" 15 "iptables-restore, and there is none on PATH"
+  check "the server runs on" answers tcp "count 6"
+  check "its kept-open connection too" keepalive_answers "count 7"
+else
+  echo "SKIP: iptables-restore is in /usr/bin or /bin here: its absence is not tested"
+  answers tcp "count 6" >/dev/null && keepalive_answers "count 7" >/dev/null
+fi
 
 run_gpusnap dump --tcp-close -D "$img" "$pid"; expect "dump --tcp-close" 0 "dumped $pid (socket_server)"
 check "the server is gone" wait_gone "$pid"
@@ -98,16 +117,16 @@ exec 7<&-
 check "nothing listens on its port" bash -c "! python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", $tcp_port), timeout=2)' 2>/dev/null"
 
 run_gpusnap restore -D "$img"; expect "restore" 0 "restored $pid (socket_server)"
-check "after restore it answers TCP from its dumped count" answers tcp "count 6"
-check "and UDP" answers udp "count 7"
+check "after restore it answers TCP from its dumped count" answers tcp "count 8"
+check "and UDP" answers udp "count 9"
 exec 7<>"/dev/tcp/127.0.0.1/$tcp_port"
-check "a new kept-open connection is answered" keepalive_answers "count 8"
+check "a new kept-open connection is answered" keepalive_answers "count 10"
 exec 7<&-
 kill -9 "$pid"; wait_gone "$pid"
 
 run_gpusnap restore -D "$img"; expect "restore again from the same image" 0 "restored $pid (socket_server)"
-check "it answers from the dumped count again" answers tcp "count 6"
-check "and UDP" answers udp "count 7"
+check "it answers from the dumped count again" answers tcp "count 8"
+check "and UDP" answers udp "count 9"
 kill -9 "$pid"; wait_gone "$pid"
 
 # A listener without SO_REUSEADDR (NCCL's bootstrap, PyTorch's store): the connection the dump
@@ -144,5 +163,32 @@ check "... saying why it waits" grep -q "held by 1 connection in TIME_WAIT that 
 check "... after the TIME_WAIT, not before ($(($(date +%s) - t0)) s)" [ $(($(date +%s) - t0)) -ge 20 ]
 check "after restore it answers TCP from its dumped count" answers tcp "count 2"
 kill -9 "$pid"; wait_gone "$pid"
+
+# A connection whose two ends are in the dumped tree (the daemon and its relay child, as torch's store
+# and its clients): dumped as it is without being asked, no network lock, and it works after restore.
+rm -f "$TEST_TMP/relay_port"
+pid=$(SOCKET_SERVER_RELAY=1 "$server" --daemon "$TEST_TMP") || { echo "not ok - cannot start $server"; exit 1; }
+TEST_PIDS+=("$pid")
+echo "0 0" >"$FAKE_CUDA_DIR/$pid"
+read -r tcp_port udp_port <"$TEST_TMP/ports"
+for _ in $(seq 50); do [ -s "$TEST_TMP/relay_port" ] && break; sleep 0.1; done
+relay_port=$(cat "$TEST_TMP/relay_port" 2>/dev/null)
+relay_answers() { # WANT
+  local got
+  got=$(python3 -c 'import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+s.sendto(b"x", ("127.0.0.1", int(sys.argv[1]))); print(s.recv(200).decode().strip())' "$relay_port" 2>&1)
+  [ "$got" = "$1" ] || { echo "    relay answer: '$got', want '$1'"; return 1; }
+}
+check "the relay's connection inside the tree is answered" relay_answers "relay count 1"
+img=$TEST_TMP/img-inside
+run_gpusnap dump -D "$img" "$pid"; expect "dump of the tree, its connection inside it" 0 "dumped $pid (socket_server)"
+check "the connection was dumped as it is, without a network lock" \
+  grep -qx -e --network-lock=skip "$img/cpu/gpusnap-criu-dump.args"
+check "... as --tcp-established" grep -qx -e --tcp-established "$img/cpu/gpusnap-criu-dump.args"
+check "the server is gone" wait_gone "$pid"
+run_gpusnap restore -D "$img"; expect "restore" 0 "restored $pid (socket_server)"
+check "the relay answers over the same connection, the daemon from its dumped count" relay_answers "relay count 2"
+check "the daemon answers new connections" answers tcp "count 3"
+pkill -9 -s "$pid" 2>/dev/null; wait_gone "$pid"
 
 test_done

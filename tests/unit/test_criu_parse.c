@@ -260,6 +260,12 @@ static void test_dump_args(void)
 	o = (struct gs_criu_dump_opts){ .tcp = GS_CRIU_TCP_ESTABLISHED };
 	CHECK_INT(gs_criu_dump_args(&c, 7, "/i", "/i/dump.log", &o, false, &a, &err), 0);
 	CHECK_CONTAINS(joined(&a), "--file-locks --tcp-established");
+	CHECK(!strstr(joined(&a), "--network-lock"));
+	gs_argv_free(&a);
+	/* connections only between processes of the tree: no lock (criu.c, gs_criu_tcp_plan) */
+	o.skip_network_lock = true;
+	CHECK_INT(gs_criu_dump_args(&c, 7, "/i", "/i/dump.log", &o, false, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "--file-locks --tcp-established --network-lock=skip");
 	gs_argv_free(&a);
 	CHECK_INT(a.n, 0);
 	CHECK(a.v == NULL);
@@ -282,11 +288,18 @@ static void test_restore_args(void)
 	CHECK(!strstr(joined(&a), "--libdir"));
 	gs_argv_free(&a);
 
-	const char lookalike[] = "criu\ndump\n--shell-jobs\n/tmp/--file-locks\n--tcp-close";
+	/* a dump without a network lock: its restore takes none either */
+	const char unlocked[] = "criu\ndump\n--tree\n5\n--tcp-established\n--network-lock=skip\n";
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", NULL, unlocked, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "-v4 --tcp-established --network-lock=skip");
+	gs_argv_free(&a);
+
+	const char lookalike[] = "criu\ndump\n--shell-jobs\n/tmp/--file-locks\n--tcp-close\n--network-lock=skipped";
 	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", NULL, lookalike, &a, &err), 0);
 	CHECK(!strstr(joined(&a), "--shell-job"));
 	CHECK(!strstr(joined(&a), "--file-locks"));
 	CHECK_CONTAINS(joined(&a), "-v4 --tcp-close");
+	CHECK(!strstr(joined(&a), "--network-lock"));
 	gs_argv_free(&a);
 
 	const char *const extra[] = { "--manage-cgroups", "ignore", NULL };

@@ -1,0 +1,259 @@
+/*
+ * tcp_conns.c - the TCP connections of a process tree from /proc (see
+ * tcp_conns.h).
+ */
+#include "common/tcp_conns.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/proc.h"
+
+enum { TCP_ESTABLISHED = 1, TCP_CLOSE = 7, TCP_LISTEN = 10 };
+
+bool gs_tcp_state_connected(unsigned state)
+{
+	return state != TCP_LISTEN && state != TCP_CLOSE && state != 0;
+}
+
+int gs_tcp_parse_table(const char *text, void (*row)(const struct gs_tcp_row *r, void *arg), void *arg)
+{
+	const char *line = strchr(text, '\n'); /* the header */
+	int rows = 0;
+	while (line && *++line) {
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+		char buf[512];
+		if (len >= sizeof(buf))
+			return -1;
+		memcpy(buf, line, len);
+		buf[len] = '\0';
+		struct gs_tcp_row r = { 0 };
+		/* sl local remote st tx:rx tr:when retrnsmt uid timeout inode ... */
+		if (sscanf(buf, " %*u: %39[0-9A-Fa-f:] %39[0-9A-Fa-f:] %x %*s %*s %*s %*u %*u %lu", r.local, r.remote,
+			   &r.state, &r.inode) != 4)
+			return -1;
+		row(&r, arg);
+		rows++;
+		line = end;
+	}
+	return rows;
+}
+
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The kernel prints each 32-bit word of the address in host order (x86: bytes reversed). */
+static bool address_bytes(const char *hex, size_t ndigits, unsigned char *out)
+{
+	for (size_t w = 0; w < ndigits / 8; w++)
+		for (size_t b = 0; b < 4; b++) {
+			int hi = hex_digit(hex[w * 8 + (3 - b) * 2]), lo = hex_digit(hex[w * 8 + (3 - b) * 2 + 1]);
+			if (hi < 0 || lo < 0)
+				return false;
+			out[w * 4 + b] = (unsigned char)(hi << 4 | lo);
+		}
+	return true;
+}
+
+void gs_tcp_format_addr(const char *hex, char *out, size_t n)
+{
+	const char *colon = strchr(hex, ':');
+	size_t digits = colon ? (size_t)(colon - hex) : 0;
+	unsigned char a[16];
+	unsigned port = 0;
+	if (!colon || (digits != 8 && digits != 32) || !address_bytes(hex, digits, a) || sscanf(colon + 1, "%x", &port) != 1) {
+		snprintf(out, n, "?");
+		return;
+	}
+	if (digits == 8) {
+		snprintf(out, n, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3], port);
+		return;
+	}
+	char text[48];
+	size_t at = 0;
+	for (int g = 0; g < 8; g++)
+		at += (size_t)snprintf(text + at, sizeof(text) - at, "%s%x", g ? ":" : "", a[2 * g] << 8 | a[2 * g + 1]);
+	snprintf(out, n, "[%s]:%u", text, port);
+}
+
+/* The whole of a /proc file (its size is unknown beforehand); NULL when it cannot be read. */
+static char *read_proc_text(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 65536, len = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (len + 1 >= cap) {
+			char *nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + len, cap - 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			buf[len] = '\0';
+			break;
+		}
+		len += (size_t)r;
+	}
+	close(fd);
+	return buf;
+}
+
+struct proc_scan {
+	struct gs_tcp_conns *out;
+	pid_t pid;
+	unsigned long netns;
+	const unsigned long *inodes; /* the process's sockets, sorted */
+	size_t ninodes;
+	int rc;
+};
+
+static int cmp_ulong(const void *a, const void *b)
+{
+	unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bool listed(const struct gs_tcp_conns *c, unsigned long netns, unsigned long inode)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (c->conn[i].netns == netns && c->conn[i].row.inode == inode)
+			return true;
+	return false;
+}
+
+static void take_row(const struct gs_tcp_row *r, void *arg)
+{
+	struct proc_scan *s = arg;
+	if (s->rc || !gs_tcp_state_connected(r->state) ||
+	    !bsearch(&r->inode, s->inodes, s->ninodes, sizeof(*s->inodes), cmp_ulong) || listed(s->out, s->netns, r->inode))
+		return;
+	if (s->out->n == s->out->cap) {
+		size_t cap = s->out->cap ? s->out->cap * 2 : 16;
+		struct gs_tcp_conn *nc = realloc(s->out->conn, cap * sizeof(*nc));
+		if (!nc) {
+			s->rc = -1;
+			return;
+		}
+		s->out->conn = nc;
+		s->out->cap = cap;
+	}
+	s->out->conn[s->out->n++] = (struct gs_tcp_conn){ .pid = s->pid, .netns = s->netns, .row = *r };
+}
+
+/* The inode of each "socket:[N]" descriptor of pid, sorted; 0 and *n = 0 for none. */
+static int socket_inodes(pid_t pid, unsigned long **out, size_t *n)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	*out = NULL;
+	*n = 0;
+	DIR *d = opendir(path);
+	if (!d)
+		return 0; /* gone meanwhile, or not ours to read: nothing of it */
+	size_t cap = 0;
+	struct dirent *de;
+	int rc = 0;
+	while (!rc && (de = readdir(d))) {
+		char link[300], target[64];
+		snprintf(link, sizeof(link), "%s/%s", path, de->d_name);
+		ssize_t len = readlink(link, target, sizeof(target) - 1);
+		unsigned long ino;
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		if (sscanf(target, "socket:[%lu]", &ino) != 1)
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 32;
+			unsigned long *na = realloc(*out, cap * sizeof(*na));
+			if (!na) {
+				rc = -1;
+				break;
+			}
+			*out = na;
+		}
+		(*out)[(*n)++] = ino;
+	}
+	closedir(d);
+	if (*n)
+		qsort(*out, *n, sizeof(**out), cmp_ulong);
+	return rc;
+}
+
+void gs_tcp_conns_match(struct gs_tcp_conns *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		struct gs_tcp_conn *a = &c->conn[i];
+		a->inside = false;
+		for (size_t j = 0; j < c->n && !a->inside; j++) {
+			const struct gs_tcp_conn *b = &c->conn[j];
+			a->inside = j != i && b->netns == a->netns && !strcmp(b->row.local, a->row.remote) &&
+				    !strcmp(b->row.remote, a->row.local);
+		}
+	}
+}
+
+int gs_tcp_conns_of_tree(pid_t root, struct gs_tcp_conns *out, struct gs_err *err)
+{
+	memset(out, 0, sizeof(*out));
+	pid_t *all;
+	size_t nall;
+	int rc = gs_proc_tree(root, &all, &nall, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < nall && !rc; i++) {
+		struct proc_scan s = { .out = out, .pid = all[i] };
+		unsigned long *inodes;
+		if (socket_inodes(all[i], &inodes, &s.ninodes)) {
+			rc = gs_fail(err, GS_E_FAILURE, "out of memory");
+			break;
+		}
+		s.inodes = inodes;
+		char path[64];
+		struct stat st;
+		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)all[i]);
+		s.netns = stat(path, &st) ? 0 : (unsigned long)st.st_ino;
+		for (int v6 = 0; v6 < 2 && s.ninodes && !s.rc; v6++) {
+			snprintf(path, sizeof(path), "/proc/%d/net/tcp%s", (int)all[i], v6 ? "6" : "");
+			char *text = read_proc_text(path);
+			if (text && gs_tcp_parse_table(text, take_row, &s) < 0)
+				rc = gs_fail(err, GS_E_FAILURE, "cannot parse %s", path);
+			free(text);
+		}
+		free(inodes);
+		if (s.rc && !rc)
+			rc = gs_fail(err, GS_E_FAILURE, "out of memory");
+	}
+	free(all);
+	if (rc) {
+		gs_tcp_conns_free(out);
+		return rc;
+	}
+	gs_tcp_conns_match(out);
+	return 0;
+}
+
+void gs_tcp_conns_free(struct gs_tcp_conns *c)
+{
+	free(c->conn);
+	memset(c, 0, sizeof(*c));
+}
