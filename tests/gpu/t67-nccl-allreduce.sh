@@ -10,11 +10,12 @@
 #  - resume --tree: more all-reduce steps, digests equal to the twin's (two
 #    cycles, the second with --keep-context);
 #  - suspending one rank alone is refused (exit 6), the job goes on;
-#  - dump --tree of the whole job (with CRIU; --tcp-close: the ranks'
-#    loopback TCP connections to torch's store come back closed, which an
-#    all-reduce does not need): both ranks gone; restore brings them back
-#    with their PIDs, and more all-reduce steps give the twin's results; a
-#    suspend/resume --tree cycle of the restored job too.
+#  - dump --tree of the whole job (with CRIU, no --tcp-* option: the
+#    ranks' loopback connections to torch's store have both ends in the job,
+#    so they are dumped as they are, without a network lock): both ranks
+#    gone; restore brings them back with their PIDs, and more all-reduce
+#    steps give the twin's results; a suspend/resume --tree cycle of the
+#    restored job too.
 # SKIP (visible) with fewer than 2 GPUs or without PyTorch; the dump part
 # SKIPs without CRIU.
 # gpu-test-limit: 570
@@ -30,9 +31,8 @@ log "torch $(python3 -c 'import torch; print(torch.__version__, "nccl", ".".join
 export NCCL_NVLS_ENABLE=0 NCCL_CUMEM_ENABLE=1 TORCH_NCCL_ENABLE_MONITORING=0 NCCL_DEBUG=WARN
 # CRIU dumps the job: an open stderr file would grow between dump and restore
 export GS_APP_STDERR=null
-# CRIU cannot dump io_uring, which the libuv backend of torch's TCPStore sets up (on the 2 x H200
-# machine UV_USE_IO_URING=0 alone did not keep it away): the store's classic backend
-export USE_LIBUV=0
+# torch's TCPStore runs on libuv (its default), whose io_uring the agent refuses so that CRIU can
+# dump the job (agent_io_uring.h; before, the job needed USE_LIBUV=0)
 port=$((29500 + RANDOM % 1000))
 
 app_start job 300 "$GPUSNAP" run -- python3 "$py" --port "$port" --seed 67 || finish
@@ -77,7 +77,7 @@ steps 5 "after the refusal"
 # dump --tree of the whole job, both ranks gone, restore: the all-reduce goes on as the twin's
 require_criu
 img=$GS_WORK/job-img
-GS_CMD_TIMEOUT=300 gs_run dump --tree --tcp-close --json -D "$img" "$r0"
+GS_CMD_TIMEOUT=300 gs_run dump --tree --json -D "$img" "$r0"
 if ! expect_rc 0 "dump --tree of the job"; then
   log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
   steps 5 "after the failed dump (the job must run on)"
@@ -87,6 +87,8 @@ if ! expect_rc 0 "dump --tree of the job"; then
 fi
 check_eq "the dump took the tree" "$(json_get "$GS_OUT" tree)" true
 check_eq "rank 1 took the agent path" "$(json_get "$GS_OUT" "processes[pid=$r1].path")" agent
+check "the ranks' connections to the store were dumped as they are, without a network lock" \
+  grep -qx -e --network-lock=skip "$img/cpu/gpusnap-criu-dump.args"
 log "dump --tree: shared memory $(json_get "$GS_OUT" shared_memory), GPU data $(json_get "$GS_OUT" gpu_data_bytes) B, agents $(json_get "$GS_OUT" times.agents_s) s, CRIU $(json_get "$GS_OUT" times.criu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
 check "rank 0 is gone after the dump" wait_pid_gone "$r0"
 check "rank 1 is gone after the dump" wait_pid_gone "$r1"
