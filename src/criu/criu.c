@@ -684,9 +684,13 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	}
 	pr_info("dumping %d into %s%s", (int)pid, dir, shell_job ? " (shell job)" : "");
 	struct gs_run_result *res = malloc(sizeof(*res));
-	if (!res) {
+	/* the tree CRIU will kill: a restore needs every one of its PIDs free, the orphans' too */
+	pid_t *tree = NULL;
+	size_t ntree = 0;
+	if (!res || (rc = gs_proc_tree(pid, &tree, &ntree, err))) {
+		free(res);
 		gs_argv_free(&args);
-		return gs_fail(err, GS_E_FAILURE, "out of memory");
+		return res ? rc : gs_fail(err, GS_E_FAILURE, "out of memory");
 	}
 	double limit = run_timeout(c, o->timeout_s);
 	/* Images hold the process's memory, which may be secret: owner-only files. */
@@ -694,12 +698,14 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	gs_argv_free(&args);
 	if (rc) {
 		free(res);
+		free(tree);
 		return gs_err_wrap(err, "criu dump of %d", (int)pid);
 	}
 	char what[48], kept[PATH_MAX], note[PATH_MAX + 16];
 	snprintf(what, sizeof(what), "dump-%d", (int)pid);
 	if (res->timed_out) {
 		free(res);
+		free(tree);
 		keep_log(c, log_path, what, kept, sizeof(kept));
 		return gs_fail(err, GS_E_TIMEOUT,
 			       "criu dump of %d ran past %g s (%s) and was killed; the process may be left stopped or "
@@ -712,14 +718,27 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 		failure_cause(errors, res, cause, sizeof(cause));
 		free(errors);
 		free(res);
+		free(tree);
 		keep_log(c, log_path, what, kept, sizeof(kept));
 		return gs_fail(err, GS_E_CRIU, "criu dump of %d failed: %s%s%s", (int)pid, cause, root_hint(),
 			       log_note(kept, note, sizeof(note)));
 	}
 	free(res);
-	if (!o->leave_running && !wait_pid_free(pid, GONE_TIMEOUT_S))
-		pr_warn("process %d still exists (%s) %.0f s after criu dump; a restore needs its pid", (int)pid,
-			is_zombie(pid) ? "a zombie its parent has not reaped" : "running", GONE_TIMEOUT_S);
+	/*
+	 * Every task of the tree is gone once reaped: the root by its parent,
+	 * the others, orphaned when the root died, by init, which may reap late
+	 * (seconds on the GPU machine's VM init): a restore right after would
+	 * find their PIDs taken.
+	 */
+	double deadline = gs_now() + GONE_TIMEOUT_S;
+	for (size_t i = 0; !o->leave_running && i < ntree; i++) {
+		double left = deadline - gs_now();
+		if (!wait_pid_free(tree[i], left > 0 ? left : 0))
+			pr_warn("process %d still exists (%s) %.0f s after criu dump; a restore needs its pid",
+				(int)tree[i], is_zombie(tree[i]) ? "a zombie its parent has not reaped" : "running",
+				GONE_TIMEOUT_S);
+	}
+	free(tree);
 	return 0;
 }
 
@@ -880,11 +899,15 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	if (o->image_pid > 0 && pid_unused(o->image_pid))
 		restoring_pid = o->image_pid;
 	/*
-	 * Another try only when the PID we need is held by a zombie about to be
-	 * reaped, or a port by TIME_WAIT connections about to expire; each cause
-	 * once (a zombie may hold the PID first and TIME_WAIT the port next).
+	 * Another try only when a PID we need is held by a zombie about to be
+	 * reaped, or a port by TIME_WAIT connections about to expire; each PID
+	 * and the port once (a zombie may hold a PID first and TIME_WAIT the
+	 * port next).
 	 */
-	bool waited_port = false, waited_pid = false;
+	/* each PID once: the tasks a failed try leaves are zombies under init, as the dumped tree's were */
+	bool waited_port = false;
+	pid_t waited_pids[64];
+	size_t nwaited = 0;
 	for (;;) {
 		/*
 		 * No umask here: restored processes would keep criu's if CRIU did not
@@ -932,8 +955,11 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 				continue;
 			}
 		}
-		if (busy > 0 && !waited_pid && is_zombie(busy)) {
-			waited_pid = true;
+		bool waited_pid = false;
+		for (size_t i = 0; i < nwaited; i++)
+			waited_pid |= waited_pids[i] == busy;
+		if (busy > 0 && !waited_pid && nwaited < sizeof(waited_pids) / sizeof(waited_pids[0]) && is_zombie(busy)) {
+			waited_pids[nwaited++] = busy;
 			pr_info("pid %d is held by a zombie; waiting for it to be reaped", (int)busy);
 			if (wait_pid_free(busy, GONE_TIMEOUT_S)) {
 				free(errors);
