@@ -208,29 +208,37 @@ void cli_progress_stop(struct cli_progress *p)
 	free(p);
 }
 
+struct cuda_list {
+	const pid_t *pids;
+	int n;
+};
+
+/* Holds the GPU's device files without being a CUDA process (nor this gpusnap). */
+static bool device_files_without_cuda(pid_t process, void *arg)
+{
+	const struct cuda_list *c = arg;
+	if (process == getpid())
+		return false;
+	for (int k = 0; k < c->n; k++)
+		if (c->pids[k] == process)
+			return false;
+	return gs_proc_holds_gpu_device(process);
+}
+
 int cli_tree_check_device_files(pid_t root, const pid_t *cuda, int ncuda, struct gs_err *err)
 {
-	pid_t *all;
-	size_t n;
-	int rc = gs_proc_tree(root, &all, &n, err);
-	if (rc)
+	struct cuda_list c = { cuda, ncuda };
+	pid_t p;
+	int rc = gs_proc_tree_find(root, device_files_without_cuda, &c, &p, err);
+	if (rc || !p)
 		return rc;
-	for (size_t i = 0; i < n && !rc; i++) {
-		bool is_cuda = all[i] == getpid();
-		for (int k = 0; k < ncuda && !is_cuda; k++)
-			is_cuda = cuda[k] == all[i];
-		if (is_cuda || !gs_proc_holds_gpu_device(all[i]))
-			continue;
-		char comm[64];
-		gs_proc_comm(all[i], comm, sizeof(comm));
-		rc = gs_fail(err, GS_E_STATE,
-			     "process %d (%s) in the tree of %d holds the GPU's device files but is no CUDA process (a fork "
-			     "child of one inherits them, CUDA does not; NVML opens them too): CRIU cannot dump them; let it exit first, "
-			     "or start the job with gpusnap run, whose agent drops them in fork children",
-			     (int)all[i], comm, (int)root);
-	}
-	free(all);
-	return rc;
+	char comm[64];
+	gs_proc_comm(p, comm, sizeof(comm));
+	return gs_fail(err, GS_E_STATE,
+		       "process %d (%s) in the tree of %d holds the GPU's device files but is no CUDA process (a fork "
+		       "child of one inherits them, CUDA does not; NVML opens them too): CRIU cannot dump them; let it "
+		       "exit first, or start the job with gpusnap run, whose agent drops them in fork children",
+		       (int)p, comm, (int)root);
 }
 
 pid_t cli_tree_other_cuda(struct cli_session *s, pid_t pid)

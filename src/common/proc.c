@@ -236,6 +236,22 @@ bool gs_proc_maps_contain(pid_t pid, const char *needle)
 	return found;
 }
 
+int gs_proc_tree_find(pid_t pid, bool (*match)(pid_t process, void *arg), void *arg, pid_t *found,
+		      struct gs_err *err)
+{
+	pid_t *all;
+	size_t n;
+	*found = 0;
+	int rc = gs_proc_tree(pid, &all, &n, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n && !*found; i++)
+		if (match(all[i], arg))
+			*found = all[i];
+	free(all);
+	return 0;
+}
+
 bool gs_proc_has_open_file(pid_t pid, const char *prefix)
 {
 	char dir[64];

@@ -58,6 +58,13 @@ pid_t gs_proc_ppid(pid_t pid);
  * *out is malloc'd. Returns 0 or an error code with err set.
  */
 int gs_proc_tree(pid_t pid, pid_t **out, size_t *count, struct gs_err *err);
+/*
+ * The first process of pid's tree (in gs_proc_tree's order) for which
+ * match(process, arg) is true, in *found; 0 there when none is. Returns 0 or
+ * gs_proc_tree's error.
+ */
+int gs_proc_tree_find(pid_t pid, bool (*match)(pid_t process, void *arg), void *arg, pid_t *found,
+		      struct gs_err *err);
 /* True if the process maps a library whose file name contains `needle` (e.g. "libcuda.so"). */
 bool gs_proc_maps_contain(pid_t pid, const char *needle);
 

@@ -555,26 +555,25 @@ int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_err *err)
 	return rc2 ? rc2 : gs_criu_tcp_plan(pid, tcp, &plan, err);
 }
 
+static bool holds_io_uring(pid_t process, void *arg)
+{
+	(void)arg;
+	return gs_proc_has_open_file(process, "anon_inode:[io_uring]");
+}
+
 int gs_criu_check_io_uring(pid_t root, struct gs_err *err)
 {
-	pid_t *all;
-	size_t n;
-	int rc = gs_proc_tree(root, &all, &n, err);
-	if (rc)
+	pid_t p;
+	int rc = gs_proc_tree_find(root, holds_io_uring, NULL, &p, err);
+	if (rc || !p)
 		return rc;
-	for (size_t i = 0; i < n && !rc; i++) {
-		if (!gs_proc_has_open_file(all[i], "anon_inode:[io_uring]"))
-			continue;
-		char comm[64];
-		gs_proc_comm(all[i], comm, sizeof(comm));
-		rc = gs_fail(err, GS_E_CRIU,
-			     "process %d (%s) holds an io_uring, which CRIU cannot dump (libuv's event loops set one up, "
-			     "PyTorch's TCPStore among them): start the job with gpusnap run, whose agent keeps io_uring "
-			     "from the app (libuv then uses epoll), or without io_uring (PyTorch: USE_LIBUV=0)",
-			     (int)all[i], comm);
-	}
-	free(all);
-	return rc;
+	char comm[64];
+	gs_proc_comm(p, comm, sizeof(comm));
+	return gs_fail(err, GS_E_CRIU,
+		       "process %d (%s) holds an io_uring, which CRIU cannot dump (libuv's event loops set one up, "
+		       "PyTorch's TCPStore among them): start the job with gpusnap run, whose agent keeps io_uring "
+		       "from the app (libuv then uses epoll), or without io_uring (PyTorch: USE_LIBUV=0)",
+		       (int)p, comm);
 }
 
 static bool is_zombie(pid_t pid)

@@ -689,6 +689,11 @@ require_criu() {
   log "criu: ${GPUSNAP_CRIU:-$(command -v criu)} ($("${GPUSNAP_CRIU:-criu}" --version 2>&1 | head -n 1))"
 }
 
+# The last 40 lines of the criu log a failed gpusnap command named ("(log: PATH)" in $GS_ERR).
+log_criu_tail() {
+  log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
+}
+
 # Waits up to 10 s until PID is gone (CRIU killed it; its parent reaps it).
 wait_pid_gone() { # PID
   local i

@@ -73,7 +73,7 @@ require_criu
 img=$GS_WORK/tree-img
 gs_run dump --tree --json -D "$img" "$p0"
 if ! expect_rc 0 "dump --tree of both ranks"; then
-  log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 30 2>/dev/null)"
+  log_criu_tail
   app_quit share 60
   finish
 fi

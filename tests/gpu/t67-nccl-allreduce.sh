@@ -79,7 +79,7 @@ require_criu
 img=$GS_WORK/job-img
 GS_CMD_TIMEOUT=300 gs_run dump --tree --json -D "$img" "$r0"
 if ! expect_rc 0 "dump --tree of the job"; then
-  log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
+  log_criu_tail
   steps 5 "after the failed dump (the job must run on)"
   app_quit job 120
   app_quit twin 120
@@ -94,7 +94,7 @@ check "rank 0 is gone after the dump" wait_pid_gone "$r0"
 check "rank 1 is gone after the dump" wait_pid_gone "$r1"
 GS_CMD_TIMEOUT=300 gs_run restore --json -D "$img"
 if ! expect_rc 0 "restore of the job"; then
-  log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
+  log_criu_tail
   app_forget job
   app_quit twin 120
   finish
