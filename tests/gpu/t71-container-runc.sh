@@ -27,6 +27,12 @@
 #      configuration (runc has no such option): runc checkpoint with an idle
 #      keep-alive client connection, restore; every answer equal to an
 #      uninterrupted twin's (run on the host), the idle connection closed.
+#  ddp: torchrun --standalone with one DistributedDataParallel worker
+#      (tests/gpu/py/ddp_train.py) under the agent on the host's network,
+#      `tcp-established` and `network-lock skip` in its CRIU configuration: runc
+#      checkpoint and restore; the store's connections come back as they
+#      were (torchrun still runs 10 s later), every step's loss, parameters
+#      and optimizer state equal to an uninterrupted twin's on the host.
 #  dr: the counter (value in GPU memory) without the agent, on the host's
 #      network (no network namespace, as --network host): `gpusnap suspend`/
 #      `resume` from the host, runc checkpoint --leave-running (it counts on),
@@ -70,7 +76,7 @@ fi
 runc_() { timeout -k 5 "${GS_CMD_TIMEOUT:-300}" "$RUNC" --root "$GS_WORK/runc-state" "$@"; }
 t71_cleanup() {
   local c
-  for c in ag sh srv dr; do runc_ delete -f "$c" >/dev/null 2>&1; done
+  for c in ag sh srv ddp dr; do runc_ delete -f "$c" >/dev/null 2>&1; done
   rmdir /sys/fs/cgroup/gpusnap-t71 2>/dev/null
   gs_cleanup
 }
@@ -275,6 +281,58 @@ else
   app_quit srv 60
   app_quit twin 60
   runc_ delete -f srv >/dev/null 2>&1
+fi
+
+# ---- ddp: torchrun's one-GPU DistributedDataParallel job, host network ----
+if ! "$py" -c 'import torch, torch.distributed; assert torch.cuda.is_available() and torch.distributed.is_nccl_available()' \
+  2>/dev/null || ! command -v torchrun >/dev/null; then
+  skip "ddp: PyTorch with NCCL and torchrun are not installed here"
+else
+  # On the host's network, as training jobs run for NCCL. The store's connections have both ends in
+  # the container: restored as they were, and nothing outside meets them meanwhile, so no network lock
+  # (runc has no option for either). In a network namespace of its own bare runc restored the job with
+  # the namespace's loopback down, and CRIU could not connect the sockets back ("Network is
+  # unreachable"): an engine sets the namespace's network up, runc alone does not.
+  # torchrun names the store by the host name, which the host's /etc/hosts (bound in) resolves only as localhost
+  printf 'libdir %s\ntcp-established\nnetwork-lock skip\n' "$GS_PLUGIN_DIR" >"$GS_WORK/criu-ddp.conf"
+  mkdir -p "$GS_WORK/ddp/out"
+  mkfifo "$GS_WORK/ddp/out/in" "$GS_WORK/ddp/out/out"
+  app_attach ddp 0 "$GS_WORK/ddp/out/in" "$GS_WORK/ddp/out/out" "$GS_WORK/ddp/out/err" "" || finish
+  ctr_run ddp "export CUBLAS_WORKSPACE_CONFIG=:4096:8 TORCH_NCCL_ENABLE_MONITORING=0 NCCL_DEBUG=WARN; exec $(command -v torchrun) \
+--standalone --nproc_per_node=1 $GS_SRC/tests/gpu/py/ddp_train.py --seed 71 </out/in >/out/out 2>/out/err" \
+    --bind "$GS_SRC:$GS_SRC:ro" --annotation "org.criu.config=$GS_WORK/criu-ddp.conf" "${agent[@]}" \
+    --host-network --hostname localhost || finish
+  APP_PID[ddp]=$CTR_PID APP_OWN[ddp]=restored
+  app_wait_ready ddp 120 || finish
+  GS_APP_STDERR=null CUBLAS_WORKSPACE_CONFIG=:4096:8 app_start ddptwin 240 "$py" "$GS_SRC/tests/gpu/py/ddp_train.py" \
+    --seed 71 --port $((31500 + RANDOM % 1000)) || finish
+  ddp_steps() { # N WHAT: N steps in the container and on the twin: loss, parameters and optimizer state equal
+    local a b
+    app_cmd ddp "step $1" STEP 240 && a=$REPLY_LINE
+    app_cmd ddptwin "step $1" STEP 240 && b=$REPLY_LINE
+    check_eq "$2: step count and loss equal the twin's" "${a:-none}" "${b:-no twin answer}"
+    app_cmd ddp digest DIGEST 120 && a=$REPLY_LINE
+    app_cmd ddptwin digest DIGEST 120 && b=$REPLY_LINE
+    check_eq "$2: parameters and optimizer state equal the twin's" "${a:-none}" "${b:-no twin answer}"
+  }
+  app_cmd ddp fds FDS 60 && check_eq "no io_uring in the worker nor in torchrun (the agent refused libuv's)" "$REPLY_LINE" "FDS 0 0"
+  ddp_steps 5 "torchrun in a container, before the checkpoint"
+  ctr_checkpoint ddp "$GS_WORK/ddp-img"
+  check_eq "runc checkpoint of torchrun's job (tcp-established in its CRIU configuration)" "$CTR_RC" 0
+  check "the plugin took the agent path" grep -q "is off the GPU: agent path" "$GS_WORK/ddp-img.work/dump.log"
+  ctr_restore ddp "$GS_WORK/ddp-img"
+  check_eq "runc restore of torchrun's job" "$CTR_RC" 0
+  [ -n "$CTR_PID" ] || finish
+  APP_PID[ddp]=$CTR_PID
+  check "the restored worker's agent has loaded its GPU data" plugin_wait_loaded "$(pgrep -P "$CTR_PID" -f ddp_train.py | head -n 1)"
+  ddp_steps 5 "after runc checkpoint and restore"
+  sleep 10
+  check_eq "the container still runs 10 s later (torchrun's heartbeat through the restored store connection)" \
+    "$(ctr_status ddp)" running
+  ddp_steps 5 "10 s after the restore"
+  app_quit ddp 60
+  app_quit ddptwin 60
+  runc_ delete -f ddp >/dev/null 2>&1
 fi
 
 # ---- dr: the counter, driver path ----
