@@ -199,6 +199,32 @@ static int socket_inodes(pid_t pid, unsigned long **out, size_t *n)
 	return rc;
 }
 
+/*
+ * One end as the kernel prints it, made comparable: IPv4 as its IPv4-mapped
+ * IPv6 form, since the two ends of one connection can be of either family (a
+ * dual-stack listener's accepted socket is IPv6, its IPv4 client's is not).
+ */
+static void endpoint_key(const char *hex, char out[48])
+{
+	const char *colon = strchr(hex, ':');
+	size_t digits = colon ? (size_t)(colon - hex) : 0;
+	if (digits == 8)
+		snprintf(out, 48, "0000000000000000FFFF0000%.8s%s", hex, colon);
+	else
+		snprintf(out, 48, "%s", hex);
+	for (char *c = out; *c; c++)
+		if (*c >= 'a' && *c <= 'f')
+			*c = (char)(*c - 'a' + 'A');
+}
+
+static bool same_endpoint(const char *a, const char *b)
+{
+	char ka[48], kb[48];
+	endpoint_key(a, ka);
+	endpoint_key(b, kb);
+	return !strcmp(ka, kb);
+}
+
 void gs_tcp_conns_match(struct gs_tcp_conns *c)
 {
 	for (size_t i = 0; i < c->n; i++) {
@@ -206,8 +232,8 @@ void gs_tcp_conns_match(struct gs_tcp_conns *c)
 		a->inside = false;
 		for (size_t j = 0; j < c->n && !a->inside; j++) {
 			const struct gs_tcp_conn *b = &c->conn[j];
-			a->inside = j != i && b->netns == a->netns && !strcmp(b->row.local, a->row.remote) &&
-				    !strcmp(b->row.remote, a->row.local);
+			a->inside = j != i && b->netns == a->netns && same_endpoint(b->row.local, a->row.remote) &&
+				    same_endpoint(b->row.remote, a->row.local);
 		}
 	}
 }

@@ -4,7 +4,8 @@
  * addresses within a network namespace only, and real loopback connections:
  * one whose two ends are both in the scanned tree is inside, one whose
  * other end belongs to a process outside it is not; listening sockets are
- * not connections.
+ * not connections; an IPv4 client of a dual-stack listener (its peer's socket
+ * IPv6, the address IPv4-mapped) is inside too.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -91,6 +92,15 @@ static void test_match_needs_same_namespace(void)
 	gs_tcp_conns_match(&cs);
 	CHECK(!c[0].inside);
 	CHECK(!c[1].inside);
+	/* an IPv4 client of a dual-stack listener: its peer's socket is IPv6, the address IPv4-mapped */
+	struct gs_tcp_conn m[2] = {
+		{ .pid = 10, .netns = 1, .row = { "0100007F:9C40", "0100007F:7530", 1, 1002 } },
+		{ .pid = 11, .netns = 1, .row = { "0000000000000000FFFF00000100007F:7530", "0000000000000000ffff00000100007f:9C40", 1, 1003 } },
+	};
+	struct gs_tcp_conns ms = { .conn = m, .n = 2, .cap = 2 };
+	gs_tcp_conns_match(&ms);
+	CHECK(m[0].inside);
+	CHECK(m[1].inside);
 }
 
 /* A listener on loopback, its port in *port. */
@@ -103,6 +113,22 @@ static int listener(unsigned short *port)
 	    getsockname(fd, (struct sockaddr *)&a, &len))
 		return -1;
 	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* A dual-stack listener on :: (as torch's store makes it), its port in *port; -1 where IPv6 is off. */
+static int listener6(unsigned short *port)
+{
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0), off = 0;
+	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	socklen_t len = sizeof(a);
+	if (fd < 0 || setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 4) || getsockname(fd, (struct sockaddr *)&a, &len)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin6_port);
 	return fd;
 }
 
@@ -191,11 +217,33 @@ static void test_real_connections(void)
 	close(ready[1]);
 }
 
+static void test_dual_stack(void)
+{
+	unsigned short port;
+	int lfd = listener6(&port);
+	if (lfd < 0) {
+		printf("     (no IPv6 here: the dual-stack case is not tested)\n");
+		return;
+	}
+	int c = connect_to(port), a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	CHECK(c >= 0 && a >= 0);
+	struct gs_tcp_conns all;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_tcp_conns_of_tree(getpid(), &all, &err), 0);
+	CHECK_INT(all.n, 2);
+	CHECK_INT(count(&all, true), 2);
+	gs_tcp_conns_free(&all);
+	close(c);
+	close(a);
+	close(lfd);
+}
+
 int main(void)
 {
 	RUN(test_parse);
 	RUN(test_format);
 	RUN(test_match_needs_same_namespace);
 	RUN(test_real_connections);
+	RUN(test_dual_stack);
 	return TEST_SUMMARY();
 }
