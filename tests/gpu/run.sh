@@ -14,6 +14,7 @@
 #   GPUSNAP_NO_BUILD=1    use the build directory as it is
 #   GPUSNAP_NO_CTEST=1    skip the unit tests
 #   GPUSNAP_NO_BENCH=1    skip the benchmarks
+#   GPUSNAP_KEEP_IMAGES=1 keep the images of passed tests under the logs (by default they are removed)
 #   GPUSNAP_BENCH_DUMP_SIZES  also run bench/dump.sh (dump/restore to files) for these sizes after
 #                         bench/run.sh; GPUSNAP_BENCH_DUMP_PATHS its paths (default "agent driver")
 #   GPUSNAP_BENCH_CUDA_PLUGIN  also run bench/cuda-plugin.sh (CRIU's cuda_plugin and cuda-checkpoint by
@@ -224,6 +225,12 @@ for name in "${SELECTED[@]}"; do
     >"$LOGS/$name.log" 2>&1
   rc=$?
   kill_leftovers "$LOGS/$name/pids"
+  # A passed test's images go (GPUSNAP_KEEP_IMAGES=1 keeps them): a suite of dump tests writes tens
+  # of GiB, and the GPU machine's disk filled in one call (later dumps then failed with ENOSPC).
+  if [ "$rc" = 0 ] || [ "$rc" = 77 ] && [ "${GPUSNAP_KEEP_IMAGES:-0}" != 1 ]; then
+    find "$LOGS/$name" \( -name manifest.img -o -name inventory.img \) -printf '%h\0' 2>/dev/null |
+      xargs -0 -r rm -rf 2>/dev/null
+  fi
   secs=$((SECONDS - t0))
   counts=$(sed -n 's/^RESULT [^ ]*: [A-Z]* (\(.*\)) in .*/\1/p' "$LOGS/$name.log" | tail -n 1)
   case $rc in
