@@ -278,6 +278,65 @@ int gs_tcp_conns_of_tree(pid_t root, struct gs_tcp_conns *out, struct gs_err *er
 	return 0;
 }
 
+struct peer_search {
+	const struct gs_tcp_conn *c;
+	unsigned long inode; /* the peer's socket, once found in the table */
+};
+
+static void find_peer_row(const struct gs_tcp_row *r, void *arg)
+{
+	struct peer_search *ps = arg;
+	if (!ps->inode && r->inode && same_endpoint(r->local, ps->c->row.remote) &&
+	    same_endpoint(r->remote, ps->c->row.local))
+		ps->inode = r->inode;
+}
+
+pid_t gs_tcp_peer_pid(const struct gs_tcp_conn *c)
+{
+	struct peer_search ps = { .c = c };
+	for (int v6 = 0; v6 < 2 && !ps.inode; v6++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/net/tcp%s", (int)c->pid, v6 ? "6" : "");
+		char *text = read_proc_text(path);
+		if (text)
+			gs_tcp_parse_table(text, find_peer_row, &ps);
+		free(text);
+	}
+	if (!ps.inode)
+		return 0;
+	char want[40];
+	snprintf(want, sizeof(want), "socket:[%lu]", ps.inode);
+	DIR *procs = opendir("/proc");
+	pid_t found = 0;
+	struct dirent *de;
+	while (procs && !found && (de = readdir(procs))) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+		char path[64];
+		struct stat st;
+		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+		if (pid <= 0 || stat(path, &st) || (unsigned long)st.st_ino != c->netns)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+		DIR *fds = opendir(path);
+		struct dirent *fe;
+		while (fds && !found && (fe = readdir(fds))) {
+			char link[300], target[64];
+			snprintf(link, sizeof(link), "%s/%s", path, fe->d_name);
+			ssize_t len = readlink(link, target, sizeof(target) - 1);
+			if (len > 0) {
+				target[len] = '\0';
+				if (!strcmp(target, want))
+					found = pid;
+			}
+		}
+		if (fds)
+			closedir(fds);
+	}
+	if (procs)
+		closedir(procs);
+	return found;
+}
+
 void gs_tcp_conns_free(struct gs_tcp_conns *c)
 {
 	free(c->conn);

@@ -68,6 +68,14 @@ void gs_tcp_conns_match(struct gs_tcp_conns *c);
 /* "127.0.0.1:29500" or "[::1]:29500" for an address as the kernel prints it; "?" where it cannot be read. */
 void gs_tcp_format_addr(const char *hex, char *out, size_t n);
 
+/*
+ * The process holding the other end of c (in c's network namespace), for a
+ * message that names it; 0 when none is found (a peer on another machine,
+ * or in a process this caller cannot look into). Reads every process's
+ * descriptors: for error paths.
+ */
+pid_t gs_tcp_peer_pid(const struct gs_tcp_conn *c);
+
 void gs_tcp_conns_free(struct gs_tcp_conns *c);
 
 #endif

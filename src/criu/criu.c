@@ -494,6 +494,28 @@ static bool on_path(const char *name)
 	return false;
 }
 
+/*
+ * ", held by process P (comm)" for the other end of c where it is found on
+ * this machine, with the command that takes both where P is an ancestor of
+ * root (a launcher above the dumped rank: torchrun and its worker).
+ */
+static void describe_peer(const struct gs_tcp_conn *c, pid_t root, char *out, size_t n)
+{
+	pid_t peer = gs_tcp_peer_pid(c);
+	if (peer <= 0)
+		return;
+	char comm[64];
+	gs_proc_comm(peer, comm, sizeof(comm));
+	bool above = false;
+	for (pid_t p = gs_proc_ppid(root); p > 1 && !above; p = gs_proc_ppid(p))
+		above = p == peer;
+	if (above)
+		snprintf(out, n, ", held by process %d (%s) above it: gpusnap dump --tree %d takes both ends", (int)peer,
+			 comm, (int)peer);
+	else
+		snprintf(out, n, ", held by process %d (%s)", (int)peer, comm);
+}
+
 int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan, struct gs_err *err)
 {
 	*plan = (struct gs_criu_tcp_plan){ .tcp = asked };
@@ -513,22 +535,23 @@ int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan 
 		}
 	}
 	if (out && (asked == GS_CRIU_TCP_REFUSE || !on_path("iptables-restore"))) {
-		char comm[64], local[64], remote[64];
+		char comm[64], local[64], remote[64], peer[200] = "";
 		gs_proc_comm(out->pid, comm, sizeof(comm));
 		gs_tcp_format_addr(out->row.local, local, sizeof(local));
 		gs_tcp_format_addr(out->row.remote, remote, sizeof(remote));
+		describe_peer(out, pid, peer, sizeof(peer));
 		if (asked == GS_CRIU_TCP_REFUSE)
 			rc = gs_fail(err, GS_E_CRIU,
-				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s): dump "
+				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s%s): dump "
 				     "with --tcp-established (it comes back as it was; CRIU locks the network with "
 				     "iptables-restore meanwhile) or --tcp-close (it comes back closed)",
-				     (int)out->pid, comm, local, remote, plan->outside > 1 ? ", and others" : "");
+				     (int)out->pid, comm, local, remote, peer, plan->outside > 1 ? ", and others" : "");
 		else
 			rc = gs_fail(err, GS_E_CRIU,
-				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s), which "
+				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s%s), which "
 				     "CRIU locks for --tcp-established with iptables-restore, and there is none on PATH: "
 				     "install iptables, or dump with --tcp-close (it comes back closed)",
-				     (int)out->pid, comm, local, remote, plan->outside > 1 ? ", and others" : "");
+				     (int)out->pid, comm, local, remote, peer, plan->outside > 1 ? ", and others" : "");
 	} else if (!out && plan->inside) {
 		plan->tcp = GS_CRIU_TCP_ESTABLISHED;
 		plan->skip_network_lock = true;

@@ -97,6 +97,7 @@ run_gpusnap dump -D "$img" "$pid"
 expect "dump without --tcp-* is refused (a connection to outside the tree)" 15 \
   "process $pid (socket_server) has a TCP connection to outside the dumped tree"
 check "in one line" one_line
+check "... naming the process at the other end (this test's shell)" grep -qF "held by process $$ (bash)" "$ERR_TXT"
 check "the server runs on" answers tcp "count 4"
 check "its kept-open connection too" keepalive_answers "count 5"
 # --tcp-established needs CRIU's lock for it, by iptables-restore: refused before anything moves without one
@@ -180,6 +181,14 @@ s.sendto(b"x", ("127.0.0.1", int(sys.argv[1]))); print(s.recv(200).decode().stri
   [ "$got" = "$1" ] || { echo "    relay answer: '$got', want '$1'"; return 1; }
 }
 check "the relay's connection inside the tree is answered" relay_answers "relay count 1"
+# the relay alone (a CUDA process to the fake driver): its peer is the daemon above it, which the message names
+relay=$(pgrep -P "$pid" socket_server | head -n 1)
+echo "0 0" >"$FAKE_CUDA_DIR/$relay"
+run_gpusnap dump -D "$TEST_TMP/img-relay" "$relay"
+expect "dump of the relay alone is refused: its connection's other end is above it" 15 \
+  "held by process $pid (socket_server) above it: gpusnap dump --tree $pid takes both ends"
+check "the relay runs on" alive "$relay"
+rm -f "$FAKE_CUDA_DIR/$relay"
 img=$TEST_TMP/img-inside
 run_gpusnap dump -D "$img" "$pid"; expect "dump of the tree, its connection inside it" 0 "dumped $pid (socket_server)"
 check "the connection was dumped as it is, without a network lock" \

@@ -200,6 +200,8 @@ static void test_real_connections(void)
 		char want[32];
 		snprintf(want, sizeof(want), "127.0.0.1:%u", port);
 		CHECK_STR(remote, want);
+		/* the other end is this process's accepted socket */
+		CHECK_INT(gs_tcp_peer_pid(&all.conn[0]), getpid());
 	}
 	gs_tcp_conns_free(&all);
 	kill(child, SIGKILL);
