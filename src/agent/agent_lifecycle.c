@@ -287,6 +287,7 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "image_read", gs_now() - t0);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_prepared", ring != NULL);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", tot.stored_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_zero_bytes", rs.zero_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "io_threads", rs.threads);
 	pr_info("brought %llu bytes of GPU data back from an image in %.2f s (ring of %llu bytes, %u threads)",

@@ -885,8 +885,15 @@ static bool image_known_zero(struct gs_ring_end *end, size_t k)
 	return z && z[k];
 }
 
+/* A chunk the image records as ZERO: set on the GPU, neither read nor carried over PCIe. */
+static bool image_zero_chunk(struct gs_ring_end *end, size_t k)
+{
+	const struct gs_image_chunk *c = gs_image_chunk_at(((struct gs_ring_image_end *)end)->img, k);
+	return c && (c->flags & GS_CHUNK_F_ZERO);
+}
+
 static const struct gs_ring_end_ops image_writer_ops = { .put = image_put, .zero = image_known_zero };
-static const struct gs_ring_end_ops image_reader_ops = { .get = image_get };
+static const struct gs_ring_end_ops image_reader_ops = { .get = image_get, .zero = image_zero_chunk };
 
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w)
 {

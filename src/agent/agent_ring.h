@@ -58,7 +58,7 @@ struct gs_ring_stats {
 	double host_s;
 	double issue_s; /* starting copies and recording events */
 	double run_s;   /* the transfer's wall time, threads started to threads joined */
-	uint64_t zero_bytes; /* towards the GPU: bytes of all-zero chunks set, not copied (gs_ring_staging_end) */
+	uint64_t zero_bytes; /* towards the GPU: bytes of all-zero chunks set, not copied (staging and image ends) */
 };
 
 /* Adds st to a reply: ring_setup, ring_wait, ring_host and ring_issue timings (nothing for a transfer that used no threads). */

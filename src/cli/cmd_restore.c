@@ -780,8 +780,11 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_kv_int(&j, "pid", rc ? 0 : r->pid);
 		if (r->info)
 			gs_json_kv_string(&j, "path", r->info->how);
-		if (r->agent.present) /* the agent mapped its copy ring before the load */
+		if (r->agent.present) { /* the agent mapped its copy ring before the load */
 			gs_json_kv_bool(&j, "ring_prepared", cli_agent_counter(&r->agent, "ring_prepared") != 0);
+			/* the image's zero chunks, set on the GPU rather than read and copied */
+			gs_json_kv_uint(&j, "zero_bytes", cli_agent_counter(&r->agent, "image_zero_bytes"));
+		}
 		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
 		gs_json_kv_bool(&j, "verified_first", o->verify_first && !o->no_verify);
 		gs_json_kv_bool(&j, "driver_restore_held", r->held_restore);

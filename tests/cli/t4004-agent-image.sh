@@ -20,7 +20,10 @@
 #  - an agent that offers no streamed dump (GPUSNAP_AGENT_NO_DUMP_RUNNING=1,
 #    as before it existed): dumped through staging memory, restored;
 #  - a reserved staging pool (GPUSNAP_RESERVE) is freed for the dump, so
-#    CRIU does not carry it.
+#    CRIU does not carry it;
+#  - a block left zero: found on the GPU, ZERO chunks in the image, and the
+#    restore sets them on the GPU without reading them (fresh memory holds
+#    stale bytes there, FAKE_VMM_DIRTY_FRESH=1, so a chunk left unset shows).
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -150,7 +153,8 @@ fi
 
 # ---- a zero block: found on the GPU, ZERO chunks in the image, nothing copied for it ----
 kill -9 "$PID"; wait_gone "$PID"
-AGENT_APP_ZERO_MB=8 start_app
+# fresh memory holds stale bytes, as a GPU's does: the restore must set the zero block, not leave it
+FAKE_VMM_DIRTY_FRESH=1 AGENT_APP_ZERO_MB=8 start_app
 verify_ok "zero block: the app's data after allocation"
 img6=$TEST_TMP/img6
 run_gpusnap dump --json -D "$img6" "$PID"; expect "zero block: dump (streamed)" 0
@@ -160,7 +164,9 @@ wait_gone "$PID" 5
 run_gpusnap inspect --json --verify "$img6"; expect "zero block: inspect --verify" 0
 check "zero block: ZERO chunks in the image ($(jget "['image']['chunks']['zero_bytes']") bytes) that verify" \
   test "$(jget "['image']['chunks']['zero_bytes']")" -ge $((8 << 20)) -a "$(jget "['verify']['ok']")" = True
-run_gpusnap restore -D "$img6"; expect "zero block: restore" 0
+run_gpusnap restore --json -D "$img6"; expect "zero block: restore" 0
+check "zero block: the restore set its ZERO chunks on the GPU, without reading or copying them ($(jget "['zero_bytes']") bytes)" \
+  test "$(jget "['zero_bytes']")" -ge $((8 << 20))
 verify_ok "zero block: every byte is back after restore, the zero block included"
 
 # ---- an agent without the streamed dump (gpusnap builds before it) ----

@@ -993,6 +993,15 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
 		free(ph);
 		return FAKE_OUT_OF_MEMORY;
 	}
+	/* FAKE_VMM_DIRTY_FRESH=1: fresh memory holds stale bytes, as a real GPU's does (a memfd reads zero) */
+	const char *dirty = getenv("FAKE_VMM_DIRTY_FRESH");
+	if (dirty && !strcmp(dirty, "1")) {
+		void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, ph->fd, 0);
+		if (m != MAP_FAILED) {
+			memset(m, 0xa5, size);
+			munmap(m, size);
+		}
+	}
 	ph->size = size;
 	ph->refs = 1;
 	memcpy(ph->prop, prop, sizeof(ph->prop));
