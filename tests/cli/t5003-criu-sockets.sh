@@ -17,7 +17,8 @@
 #    child): dumped as it is without --tcp-*, with --tcp-established and
 #    --network-lock=skip, and the relay's one connection works after restore
 #    (the relay, a process under the dumped one that CRIU restores stopped,
-#    runs again: restore lets the whole tree continue).
+#    runs again: restore lets the whole tree continue); after dump
+#    --leave-running the connection carries on in the running tree.
 # Why this needs CRIU >= 4.2: from Linux 6.16 on the kernel refuses SO_PASSCRED and
 # SO_PASSSEC on sockets other than AF_UNIX/AF_NETLINK, and CRIU 4.1.1 reads them
 # from every socket it dumps: on this kernel (6.18) `criu dump` of this very
@@ -198,6 +199,9 @@ check "the server is gone" wait_gone "$pid"
 run_gpusnap restore -D "$img"; expect "restore" 0 "restored $pid (socket_server)"
 check "the relay answers over the same connection, the daemon from its dumped count" relay_answers "relay count 2"
 check "the daemon answers new connections" answers tcp "count 3"
+# --leave-running: the connection is taken out of repair mode and carries on in the running tree
+run_gpusnap dump --leave-running -D "$TEST_TMP/img-inside-lr" "$pid"; expect "dump --leave-running of the tree" 0
+check "the relay's connection carries on after it" relay_answers "relay count 4"
 pkill -9 -s "$pid" 2>/dev/null; wait_gone "$pid"
 
 test_done
