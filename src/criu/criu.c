@@ -573,9 +573,10 @@ int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_err *err)
 		return gs_fail(err, GS_E_CRIU,
 			       "process %d belongs to a session whose leader is outside its PID namespace, which CRIU "
 			       "cannot dump; start it in a session of its own (setsid)", (int)pid);
-	int rc2 = gs_criu_check_io_uring(pid, err);
+	if ((rc = gs_criu_check_io_uring(pid, err)))
+		return rc;
 	struct gs_criu_tcp_plan plan;
-	return rc2 ? rc2 : gs_criu_tcp_plan(pid, tcp, &plan, err);
+	return gs_criu_tcp_plan(pid, tcp, &plan, err);
 }
 
 static bool holds_io_uring(pid_t process, void *arg)
