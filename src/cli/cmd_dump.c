@@ -510,7 +510,7 @@ int cmd_dump(int argc, char **argv)
 		cli_err_append(&err, "%s", r->left.if_alive);
 	/* after the CUDA checks: "not a CUDA process" is the more useful answer when both apply */
 	if (!rc)
-		rc = gs_criu_dumpable(r->pid, o.tcp_close ? GS_CRIU_TCP_CLOSE : o.tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE, &err);
+		rc = gs_criu_dumpable(r->pid, o.tcp_close ? GS_CRIU_TCP_CLOSE : o.tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE, NULL, &err);
 	if (!rc)
 		rc = cli_tree_check_device_files(r->pid, &r->pid, 1, &err);
 	struct stat pst;

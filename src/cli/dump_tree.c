@@ -203,7 +203,7 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 	/* before anything moves: afterwards the processes hold nothing */
 	for (int i = 0; i < n; i++)
 		cli_process_vram_per_gpu(&r->s, r->pids[i], r->vram[i], &r->gpu_mask[i]);
-	if ((rc = gs_criu_dumpable(r->root, o->tcp, err)))
+	if ((rc = gs_criu_dumpable(r->root, o->tcp, NULL, err)))
 		return rc;
 	return cli_tree_check_device_files(r->root, r->pids, r->n, err);
 }

@@ -519,8 +519,6 @@ static void describe_peer(const struct gs_tcp_conn *c, pid_t root, char *out, si
 int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan, struct gs_err *err)
 {
 	*plan = (struct gs_criu_tcp_plan){ .tcp = asked };
-	if (asked == GS_CRIU_TCP_CLOSE)
-		return 0;
 	struct gs_tcp_conns conns;
 	int rc = gs_tcp_conns_of_tree(pid, &conns, err);
 	if (rc)
@@ -534,7 +532,9 @@ int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan 
 			out = out ? out : &conns.conn[i];
 		}
 	}
-	if (out && (asked == GS_CRIU_TCP_REFUSE || !on_path("iptables-restore"))) {
+	if (asked == GS_CRIU_TCP_CLOSE) {
+		/* as asked, for every connection: the dump says what that closes inside the tree */
+	} else if (out && (asked == GS_CRIU_TCP_REFUSE || !on_path("iptables-restore"))) {
 		char comm[64], local[64], remote[64], peer[200] = "";
 		gs_proc_comm(out->pid, comm, sizeof(comm));
 		gs_tcp_format_addr(out->row.local, local, sizeof(local));
@@ -560,7 +560,7 @@ int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan 
 	return rc;
 }
 
-int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_err *err)
+int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_criu_tcp_plan *plan_out, struct gs_err *err)
 {
 	int rc = gs_proc_check(pid, err);
 	if (rc)
@@ -576,7 +576,7 @@ int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_err *err)
 	if ((rc = gs_criu_check_io_uring(pid, err)))
 		return rc;
 	struct gs_criu_tcp_plan plan;
-	return gs_criu_tcp_plan(pid, tcp, &plan, err);
+	return gs_criu_tcp_plan(pid, tcp, plan_out ? plan_out : &plan, err);
 }
 
 static bool holds_io_uring(pid_t process, void *arg)
@@ -665,18 +665,19 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	struct gs_criu_dump_opts opts = *o;
 	if (!(opts.libdir = plugin_dir(c, o->libdir, err)))
 		return GS_E_FAILURE;
-	int rc = gs_criu_dumpable(pid, GS_CRIU_TCP_CLOSE, err);
-	if (rc)
-		return rc;
-	/* decided now, the tree as it is when CRIU comes (the check before anything moved said the same then) */
+	/* the TCP plan decided now, the tree as it is when CRIU comes (the check before anything moved said the same) */
 	struct gs_criu_tcp_plan tcp;
-	if ((rc = gs_criu_tcp_plan(pid, o->tcp, &tcp, err)))
+	int rc = gs_criu_dumpable(pid, o->tcp, &tcp, err);
+	if (rc)
 		return rc;
 	opts.tcp = tcp.tcp;
 	opts.skip_network_lock = tcp.skip_network_lock;
 	if (tcp.skip_network_lock)
 		pr_info("%zu TCP connection(s) between processes of the tree: dumped as they are (--tcp-established), "
 			"without a network lock", tcp.inside);
+	if (tcp.tcp == GS_CRIU_TCP_CLOSE && tcp.inside)
+		pr_warn("--tcp-close closes the %zu TCP connection(s) between processes of the tree too (a launcher's "
+			"store and its workers); without --tcp-* they would come back as they were", tcp.inside);
 	rc = ensure_dir(images_dir, err);
 	if (rc)
 		return rc;

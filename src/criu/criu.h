@@ -136,18 +136,10 @@ int gs_criu_set_home(struct gs_criu *c, const char *dir, struct gs_err *err);
 int gs_criu_check(const struct gs_criu *c, struct gs_err *err);
 
 /*
- * Checks what CRIU needs of the process before anything is stopped: that it
- * exists, that its session leader lives in its PID namespace (session ID 0
- * as seen from here; CRIU cannot dump such a process, --shell-job or not),
- * and gs_criu_check_io_uring of its tree. GS_E_NO_PROCESS or GS_E_CRIU with
- * a one-line message saying what to do.
- */
-int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_err *err);
-
-/*
  * What a dump does with the connected TCP sockets of pid's tree
  * (common/tcp_conns.h), asked: the --tcp-* the user gave.
- *  - --tcp-close: closed, as asked.
+ *  - --tcp-close: closed, as asked (inside counts those between processes
+ *    of the tree, which the dump warns about).
  *  - Every connection between two processes of the tree (torch's TCPStore
  *    and its clients, torchrun and its workers): --tcp-established
  *    without a network lock, asked or not: both ends come back as they were
@@ -163,6 +155,16 @@ struct gs_criu_tcp_plan {
 	size_t inside, outside; /* connections found, by where the other end is */
 };
 int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan, struct gs_err *err);
+
+/*
+ * Checks what CRIU needs of the process before anything is stopped: that it
+ * exists, that its session leader lives in its PID namespace (session ID 0
+ * as seen from here; CRIU cannot dump such a process, --shell-job or not),
+ * gs_criu_check_io_uring of its tree and gs_criu_tcp_plan for tcp (its plan
+ * in *plan unless NULL). GS_E_NO_PROCESS or GS_E_CRIU with a one-line
+ * message saying what to do.
+ */
+int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_criu_tcp_plan *plan, struct gs_err *err);
 
 /*
  * CRIU cannot dump an io_uring instance: GS_E_CRIU naming the first process

@@ -18,7 +18,8 @@
 #    --network-lock=skip, and the relay's one connection works after restore
 #    (the relay, a process under the dumped one that CRIU restores stopped,
 #    runs again: restore lets the whole tree continue); after dump
-#    --leave-running the connection carries on in the running tree.
+#    --leave-running the connection carries on in the running tree;
+#    --tcp-close says it closes the connections inside the tree too.
 # Why this needs CRIU >= 4.2: from Linux 6.16 on the kernel refuses SO_PASSCRED and
 # SO_PASSSEC on sockets other than AF_UNIX/AF_NETLINK, and CRIU 4.1.1 reads them
 # from every socket it dumps: on this kernel (6.18) `criu dump` of this very
@@ -199,9 +200,14 @@ check "the server is gone" wait_gone "$pid"
 run_gpusnap restore -D "$img"; expect "restore" 0 "restored $pid (socket_server)"
 check "the relay answers over the same connection, the daemon from its dumped count" relay_answers "relay count 2"
 check "the daemon answers new connections" answers tcp "count 3"
+# --tcp-close closes them too, and the dump says so (--leave-running: the tree runs on, its connection
+# taken out of repair mode, not closed)
+run_gpusnap dump --tcp-close --leave-running -D "$TEST_TMP/img-inside-close" "$pid"
+expect "dump --tcp-close --leave-running of the tree" 0 "closes the 2 TCP connection(s) between processes of the tree too"
+check "the relay's connection carries on" relay_answers "relay count 4"
 # --leave-running: the connection is taken out of repair mode and carries on in the running tree
 run_gpusnap dump --leave-running -D "$TEST_TMP/img-inside-lr" "$pid"; expect "dump --leave-running of the tree" 0
-check "the relay's connection carries on after it" relay_answers "relay count 4"
+check "the relay's connection carries on after it" relay_answers "relay count 5"
 pkill -9 -s "$pid" 2>/dev/null; wait_gone "$pid"
 
 test_done
