@@ -694,6 +694,21 @@ log_criu_tail() {
   log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
 }
 
+# restore_job DESC DIR APP TWIN: gpusnap restore --json -D DIR of APP's image; on failure the criu log's
+# tail, APP forgotten, TWIN quit and the test finished; else the timings logged and APP marked restored
+restore_job() {
+  local desc=$1 dir=$2 app=$3 twin=$4
+  GS_CMD_TIMEOUT=300 gs_run restore --json -D "$dir"
+  if ! expect_rc 0 "$desc"; then
+    log_criu_tail
+    app_forget "$app"
+    app_quit "$twin" 120
+    finish
+  fi
+  log "restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+  APP_OWN[$app]=restored
+}
+
 # Waits up to 10 s until PID is gone (CRIU killed it; its parent reaps it).
 wait_pid_gone() { # PID
   local i

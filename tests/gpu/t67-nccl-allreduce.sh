@@ -92,15 +92,7 @@ check "the ranks' connections to the store were dumped as they are, without a ne
 log "dump --tree: shared memory $(json_get "$GS_OUT" shared_memory), GPU data $(json_get "$GS_OUT" gpu_data_bytes) B, agents $(json_get "$GS_OUT" times.agents_s) s, CRIU $(json_get "$GS_OUT" times.criu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
 check "rank 0 is gone after the dump" wait_pid_gone "$r0"
 check "rank 1 is gone after the dump" wait_pid_gone "$r1"
-GS_CMD_TIMEOUT=300 gs_run restore --json -D "$img"
-if ! expect_rc 0 "restore of the job"; then
-  log_criu_tail
-  app_forget job
-  app_quit twin 120
-  finish
-fi
-log "restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
-APP_OWN[job]=restored
+restore_job "restore of the job" "$img" job twin
 check "rank 0 runs again" pid_alive "$r0"
 check "rank 1 runs again" pid_alive "$r1"
 steps 20 "after the restore" || finish

@@ -82,15 +82,7 @@ check "the store's connections were dumped as they are (--tcp-established)" grep
 check "... without a network lock (both ends in the tree)" grep -qx -e --network-lock=skip "$args"
 check "torchrun is gone after the dump" wait_pid_gone "$launcher"
 check "the worker is gone after the dump" wait_pid_gone "$worker"
-GS_CMD_TIMEOUT=300 gs_run restore --json -D "$img"
-if ! expect_rc 0 "restore of torchrun's tree"; then
-  log_criu_tail
-  app_forget job
-  app_quit twin 120
-  finish
-fi
-log "restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
-APP_OWN[job]=restored
+restore_job "restore of torchrun's tree" "$img" job twin
 check "torchrun runs again" pid_alive "$launcher"
 check "the worker runs again" pid_alive "$worker"
 steps 5 "after dump and restore" || finish
