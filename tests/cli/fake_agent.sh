@@ -19,6 +19,8 @@ fake_agent_env() {
   fake_cuda_env "${1:-}"
   # the same state files, the host-memory fake driver instead of the plain fake libcuda
   export GPUSNAP_LIBCUDA=$GPUSNAP_BUILD/tests/agent/libfakevmm.so
+  # fresh "device memory" holds stale bytes, as a GPU's does: memory a resume or restore left unset shows
+  export FAKE_VMM_DIRTY_FRESH=1
   export GPUSNAP_AGENT_LOG=$TEST_TMP/agent.log
   [ -e "$GPUSNAP_LIBCUDA" ] || { echo "not ok - missing $GPUSNAP_LIBCUDA"; exit 1; }
   [ -e "$app" ] || { echo "not ok - missing $app"; exit 1; }

@@ -23,7 +23,8 @@
 #    CRIU does not carry it;
 #  - a block left zero: found on the GPU, ZERO chunks in the image, and the
 #    restore sets them on the GPU without reading them (fresh memory holds
-#    stale bytes there, FAKE_VMM_DIRTY_FRESH=1, so a chunk left unset shows).
+#    stale bytes in these tests, FAKE_VMM_DIRTY_FRESH=1, so a chunk left
+#    unset shows).
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -153,8 +154,8 @@ fi
 
 # ---- a zero block: found on the GPU, ZERO chunks in the image, nothing copied for it ----
 kill -9 "$PID"; wait_gone "$PID"
-# fresh memory holds stale bytes, as a GPU's does: the restore must set the zero block, not leave it
-FAKE_VMM_DIRTY_FRESH=1 AGENT_APP_ZERO_MB=8 start_app
+# fresh memory holds stale bytes (fake_agent_env): the restore must set the zero block, not leave it
+AGENT_APP_ZERO_MB=8 start_app
 verify_ok "zero block: the app's data after allocation"
 img6=$TEST_TMP/img6
 run_gpusnap dump --json -D "$img6" "$PID"; expect "zero block: dump (streamed)" 0
