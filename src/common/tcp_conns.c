@@ -117,59 +117,31 @@ static char *read_proc_text(const char *path)
 	return buf;
 }
 
-struct proc_scan {
-	struct gs_tcp_conns *out;
+/* A socket of a process of the tree, by namespace and inode (the key its table row is found by). */
+struct sock_owner {
+	unsigned long netns, inode;
 	pid_t pid;
-	unsigned long netns;
-	const unsigned long *inodes; /* the process's sockets, sorted */
-	size_t ninodes;
-	int rc;
 };
 
-static int cmp_ulong(const void *a, const void *b)
+static int cmp_owner(const void *a, const void *b)
 {
-	unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
-	return x < y ? -1 : x > y;
+	const struct sock_owner *x = a, *y = b;
+	if (x->netns != y->netns)
+		return x->netns < y->netns ? -1 : 1;
+	return x->inode < y->inode ? -1 : x->inode > y->inode;
 }
 
-static bool listed(const struct gs_tcp_conns *c, unsigned long netns, unsigned long inode)
-{
-	for (size_t i = 0; i < c->n; i++)
-		if (c->conn[i].netns == netns && c->conn[i].row.inode == inode)
-			return true;
-	return false;
-}
-
-static void take_row(const struct gs_tcp_row *r, void *arg)
-{
-	struct proc_scan *s = arg;
-	if (s->rc || !gs_tcp_state_connected(r->state) ||
-	    !bsearch(&r->inode, s->inodes, s->ninodes, sizeof(*s->inodes), cmp_ulong) || listed(s->out, s->netns, r->inode))
-		return;
-	if (s->out->n == s->out->cap) {
-		size_t cap = s->out->cap ? s->out->cap * 2 : 16;
-		struct gs_tcp_conn *nc = realloc(s->out->conn, cap * sizeof(*nc));
-		if (!nc) {
-			s->rc = -1;
-			return;
-		}
-		s->out->conn = nc;
-		s->out->cap = cap;
-	}
-	s->out->conn[s->out->n++] = (struct gs_tcp_conn){ .pid = s->pid, .netns = s->netns, .row = *r };
-}
-
-/* The inode of each "socket:[N]" descriptor of pid, sorted; 0 and *n = 0 for none. */
-static int socket_inodes(pid_t pid, unsigned long **out, size_t *n)
+/* Appends pid's sockets ("socket:[N]" descriptors) with its network namespace; -1 when out of memory. */
+static int add_sockets(pid_t pid, struct sock_owner **v, size_t *n, size_t *cap)
 {
 	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+	unsigned long netns = stat(path, &st) ? 0 : (unsigned long)st.st_ino;
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	*out = NULL;
-	*n = 0;
 	DIR *d = opendir(path);
 	if (!d)
 		return 0; /* gone meanwhile, or not ours to read: nothing of it */
-	size_t cap = 0;
 	struct dirent *de;
 	int rc = 0;
 	while (!rc && (de = readdir(d))) {
@@ -182,21 +154,49 @@ static int socket_inodes(pid_t pid, unsigned long **out, size_t *n)
 		target[len] = '\0';
 		if (sscanf(target, "socket:[%lu]", &ino) != 1)
 			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 32;
-			unsigned long *na = realloc(*out, cap * sizeof(*na));
-			if (!na) {
+		if (*n == *cap) {
+			size_t nc = *cap ? *cap * 2 : 64;
+			struct sock_owner *nv = realloc(*v, nc * sizeof(*nv));
+			if (!nv) {
 				rc = -1;
 				break;
 			}
-			*out = na;
+			*v = nv;
+			*cap = nc;
 		}
-		(*out)[(*n)++] = ino;
+		(*v)[(*n)++] = (struct sock_owner){ .netns = netns, .inode = ino, .pid = pid };
 	}
 	closedir(d);
-	if (*n)
-		qsort(*out, *n, sizeof(**out), cmp_ulong);
 	return rc;
+}
+
+/* One namespace's table against the tree's sockets in it (sorted), each row once. */
+struct ns_scan {
+	struct gs_tcp_conns *out;
+	const struct sock_owner *owners;
+	size_t n;
+	int rc;
+};
+
+static void take_row(const struct gs_tcp_row *r, void *arg)
+{
+	struct ns_scan *s = arg;
+	struct sock_owner key = { .netns = s->owners[0].netns, .inode = r->inode };
+	const struct sock_owner *o;
+	if (s->rc || !gs_tcp_state_connected(r->state) ||
+	    !(o = bsearch(&key, s->owners, s->n, sizeof(*s->owners), cmp_owner)))
+		return;
+	if (s->out->n == s->out->cap) {
+		size_t cap = s->out->cap ? s->out->cap * 2 : 16;
+		struct gs_tcp_conn *nc = realloc(s->out->conn, cap * sizeof(*nc));
+		if (!nc) {
+			s->rc = -1;
+			return;
+		}
+		s->out->conn = nc;
+		s->out->cap = cap;
+	}
+	s->out->conn[s->out->n++] = (struct gs_tcp_conn){ .pid = o->pid, .netns = o->netns, .row = *r };
 }
 
 /*
@@ -246,30 +246,31 @@ int gs_tcp_conns_of_tree(pid_t root, struct gs_tcp_conns *out, struct gs_err *er
 	int rc = gs_proc_tree(root, &all, &nall, err);
 	if (rc)
 		return rc;
-	for (size_t i = 0; i < nall && !rc; i++) {
-		struct proc_scan s = { .out = out, .pid = all[i] };
-		unsigned long *inodes;
-		if (socket_inodes(all[i], &inodes, &s.ninodes)) {
+	struct sock_owner *socks = NULL;
+	size_t n = 0, cap = 0;
+	for (size_t i = 0; i < nall && !rc; i++)
+		if (add_sockets(all[i], &socks, &n, &cap))
 			rc = gs_fail(err, GS_E_FAILURE, "out of memory");
-			break;
-		}
-		s.inodes = inodes;
-		char path[64];
-		struct stat st;
-		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)all[i]);
-		s.netns = stat(path, &st) ? 0 : (unsigned long)st.st_ino;
-		for (int v6 = 0; v6 < 2 && s.ninodes && !s.rc; v6++) {
-			snprintf(path, sizeof(path), "/proc/%d/net/tcp%s", (int)all[i], v6 ? "6" : "");
+	free(all);
+	if (n)
+		qsort(socks, n, sizeof(*socks), cmp_owner);
+	/* each network namespace's tables once, through any of its processes */
+	for (size_t g = 0, end; g < n && !rc; g = end) {
+		for (end = g; end < n && socks[end].netns == socks[g].netns; end++)
+			;
+		struct ns_scan s = { .out = out, .owners = socks + g, .n = end - g };
+		for (int v6 = 0; v6 < 2 && !rc && !s.rc; v6++) {
+			char path[64];
+			snprintf(path, sizeof(path), "/proc/%d/net/tcp%s", (int)socks[g].pid, v6 ? "6" : "");
 			char *text = read_proc_text(path);
 			if (text && gs_tcp_parse_table(text, take_row, &s) < 0)
 				rc = gs_fail(err, GS_E_FAILURE, "cannot parse %s", path);
 			free(text);
 		}
-		free(inodes);
 		if (s.rc && !rc)
 			rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 	}
-	free(all);
+	free(socks);
 	if (rc) {
 		gs_tcp_conns_free(out);
 		return rc;
@@ -305,7 +306,7 @@ pid_t gs_tcp_peer_pid(const struct gs_tcp_conn *c)
 	if (!ps.inode)
 		return 0;
 	char want[40];
-	snprintf(want, sizeof(want), "socket:[%lu]", ps.inode);
+	snprintf(want, sizeof(want), "socket:[%lu]", ps.inode); /* the closing bracket: no longer inode matches */
 	DIR *procs = opendir("/proc");
 	pid_t found = 0;
 	struct dirent *de;
@@ -314,23 +315,8 @@ pid_t gs_tcp_peer_pid(const struct gs_tcp_conn *c)
 		char path[64];
 		struct stat st;
 		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
-		if (pid <= 0 || stat(path, &st) || (unsigned long)st.st_ino != c->netns)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-		DIR *fds = opendir(path);
-		struct dirent *fe;
-		while (fds && !found && (fe = readdir(fds))) {
-			char link[300], target[64];
-			snprintf(link, sizeof(link), "%s/%s", path, fe->d_name);
-			ssize_t len = readlink(link, target, sizeof(target) - 1);
-			if (len > 0) {
-				target[len] = '\0';
-				if (!strcmp(target, want))
-					found = pid;
-			}
-		}
-		if (fds)
-			closedir(fds);
+		if (pid > 0 && !stat(path, &st) && (unsigned long)st.st_ino == c->netns && gs_proc_has_open_file(pid, want))
+			found = pid;
 	}
 	if (procs)
 		closedir(procs);
