@@ -58,7 +58,8 @@ static int is_executable_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-static int search_path(char *out, size_t n)
+/* The first executable file called name in PATH's folders, as execvp would run it; -1 when none is. */
+static int search_path(const char *name, char *out, size_t n)
 {
 	const char *path = getenv("PATH");
 	if (!path || !*path)
@@ -69,7 +70,8 @@ static int search_path(char *out, size_t n)
 		size_t len = colon ? (size_t)(colon - p) : strlen(p);
 		char cand[PATH_MAX];
 		/* An empty PATH entry means the current directory. */
-		int w = len ? snprintf(cand, sizeof(cand), "%.*s/criu", (int)len, p) : snprintf(cand, sizeof(cand), "./criu");
+		int w = len ? snprintf(cand, sizeof(cand), "%.*s/%s", (int)len, p, name)
+			    : snprintf(cand, sizeof(cand), "./%s", name);
 		if (w > 0 && (size_t)w < sizeof(cand) && is_executable_file(cand)) {
 			snprintf(out, n, "%s", cand);
 			return 0;
@@ -118,7 +120,7 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 			return gs_fail(err, GS_E_CRIU, "GPUSNAP_CRIU='%s' is not an executable file; %s", env,
 				       GS_CRIU_HOWTO);
 		snprintf(c->path, sizeof(c->path), "%s", env);
-	} else if (search_path(c->path, sizeof(c->path)) != 0) {
+	} else if (search_path("criu", c->path, sizeof(c->path)) != 0) {
 		return gs_fail(err, GS_E_CRIU, "criu not found on PATH; gpusnap needs CRIU >= %d.%d: %s",
 			       GS_CRIU_MIN_MAJOR, GS_CRIU_MIN_MINOR, GS_CRIU_HOWTO);
 	}
@@ -479,19 +481,8 @@ static bool wait_pid_free(pid_t pid, double timeout_s)
 /* A program CRIU runs by name (iptables-restore) is on PATH. */
 static bool on_path(const char *name)
 {
-	const char *path = getenv("PATH");
-	if (!path || !*path)
-		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-	for (const char *p = path; *p;) {
-		const char *end = strchr(p, ':');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		char full[PATH_MAX];
-		if (len && (size_t)snprintf(full, sizeof(full), "%.*s/%s", (int)len, p, name) < sizeof(full) &&
-		    access(full, X_OK) == 0)
-			return true;
-		p += len + (end != NULL);
-	}
-	return false;
+	char found[PATH_MAX];
+	return search_path(name, found, sizeof(found)) == 0;
 }
 
 /*
