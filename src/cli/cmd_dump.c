@@ -156,6 +156,12 @@ static void undo(struct dump_run *r)
  */
 enum dump_step { STEP_AGENT, STEP_DRIVER, STEP_CRIU, STEP_PUBLISH, STEP_FINISH };
 
+/* What the user asked for the tree's TCP connections (criu.c's gs_criu_tcp_plan decides from it). */
+static enum gs_criu_tcp tcp_asked(const struct dump_opts *o)
+{
+	return o->tcp_close ? GS_CRIU_TCP_CLOSE : o->tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE;
+}
+
 static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump_step step)
 {
 	static const char *const names[] = { "agent", "driver", "criu", "publish", "finish" };
@@ -303,7 +309,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 
 	struct gs_criu_dump_opts co = {
 		.leave_running = o->leave_running,
-		.tcp = o->tcp_close ? GS_CRIU_TCP_CLOSE : o->tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE,
+		.tcp = tcp_asked(o),
 	};
 	record_step(r, o, STEP_CRIU);
 	double t = gs_now();
@@ -452,7 +458,7 @@ int cmd_dump(int argc, char **argv)
 	struct dump_tree_opts to = {
 		.dir = o.dir, .timeout = o.timeout, .leave_running = o.leave_running, .driver_only = o.driver_only,
 		.json = o.json, .replace = o.replace,
-		.tcp = o.tcp_close ? GS_CRIU_TCP_CLOSE : o.tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE,
+		.tcp = tcp_asked(&o),
 	};
 	if (o.tree)
 		return dump_tree(&to, argv[0]);
@@ -510,7 +516,7 @@ int cmd_dump(int argc, char **argv)
 		cli_err_append(&err, "%s", r->left.if_alive);
 	/* after the CUDA checks: "not a CUDA process" is the more useful answer when both apply */
 	if (!rc)
-		rc = gs_criu_dumpable(r->pid, o.tcp_close ? GS_CRIU_TCP_CLOSE : o.tcp_established ? GS_CRIU_TCP_ESTABLISHED : GS_CRIU_TCP_REFUSE, NULL, &err);
+		rc = gs_criu_dumpable(r->pid, tcp_asked(&o), NULL, &err);
 	if (!rc)
 		rc = cli_tree_check_device_files(r->pid, &r->pid, 1, &err);
 	struct stat pst;
