@@ -78,6 +78,18 @@ static const char *level_name(enum gs_log_level level)
 	}
 }
 
+/* One whole line in one write(2), errno kept (a caller may read it after logging); async-signal-safe. */
+static void put_line(const char *line, size_t n)
+{
+	int saved = errno;
+	int fd = line_fd();
+	if (fd >= 0) {
+		ssize_t w = write(fd, line, n);
+		(void)w;
+	}
+	errno = saved;
+}
+
 static void emit(enum gs_log_level level, const char *prefix, const char *fmt, va_list ap, int errnum)
 {
 	char line[1024];
@@ -95,13 +107,7 @@ static void emit(enum gs_log_level level, const char *prefix, const char *fmt, v
 	if ((size_t)n >= sizeof(line) - 1)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	int saved = errno; /* a caller may read errno after logging it */
-	int fd = line_fd();
-	if (fd >= 0) {
-		ssize_t w = write(fd, line, (size_t)n);
-		(void)w;
-	}
-	errno = saved;
+	put_line(line, (size_t)n);
 }
 
 void gs_log_fixed(enum gs_log_level level, const char *prefix, const char *msg)
@@ -115,13 +121,7 @@ void gs_log_fixed(enum gs_log_level level, const char *prefix, const char *msg)
 		for (const char *c = parts[i]; *c && n < sizeof(line) - 1; c++)
 			line[n++] = *c;
 	line[n++] = '\n';
-	int saved = errno;
-	int fd = line_fd();
-	if (fd >= 0) {
-		ssize_t w = write(fd, line, n);
-		(void)w;
-	}
-	errno = saved;
+	put_line(line, n);
 }
 
 void gs_log(enum gs_log_level level, const char *prefix, const char *fmt, ...)
