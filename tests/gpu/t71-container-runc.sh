@@ -147,16 +147,22 @@ ctr_restore() {
   [ "$CTR_RC" == 0 ] || log_block "  runc| " "$(tail -n 5 "$img.rout"; grep -i 'error' "$img.rwork/restore.log" 2>/dev/null | tail -n 10)"
 }
 ns_pid() { awk '/^NSpid/ {print $NF}' "/proc/$1/status" 2>/dev/null; }
+# ctr_app NAME READY_TIMEOUT CMD [oci_bundle.py options]: container NAME runs CMD (exec'd by /bin/sh) with its
+# stdio on FIFOs in its /out, attached as app NAME; the app is no child of this shell: its exit status comes
+# from its BYE line (APP_OWN restored). Returns once it printed READY; CTR_PID its host PID.
+ctr_app() {
+  local name=$1 ready=$2 cmd=$3 out=$GS_WORK/$1/out
+  shift 3
+  mkdir -p "$out"
+  mkfifo "$out/in" "$out/out"
+  app_attach "$name" 0 "$out/in" "$out/out" "$out/err" "" || return 1
+  ctr_run "$name" "$cmd </out/in >/out/out 2>/out/err" "$@" || return 1
+  APP_PID[$name]=$CTR_PID APP_OWN[$name]=restored
+  app_wait_ready "$name" "$ready"
+}
 
 # ---- ag: 8 GiB under the agent ----
-mkdir -p "$GS_WORK/ag/out"
-mkfifo "$GS_WORK/ag/out/in" "$GS_WORK/ag/out/out"
-app_attach ag 0 "$GS_WORK/ag/out/in" "$GS_WORK/ag/out/out" "$GS_WORK/ag/out/err" "" || finish
-ctr_run ag "exec $GS_APPS/pattern --size 8G --alloc-size 1G --seed 71 </out/in >/out/out 2>/out/err" "${agent[@]}" ||
-  finish
-# the app is no child of this shell: its exit status comes from its BYE line
-APP_PID[ag]=$CTR_PID APP_OWN[ag]=restored
-app_wait_ready ag 180 || finish
+ctr_app ag 180 "exec $GS_APPS/pattern --size 8G --alloc-size 1G --seed 71" "${agent[@]}" || finish
 pid=$CTR_PID
 check "ag's app is PID 1 of its own PID namespace (host PID $pid)" test "$(ns_pid "$pid")" = 1
 check "ag's app runs in the container's cgroup" grep -q "gpusnap-t71/ag" "/proc/$pid/cgroup"
@@ -208,12 +214,7 @@ runc_ delete -f ag >/dev/null 2>&1
 app_forget ag
 
 # ---- sh: two ranks that share cuMem buffers as file descriptors (as NCCL does), in one container ----
-mkdir -p "$GS_WORK/sh/out"
-mkfifo "$GS_WORK/sh/out/in" "$GS_WORK/sh/out/out"
-app_attach sh 0 "$GS_WORK/sh/out/in" "$GS_WORK/sh/out/out" "$GS_WORK/sh/out/err" "" || finish
-ctr_run sh "exec $GS_APPS/share --size 1G --seed 71 </out/in >/out/out 2>/out/err" "${agent[@]}" || finish
-APP_PID[sh]=$CTR_PID APP_OWN[sh]=restored
-app_wait_ready sh 180 || finish
+ctr_app sh 180 "exec $GS_APPS/share --size 1G --seed 71" "${agent[@]}" || finish
 app_verify sh "both ranks' buffers, own and imported, in the container" || finish
 app_reply_ok sh ring "RING OK" 120 "each rank writes the other's buffer through its import"
 # gpusnap from the host on the container's ranks: host PIDs here, PIDs of the container in the agents' records
@@ -251,14 +252,9 @@ if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 else
   # its own CRIU configuration: established connections are closed on restore (no iptables here to lock them)
   printf 'libdir %s\ntcp-close\n' "$GS_PLUGIN_DIR" >"$GS_WORK/criu-srv.conf"
-  mkdir -p "$GS_WORK/srv/out"
-  mkfifo "$GS_WORK/srv/out/in" "$GS_WORK/srv/out/out"
-  app_attach srv 0 "$GS_WORK/srv/out/in" "$GS_WORK/srv/out/out" "$GS_WORK/srv/out/err" "" || finish
-  ctr_run srv "exec $py $GS_SRC/tests/gpu/py/server.py --seed 71 --ports-file /out/ports.json </out/in >/out/out 2>/out/err" \
+  ctr_app srv 240 "exec $py $GS_SRC/tests/gpu/py/server.py --seed 71 --ports-file /out/ports.json" \
     --host-network --bind "$GS_SRC:$GS_SRC:ro" --annotation "org.criu.config=$GS_WORK/criu-srv.conf" "${agent[@]}" ||
     finish
-  APP_PID[srv]=$CTR_PID APP_OWN[srv]=restored
-  app_wait_ready srv 240 || finish
   ln -sf "$GS_WORK/srv/out/ports.json" "$GS_WORK/srv.json"
   rm -f "$GS_WORK/twin.json"
   # the twin runs on the host, never checkpointed
@@ -295,15 +291,10 @@ else
   # unreachable"): an engine sets the namespace's network up, runc alone does not.
   # torchrun names the store by the host name, which the host's /etc/hosts (bound in) resolves only as localhost
   printf 'libdir %s\ntcp-established\nnetwork-lock skip\n' "$GS_PLUGIN_DIR" >"$GS_WORK/criu-ddp.conf"
-  mkdir -p "$GS_WORK/ddp/out"
-  mkfifo "$GS_WORK/ddp/out/in" "$GS_WORK/ddp/out/out"
-  app_attach ddp 0 "$GS_WORK/ddp/out/in" "$GS_WORK/ddp/out/out" "$GS_WORK/ddp/out/err" "" || finish
-  ctr_run ddp "export CUBLAS_WORKSPACE_CONFIG=:4096:8 TORCH_NCCL_ENABLE_MONITORING=0 NCCL_DEBUG=WARN; exec $(command -v torchrun) \
---standalone --nproc_per_node=1 $GS_SRC/tests/gpu/py/ddp_train.py --seed 71 </out/in >/out/out 2>/out/err" \
+  ctr_app ddp 120 "export CUBLAS_WORKSPACE_CONFIG=:4096:8 TORCH_NCCL_ENABLE_MONITORING=0 NCCL_DEBUG=WARN; exec \
+$(command -v torchrun) --standalone --nproc_per_node=1 $GS_SRC/tests/gpu/py/ddp_train.py --seed 71" \
     --bind "$GS_SRC:$GS_SRC:ro" --annotation "org.criu.config=$GS_WORK/criu-ddp.conf" "${agent[@]}" \
     --host-network --hostname localhost || finish
-  APP_PID[ddp]=$CTR_PID APP_OWN[ddp]=restored
-  app_wait_ready ddp 120 || finish
   GS_APP_STDERR=null CUBLAS_WORKSPACE_CONFIG=:4096:8 app_start ddptwin 240 "$py" "$GS_SRC/tests/gpu/py/ddp_train.py" \
     --seed 71 --port $((31500 + RANDOM % 1000)) || finish
   ddp_steps() { # N WHAT: N steps in the container and on the twin: loss, parameters and optimizer state equal
