@@ -162,7 +162,11 @@ check "... and nothing was restored" wait_gone "$pid"
 t0=$(date +%s)
 run_gpusnap restore -D "$img"
 expect "restore waits for the TIME_WAIT and restores" 0 "restored $pid (socket_server)"
-check "... saying why it waits" grep -q "held by 1 connection in TIME_WAIT that it closed when it was dumped" "$ERR_TXT"
+said_why() { # the wait's reason in the restore's stderr, shown when it is not there
+  grep -q "held by 1 connection in TIME_WAIT that it closed when it was dumped" "$ERR_TXT" ||
+    { sed 's/^/    stderr: /' "$ERR_TXT"; return 1; }
+}
+check "... saying why it waits" said_why
 check "... after the TIME_WAIT, not before ($(($(date +%s) - t0)) s)" [ $(($(date +%s) - t0)) -ge 20 ]
 check "after restore it answers TCP from its dumped count" answers tcp "count 2"
 kill -9 "$pid"; wait_gone "$pid"
