@@ -13,7 +13,8 @@
 # Environment:
 #   OUT                         where results go (default ./gpu-out)
 #   GPUSNAP_BENCH_SIZES         sizes (default "8G 32G")
-#   GPUSNAP_BENCH_PATHS         paths (default "agent driver")
+#   GPUSNAP_BENCH_PATHS         paths (default "agent driver"); agent-leave and driver-leave dump with
+#                               --leave-running (a periodic checkpoint: dump s is how long the app stood still)
 #   GPUSNAP_BENCH_STORAGE       "NAME=DIR ..." (default "tmpfs=/dev/shm/gpusnap-bench disk=/var/tmp/gpusnap-bench")
 #   GPUSNAP_BENCH_DD_BYTES      bytes dd writes and reads to measure the storage (default 4G)
 #   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
@@ -115,7 +116,11 @@ measure() { # SIZE PATH STORAGE_NAME DIR
     B_DUMP_WALL='' B_RES_WALL='' B_IMAGE_BYTES='' B_SW=$SW B_SR=$SR DEVICE DRIVER GITREV
   B_SIZE=$(size_bytes "$size")
   img=$dir/img
-  [ "$path" == agent ] && launch=("$GPUSNAP" run --)
+  # PATH-leave: `dump --leave-running`, the periodic checkpoint; its dump time is how long the app
+  # stood still (the agent reloads its data from the image before the app goes on)
+  local base=${path%-leave} leave=()
+  [ "$base" != "$path" ] && leave=(--leave-running)
+  [ "$base" == agent ] && launch=("$GPUSNAP" run --)
   log "== $size, $path path, $sname ($dir)"
   if ! app_start b 300 "${launch[@]}" "$GS_APPS/pattern" --size "$size" --alloc-size 1G --seed 9; then
     B_STATUS=failed B_DETAIL="app did not start" record
@@ -123,8 +128,17 @@ measure() { # SIZE PATH STORAGE_NAME DIR
     return
   fi
   pid=${APP_PID[b]}
-  GS_CMD_TIMEOUT=600 gs_run dump --json -D "$img" "$pid"
+  GS_CMD_TIMEOUT=600 gs_run dump --json "${leave[@]}" -D "$img" "$pid"
   B_DUMP_JSON=$GS_OUT B_DUMP_WALL=$GS_SECS
+  if [ "$GS_RC" = 0 ] && [ ${#leave[@]} -gt 0 ]; then
+    # it ran on: its data must be intact now, then it goes and the image is restored as any other
+    if ! app_cmd b verify VERIFY 300 || [[ $REPLY_LINE != "VERIFY OK"* ]]; then
+      echo "FAIL: $size $path $sname: data does not verify after dump --leave-running: ${REPLY_LINE:-no answer}"
+      B_STATUS=failed B_DETAIL="data does not verify after the dump" record
+      FAILED=1
+    fi
+    app_quit b 60 >/dev/null || gs_kill_pid "$pid"
+  fi
   wait "$pid" 2>/dev/null
   if [ "$GS_RC" != 0 ]; then
     echo "FAIL: $size $path $sname: dump exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"

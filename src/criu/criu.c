@@ -729,7 +729,7 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 	}
 	if (!WIFEXITED(res->status) || WEXITSTATUS(res->status) != 0) {
 		char *errors = read_log_errors(log_path);
-		char cause[320];
+		char cause[GS_ERR_MSG_MAX - 128];
 		failure_cause(errors, res, cause, sizeof(cause));
 		free(errors);
 		free(res);
@@ -857,6 +857,19 @@ static bool pid_unused(pid_t pid)
 }
 
 /* After a failed restore: the task it left at the image's PID goes too. */
+/*
+ * " from 'DIR'" for messages, or "" where DIR is a descriptor's path
+ * (/proc/self/fd/N, as gpusnap restore passes it): that names nothing to the
+ * user, who gave the image's path to the command.
+ */
+static const char *from_dir(const char *dir, char *buf, size_t n)
+{
+	if (strncmp(dir, "/proc/self/fd/", 14) == 0)
+		return "";
+	snprintf(buf, n, " from '%s'", dir);
+	return buf;
+}
+
 static void restore_failed_cleanup(const struct gs_criu_restore_opts *o, unsigned long long started)
 {
 	restoring_pid = 0;
@@ -874,7 +887,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	if (!(opts.libdir = plugin_dir(c, o->libdir, err)))
 		return GS_E_FAILURE;
 	char dir[PATH_MAX], work[PATH_MAX], inv[PATH_MAX], rec_path[PATH_MAX];
-	char log_path[PATH_MAX], pidfile[PATH_MAX];
+	char log_path[PATH_MAX], pidfile[PATH_MAX], shown[PATH_MAX + 16];
 	int images_fd;
 	if (!images_dir_path(images_dir, dir, &images_fd))
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "no CRIU images at '%s'", images_dir);
@@ -934,14 +947,15 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);
 			free(res);
-			return gs_err_wrap(err, "criu restore from '%s'", dir);
+			return gs_err_wrap(err, "criu restore%s", from_dir(dir, shown, sizeof(shown)));
 		}
 		if (res->timed_out) {
 			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);
 			free(res);
 			keep_log(c, log_path, what, kept, sizeof(kept));
-			return gs_fail(err, GS_E_TIMEOUT, "criu restore from '%s' ran past %g s (%s) and was killed%s", dir,
+			return gs_fail(err, GS_E_TIMEOUT, "criu restore%s ran past %g s (%s) and was killed%s",
+				       from_dir(dir, shown, sizeof(shown)),
 				       limit, GS_CRIU_TIMEOUT_ENV, log_note(kept, note, sizeof(note)));
 		}
 		if (WIFEXITED(res->status) && WEXITSTATUS(res->status) == 0)
@@ -989,9 +1003,10 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		if (busy > 0)
 			rc = pid_in_use_error(busy, kept[0] ? note : "", err);
 		else {
-			char cause[320];
+			char cause[GS_ERR_MSG_MAX - 128];
 			failure_cause(errors, res, cause, sizeof(cause));
-			rc = gs_fail(err, GS_E_CRIU, "criu restore from '%s' failed: %s%s%s", dir, cause, root_hint(),
+			rc = gs_fail(err, GS_E_CRIU, "criu restore%s failed: %s%s%s",
+				     from_dir(dir, shown, sizeof(shown)), cause, root_hint(),
 				     kept[0] ? note : "");
 		}
 		free(errors);
@@ -1007,7 +1022,8 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		free(pidtext);
 		restore_failed_cleanup(o, started);
 		keep_log(c, log_path, what, kept, sizeof(kept));
-		return gs_fail(err, GS_E_CRIU, "criu restore from '%s' reported success but wrote no pid%s", dir,
+		return gs_fail(err, GS_E_CRIU, "criu restore%s reported success but wrote no pid%s",
+				       from_dir(dir, shown, sizeof(shown)),
 			       log_note(kept, note, sizeof(note)));
 	}
 	free(pidtext);

@@ -134,6 +134,15 @@ static const char *known_limit(const char *msg)
 					   "up through libuv: start the job with USE_LIBUV=0)" },
 		{ "Address already in use", "a port the process had bound is taken on this machine now (`ss -tanp` "
 					    "names who holds it): restore where it is free" },
+		/*
+		 * CRIU records the size of every regular file the process had open,
+		 * except one opened write-only with O_APPEND, and restores only into
+		 * that size: a log opened with `>` (not `>>`) that grew after `dump
+		 * --leave-running`, or after an earlier restore from the same image.
+		 */
+		{ "has bad size", "the process had this file open and it changed size since the dump (CRIU checks "
+				  "every file but a write-only O_APPEND one): truncate it back to the expected size (keep a "
+				  "copy), or have the app open its logs for appending (`>>`)" },
 	};
 	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++)
 		if (strstr(msg, limits[i].needle))

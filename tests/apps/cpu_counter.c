@@ -6,7 +6,9 @@
  *
  * After a restore the next line is the value after the last one written before the
  * dump, which shows the memory came back (a fresh start would write 1 again). The
- * file is opened with O_APPEND, so restores after later writes still append. With
+ * file is opened with O_APPEND, so restores after later writes still append
+ * (CPU_COUNTER_NO_APPEND=1: opened as a shell's `>` does, which CRIU restores
+ * only while the file keeps the size it had at the dump). With
  * --daemon it detaches (fork, setsid: its own session and group leader, parent init)
  * and prints the daemon's PID; without, it is a shell job of whoever started it.
  *
@@ -56,7 +58,9 @@ int main(int argc, char **argv)
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
 		return 1;
 	close_range(3, ~0U, 0);
-	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	const char *no_append = getenv("CPU_COUNTER_NO_APPEND");
+	int mode = no_append && strcmp(no_append, "1") == 0 ? O_TRUNC : O_APPEND;
+	int fd = open(path, O_WRONLY | O_CREAT | mode | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return 1;
 	pthread_t t;

@@ -10,6 +10,9 @@
 #  - a FIFO in cpu/ hangs the real CRIU (the restored task blocks opening it): the
 #    time limit ends it and the task is killed (through tests/apps/criu_driver,
 #    the library alone);
+#  - a restore CRIU refuses because a file the process writes without O_APPEND
+#    grew after `dump --leave-running` says so and what to do (exit 15), leaves
+#    no process, and restores once the file is cut back to its size at the dump;
 #  - a failed criu run's message names a log that still exists (RUN/criu/logs);
 #    GPUSNAP_FAULT=criu-run fails criu without running it and names no log.
 # Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
@@ -135,6 +138,29 @@ check "the half-restored task at $pid went with it" gone_or_zombie "$pid"
 check "criu went with it" gone_or_zombie "$(cat "$TEST_TMP/slow.pid")"
 check "the task never ran" [ "$(wc -l <"$log")" = "$lines" ]
 wait_gone "$pid"
+
+# ---- a file the process writes without O_APPEND grew after the dump ----
+# (a log opened with `>`: CRIU checks the size of every open file but a write-only O_APPEND one)
+tlog=$TEST_TMP/trunc.log
+NEWPID=$(CPU_COUNTER_NO_APPEND=1 "$GPUSNAP_BUILD/tests/apps/cpu_counter" --daemon "$tlog")
+echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"; pid=$NEWPID
+wait_lines "$tlog" 10
+timg=$TEST_TMP/timg
+run_gpusnap dump --leave-running -D "$timg" "$pid"; expect "dump --leave-running of a process writing a log opened with >" 0
+check "it writes on after the dump" grows "$tlog"
+kill -9 "$pid"; wait_gone "$pid"
+run_gpusnap restore -D "$timg"
+expect "restore after its log grew" 15 "trunc.log has bad size"
+check "... says what to do" grep -q "truncate it back to the expected size (keep a copy), or have the app open its logs for appending" "$ERR_TXT"
+check "... in one line" one_line
+check "... naming the image's path, not a descriptor's" bash -c "! grep -q /proc/self/fd '$ERR_TXT'"
+check "... and leaves no process at $pid" gone_or_zombie "$pid"
+want=$(sed -n 's/.*has bad size [0-9]* (expect \([0-9]*\)).*/\1/p' "$ERR_TXT")
+check "the message gives the size at the dump ($want)" [ -n "$want" ]
+truncate -s "${want:-0}" "$tlog"
+run_gpusnap restore -D "$timg"; expect "with the log cut back to that size, it restores" 0 "restored $pid"
+check "it runs" grows "$tlog"
+kill -9 "$pid"; wait_gone "$pid"
 
 # ---- a FIFO in the CRIU images hangs the real CRIU: the time limit ends it ----
 start_counter "$log"; pid=$NEWPID

@@ -172,17 +172,19 @@ app_start() { # NAME READY_TIMEOUT CMD [ARGS...]
   local name=$1 timeout=$2
   shift 2
   local in="$GS_WORK/$name.in" out="$GS_WORK/$name.out" err="$GS_WORK/$name.stderr"
-  # Apps that CRIU dumps write stderr to /dev/null: CRIU refuses to restore a
-  # process whose open regular file changed size since the dump (a first
-  # restore appends to it, then a second restore from the same image fails).
+  # stderr is opened for appending: CRIU refuses to restore a process whose
+  # open regular file changed size since the dump (the app writes on after
+  # `dump --leave-running`, or a first restore writes before a second one),
+  # except a write-only O_APPEND one, as logs are. GS_APP_STDERR=null drops it.
   [ "${GS_APP_STDERR:-file}" == null ] && err=/dev/null
+  [ "$err" != /dev/null ] && : >"$err"
   rm -f "$in" "$out"
   mkfifo "$in" "$out" || { fail "mkfifo in $GS_WORK"; return 1; }
   log "start $name: $*"
   (
     gs_close_app_fds
     exec "$@"
-  ) <"$in" >"$out" 2>"$err" &
+  ) <"$in" >"$out" 2>>"$err" &
   local pid=$!
   gs_track_pid "$pid"
   app_attach "$name" "$pid" "$in" "$out" "$err" "" || return 1

@@ -125,6 +125,12 @@ static void test_log_error_known_limits(void)
 			    "Address already in use\n";
 	CHECK_INT(gs_criu_log_error(bind, out, sizeof(out)), 0);
 	CHECK_CONTAINS(out, "Can't bind inet socket (id 148): Address already in use: a port the process had bound");
+	/* a log opened with `>` that grew after the dump: CRIU checks the size of all but write-only O_APPEND files */
+	const char grown[] = "(00.30) Error (criu/files-reg.c:2187): File tmp/run/app.log has bad size 329 (expect 248)\n"
+			     "(00.31) Error (criu/files.c:1285): Can't open file on restore\n";
+	CHECK_INT(gs_criu_log_error(grown, out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "File tmp/run/app.log has bad size 329 (expect 248): the process had this file open");
+	CHECK_CONTAINS(out, "for appending (`>>`)");
 	/* a cause with no known limit is left as CRIU wrote it */
 	CHECK_INT(gs_criu_log_error(restore_log_busy, out, sizeof(out)), 0);
 	CHECK_STR(out, "Can't fork for 6101: File exists");
