@@ -197,18 +197,19 @@ lines = ["## gpusnap dump/restore benchmark", "",
          "(1 GB = 1e9 B). ratio = that speed / the storage's own sequential speed (dd, same run, same file system). "
          "Disk restores start from a cold page cache. GPU part: driver lock + checkpoint (+ agent copy and image "
          "write) on dump; driver restore + unlock (+ agent image load and copy) on restore. Restore includes the "
-         "checksum pass.", "",
-         "| size | path | storage | storage W/R GB/s | dump s (GPU / CRIU) | dump GB/s | dump ratio | restore s (verify / CRIU / GPU) | restore GB/s | restore ratio | data |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "checksum pass. Paths ending in -leave dump with --leave-running: paused s is how long the process stood "
+         "still (it goes on before the image is published).", "",
+         "| size | path | storage | storage W/R GB/s | dump s (GPU / CRIU) | paused s | dump GB/s | dump ratio | restore s (verify / CRIU / GPU) | restore GB/s | restore ratio | data |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in recs:
     b = r["image_bytes"]
     d, s = r.get("dump"), r.get("restore")
     dt, rt = g(d, "times", "total_s"), g(s, "times", "total_s")
     dg = b / dt / 1e9 if dt else None
     rg = b / rt / 1e9 if rt else None
-    lines.append("| %d GiB | %s | %s | %s / %s | %s (%s / %s) | %s | %s | %s (%s / %s / %s) | %s | %s | %s |" % (
+    lines.append("| %d GiB | %s | %s | %s / %s | %s (%s / %s) | %s | %s | %s | %s (%s / %s / %s) | %s | %s | %s |" % (
         r["size_bytes"] >> 30, r["path"], r["storage"], f(r["storage_write_gbs"]), f(r["storage_read_gbs"]),
-        f(dt), f(g(d, "times", "gpu_s")), f(g(d, "times", "criu_s")), f(dg),
+        f(dt), f(g(d, "times", "gpu_s")), f(g(d, "times", "criu_s")), f(g(d, "times", "paused_s")), f(dg),
         f(dg / r["storage_write_gbs"] if dg and r["storage_write_gbs"] else None),
         f(rt), f(g(s, "times", "verify_s")), f(g(s, "times", "criu_s")), f(g(s, "times", "gpu_s")), f(rg),
         f(rg / r["storage_read_gbs"] if rg and r["storage_read_gbs"] else None),

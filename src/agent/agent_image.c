@@ -81,8 +81,8 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
  * source, with the GPUs and h's regions described. On failure *w may be set:
  * the caller aborts it.
  */
-int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, struct gs_image_writer **w,
-		       struct gs_err *err)
+int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, bool cached,
+			       struct gs_image_writer **w, struct gs_err *err)
 {
 	char comm[64] = "";
 	FILE *f = fopen("/proc/self/comm", "r");
@@ -91,7 +91,11 @@ int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, cons
 			comm[strcspn(comm, "\n")] = '\0';
 		fclose(f);
 	}
-	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(), .source_comm = comm, .how = "agent" };
+	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(),
+					   .source_comm = comm,
+					   .how = "agent",
+					   .no_direct_io = cached,
+					   .no_data_sync = cached };
 	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
 	return rc ? rc : describe(a, h, *w, err);
 }

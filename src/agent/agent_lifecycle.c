@@ -535,7 +535,8 @@ out:
 	return rc;
 }
 
-int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct gs_msg *reply, struct gs_err *err)
+int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool cached, struct gs_msg *reply,
+	       struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
@@ -552,7 +553,7 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct
 		goto fail;
 	a->held = h;
 	double t_plan = gs_now();
-	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &w, err)))
+	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, cached, &w, err)))
 		goto fail;
 	struct gs_ring_stats rs = { 0 };
 	struct gs_ring_image_end end;
@@ -624,7 +625,7 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struc
 		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
 		goto out;
 	}
-	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &w, err)))
+	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, false, &w, err)))
 		goto out;
 	struct gs_ring_stats rs = { 0 };
 	if (h && h->plan.nchunks) {

@@ -40,8 +40,13 @@
 
 /* SUSPEND: to RELEASED through a staging pool; keep_context: the driver is not asked to checkpoint. */
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
-/* DUMP of a running process: to RELEASED through a sealed image in gpu_dir (no staging pool). */
-int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, struct gs_msg *reply, struct gs_err *err);
+/*
+ * DUMP of a running process: to RELEASED through a sealed image in gpu_dir (no
+ * staging pool). cached (GS_DUMP_CACHED): through the page cache, the data
+ * files left for the publish to sync.
+ */
+int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool cached, struct gs_msg *reply,
+	       struct gs_err *err);
 /*
  * DUMP of a suspended process (agents before the streamed dump): writes the
  * staging pool into a sealed image in gpu_dir; drop_staging frees the pool

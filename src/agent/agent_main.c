@@ -188,7 +188,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_str(reply, GS_F_VERSION, GPUSNAP_VERSION);
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
-	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_PREPARE |
+	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_DUMP_CACHED | GS_CAP_PREPARE |
 			GS_CAP_GATE | GS_CAP_DIR_FD | GS_CAP_GATED_FD | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
 	/*
 	 * For tests: answer as the agents before the streamed dump did, so the
@@ -226,7 +226,7 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 	case GS_MSG_DUMP: {
 		const char *dir = gs_msg_get_str(req, GS_F_DIR);
 		int rc = !dir			       ? gs_fail(&err, GS_E_USAGE, "dump request without a directory")
-			 : (flags & GS_DUMP_RUNNING) ? gs_lc_dump(a, dir, timeout, reply, &err)
+			 : (flags & GS_DUMP_RUNNING) ? gs_lc_dump(a, dir, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
 						     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
@@ -241,7 +241,7 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		int rc = dirfd < 0			     ? gs_fail(&err, GS_E_USAGE, "%s request without a directory descriptor",
 								       gs_msg_type_name(req->type))
 			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, gated, reply, &err)
-			 : (flags & GS_DUMP_RUNNING)	     ? gs_lc_dump(a, dir, timeout, reply, &err)
+			 : (flags & GS_DUMP_RUNNING)	     ? gs_lc_dump(a, dir, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
 							     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		if (dirfd >= 0)
 			close(dirfd);

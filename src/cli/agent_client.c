@@ -226,10 +226,11 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
 	return rc;
 }
 
-int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
+int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s, bool cached,
 			   struct gs_err *err)
 {
-	int rc = request_bounded(pid, ag, GS_MSG_DUMP, timeout_s, GS_DUMP_RUNNING, image_dir, err);
+	uint64_t flags = GS_DUMP_RUNNING | (cached && (ag->caps & GS_CAP_DUMP_CACHED) ? GS_DUMP_CACHED : 0);
+	int rc = request_bounded(pid, ag, GS_MSG_DUMP, timeout_s, flags, image_dir, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

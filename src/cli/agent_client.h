@@ -66,9 +66,12 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
  * pinned ring, seals the image and releases the GPU memory; it is suspended
  * afterwards, its data only in the image (resume with cli_agent_resume_from).
  * On failure it runs on as before. timeout_s bounds the wait for running GPU
- * work. All of the agent's CUDA calls are done when it replies.
+ * work. All of the agent's CUDA calls are done when it replies. cached: the
+ * image is read back right away (--leave-running): agents that offer
+ * GS_CAP_DUMP_CACHED write it through the page cache and leave the data
+ * files' fsync to gs_image_publish.
  */
-int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
+int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s, bool cached,
 			   struct gs_err *err);
 /*
  * The same with the image directory as a descriptor (agents with

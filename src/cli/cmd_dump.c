@@ -79,6 +79,8 @@ struct dump_run {
 	bool data_in_tmp; /* the agent's GPU data is (or is being) written to the temporary image */
 	/* timings */
 	double agent_suspend_s, agent_write_s, criu_s, publish_s, resume_s, total_s;
+	/* --leave-running: from the first step that holds the process (agent or driver) to its resume */
+	double stopped_at, paused_s;
 	uint64_t gpu_bytes, ring_bytes;
 	uint64_t gpu_zero_bytes; /* streamed dump: bytes the agent found all zero on the GPU (never copied) */
 };
@@ -193,9 +195,20 @@ static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump
 			 "process back", me, pid, o->dir, tmp, tmp);
 		break;
 	case STEP_FINISH:
+		if (o->leave_running) {
+			/* the process went on before the publish (finish_leave_running) */
+			data = NULL;
+			snprintf(alive, sizeof(alive), "process %d runs on; the gpusnap dump --leave-running (pid %d) of it was "
+				 "killed while it published its image at '%s' (it is there if `gpusnap inspect --verify "
+				 "%s` passes, else not written)", pid, me, o->dir, o->dir);
+			snprintf(gone, sizeof(gone), "a gpusnap dump --leave-running (pid %d) of process %d was killed while it "
+				 "published its image at '%s' (it is there if `gpusnap inspect --verify %s` passes)", me, pid,
+				 o->dir, o->dir);
+			break;
+		}
 		data = r->data_in_tmp ? o->dir : NULL;
-		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump --leave-running (pid %d) that "
-			 "was killed after it published '%s'; gpusnap resume %d puts it back", pid, me, o->dir, pid);
+		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed "
+			 "after it published '%s'; gpusnap resume %d puts it back", pid, me, o->dir, pid);
 		snprintf(gone, sizeof(gone), "process %d was dumped to '%s' by a gpusnap dump (pid %d) that was killed as it "
 			 "ended; gpusnap restore -D '%s' brings it back", pid, o->dir, me, o->dir);
 		break;
@@ -231,6 +244,62 @@ static int criu_out_of_space(int rc, const char *dir, struct gs_err *err)
 	return GS_E_NO_SPACE;
 }
 
+/*
+ * dump --leave-running, once CRIU has dumped the process (it is still held by
+ * the driver and its agent): the process goes on first and the image is
+ * published after, so that it stands still only for the GPU data's copy, the
+ * driver and CRIU. The agent wrote its data through the page cache
+ * (GS_DUMP_CACHED) and reads it back from the temporary image, from memory;
+ * the publish (the fsync of that data and of CRIU's files, the checksums of
+ * cpu/, the rename) runs alongside the process. A publish that fails leaves
+ * the process running and no image, as any failed dump; a resume that fails
+ * leaves it suspended with its data in the image, published all the same.
+ */
+static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)
+{
+	/* killed here: suspended, the image complete at its temporary name, where resume finds the data */
+	record_step(r, o, STEP_PUBLISH);
+	if (gs_fault(GS_FI_DUMP_AFTER_CRIU))
+		return injected(r, GS_FI_DUMP_AFTER_CRIU, err); /* undo resumes it, from that image */
+	double t = gs_now();
+	int rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, err);
+	if (!rc)
+		r->driver_suspended = false;
+	if (!rc && r->agent_suspended &&
+	    !(rc = cli_agent_resume_from(r->pid, &r->agent, gs_image_tmp_path(r->tmp), err)))
+		r->agent_suspended = false;
+	r->resume_s = gs_now() - t;
+	if (!rc)
+		r->paused_s = gs_now() - r->stopped_at;
+	record_step(r, o, STEP_FINISH);
+	t = gs_now();
+	struct gs_err pe = { 0 };
+	int prc = gs_image_publish(r->tmp, &r->published, &pe);
+	r->publish_s = gs_now() - t;
+	gs_fault(GS_FI_DUMP_AFTER_PUBLISH); /* kill or a signal as the dump ends */
+	if (!rc) {
+		if (prc)
+			*err = pe; /* the process runs as before; the temporary image goes */
+		return prc;
+	}
+	/* it did not resume: the image holds its GPU data (agent path), so it must stay, published or kept */
+	char alive[GS_ERR_MSG_MAX];
+	if (r->published || prc == 0) {
+		snprintf(alive, sizeof(alive), "process %d stays suspended after its dump to '%s'; gpusnap resume %d "
+			 "puts it back", (int)r->pid, o->dir, (int)r->pid);
+		cli_op_leave(r->lock, r->agent.present ? o->dir : NULL, alive, NULL);
+		gs_err_wrap(err, "the image at '%s' is complete, but process %d did not resume (gpusnap resume %d)",
+			    o->dir, (int)r->pid, (int)r->pid);
+	} else {
+		char kept[4096];
+		keep_tmp_image(r, o->dir, false, kept, sizeof(kept));
+		gs_err_wrap(err, "process %d did not resume after its dump, and the image was not published (%s); its "
+			    "data is kept at '%s' (gpusnap resume %d)", (int)r->pid, pe.msg, kept, (int)r->pid);
+	}
+	r->driver_suspended = r->agent_suspended = false; /* the image is the holder: no undo */
+	return rc;
+}
+
 static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)
 {
 	double t0 = gs_now();
@@ -248,9 +317,10 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
 		r->data_in_tmp = true;
 		record_step(r, o, STEP_AGENT);
-		double t = gs_now();
+		double t = r->stopped_at = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
-		if ((rc = cli_agent_dump_running(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, err))) {
+		if ((rc = cli_agent_dump_running(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout,
+						 o->leave_running, err))) {
 			/*
 			 * The agent walked back and the process runs on, unless putting its
 			 * data back failed: then it stays suspended with the data only in
@@ -272,7 +342,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	} else if (r->agent.present) {
 		/* data part (agents without the streamed dump): staging, image, free the staging memory */
 		record_step(r, o, STEP_AGENT);
-		double t = gs_now();
+		double t = r->stopped_at = gs_now();
 		if ((rc = cli_agent_suspend(r->pid, &r->agent, o->timeout, false, err)))
 			return rc;
 		r->agent_suspended = true;
@@ -296,6 +366,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		return rc;
 	/* control part (agent) or everything (driver): the driver takes the process off the GPU */
 	record_step(r, o, STEP_DRIVER);
+	if (!r->agent.present)
+		r->stopped_at = gs_now();
 	r->proc.pid = r->pid;
 	if ((rc = gs_ckpt_suspend(&r->s.cu, &r->proc, 1, o->timeout, err)))
 		return rc;
@@ -317,20 +389,22 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	r->criu_s = gs_now() - t;
 	if (rc) /* criu resumes the process it could not dump: undo puts it back on the GPU */
 		return criu_out_of_space(rc, o->dir, err);
-	/*
-	 * The point of no return: without --leave-running CRIU has killed the
-	 * process, and its image is its only copy. A signal from here on is
-	 * obeyed once the dump is complete.
-	 */
-	if (!o->leave_running) {
-		/* the process is gone: nothing to undo from here on */
-		r->driver_suspended = r->agent_suspended = false;
+	if (o->leave_running) {
+		rc = finish_leave_running(r, o, err);
+		r->total_s = gs_now() - t0;
+		return rc;
 	}
+	/*
+	 * The point of no return: CRIU has killed the process, and its image is
+	 * its only copy. A signal from here on is obeyed once the dump is
+	 * complete. Nothing to undo from here on.
+	 */
+	r->driver_suspended = r->agent_suspended = false;
 	record_step(r, o, STEP_PUBLISH);
 	t = gs_now();
 	rc = gs_fault(GS_FI_DUMP_AFTER_CRIU) ? injected(r, GS_FI_DUMP_AFTER_CRIU, err) : gs_image_publish(r->tmp, &r->published, err);
 	r->publish_s = gs_now() - t;
-	if (rc && !r->published && !o->leave_running) {
+	if (rc && !r->published) {
 		/* the process is gone and its image complete at the temporary name: keep it under its own name, say where */
 		char kept[4096];
 		keep_tmp_image(r, o->dir, true, kept, sizeof(kept));
@@ -341,26 +415,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	if (rc)
 		return rc;
 	record_step(r, o, STEP_FINISH);
-	bool fail_resume = gs_fault(GS_FI_DUMP_AFTER_PUBLISH) && o->leave_running;
-	if (o->leave_running) {
-		t = gs_now();
-		rc = fail_resume ? injected(r, GS_FI_DUMP_AFTER_PUBLISH, err)
-				 : gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, err);
-		if (!rc)
-			r->driver_suspended = false;
-		if (!rc && r->agent_suspended && !(rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err)))
-			r->agent_suspended = false;
-		r->resume_s = gs_now() - t;
-		if (rc) {
-			char alive[GS_ERR_MSG_MAX];
-			snprintf(alive, sizeof(alive), "process %d stays suspended after its dump to '%s'; gpusnap resume %d "
-				 "puts it back", (int)r->pid, o->dir, (int)r->pid);
-			cli_op_leave(r->lock, r->agent.present ? o->dir : NULL, alive, NULL);
-			gs_err_wrap(err, "the image at '%s' is complete, but process %d did not resume (gpusnap resume %d)",
-				    o->dir, (int)r->pid, (int)r->pid);
-			r->driver_suspended = r->agent_suspended = false; /* the image is published: no undo */
-		}
-	}
+	gs_fault(GS_FI_DUMP_AFTER_PUBLISH); /* kill or a signal as the dump ends: nothing is left to do */
 	r->total_s = gs_now() - t0;
 	return rc;
 }
@@ -394,6 +449,8 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_double(&j, "criu_s", r->criu_s);
 		gs_json_kv_double(&j, "publish_s", r->publish_s);
 		gs_json_kv_double(&j, "resume_s", r->resume_s);
+		if (o->leave_running)
+			gs_json_kv_double(&j, "paused_s", r->paused_s);
 		gs_json_object_end(&j);
 		gs_json_object_end(&j);
 		cli_json_print(&j);
@@ -412,8 +469,10 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		printf(" (%s written in %.2f s)", gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agent_write_s);
 	}
 	printf(", CRIU part %.2f s, total %.2f s\n", r->criu_s, r->total_s);
-	printf(o->leave_running ? "process %d keeps running\n" : "process %d is gone; gpusnap restore -D %s brings it back\n",
-	       (int)r->pid, o->dir);
+	if (o->leave_running)
+		printf("process %d keeps running (it stood still for %.2f s)\n", (int)r->pid, r->paused_s);
+	else
+		printf("process %d is gone; gpusnap restore -D %s brings it back\n", (int)r->pid, o->dir);
 }
 
 int cmd_dump(int argc, char **argv)

@@ -265,7 +265,7 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 	for (int i = 0; i < r->n && !rc; i++) {
 		if (!r->agents[i].present)
 			continue;
-		rc = cli_agent_dump_running(r->pids[i], &r->agents[i], r->images[i], o->timeout, err);
+		rc = cli_agent_dump_running(r->pids[i], &r->agents[i], r->images[i], o->timeout, false, err);
 		if (rc) {
 			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays
 			 * suspended, its data in its image */

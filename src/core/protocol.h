@@ -139,6 +139,7 @@ enum gs_agent_caps {
 	GS_CAP_DUMP_RUNNING = 1u << 4,  /* DUMP with GS_DUMP_RUNNING: streams a running process's data into the image */
 	GS_CAP_PREPARE = 1u << 5,       /* PREPARE: maps the copy ring while the driver restores the process */
 	GS_CAP_GATE = 1u << 6,          /* GATE and OPEN; TIMEOUT <= 0 means no limit */
+	GS_CAP_DUMP_CACHED = 1u << 7,   /* DUMP with GS_DUMP_CACHED */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
 };
@@ -147,6 +148,12 @@ enum gs_suspend_flags {
 	GS_SUSPEND_KEEP_CONTEXT = 1u << 0, /* release data only; keep the CUDA context (no driver checkpoint) */
 	GS_DUMP_DROP_STAGING = 1u << 1,    /* DUMP: free the staging memory once the image is written */
 	GS_DUMP_RUNNING = 1u << 2,         /* DUMP of a running process: quiesce, stream to the image, release */
+	/*
+	 * DUMP (with RUNNING): the image is read back right after (dump
+	 * --leave-running): write it through the page cache and leave the data
+	 * files' fsync to the publish, which comes once the process runs again.
+	 */
+	GS_DUMP_CACHED = 1u << 3,
 };
 /* RESUME: memory shared between processes (GS_MSG_SHARES): leave the gate closed (GATED) until OPEN. */
 #define GS_RESUME_STAY_GATED (1u << 8)
@@ -155,7 +162,7 @@ enum gs_suspend_flags {
 #define GS_SHARE_RELEASE_CLOSE (1u << 0)
 /* The FLAGS each request may carry (gs_msg_check_request refuses others): add a new flag here too. */
 #define GS_SUSPEND_FLAGS_KNOWN ((uint64_t)GS_SUSPEND_KEEP_CONTEXT)
-#define GS_DUMP_FLAGS_KNOWN ((uint64_t)(GS_DUMP_DROP_STAGING | GS_DUMP_RUNNING))
+#define GS_DUMP_FLAGS_KNOWN ((uint64_t)(GS_DUMP_DROP_STAGING | GS_DUMP_RUNNING | GS_DUMP_CACHED))
 
 enum gs_agent_state {
 	GS_AGENT_RUNNING = 0,

@@ -385,7 +385,7 @@ static int take_off_gpu(struct gs_err *err)
 			if (fd >= 0)
 				close(fd);
 		} else if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
-			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.cfg.timeout_s, err);
+			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.cfg.timeout_s, false, err);
 		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.cfg.timeout_s, false, err))) {
 			/* older agents: suspended into staging memory, then the image written from there */
 			p->agent_staged = true;

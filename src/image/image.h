@@ -99,6 +99,7 @@ struct gs_image_writer_opts {
 	const char *how;             /* how the GPU state was taken ("agent", "driver"); NULL: "" */
 	uint64_t max_data_file_size; /* start a new data file when the next payload would pass this; 0: never */
 	bool no_direct_io;           /* never use O_DIRECT (it is used only where buffer, offset and length allow) */
+	bool no_data_sync;           /* seal leaves the data files unsynced: gs_image_publish syncs them */
 	bool store_zero_chunks;      /* store all-zero chunks as data instead of flagging them ZERO */
 	bool replace;                /* gs_image_writer_open: replace an image of another process at DIR */
 };

@@ -89,7 +89,7 @@ struct gs_image_writer {
 
 	struct gs_image_info info; /* strings owned */
 	uint64_t max_file_size;
-	bool no_direct_io, store_zero_chunks;
+	bool no_direct_io, no_data_sync, store_zero_chunks;
 
 	struct data_file **files;
 	size_t nfiles, cap_files;
@@ -809,6 +809,7 @@ static int writer_new(const char *tmp_path, const char *dir, const struct gs_ima
 	}
 	w->max_file_size = opts->max_data_file_size;
 	w->no_direct_io = opts->no_direct_io;
+	w->no_data_sync = opts->no_data_sync;
 	w->store_zero_chunks = opts->store_zero_chunks;
 	*wp = w;
 	return 0;
@@ -1262,7 +1263,7 @@ static int sync_data_files(struct gs_image_writer *w, struct gs_err *err)
 	for (size_t i = 0; i < w->nfiles; i++) {
 		struct data_file *f = w->files[i];
 		/* The size is a multiple of 4096 (the last payload's padding is a hole), so readers may read whole blocks. */
-		if (ftruncate(f->fd, (off_t)f->next) < 0 || fsync(f->fd) < 0)
+		if (ftruncate(f->fd, (off_t)f->next) < 0 || (!w->no_data_sync && fsync(f->fd) < 0))
 			return io_fail(w, "syncing", f->name, errno, err);
 		if (f->direct_fd >= 0) {
 			close(f->direct_fd);
@@ -1459,6 +1460,29 @@ static int write_cpu_list(struct gs_image_tmp *t, const struct gs_manifest *m, s
 	return gs_fail_errno(err, errno_code(-e), -e, "writing '%s/%s' failed", t->tmp_path, GS_FMT_CPU_LIST_NAME);
 }
 
+/*
+ * fsync of the manifest's data files: a writer sealed with no_data_sync left
+ * it to the publish (a dump --leave-running, whose process runs meanwhile);
+ * for the others the files are clean and this costs a system call each.
+ */
+static int sync_listed_data_files(struct gs_image_tmp *t, const struct gs_manifest *m, struct gs_err *err)
+{
+	for (size_t i = 0; i < m->nfiles; i++) {
+		char name[GS_FMT_DATA_NAME_MAX];
+		gs_fmt_data_file_name(m->files[i].index, name);
+		int fd = openat(t->fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		int e = fd < 0 ? errno : fsync(fd) < 0 ? errno : 0;
+		if (fd >= 0)
+			close(fd);
+		if (e == ENOSPC || e == EDQUOT)
+			return gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing '%s')",
+				       t->dir, name);
+		if (e)
+			return gs_fail_errno(err, errno_code(e), e, "syncing '%s/%s' failed", t->tmp_path, name);
+	}
+	return 0;
+}
+
 int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err)
 {
 	*published = false;
@@ -1467,7 +1491,9 @@ int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err
 	if (gs_manifest_read_at(t->fd, t->tmp_path, &m, &e))
 		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image; not publishing it (%s)", t->tmp_path, e.msg);
 	/* CRIU wrote cpu/ after the manifest was sealed: list and checksum its files for the readers */
-	int rc = m.info.cpu_state ? write_cpu_list(t, &m, err) : 0;
+	int rc = sync_listed_data_files(t, &m, err);
+	if (!rc && m.info.cpu_state)
+		rc = write_cpu_list(t, &m, err);
 	gs_manifest_free(&m);
 	if (rc)
 		return rc;

@@ -82,6 +82,10 @@ check "nothing stays pinned after the restore" test "$(pinned)" = 0
 img2=$TEST_TMP/img2
 run_gpusnap dump --leave-running --json -D "$img2" "$PID"; expect "dump --leave-running" 0
 check "the process runs on" alive "$PID"
+# it goes on before the publish: how long it stood still is less than the whole dump
+check "dump --json says how long it stood still, less than the dump" python3 -c 'import json,sys
+t=json.load(open(sys.argv[1]))["times"]; sys.exit(not (0 < t["paused_s"] < t["total_s"] and t["publish_s"] > 0))' "$OUT_TXT"
+check "the image is published and verifies" "$GPUSNAP_BIN" inspect --verify "$img2"
 verify_ok "its data after dump --leave-running"
 check "its memory is on the GPU again" test "$(phys)" = "$phys0"
 check "nothing stays pinned after --leave-running" test "$(pinned)" = 0

@@ -103,14 +103,25 @@ run_gpusnap resume "$PID"; expect "the next resume takes the data from the kille
 verify_ok "the data after a killed dump and a killed resume"
 rm -rf "$kept"
 
+# dump --leave-running resumes the process before it publishes the image: killed after CRIU, the process
+# is left suspended with its data in the complete image at the temporary name; killed after the publish,
+# it runs with its data and the image is there
 img2=$TEST_TMP/img2
+GPUSNAP_FAULT=dump-after-criu=kill run_gpusnap dump --leave-running -D "$img2" "$PID"
+check "kill -9 of dump --leave-running after CRIU (rc $RC)" test "$RC" = 137
+kept=$(tmp_dirs "$img2")
+check "the process is left suspended, the image complete at its temporary name" \
+  test "$(phys)" = 0 -a "$(fake_state)" = 2 -a -f "$kept/manifest.img" -a ! -e "$img2"
+run_gpusnap state "$PID"; expect "state names the killed dump" 0 "its image is complete at '$kept'"
+run_gpusnap resume "$PID"; expect "resume takes the data from that image" 0 "taken from '$kept'"
+verify_ok "the data after the dump --leave-running killed after CRIU"
+rm -rf "$kept"
 GPUSNAP_FAULT=dump-after-publish=kill run_gpusnap dump --leave-running -D "$img2" "$PID"
 check "kill -9 of dump --leave-running after publishing (rc $RC)" test "$RC" = 137
 check "the image is published" test -f "$img2/manifest.img"
-check "the process is left suspended" test "$(phys)" = 0 -a "$(fake_state)" = 2
-run_gpusnap state "$PID"; expect "state names the killed dump" 0 "killed after it published '$img2'"
-run_gpusnap resume "$PID"; expect "resume takes the data from the published image" 0 "taken from '$img2'"
-verify_ok "the data after the killed dump --leave-running"
+check "the process runs with its memory back" test "$(phys)" = "$phys0" -a "$(fake_state)" = 0
+verify_ok "the data after the dump --leave-running killed at its end"
+run_gpusnap inspect --verify "$img2"; expect "the image verifies" 0
 
 GPUSNAP_FAULT=dump-after-criu=term run_gpusnap dump -D "$img" "$PID"
 expect "SIGTERM after CRIU: the dump is finished" 0 "dumped $PID"
