@@ -265,7 +265,7 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 	for (int i = 0; i < r->n && !rc; i++) {
 		if (!r->agents[i].present)
 			continue;
-		rc = cli_agent_dump_running(r->pids[i], &r->agents[i], r->images[i], o->timeout, false, err);
+		rc = cli_agent_dump_running(r->pids[i], &r->agents[i], r->images[i], o->timeout, o->leave_running, err);
 		if (rc) {
 			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays
 			 * suspended, its data in its image */
@@ -285,6 +285,54 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 	/* every process is off the GPU: the memory they share can go, before the driver and CRIU meet it */
 	if (!rc && r->shared)
 		rc = cli_share_release(r->pids, r->agents, r->n, err);
+	return rc;
+}
+
+/*
+ * --leave-running once CRIU has dumped the tree, as cmd_dump.c's: the tree
+ * goes on first, its agents reading their data back from the temporary image
+ * (written through the page cache), and the image is published (made
+ * durable) while it runs. A tree that did not resume keeps its data in the
+ * image, which is then published all the same (or kept).
+ */
+static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err *err)
+{
+	for (int i = 0; i < r->n; i++) {
+		snprintf(r->images[i], sizeof(r->images[i]), "%s/%s/%d", gs_image_tmp_path(r->tmp), DUMP_TREE_PROCS_DIR,
+			 (int)r->pids[i]);
+		r->image_ptrs[i] = r->agents[i].present ? r->images[i] : NULL;
+	}
+	int rc = gs_ckpt_resume(&r->s.cu, r->procs, r->n, NULL, 0, err);
+	if (!rc) {
+		r->driver_suspended = false;
+		for (int i = 0; i < r->n; i++)
+			if (r->agents[i].present && (rc = cli_agent_probe(r->pids[i], &r->agents[i], err)))
+				break;
+	}
+	if (!rc)
+		rc = cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, err);
+	/* the image holds the data of whoever did not resume: no undo from here on, whatever the publish does */
+	memset(r->dumped, 0, (size_t)r->n * sizeof(bool));
+	r->driver_suspended = false;
+	struct gs_err pe = { 0 };
+	int prc = gs_image_publish(r->tmp, &r->published, &pe);
+	if (!rc) {
+		if (prc)
+			*err = pe; /* the tree runs as before; the temporary image goes */
+		return prc;
+	}
+	if (r->published) {
+		gs_err_wrap(err, "the image at '%s' is complete, but the tree did not resume (gpusnap resume --tree %d)",
+			    o->dir, (int)r->root);
+	} else {
+		char kept[4096];
+		struct gs_err ke = { 0 };
+		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
+			fprintf(stderr, "gpusnap: %s\n", ke.msg);
+		r->tmp = NULL;
+		gs_err_wrap(err, "the tree did not resume after its dump, and the image was not published (%s); it is kept at "
+			    "'%s'", pe.msg, kept);
+	}
 	return rc;
 }
 
@@ -346,10 +394,14 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 	r->criu_s = gs_now() - t;
 	if (rc)
 		return rc; /* criu resumes the tree it could not dump: undo puts it back on the GPU */
-	if (!o->leave_running)
-		r->driver_suspended = false; /* the processes are gone: nothing to undo from here on */
+	if (o->leave_running) {
+		rc = finish_leave_running(r, o, err);
+		r->total_s = gs_now() - t0;
+		return rc;
+	}
+	r->driver_suspended = false; /* the processes are gone: nothing to undo from here on */
 	rc = gs_image_publish(r->tmp, &r->published, err);
-	if (rc && !r->published && !o->leave_running) {
+	if (rc && !r->published) {
 		char kept[4096];
 		struct gs_err ke = { 0 };
 		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
@@ -358,29 +410,6 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 		gs_err_wrap(err, "tree %d was dumped, but its image was not published; it is kept at '%s' (gpusnap restore "
 			    "-D '%s' brings the tree back)", (int)r->root, kept, kept);
 		return rc;
-	}
-	if (rc)
-		return rc;
-	if (o->leave_running) {
-		for (int i = 0; i < r->n; i++) {
-			snprintf(r->images[i], sizeof(r->images[i]), "%s/%s/%d", o->dir, DUMP_TREE_PROCS_DIR, (int)r->pids[i]);
-			r->image_ptrs[i] = r->agents[i].present ? r->images[i] : NULL;
-		}
-		rc = gs_ckpt_resume(&r->s.cu, r->procs, r->n, NULL, 0, err);
-		if (!rc) {
-			r->driver_suspended = false;
-			for (int i = 0; i < r->n; i++)
-				if (r->agents[i].present && (rc = cli_agent_probe(r->pids[i], &r->agents[i], err)))
-					break;
-		}
-		if (!rc)
-			rc = cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, err);
-		if (rc) {
-			gs_err_wrap(err, "the image at '%s' is complete, but the tree did not resume (gpusnap resume --tree %d)",
-				    o->dir, (int)r->root);
-			r->driver_suspended = false;
-		}
-		memset(r->dumped, 0, (size_t)r->n * sizeof(bool));
 	}
 	r->total_s = gs_now() - t0;
 	return rc;

@@ -1460,29 +1460,6 @@ static int write_cpu_list(struct gs_image_tmp *t, const struct gs_manifest *m, s
 	return gs_fail_errno(err, errno_code(-e), -e, "writing '%s/%s' failed", t->tmp_path, GS_FMT_CPU_LIST_NAME);
 }
 
-/*
- * fsync of the manifest's data files: a writer sealed with no_data_sync left
- * it to the publish (a dump --leave-running, whose process runs meanwhile);
- * for the others the files are clean and this costs a system call each.
- */
-static int sync_listed_data_files(struct gs_image_tmp *t, const struct gs_manifest *m, struct gs_err *err)
-{
-	for (size_t i = 0; i < m->nfiles; i++) {
-		char name[GS_FMT_DATA_NAME_MAX];
-		gs_fmt_data_file_name(m->files[i].index, name);
-		int fd = openat(t->fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		int e = fd < 0 ? errno : fsync(fd) < 0 ? errno : 0;
-		if (fd >= 0)
-			close(fd);
-		if (e == ENOSPC || e == EDQUOT)
-			return gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing '%s')",
-				       t->dir, name);
-		if (e)
-			return gs_fail_errno(err, errno_code(e), e, "syncing '%s/%s' failed", t->tmp_path, name);
-	}
-	return 0;
-}
-
 int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err)
 {
 	*published = false;
@@ -1491,24 +1468,22 @@ int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err
 	if (gs_manifest_read_at(t->fd, t->tmp_path, &m, &e))
 		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image; not publishing it (%s)", t->tmp_path, e.msg);
 	/* CRIU wrote cpu/ after the manifest was sealed: list and checksum its files for the readers */
-	int rc = sync_listed_data_files(t, &m, err);
-	if (!rc && m.info.cpu_state)
-		rc = write_cpu_list(t, &m, err);
+	int rc = m.info.cpu_state ? write_cpu_list(t, &m, err) : 0;
 	gs_manifest_free(&m);
 	if (rc)
 		return rc;
-	/* and make them durable before the image gets its name */
-	if (faccessat(t->fd, GS_FMT_CPU_DIR_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-		int e = gs_fs_fsync_tree(t->fd, GS_FMT_CPU_DIR_NAME);
-		if (e)
-			return e == -ENOSPC || e == -EDQUOT
-				       ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing "
-						 "'%s')", t->dir, GS_FMT_CPU_DIR_NAME)
-				       : gs_fail_errno(err, errno_code(-e), -e, "syncing '%s/%s' failed", t->tmp_path,
-						       GS_FMT_CPU_DIR_NAME);
-	}
-	if (fsync(t->fd) < 0)
-		return gs_fail_errno(err, errno_code(errno), errno, "syncing '%s' failed", t->tmp_path);
+	/*
+	 * and make everything durable before the image gets its name: CRIU's
+	 * files, and data that a writer sealed with no_data_sync left (dump
+	 * --leave-running, whose process runs meanwhile; a tree's images of its
+	 * processes too). Files synced already cost a call each.
+	 */
+	int synced = gs_fs_fsync_tree(t->fd, ".");
+	if (synced)
+		return synced == -ENOSPC || synced == -EDQUOT
+			       ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing the "
+					 "image)", t->dir)
+			       : gs_fail_errno(err, errno_code(-synced), -synced, "syncing '%s' failed", t->tmp_path);
 
 	bool exchanged = false;
 	int old_fd = -1;

@@ -13,6 +13,8 @@
 #    import) is seen by the other: the imports map the exporters' new memory;
 #  - a second cycle and a --keep-context cycle work the same;
 #  - suspending one rank alone is refused (exit 6, one line), nothing changes;
+#  - dump --tree --leave-running: both run on with their data (read back from
+#    the image before it is published), and the image verifies;
 #  - dump --tree of rank 0 (with CRIU): both ranks gone, one GPU image per
 #    rank, each 1 GiB buffer saved once (by its exporter); restore brings
 #    both back with their PIDs, both buffers verify from both ranks, the ring
@@ -68,8 +70,25 @@ check "the refusal is one line" [ "$(wc -l <<<"$GS_ERR")" == 1 ]
 expect_state "$p0" running "rank 0 after the refusal"
 app_verify share "both buffers after the refusal"
 
-# dump --tree, both ranks gone, restore: the shared buffers come back through their exporters
 require_criu
+# dump --tree --leave-running (a periodic checkpoint): both ranks run on with their data, read back from
+# the image before it is published, and the published image verifies
+limg=$GS_WORK/tree-leave-img
+gs_run dump --tree --leave-running --json -D "$limg" "$p0"
+if ! expect_rc 0 "dump --tree --leave-running of both ranks"; then
+  log_criu_tail
+  app_quit share 60
+  finish
+fi
+expect_state "$p0" running "rank 0 after dump --tree --leave-running"
+expect_state "$p1" running "rank 1 after dump --tree --leave-running"
+app_verify share "both buffers from both ranks after dump --tree --leave-running" || finish
+ring_ok "after dump --tree --leave-running"
+gs_run inspect --json --verify "$limg/procs/$p1"
+expect_rc 0 "that image's GPU image of rank 1 verifies"
+rm -rf "$limg"
+
+# dump --tree, both ranks gone, restore: the shared buffers come back through their exporters
 img=$GS_WORK/tree-img
 gs_run dump --tree --json -D "$img" "$p0"
 if ! expect_rc 0 "dump --tree of both ranks"; then
