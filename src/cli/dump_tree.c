@@ -288,6 +288,15 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 	return rc;
 }
 
+/* The complete temporary image, kept under a name of its own (never deleted: it may be the only copy). */
+static void keep_tmp(struct tree_run *r, char *kept, size_t n)
+{
+	struct gs_err ke = { 0 };
+	if (gs_image_tmp_keep(r->tmp, kept, n, &ke))
+		fprintf(stderr, "gpusnap: %s\n", ke.msg);
+	r->tmp = NULL; /* freed by gs_image_tmp_keep */
+}
+
 /*
  * --leave-running once CRIU has dumped the tree, as cmd_dump.c's: the tree
  * goes on first, its agents reading their data back from the temporary image
@@ -326,10 +335,7 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 			    o->dir, (int)r->root);
 	} else {
 		char kept[4096];
-		struct gs_err ke = { 0 };
-		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
-			fprintf(stderr, "gpusnap: %s\n", ke.msg);
-		r->tmp = NULL;
+		keep_tmp(r, kept, sizeof(kept));
 		gs_err_wrap(err, "the tree did not resume after its dump, and the image was not published (%s); it is kept at "
 			    "'%s'", pe.msg, kept);
 	}
@@ -403,10 +409,7 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 	rc = gs_image_publish(r->tmp, &r->published, err);
 	if (rc && !r->published) {
 		char kept[4096];
-		struct gs_err ke = { 0 };
-		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
-			fprintf(stderr, "gpusnap: %s\n", ke.msg);
-		r->tmp = NULL;
+		keep_tmp(r, kept, sizeof(kept));
 		gs_err_wrap(err, "tree %d was dumped, but its image was not published; it is kept at '%s' (gpusnap restore "
 			    "-D '%s' brings the tree back)", (int)r->root, kept, kept);
 		return rc;
