@@ -92,6 +92,16 @@ check "nothing stays pinned after --leave-running" test "$(pinned)" = 0
 kill -9 "$PID"; wait_gone "$PID"
 run_gpusnap restore -D "$img2"; expect "restore of the --leave-running image" 0
 verify_ok "the data from the --leave-running image"
+# the process goes on before the publish: a publish that fails then leaves it running with its data,
+# the image at DIR as it was, and nothing else
+s_img2=$(sums "$img2")
+GPUSNAP_FAULT=image-publish=fail:EIO run_gpusnap dump --leave-running -D "$img2" "$PID"
+expect "dump --leave-running whose publish fails after the process went on" 1 "cannot rename"
+check "... in one line" one_error
+check "the process runs on with its memory on the GPU" test "$(phys)" = "$phys0" -a "$(fake_state)" = 0
+verify_ok "its data after the failed publish"
+check "the image at DIR is as it was" test "$(sums "$img2")" = "$s_img2"
+check "no temporary directory left" test -z "$(tmp_dirs "$img2")"
 
 # ---- a corrupt chunk found by the agent itself ----
 kill -9 "$PID"; wait_gone "$PID"
