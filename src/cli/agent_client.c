@@ -236,11 +236,13 @@ int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_di
 	return rc;
 }
 
-int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, struct gs_err *err)
+int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, bool cached,
+			      struct gs_err *err)
 {
+	uint64_t flags = GS_DUMP_RUNNING | (cached && (ag->caps & GS_CAP_DUMP_CACHED) ? GS_DUMP_CACHED : 0);
 	int rc = !(ag->caps & GS_CAP_DIR_FD)
 			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
-			 : request_full(pid, ag, GS_MSG_DUMP_FD, timeout_s > 0 ? timeout_s : 0, GS_DUMP_RUNNING, NULL, dir_fd, 0,
+			 : request_full(pid, ag, GS_MSG_DUMP_FD, timeout_s > 0 ? timeout_s : 0, flags, NULL, dir_fd, 0,
 					timeout_s > 0 ? timeout_s + WORK_MARGIN_S : NO_LIMIT_S, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);

@@ -78,7 +78,8 @@ int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_di
  * GS_CAP_DIR_FD; GS_E_AGENT otherwise): for an agent in another mount
  * namespace, where the caller's path would name another directory or none.
  */
-int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, struct gs_err *err);
+int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, bool cached,
+			      struct gs_err *err);
 /*
  * RESUME from the image at image_dir (NULL: from staging memory); gated:
  * the gate stays closed until cli_agent_open (memory shared between

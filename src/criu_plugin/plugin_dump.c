@@ -381,11 +381,12 @@ static int take_off_gpu(struct gs_err *err)
 			/* the agent may see another file system (a container's): it writes through our descriptor */
 			int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 			rc = fd < 0 ? gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", tmp)
-				    : cli_agent_dump_running_fd(p->pid, &p->agent, fd, gsp.cfg.timeout_s, err);
+				    : cli_agent_dump_running_fd(p->pid, &p->agent, fd, gsp.cfg.timeout_s, gsp.leave_running,
+								err);
 			if (fd >= 0)
 				close(fd);
 		} else if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
-			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.cfg.timeout_s, false, err);
+			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.cfg.timeout_s, gsp.leave_running, err);
 		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.cfg.timeout_s, false, err))) {
 			/* older agents: suspended into staging memory, then the image written from there */
 			p->agent_staged = true;
