@@ -71,6 +71,8 @@ struct tree_run {
 	bool driver_suspended, published;
 	bool undo_failed; /* an agent could not take its data back: its image is kept */
 	double agents_s, criu_s, total_s;
+	/* --leave-running: from the agents' quiesce (or the driver's lock) to the tree's resume */
+	double stopped_at, paused_s;
 	uint64_t gpu_bytes;
 };
 
@@ -320,6 +322,8 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 	}
 	if (!rc)
 		rc = cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, err);
+	if (!rc)
+		r->paused_s = gs_now() - r->stopped_at;
 	/* the image holds the data of whoever did not resume: no undo from here on, whatever the publish does */
 	memset(r->dumped, 0, (size_t)r->n * sizeof(bool));
 	r->driver_suspended = false;
@@ -370,6 +374,7 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 	if ((rc = stop_if_signalled(r, GS_FI_COUNT_, err)))
 		return rc;
 	record_step(r, o, "agent", false);
+	r->stopped_at = gs_now();
 	if ((rc = agents_out(r, o, err)) || (rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_AGENTS, err)))
 		return rc;
 	record_step(r, o, "driver", false);
@@ -482,6 +487,8 @@ static void print_outcome(const struct tree_run *r, const struct dump_tree_opts 
 		gs_json_kv_double(&j, "total_s", r->total_s);
 		gs_json_kv_double(&j, "agents_s", r->agents_s);
 		gs_json_kv_double(&j, "criu_s", r->criu_s);
+		if (o->leave_running)
+			gs_json_kv_double(&j, "paused_s", r->paused_s);
 		gs_json_object_end(&j);
 		gs_json_object_end(&j);
 		cli_json_print(&j);
@@ -493,9 +500,10 @@ static void print_outcome(const struct tree_run *r, const struct dump_tree_opts 
 	printf("dumped tree %d (%s, %d CUDA process%s) to %s: %s of GPU data written by the agents in %.2f s, CRIU part "
 	       "%.2f s, total %.2f s\n", (int)r->root, r->comm, r->n, r->n == 1 ? "" : "es", o->dir,
 	       gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agents_s, r->criu_s, r->total_s);
-	printf(o->leave_running ? "the tree of process %d keeps running\n"
-				: "the tree of process %d is gone; gpusnap restore -D %s brings it back\n",
-	       (int)r->root, o->dir);
+	if (o->leave_running)
+		printf("the tree of process %d keeps running (it stood still for %.2f s)\n", (int)r->root, r->paused_s);
+	else
+		printf("the tree of process %d is gone; gpusnap restore -D %s brings it back\n", (int)r->root, o->dir);
 }
 
 int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)

@@ -122,6 +122,9 @@ check "both ranks still run" both_alive
 check "both ranks hold their memory again ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
 verify_ok "both buffers after dump --leave-running"
 ring_ok "the ring exchange after dump --leave-running"
+check "the tree stood still for less than the dump took (it goes on before the publish)" \
+  python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["times"]; sys.exit(not 0 < t["paused_s"] < t["total_s"])' "$OUT_TXT"
+check "the published image verifies" "$GPUSNAP_BIN" inspect --verify "$img/procs/$CHILD"
 rm -rf "$img"
 
 run_gpusnap dump --tree --json -D "$img" "$APP"; expect "dump --tree" 0
