@@ -9,6 +9,8 @@
 #    tree) are dumped as they are without a network lock; both processes gone; restore: they come
 #    back, training goes on, and the launcher still runs 15 s later (its rendezvous heartbeat goes
 #    through the restored connection; over a closed one torchrun killed its worker);
+#  - dump --tree --leave-running (a periodic checkpoint) as training goes on, then kill -9 of the job
+#    (a crash) and restore of the checkpoint: the job redoes the steps made since and equals the twin;
 #  - a process that hosts the store itself (init_process_group over tcp://, world size 1): dump and
 #    restore of that one process.
 # After every step the parameters and optimizer state (sha256) and the loss equal an uninterrupted
@@ -66,6 +68,31 @@ expect_json_process "$worker" running "the worker after resume"
 steps 5 "after suspend and resume" || finish
 
 require_criu
+# ---- a periodic checkpoint, then a crash: the job comes back from the checkpoint ----
+ckpt=$GS_WORK/job-ckpt
+GS_CMD_TIMEOUT=300 gs_run dump --tree --leave-running --json -D "$ckpt" "$launcher"
+if ! expect_rc 0 "dump --tree --leave-running of torchrun's tree (a periodic checkpoint)"; then
+  log_criu_tail
+  app_quit job 120
+  app_quit twin 120
+  finish
+fi
+log "checkpoint: the job stood still $(json_get "$GS_OUT" times.paused_s) s of a $(json_get "$GS_OUT" times.total_s) s dump"
+steps 3 "after the checkpoint (the job ran on)" || finish
+kill -9 "$worker" "$launcher" # the crash
+check "the crash took torchrun" wait_pid_gone "$launcher"
+check "... and its worker" wait_pid_gone "$worker"
+restore_job "restore of the checkpoint after the crash" "$ckpt" job twin
+check "torchrun runs again from the checkpoint" pid_alive "$launcher"
+check "... and so does the worker" pid_alive "$worker"
+# back at the checkpoint, 3 steps behind the twin: it makes them again, then both go on together
+app_cmd job "step 3" STEP 240 || { fail "the job restored from the checkpoint did not step"; finish; }
+app_cmd job digest DIGEST 120 && a=$REPLY_LINE
+app_cmd twin digest DIGEST 120
+check_eq "redoing the 3 steps after the checkpoint gives the twin's parameters and state" "${a:-none}" "$REPLY_LINE"
+steps 5 "after the restore of the checkpoint" || finish
+rm -rf "$ckpt"
+
 img=$GS_WORK/job-img
 GS_CMD_TIMEOUT=300 gs_run dump --tree --json -D "$img" "$launcher"
 if ! expect_rc 0 "dump --tree of torchrun's tree, no --tcp-* option"; then
@@ -96,8 +123,8 @@ app_quit job 120
 app_start solo 300 "$GPUSNAP" run -- python3 "$py" --port $((port + 1)) --seed 72 || finish
 solo=${APP_PID[solo]}
 app_cmd solo fds FDS 60 && check_eq "io_uring descriptors of the process hosting its store under the agent" "$(awk '{print $2}' <<<"$REPLY_LINE")" 0
-# the twin has made 21 steps (1 at start, 4 x 5): the solo process catches up, then both go on together
-app_cmd solo "step 20" STEP 600 || { fail "the solo process did not step"; finish; }
+# the twin has made 29 steps (1 at start, 3, 5 x 5): the solo process catches up, then both go on together
+app_cmd solo "step 28" STEP 600 || { fail "the solo process did not step"; finish; }
 app_cmd solo digest DIGEST 120 && a=$REPLY_LINE
 app_cmd twin digest DIGEST 120
 check_eq "the solo process caught up with the twin" "$a" "$REPLY_LINE"
