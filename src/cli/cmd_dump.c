@@ -261,7 +261,6 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 	record_step(r, o, STEP_PUBLISH);
 	if (gs_fault(GS_FI_DUMP_AFTER_CRIU))
 		return injected(r, GS_FI_DUMP_AFTER_CRIU, err); /* undo resumes it, from that image */
-	gs_image_tmp_sync_start(r->tmp); /* CRIU's files (and the GPU data, if that sync has ended) during the resume */
 	double t = gs_now();
 	int rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, err);
 	if (!rc)
@@ -334,9 +333,6 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 			return rc;
 		}
 		r->agent_suspended = r->agent_dumped = r->streamed = true;
-		/* written through the page cache (--leave-running): the disk takes it while the dump goes on */
-		if (o->leave_running)
-			gs_image_tmp_sync_start(r->tmp);
 		double total = gs_now() - t;
 		r->agent_suspend_s = cli_agent_timing(&r->agent, "quiesce") + cli_agent_timing(&r->agent, "release");
 		r->agent_write_s = total > r->agent_suspend_s ? total - r->agent_suspend_s : 0;

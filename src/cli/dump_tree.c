@@ -313,7 +313,6 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 			 (int)r->pids[i]);
 		r->image_ptrs[i] = r->agents[i].present ? r->images[i] : NULL;
 	}
-	gs_image_tmp_sync_start(r->tmp); /* CRIU's files (and the agents', if that sync has ended) during the resume */
 	int rc = gs_ckpt_resume(&r->s.cu, r->procs, r->n, NULL, 0, err);
 	if (!rc) {
 		r->driver_suspended = false;
@@ -378,8 +377,6 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 	r->stopped_at = gs_now();
 	if ((rc = agents_out(r, o, err)) || (rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_AGENTS, err)))
 		return rc;
-	if (o->leave_running)
-		gs_image_tmp_sync_start(r->tmp); /* the agents wrote through the page cache: the disk takes it meanwhile */
 	record_step(r, o, "driver", false);
 	if ((rc = gs_ckpt_suspend(&r->s.cu, r->procs, r->n, o->timeout, err)))
 		return rc;

@@ -233,13 +233,6 @@ int gs_image_tmp_cpu_fd_path(struct gs_image_tmp *t, char *path, size_t n, struc
  */
 int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err);
 /*
- * Starts syncing what t holds so far on a thread of t's (the publish joins
- * it, fails with its error, and syncs again what came after): the disk
- * works while the process is dumped and resumed, and the publish waits
- * less. Does nothing while one runs, or if no thread can be started.
- */
-void gs_image_tmp_sync_start(struct gs_image_tmp *t);
-/*
  * Gives up t's image without publishing or deleting it: renames it to
  * <DIR>.kept-<pid>-<UTC time> (pid: the process it is of), a name no dump's
  * cleanup touches, writes its path into path (n bytes) and frees t. If the

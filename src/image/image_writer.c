@@ -78,15 +78,6 @@ struct gs_image_tmp {
 	int fd;         /* holds the flock that marks the owner alive: DIR's writer lock */
 	int cpu_fd;     /* cpu/ once gs_image_tmp_cpu_dir made it, else -1 */
 	int32_t source_pid; /* the process the image is of (0: unknown), for the kept name */
-	/*
-	 * gs_image_tmp_sync_start's thread: owned by t, joined by the publish
-	 * (which fails with its error: an fsync error is reported once) or by
-	 * tmp_free. sync_rc is written by the thread, read after the join.
-	 */
-	pthread_t sync_thread;
-	bool sync_running;
-	int sync_fd;
-	int sync_rc;
 };
 
 struct gs_image_writer {
@@ -530,44 +521,8 @@ static int split_path(struct gs_image_tmp *t, const char *dir, struct gs_err *er
 	return 0;
 }
 
-static void *early_sync_main(void *arg)
-{
-	struct gs_image_tmp *t = arg;
-	t->sync_rc = gs_fs_fsync_tree(t->sync_fd, ".");
-	return NULL;
-}
-
-void gs_image_tmp_sync_start(struct gs_image_tmp *t)
-{
-	if (!t || t->sync_running)
-		return;
-	t->sync_fd = fcntl(t->fd, F_DUPFD_CLOEXEC, 0);
-	if (t->sync_fd < 0)
-		return; /* the publish syncs everything anyway */
-	t->sync_rc = 0;
-	if (pthread_create(&t->sync_thread, NULL, early_sync_main, t)) {
-		close(t->sync_fd);
-		t->sync_fd = -1;
-		return;
-	}
-	t->sync_running = true;
-}
-
-/* Joins the early sync, if one runs: its result (0, or -errno of the first fsync that failed). */
-static int early_sync_join(struct gs_image_tmp *t)
-{
-	if (!t->sync_running)
-		return 0;
-	pthread_join(t->sync_thread, NULL);
-	t->sync_running = false;
-	close(t->sync_fd);
-	t->sync_fd = -1;
-	return t->sync_rc;
-}
-
 static void tmp_free(struct gs_image_tmp *t)
 {
-	early_sync_join(t);
 	if (t->cpu_fd >= 0)
 		close(t->cpu_fd);
 	if (t->fd >= 0)
@@ -671,7 +626,7 @@ int gs_image_tmp_create(const char *dir, const struct gs_image_tmp_opts *opts, s
 	struct gs_image_tmp *t = calloc(1, sizeof(*t));
 	if (!t)
 		return oom(err, "image directory");
-	t->parent_fd = t->fd = t->cpu_fd = t->sync_fd = -1;
+	t->parent_fd = t->fd = t->cpu_fd = -1;
 	t->source_pid = opts ? opts->source_pid : 0;
 	int rc = split_path(t, dir, err);
 	if (rc || (rc = open_parent(t, err)))
@@ -760,7 +715,6 @@ void gs_image_tmp_discard(struct gs_image_tmp *t)
 {
 	if (!t)
 		return;
-	early_sync_join(t); /* not syncing what is being removed */
 	int e = remove_image_dir(t->parent_fd, t->tmp_name);
 	if (e)
 		pr_warn("cannot remove '%s': %s", t->tmp_path, strerror(-e));
@@ -1524,9 +1478,7 @@ int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err
 	 * --leave-running, whose process runs meanwhile; a tree's images of its
 	 * processes too). Files synced already cost a call each.
 	 */
-	int synced = early_sync_join(t);
-	if (!synced)
-		synced = gs_fs_fsync_tree(t->fd, ".");
+	int synced = gs_fs_fsync_tree(t->fd, ".");
 	if (synced)
 		return synced == -ENOSPC || synced == -EDQUOT
 			       ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing the "

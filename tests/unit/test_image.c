@@ -1339,50 +1339,6 @@ static void test_seal_then_publish(void)
 	CHECK_INT(gs_image_writer_open_in(loose, &agent_opts, &w, &err), GS_E_PERMISSION);
 }
 
-/*
- * dump --leave-running: the agent seals without syncing its data (through the
- * page cache), the command starts a sync on the side while CRIU and the resume
- * run, and the publish joins it and syncs what came after.
- */
-static void test_unsynced_seal_early_sync(void)
-{
-	char path[800], cpu[900], f[1000];
-	std_image("earlysync", 40, path, sizeof(path));
-	struct gs_err err = { 0 };
-	struct gs_image_writer_opts cached = agent_opts;
-	cached.no_direct_io = cached.no_data_sync = true;
-
-	struct gs_image_tmp *t;
-	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), 0);
-	CHECK_INT(gs_image_tmp_cpu_dir(t, cpu, sizeof(cpu), &err), 0);
-	struct gs_image_writer *w;
-	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &cached, &w, &err), 0);
-	CHECK_INT(std_describe(w, &err), 0);
-	CHECK_INT(std_write_chunks(w, 41, &err), 0);
-	CHECK_INT(gs_image_writer_seal(w, &err), 0);
-	gs_image_tmp_sync_start(t);
-	gs_image_tmp_sync_start(t); /* one runs already: nothing more */
-	path_join(f, sizeof(f), cpu, "inventory.img");
-	spit(f, "criu", 4);
-	gs_image_tmp_sync_start(t);
-	bool published = false;
-	CHECK_INT(gs_image_publish(t, &published, &err), 0);
-	CHECK(published);
-	gs_image_tmp_close(t);
-	CHECK_INT(check_std_image(path, 41), 0);
-
-	/* a sync still running when the image is given up: joined before the directory goes */
-	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), 0);
-	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &cached, &w, &err), 0);
-	CHECK_INT(std_describe(w, &err), 0);
-	CHECK_INT(std_write_chunks(w, 42, &err), 0);
-	CHECK_INT(gs_image_writer_seal(w, &err), 0);
-	gs_image_tmp_sync_start(t);
-	gs_image_tmp_discard(t);
-	CHECK_INT(check_std_image(path, 41), 0);
-	gs_image_tmp_sync_start(NULL);
-}
-
 int main(void)
 {
 	gs_log_init_from_env();
@@ -1397,7 +1353,6 @@ int main(void)
 	RUN(test_replace_atomically);
 	RUN(test_killed_mid_commit);
 	RUN(test_seal_then_publish);
-	RUN(test_unsynced_seal_early_sync);
 	RUN(test_abort_leaves_nothing);
 	RUN(test_disk_full_injected);
 	RUN(test_not_an_image);
