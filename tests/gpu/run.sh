@@ -16,7 +16,8 @@
 #   GPUSNAP_NO_BENCH=1    skip the benchmarks
 #   GPUSNAP_KEEP_IMAGES=1 keep the images of passed tests under the logs (by default they are removed)
 #   GPUSNAP_BENCH_DUMP_SIZES  also run bench/dump.sh (dump/restore to files) for these sizes after
-#                         bench/run.sh; GPUSNAP_BENCH_DUMP_PATHS its paths (default "agent driver")
+#                         bench/run.sh; GPUSNAP_BENCH_DUMP_PATHS its paths (default "agent driver agent-leave":
+#                         agent-leave is a periodic checkpoint, dump --leave-running, with the time it stood still)
 #   GPUSNAP_BENCH_CUDA_PLUGIN  also run bench/cuda-plugin.sh (CRIU's cuda_plugin and cuda-checkpoint by
 #                         hand vs gpusnap_criu.so) for these sizes, e.g. 8G; needs .cache/nvidia from
 #                         scripts/get-cuda-checkpoint.sh; GPUSNAP_BENCH_CUDA_PLUGIN_WAYS its ways
@@ -276,7 +277,7 @@ if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_DUMP_SIZES:-}" ]; 
     echo "== Dump/restore benchmark (bench/dump.sh)"
     t0=$SECONDS
     OUT=$OUT GPUSNAP_BUILD=$BUILD GPUSNAP_BENCH_WORK=$LOGS/bench-dump GPUSNAP_BENCH_SIZES=$GPUSNAP_BENCH_DUMP_SIZES \
-      GPUSNAP_BENCH_PATHS=${GPUSNAP_BENCH_DUMP_PATHS:-agent driver} timeout -k 15 $((left - 5)) \
+      GPUSNAP_BENCH_PATHS=${GPUSNAP_BENCH_DUMP_PATHS:-agent driver agent-leave} timeout -k 15 $((left - 5)) \
       bash "$SRC/bench/dump.sh" >"$LOGS/bench-dump.log" 2>&1
     rc=$?
     kill_leftovers "$LOGS/bench-dump/pids"
