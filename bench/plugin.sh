@@ -18,6 +18,10 @@
 #                               gives the medians of cycles 2..N: from the second cycle on both
 #                               sides work on a process CRIU restored (the first gpusnap dump
 #                               meets the fresh one, whose memory CRIU lays out differently)
+#   GPUSNAP_BENCH_LEAVE=1       periodic checkpoints instead: `gpusnap dump --leave-running` (its
+#                               paused_s) against `criu dump --leave-running` until the agent runs
+#                               again; no restores (the dump columns are the time the process stood
+#                               still)
 #   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
 set -u
 export LC_ALL=C
@@ -63,6 +67,21 @@ median() { # an even count: the mean of the middle two
     awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# One periodic checkpoint each way of the running process b (pid): gd and pd, how long it stood still.
+leave_cycle() { # CYCLE
+  gs_run dump --leave-running --json -D "$DIR/gs" "$pid"
+  [ "$GS_RC" == 0 ] && gd=$(json_get "$GS_OUT" times.paused_s) || status="gpusnap dump --leave-running exit $GS_RC"
+  [ "$status" == ok ] && { app_verify b "after gpusnap dump --leave-running ($size, $path, cycle $1)" || status="verify failed"; }
+  rm -rf "$DIR/gs"
+  if [ "$status" == ok ]; then
+    plugin_dump "$pid" "$DIR/criu" --leave-running
+    if [ "$PLUGIN_RC" == 0 ] && plugin_wait_loaded "$pid"; then pd=$PLUGIN_SECS; else status="criu dump --leave-running exit $PLUGIN_RC"; fi
+  fi
+  [ "$status" == ok ] && { app_verify b "after criu dump --leave-running ($size, $path, cycle $1)" || status="verify failed"; }
+  rm -rf "$DIR/criu" "$DIR"/criu.*
+  log "cycle $1: stood still: gpusnap $gd s, criu through the plugin $pd s"
+}
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 ROWS=()
 for size in $SIZES; do
@@ -80,6 +99,11 @@ for size in $SIZES; do
     for ((cycle = 1; cycle <= REPEAT; cycle++)); do
       [ "$status" == ok ] || break
       gd=0 gr=0 pd=0 pr=0
+      if [ "${GPUSNAP_BENCH_LEAVE:-0}" == 1 ]; then
+        leave_cycle "$cycle"
+        if [ "$REPEAT" -eq 1 ] || [ "$cycle" -gt 1 ]; then GDS+=("$gd") PDS+=("$pd"); fi
+        continue
+      fi
       gs_run dump --json -D "$DIR/gs" "$pid"
       [ "$GS_RC" == 0 ] && gd=$GS_SECS || status="gpusnap dump exit $GS_RC"
       wait "$pid" 2>/dev/null
@@ -117,6 +141,7 @@ done
 
 {
   echo "criu through gpusnap_criu.so vs gpusnap (wall seconds; images in $DIR; $REPEAT cycle(s) per path$([ "$REPEAT" -gt 1 ] && echo ", medians of cycles 2..$REPEAT"))"
+  [ "${GPUSNAP_BENCH_LEAVE:-0}" == 1 ] && echo "--leave-running: the dump columns are how long the process stood still; no restores"
   echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i 0 2>/dev/null), $(git -C "$SRC" describe --always --dirty 2>/dev/null)"
   echo
   echo "| size | path | gpusnap dump | criu dump (plugin) | ratio | gpusnap restore | criu restore (plugin) | ratio | status |"
