@@ -195,17 +195,6 @@ static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump
 			 "process back", me, pid, o->dir, tmp, tmp);
 		break;
 	case STEP_FINISH:
-		if (o->leave_running) {
-			/* the process went on before the publish (finish_leave_running) */
-			data = NULL;
-			snprintf(alive, sizeof(alive), "process %d runs on; the gpusnap dump --leave-running (pid %d) of it was "
-				 "killed while it published its image at '%s' (it is there if `gpusnap inspect --verify "
-				 "%s` passes, else not written)", pid, me, o->dir, o->dir);
-			snprintf(gone, sizeof(gone), "a gpusnap dump --leave-running (pid %d) of process %d was killed while it "
-				 "published its image at '%s' (it is there if `gpusnap inspect --verify %s` passes)", me, pid,
-				 o->dir, o->dir);
-			break;
-		}
 		data = r->data_in_tmp ? o->dir : NULL;
 		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed "
 			 "after it published '%s'; gpusnap resume %d puts it back", pid, me, o->dir, pid);
@@ -269,9 +258,17 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 	    !(rc = cli_agent_resume_from(r->pid, &r->agent, gs_image_tmp_path(r->tmp), err)))
 		r->agent_suspended = false;
 	r->resume_s = gs_now() - t;
-	if (!rc)
+	if (!rc) {
 		r->paused_s = gs_now() - r->stopped_at;
-	record_step(r, o, STEP_FINISH);
+		/*
+		 * It runs: the publish touches only the image (whose directory stays
+		 * locked by r->tmp), so the process is let go for other commands now
+		 * (a suspend to preempt it right after its checkpoint need not wait
+		 * for the fsync of many GiB).
+		 */
+		cli_op_end(r->lock, true);
+		r->lock = NULL;
+	}
 	t = gs_now();
 	struct gs_err pe = { 0 };
 	int prc = gs_image_publish(r->tmp, &r->published, &pe);

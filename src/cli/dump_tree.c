@@ -327,13 +327,15 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 	/* the image holds the data of whoever did not resume: no undo from here on, whatever the publish does */
 	memset(r->dumped, 0, (size_t)r->n * sizeof(bool));
 	r->driver_suspended = false;
-	if (!rc) {
-		char alive[GS_ERR_MSG_MAX];
-		snprintf(alive, sizeof(alive), "process tree %d runs on; the gpusnap dump --tree --leave-running (pid %d) of "
-			 "it was killed while it published its image at '%s' (it is there if `gpusnap inspect --verify %s` "
-			 "passes)", (int)r->root, (int)getpid(), o->dir, o->dir);
-		for (int i = 0; i < r->n; i++)
-			cli_op_step(r->locks[i], "publish", NULL, alive, NULL);
+	/*
+	 * The tree runs: the publish touches only the image (whose directory
+	 * stays locked by r->tmp), so the processes are let go for other
+	 * commands now (a suspend to preempt the job right after its
+	 * checkpoint need not wait for the fsync of many GiB).
+	 */
+	for (int i = 0; !rc && i < r->n; i++) {
+		cli_op_end(r->locks[i], true);
+		r->locks[i] = NULL;
 	}
 	struct gs_err pe = { 0 };
 	int prc = gs_image_publish(r->tmp, &r->published, &pe);

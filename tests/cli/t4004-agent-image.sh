@@ -102,6 +102,21 @@ check "the process runs on with its memory on the GPU" test "$(phys)" = "$phys0"
 verify_ok "its data after the failed publish"
 check "the image at DIR is as it was" test "$(sums "$img2")" = "$s_img2"
 check "no temporary directory left" test -z "$(tmp_dirs "$img2")"
+# while that publish runs, the process is free for other commands: a suspend right after a checkpoint
+# (a scheduler preempting the job) does not wait for the fsync
+GPUSNAP_FAULT=image-publish=hold:4 "$GPUSNAP_BIN" dump --leave-running -D "$img2" "$PID" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
+bg=$!
+# the process runs again and no gpusnap works on it (state names none): the dump is in its publish (held 4 s)
+runs_again() { [ -n "$(tmp_dirs "$img2")" ] && [ "$("$GPUSNAP_BIN" state "$PID" 2>&1)" = running ]; }
+for _ in $(seq 300); do runs_again && break; sleep 0.01; done
+check "the process runs again while its image is being published" runs_again
+run_gpusnap suspend "$PID"; expect "a suspend during that publish" 0
+check "... while the dump is still publishing" kill -0 "$bg"
+run_gpusnap resume "$PID"; expect "and its resume" 0
+rc=0; wait "$bg" || rc=$?
+check "the dump then completes (rc $rc)" test "$rc" = 0
+check "... and its image verifies" "$GPUSNAP_BIN" inspect --verify "$img2"
+verify_ok "the data after a suspend during the publish of a checkpoint"
 
 # ---- a corrupt chunk found by the agent itself ----
 kill -9 "$PID"; wait_gone "$PID"
