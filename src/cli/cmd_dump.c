@@ -275,8 +275,10 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 	r->publish_s = gs_now() - t;
 	gs_fault(GS_FI_DUMP_AFTER_PUBLISH); /* kill or a signal as the dump ends */
 	if (!rc) {
-		if (prc)
-			*err = pe; /* the process runs as before; the temporary image goes */
+		if (prc) { /* the temporary image goes */
+			*err = pe;
+			gs_err_wrap(err, "process %d runs on, but its image was not published at '%s'", (int)r->pid, o->dir);
+		}
 		return prc;
 	}
 	/* it did not resume: the image holds its GPU data (agent path), so it must stay, published or kept */

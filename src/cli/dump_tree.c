@@ -340,8 +340,11 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 	struct gs_err pe = { 0 };
 	int prc = gs_image_publish(r->tmp, &r->published, &pe);
 	if (!rc) {
-		if (prc)
-			*err = pe; /* the tree runs as before; the temporary image goes */
+		if (prc) { /* the temporary image goes */
+			*err = pe;
+			gs_err_wrap(err, "the tree of process %d runs on, but its image was not published at '%s'",
+				    (int)r->root, o->dir);
+		}
 		return prc;
 	}
 	if (r->published) {

@@ -96,7 +96,7 @@ verify_ok "the data from the --leave-running image"
 # the image at DIR as it was, and nothing else
 s_img2=$(sums "$img2")
 GPUSNAP_FAULT=image-publish=fail:EIO run_gpusnap dump --leave-running -D "$img2" "$PID"
-expect "dump --leave-running whose publish fails after the process went on" 1 "cannot rename"
+expect "dump --leave-running whose publish fails after the process went on" 1 "process $PID runs on, but its image was not published at '$img2': cannot rename"
 check "... in one line" one_error
 check "the process runs on with its memory on the GPU" test "$(phys)" = "$phys0" -a "$(fake_state)" = 0
 verify_ok "its data after the failed publish"
