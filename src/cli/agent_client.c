@@ -226,10 +226,16 @@ int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool 
 	return rc;
 }
 
+/* A running process's DUMP: GS_DUMP_CACHED only where asked and the agent offers it. */
+static uint64_t dump_running_flags(const struct cli_agent *ag, bool cached)
+{
+	return GS_DUMP_RUNNING | (cached && (ag->caps & GS_CAP_DUMP_CACHED) ? GS_DUMP_CACHED : 0);
+}
+
 int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s, bool cached,
 			   struct gs_err *err)
 {
-	uint64_t flags = GS_DUMP_RUNNING | (cached && (ag->caps & GS_CAP_DUMP_CACHED) ? GS_DUMP_CACHED : 0);
+	uint64_t flags = dump_running_flags(ag, cached);
 	int rc = request_bounded(pid, ag, GS_MSG_DUMP, timeout_s, flags, image_dir, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
@@ -239,7 +245,7 @@ int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_di
 int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, bool cached,
 			      struct gs_err *err)
 {
-	uint64_t flags = GS_DUMP_RUNNING | (cached && (ag->caps & GS_CAP_DUMP_CACHED) ? GS_DUMP_CACHED : 0);
+	uint64_t flags = dump_running_flags(ag, cached);
 	int rc = !(ag->caps & GS_CAP_DIR_FD)
 			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
 			 : request_full(pid, ag, GS_MSG_DUMP_FD, timeout_s > 0 ? timeout_s : 0, flags, NULL, dir_fd, 0,

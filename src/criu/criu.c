@@ -856,7 +856,6 @@ static bool pid_unused(pid_t pid)
 	return gs_proc_read_stat(pid, &st) != 0 || st.state == 'Z';
 }
 
-/* After a failed restore: the task it left at the image's PID goes too. */
 /*
  * " from 'DIR'" for messages, or "" where DIR is a descriptor's path
  * (/proc/self/fd/N, as gpusnap restore passes it): that names nothing to the
@@ -870,6 +869,7 @@ static const char *from_dir(const char *dir, char *buf, size_t n)
 	return buf;
 }
 
+/* After a failed restore: the task it left at the image's PID goes too. */
 static void restore_failed_cleanup(const struct gs_criu_restore_opts *o, unsigned long long started)
 {
 	restoring_pid = 0;
@@ -896,6 +896,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		return rc;
 	if (access(inv, R_OK) != 0)
 		return gs_fail(err, GS_E_IMAGE, "'%s' holds no CRIU images (no inventory.img)", dir);
+	const char *from = from_dir(dir, shown, sizeof(shown));
 	const char *work_dir = o->work_dir ? o->work_dir : dir;
 	if (!realpath(work_dir, work))
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot use work folder '%s'", work_dir);
@@ -947,15 +948,14 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);
 			free(res);
-			return gs_err_wrap(err, "criu restore%s", from_dir(dir, shown, sizeof(shown)));
+			return gs_err_wrap(err, "criu restore%s", from);
 		}
 		if (res->timed_out) {
 			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);
 			free(res);
 			keep_log(c, log_path, what, kept, sizeof(kept));
-			return gs_fail(err, GS_E_TIMEOUT, "criu restore%s ran past %g s (%s) and was killed%s",
-				       from_dir(dir, shown, sizeof(shown)),
+			return gs_fail(err, GS_E_TIMEOUT, "criu restore%s ran past %g s (%s) and was killed%s", from,
 				       limit, GS_CRIU_TIMEOUT_ENV, log_note(kept, note, sizeof(note)));
 		}
 		if (WIFEXITED(res->status) && WEXITSTATUS(res->status) == 0)
@@ -1005,8 +1005,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		else {
 			char cause[GS_ERR_MSG_MAX - 128];
 			failure_cause(errors, res, cause, sizeof(cause));
-			rc = gs_fail(err, GS_E_CRIU, "criu restore%s failed: %s%s%s",
-				     from_dir(dir, shown, sizeof(shown)), cause, root_hint(),
+			rc = gs_fail(err, GS_E_CRIU, "criu restore%s failed: %s%s%s", from, cause, root_hint(),
 				     kept[0] ? note : "");
 		}
 		free(errors);
@@ -1022,8 +1021,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		free(pidtext);
 		restore_failed_cleanup(o, started);
 		keep_log(c, log_path, what, kept, sizeof(kept));
-		return gs_fail(err, GS_E_CRIU, "criu restore%s reported success but wrote no pid%s",
-				       from_dir(dir, shown, sizeof(shown)),
+		return gs_fail(err, GS_E_CRIU, "criu restore%s reported success but wrote no pid%s", from,
 			       log_note(kept, note, sizeof(note)));
 	}
 	free(pidtext);

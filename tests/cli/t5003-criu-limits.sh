@@ -142,9 +142,7 @@ wait_gone "$pid"
 # ---- a file the process writes without O_APPEND grew after the dump ----
 # (a log opened with `>`: CRIU checks the size of every open file but a write-only O_APPEND one)
 tlog=$TEST_TMP/trunc.log
-NEWPID=$(CPU_COUNTER_NO_APPEND=1 "$GPUSNAP_BUILD/tests/apps/cpu_counter" --daemon "$tlog")
-echo "0 0" >"$FAKE_CUDA_DIR/$NEWPID"; pid=$NEWPID
-wait_lines "$tlog" 10
+CPU_COUNTER_NO_APPEND=1 start_counter "$tlog"; pid=$NEWPID
 timg=$TEST_TMP/timg
 run_gpusnap dump --leave-running -D "$timg" "$pid"; expect "dump --leave-running of a process writing a log opened with >" 0
 check "it writes on after the dump" grows "$tlog"
