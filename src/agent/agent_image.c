@@ -95,7 +95,8 @@ int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, cons
 					   .source_comm = comm,
 					   .how = "agent",
 					   .no_direct_io = cached,
-					   .no_data_sync = cached };
+					   .no_data_sync = cached,
+					   .parallel_data_files = gs_ring_image_threads(true) };
 	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
 	return rc ? rc : describe(a, h, *w, err);
 }

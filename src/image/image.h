@@ -102,6 +102,14 @@ struct gs_image_writer_opts {
 	bool no_data_sync;           /* seal leaves the data files unsynced: gs_image_publish syncs them */
 	bool store_zero_chunks;      /* store all-zero chunks as data instead of flagging them ZERO */
 	bool replace;                /* gs_image_writer_open: replace an image of another process at DIR */
+	/*
+	 * Where payloads go through memory (no_direct_io, O_DIRECT refused, or a
+	 * memory file system), spread them over up to this many data files written
+	 * at once: a file takes one buffered write at a time (its inode lock), so
+	 * several writer threads into one file copy one after another. Give the
+	 * number of threads that write chunks; 0 or 1: one file at a time.
+	 */
+	unsigned parallel_data_files;
 };
 
 /*

@@ -35,8 +35,11 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 #include "common/fault.h"
 #include "common/log.h"
@@ -90,9 +93,13 @@ struct gs_image_writer {
 	struct gs_image_info info; /* strings owned */
 	uint64_t max_file_size;
 	bool no_direct_io, no_data_sync, store_zero_chunks;
+	bool memory_fs; /* the image's file system keeps files in memory (tmpfs): O_DIRECT, if taken, is buffered there */
 
 	struct data_file **files;
 	size_t nfiles, cap_files;
+	/* The files taking payloads now (indices into files): several where writes are buffered (parallel_data_files). */
+	size_t *open_files;
+	unsigned nopen, max_open, next_open;
 	struct gs_image_gpu *gpus; /* names owned */
 	size_t ngpus, cap_gpus;
 	struct gs_image_allocation *allocs; /* blobs owned */
@@ -733,6 +740,7 @@ static void writer_free(struct gs_image_writer *w)
 		free(w->files[i]);
 	}
 	free(w->files);
+	free(w->open_files);
 	for (size_t i = 0; i < w->ngpus; i++)
 		free((char *)w->gpus[i].name);
 	free(w->gpus);
@@ -811,6 +819,16 @@ static int writer_new(const char *tmp_path, const char *dir, const struct gs_ima
 	w->no_direct_io = opts->no_direct_io;
 	w->no_data_sync = opts->no_data_sync;
 	w->store_zero_chunks = opts->store_zero_chunks;
+	w->max_open = opts->parallel_data_files > 1 ? opts->parallel_data_files : 1;
+	if (w->max_open > GS_FMT_DATA_FILES_MAX / 4)
+		w->max_open = GS_FMT_DATA_FILES_MAX / 4; /* leaves room for rotation by max_data_file_size */
+	w->open_files = calloc(w->max_open, sizeof(*w->open_files));
+	if (!w->open_files) {
+		rc = oom(err, "data files");
+		goto fail;
+	}
+	struct statfs sfs;
+	w->memory_fs = fstatfs(w->tmp_fd, &sfs) == 0 && (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC);
 	*wp = w;
 	return 0;
 fail:
@@ -1067,6 +1085,40 @@ fail:
 	return rc;
 }
 
+/* Whether payloads go through memory: then one file serializes its writers (see parallel_data_files). */
+static bool buffered_locked(const struct gs_image_writer *w)
+{
+	return w->no_direct_io || w->memory_fs || (w->nfiles && w->files[0]->direct_fd < 0);
+}
+
+/*
+ * The data file the next payload of len bytes goes to, by index: the open
+ * files take payloads in turn, a new one is opened while there are fewer than
+ * the writer may use, and a full one (max_data_file_size) is replaced.
+ */
+static int pick_data_file_locked(struct gs_image_writer *w, uint64_t len, size_t *index, struct gs_err *err)
+{
+	struct data_file *f;
+	unsigned want = buffered_locked(w) ? w->max_open : 1;
+	if (w->nopen < want) {
+		int rc = create_data_file_locked(w, &f, err);
+		if (rc)
+			return rc;
+		w->open_files[w->nopen++] = *index = w->nfiles - 1;
+		return 0;
+	}
+	unsigned k = w->next_open++ % w->nopen;
+	f = w->files[w->open_files[k]];
+	if (w->max_file_size && f->next > GS_FMT_ALIGN && f->next + len > w->max_file_size) {
+		int rc = create_data_file_locked(w, &f, err);
+		if (rc)
+			return rc;
+		w->open_files[k] = w->nfiles - 1;
+	}
+	*index = w->open_files[k];
+	return 0;
+}
+
 /* Writes a payload at its reserved offset: O_DIRECT for the aligned part where possible, buffered for the rest. */
 static int write_payload(struct gs_image_writer *w, struct data_file *f, const void *data, size_t len, uint64_t off,
 			 struct gs_err *err)
@@ -1157,17 +1209,15 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 		w->zero_bytes += len;
 		goto out;
 	}
-	f = w->nfiles ? w->files[w->nfiles - 1] : NULL;
-	if (!f || (w->max_file_size && f->next > GS_FMT_ALIGN && f->next + len > w->max_file_size)) {
-		if ((rc = create_data_file_locked(w, &f, err))) {
-			f = NULL;
-			pthread_mutex_unlock(&w->lock);
-			return set_failed(w, err, rc);
-		}
+	size_t file_index;
+	if ((rc = pick_data_file_locked(w, len, &file_index, err))) {
+		pthread_mutex_unlock(&w->lock);
+		return set_failed(w, err, rc);
 	}
+	f = w->files[file_index];
 	file_offset = f->next;
 	f->next = gs_round_up(file_offset + len, GS_FMT_ALIGN);
-	c->file_index = (uint32_t)(w->nfiles - 1);
+	c->file_index = (uint32_t)file_index;
 	c->file_offset = file_offset;
 	c->crc32c = crc;
 	w->nchunks++;

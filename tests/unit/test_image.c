@@ -200,16 +200,19 @@ static void *cw_thread(void *p)
 	return NULL;
 }
 
-static void test_concurrent_writes(void)
+/*
+ * CW_THREADS threads write all chunks of CW_ALLOCS allocations into an image at
+ * <scratch>/name/img with opts o, every one read back and verified; returns
+ * the image's number of data files (-1 if it could not be opened).
+ */
+static int concurrent_image(const char *name, const struct gs_image_writer_opts *o)
 {
-	const char *dir = scratch_dir("concurrent");
+	const char *dir = scratch_dir(name);
 	char path[800];
 	path_join(path, sizeof(path), dir, "img");
 	struct gs_err err = { 0 };
 	struct gs_image_writer *w;
-	struct gs_image_writer_opts o = agent_opts;
-	o.max_data_file_size = 1 << 20; /* rotation under contention too */
-	CHECK_INT(gs_image_writer_open(path, &o, &w, &err), 0);
+	CHECK_INT(gs_image_writer_open(path, o, &w, &err), 0);
 	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
 	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
 	for (int a = 0; a < CW_ALLOCS; a++) {
@@ -230,9 +233,11 @@ static void test_concurrent_writes(void)
 	CHECK_INT(gs_image_writer_commit(w, &err), 0);
 
 	struct gs_image *img;
-	CHECK_INT(gs_image_open(path, &img, &err), 0);
+	int rc = gs_image_open(path, &img, &err);
+	CHECK_INT(rc, 0);
+	if (rc)
+		return -1;
 	CHECK_INT(gs_image_chunk_count(img), CW_ALLOCS * CW_CHUNKS);
-	CHECK(gs_image_data_file_count(img) >= 8);
 	uint8_t *buf = malloc(CW_CHUNK), *expect = malloc(CW_CHUNK);
 	int bad = 0;
 	for (size_t i = 0; i < gs_image_chunk_count(img); i++) {
@@ -243,9 +248,38 @@ static void test_concurrent_writes(void)
 	}
 	CHECK_INT(bad, 0);
 	CHECK_INT(gs_image_verify(img, 4, &err), 0);
+	int files = (int)gs_image_data_file_count(img);
 	gs_image_close(img);
 	free(buf);
 	free(expect);
+	return files;
+}
+
+static void test_concurrent_writes(void)
+{
+	struct gs_image_writer_opts o = agent_opts;
+	o.max_data_file_size = 1 << 20; /* rotation under contention too */
+	CHECK(concurrent_image("concurrent", &o) >= 8);
+}
+
+/* Buffered writes spread over parallel_data_files files (one inode lock each); O_DIRECT ones keep to one. */
+static void test_concurrent_writes_spread(void)
+{
+	struct gs_image_writer_opts o = agent_opts;
+	o.max_data_file_size = 0;
+	o.no_direct_io = true;
+	o.parallel_data_files = CW_THREADS;
+	CHECK_INT(concurrent_image("spread", &o), CW_THREADS);
+	o.parallel_data_files = 1; /* as before: one file at a time */
+	CHECK_INT(concurrent_image("spread-one", &o), 1);
+	/* Rotation of a full file while the others take payloads: 8 MiB of payloads in files of at most 1 MiB. */
+	o.parallel_data_files = CW_THREADS;
+	o.max_data_file_size = 1 << 20;
+	CHECK(concurrent_image("spread-rotate", &o) >= 8);
+	/* More files allowed than payloads written: one per payload, none empty. */
+	o.max_data_file_size = 0;
+	o.parallel_data_files = CW_ALLOCS * CW_CHUNKS * 2;
+	CHECK_INT(concurrent_image("spread-many", &o), CW_ALLOCS * CW_CHUNKS);
 }
 
 /* -------------------------------------------------------------- writer use */
@@ -1347,6 +1381,7 @@ int main(void)
 	RUN(test_roundtrip_buffered_and_tmpfs);
 	RUN(test_unaligned_buffers);
 	RUN(test_concurrent_writes);
+	RUN(test_concurrent_writes_spread);
 	RUN(test_writer_refuses_misuse);
 	RUN(test_incomplete_image_not_committed);
 	RUN(test_cpu_dir);
