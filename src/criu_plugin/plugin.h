@@ -35,6 +35,7 @@ struct gsp_proc {
 	bool agent_dumped;        /* the agent streamed its data into tmp and holds it released */
 	bool agent_staged;        /* an older agent: suspended into staging memory, the image not written */
 	bool published;
+	bool sync_later;          /* published unsynced (--leave-running): the resume helper syncs it after the resume */
 };
 
 /* One image being restored. */

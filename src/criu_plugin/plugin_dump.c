@@ -21,7 +21,9 @@
  * are back). Later calls and CHECKPOINT_DEVICES only check that no CUDA
  * process was missed. The images are published when CRIU's dump succeeded;
  * a failed dump and --leave-running put every process back on the GPU (exit
- * hook). Every driver call goes through the driver helper (plugin_driver.c),
+ * hook). With --leave-running an agent's image is published unsynced, so that
+ * it is whole when CRIU returns but the disk's fsync is not in the pause: the
+ * helper that resumes the agent syncs it once the process runs again. Every driver call goes through the driver helper (plugin_driver.c),
  * forked at init: criu itself must stay single-threaded.
  */
 #include <errno.h>
@@ -531,6 +533,20 @@ static bool wait_untraced(pid_t pid)
 	return true;
 }
 
+/* The image of p at dir, published unsynced, made durable (once its process runs again, or will not). */
+static void sync_published(const struct gsp_proc *p, const char *dir)
+{
+	if (!p->sync_later)
+		return;
+	struct gs_err e = { 0 };
+	double t0 = gs_now();
+	if (gs_image_sync(dir, &e))
+		gsp_err("the GPU image of process %d at '%s' may not be on the disk: %s", (int)p->pid, dir, e.msg);
+	else
+		gsp_info("the GPU image of process %d is on the disk (synced in %.2f s after the dump)", (int)p->pid,
+			 gs_now() - t0);
+}
+
 /*
  * The agent answers only once CRIU lets the process go: a child of the
  * plugin's waits for that, then has the agent load its data back from the
@@ -539,9 +555,11 @@ static bool wait_untraced(pid_t pid)
 static void agent_resume_later(struct gsp_proc *p, const char *from)
 {
 	int forked = gsp_fork_detached();
-	if (forked < 0)
+	if (forked < 0) {
 		gsp_err("cannot start the helper that resumes process %d: %s (gpusnap resume --image '%s' %d)", (int)p->pid,
 			strerror(errno), from, (int)p->pid);
+		sync_published(p, from);
+	}
 	if (forked)
 		return;
 	if (!wait_untraced(p->pid))
@@ -550,6 +568,7 @@ static void agent_resume_later(struct gsp_proc *p, const char *from)
 	if (gsp_agent_resume(p->pid, &p->agent, from, &e))
 		gsp_err("process %d did not resume after the dump: %s (gpusnap resume --image '%s' %d)", (int)p->pid, e.msg,
 			from, (int)p->pid);
+	sync_published(p, from);
 	_exit(0);
 }
 
@@ -564,15 +583,20 @@ static void shared_resume_later(const char *const *images)
 	if (forked < 0)
 		gsp_err("cannot start the helper that resumes the processes that share GPU memory: %s (gpusnap resume "
 			"--tree %d)", strerror(errno), gsp.nprocs ? (int)gsp.procs[0].pid : 0);
-	if (forked)
+	if (forked > 0)
 		return;
-	for (int i = 0; i < gsp.nprocs; i++)
+	for (int i = 0; !forked && i < gsp.nprocs; i++)
 		if (images[i] && !wait_untraced(gsp.procs[i].pid))
 			gsp_err("process %d ended before it resumed (it shared GPU memory with the others)",
 				(int)gsp.procs[i].pid);
 	struct gs_err e = { 0 };
-	if (share_resume(images, &e))
+	if (!forked && share_resume(images, &e))
 		gsp_err("the processes that share GPU memory did not resume after the dump: %s", e.msg);
+	for (int i = 0; i < gsp.nprocs; i++)
+		if (images[i])
+			sync_published(&gsp.procs[i], images[i]);
+	if (forked < 0)
+		return;
 	_exit(0);
 }
 
@@ -583,8 +607,11 @@ void gsp_dump_fini(int ret)
 	for (int i = 0; i < gsp.nprocs; i++) {
 		struct gsp_proc *p = &gsp.procs[i];
 		if (ret == 0 && p->tmp) {
-			if (gs_image_publish(p->tmp, &p->published, &e))
+			/* an agent's data comes back from the page cache: the disk's fsync can wait until it runs */
+			p->sync_later = gsp.leave_running && p->agent_dumped;
+			if ((p->sync_later ? gs_image_publish_unsynced : gs_image_publish)(p->tmp, &p->published, &e))
 				gsp_err("the GPU image of process %d was not published: %s", (int)p->pid, e.msg);
+			p->sync_later = p->sync_later && p->published;
 		}
 	}
 	/* the driver part: CRIU still holds every task stopped; each restore thread runs alone for it */

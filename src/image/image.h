@@ -241,6 +241,18 @@ int gs_image_tmp_cpu_fd_path(struct gs_image_tmp *t, char *path, size_t n, struc
  */
 int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err);
 /*
+ * gs_image_publish without the fsync of the image's files before the rename:
+ * the image is complete at DIR for every reader at once, but on the disk only
+ * once gs_image_sync(DIR) returned; a crash before that may leave it torn
+ * (its checksums name what is), and the old image at DIR is gone. For an
+ * image whose publish must not wait for the disk while a process stands
+ * still (the CRIU plugin's --leave-running, whose tools read the image as
+ * soon as CRIU returns); the rename and the parent's fsync are as above.
+ */
+int gs_image_publish_unsynced(struct gs_image_tmp *t, bool *published, struct gs_err *err);
+/* Makes the image at dir durable: fsync of every file and directory in it (after gs_image_publish_unsynced). */
+int gs_image_sync(const char *dir, struct gs_err *err);
+/*
  * Gives up t's image without publishing or deleting it: renames it to
  * <DIR>.kept-<pid>-<UTC time> (pid: the process it is of), a name no dump's
  * cleanup touches, writes its path into path (n bytes) and frees t. If the

@@ -1510,7 +1510,16 @@ static int write_cpu_list(struct gs_image_tmp *t, const struct gs_manifest *m, s
 	return gs_fail_errno(err, errno_code(-e), -e, "writing '%s/%s' failed", t->tmp_path, GS_FMT_CPU_LIST_NAME);
 }
 
-int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err)
+/* A failed fsync of the image's files, by its cause. */
+static int sync_failed(int synced, const char *dir, const char *path, struct gs_err *err)
+{
+	return synced == -ENOSPC || synced == -EDQUOT
+		       ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing the image)",
+				 dir)
+		       : gs_fail_errno(err, errno_code(-synced), -synced, "syncing '%s' failed", path);
+}
+
+static int publish(struct gs_image_tmp *t, bool sync_first, bool *published, struct gs_err *err)
 {
 	*published = false;
 	struct gs_manifest m;
@@ -1528,12 +1537,9 @@ int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err
 	 * --leave-running, whose process runs meanwhile; a tree's images of its
 	 * processes too). Files synced already cost a call each.
 	 */
-	int synced = gs_fs_fsync_tree(t->fd, ".");
+	int synced = sync_first ? gs_fs_fsync_tree(t->fd, ".") : 0;
 	if (synced)
-		return synced == -ENOSPC || synced == -EDQUOT
-			       ? gs_fail(err, GS_E_NO_SPACE, "no space left on the file system holding '%s' (syncing the "
-					 "image)", t->dir)
-			       : gs_fail_errno(err, errno_code(-synced), -synced, "syncing '%s' failed", t->tmp_path);
+		return sync_failed(synced, t->dir, t->tmp_path, err);
 
 	bool exchanged = false;
 	int old_fd = -1;
@@ -1559,6 +1565,26 @@ int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err
 		close(old_fd);
 	pr_debug("published image '%s'", t->dir);
 	return rc;
+}
+
+int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err)
+{
+	return publish(t, true, published, err);
+}
+
+int gs_image_publish_unsynced(struct gs_image_tmp *t, bool *published, struct gs_err *err)
+{
+	return publish(t, false, published, err);
+}
+
+int gs_image_sync(const char *dir, struct gs_err *err)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return gs_fail_errno(err, errno == ENOENT ? GS_E_USAGE : errno_code(errno), errno, "cannot open '%s'", dir);
+	int synced = gs_fs_fsync_tree(fd, ".");
+	close(fd);
+	return synced ? sync_failed(synced, dir, dir, err) : 0;
 }
 
 void gs_image_tmp_close(struct gs_image_tmp *t)

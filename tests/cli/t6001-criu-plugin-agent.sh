@@ -17,7 +17,8 @@
 #    plugin's configuration file) the agent finds it while loading and the
 #    process is killed; GPUSNAP_PLUGIN_NO_VERIFY=0 wins over the file;
 #  - a tree of two agent processes: every gate closed before either dumps;
-#  - --leave-running: the app runs on with its data back on the GPU;
+#  - --leave-running: the app runs on with its data back on the GPU; its image is whole when criu
+#    returns, and the resume helper syncs it afterwards;
 #  - a dump that fails after CRIU froze the tree: the app runs on with its data;
 #  - a tree holding an io_uring (GPUSNAP_ALLOW_IO_URING=1): refused before
 #    the GPU part, naming the process; the app runs on with its data.
@@ -85,8 +86,21 @@ check "the images are unchanged" test "$(sums "$img/gpusnap")" = "$good"
 # ---- --leave-running ----
 criu_dump "$TEST_TMP/lr" "$PID" --leave-running
 check "criu dump --leave-running succeeds" rc_ok
+check "its GPU image is published when criu returns" test -f "$TEST_TMP/lr/gpusnap/$PID/manifest.img"
 check "the process runs on" alive "$PID"
 check "its agent took its data back" loaded
+# the image's fsync runs in the helper once the process runs again, not in the pause
+synced() { # the helper's line within 10 s
+  local i
+  for ((i = 0; i < 1000; i++)); do
+    grep -q "GPU image of process $PID is on the disk (synced in" "$TEST_TMP/lr/dump.log" && return 0
+    sleep 0.01
+  done
+  grep -i gpusnap "$TEST_TMP/lr/dump.log" | tail -n 5 | sed 's/^/    /'
+  return 1
+}
+check "... and then the helper synced its image" synced
+run_gpusnap inspect --json --verify "$TEST_TMP/lr/gpusnap/$PID"; expect "inspect --verify of the --leave-running image" 0
 verify_ok "its data after criu dump --leave-running"
 check "its memory is on the GPU again" test "$(phys)" = "$phys0"
 

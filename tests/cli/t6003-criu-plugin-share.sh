@@ -10,7 +10,7 @@
 #    back: both run on with their data, the ring exchange goes on;
 #  - criu dump of the child alone (it imports memory exported outside its
 #    tree) is refused before anything changes;
-#  - criu dump --leave-running: both run on with their data;
+#  - criu dump --leave-running: both run on with their data, and both images are synced after;
 #  - criu dump: the memory is linked and let go before the driver and CRIU
 #    meet it (each exported buffer saved once, by its exporter; the
 #    importer's image records the export), both processes are gone;
@@ -100,6 +100,19 @@ check "both agents took their data back" both_loaded
 check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
 verify_ok "both buffers after criu dump --leave-running"
 ring_ok "the ring exchange after criu dump --leave-running"
+both_synced() { # the resume helper syncs both images once the job runs again (within 10 s)
+  local i
+  for ((i = 0; i < 1000; i++)); do
+    [ "$(grep -c "is on the disk (synced in" "$TEST_TMP/lr/dump.log")" -ge 2 ] && return 0
+    sleep 0.01
+  done
+  grep -i gpusnap "$TEST_TMP/lr/dump.log" | tail -n 5 | sed 's/^/    /'
+  return 1
+}
+check "... then the helper synced both images" both_synced
+for p in "$APP" "$CHILD"; do
+  run_gpusnap inspect --verify "$TEST_TMP/lr/gpusnap/$p"; expect "inspect --verify of process $p's --leave-running image" 0
+done
 
 # ---- dump, gone ----
 img=$TEST_TMP/img

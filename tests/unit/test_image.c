@@ -1283,6 +1283,45 @@ static void test_describe(void)
 /* ------------------------------------------- seal in one place, publish in another */
 
 /* The agent path: the CLI creates and locks the temporary directory, the agent writes and seals, CRIU fills cpu/, the CLI publishes. */
+/* Published unsynced (the plugin's --leave-running): whole at DIR at once, replacing the old; synced later. */
+static void test_publish_unsynced_then_sync(void)
+{
+	char path[800], cpu[900], f[1000];
+	std_image("unsynced", 40, path, sizeof(path));
+	struct gs_err err = { 0 };
+	struct gs_image_tmp *t;
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), 0);
+	CHECK_INT(gs_image_tmp_cpu_dir(t, cpu, sizeof(cpu), &err), 0);
+	struct gs_image_writer_opts o = agent_opts;
+	o.no_direct_io = o.no_data_sync = true;
+	o.parallel_data_files = 4;
+	struct gs_image_writer *w;
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &o, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 41, &err), 0);
+	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	path_join(f, sizeof(f), cpu, "pages-1.img");
+	spit(f, "criu pages", 10);
+	CHECK_INT(check_std_image(path, 40), 0); /* the old image until the publish */
+	bool published = false;
+	CHECK_INT(gs_image_publish_unsynced(t, &published, &err), 0);
+	CHECK(published);
+	gs_image_tmp_close(t);
+	CHECK_INT(check_std_image(path, 41), 0);
+	struct gs_image *img;
+	CHECK_INT(gs_image_open(path, &img, &err), 0);
+	CHECK_INT(gs_image_verify(img, 2, &err), 0);
+	gs_image_close(img);
+	path_join(f, sizeof(f), path, "cpu-files.img"); /* CRIU's files were listed and checksummed as by a synced publish */
+	CHECK(access(f, R_OK) == 0);
+	CHECK_INT(gs_image_sync(path, &err), 0);
+	CHECK_INT(check_std_image(path, 41), 0);
+	char missing[900];
+	path_join(missing, sizeof(missing), path, "no-such-dir");
+	CHECK_INT(gs_image_sync(missing, &err), GS_E_USAGE);
+	CHECK_CONTAINS(err.msg, "no-such-dir");
+}
+
 static void test_seal_then_publish(void)
 {
 	char path[800], parent[800], cpu[900], f[1000];
@@ -1388,6 +1427,7 @@ int main(void)
 	RUN(test_replace_atomically);
 	RUN(test_killed_mid_commit);
 	RUN(test_seal_then_publish);
+	RUN(test_publish_unsynced_then_sync);
 	RUN(test_abort_leaves_nothing);
 	RUN(test_disk_full_injected);
 	RUN(test_not_an_image);
