@@ -21,6 +21,8 @@
 #   GPUSNAP_BENCH_CUDA_PLUGIN  also run bench/cuda-plugin.sh (CRIU's cuda_plugin and cuda-checkpoint by
 #                         hand vs gpusnap_criu.so) for these sizes, e.g. 8G; needs .cache/nvidia from
 #                         scripts/get-cuda-checkpoint.sh; GPUSNAP_BENCH_CUDA_PLUGIN_WAYS its ways
+#   GPUSNAP_BENCH_WARM_START  also run bench/warm_start.sh (a Hugging Face model's server: a fresh start
+#                         against gpusnap restore, agent and driver path) with this Llama shape: 1b, 3b or 8b
 #   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240; a test's "# gpu-test-limit: N" line raises it)
 #   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
 #                         10-minute device call still ends with a summary; tests not run are SKIP rows
@@ -269,47 +271,46 @@ if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ]; then
     esac
   fi
 fi
-if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_DUMP_SIZES:-}" ]; then
+# An optional benchmark after bench/run.sh: row NAME, bench SCRIPT run with ENV (NAME=VALUE words) if at least
+# MIN_LEFT seconds remain before the deadline; PASS_TEXT says what its exit 0 means. Its logs: logs/NAME*.
+optional_bench() { # NAME SCRIPT MIN_LEFT PASS_TEXT ENV...
+  local name=$1 script=$2 min=$3 pass_text=$4 left rc t0
+  shift 4
   left=$(remaining)
-  if [ "$left" -lt 60 ]; then
-    add_row bench-dump SKIP "not run: ${left}s left before the suite deadline (GPUSNAP_DEADLINE_S=$DEADLINE)"
-  else
-    echo "== Dump/restore benchmark (bench/dump.sh)"
-    t0=$SECONDS
-    OUT=$OUT GPUSNAP_BUILD=$BUILD GPUSNAP_BENCH_WORK=$LOGS/bench-dump GPUSNAP_BENCH_SIZES=$GPUSNAP_BENCH_DUMP_SIZES \
-      GPUSNAP_BENCH_PATHS=${GPUSNAP_BENCH_DUMP_PATHS:-agent driver agent-leave} timeout -k 15 $((left - 5)) \
-      bash "$SRC/bench/dump.sh" >"$LOGS/bench-dump.log" 2>&1
-    rc=$?
-    kill_leftovers "$LOGS/bench-dump/pids"
-    case $rc in
-      0) add_row bench-dump PASS "data verified after every restore, $((SECONDS - t0))s" ;;
-      77) add_row bench-dump SKIP "$(grep -m 1 '^SKIP: ' "$LOGS/bench-dump.log" | cut -c 7-100)" ;;
-      124 | 137) add_row bench-dump FAIL "timed out after $((SECONDS - t0))s, see logs/bench-dump.log" ;;
-      *)
-        grep -E '^(FAIL|ERROR)' "$LOGS/bench-dump.log" | head -n 8 | sed 's/^/  /'
-        add_row bench-dump FAIL "exit $rc, see logs/bench-dump.log" ;;
-    esac
+  if [ "$left" -lt "$min" ]; then
+    add_row "$name" SKIP "not run: ${left}s left before the suite deadline (GPUSNAP_DEADLINE_S=$DEADLINE)"
+    return
   fi
+  echo "== $name ($script)"
+  t0=$SECONDS
+  env OUT="$OUT" GPUSNAP_BUILD="$BUILD" GPUSNAP_BENCH_WORK="$LOGS/$name" "$@" timeout -k 15 $((left - 5)) \
+    bash "$SRC/$script" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  kill_leftovers "$LOGS/$name/pids"
+  # a bench that cannot run here says SKIP on its first line and exits 0, or exits 77 after a SKIP line
+  if [ $rc = 77 ] || { [ $rc = 0 ] && head -n 1 "$LOGS/$name.log" | grep -q '^SKIP: '; }; then
+    add_row "$name" SKIP "$(grep -m 1 '^SKIP: ' "$LOGS/$name.log" | cut -c 7-100)"
+    return
+  fi
+  case $rc in
+    0) add_row "$name" PASS "$pass_text, $((SECONDS - t0))s" ;;
+    124 | 137) add_row "$name" FAIL "timed out after $((SECONDS - t0))s, see logs/$name.log" ;;
+    *)
+      grep -E '^(FAIL|ERROR)' "$LOGS/$name.log" | head -n 8 | sed 's/^/  /'
+      add_row "$name" FAIL "exit $rc (the log's FAIL lines say what), see logs/$name.log" ;;
+  esac
+}
+if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_DUMP_SIZES:-}" ]; then
+  optional_bench bench-dump bench/dump.sh 60 "data verified after every restore" \
+    GPUSNAP_BENCH_SIZES="$GPUSNAP_BENCH_DUMP_SIZES" GPUSNAP_BENCH_PATHS="${GPUSNAP_BENCH_DUMP_PATHS:-agent driver agent-leave}"
 fi
 if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_CUDA_PLUGIN:-}" ]; then
-  left=$(remaining)
-  if [ "$left" -lt 120 ]; then
-    add_row bench-cuda-plugin SKIP "not run: ${left}s left before the suite deadline (GPUSNAP_DEADLINE_S=$DEADLINE)"
-  else
-    echo "== CRIU's cuda_plugin vs gpusnap_criu.so (bench/cuda-plugin.sh)"
-    t0=$SECONDS
-    OUT=$OUT GPUSNAP_BUILD=$BUILD GPUSNAP_BENCH_WORK=$LOGS/bench-cuda-plugin GPUSNAP_BENCH_SIZES=$GPUSNAP_BENCH_CUDA_PLUGIN \
-      GPUSNAP_BENCH_WAYS=${GPUSNAP_BENCH_CUDA_PLUGIN_WAYS:-cuda_plugin cuda-checkpoint driver agent} \
-      timeout -k 15 $((left - 5)) bash "$SRC/bench/cuda-plugin.sh" >"$LOGS/bench-cuda-plugin.log" 2>&1
-    rc=$?
-    kill_leftovers "$LOGS/bench-cuda-plugin/pids"
-    case $rc in
-      0) add_row bench-cuda-plugin PASS "every way verified after restore, $((SECONDS - t0))s" ;;
-      124 | 137) add_row bench-cuda-plugin FAIL "timed out after $((SECONDS - t0))s, see logs/bench-cuda-plugin.log" ;;
-      *)
-        grep -E '^(FAIL|ERROR)' "$LOGS/bench-cuda-plugin.log" | head -n 8 | sed 's/^/  /'
-        add_row bench-cuda-plugin FAIL "exit $rc (the table's failures say which way), see logs/bench-cuda-plugin.log" ;;
-    esac
-  fi
+  optional_bench bench-cuda-plugin bench/cuda-plugin.sh 120 "every way verified after restore" \
+    GPUSNAP_BENCH_SIZES="$GPUSNAP_BENCH_CUDA_PLUGIN" \
+    GPUSNAP_BENCH_WAYS="${GPUSNAP_BENCH_CUDA_PLUGIN_WAYS:-cuda_plugin cuda-checkpoint driver agent}"
+fi
+if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_WARM_START:-}" ]; then
+  optional_bench bench-warm-start bench/warm_start.sh 300 "every answer the first start's" \
+    GPUSNAP_BENCH_HF_SIZE="$GPUSNAP_BENCH_WARM_START"
 fi
 final

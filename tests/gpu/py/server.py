@@ -6,7 +6,12 @@ generate requests with greedy decoding, so the same prompt always gives the
 same tokens (in this process, after a restore of it, and in a twin started the
 same way: the tests compare the two).
 
-Model (--model torch, the default): a small decoder-only transformer with
+Models: --model hf serves a Hugging Face transformers LlamaForCausalLM loaded
+from --hf-dir with from_pretrained (bf16, straight onto the GPU), as real
+servers load one; --make-hf-model DIR --hf-size 1b|3b|8b writes such a model
+(seeded random weights in the shape of Llama 3.2 1B/3B or 3.1 8B, nothing is
+downloaded) and exits. Prompts are byte-level token ids for it too.
+--model torch (the default): a small decoder-only transformer with
 random weights from --seed (nothing is downloaded): byte-level tokens, learned
 positions, --layers blocks of causal self-attention and an MLP, fp32 without
 TF32 and with PyTorch's deterministic algorithms. It also keeps a "KV cache"
@@ -76,14 +81,8 @@ class TorchModel:
     """The small transformer on the GPU (see the module docstring)."""
 
     def __init__(self, seed, cache_mib, dim, layers, heads):
-        # Set before CUDA starts: cuBLAS needs it for deterministic algorithms.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        import torch
-
+        torch = deterministic_torch()
         self.torch = torch
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.use_deterministic_algorithms(True)
         self.dev = torch.device("cuda")
         self.dim, self.heads = dim, heads
         g = torch.Generator().manual_seed(seed)  # on the CPU: the same weights on any GPU
@@ -137,6 +136,72 @@ class TorchModel:
                 ctx.append(nxt)
                 out.append(nxt)
         return out
+
+    @property
+    def cache_sum(self):
+        return int(self.cache.sum(dtype=self.torch.int64).item())
+
+    def memory(self):
+        return self.torch.cuda.memory_allocated(), self.torch.cuda.memory_reserved()
+
+
+# Llama shapes (untied embeddings, so that save_pretrained writes every tensor once).
+HF_SIZES = {
+    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+               num_key_value_heads=8),
+    "3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+               num_key_value_heads=8),
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8),
+}
+
+
+def deterministic_torch():
+    # Set before CUDA starts: cuBLAS needs it for deterministic algorithms.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True)
+    return torch
+
+
+def make_hf_model(path, size, seed):
+    """Writes a LlamaForCausalLM of the given shape with seeded random weights to path (save_pretrained)."""
+    torch = deterministic_torch()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                      tie_word_embeddings=False, attn_implementation="sdpa", **HF_SIZES[size])
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path)
+    return 0
+
+
+class HFModel:
+    """A transformers causal LM from a directory, on the GPU in bf16, greedy decoding."""
+
+    def __init__(self, path, seed, cache_mib):
+        torch = deterministic_torch()
+        from transformers import AutoModelForCausalLM
+
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map="cuda").eval()
+        g = torch.Generator().manual_seed(seed)
+        n = cache_mib * (1 << 20) // 4
+        self.cache = torch.randint(0, 1 << 20, (max(n, 1),), dtype=torch.int32, generator=g).to("cuda")
+        torch.cuda.synchronize()
+
+    def generate(self, tokens, max_new):
+        t = self.torch
+        ids = t.tensor([tokens], dtype=t.long, device="cuda")
+        with t.inference_mode():
+            out = self.model.generate(ids, attention_mask=t.ones_like(ids), max_new_tokens=max_new,
+                                      min_new_tokens=max_new, do_sample=False, pad_token_id=0)
+        return [int(x) for x in out[0, ids.shape[1]:]]
 
     @property
     def cache_sum(self):
@@ -275,12 +340,17 @@ def write_ports(path, server):
 def make_model(args):
     if args.model == "python":
         return PythonModel(args.seed, args.cache_mib)
+    if args.model == "hf":
+        return HFModel(args.hf_dir, args.seed, args.cache_mib)
     return TorchModel(args.seed, args.cache_mib, args.dim, args.layers, args.heads)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=("torch", "python"), default="torch")
+    ap.add_argument("--model", choices=("torch", "python", "hf"), default="torch")
+    ap.add_argument("--hf-dir", help="--model hf: the model's directory (from_pretrained)")
+    ap.add_argument("--make-hf-model", metavar="DIR", help="write a model of --hf-size to DIR and exit")
+    ap.add_argument("--hf-size", choices=sorted(HF_SIZES), default="1b")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
@@ -290,6 +360,10 @@ def main(argv=None):
     ap.add_argument("--udp-port", type=int, default=0)
     ap.add_argument("--ports-file")
     args = ap.parse_args(argv)
+    if args.make_hf_model:
+        return make_hf_model(args.make_hf_model, args.hf_size, args.seed)
+    if args.model == "hf" and not args.hf_dir:
+        ap.error("--model hf needs --hf-dir")
     server = Server(make_model(args), args.http_port, args.udp_port)
     # First CUDA kernels and cuBLAS handles before READY, and the longest context there is: the caching
     # allocator reaches its high-water mark now, so the soak's memory figures compare like with like.

@@ -140,6 +140,33 @@ def main():
           "%.1f s: %s" % (took, r))
     stop(e.p)
 
+    # first_answer.py (bench/warm_start.sh): timed from --since, the request asked twice, then the server ends
+    t0 = time.time()
+    f, f_ports = start_server(work, "first", 85)
+    fa = subprocess.run([sys.executable, os.path.join(HERE, "first_answer.py"), "--ports-file", f_ports,
+                         "--since", repr(t0), "--then-quit", "--timeout", "60"], capture_output=True, text=True)
+    try:
+        import json
+        got = json.loads(fa.stdout)
+    except ValueError:
+        got = {}
+    check("first_answer: one JSON line with the time since --since and the second request's",
+          fa.returncode == 0 and 0 < got.get("s", -1) < time.time() - t0 + 1
+          and got.get("next_s", -1) >= 0 and len(got.get("tokens", [])) == 16, (fa.stdout + fa.stderr).strip())
+    try:
+        f.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        f.kill()
+    check("first_answer --then-quit ends the server", f.returncode == 0, "exit %s" % f.returncode)
+    import socket
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        free_port = free.getsockname()[1]
+    fa = subprocess.run([sys.executable, os.path.join(HERE, "first_answer.py"), "--port", str(free_port),
+                         "--since", repr(time.time()), "--timeout", "1"], capture_output=True, text=True)
+    check("first_answer fails where nothing answers", fa.returncode == 1 and "no answer" in fa.stderr,
+          fa.stderr.strip())
+
     for p in (a, b, other):
         stop(p)
     print("%d passed, %d failed" % (len(PASSED), len(FAILED)))

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# bench/warm_start.sh - a pre-warmed inference server: how long until a
+# Hugging Face transformers model served over HTTP (tests/gpu/py/server.py
+# --model hf: a Llama shape with seeded random weights, bf16) first answers,
+#   - started the usual way: python, transformers' from_pretrained of the
+#     weights from the local disk onto the GPU, a first generate, listen;
+#   - restored with `gpusnap restore` from an image of the same server dumped
+#     once it had answered, on the agent path (started with `gpusnap run`) and
+#     on the driver path (started without it), in the same run;
+# each with the files in the page cache (warm) and after drop_caches (cold).
+# The time runs from the start (or the restore command) to the first answer
+# of POST /generate (16 tokens; the same request's time once the server is
+# going is shown beside it). Every answer must equal the first start's tokens and
+# cache checksum (greedy decoding, same weights): a mismatch fails the bench.
+#
+# Writes $OUT/bench-warm-start.md and one JSON line per start to
+# $OUT/bench-warm-start.jsonl; prints the table last.
+#
+# Environment:
+#   OUT                       where results go (default ./gpu-out)
+#   GPUSNAP_BENCH_HF_SIZE     1b, 3b (default) or 8b: Llama 3.2 1B/3B or 3.1 8B shapes (2.5, 7.2, 16 GB)
+#   GPUSNAP_BENCH_DIR         where the model and the images go (default /var/tmp/gpusnap-warm)
+#   GPUSNAP_BENCH_REPEAT      starts per row (default 2; the table gives the median)
+#   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
+set -u
+export LC_ALL=C
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+. "$SRC/tests/gpu/lib.sh"
+cd "$SRC" || exit 1
+
+if ! have_gpu; then
+  echo "SKIP: no NVIDIA GPU on this machine (bench/warm_start.sh)"
+  exit 0
+fi
+if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+  echo "SKIP: PyTorch with CUDA and transformers are not installed here (bench/warm_start.sh)"
+  exit 0
+fi
+OUT=${OUT:-$SRC/gpu-out}
+case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+SIZE=${GPUSNAP_BENCH_HF_SIZE:-3b}
+DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-warm}
+REPEAT=${GPUSNAP_BENCH_REPEAT:-2}
+mkdir -p "$OUT" "$DIR" || exit 1
+JSONL=$OUT/bench-warm-start.jsonl
+MD=$OUT/bench-warm-start.md
+: >"$JSONL"
+
+gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
+trap gs_cleanup EXIT
+trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+require_criu
+
+DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
+PY=$GS_SRC/tests/gpu/py
+MODEL=$DIR/llama-$SIZE
+FAILED=0
+REF_TOKENS='' REF_SUM=''
+
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || log "note: cannot drop the page cache"; }
+# Reads every file under DIR: a "warm" row has its files in the page cache (an image written with
+# O_DIRECT is not, after its dump).
+warm_files() { find "$1" -type f -print0 | xargs -0 -r cat >/dev/null; }
+
+# The first answer's JSON (first_answer.py) in ANSWER; 1 if none came.
+first_answer() { # SINCE ARGS...
+  local since=$1
+  shift
+  ANSWER=$(python3 "$PY/first_answer.py" --since "$since" "$@" 2>"$GS_WORK/first_answer.err") || {
+    log "no answer: $(cat "$GS_WORK/first_answer.err")"
+    return 1
+  }
+  log "  answer: $ANSWER"
+}
+
+# One start measured: appends a JSON line; fails the bench if the answer differs from the first one.
+record() { # WAY CACHE
+  local s tokens sum
+  s=$(json_get "$ANSWER" s) tokens=$(json_get "$ANSWER" tokens) sum=$(json_get "$ANSWER" cache_sum)
+  if [ -z "$REF_TOKENS" ]; then
+    REF_TOKENS=$tokens REF_SUM=$sum
+  elif [ "$tokens" != "$REF_TOKENS" ] || [ "$sum" != "$REF_SUM" ]; then
+    echo "FAIL: $1 ($2): tokens $tokens, cache sum $sum; the first start answered $REF_TOKENS, $REF_SUM"
+    FAILED=1
+  fi
+  printf '{"bench": "warm_start", "device": "%s", "driver": "%s", "git": "%s", "model": "llama-%s", "way": "%s", "cache": "%s", "first_answer_s": %s, "next_answer_s": %s, "same_answer": %s}\n' \
+    "$DEVICE" "$DRIVER" "$GITREV" "$SIZE" "$1" "$2" "$s" "$(json_get "$ANSWER" next_s)" \
+    "$([ "$tokens" == "$REF_TOKENS" ] && [ "$sum" == "$REF_SUM" ] && echo true || echo false)" >>"$JSONL"
+  log "$1 ($2): first answer after $s s"
+}
+
+# Starts the server (LAUNCH... before python3: gpusnap run --, or nothing) as a session of its own with
+# its ports in PORTS; SERVER_PID. Measures its first answer as WAY, CACHE.
+start_server() { # WAY CACHE PORTS LAUNCH...
+  local way=$1 cache=$2 ports=$3 t0
+  shift 3
+  rm -f "$ports"
+  t0=$EPOCHREALTIME
+  setsid "$@" python3 "$PY/server.py" --model hf --hf-dir "$MODEL" --seed 7 --ports-file "$ports" \
+    </dev/null >/dev/null 2>/dev/null &
+  SERVER_PID=$!
+  disown "$SERVER_PID" # its end (a dump, /quit) is no job of this shell's to report
+  gs_track_pid "$SERVER_PID"
+  GS_EXTRA_PIDS+=("$SERVER_PID")
+  first_answer "$t0" --ports-file "$ports" || return 1
+  record "$way" "$cache"
+}
+
+# Ends the server whose HTTP port is PORT and waits until PID is gone.
+quit_server() { # PORT PID
+  python3 - "$1" <<'EOF' >/dev/null 2>&1
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
+c.request("POST", "/quit", b"")
+c.getresponse().read()
+EOF
+  wait_pid_gone "$2" || gs_kill_pid "$2"
+}
+
+# gpusnap restore of IMG, timed to the restored server's first answer on PORT; then it ends.
+restore_server() { # WAY CACHE IMG PORT
+  local t0 pid
+  t0=$EPOCHREALTIME
+  GS_CMD_TIMEOUT=600 gs_run restore --json -D "$3"
+  if [ "$GS_RC" != 0 ]; then
+    echo "FAIL: $1 ($2): restore exited $GS_RC: $GS_ERR"
+    FAILED=1
+    return 1
+  fi
+  pid=$(json_get "$GS_OUT" pid)
+  GS_EXTRA_PIDS+=("$pid")
+  first_answer "$t0" --port "$4" || { FAILED=1; gs_kill_pid "$pid"; return 1; }
+  record "$1" "$2"
+  log "  restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, checksums $(json_get "$GS_OUT" times.verify_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+  quit_server "$4" "$pid"
+}
+
+# Dumps the server PID into IMG (its path: WANT); it is gone after.
+dump_server() { # PID IMG WANT
+  GS_CMD_TIMEOUT=600 gs_run dump --json -D "$2" "$1"
+  if [ "$GS_RC" != 0 ] || [ "$(json_get "$GS_OUT" path)" != "$3" ]; then
+    echo "FAIL: dump of the server to $2 (exit $GS_RC, path $(json_get "$GS_OUT" path 2>/dev/null)): $GS_ERR"
+    FAILED=1
+    return 1
+  fi
+  log "  dump: GPU $(json_get "$GS_OUT" gpu_data_bytes) B in $(json_get "$GS_OUT" times.gpu_s) s, CPU $(json_get "$GS_OUT" cpu_bytes) B, CRIU $(json_get "$GS_OUT" times.criu_s) s, total $(json_get "$GS_OUT" times.total_s) s"
+  GPU_BYTES=$(json_get "$GS_OUT" gpu_data_bytes)
+  wait_pid_gone "$1"
+}
+
+port_of() { json_get "$(cat "$1")" http; }
+
+log "== bench/warm_start.sh: llama-$SIZE on $DEVICE (driver $DRIVER), model and images in $DIR"
+if [ ! -f "$MODEL/config.json" ]; then
+  t0=$EPOCHREALTIME
+  rm -rf "$MODEL"
+  python3 "$PY/server.py" --make-hf-model "$MODEL" --hf-size "$SIZE" --seed 7 >"$GS_WORK/make-model.log" 2>&1 ||
+    { echo "ERROR: cannot write the model: $(tail -n 5 "$GS_WORK/make-model.log")"; exit 1; }
+  log "wrote $MODEL ($(du -sh "$MODEL" | cut -f1)) in $(gs_elapsed "$t0") s"
+fi
+sync
+
+# The two servers to dump, each measured on its way up.
+GPU_BYTES=0
+warm_files "$MODEL"
+start_server python warm "$GS_WORK/plain.json" || { echo "FAIL: the server did not start"; exit 1; }
+PORT_D=$(port_of "$GS_WORK/plain.json")
+dump_server "$SERVER_PID" "$DIR/img-driver" driver || exit 1
+warm_files "$MODEL"
+start_server "python under gpusnap run" warm "$GS_WORK/agent.json" "$GPUSNAP" run -- || exit 1
+PORT_A=$(port_of "$GS_WORK/agent.json")
+dump_server "$SERVER_PID" "$DIR/img-agent" agent || exit 1
+
+for ((r = 1; r <= REPEAT; r++)); do
+  log "== round $r of $REPEAT"
+  if [ "$r" -gt 1 ]; then
+    warm_files "$MODEL"
+    start_server python warm "$GS_WORK/p.json" && quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+    start_server "python under gpusnap run" warm "$GS_WORK/p.json" "$GPUSNAP" run -- &&
+      quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+  fi
+  warm_files "$DIR/img-agent"
+  restore_server "gpusnap restore, agent path" warm "$DIR/img-agent" "$PORT_A"
+  warm_files "$DIR/img-driver"
+  restore_server "gpusnap restore, driver path" warm "$DIR/img-driver" "$PORT_D"
+  drop_caches
+  start_server python cold "$GS_WORK/p.json" && quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+  drop_caches
+  restore_server "gpusnap restore, agent path" cold "$DIR/img-agent" "$PORT_A"
+  drop_caches
+  restore_server "gpusnap restore, driver path" cold "$DIR/img-driver" "$PORT_D"
+done
+
+python3 - "$JSONL" "$SIZE" "$GPU_BYTES" "$DEVICE" "$DRIVER" "$GITREV" "$REPEAT" >"$MD" <<'EOF'
+import json, statistics, sys
+path, size, gpu_bytes, device, driver, git, repeat = sys.argv[1:]
+rows = [json.loads(l) for l in open(path)]
+def med(way, cache, key="first_answer_s"):
+    v = [r[key] for r in rows if r["way"] == way and r["cache"] == cache]
+    return statistics.median(v) if v else None
+print("## Warm start of an inference server: first answer (llama-%s, %.1f GB on the GPU)" % (size, int(gpu_bytes) / 1e9))
+print()
+print("%s, driver %s, %s; median of %s start(s) per row. warm: files in the page cache; cold: after drop_caches." % (device, driver, git, repeat))
+print()
+print("| start | files | first answer s | vs python start | vs driver-path restore | the same request again s |")
+print("|---|---|---|---|---|---|")
+ways = ["python", "python under gpusnap run", "gpusnap restore, agent path", "gpusnap restore, driver path"]
+for cache in ("warm", "cold"):
+    base, drv = med("python", cache), med("gpusnap restore, driver path", cache)
+    for way in ways:
+        s = med(way, cache)
+        if s is None:
+            continue
+        vs_py = "x%.1f" % (base / s) if base and way != "python" else "-"
+        vs_drv = "x%.2f" % (drv / s) if drv and way == "gpusnap restore, agent path" else "-"
+        print("| %s | %s | %.2f | %s | %s | %.2f |" % (way, cache, s, vs_py, vs_drv, med(way, cache, "next_answer_s")))
+same = all(r["same_answer"] for r in rows)
+print()
+print("Every answer the same tokens and cache checksum as the first start's: %s" % ("yes" if same else "NO"))
+EOF
+echo
+cat "$MD"
+[ "$FAILED" = 0 ] || { echo "bench/warm_start.sh: FAILED (see above)"; exit 1; }
