@@ -34,7 +34,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tests/gpu/plugin_lib.sh"
 cd "$SRC" || exit 1
 
-plugin_bench_prologue bench/cuda-plugin.sh
+bench_prologue bench/cuda-plugin.sh
 SIZES=${GPUSNAP_BENCH_SIZES:-8G}
 WAYS=${GPUSNAP_BENCH_WAYS:-cuda_plugin cuda-checkpoint driver agent}
 DIR=${GPUSNAP_BENCH_DIR:-/dev/shm/gpusnap-bench-cuda-plugin}

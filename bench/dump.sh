@@ -24,12 +24,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tests/gpu/lib.sh"
 cd "$SRC" || exit 1
 
-if ! have_gpu; then
-  echo "SKIP: no NVIDIA GPU on this machine (bench/dump.sh)"
-  exit 0
-fi
-OUT=${OUT:-$SRC/gpu-out}
-case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+bench_prologue bench/dump.sh
 SIZES=${GPUSNAP_BENCH_SIZES:-8G 32G}
 PATHS=${GPUSNAP_BENCH_PATHS:-agent driver}
 STORAGE=${GPUSNAP_BENCH_STORAGE:-tmpfs=/dev/shm/gpusnap-bench disk=/var/tmp/gpusnap-bench}

@@ -30,7 +30,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tests/gpu/plugin_lib.sh"
 cd "$SRC" || exit 1
 
-plugin_bench_prologue bench/plugin.sh
+bench_prologue bench/plugin.sh
 SIZES=${GPUSNAP_BENCH_SIZES:-8G}
 PATHS=${GPUSNAP_BENCH_PATHS:-agent driver}
 DIR=${GPUSNAP_BENCH_DIR:-/dev/shm/gpusnap-bench-plugin}

@@ -31,12 +31,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tests/gpu/lib.sh"
 cd "$SRC" || exit 1
 
-if ! have_gpu; then
-  echo "SKIP: no NVIDIA GPU on this machine (bench)"
-  exit 0
-fi
-OUT=${OUT:-$SRC/gpu-out}
-case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
+bench_prologue bench
 SIZES=${GPUSNAP_BENCH_SIZES:-1G 8G 32G}
 PATHS=${GPUSNAP_BENCH_PATHS:-driver}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-1}

@@ -28,16 +28,11 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tests/gpu/lib.sh"
 cd "$SRC" || exit 1
 
-if ! have_gpu; then
-  echo "SKIP: no NVIDIA GPU on this machine (bench/warm_start.sh)"
-  exit 0
-fi
+bench_prologue bench/warm_start.sh
 if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
   echo "SKIP: PyTorch with CUDA and transformers are not installed here (bench/warm_start.sh)"
   exit 0
 fi
-OUT=${OUT:-$SRC/gpu-out}
-case $OUT in /*) ;; *) OUT=$SRC/$OUT ;; esac
 SIZE=${GPUSNAP_BENCH_HF_SIZE:-3b}
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-warm}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-2}

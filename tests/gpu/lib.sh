@@ -115,6 +115,17 @@ gs_lib_init() { # [WORKDIR]
   fi
 }
 
+# For the bench/ scripts: a SKIP line and exit 0 without a GPU (make test on CI); OUT made absolute
+# (default ./gpu-out).
+bench_prologue() { # SCRIPT
+  if ! have_gpu; then
+    echo "SKIP: no NVIDIA GPU on this machine ($1)"
+    exit 0
+  fi
+  OUT=${OUT:-$GS_SRC/gpu-out}
+  case $OUT in /*) ;; *) OUT=$GS_SRC/$OUT ;; esac
+}
+
 pid_alive() { # PID: exists and is not a zombie
   local stat
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1

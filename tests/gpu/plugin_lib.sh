@@ -88,13 +88,3 @@ plugin_wait_loaded() { # PID
   [ "$st" == running ]
 }
 
-# For the bench/ scripts that run criu: a SKIP line and exit 0 without a GPU (make test on CI);
-# OUT made absolute (default ./gpu-out).
-plugin_bench_prologue() { # SCRIPT
-  if ! have_gpu; then
-    echo "SKIP: no NVIDIA GPU on this machine ($1)"
-    exit 0
-  fi
-  OUT=${OUT:-$GS_SRC/gpu-out}
-  case $OUT in /*) ;; *) OUT=$GS_SRC/$OUT ;; esac
-}
