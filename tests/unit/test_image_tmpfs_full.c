@@ -1,7 +1,7 @@
 /*
  * test_image_tmpfs_full.c - a dump onto a really full file system (a 1 MiB
  * tmpfs): GS_E_NO_SPACE naming the path, nothing left behind, the old image
- * untouched. Needs root to mount; says SKIP and exits 77 otherwise.
+ * untouched; also with payloads spread over several data files. Needs root to mount; says SKIP and exits 77 otherwise.
  */
 #include <sys/mount.h>
 
@@ -56,6 +56,37 @@ static void test_real_disk_full(void)
 	CHECK_INT(count_entries(mnt), 1);
 }
 
+/* Full while payloads are spread over several data files (a tmpfs is written through memory): as above. */
+static void test_full_with_several_files(void)
+{
+	char path[800];
+	path_join(path, sizeof(path), mnt, "img");
+	struct gs_err err = { 0 };
+	const struct gs_image_writer_opts opts = { .how = "agent", .parallel_data_files = 4 };
+	struct gs_image_writer *w;
+	CHECK_INT(gs_image_writer_open(path, &opts, &w, &err), 0);
+	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
+	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
+	struct gs_image_allocation a = { .id = 1, .size = 4 << 20 };
+	CHECK_INT(gs_image_writer_add_allocation(w, &a, &err), 0);
+	void *buf;
+	CHECK_INT(posix_memalign(&buf, 4096, 128 << 10), 0);
+	int rc = 0, written = 0;
+	for (uint64_t off = 0; off < a.size && !rc; off += 128 << 10, written++) {
+		fill_pattern(buf, 4, 1, off, 128 << 10);
+		rc = gs_image_write_chunk(w, 1, off, buf, 128 << 10, &err);
+	}
+	free(buf);
+	CHECK_INT(rc, GS_E_NO_SPACE);
+	CHECK(written > 4); /* the first payloads went into four files before the space ran out */
+	struct gs_image_writer_stats st;
+	gs_image_writer_stats(w, &st);
+	CHECK_INT(st.data_files, 4);
+	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_NO_SPACE);
+	CHECK_INT(count_entries(mnt), 1); /* every file of the failed image removed, the old image kept */
+	CHECK_INT(check_std_image(path, 1), 0);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -71,6 +102,7 @@ int main(void)
 		return 77;
 	}
 	RUN(test_real_disk_full);
+	RUN(test_full_with_several_files);
 	if (umount(mnt) < 0)
 		umount2(mnt, MNT_DETACH);
 	scratch_cleanup();
