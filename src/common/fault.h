@@ -57,6 +57,7 @@
 	X(IMAGE_WRITE, "image-write", "a write of the image writer (ENOSPC, EIO)")                   \
 	X(IMAGE_READ, "image-read", "a read of an image's file: manifest, chunk, CRIU's (EIO)")      \
 	X(IMAGE_PUBLISH, "image-publish", "publishing: 1st hit before the rename to DIR, 2nd after") \
+	X(IMAGE_SYNC, "image-sync", "gs_image_sync: an image published unsynced made durable afterwards (EIO)") \
 	/* --- CRIU (src/criu) --- */                                                                 \
 	X(CRIU_RUN, "criu-run", "running criu (it fails as if criu had)")                            \
 	/* --- the CRIU plugin (src/criu_plugin) --- */                                               \

@@ -250,7 +250,10 @@ int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err
  * soon as CRIU returns); the rename and the parent's fsync are as above.
  */
 int gs_image_publish_unsynced(struct gs_image_tmp *t, bool *published, struct gs_err *err);
-/* Makes the image at dir durable: fsync of every file and directory in it (after gs_image_publish_unsynced). */
+/*
+ * Makes the image at dir durable: fsync of every file and directory in it
+ * (after gs_image_publish_unsynced). Fault point GS_FI_IMAGE_SYNC.
+ */
 int gs_image_sync(const char *dir, struct gs_err *err);
 /*
  * Gives up t's image without publishing or deleting it: renames it to

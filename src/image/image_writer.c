@@ -1582,7 +1582,7 @@ int gs_image_sync(const char *dir, struct gs_err *err)
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return gs_fail_errno(err, errno == ENOENT ? GS_E_USAGE : errno_code(errno), errno, "cannot open '%s'", dir);
-	int synced = gs_fs_fsync_tree(fd, ".");
+	int synced = gs_fault(GS_FI_IMAGE_SYNC) ? -gs_fault_errno(GS_FI_IMAGE_SYNC, EIO) : gs_fs_fsync_tree(fd, ".");
 	close(fd);
 	return synced ? sync_failed(synced, dir, dir, err) : 0;
 }
