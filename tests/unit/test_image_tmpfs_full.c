@@ -9,6 +9,31 @@
 
 static char mnt[700];
 
+/*
+ * Opens a writer for DIR path with opts and writes a 4 MiB allocation into it
+ * in chunks of `chunk` bytes until one fails; *written counts the chunks
+ * tried. Returns the last write's result; *w stays open for the caller.
+ */
+static int write_4mib(const char *path, const struct gs_image_writer_opts *opts, uint64_t chunk,
+		      struct gs_image_writer **w, int *written, struct gs_err *err)
+{
+	CHECK_INT(gs_image_writer_open(path, opts, w, err), 0);
+	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
+	CHECK_INT(gs_image_writer_add_gpu(*w, &g, err), 0);
+	struct gs_image_allocation a = { .id = 1, .size = 4 << 20 };
+	CHECK_INT(gs_image_writer_add_allocation(*w, &a, err), 0);
+	void *buf;
+	CHECK_INT(posix_memalign(&buf, 4096, chunk), 0);
+	int rc = 0;
+	*written = 0;
+	for (uint64_t off = 0; off < a.size && !rc; off += chunk, (*written)++) {
+		fill_pattern(buf, 2, 1, off, chunk);
+		rc = gs_image_write_chunk(*w, 1, off, buf, chunk, err);
+	}
+	free(buf);
+	return rc;
+}
+
 static void test_real_disk_full(void)
 {
 	char path[800];
@@ -22,20 +47,8 @@ static void test_real_disk_full(void)
 
 	/* A 4 MiB allocation does not. */
 	struct gs_image_writer *w;
-	CHECK_INT(gs_image_writer_open(path, &opts, &w, &err), 0);
-	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
-	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
-	struct gs_image_allocation a = { .id = 1, .size = 4 << 20 };
-	CHECK_INT(gs_image_writer_add_allocation(w, &a, &err), 0);
-	void *buf;
-	CHECK_INT(posix_memalign(&buf, 4096, 256 << 10), 0);
-	int rc = 0;
-	for (uint64_t off = 0; off < a.size && !rc; off += 256 << 10) {
-		fill_pattern(buf, 2, 1, off, 256 << 10);
-		rc = gs_image_write_chunk(w, 1, off, buf, 256 << 10, &err);
-	}
-	free(buf);
-	CHECK_INT(rc, GS_E_NO_SPACE);
+	int written;
+	CHECK_INT(write_4mib(path, &opts, 256 << 10, &w, &written, &err), GS_E_NO_SPACE);
 	CHECK_CONTAINS(err.msg, "no space left on the file system holding '");
 	CHECK_CONTAINS(err.msg, path);
 	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_NO_SPACE);
@@ -45,13 +58,8 @@ static void test_real_disk_full(void)
 	/* A dump into a fresh directory of the full file system leaves nothing either. */
 	char fresh[800];
 	path_join(fresh, sizeof(fresh), mnt, "fresh");
-	CHECK_INT(gs_image_writer_open(fresh, &opts, &w, &err), 0);
-	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
-	CHECK_INT(gs_image_writer_add_allocation(w, &a, &err), 0);
-	CHECK_INT(posix_memalign(&buf, 4096, 4 << 20), 0);
-	fill_pattern(buf, 3, 1, 0, 4 << 20);
-	CHECK_INT(gs_image_write_chunk(w, 1, 0, buf, 4 << 20, &err), GS_E_NO_SPACE);
-	free(buf);
+	CHECK_INT(write_4mib(fresh, &opts, 4 << 20, &w, &written, &err), GS_E_NO_SPACE);
+	CHECK_INT(written, 1);
 	gs_image_writer_abort(w);
 	CHECK_INT(count_entries(mnt), 1);
 }
@@ -64,20 +72,8 @@ static void test_full_with_several_files(void)
 	struct gs_err err = { 0 };
 	const struct gs_image_writer_opts opts = { .how = "agent", .parallel_data_files = 4 };
 	struct gs_image_writer *w;
-	CHECK_INT(gs_image_writer_open(path, &opts, &w, &err), 0);
-	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
-	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
-	struct gs_image_allocation a = { .id = 1, .size = 4 << 20 };
-	CHECK_INT(gs_image_writer_add_allocation(w, &a, &err), 0);
-	void *buf;
-	CHECK_INT(posix_memalign(&buf, 4096, 128 << 10), 0);
-	int rc = 0, written = 0;
-	for (uint64_t off = 0; off < a.size && !rc; off += 128 << 10, written++) {
-		fill_pattern(buf, 4, 1, off, 128 << 10);
-		rc = gs_image_write_chunk(w, 1, off, buf, 128 << 10, &err);
-	}
-	free(buf);
-	CHECK_INT(rc, GS_E_NO_SPACE);
+	int written;
+	CHECK_INT(write_4mib(path, &opts, 128 << 10, &w, &written, &err), GS_E_NO_SPACE);
 	CHECK(written > 4); /* the first payloads went into four files before the space ran out */
 	struct gs_image_writer_stats st;
 	gs_image_writer_stats(w, &st);
