@@ -1,13 +1,17 @@
 /*
  * cmd_state.c - `gpusnap state PID`: is the process running, locked,
- * suspended or failed (as the driver sees it), and what GPU memory it holds.
+ * suspended or failed (as the driver sees it), and what GPU memory it holds;
+ * without PID, a line for every CUDA process (libcuda or the agent mapped).
  * It never waits for an operation on the process: it names the gpusnap at
  * work (leaving its agent alone, which may be busy), or what a gpusnap that
  * was killed left (op_lock.h).
  */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/agent_client.h"
 #include "cli/cli.h"
@@ -20,9 +24,326 @@
 #include "cuda/checkpoint.h"
 
 static const char *const state_usage[] = {
-	"gpusnap state [--json] [-v] PID",
+	"gpusnap state [--json] [-v] [PID]",
+	"without PID: every CUDA process this user can see, one line each",
 	NULL,
 };
+
+/* What `state` says of one process. */
+struct state_view {
+	int pid;
+	char comm[64];
+	const char *state;
+	CUprocessState st;
+	bool frozen, group_stopped, held_stopped;
+	char why_stopped[GS_ERR_MSG_MAX];
+	struct cli_agent ag;
+	uint64_t vram, mask;
+	bool has_op;
+	struct cli_op_record op;
+	char note[GS_ERR_MSG_MAX]; /* what an operation at work, or one that was killed, has to do with the state */
+};
+
+/* Looks at pid as the driver, its agent and gpusnap's operation records see it; never waits for an operation. */
+static int look_at(struct cli_session *s, int pid, struct state_view *v, struct gs_err *err)
+{
+	memset(v, 0, sizeof(*v));
+	v->pid = pid;
+	v->st = CU_PROCESS_STATE_RUNNING; /* left so for a process that is stopped */
+	int rc = gs_proc_check(pid, err);
+	if (rc) {
+		cli_op_explain_gone(pid, err);
+		return rc;
+	}
+	v->has_op = cli_op_find(pid, &v->op) == 1;
+	/*
+	 * Stopped by a signal (a supervisor's SIGSTOP): neither the driver nor the
+	 * agent can answer for it until it continues; state says so at once.
+	 * Stopped by a debugger: the driver answers, the agent cannot.
+	 */
+	char why[320], until[64];
+	enum gs_proc_halt halt = gs_proc_halted(pid, false, why, sizeof(why), until, sizeof(until));
+	v->frozen = halt == GS_PROC_FROZEN;
+	v->group_stopped = halt != GS_PROC_RUNS;
+	v->held_stopped = v->group_stopped;
+	if (v->group_stopped)
+		snprintf(v->why_stopped, sizeof(v->why_stopped),
+			 "process %d is %s: the driver and its agent answer for it once %s", pid, why, until);
+	else if ((rc = gs_ckpt_get_state(&s->cu, pid, &v->st, err)))
+		return rc;
+	v->vram = cli_process_vram(s, pid, &v->mask);
+	/* stopped: whether it has an agent (its socket) is all that can be known of it */
+	struct gs_err socket_err = { 0 };
+	if (v->group_stopped && gs_ctl_find_agent(pid, v->ag.socket, sizeof(v->ag.socket), &socket_err))
+		v->ag.socket[0] = '\0';
+	/* an agent at work for another gpusnap answers when its work is done: not asked then */
+	if (!v->group_stopped && (!v->has_op || !v->op.holder_alive) && (rc = cli_agent_probe(pid, &v->ag, err))) {
+		v->held_stopped = rc == GS_E_STATE && gs_proc_all_stopped(pid, true);
+		if (!v->held_stopped)
+			return rc;
+		snprintf(v->why_stopped, sizeof(v->why_stopped), "%s; the state shown is the driver's", err->msg);
+	}
+	v->state = v->frozen	    ? "frozen"
+		   : v->group_stopped ? "stopped"
+				      : cli_process_state_name(v->st, v->ag.present, v->ag.state);
+	gs_proc_comm(pid, v->comm, sizeof(v->comm));
+	struct gs_proc_stat ps;
+	/* a killed operation left nothing to say on a process that runs, unless it is held stopped */
+	bool stopped = gs_proc_read_stat(pid, &ps) == 0 && ps.state == 'T';
+	if (v->has_op && (v->op.holder_alive || strcmp(v->state, "running") || stopped))
+		cli_op_describe(pid, &v->op, true, v->note, sizeof(v->note));
+	return 0;
+}
+
+/* Where v's GPU state goes: the agent's path, the driver's, or unknown (stopped, no agent socket). */
+static const char *view_path(const struct state_view *v)
+{
+	if (v->group_stopped && !v->ag.socket[0])
+		return NULL;
+	return v->ag.present || (v->held_stopped && v->ag.socket[0]) ? "agent" : "driver";
+}
+
+static void json_view(struct gs_json *j, const struct cli_session *s, const struct state_view *v)
+{
+	gs_json_object_begin(j);
+	gs_json_kv_int(j, "pid", v->pid);
+	gs_json_kv_string(j, "comm", v->comm);
+	gs_json_kv_string(j, "state", v->state);
+	if (v->ag.present && v->ag.fault[0]) /* an undo of the agent failed: why it stays suspended */
+		gs_json_kv_string(j, "fault", v->ag.fault);
+	if (!v->group_stopped)
+		gs_json_kv_string(j, "driver_state", gs_cuda_state_name(v->st));
+	if (view_path(v))
+		gs_json_kv_string(j, "path", view_path(v));
+	if (v->ag.present) {
+		gs_json_key(j, "agent");
+		gs_json_object_begin(j);
+		gs_json_kv_string(j, "state", gs_agent_state_name(v->ag.state));
+		gs_json_kv_uint(j, "allocations", v->ag.alloc_count);
+		gs_json_kv_uint(j, "bytes", v->ag.alloc_bytes);
+		gs_json_kv_uint(j, "unmanaged_allocations", v->ag.unmanaged_count);
+		gs_json_kv_uint(j, "unmanaged_bytes", v->ag.unmanaged_bytes);
+		gs_json_object_end(j);
+	}
+	if (s->nvml)
+		gs_json_kv_uint(j, "vram_bytes", v->vram);
+	gs_json_key(j, "gpus");
+	gs_json_array_begin(j);
+	for (int g = 0; g < s->ngpus && g < 64; g++)
+		if (v->mask & (1ULL << g))
+			gs_json_int(j, g);
+	gs_json_array_end(j);
+	if (v->held_stopped)
+		gs_json_kv_string(j, "stopped", v->why_stopped);
+	if (v->note[0]) {
+		gs_json_key(j, "operation");
+		gs_json_object_begin(j);
+		gs_json_kv_string(j, "action", v->op.action);
+		gs_json_kv_int(j, "gpusnap_pid", v->op.holder);
+		gs_json_kv_bool(j, "at_work", v->op.holder_alive);
+		gs_json_kv_string(j, "step", v->op.step);
+		if (v->op.image[0])
+			gs_json_kv_string(j, "image", v->op.image);
+		gs_json_kv_string(j, "message", v->note);
+		gs_json_object_end(j);
+	}
+	gs_json_object_end(j);
+}
+
+/* The notes on stderr that go with v's state line: an operation, a stop, memory the agent cannot release. */
+static void print_notes(const struct state_view *v, bool verbose)
+{
+	if (v->note[0])
+		fprintf(stderr, "gpusnap: note: %s\n", v->note);
+	if (v->held_stopped)
+		fprintf(stderr, "gpusnap: note: %s\n", v->why_stopped);
+	if (v->ag.present && !verbose && v->ag.unmanaged_count) {
+		char b[32];
+		fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",
+			(unsigned long long)v->ag.unmanaged_count, v->ag.unmanaged_count == 1 ? "" : "s",
+			gs_format_bytes(v->ag.unmanaged_bytes, b, sizeof(b)), v->pid);
+	}
+}
+
+static void print_agent_line(const struct state_view *v, const char *prefix)
+{
+	char b1[32], b2[32];
+	printf("%sagent: %s, %llu allocation%s, %s releasable", prefix, gs_agent_state_name(v->ag.state),
+	       (unsigned long long)v->ag.alloc_count, v->ag.alloc_count == 1 ? "" : "s",
+	       gs_format_bytes(v->ag.alloc_bytes, b1, sizeof(b1)));
+	if (v->ag.unmanaged_count)
+		printf("; %llu allocation%s (%s) not releasable, moved by the driver",
+		       (unsigned long long)v->ag.unmanaged_count, v->ag.unmanaged_count == 1 ? "" : "s",
+		       gs_format_bytes(v->ag.unmanaged_bytes, b2, sizeof(b2)));
+	printf("\n");
+}
+
+static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
+{
+	struct gs_err err = { 0 };
+	struct state_view *v = malloc(sizeof(*v));
+	if (!v) {
+		gs_fail(&err, GS_E_FAILURE, "out of memory");
+		return cli_report_error(&err);
+	}
+	int rc = look_at(s, pid, v, &err);
+	if (rc) {
+		free(v);
+		return cli_report_error(&err);
+	}
+	if (json) {
+		struct gs_json j;
+		gs_json_init(&j);
+		json_view(&j, s, v);
+		cli_json_print(&j);
+	} else {
+		if (v->ag.present && v->ag.fault[0])
+			printf("%s (%s)\n", v->state, v->ag.fault);
+		else
+			printf("%s\n", v->state);
+		print_notes(v, verbose);
+		if (v->ag.present && verbose)
+			print_agent_line(v, "");
+	}
+	free(v);
+	return 0;
+}
+
+/*
+ * The processes that may hold CUDA state: libcuda or the gpusnap agent mapped
+ * (a suspended process holds no GPU memory, so NVML's list misses it). Those
+ * whose maps cannot be read (another user's) are left out. Sorted by PID.
+ */
+static int find_cuda_candidates(int **pids, size_t *n, struct gs_err *err)
+{
+	*pids = NULL;
+	*n = 0;
+	DIR *d = opendir("/proc");
+	if (!d)
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot read /proc");
+	size_t cap = 0;
+	int self = (int)getpid(), rc = 0;
+	char *line = NULL;
+	size_t line_cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		int pid;
+		if (gs_parse_pid(de->d_name, &pid) || pid == self)
+			continue;
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		bool cuda = false;
+		while (!cuda && getline(&line, &line_cap, f) > 0) {
+			const char *base = strrchr(line, '/');
+			cuda = base && (!strncmp(base + 1, "libcuda.so", 10) || !strncmp(base + 1, "libgpusnap.so", 13));
+		}
+		fclose(f);
+		if (!cuda)
+			continue;
+		if (*n == cap) {
+			size_t ncap = cap ? 2 * cap : 16;
+			int *np = realloc(*pids, ncap * sizeof(*np));
+			if (!np) {
+				rc = gs_fail(err, GS_E_FAILURE, "out of memory");
+				break;
+			}
+			*pids = np;
+			cap = ncap;
+		}
+		(*pids)[(*n)++] = pid;
+	}
+	free(line);
+	closedir(d);
+	if (rc) {
+		free(*pids);
+		*pids = NULL;
+		*n = 0;
+		return rc;
+	}
+	for (size_t i = 1; i < *n; i++) /* insertion sort: a machine's CUDA processes are few */
+		for (size_t k = i; k > 0 && (*pids)[k - 1] > (*pids)[k]; k--) {
+			int t = (*pids)[k];
+			(*pids)[k] = (*pids)[k - 1];
+			(*pids)[k - 1] = t;
+		}
+	return 0;
+}
+
+/* `gpusnap state` without PID: a line (or a JSON object) for each CUDA process; the others are left out. */
+static int state_of_all(struct cli_session *s, bool json, bool verbose)
+{
+	struct gs_err err = { 0 };
+	int *pids;
+	size_t n;
+	int rc = find_cuda_candidates(&pids, &n, &err);
+	struct state_view *v = rc ? NULL : malloc(sizeof(*v));
+	if (!rc && !v)
+		rc = gs_fail(&err, GS_E_FAILURE, "out of memory");
+	if (rc) {
+		free(pids);
+		return cli_report_error(&err);
+	}
+	struct gs_json j;
+	if (json) {
+		gs_json_init(&j);
+		gs_json_object_begin(&j);
+		gs_json_key(&j, "processes");
+		gs_json_array_begin(&j);
+	}
+	size_t shown = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct gs_err e = { 0 };
+		rc = look_at(s, pids[i], v, &e);
+		/* gone meanwhile, or the agent is loaded but CUDA is not in use: not a CUDA process to list */
+		if (rc == GS_E_NO_PROCESS || rc == GS_E_NOT_CUDA)
+			continue;
+		if (!shown++ && !json)
+			printf("%-8s %-10s %-7s %12s %-6s %s\n", "PID", "STATE", "PATH", "VRAM", "GPUS", "COMMAND");
+		if (rc) {
+			char comm[64];
+			gs_proc_comm(pids[i], comm, sizeof(comm));
+			if (json) {
+				gs_json_object_begin(&j);
+				gs_json_kv_int(&j, "pid", pids[i]);
+				gs_json_kv_string(&j, "comm", comm);
+				gs_json_kv_string(&j, "error", e.msg);
+				gs_json_object_end(&j);
+			} else {
+				printf("%-8d %-10s %-7s %12s %-6s %s\n", pids[i], "?", "-", "-", "-", comm);
+				fprintf(stderr, "gpusnap: process %d: %s\n", pids[i], e.msg);
+			}
+			continue;
+		}
+		if (json) {
+			json_view(&j, s, v);
+			continue;
+		}
+		char vram[32] = "-", gpus[32] = "", *g = gpus;
+		if (s->nvml)
+			gs_format_bytes(v->vram, vram, sizeof(vram));
+		for (int k = 0; k < s->ngpus && k < 64 && g < gpus + sizeof(gpus) - 4; k++)
+			if (v->mask & (1ULL << k))
+				g += snprintf(g, (size_t)(gpus + sizeof(gpus) - g), "%s%d", g == gpus ? "" : ",", k);
+		printf("%-8d %-10s %-7s %12s %-6s %s\n", v->pid, v->state, view_path(v) ? view_path(v) : "-", vram,
+		       gpus[0] ? gpus : "-", v->comm);
+		print_notes(v, verbose);
+		if (v->ag.present && verbose)
+			print_agent_line(v, "         ");
+	}
+	if (json) {
+		gs_json_array_end(&j);
+		gs_json_object_end(&j);
+		cli_json_print(&j);
+	} else if (!shown) {
+		printf("no CUDA process found\n");
+	}
+	free(v);
+	free(pids);
+	return 0;
+}
 
 int cmd_state(int argc, char **argv)
 {
@@ -36,142 +357,27 @@ int cmd_state(int argc, char **argv)
 	int rc = cli_parse(argc, argv, opts, state_usage, 0, &nargs);
 	if (rc)
 		return rc == GS_PARSE_HELP ? 0 : rc;
-	if ((rc = cli_want_args("state", argv, nargs, 1, "PID")))
-		return rc;
 	struct gs_err err = { 0 };
-	struct cli_session s;
-	int pid;
-	if (gs_parse_pid(argv[0], &pid)) {
+	int pid = 0;
+	if (nargs > 1)
+		return cli_want_args("state", argv, nargs, 1, "PID");
+	if (nargs == 1 && gs_parse_pid(argv[0], &pid)) {
 		gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0]);
 		return cli_report_error(&err);
 	}
-	CUprocessState st = CU_PROCESS_STATE_RUNNING; /* left so for a process that is stopped */
-	rc = gs_proc_check(pid, &err);
-	if (rc) {
-		cli_op_explain_gone(pid, &err);
-		return cli_report_error(&err);
+	if (pid) {
+		/* a PID that is gone is said before the driver is loaded */
+		if ((rc = gs_proc_check(pid, &err))) {
+			cli_op_explain_gone(pid, &err);
+			return cli_report_error(&err);
+		}
 	}
-	struct cli_op_record op;
-	bool has_op = cli_op_find(pid, &op) == 1;
-	/*
-	 * Stopped by a signal (a supervisor's SIGSTOP): neither the driver nor the
-	 * agent can answer for it until it continues; state says so at once.
-	 * Stopped by a debugger: the driver answers, the agent cannot.
-	 */
-	char why_stopped[GS_ERR_MSG_MAX] = "", why[320], until[64];
-	enum gs_proc_halt halt = gs_proc_halted(pid, false, why, sizeof(why), until, sizeof(until));
-	bool frozen = halt == GS_PROC_FROZEN, group_stopped = halt != GS_PROC_RUNS;
-	bool held_stopped = group_stopped;
-	if (group_stopped)
-		snprintf(why_stopped, sizeof(why_stopped), "process %d is %s: the driver and its agent answer for it once %s",
-			 pid, why, until);
-	rc = cli_session_open(&s, &err);
-	if (!rc && !group_stopped)
-		rc = gs_ckpt_get_state(&s.cu, pid, &st, &err);
-	if (rc) {
+	struct cli_session s;
+	if ((rc = cli_session_open(&s, &err))) {
 		cli_session_close(&s);
 		return cli_report_error(&err);
 	}
-	uint64_t mask = 0;
-	uint64_t vram = cli_process_vram(&s, pid, &mask);
-	struct cli_agent ag = { .present = false };
-	/* stopped: whether it has an agent (its socket) is all that can be known of it */
-	struct gs_err socket_err = { 0 };
-	if (group_stopped && gs_ctl_find_agent(pid, ag.socket, sizeof(ag.socket), &socket_err))
-		ag.socket[0] = '\0';
-	/* an agent at work for another gpusnap answers when its work is done: not asked then */
-	if (!group_stopped && (!has_op || !op.holder_alive) && (rc = cli_agent_probe(pid, &ag, &err))) {
-		held_stopped = rc == GS_E_STATE && gs_proc_all_stopped(pid, true);
-		if (!held_stopped) {
-			cli_session_close(&s);
-			return cli_report_error(&err);
-		}
-		snprintf(why_stopped, sizeof(why_stopped), "%s; the state shown is the driver's", err.msg);
-	}
-	const char *state = frozen ? "frozen" : group_stopped ? "stopped" : cli_process_state_name(st, ag.present, ag.state);
-	char comm[64];
-	gs_proc_comm(pid, comm, sizeof(comm));
-	/* what an operation at work, or one that was killed, has to do with the state */
-	char note[GS_ERR_MSG_MAX] = "";
-	struct gs_proc_stat ps;
-	/* a killed operation left nothing to say on a process that runs, unless it is held stopped */
-	bool stopped = gs_proc_read_stat(pid, &ps) == 0 && ps.state == 'T';
-	if (has_op && (op.holder_alive || strcmp(state, "running") || stopped))
-		cli_op_describe(pid, &op, true, note, sizeof(note));
-	if (json) {
-		struct gs_json j;
-		gs_json_init(&j);
-		gs_json_object_begin(&j);
-		gs_json_kv_int(&j, "pid", pid);
-		gs_json_kv_string(&j, "comm", comm);
-		gs_json_kv_string(&j, "state", state);
-		if (ag.present && ag.fault[0]) /* an undo of the agent failed: why it stays suspended */
-			gs_json_kv_string(&j, "fault", ag.fault);
-		if (!group_stopped)
-			gs_json_kv_string(&j, "driver_state", gs_cuda_state_name(st));
-		if (!group_stopped || ag.socket[0])
-			gs_json_kv_string(&j, "path", ag.present || (held_stopped && ag.socket[0]) ? "agent" : "driver");
-		if (ag.present) {
-			gs_json_key(&j, "agent");
-			gs_json_object_begin(&j);
-			gs_json_kv_string(&j, "state", gs_agent_state_name(ag.state));
-			gs_json_kv_uint(&j, "allocations", ag.alloc_count);
-			gs_json_kv_uint(&j, "bytes", ag.alloc_bytes);
-			gs_json_kv_uint(&j, "unmanaged_allocations", ag.unmanaged_count);
-			gs_json_kv_uint(&j, "unmanaged_bytes", ag.unmanaged_bytes);
-			gs_json_object_end(&j);
-		}
-		if (s.nvml)
-			gs_json_kv_uint(&j, "vram_bytes", vram);
-		gs_json_key(&j, "gpus");
-		gs_json_array_begin(&j);
-		for (int g = 0; g < s.ngpus && g < 64; g++)
-			if (mask & (1ULL << g))
-				gs_json_int(&j, g);
-		gs_json_array_end(&j);
-		if (held_stopped)
-			gs_json_kv_string(&j, "stopped", why_stopped);
-		if (note[0]) {
-			gs_json_key(&j, "operation");
-			gs_json_object_begin(&j);
-			gs_json_kv_string(&j, "action", op.action);
-			gs_json_kv_int(&j, "gpusnap_pid", op.holder);
-			gs_json_kv_bool(&j, "at_work", op.holder_alive);
-			gs_json_kv_string(&j, "step", op.step);
-			if (op.image[0])
-				gs_json_kv_string(&j, "image", op.image);
-			gs_json_kv_string(&j, "message", note);
-			gs_json_object_end(&j);
-		}
-		gs_json_object_end(&j);
-		cli_json_print(&j);
-	} else {
-		if (ag.present && ag.fault[0])
-			printf("%s (%s)\n", state, ag.fault);
-		else
-			printf("%s\n", state);
-		if (note[0])
-			fprintf(stderr, "gpusnap: note: %s\n", note);
-		if (held_stopped)
-			fprintf(stderr, "gpusnap: note: %s\n", why_stopped);
-		if (ag.present && !verbose && ag.unmanaged_count) {
-			char b[32];
-			fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",
-				(unsigned long long)ag.unmanaged_count, ag.unmanaged_count == 1 ? "" : "s",
-				gs_format_bytes(ag.unmanaged_bytes, b, sizeof(b)), pid);
-		}
-		if (ag.present && verbose) {
-			char b1[32], b2[32];
-			printf("agent: %s, %llu allocation%s, %s releasable", gs_agent_state_name(ag.state),
-			       (unsigned long long)ag.alloc_count, ag.alloc_count == 1 ? "" : "s",
-			       gs_format_bytes(ag.alloc_bytes, b1, sizeof(b1)));
-			if (ag.unmanaged_count)
-				printf("; %llu allocation%s (%s) not releasable, moved by the driver",
-				       (unsigned long long)ag.unmanaged_count, ag.unmanaged_count == 1 ? "" : "s",
-				       gs_format_bytes(ag.unmanaged_bytes, b2, sizeof(b2)));
-			printf("\n");
-		}
-	}
+	rc = pid ? state_of_one(&s, pid, json, verbose) : state_of_all(&s, json, verbose);
 	cli_session_close(&s);
-	return 0;
+	return rc;
 }

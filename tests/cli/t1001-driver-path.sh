@@ -28,7 +28,7 @@ usage_error "two PIDs" "gpusnap suspend: unexpected argument '2'" suspend 1 2
 usage_error "--keep-context with --driver" "exclude each other" suspend --keep-context --driver 1
 usage_error "resume without PID" "gpusnap resume: PID is required" resume
 usage_error "resume --image with --tree" "--image is for one process" resume --image /tmp --tree 1
-usage_error "state without PID" "gpusnap state: PID is required" state
+usage_error "state with two PIDs" "gpusnap state: unexpected argument '2'" state 1 2
 usage_error "state with an unknown option" "gpusnap state: unknown option '-x'" state -x 1
 usage_error "dump without PID" "gpusnap dump: PID is required" dump -D /tmp/x
 usage_error "dump without -D" "gpusnap dump: -D DIR is required" dump 1
