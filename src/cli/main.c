@@ -11,7 +11,7 @@
 static const struct cli_command commands[] = {
 	{ "suspend", cmd_suspend, "take a CUDA process's GPU state off the GPU (VRAM to zero)" },
 	{ "resume", cmd_resume, "put a suspended process's GPU state back, on the same or another GPU" },
-	{ "state", cmd_state, "show whether a CUDA process is running, locked, suspended or failed" },
+	{ "state", cmd_state, "show whether a CUDA process is running, locked, suspended or failed; without PID, list them all" },
 	{ "run", cmd_run, "start a command with the gpusnap agent, for the fast path" },
 	{ "dump", cmd_dump, "write a CUDA process's GPU and CPU state into an image directory (CRIU)" },
 	{ "restore", cmd_restore, "bring a dumped process back from an image, on the same or another GPU" },
