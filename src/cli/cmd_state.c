@@ -212,12 +212,14 @@ static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
 /*
  * The processes that may hold CUDA state: libcuda or the gpusnap agent mapped
  * (a suspended process holds no GPU memory, so NVML's list misses it). Those
- * whose maps cannot be read (another user's) are left out. Sorted by PID.
+ * whose maps this user may not read (another user's, as a rule) are left
+ * out and counted in *unreadable. Sorted by PID.
  */
-static int find_cuda_candidates(int **pids, size_t *n, struct gs_err *err)
+static int find_cuda_candidates(int **pids, size_t *n, size_t *unreadable, struct gs_err *err)
 {
 	*pids = NULL;
 	*n = 0;
+	*unreadable = 0;
 	DIR *d = opendir("/proc");
 	if (!d)
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot read /proc");
@@ -233,8 +235,10 @@ static int find_cuda_candidates(int **pids, size_t *n, struct gs_err *err)
 		char path[64];
 		snprintf(path, sizeof(path), "/proc/%d/maps", pid);
 		FILE *f = fopen(path, "re");
-		if (!f)
+		if (!f) {
+			*unreadable += errno == EACCES || errno == EPERM;
 			continue;
+		}
 		bool cuda = false;
 		while (!cuda && getline(&line, &line_cap, f) > 0) {
 			const char *base = strrchr(line, '/');
@@ -277,8 +281,8 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 {
 	struct gs_err err = { 0 };
 	int *pids;
-	size_t n;
-	int rc = find_cuda_candidates(&pids, &n, &err);
+	size_t n, unreadable;
+	int rc = find_cuda_candidates(&pids, &n, &unreadable, &err);
 	struct state_view *v = rc ? NULL : malloc(sizeof(*v));
 	if (!rc && !v)
 		rc = gs_fail(&err, GS_E_FAILURE, "out of memory");
@@ -340,6 +344,9 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 	} else if (!shown) {
 		printf("no CUDA process found\n");
 	}
+	if (unreadable)
+		fprintf(stderr, "gpusnap: note: %zu process%s whose memory map%s this user may not read %s not looked at\n",
+			unreadable, unreadable == 1 ? "" : "es", unreadable == 1 ? "" : "s", unreadable == 1 ? "was" : "were");
 	free(v);
 	free(pids);
 	return 0;
