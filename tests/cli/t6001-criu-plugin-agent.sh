@@ -192,6 +192,14 @@ check "the good image restores after that" rc_ok
 check "its agent loaded the GPU data" loaded
 verify_ok "the data from the good image"
 kill -9 "$PID"; wait_gone "$PID"
+# the --leave-running image (written through the page cache, a data file per writer thread) restores too
+check "the --leave-running image has several data files ($(ls "$TEST_TMP/lr/gpusnap/$PID" | grep -c '^gpu-data-'))" \
+  test "$(ls "$TEST_TMP/lr/gpusnap/$PID" | grep -c '^gpu-data-')" -gt 1
+criu_restore "$TEST_TMP/lr"
+check "criu restore of the --leave-running image succeeds" rc_ok
+check "its agent loaded the GPU data" loaded
+verify_ok "the data from the --leave-running image"
+kill -9 "$PID"; wait_gone "$PID"
 
 # ---- a tree of two agent processes: both gated before either waits, both dumped and restored ----
 la=$TEST_TMP/a.log lb=$TEST_TMP/b.log
