@@ -23,8 +23,9 @@
  * a failed dump and --leave-running put every process back on the GPU (exit
  * hook). With --leave-running an agent's image is published unsynced, so that
  * it is whole when CRIU returns but the disk's fsync is not in the pause: the
- * helper that resumes the agent syncs it once the process runs again. Every driver call goes through the driver helper (plugin_driver.c),
- * forked at init: criu itself must stay single-threaded.
+ * helper that resumes the agent syncs it once the process runs again. Every
+ * driver call goes through the driver helper (plugin_driver.c), forked at
+ * init: criu itself must stay single-threaded.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -585,19 +586,21 @@ static void shared_resume_later(const char *const *images)
 			"--tree %d)", strerror(errno), gsp.nprocs ? (int)gsp.procs[0].pid : 0);
 	if (forked > 0)
 		return;
-	for (int i = 0; !forked && i < gsp.nprocs; i++)
-		if (images[i] && !wait_untraced(gsp.procs[i].pid))
-			gsp_err("process %d ended before it resumed (it shared GPU memory with the others)",
-				(int)gsp.procs[i].pid);
-	struct gs_err e = { 0 };
-	if (!forked && share_resume(images, &e))
-		gsp_err("the processes that share GPU memory did not resume after the dump: %s", e.msg);
+	if (forked == 0) {
+		for (int i = 0; i < gsp.nprocs; i++)
+			if (images[i] && !wait_untraced(gsp.procs[i].pid))
+				gsp_err("process %d ended before it resumed (it shared GPU memory with the others)",
+					(int)gsp.procs[i].pid);
+		struct gs_err e = { 0 };
+		if (share_resume(images, &e))
+			gsp_err("the processes that share GPU memory did not resume after the dump: %s", e.msg);
+	}
+	/* in the helper once they run again; without a helper, here */
 	for (int i = 0; i < gsp.nprocs; i++)
 		if (images[i])
 			sync_published(&gsp.procs[i], images[i]);
-	if (forked < 0)
-		return;
-	_exit(0);
+	if (forked == 0)
+		_exit(0);
 }
 
 void gsp_dump_fini(int ret)
