@@ -339,6 +339,7 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 	}
 	if (json) {
 		gs_json_array_end(&j);
+		gs_json_kv_uint(&j, "not_looked_at", unreadable); /* processes whose memory maps this user may not read */
 		gs_json_object_end(&j);
 		cli_json_print(&j);
 	} else if (!shown) {
