@@ -23,10 +23,9 @@
 #   GPUSNAP_BENCH_REPEAT      starts per row (default 2; the table gives the median)
 #   GPUSNAP_BUILD, GPUSNAP_CRIU as for tests/gpu
 set -u
-export LC_ALL=C
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-. "$SRC/tests/gpu/lib.sh"
-cd "$SRC" || exit 1
+export LC_ALL=C # $EPOCHREALTIME with a decimal point, for the Python client
+. "$(dirname "$0")/../tests/gpu/lib.sh" # sets GS_SRC, the repository
+cd "$GS_SRC" || exit 1
 
 bench_prologue bench/warm_start.sh
 if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
@@ -48,7 +47,7 @@ require_criu
 
 DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
-GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
+GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
 PY=$GS_SRC/tests/gpu/py
 MODEL=$DIR/llama-$SIZE
 FAILED=0
