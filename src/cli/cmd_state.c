@@ -209,6 +209,12 @@ static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
 	return 0;
 }
 
+static int cmp_pid(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
 /*
  * The processes that may hold CUDA state: libcuda or the gpusnap agent mapped
  * (a suspended process holds no GPU memory, so NVML's list misses it). Those
@@ -217,6 +223,7 @@ static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
  */
 static int find_cuda_candidates(int **pids, size_t *n, size_t *unreadable, struct gs_err *err)
 {
+	static const char *const cuda_libraries[] = { "libcuda.so", "libgpusnap.so", NULL };
 	*pids = NULL;
 	*n = 0;
 	*unreadable = 0;
@@ -225,27 +232,14 @@ static int find_cuda_candidates(int **pids, size_t *n, size_t *unreadable, struc
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot read /proc");
 	size_t cap = 0;
 	int self = (int)getpid(), rc = 0;
-	char *line = NULL;
-	size_t line_cap = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		int pid;
 		if (gs_parse_pid(de->d_name, &pid) || pid == self)
 			continue;
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-		FILE *f = fopen(path, "re");
-		if (!f) {
-			*unreadable += errno == EACCES || errno == EPERM;
-			continue;
-		}
-		bool cuda = false;
-		while (!cuda && getline(&line, &line_cap, f) > 0) {
-			const char *base = strrchr(line, '/');
-			cuda = base && (!strncmp(base + 1, "libcuda.so", 10) || !strncmp(base + 1, "libgpusnap.so", 13));
-		}
-		fclose(f);
-		if (!cuda)
+		int maps = gs_proc_maps_contain(pid, cuda_libraries);
+		*unreadable += maps == -EACCES || maps == -EPERM;
+		if (maps <= 0)
 			continue;
 		if (*n == cap) {
 			size_t ncap = cap ? 2 * cap : 16;
@@ -259,7 +253,6 @@ static int find_cuda_candidates(int **pids, size_t *n, size_t *unreadable, struc
 		}
 		(*pids)[(*n)++] = pid;
 	}
-	free(line);
 	closedir(d);
 	if (rc) {
 		free(*pids);
@@ -267,13 +260,16 @@ static int find_cuda_candidates(int **pids, size_t *n, size_t *unreadable, struc
 		*n = 0;
 		return rc;
 	}
-	for (size_t i = 1; i < *n; i++) /* insertion sort: a machine's CUDA processes are few */
-		for (size_t k = i; k > 0 && (*pids)[k - 1] > (*pids)[k]; k--) {
-			int t = (*pids)[k];
-			(*pids)[k] = (*pids)[k - 1];
-			(*pids)[k - 1] = t;
-		}
+	if (*n)
+		qsort(*pids, *n, sizeof(**pids), cmp_pid);
 	return 0;
+}
+
+/* A line of the list, its columns as text: the header, a process, or one that could not be looked at. */
+static void print_row(const char *pid, const char *state, const char *path, const char *vram, const char *gpus,
+		      const char *comm)
+{
+	printf("%-8s %-10s %-7s %12s %-6s %s\n", pid, state, path, vram, gpus, comm);
 }
 
 /* `gpusnap state` without PID: a line (or a JSON object) for each CUDA process; the others are left out. */
@@ -304,8 +300,10 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 		/* gone meanwhile, or the agent is loaded but CUDA is not in use: not a CUDA process to list */
 		if (rc == GS_E_NO_PROCESS || rc == GS_E_NOT_CUDA)
 			continue;
+		char pid_text[16];
+		snprintf(pid_text, sizeof(pid_text), "%d", pids[i]);
 		if (!shown++ && !json)
-			printf("%-8s %-10s %-7s %12s %-6s %s\n", "PID", "STATE", "PATH", "VRAM", "GPUS", "COMMAND");
+			print_row("PID", "STATE", "PATH", "VRAM", "GPUS", "COMMAND");
 		if (rc) {
 			char comm[64];
 			gs_proc_comm(pids[i], comm, sizeof(comm));
@@ -316,7 +314,7 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 				gs_json_kv_string(&j, "error", e.msg);
 				gs_json_object_end(&j);
 			} else {
-				printf("%-8d %-10s %-7s %12s %-6s %s\n", pids[i], "?", "-", "-", "-", comm);
+				print_row(pid_text, "?", "-", "-", "-", comm);
 				fprintf(stderr, "gpusnap: process %d: %s\n", pids[i], e.msg);
 			}
 			continue;
@@ -331,8 +329,7 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 		for (int k = 0; k < s->ngpus && k < 64 && g < gpus + sizeof(gpus) - 4; k++)
 			if (v->mask & (1ULL << k))
 				g += snprintf(g, (size_t)(gpus + sizeof(gpus) - g), "%s%d", g == gpus ? "" : ",", k);
-		printf("%-8d %-10s %-7s %12s %-6s %s\n", v->pid, v->state, view_path(v) ? view_path(v) : "-", vram,
-		       gpus[0] ? gpus : "-", v->comm);
+		print_row(pid_text, v->state, view_path(v) ? view_path(v) : "-", vram, gpus[0] ? gpus : "-", v->comm);
 		print_notes(v, verbose);
 		if (v->ag.present && verbose)
 			print_agent_line(v, "         ");

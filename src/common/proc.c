@@ -222,16 +222,20 @@ enum gs_proc_halt gs_proc_halted(pid_t pid, bool traced_too, char *why, size_t n
 	return GS_PROC_STOPPED;
 }
 
-bool gs_proc_maps_contain(pid_t pid, const char *needle)
+int gs_proc_maps_contain(pid_t pid, const char *const *needles)
 {
-	char path[64], line[4096];
+	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	FILE *f = fopen(path, "r");
+	FILE *f = fopen(path, "re");
 	if (!f)
-		return false;
-	bool found = false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, needle) != NULL;
+		return -errno;
+	char *line = NULL; /* getline: a path may be longer than any fixed buffer */
+	size_t cap = 0;
+	int found = 0;
+	while (!found && getline(&line, &cap, f) > 0)
+		for (const char *const *n = needles; *n && !found; n++)
+			found = strstr(line, *n) != NULL;
+	free(line);
 	fclose(f);
 	return found;
 }

@@ -65,8 +65,13 @@ int gs_proc_tree(pid_t pid, pid_t **out, size_t *count, struct gs_err *err);
  */
 int gs_proc_tree_find(pid_t pid, bool (*match)(pid_t process, void *arg), void *arg, pid_t *found,
 		      struct gs_err *err);
-/* True if the process maps a library whose file name contains `needle` (e.g. "libcuda.so"). */
-bool gs_proc_maps_contain(pid_t pid, const char *needle);
+/*
+ * Whether the process maps a file whose path contains one of needles (a
+ * NULL-terminated list, e.g. { "libcuda.so", NULL }): 1 if it does, 0 if
+ * not, -errno if its maps cannot be read (-EACCES: another user's; -ENOENT:
+ * gone).
+ */
+int gs_proc_maps_contain(pid_t pid, const char *const *needles);
 
 /*
  * Effective uid and innermost pid (NSpid's last field: the pid the process
