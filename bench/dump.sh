@@ -54,7 +54,6 @@ GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
 FAILED=0
 
 size_bytes() { numfmt --from=iec "$1"; }
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || log "note: cannot drop the page cache"; }
 
 # Sequential write and read speed of the file system holding DIR, in GB/s: dd of
 # DD_BYTES of zeros in 64 MiB blocks with O_DIRECT (tmpfs refuses it: buffered and

@@ -53,7 +53,6 @@ MODEL=$DIR/llama-$SIZE
 FAILED=0
 REF_TOKENS='' REF_SUM=''
 
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || log "note: cannot drop the page cache"; }
 # Reads every file under DIR: a "warm" row has its files in the page cache (an image written with
 # O_DIRECT is not, after its dump).
 warm_files() { find "$1" -type f -print0 | xargs -0 -r cat >/dev/null; }

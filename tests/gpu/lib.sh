@@ -126,6 +126,9 @@ bench_prologue() { # SCRIPT
   case $OUT in /*) ;; *) OUT=$GS_SRC/$OUT ;; esac
 }
 
+# Empties the page cache (the bench's cold rows); says so where it cannot.
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || log "note: cannot drop the page cache"; }
+
 pid_alive() { # PID: exists and is not a zombie
   local stat
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
