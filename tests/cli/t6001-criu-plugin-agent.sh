@@ -90,33 +90,16 @@ check "its GPU image is published when criu returns" test -f "$TEST_TMP/lr/gpusn
 check "the process runs on" alive "$PID"
 check "its agent took its data back" loaded
 # the image's fsync runs in the helper once the process runs again, not in the pause
-synced() { # the helper's line within 10 s
-  local i
-  for ((i = 0; i < 1000; i++)); do
-    grep -q "GPU image of process $PID is on the disk (synced in" "$TEST_TMP/lr/dump.log" && return 0
-    sleep 0.01
-  done
-  grep -i gpusnap "$TEST_TMP/lr/dump.log" | tail -n 5 | sed 's/^/    /'
-  return 1
-}
-check "... and then the helper synced its image" synced
+check "... and then the helper synced its image" \
+  log_soon "$TEST_TMP/lr/dump.log" "GPU image of process $PID is on the disk (synced in"
 run_gpusnap inspect --json --verify "$TEST_TMP/lr/gpusnap/$PID"; expect "inspect --verify of the --leave-running image" 0
 # the helper's fsync failing: said in CRIU's log, and the process runs on with its data
 GPUSNAP_FAULT=image-sync=fail:EIO criu_dump "$TEST_TMP/lr2" "$PID" --leave-running
 check "criu dump --leave-running whose later sync fails succeeds" rc_ok
 check "... the process runs on" alive "$PID"
 check "... its agent took its data back" loaded
-sync_failed() { # the helper's line within 10 s
-  local i
-  for ((i = 0; i < 1000; i++)); do
-    grep -q "GPU image of process $PID at '$TEST_TMP/lr2/gpusnap/$PID' may not be on the disk: syncing" \
-      "$TEST_TMP/lr2/dump.log" && return 0
-    sleep 0.01
-  done
-  grep -i gpusnap "$TEST_TMP/lr2/dump.log" | tail -n 5 | sed 's/^/    /'
-  return 1
-}
-check "... CRIU's log says the image may not be on the disk, and why" sync_failed
+check "... CRIU's log says the image may not be on the disk, and why" log_soon "$TEST_TMP/lr2/dump.log" \
+  "GPU image of process $PID at '$TEST_TMP/lr2/gpusnap/$PID' may not be on the disk: syncing"
 verify_ok "its data after the dump whose sync failed"
 verify_ok "its data after criu dump --leave-running"
 check "its memory is on the GPU again" test "$(phys)" = "$phys0"
