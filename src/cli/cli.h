@@ -17,11 +17,43 @@
 #include "cuda/gpus.h"
 #include "cuda/nvml.h"
 
+/*
+ * What a command's manual page says beyond its usage and option table, kept
+ * beside them in its cmd_*.c (cli_doc.c writes the page and the completion).
+ */
+struct cli_doc_exit {
+	int code;
+	const char *text; /* NULL ends the list */
+};
+struct cli_doc_example {
+	const char *command; /* NULL ends the list */
+	const char *text;
+};
+struct cli_doc {
+	const char *args;        /* the positional argument, for completion: "PID", "DIR", "COMMAND" or NULL */
+	const char *description; /* paragraphs, separated by a blank line */
+	const struct cli_doc_exit *exits;
+	const char *env; /* the GPUSNAP_* variables it reads, space-separated (cli_doc.c describes each) */
+	const struct cli_doc_example *examples;
+};
+
 struct cli_command {
 	const char *name;
 	int (*run)(int argc, char **argv);
 	const char *summary;
+	const struct cli_doc *doc;
 };
+
+/* The commands `gpusnap` runs (main.c), in the order its usage lists them. */
+extern const struct cli_command cli_commands[];
+extern const int cli_ncommands;
+
+/*
+ * Set while the documentation is written: cli_parse hands the command's
+ * option table and usage to it instead of parsing, and the command returns
+ * as after -h. So the table the parser uses is the one the pages show.
+ */
+extern void (*cli_parse_hook)(const struct gs_option *opts, const char *const *usage, int flags);
 
 /* Prints "gpusnap: <message>" on stderr and returns err->code. */
 int cli_report_error(const struct gs_err *err);
@@ -106,5 +138,11 @@ int cmd_dump(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_container_spec(int argc, char **argv);
+int cmd_help(int argc, char **argv);
+int cmd_completion(int argc, char **argv);
+int cmd_doc(int argc, char **argv);
+
+extern const struct cli_doc suspend_doc, resume_doc, state_doc, run_doc, dump_doc, restore_doc, inspect_doc,
+	container_spec_doc, help_doc, completion_doc;
 
 #endif

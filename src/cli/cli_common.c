@@ -21,9 +21,16 @@ int cli_report_error(const struct gs_err *err)
 	return err->code ? err->code : GS_E_FAILURE;
 }
 
+void (*cli_parse_hook)(const struct gs_option *opts, const char *const *usage, int flags);
+
 int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *const *usage, int flags, int *nargs)
 {
 	struct gs_err err = { 0 };
+	if (cli_parse_hook) {
+		cli_parse_hook(opts, usage, flags);
+		*nargs = 0;
+		return GS_PARSE_HELP;
+	}
 	const char *cmd = argv[0]; /* the parser moves positional arguments over it */
 	int rc = gs_parse_options(argc, argv, opts, flags, nargs, &err);
 	if (rc == GS_PARSE_HELP) {

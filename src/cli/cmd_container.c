@@ -32,6 +32,23 @@ static const char *const container_usage[] = {
 	NULL,
 };
 
+const struct cli_doc container_spec_doc = {
+	.args = NULL,
+	.description =
+		"Prints what puts the gpusnap agent into containers: a CDI spec (the default, --cdi), to save as "
+		"/etc/cdi/gpusnap.json and use as podman run --device gpusnap.io/agent=agent, or with --run-args "
+		"the same as podman or docker run arguments (a read-only volume of libgpusnap.so and LD_PRELOAD).\n\n"
+		"With the CRIU plugin in CRIU's plugin folder, a checkpoint of such a container (podman container "
+		"checkpoint, CRI-O, containerd) carries its GPU state; docs/CONTAINERS.md has the engines' commands.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_USAGE, "bad options; a path the output cannot carry" },
+						{ GS_E_AGENT, "the agent cannot be found or read" }, { 0, NULL } },
+	.env = "GPUSNAP_AGENT",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap container-spec > /etc/cdi/gpusnap.json", "Install the CDI spec." },
+		{ "podman run $(gpusnap container-spec --run-args) IMAGE", "Or give the engine the flags." },
+		{ NULL, NULL } },
+};
+
 static int print_cdi(const char *host, const char *inside, struct gs_err *err)
 {
 	char preload[PATH_MAX + 16];

@@ -49,6 +49,39 @@ static const char *const dump_usage[] = {
 	NULL,
 };
 
+const struct cli_doc dump_doc = {
+	.args = "PID",
+	.description =
+		"Writes process PID, its GPU state and (with CRIU) its CPU state, into the image directory DIR; "
+		"gpusnap restore brings it back from there, on this machine or another with the same GPU type. "
+		"The process is gone afterwards, unless --leave-running.\n\n"
+		"The image is written under a temporary name and published (fsync, checksums, rename) only when it "
+		"is complete, so DIR holds the previous image or the new one, never half of one. A dump that fails "
+		"before CRIU took the process is undone: the process runs on.\n\n"
+		"CRIU 4.2 or later must be installed (or named by GPUSNAP_CRIU), and dumping needs root or "
+		"CAP_CHECKPOINT_RESTORE.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing the image; DIR stays as it was" },
+						{ GS_E_USAGE, "bad options; DIR not an image and not empty; DIR the image of "
+							      "another process without --replace" },
+						{ GS_E_NO_PROCESS, "" }, { GS_E_NOT_CUDA, "" },
+						{ GS_E_PERMISSION, "an image path that others could change (named)" },
+						{ GS_E_STATE, "the process is suspended, or another gpusnap is at work on it or "
+							      "on DIR (named)" },
+						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" },
+						{ GS_E_TIMEOUT, "GPU work or a criu run did not finish in time" },
+						{ GS_E_NO_SPACE, "disk full; the process runs on, DIR stays as it was" },
+						{ GS_E_CRIU, "CRIU missing, too old or failed (its kept log is named); or the "
+							     "tree holds what CRIU cannot dump: an io_uring, a TCP connection "
+							     "to outside it without --tcp-close or --tcp-established" },
+						{ GS_E_AGENT, "" }, { 0, NULL } },
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap dump -D /ckpt/job 1234", "Dump process 1234 into /ckpt/job; it is gone afterwards." },
+		{ "gpusnap dump --tree --leave-running -D /ckpt/job $JOB_PID",
+		  "A periodic checkpoint of a whole job, which keeps running." },
+		{ NULL, NULL } },
+};
+
 #define DEFAULT_LOCK_TIMEOUT_S 30.0
 
 struct dump_opts {

@@ -21,6 +21,23 @@ static const char *const inspect_usage[] = {
 	NULL,
 };
 
+const struct cli_doc inspect_doc = {
+	.args = "DIR",
+	.description =
+		"Shows what the image in DIR holds: the process (or each process of a tree), its GPUs and their "
+		"memory, the chunks stored and those that were all zero. It needs no GPU and no CRIU.\n\n"
+		"--verify reads every stored chunk and every listed CRIU file and checks its checksum (CRC-32C).",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" },
+						{ GS_E_PERMISSION, "an image path that others could change (named)" },
+						{ GS_E_IMAGE, "image missing, truncated, corrupt or of an unknown version; with "
+							      "--verify, a wrong checksum (the file or chunk is named)" },
+						{ 0, NULL } },
+	.env = "GPUSNAP_LOG",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap inspect --verify /ckpt/job", "Check that an image is whole before moving it." },
+		{ NULL, NULL } },
+};
+
 /* The GPU images of a tree image's processes (none for other images), each opened and checked, verified with verify. */
 struct tree_part {
 	pid_t pid;

@@ -66,6 +66,33 @@ static const char *const restore_usage[] = {
 	NULL,
 };
 
+const struct cli_doc restore_doc = {
+	.args = "DIR",
+	.description =
+		"Brings the process (or process tree) that gpusnap dump wrote into DIR back, running, with the PID it "
+		"had, on the GPUs it used or, with --map, on others of the same type.\n\n"
+		"Every chunk and CRIU file of the image is checked against its checksum while CRIU restores the "
+		"process, which is held stopped until the check passed. Any failure kills the half-restored process: "
+		"a refused restore leaves no process and the image as it was. The image is only read.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" },
+						{ GS_E_PERMISSION, "an image path that others could change (named)" },
+						{ GS_E_STATE, "another gpusnap is restoring the image or at work on its PID" },
+						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" },
+						{ GS_E_TIMEOUT, "a criu run took longer than GPUSNAP_CRIU_TIMEOUT" },
+						{ GS_E_GPU_MAP, "--map invalid, or an image GPU not here and not mapped" },
+						{ GS_E_IMAGE, "image missing, truncated, corrupt or of an unknown version (the "
+							      "file or chunk is named)" },
+						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
+						{ GS_E_CRIU, "CRIU missing, too old or failed, or the PID the image needs is in "
+							     "use" },
+						{ GS_E_AGENT, "" }, { 0, NULL } },
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap restore -D /ckpt/job", "Bring the dumped job back." },
+		{ "gpusnap restore -D /ckpt/job --map 0=1", "Bring it back with image GPU 0's state on GPU 1." },
+		{ NULL, NULL } },
+};
+
 struct restore_opts {
 	const char *dir;
 	struct gs_string_list maps;

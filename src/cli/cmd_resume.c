@@ -21,6 +21,28 @@ static const char *const resume_usage[] = {
 	NULL,
 };
 
+const struct cli_doc resume_doc = {
+	.args = "PID",
+	.description =
+		"Puts the GPU state of a process that gpusnap suspend took off the GPU back, on the same GPUs or, "
+		"with --map, on others of the same type; the process carries on from its next CUDA call.\n\n"
+		"A process that a killed gpusnap, or a failed dump, left suspended is resumed the same way: gpusnap "
+		"state names the command that puts it back.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
+						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" },
+						{ GS_E_STATE, "not suspended, or another gpusnap is at work on it (named)" },
+						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" }, { GS_E_GPU_MAP, "" },
+						{ GS_E_IMAGE, "--image: the image is missing or damaged" },
+						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
+						{ GS_E_AGENT, "the agent failed; or --image for a process without the agent" },
+						{ GS_E_PARTIAL, "" }, { 0, NULL } },
+	.env = "GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap resume 1234", "Put process 1234's GPU state back where it was." },
+		{ "gpusnap resume --map 0=1 1234", "Put it on GPU 1 instead of GPU 0 (the same GPU type)." },
+		{ NULL, NULL } },
+};
+
 struct resume_ctx {
 	struct gs_string_list maps;
 	const char *image; /* the agent's data is in this image (absolute path), or NULL */

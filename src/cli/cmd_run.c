@@ -21,6 +21,28 @@ static const char *const run_usage[] = {
 	NULL,
 };
 
+const struct cli_doc run_doc = {
+	.args = "PROGRAM",
+	.description =
+		"Runs COMMAND with the gpusnap agent, libgpusnap.so, preloaded (LD_PRELOAD), so its suspends, "
+		"resumes and dumps take the fast path: the agent moves the GPU data itself, in parallel and without "
+		"the driver's copy of every allocation. Nothing else changes for the app.\n\n"
+		"The agent is GPUSNAP_AGENT if set, else libgpusnap.so beside the gpusnap binary (a build tree), "
+		"in ../lib or in ../lib/x86_64-linux-gnu (an installed gpusnap). The variables marked \"in the "
+		"app\" below are read by the agent in the app; README.md lists them all.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "bad options, or COMMAND not found" },
+						{ GS_E_NO_SPACE, "--reserve is more than the host memory available" },
+						{ GS_E_AGENT, "the agent cannot be found or read" }, { 0, NULL } },
+	.env = "GPUSNAP_AGENT GPUSNAP_RESERVE GPUSNAP_AGENT_HOOKS GPUSNAP_AGENT_LOG GPUSNAP_STAGING_MODE "
+	       "GPUSNAP_STAGING_THREADS GPUSNAP_IO_THREADS GPUSNAP_HOST_MEMORY_LIMIT GPUSNAP_ALLOW_IO_URING "
+	       "GPUSNAP_FORK_DROP_DEVICE GPUSNAP_RUN_DIR GPUSNAP_LOG",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap run python serve.py", "Start a server with the agent." },
+		{ "gpusnap run --reserve 40G torchrun --nproc-per-node 8 train.py",
+		  "Keep 40 GiB of host memory ready, so suspends run at line rate." },
+		{ NULL, NULL } },
+};
+
 int cli_find_agent(char *buf, size_t n, struct gs_err *err)
 {
 	const char *env = getenv("GPUSNAP_AGENT");

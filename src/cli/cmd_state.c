@@ -29,6 +29,24 @@ static const char *const state_usage[] = {
 	NULL,
 };
 
+const struct cli_doc state_doc = {
+	.args = "PID",
+	.description =
+		"Says whether CUDA process PID is running, locked, suspended, failed, stopped or frozen, on which "
+		"path (agent or driver), and what an operation at work, or one that was killed, left to do.\n\n"
+		"Without PID, lists every CUDA process this user can see, one line each: PID, state, path, GPU "
+		"memory, GPUs and command. It finds them by what they map (libcuda or the agent), so suspended "
+		"processes, which hold no GPU memory, are listed too.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
+						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" }, { GS_E_NO_DRIVER, "" },
+						{ GS_E_DRIVER_OLD, "" }, { 0, NULL } },
+	.env = "GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap state", "List the CUDA processes." },
+		{ "gpusnap state --json 1234", "The state of process 1234 as JSON." },
+		{ NULL, NULL } },
+};
+
 /* What `state` says of one process. */
 struct state_view {
 	int pid;

@@ -27,6 +27,30 @@ static const char *const suspend_usage[] = {
 	NULL,
 };
 
+const struct cli_doc suspend_doc = {
+	.args = "PID",
+	.description =
+		"Takes the GPU state of process PID off the GPU into the process's host memory: its GPU memory drops "
+		"to zero and the process waits on its next CUDA call until gpusnap resume puts the state back.\n\n"
+		"A process started with gpusnap run takes the fast path: its agent copies the data out, then the "
+		"driver checkpoints what is left (context, modules). Any other CUDA process, or any with --driver, "
+		"takes the driver path. A failure or a timeout anywhere rolls the suspend back: the process runs on.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
+						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" },
+						{ GS_E_STATE, "already suspended, stopped, frozen, capturing a CUDA graph, or "
+							      "another gpusnap is at work on it (named)" },
+						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" },
+						{ GS_E_TIMEOUT, "GPU work did not finish within --timeout; the process runs on" },
+						{ GS_E_NO_SPACE, "not enough host memory for the GPU data" }, { GS_E_AGENT, "" },
+						{ GS_E_PARTIAL, "" }, { 0, NULL } },
+	.env = "GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.examples = (const struct cli_doc_example[]){
+		{ "gpusnap suspend 1234", "Free the GPU memory of process 1234 until it is resumed." },
+		{ "gpusnap suspend --tree --timeout 60 $(pgrep -o torchrun)",
+		  "Suspend every CUDA process of a torchrun job, waiting up to a minute for running GPU work." },
+		{ NULL, NULL } },
+};
+
 #define DEFAULT_LOCK_TIMEOUT_S 30.0
 
 struct suspend_ctx {
