@@ -4,7 +4,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps test test-unit test-asan test-gpu demo bench clean install
+.PHONY: all build deps test test-unit test-asan test-gpu demo bench clean install deb
 
 all: build
 
@@ -34,6 +34,10 @@ bench: build
 
 install: build
 	@cmake --install $(BUILD)
+
+# A Debian package of what `make install` puts in place, under /usr (CPack, see CMakeLists.txt).
+deb: build
+	@cd $(BUILD) && cpack -G DEB >/dev/null && ls $(CURDIR)/$(BUILD)/gpusnap_*.deb
 
 clean:
 	@rm -rf $(BUILD) $(ASAN_BUILD)
