@@ -10,13 +10,15 @@
 #  - usage errors: an unknown command for help, an unknown shell.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
+# the words of a list on one line
+oneline() { tr '\n' ' ' <<<"$1" | sed 's/  */ /g; s/^ //; s/ $//'; }
 
 doc=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/doc
 [ -f "$doc/man1/gpusnap.1" ] || { echo "not ok - $doc/man1/gpusnap.1 was not built"; exit 1; }
 
 # what `gpusnap --help` lists, and what `gpusnap CMD -h` shows of each option
 commands=$("$GPUSNAP_BIN" --help | awk '/^commands:/ {on = 1; next} on && NF == 0 {exit} on {print $1}')
-check "gpusnap --help lists the commands ($(echo $commands))" \
+check "gpusnap --help lists the commands ($(oneline "$commands"))" \
   sh -c "echo '$commands' | grep -qx dump && echo '$commands' | grep -qx container-spec && [ $(echo "$commands" | wc -l) -ge 8 ]"
 options_of() { # CMD -> one option a line, as -h shows them: -D, --dir, --tree ...
   "$GPUSNAP_BIN" "$1" -h | sed -n 's/^    \(-[^ ,]*\)\(, \(--[^ ]*\)\)\{0,1\}.*/\1 \3/p; s/^        \(--[^ ]*\).*/\1/p' | tr ' ' '\n' | sed '/^$/d'
@@ -37,13 +39,13 @@ for cmd in $commands; do
   opts=$(options_of "$cmd")
   text=$(MANWIDTH=200 man -l "$page" 2>/dev/null || groff -man -Tascii "$page" 2>/dev/null | col -b)
   comp=$(complete_words "$GPUSNAP_BIN" "$cmd" -)
-  missing_page= missing_comp=
+  missing_page='' missing_comp=''
   for o in $opts; do
     # roff writes each - as \-
     grep -qF -- "$(printf '%s' "$o" | sed 's/-/\\-/g')" "$page" || missing_page+=" $o"
     printf '%s\n' "$comp" | grep -qx -- "$o" || missing_comp+=" $o"
   done
-  check "gpusnap-$cmd(1) has every option of its table:$(echo $opts)${missing_page:+ (missing:$missing_page)}" \
+  check "gpusnap-$cmd(1) has every option of its table:$(oneline "$opts")${missing_page:+ (missing:$missing_page)}" \
     test -z "$missing_page"
   check "... and bash completes each of them${missing_comp:+ (missing:$missing_comp)}" test -z "$missing_comp"
   check "... the page has a synopsis, exit status and examples" \
@@ -113,9 +115,9 @@ check "gpusnap inspect <TAB> completes image directories ($got)" \
 got=$(complete_words gpusnap suspend --timeout "")
 check "gpusnap suspend --timeout <TAB> offers nothing (seconds) ($got)" test -z "$got"
 got=$(complete_words gpusnap help res | sort)
-check "gpusnap help res<TAB> completes commands ($(echo $got))" test "$(echo $got)" = "restore resume"
+check "gpusnap help res<TAB> completes commands ($(oneline "$got"))" test "$(oneline "$got")" = "restore resume"
 got=$(complete_words gpusnap completion "")
-check "gpusnap completion <TAB> offers bash and zsh ($(echo $got))" test "$(echo $got)" = "bash zsh"
+check "gpusnap completion <TAB> offers bash and zsh ($(oneline "$got"))" test "$(oneline "$got")" = "bash zsh"
 
 # PIDs: the CUDA processes `gpusnap state` lists (an app under the agent, fake driver)
 app=$GPUSNAP_BUILD/tests/agent/agent_app
@@ -124,7 +126,7 @@ if [ -f "$GPUSNAP_BUILD/libgpusnap.so" ] && [ -x "$app" ] && command -v python3 
   fake_agent_env
   start_app
   got=$(complete_words "$GPUSNAP_BIN" suspend "")
-  check "gpusnap suspend <TAB> offers the CUDA process $APP ($(echo $got))" sh -c "printf '%s\n' '$got' | grep -qx '$APP'"
+  check "gpusnap suspend <TAB> offers the CUDA process $APP ($(oneline "$got"))" sh -c "printf '%s\n' '$got' | grep -qx '$APP'"
   check "... and no process that is not a CUDA process (this shell, $$)" sh -c "! printf '%s\n' '$got' | grep -qx '$$'"
   quit_app "the app ends well"
 else

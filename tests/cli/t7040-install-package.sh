@@ -41,8 +41,10 @@ fi
 # the Debian package
 part_b() {
   [ "$(id -u)" = 0 ] || { echo "SKIP: not root: the package is not installed"; return; }
-  command -v dpkg >/dev/null && command -v cpack >/dev/null ||
-    { echo "SKIP: no dpkg or cpack: the package is not built"; return; }
+  if ! command -v dpkg >/dev/null || ! command -v cpack >/dev/null; then
+    echo "SKIP: no dpkg or cpack: the package is not built"
+    return
+  fi
   if ldd "$GPUSNAP_BIN" | grep -q libasan; then
     echo "SKIP: a sanitizer build: the package is the normal build's"
     return
