@@ -29,6 +29,7 @@ fuzzer_links || fuzz_missing=(clang libclang-rt-dev)
 engine_missing=()
 command -v podman >/dev/null 2>&1 || engine_missing+=(podman)
 command -v runc >/dev/null 2>&1 || engine_missing+=(runc)
+command -v groff >/dev/null 2>&1 || engine_missing+=(groff-base) # t7020 renders the manual pages (groff -ww)
 
 if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ] && [ ${#engine_missing[@]} -eq 0 ]; then
   exit 0
@@ -53,7 +54,7 @@ if [ ${#fuzz_missing[@]} -ne 0 ]; then
     echo "gpusnap: could not install ${fuzz_missing[*]}; the fuzz run will be skipped" >&2
 fi
 if [ ${#engine_missing[@]} -ne 0 ]; then
-  echo "gpusnap: installing ${engine_missing[*]} (for the container test)" >&2
+  echo "gpusnap: installing ${engine_missing[*]} (for the container and manual-page tests)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${engine_missing[@]}" >/dev/null 2>&1 ||
-    echo "gpusnap: could not install ${engine_missing[*]}; the container test will be skipped" >&2
+    echo "gpusnap: could not install ${engine_missing[*]}; those tests will be skipped" >&2
 fi
