@@ -95,6 +95,29 @@ run_gpusnap completion zsh; expect "gpusnap completion zsh" 0 "#compdef gpusnap"
 check "... is the script the build installs" cmp -s "$OUT_TXT" "$doc/zsh/_gpusnap"
 if command -v zsh >/dev/null; then
   check "the zsh script parses (zsh -n)" zsh -n "$doc/zsh/_gpusnap"
+  # an interactive zsh (zpty) with the script first in fpath: LINE<TAB> must show WANT within 30 s
+  cat >"$TEST_TMP/drive.zsh" <<'ZSH'
+zmodload zsh/zpty || exit 2
+zpty z zsh -f -i
+zpty -w z "fpath=($1 \$fpath); PS1='> '; autoload -U compinit; compinit -u -D; PATH=$2:\$PATH; echo RE''ADY"
+zpty -r z out '*READY*' || exit 2
+zpty -n -w z "$3"$'\t'
+out=
+while (( SECONDS < 30 )); do
+  zpty -r -t z chunk && out+=$chunk
+  [[ $out == *"$4"* ]] && exit 0
+  sleep 0.1
+done
+print -r -- "${out//[^[:print:]]/}"
+exit 1
+ZSH
+  zsh_complete() { zsh -f "$TEST_TMP/drive.zsh" "$doc/zsh" "$(dirname "$GPUSNAP_BIN")" "$1" "$2"; }
+  check "zsh: gpusnap du<TAB> completes to dump" zsh_complete 'gpusnap du' 'gpusnap dump'
+  check "zsh: gpusnap dump --le<TAB> completes to --leave-running" zsh_complete 'gpusnap dump --le' '--leave-running'
+  check "zsh: gpusnap help rest<TAB> completes to restore" zsh_complete 'gpusnap help rest' 'help restore'
+  check "zsh: gpusnap completion z<TAB> completes to zsh" zsh_complete 'gpusnap completion z' 'completion zsh'
+else
+  echo "SKIP: no zsh: the zsh script is not checked beyond being written"
 fi
 
 # bash completion
