@@ -37,7 +37,7 @@ install: build
 
 # A Debian package of what `make install` puts in place, under /usr (CPack, see CMakeLists.txt).
 deb: build
-	@cd $(BUILD) && { cpack -G DEB >cpack.log 2>&1 || { cat cpack.log; exit 1; }; } && ls $(CURDIR)/$(BUILD)/gpusnap_*.deb
+	@cd $(BUILD) && { cpack -G DEB >cpack.log 2>&1 || { cat cpack.log; exit 1; }; } && ls $(abspath $(BUILD))/gpusnap_*.deb
 
 clean:
 	@rm -rf $(BUILD) $(ASAN_BUILD)

@@ -67,9 +67,10 @@ part_b() {
     check "... holds $f" grep -qx "$f" <<<"$paths"
   done
 
-  # one run at a time in dpkg; the system as it was before is what is left after
-  exec 9>/run/lock/gpusnap-test-dpkg.lock
-  flock -w 900 9 || { fail "the dpkg lock (/run/lock/gpusnap-test-dpkg.lock) within 15 min"; return; }
+  # one run at a time in dpkg and /usr/lib/criu (t5003 puts a plugin there too); the system as it
+  # was before is what is left after
+  exec 9>/run/lock/gpusnap-test-system.lock
+  flock -w 900 9 || { fail "the lock /run/lock/gpusnap-test-system.lock within 15 min"; return; }
   if dpkg-query -W -f='${db:Status-Status}' gpusnap 2>/dev/null | grep -qv not-installed; then
     echo "SKIP: a gpusnap package is installed on this machine: not touched"
     return
