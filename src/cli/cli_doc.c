@@ -250,8 +250,11 @@ static int command_page(FILE *out, const struct cli_command *c, struct gs_err *e
 
 	fputs(".SH EXIT STATUS\n", out);
 	exit_item(out, 0, exit_meaning[0]);
-	for (const struct cli_doc_exit *e = d->exits; e && e->text; e++)
+	for (const struct cli_doc_exit *e = d->exits; e && e->text; e++) {
+		if (e->code <= 0 || e->code > GS_E_PARTIAL)
+			return gs_fail(err, GS_E_FAILURE, "internal error: %s's doc names exit code %d", c->name, e->code);
 		exit_item(out, e->code, *e->text ? e->text : exit_meaning[e->code]);
+	}
 	fputs(".TP\n\\fB128 + N\\fR (interrupted)\nsignal N (SIGINT, SIGTERM, SIGHUP) came before the point of no "
 	      "return, and what had begun was undone\n", out);
 

@@ -185,11 +185,12 @@ static int zsh(FILE *out, struct gs_err *err)
 	      "\n"
 	      "_gpusnap_pids() {\n"
 	      "  local -a pids\n"
-	      "  pids=(${(f)\"$(timeout 3 ${words[1]:-gpusnap} state --json 2>/dev/null | grep -o '\"pid\": *[0-9]*' | grep -o '[0-9]*$')\"})\n"
+	      "  pids=(${(f)\"$(timeout 3 ${_gpusnap_bin:-gpusnap} state --json 2>/dev/null | grep -o '\"pid\": *[0-9]*' | grep -o '[0-9]*$')\"})\n"
 	      "  compadd -a pids\n"
 	      "}\n"
 	      "\n"
 	      "_gpusnap() {\n"
+	      "  local _gpusnap_bin=$words[1]\n"
 	      "  local -a commands\n"
 	      "  commands=(\n",
 	      out);
