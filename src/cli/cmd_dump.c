@@ -73,7 +73,7 @@ const struct cli_doc dump_doc = {
 						{ GS_E_CRIU, "CRIU missing, too old or failed (its kept log is named); or the "
 							     "tree holds what CRIU cannot dump: an io_uring, a TCP connection "
 							     "to outside it without --tcp-close or --tcp-established" },
-						{ GS_E_AGENT, "" }, { 0, NULL } },
+						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
 	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap dump -D /ckpt/job 1234", "Dump process 1234 into /ckpt/job; it is gone afterwards." },

@@ -85,7 +85,7 @@ const struct cli_doc restore_doc = {
 						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
 						{ GS_E_CRIU, "CRIU missing, too old or failed, or the PID the image needs is in "
 							     "use" },
-						{ GS_E_AGENT, "" }, { 0, NULL } },
+						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
 	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap restore -D /ckpt/job", "Bring the dumped job back." },

@@ -35,7 +35,7 @@ const struct cli_doc resume_doc = {
 						{ GS_E_IMAGE, "--image: the image is missing or damaged" },
 						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
 						{ GS_E_AGENT, "the agent failed; or --image for a process without the agent" },
-						{ GS_E_PARTIAL, "" }, { 0, NULL } },
+						{ GS_E_PARTIAL, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
 	.env = "GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap resume 1234", "Put process 1234's GPU state back where it was." },

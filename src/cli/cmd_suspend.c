@@ -42,7 +42,7 @@ const struct cli_doc suspend_doc = {
 						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" },
 						{ GS_E_TIMEOUT, "GPU work did not finish within --timeout; the process runs on" },
 						{ GS_E_NO_SPACE, "not enough host memory for the GPU data" }, { GS_E_AGENT, "" },
-						{ GS_E_PARTIAL, "" }, { 0, NULL } },
+						{ GS_E_PARTIAL, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
 	.env = "GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap suspend 1234", "Free the GPU memory of process 1234 until it is resumed." },
