@@ -491,7 +491,7 @@ def plot_dump(runs, path):
     ax.set_xlabel("seconds")
     ax.set_title("A periodic checkpoint: how long dump --leave-running holds the process\n%s" %
                  ", ".join(sorted({"%s, driver %s" % (run["device"], run["driver"]) for run, _ in rows})), fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
