@@ -39,6 +39,7 @@ HOLD=${GPUSNAP_DEMO_HOLD:-2G}
 if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 heading() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 say() { printf '   %s\n' "$*"; }
+row() { printf '   %-40s %s\n' "$1" "$2"; } # COMMAND WHAT_IT_DID
 die() { printf '\ngpusnap demo: %s (details: %s)\n' "$*" "$DEMO_LOG"; exit 1; }
 # ARGS: gpusnap ARGS (lib.sh's gs_run: output in GS_OUT/GS_ERR, logged), dies on failure
 gpusnap_ok() {
@@ -47,7 +48,7 @@ gpusnap_ok() {
 }
 secs() { printf '%.2f' "$(json_get "$GS_OUT" "$1" 2>/dev/null || echo 0)"; } # JSON_PATH -> "1.23"
 values=$GS_WORK/counter.values
-lines() { wc -l <"$values" 2>/dev/null || echo 0; }
+lines() { if [ -f "$values" ]; then wc -l <"$values"; else echo 0; fi; }
 last_value() { tail -n 1 "$values" 2>/dev/null; }
 # values from line N+1 on, at most 6, once there are some (up to 10 s)
 values_after() { # N
@@ -114,18 +115,20 @@ pid=$!
 GS_EXTRA_PIDS+=("$pid")
 for ((i = 0; i < 600; i++)); do [ "$(lines)" -ge 10 ] && break; pid_alive "$pid" || break; sleep 0.1; done
 [ "$(lines)" -ge 10 ] || die "the counter app did not start counting"
-say "gpusnap run -- counter --hold $HOLD: pid $pid holds $(pid_vram_mib "$pid") MiB of VRAM, counts $(values_after 0)..."
+row "gpusnap run -- counter --hold $HOLD" "pid $pid, $(pid_vram_mib "$pid") MiB of VRAM, counting: $(values_after 0)..."
 
 gpusnap_ok suspend "$pid" --json
 agent_sus=$(secs total_s)
+for ((i = 0; i < 30; i++)); do [ "$(pid_vram_mib "$pid")" == 0 ] && break; sleep 0.1; done # nvidia-smi lags
+sleep 0.3 # a tick that had read the counter before the suspend still writes its line
 stopped=$(last_value)
 sleep 2
 [ "$(last_value)" == "$stopped" ] || die "the counter moved while suspended ($stopped -> $(last_value))"
-say "gpusnap suspend $pid   $agent_sus s  VRAM now $(pid_vram_mib "$pid") MiB; counter stopped at $stopped, still $stopped 2 s later"
+row "gpusnap suspend $pid" "$agent_sus s; VRAM now $(pid_vram_mib "$pid") MiB; the counter stays at $stopped (2 s)"
 n=$(lines)
 gpusnap_ok resume "$pid" --json
 agent_res=$(secs total_s)
-say "gpusnap resume $pid    $agent_res s  counter goes on: $(values_after "$n")..."
+row "gpusnap resume $pid" "$agent_res s; the counter goes on: $(values_after "$n")..."
 awk 'NR != $1 { exit 1 }' "$values" || die "the counter did not go on where it was"
 
 # ---------------------------------------------------------------- 2. dump, kill, restore
@@ -136,21 +139,21 @@ if [ $CRIU_OK == 1 ]; then
   before=$(lines)
   GS_CMD_TIMEOUT=300 gpusnap_ok dump --json --leave-running -D "$img" "$pid"
   after=$(lines)
-  say "gpusnap dump --leave-running -D $img $pid"
-  say "   $(secs times.total_s) s (the app stood still $(secs times.paused_s) s), image $(du -sh "$img" | cut -f1); the app runs on"
+  row "gpusnap dump --leave-running -D IMG $pid" "$(secs times.total_s) s (the app stood still $(secs times.paused_s) s); the app runs on"
+  row "" "IMG=$img ($(du -sh "$img" | cut -f1))"
   sleep 1
   kill -KILL "$pid"
   wait "$pid" 2>/dev/null
   wait_pid_reaped "$pid" || die "pid $pid still exists after kill -9"
   killed_at=$(last_value)
-  say "kill -9 $pid   the app is gone; its counter had reached $killed_at"
+  row "kill -9 $pid" "the app is gone; its counter had reached $killed_at"
   n=$(lines)
   GS_CMD_TIMEOUT=300 gpusnap_ok restore --json -D "$img"
   pid=$(json_get "$GS_OUT" pid)
   GS_EXTRA_PIDS+=("$pid")
   got=$(values_after "$n")
   first=${got%% *}
-  say "gpusnap restore -D $img   $(secs times.total_s) s  pid $pid counts on from the image: $got..."
+  row "gpusnap restore -D IMG" "$(secs times.total_s) s; pid $pid goes on from the image: $got..."
   # the dump caught the value $before..$after (the line for it may not have been written yet)
   [ -n "$first" ] && [ "$first" -ge "$before" ] && [ "$first" -le $((after + 1)) ] ||
     die "the restored counter starts at '$first', not at the dumped value ($before..$((after + 1)))"
@@ -166,7 +169,8 @@ driver_sus=$(secs total_s)
 n=$(lines)
 gpusnap_ok resume "$pid" --json
 driver_res=$(secs total_s)
-say "gpusnap suspend --driver $pid   $driver_sus s;  resume   $driver_res s;  counter goes on: $(values_after "$n")..."
+row "gpusnap suspend --driver $pid" "$driver_sus s"
+row "gpusnap resume $pid" "$driver_res s; the counter goes on: $(values_after "$n")..."
 echo
 printf '   %-28s %10s %10s\n' "counter app, $HOLD held" suspend resume
 printf '   %-28s %8s s %8s s\n' "agent path (gpusnap run)" "$agent_sus" "$agent_res" "driver path (--driver)" "$driver_sus" "$driver_res"
