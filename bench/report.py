@@ -240,9 +240,13 @@ def warm_md(run):
 
 # ---------------------------------------------------------------- collect
 
+# where a bench keeps its work files and this document: not what it measured
+NOT_SETTINGS = ("GPUSNAP_BENCH_WORK", "GPUSNAP_BENCH_JSON_DIR")
+
+
 def bench_command(script):
     env = " ".join("%s=%s" % (k, _quote(v)) for k, v in sorted(os.environ.items())
-                   if k.startswith("GPUSNAP_BENCH_") and v != "")
+                   if k.startswith("GPUSNAP_BENCH_") and k not in NOT_SETTINGS and v != "")
     return (env + " " if env else "") + script
 
 

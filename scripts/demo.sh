@@ -39,7 +39,7 @@ HOLD=${GPUSNAP_DEMO_HOLD:-2G}
 if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 heading() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 say() { printf '   %s\n' "$*"; }
-row() { printf '   %-40s %s\n' "$1" "$2"; } # COMMAND WHAT_IT_DID
+row() { printf '   %-42s %s\n' "$1" "$2"; } # COMMAND WHAT_IT_DID
 die() { printf '\ngpusnap demo: %s (details: %s)\n' "$*" "$DEMO_LOG"; exit 1; }
 # ARGS: gpusnap ARGS (lib.sh's gs_run: output in GS_OUT/GS_ERR, logged), dies on failure
 gpusnap_ok() {
@@ -69,9 +69,8 @@ else
   fi
   printf 'build: gpusnap, libgpusnap.so and the counter app in %s ... ' "$BUILD"
   t0=$EPOCHREALTIME
-  # make's "Entering directory" lines would only fill the log: MAKEFLAGS from `make demo` is dropped
-  if MAKEFLAGS= cmake -S "$SRC" -B "$BUILD" -DGPUSNAP_GPU_APPS=ON >"$GS_WORK/build.log" 2>&1 &&
-    MAKEFLAGS= cmake --build "$BUILD" -j "$(nproc)" --target gpusnap gpusnap_agent gpuapp_counter >>"$GS_WORK/build.log" 2>&1; then
+  if cmake -S "$SRC" -B "$BUILD" -DGPUSNAP_GPU_APPS=ON >"$GS_WORK/build.log" 2>&1 &&
+    cmake --build "$BUILD" -j "$(nproc)" --target gpusnap gpusnap_agent gpuapp_counter >>"$GS_WORK/build.log" 2>&1; then
     echo "ok ($(gs_elapsed "$t0" | cut -d. -f1) s)"
   else
     echo "FAILED"
@@ -86,7 +85,9 @@ CRIU_OK=0
 if [ "$(id -u)" != 0 ]; then
   echo "CRIU: not used (not root: dump and restore need root); part 2 is skipped"
 else
-  if [ -z "${GPUSNAP_CRIU:-}" ] && "$SRC/scripts/get-criu.sh" >"$GS_WORK/get-criu.log" 2>&1; then
+  # the carried .debs alone first (no network on the GPU machine), then with a download
+  if [ -z "${GPUSNAP_CRIU:-}" ] && { "$SRC/scripts/get-criu.sh" --offline >"$GS_WORK/get-criu.log" 2>&1 ||
+    timeout 600 "$SRC/scripts/get-criu.sh" >>"$GS_WORK/get-criu.log" 2>&1; }; then
     export GPUSNAP_CRIU=$SRC/.cache/criu/bin/criu
   fi
   criu=${GPUSNAP_CRIU:-$(command -v criu)}

@@ -21,7 +21,7 @@ cat >"$T/s.jsonl" <<EOF
 {"date": "2026-11-29T01:00:00Z", "device": "NVIDIA H200", "driver": "580.1", "size_bytes": $((32 * G)), "path": "agent", "repeat": 1, "status": "failed", "detail": "resume exit 5", "suspend_s": 1.0, "resume_s": null, "suspend": null, "resume": null}
 EOF
 rc=0
-GPUSNAP_BENCH_SIZES="8G 32G" GPUSNAP_BENCH_PATHS="driver agent" python3 "$REPORT" collect suspend "$T/s.jsonl" \
+GPUSNAP_BENCH_SIZES="8G 32G" GPUSNAP_BENCH_PATHS="driver agent" GPUSNAP_BENCH_WORK=/tmp/w python3 "$REPORT" collect suspend "$T/s.jsonl" \
   --json "$T/out/suspend.json" --md "$T/suspend.md" --set device="NVIDIA H200" --set driver=580.1 \
   --set date=2026-11-29T01:00:00Z --set repeat=2 >"$T/suspend.out" 2>"$T/err" || rc=$?
 check "collect suspend exits 0" [ "$rc" = 0 ]
