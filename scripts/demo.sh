@@ -109,13 +109,14 @@ done
 # ---------------------------------------------------------------- 1. suspend, resume
 heading "1. Suspend and resume: the app keeps its GPU state while the GPU gets its memory back"
 rm -f "$values"
-# no stdin and a session of its own, as CRIU dumps a process without --shell-job
+# no stdin and a session of its own, as CRIU dumps a process without --shell-job; its stderr a
+# file of its own that nothing else writes (CRIU restores an open file only at the size it had)
 setsid "$GPUSNAP" run -- "$GS_APPS/counter" --no-stdin --hold "$HOLD" --out "$values" --quiet \
-  </dev/null >/dev/null 2>>"$DEMO_LOG" &
+  </dev/null >/dev/null 2>>"$GS_WORK/counter.stderr" &
 pid=$!
 GS_EXTRA_PIDS+=("$pid")
 for ((i = 0; i < 600; i++)); do [ "$(lines)" -ge 10 ] && break; pid_alive "$pid" || break; sleep 0.1; done
-[ "$(lines)" -ge 10 ] || die "the counter app did not start counting"
+[ "$(lines)" -ge 10 ] || die "the counter app did not start counting: $(tail -n 1 "$GS_WORK/counter.stderr")"
 row "gpusnap run -- counter --hold $HOLD" "pid $pid, $(pid_vram_mib "$pid") MiB of VRAM, counting: $(values_after 0)..."
 
 gpusnap_ok suspend "$pid" --json
