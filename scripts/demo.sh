@@ -38,7 +38,6 @@ HOLD=${GPUSNAP_DEMO_HOLD:-2G}
 
 if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 heading() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
-say() { printf '   %s\n' "$*"; }
 row() { printf '   %-42s %s\n' "$1" "$2"; } # COMMAND WHAT_IT_DID
 die() { printf '\ngpusnap demo: %s (details: %s)\n' "$*" "$DEMO_LOG"; exit 1; }
 # ARGS: gpusnap ARGS (lib.sh's gs_run: output in GS_OUT/GS_ERR, logged), dies on failure
@@ -157,8 +156,9 @@ if [ $CRIU_OK == 1 ]; then
   first=${got%% *}
   row "gpusnap restore -D IMG" "$(secs times.total_s) s; pid $pid goes on from the image: $got..."
   # the dump caught the value $before..$after (the line for it may not have been written yet)
-  [ -n "$first" ] && [ "$first" -ge "$before" ] && [ "$first" -le $((after + 1)) ] ||
+  if [ -z "$first" ] || [ "$first" -lt "$before" ] || [ "$first" -gt $((after + 1)) ]; then
     die "the restored counter starts at '$first', not at the dumped value ($before..$((after + 1)))"
+  fi
 else
   SKIPPED=1
   heading "2. Dump, kill, restore: skipped (no CRIU >= 4.2, see above)"
