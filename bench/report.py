@@ -2,6 +2,7 @@
 """report.py - the benchmarks' results as JSON, and the report made from them.
 
     bench/report.py collect BENCH JSONL --json FILE [--md FILE] [--script NAME] [--set KEY=VALUE ...]
+    bench/report.py collect table MD --bench NAME --json FILE [--script NAME] [--set KEY=VALUE ...]
     bench/report.py render [--doc docs/benchmarks.md] [--img docs/img] [--no-plots] [RESULT.json ...]
 
 collect: the bench scripts' last step (bench/run.sh: suspend, bench/dump.sh: dump,
@@ -10,7 +11,11 @@ JSONL (one line each, gpusnap's own --json inside) it computes the rows of the
 table the script prints (figures and ratios), writes them as one JSON document
 per run (FILE: device, driver, date, command, rows) and prints the markdown
 table (also to --md). The command is the script's name with the GPUSNAP_BENCH_*
-variables it ran under. --set adds run fields (device, driver, date, gpusnap, ...).
+variables it ran under. --set adds run fields (device, driver, date, gpusnap, ...);
+device and driver default to nvidia-smi's answer for GPU 0, date to now.
+`collect table`: the benches whose table is their only output (bench/plugin.sh,
+bench/cuda-plugin.sh, bench/overhead.sh): every markdown table in MD becomes
+rows keyed by its column headings (cells that are a plain number as numbers).
 
 render: reads run documents (default: bench/results/*.json), rewrites the part
 of docs/benchmarks.md between the bench-report markers (the rest of the file
@@ -264,18 +269,53 @@ def _num(v):
             return v
 
 
+def md_tables(text):
+    """Rows of every markdown table in text: {heading: cell}, a cell that is a plain number as a number."""
+    rows, head = [], None
+    for line in text.splitlines():
+        line = line.strip()
+        if not (line.startswith("|") and line.endswith("|")):
+            head = None
+            continue
+        cells = [c.strip() for c in line[1:-1].split("|")]
+        if head is None:
+            head = cells
+        elif all(re.fullmatch(r":?-+:?", c) for c in cells):
+            continue
+        else:
+            rows.append({h: _num(c) if re.fullmatch(r"-?\d+(\.\d+)?", c) else c for h, c in zip(head, cells)})
+    return rows
+
+
+def nvidia_smi(field):
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=" + field, "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return out.splitlines()[0].strip() if out else None
+
+
 def collect(a):
+    bench = a.bench if a.bench != "table" else a.name
+    if not bench:
+        raise SystemExit("report.py: collect table needs --bench NAME")
+    run = {"format": FORMAT, "bench": bench}
+    for kv in a.set or []:
+        k, _, v = kv.partition("=")
+        run[k] = _num(v) if k in ("repeat", "gpu_bytes") else v
+    run["command"] = bench_command(a.script or "bench/" + {"suspend": "run.sh", "dump": "dump.sh",
+                                                            "warm_start": "warm_start.sh"}.get(bench, bench + ".sh"))
+    if a.bench == "table":
+        with open(a.jsonl) as fh:
+            run["rows"] = md_tables(fh.read())
+        return write_run(a, run, None)
     recs = []
     with open(a.jsonl) as fh:
         for line in fh:
             if line.strip():
                 recs.append(json.loads(line))
-    run = {"format": FORMAT, "bench": a.bench}
-    for kv in a.set or []:
-        k, _, v = kv.partition("=")
-        run[k] = _num(v) if k in ("repeat", "gpu_bytes") else v
-    run["command"] = bench_command(a.script or "bench/" + {"suspend": "run.sh", "dump": "dump.sh",
-                                                            "warm_start": "warm_start.sh"}[a.bench])
     if a.bench == "suspend":
         run["rows"], run["notes"] = suspend_rows(recs)
         md = suspend_md(run)
@@ -294,11 +334,25 @@ def collect(a):
     for k in ("device", "driver"):  # from the measurements where the script did not say
         if not run.get(k) and recs and recs[0].get(k):
             run[k] = recs[0][k]
+    return write_run(a, run, md)
+
+
+def write_run(a, run, md):
+    for k, field in (("device", "name"), ("driver", "driver_version")):
+        if not run.get(k):
+            run[k] = nvidia_smi(field) or "unknown"
+    if not run.get("date"):
+        import datetime
+        run["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    first = ("format", "bench", "device", "driver", "date", "command")
+    run = dict([(k, run[k]) for k in first if k in run] + [(k, v) for k, v in run.items() if k not in first])
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as fh:
             json.dump(run, fh, indent=1)
             fh.write("\n")
+    if md is None:
+        return 0
     text = "\n".join(md) + "\n"
     if a.md:
         with open(a.md, "w") as fh:
@@ -375,10 +429,27 @@ def render_section(runs, img_rel, plots):
             out += ["![how long dump --leave-running holds the process](%s/%s)" % (img_rel, plots["dump"]), ""]
         for run in newest_first(by["dump"]):
             out += [run_caption(run), "", "    " + run["command"], ""] + dump_table(run["rows"]) + [""]
+    for bench in sorted(set(by) - {"suspend", "warm_start", "dump"}):
+        out += ["" if out[-1] else None, "### %s" % bench, ""]
+        for run in newest_first(by[bench]):
+            out += [run_caption(run), "", "    " + run["command"], ""] + generic_table(run["rows"]) + [""]
     out = [x for x in out if x is not None]
     while out and out[-1] == "":
         out.pop()
     out += ["", END]
+    return out
+
+
+def generic_table(rows):
+    """A `collect table` run's rows as one table per set of columns, in their order."""
+    out, cols = [], None
+    for r in rows:
+        if list(r) != cols:
+            if cols is not None:
+                out.append("")
+            cols = list(r)
+            out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        out.append("| " + " | ".join(str(r[c]) for c in cols) + " |")
     return out
 
 
@@ -544,8 +615,9 @@ def main(argv):
     ap = argparse.ArgumentParser(prog="bench/report.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="a bench run's measurements -> its JSON document and table")
-    c.add_argument("bench", choices=["suspend", "dump", "warm_start"])
-    c.add_argument("jsonl")
+    c.add_argument("bench", choices=["suspend", "dump", "warm_start", "table"])
+    c.add_argument("jsonl", help="the bench's .jsonl (table: its markdown file)")
+    c.add_argument("--bench", dest="name", help="table: the bench's name (plugin, cuda-plugin, overhead)")
     c.add_argument("--json", help="where the run's JSON document goes")
     c.add_argument("--md", help="where the markdown table goes (it is printed too)")
     c.add_argument("--script", help="the bench script, for the command (default bench/<its name>)")

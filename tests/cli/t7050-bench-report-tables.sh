@@ -2,7 +2,8 @@
 # t7050-bench-report-tables - bench/report.py without a GPU and without matplotlib:
 # `collect` turns the measurements bench/run.sh, bench/dump.sh and bench/warm_start.sh
 # append to their .jsonl into one JSON document per run (device, driver, date,
-# command, the table's rows with its figures and ratios) and the table they print;
+# command, the table's rows with its figures and ratios) and the table they print,
+# and `collect table` the markdown tables of the other benches into rows;
 # `render --no-plots` rewrites only the part of a document between the
 # bench-report markers, the same way twice, and refuses a document without them;
 # and docs/benchmarks.md's generated part is what bench/results/*.json make.
@@ -78,22 +79,39 @@ check "warm JSON: medians and ratios (python warm 21.0: x5.2 for the agent's 4.0
   "[(21.0, None, None), (4.0, 5.25, 2.5), (10.0, 2.1, None)]" ]
 check "warm table row" grep -qF '| gpusnap restore, agent path | cold | 12.00 | x2.5 | - | 0.70 |' "$T/warm.md"
 
+# ---------------------------------------------------------------- collect table (bench/plugin.sh, cuda-plugin.sh, overhead.sh)
+printf 'Intro\n\n| size | path | gpusnap dump | ratio | status |\n|---|---|---|---|---|\n| 8 GiB | agent | 2.30 | 1.01 | ok |\n\nText.\n\n| workload | ratio |\n|---|---|\n| train step | 0.996 |\n' \
+  >"$T/plugin.md"
+rc=0
+python3 "$REPORT" collect table "$T/plugin.md" --bench plugin --json "$T/out/plugin.json" --set device=D --set driver=V \
+  --set date=2026-11-29T02:00:00Z >"$T/out.txt" 2>"$T/err" || rc=$?
+check "collect table exits 0" [ "$rc" = 0 ]
+check "collect table prints nothing (the table was the bench's)" [ ! -s "$T/out.txt" ]
+check "collect table: both tables' rows, keyed by their headings, numbers as numbers" \
+  [ "$(jq_ "$T/out/plugin.json" '(d["bench"], d["command"], d["rows"])')" = \
+  "('plugin', 'bench/plugin.sh', [{'size': '8 GiB', 'path': 'agent', 'gpusnap dump': 2.3, 'ratio': 1.01, 'status': 'ok'}, {'workload': 'train step', 'ratio': 0.996}])" ]
+rc=0
+python3 "$REPORT" collect table "$T/plugin.md" --json "$T/out/x.json" >/dev/null 2>"$T/err" || rc=$?
+check "collect table without --bench: refused" [ "$rc" = 1 ]
+
 # ---------------------------------------------------------------- render --no-plots
 printf '# Title\n\nText before, kept.\n\n<!-- bench-report: begin -->\nold generated text\n<!-- bench-report: end -->\n\n## Later\n\nText after, kept.\n' >"$T/doc.md"
 rc=0
 python3 "$REPORT" render --no-plots --doc "$T/doc.md" --img "$T/img" "$T/out/suspend.json" "$T/out/dump.json" "$T/out/warm.json" \
-  >"$T/render.out" 2>"$T/err" || rc=$?
+  "$T/out/plugin.json" >"$T/render.out" 2>"$T/err" || rc=$?
 check "render --no-plots exits 0 without matplotlib's help" [ "$rc" = 0 ]
 check "render: the old generated text is gone" sh -c "! grep -q 'old generated text' '$T/doc.md'"
 check "render: the text before the markers is kept" [ "$(sed -n '1,5p' "$T/doc.md")" = "$(printf '# Title\n\nText before, kept.\n\n<!-- bench-report: begin (bench/report.py render writes this part from bench/results/*.json; edit those, not this) -->')" ]
 check "render: the text after the markers is kept" [ "$(sed -n '/bench-report: end/,$p' "$T/doc.md")" = "$(printf '<!-- bench-report: end -->\n\n## Later\n\nText after, kept.')" ]
 for want in '| 8 GiB | agent | 0.60 | 0.50 |' '| 8 GiB | agent-leave | disk |' '| gpusnap restore, agent path | warm | 4.00 | x5.2 | x2.50 |' \
-  "    GPUSNAP_BENCH_PATHS='driver agent' GPUSNAP_BENCH_SIZES='8G 32G' bench/run.sh" 'NVIDIA H200, driver 580.1, 2026-11-29T01:00:00Z'; do
+  "    GPUSNAP_BENCH_PATHS='driver agent' GPUSNAP_BENCH_SIZES='8G 32G' bench/run.sh" 'NVIDIA H200, driver 580.1, 2026-11-29T01:00:00Z' \
+  '### plugin' '| size | path | gpusnap dump | ratio | status |' '| 8 GiB | agent | 2.3 | 1.01 | ok |' '| train step | 0.996 |'; do
   check "render: the section holds '$want'" grep -qF -- "$want" "$T/doc.md"
 done
 check "render: no plot linked where none was drawn" sh -c "! grep -q '](.*\\.png)' '$T/doc.md'"
 cp "$T/doc.md" "$T/doc1.md"
-python3 "$REPORT" render --no-plots --doc "$T/doc.md" --img "$T/img" "$T/out/suspend.json" "$T/out/dump.json" "$T/out/warm.json" >/dev/null 2>&1
+python3 "$REPORT" render --no-plots --doc "$T/doc.md" --img "$T/img" "$T/out/suspend.json" "$T/out/dump.json" "$T/out/warm.json" \
+  "$T/out/plugin.json" >/dev/null 2>&1
 check "render twice: the same document" cmp -s "$T/doc.md" "$T/doc1.md"
 
 printf '# no markers\n' >"$T/bare.md"
