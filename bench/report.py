@@ -479,7 +479,7 @@ def plot_suspend(runs, path):
             chosen[run["device"]] = run
     if not chosen:
         return False
-    fig, axes = plt.subplots(1, len(chosen), figsize=(6.4 * len(chosen), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(chosen), figsize=(6.4 * len(chosen) + 2.6, 4.6), squeeze=False)
     for ax, (device, run) in zip(axes[0], sorted(chosen.items())):
         sizes = sorted({r["size_bytes"] for r in run["rows"]})
         for p, label, color in PLOT_PATHS:
@@ -501,9 +501,13 @@ def plot_suspend(runs, path):
         ax.set_ylabel("seconds")
         ax.set_title("%s, driver %s\n%s" % (device, run["driver"], run["date"]), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    legend = {}  # every device's lines, once each
+    for ax in axes[0]:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, h)
+    fig.legend(list(legend.values()), list(legend), fontsize=8, loc="center right")
     fig.suptitle("gpusnap suspend / resume: time against GPU memory held")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1 - 2.5 / (6.4 * len(chosen) + 2.6), 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
