@@ -1,5 +1,7 @@
 # gpusnap: top-level entry points. CMake does the building; this file is what
 # users and CI type. `make test` and `make demo` install what they need.
+# No "Entering/Leaving directory" lines from the makes CMake's build runs.
+MAKEFLAGS += --no-print-directory
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -26,7 +28,8 @@ test-unit: build
 test-gpu: build
 	@tests/gpu/run.sh
 
-demo: build
+# Checks for a GPU first, then builds what it needs, quietly (scripts/demo.sh).
+demo:
 	@scripts/demo.sh $(BUILD)
 
 bench: build

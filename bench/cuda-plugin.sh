@@ -313,4 +313,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a 
     echo '```'
   fi
 } | tee "$MD"
+# the run's JSON document too (bench/report.py collect table: the table's rows, device, driver, date, command)
+python3 "$SRC/bench/report.py" collect table "$MD" --bench cuda-plugin --script bench/cuda-plugin.sh \
+  --json "${GPUSNAP_BENCH_JSON_DIR:-$OUT}/bench-cuda-plugin-$(date -u +%Y%m%dT%H%M%SZ).json" ||
+  echo "ERROR: bench/report.py collect table failed"
 exit $FAILED

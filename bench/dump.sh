@@ -7,11 +7,14 @@
 # system takes it), for the ratio columns. Restores from disk start from a cold
 # page cache (drop_caches), restores from tmpfs are from memory.
 #
-# Writes $OUT/bench-dump.md and appends one JSON object per measurement to
-# $OUT/bench-dump.jsonl (gpusnap's own --json inside); prints the table last.
+# Writes $OUT/bench-dump.md, appends one JSON object per measurement to
+# $OUT/bench-dump.jsonl (gpusnap's own --json inside), writes the run's JSON
+# document $OUT/bench-dump-DATE.json (bench/report.py: device, driver, date,
+# command, the table's rows); prints the table last.
 #
 # Environment:
 #   OUT                         where results go (default ./gpu-out)
+#   GPUSNAP_BENCH_JSON_DIR      where the run's JSON document goes (default $OUT)
 #   GPUSNAP_BENCH_SIZES         sizes (default "8G 32G")
 #   GPUSNAP_BENCH_PATHS         paths (default "agent driver"); agent-leave and driver-leave dump with
 #                               --leave-running (a periodic checkpoint: dump s is how long the app stood still)
@@ -51,6 +54,7 @@ fi
 DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
 GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
+B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 FAILED=0
 
 size_bytes() { numfmt --from=iec "$1"; }
@@ -93,7 +97,7 @@ def js(s):
     except Exception:
         return None
 print(json.dumps({
-    "bench": "dump", "device": e["DEVICE"], "driver": e["DRIVER"], "git": e["GITREV"],
+    "bench": "dump", "date": e["B_DATE"], "device": e["DEVICE"], "driver": e["DRIVER"], "git": e["GITREV"],
     "size_bytes": int(e["B_SIZE"]), "path": e["B_PATH"], "storage": e["B_STORAGE"], "dir": e["B_DIR"],
     "storage_write_gbs": float(e["B_SW"] or 0), "storage_read_gbs": float(e["B_SR"] or 0),
     "status": e["B_STATUS"], "detail": e["B_DETAIL"],
@@ -107,7 +111,7 @@ EOF
 measure() { # SIZE PATH STORAGE_NAME DIR
   local size=$1 path=$2 sname=$3 dir=$4 pid launch=() img
   export B_SIZE B_PATH=$path B_STORAGE=$sname B_DIR=$dir B_STATUS='' B_DETAIL='' B_DUMP_JSON='' B_RES_JSON='' \
-    B_DUMP_WALL='' B_RES_WALL='' B_IMAGE_BYTES='' B_SW=$SW B_SR=$SR DEVICE DRIVER GITREV
+    B_DUMP_WALL='' B_RES_WALL='' B_IMAGE_BYTES='' B_SW=$SW B_SR=$SR DEVICE DRIVER GITREV B_DATE
   B_SIZE=$(size_bytes "$size")
   img=$dir/img
   # PATH-leave: `dump --leave-running`, the periodic checkpoint; its dump time is how long the app
@@ -175,40 +179,9 @@ for entry in $STORAGE; do
   rm -rf "$dir"
 done
 
-python3 - "$JSONL" "$MD" "$GITREV" <<'EOF'
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip() and json.loads(l).get("git") == sys.argv[3]]
-def g(d, *ks):
-    for k in ks:
-        if not isinstance(d, dict) or k not in d:
-            return None
-        d = d[k]
-    return d
-def f(x, fmt="%.2f"):
-    return fmt % x if isinstance(x, (int, float)) else "-"
-lines = ["## gpusnap dump/restore benchmark", "",
-         "Pattern test app (1 GiB allocations), data verified after every restore. GB/s = image bytes / time "
-         "(1 GB = 1e9 B). ratio = that speed / the storage's own sequential speed (dd, same run, same file system). "
-         "Disk restores start from a cold page cache. GPU part: driver lock + checkpoint (+ agent copy and image "
-         "write) on dump; driver restore + unlock (+ agent image load and copy) on restore. Restore includes the "
-         "checksum pass. Paths ending in -leave dump with --leave-running: paused s is how long the process stood "
-         "still (it goes on before the image is published).", "",
-         "| size | path | storage | storage W/R GB/s | dump s (GPU / CRIU) | paused s | dump GB/s | dump ratio | restore s (verify / CRIU / GPU) | restore GB/s | restore ratio | data |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-for r in recs:
-    b = r["image_bytes"]
-    d, s = r.get("dump"), r.get("restore")
-    dt, rt = g(d, "times", "total_s"), g(s, "times", "total_s")
-    dg = b / dt / 1e9 if dt else None
-    rg = b / rt / 1e9 if rt else None
-    lines.append("| %d GiB | %s | %s | %s / %s | %s (%s / %s) | %s | %s | %s | %s (%s / %s / %s) | %s | %s | %s |" % (
-        r["size_bytes"] >> 30, r["path"], r["storage"], f(r["storage_write_gbs"]), f(r["storage_read_gbs"]),
-        f(dt), f(g(d, "times", "gpu_s")), f(g(d, "times", "criu_s")), f(g(d, "times", "paused_s")), f(dg),
-        f(dg / r["storage_write_gbs"] if dg and r["storage_write_gbs"] else None),
-        f(rt), f(g(s, "times", "verify_s")), f(g(s, "times", "criu_s")), f(g(s, "times", "gpu_s")), f(rg),
-        f(rg / r["storage_read_gbs"] if rg and r["storage_read_gbs"] else None),
-        "ok" if r["status"] == "ok" else r["status"] + ": " + r["detail"]))
-open(sys.argv[2], "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
-EOF
+# The table and the run's JSON document (bench/report.py collect; this run's lines of the .jsonl)
+python3 "$SRC/bench/report.py" collect dump "$JSONL" --md "$MD" --script bench/dump.sh \
+  --json "${GPUSNAP_BENCH_JSON_DIR:-$OUT}/bench-dump-${B_DATE//[-:]/}.json" --set "device=$DEVICE" \
+  --set "driver=$DRIVER" --set "date=$B_DATE" --set "git=$GITREV" ||
+  { echo "ERROR: bench/report.py collect failed"; FAILED=1; }
 exit $FAILED

@@ -95,3 +95,7 @@ open(sys.argv[2], "w").write(text)
 print(text)
 PY
 rm -f "$raw"
+# the run's JSON document too (bench/report.py collect table: the table's rows, device, driver, date, command)
+python3 "$SRC/bench/report.py" collect table "$OUT/overhead.md" --bench overhead --script bench/overhead.sh \
+  --json "${GPUSNAP_BENCH_JSON_DIR:-$OUT}/bench-overhead-$(date -u +%Y%m%dT%H%M%SZ).json" ||
+  echo "ERROR: bench/report.py collect table failed"

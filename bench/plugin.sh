@@ -148,3 +148,7 @@ done
   echo "|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
 } | tee "$MD"
+# the run's JSON document too (bench/report.py collect table: the table's rows, device, driver, date, command)
+python3 "$SRC/bench/report.py" collect table "$MD" --bench plugin --script bench/plugin.sh \
+  --json "${GPUSNAP_BENCH_JSON_DIR:-$OUT}/bench-plugin-$(date -u +%Y%m%dT%H%M%SZ).json" ||
+  echo "ERROR: bench/report.py collect table failed"

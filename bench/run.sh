@@ -8,12 +8,14 @@
 # with `gpusnap run --`, suspend without --driver). The ratio column compares
 # each path with the driver path measured in the same run, same size.
 #
-# Writes $OUT/bench.md (markdown table with device, driver, date) and
-# $OUT/bench.jsonl (one JSON object per measurement, gpusnap's own JSON inside),
-# and prints the table last.
+# Writes $OUT/bench.md (markdown table with device, driver, date),
+# $OUT/bench.jsonl (one JSON object per measurement, gpusnap's own JSON inside)
+# and the run's JSON document, $OUT/bench-suspend-DATE.json (bench/report.py:
+# device, driver, date, command, the table's rows), and prints the table last.
 #
 # Environment:
 #   OUT                   where results go (default ./gpu-out)
+#   GPUSNAP_BENCH_JSON_DIR  where the run's JSON document goes (default $OUT; bench/results: the report's)
 #   GPUSNAP_BENCH_SIZES   sizes held by the process (default "1G 8G 32G")
 #   GPUSNAP_BENCH_PATHS   paths to measure (default "driver"; e.g. "driver agent")
 #   GPUSNAP_BENCH_PATHS_<SIZE>  paths for one size only (e.g. GPUSNAP_BENCH_PATHS_32G="driver agent-reserve")
@@ -237,75 +239,12 @@ if [ "$TWO_GPUS" != 0 ]; then
   fi
 fi
 
-# The table: medians per size and path; ratio = driver time / path time, same size, this run.
-python3 - "$JSONL" "$MD" "$REPEAT" <<'EOF'
-import json, os, statistics, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-e = os.environ
-def human(b):
-    for unit, n in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if b >= n and b % n == 0:
-            return "%d %s" % (b // n, unit)
-    return "%d B" % b
-groups = {}
-for r in recs:
-    groups.setdefault((r["size_bytes"], r["path"]), []).append(r)
-def med(rs, k):
-    v = [r[k] for r in rs if r["status"] == "ok" and r.get(k) is not None]
-    return statistics.median(v) if v else None
-lines = [
-    "## gpusnap suspend/resume benchmark",
-    "",
-    "Device: %s, driver %s, %s, %s. Process: the pattern test app (1 GiB cudaMalloc allocations), "
-    "data verified after every resume; median of %s cycle(s). GB/s = bytes held / time (1 GB = 1e9 B); "
-    "speed-up = driver path time / this path's time, same size, same run." % (
-        e["B_DEVICE"], e["B_DRIVER"], e["B_DATE"], e["B_VERSION"], sys.argv[3]),
-    "",
-    "| size | path | suspend_s | resume_s | suspend GB/s | resume GB/s | data part out / in GB/s | speed-up vs driver (suspend / resume) | wall suspend / resume s | data |",
-    "|---|---|---|---|---|---|---|---|---|---|",
-]
-def agent_rate(rs, which, timing):
-    """GB/s of the agent's data part (bytes / copy time), median over ok cycles."""
-    v = []
-    for x in rs:
-        try:
-            ag = x[which]["processes"][0]["agent"]
-            if x["status"] == "ok" and ag.get(timing):
-                v.append(ag["bytes"] / 1e9 / ag[timing])
-        except (KeyError, TypeError, IndexError):
-            pass
-    return statistics.median(v) if v else None
-def f(x, fmt="%.2f"):
-    return fmt % x if x is not None else "-"
-for (size, path) in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1])):
-    rs = groups[(size, path)]
-    s, r = med(rs, "suspend_s"), med(rs, "resume_s")
-    base = groups.get((size, "driver"), [])
-    bs, br = med(base, "suspend_s"), med(base, "resume_s")
-    bad = [x for x in rs if x["status"] != "ok"]
-    data = "verified" if not bad else "%s: %s" % (bad[0]["status"].upper(), bad[0]["detail"])
-    ratio = "%s / %s" % (f(bs / s if bs and s else None, "x%.2f"), f(br / r if br and r else None, "x%.2f"))
-    data_rates = "%s / %s" % (f(agent_rate(rs, "suspend", "copy_out_s"), "%.1f"), f(agent_rate(rs, "resume", "copy_in_s"), "%.1f"))
-    walls = "%s / %s" % (f(med(rs, "suspend_wall_s")), f(med(rs, "resume_wall_s")))
-    lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        human(size), path, f(s), f(r), f(size / 1e9 / s if s else None), f(size / 1e9 / r if r else None),
-        data_rates, ratio, walls, data))
-per_gpu = {}
-for (size, path), rs in groups.items():
-    if path.startswith("agent-reserve-gpus"):
-        two = path.startswith("agent-reserve-gpus2")
-        per_gpu.setdefault(size // (2 if two else 1), {})[path] = rs
-for each, d in sorted(per_gpu.items()):
-    if "agent-reserve-gpus1" not in d:
-        continue
-    s1, r1 = med(d["agent-reserve-gpus1"], "suspend_s"), med(d["agent-reserve-gpus1"], "resume_s")
-    for path in sorted(p for p in d if p.startswith("agent-reserve-gpus2")):
-        s2, r2 = med(d[path], "suspend_s"), med(d[path], "resume_s")
-        if s1 and r1 and s2 and r2:
-            lines += ["", "Two GPUs in parallel (%s on each; goal <= 1.2x of one GPU; %s): suspend %.2f s vs %.2f s (x%.2f), "
-                      "resume %.2f s vs %.2f s (x%.2f)." % (human(each), path, s2, s1, s2 / s1, r2, r1, r2 / r1)]
-open(sys.argv[2], "w").write("\n".join(lines) + "\n")
-EOF
+# The table and the run's JSON document (bench/report.py collect): medians per size and path;
+# speed-up = driver time / path time, same size, this run.
+python3 "$SRC/bench/report.py" collect suspend "$JSONL" --md "$MD" --script bench/run.sh \
+  --json "${GPUSNAP_BENCH_JSON_DIR:-$OUT}/bench-suspend-${B_DATE//[-:]/}.json" --set "device=$DEVICE" \
+  --set "driver=$DRIVER" --set "date=$B_DATE" --set "gpusnap=$B_VERSION" --set "repeat=$REPEAT" >/dev/null ||
+  { echo "ERROR: bench/report.py collect failed"; FAILED=1; }
 echo
 cat "$MD"
 exit $FAILED

@@ -13,11 +13,13 @@
 # going is shown beside it). Every answer must equal the first start's tokens and
 # cache checksum (greedy decoding, same weights): a mismatch fails the bench.
 #
-# Writes $OUT/bench-warm-start.md and one JSON line per start to
-# $OUT/bench-warm-start.jsonl; prints the table last.
+# Writes $OUT/bench-warm-start.md, one JSON line per start to
+# $OUT/bench-warm-start.jsonl and the run's JSON document
+# $OUT/bench-warm-start-DATE.json (bench/report.py); prints the table last.
 #
 # Environment:
 #   OUT                       where results go (default ./gpu-out)
+#   GPUSNAP_BENCH_JSON_DIR    where the run's JSON document goes (default $OUT)
 #   GPUSNAP_BENCH_HF_SIZE     1b, 3b (default) or 8b: Llama 3.2 1B/3B or 3.1 8B shapes (2.5, 7.2, 16 GB)
 #   GPUSNAP_BENCH_DIR         where the model and the images go (default /var/tmp/gpusnap-warm)
 #   GPUSNAP_BENCH_REPEAT      starts per row (default 2; the table gives the median)
@@ -48,6 +50,7 @@ require_criu
 DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
 GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
+B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 PY=$GS_SRC/tests/gpu/py
 MODEL=$DIR/llama-$SIZE
 FAILED=0
@@ -186,33 +189,11 @@ for ((r = 1; r <= REPEAT; r++)); do
   restore_server "gpusnap restore, driver path" cold "$DIR/img-driver" "$PORT_D"
 done
 
-python3 - "$JSONL" "$SIZE" "$GPU_BYTES" "$DEVICE" "$DRIVER" "$GITREV" "$REPEAT" >"$MD" <<'EOF'
-import json, statistics, sys
-path, size, gpu_bytes, device, driver, git, repeat = sys.argv[1:]
-rows = [json.loads(l) for l in open(path)]
-def med(way, cache, key="first_answer_s"):
-    v = [r[key] for r in rows if r["way"] == way and r["cache"] == cache]
-    return statistics.median(v) if v else None
-print("## Warm start of an inference server: first answer (llama-%s, %.1f GB on the GPU)" % (size, int(gpu_bytes) / 1e9))
-print()
-print("%s, driver %s, %s; median of %s start(s) per row. warm: files in the page cache; cold: after drop_caches." % (device, driver, git, repeat))
-print()
-print("| start | files | first answer s | vs python start | vs driver-path restore | the same request again s |")
-print("|---|---|---|---|---|---|")
-ways = ["python", "python under gpusnap run", "gpusnap restore, agent path", "gpusnap restore, driver path"]
-for cache in ("warm", "cold"):
-    base, drv = med("python", cache), med("gpusnap restore, driver path", cache)
-    for way in ways:
-        s = med(way, cache)
-        if s is None:
-            continue
-        vs_py = "x%.1f" % (base / s) if base and way != "python" else "-"
-        vs_drv = "x%.2f" % (drv / s) if drv and way == "gpusnap restore, agent path" else "-"
-        print("| %s | %s | %.2f | %s | %s | %.2f |" % (way, cache, s, vs_py, vs_drv, med(way, cache, "next_answer_s")))
-same = all(r["same_answer"] for r in rows)
-print()
-print("Every answer the same tokens and cache checksum as the first start's: %s" % ("yes" if same else "NO"))
-EOF
+# The table and the run's JSON document (bench/report.py collect)
+python3 "$GS_SRC/bench/report.py" collect warm_start "$JSONL" --md "$MD" --script bench/warm_start.sh \
+  --json "${GPUSNAP_BENCH_JSON_DIR:-$OUT}/bench-warm-start-${B_DATE//[-:]/}.json" --set "device=$DEVICE" \
+  --set "driver=$DRIVER" --set "date=$B_DATE" --set "git=$GITREV" --set "model=llama-$SIZE" \
+  --set "gpu_bytes=$GPU_BYTES" --set "repeat=$REPEAT" >/dev/null || { echo "ERROR: bench/report.py collect failed"; FAILED=1; }
 echo
 cat "$MD"
 [ "$FAILED" = 0 ] || { echo "bench/warm_start.sh: FAILED (see above)"; exit 1; }

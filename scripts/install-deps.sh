@@ -6,11 +6,31 @@
 # tools are not (`make test` then says it skips the fuzz run). Podman and runc
 # (tests/cli/t6101: a container checkpointed through CRIU; Debian's crun is
 # built without CRIU, so runc) are optional too: without them that test skips.
+#
+#   scripts/install-deps.sh [build]
+#
+# `build` (what `make demo` asks for): the build tools only, nothing for the tests.
 set -euo pipefail
 missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v make >/dev/null 2>&1 || missing+=(make)
+
+if [ "${1:-}" == build ]; then
+  [ ${#missing[@]} -eq 0 ] && exit 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "gpusnap: missing build tools: ${missing[*]} (install them, then run make again)" >&2
+    exit 1
+  fi
+  echo "gpusnap: installing ${missing[*]}" >&2
+  apt-get update -qq >/dev/null 2>&1 || true # offline: the install below fails and says so
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    { echo "gpusnap: could not install ${missing[*]}" >&2; exit 1; }
+  exit 0
+elif [ $# -gt 0 ]; then
+  echo "gpusnap: install-deps.sh: unknown mode '$1' (known: build)" >&2
+  exit 1
+fi
 
 # clang links a libFuzzer program (Debian 12: clang, and libclang-rt-dev for libFuzzer itself).
 fuzzer_links() {

@@ -3,7 +3,7 @@
 # plumbing (dry-run.sh): same line protocol, "VRAM" registered in a state dir that
 # the mock nvidia-smi and mock gpusnap read, and "CUDA calls" that block while the
 # mock gpusnap holds the process locked or suspended, as the driver's lock does.
-import os, sys, threading, time
+import os, signal, sys, threading, time
 
 kind, args = sys.argv[1], sys.argv[2:]
 state_dir = os.environ["GPUSNAP_MOCK_STATE"]
@@ -54,12 +54,15 @@ if kind in ("pattern", "pattern_shared", "multigpu"):
         mem[d] = 520 + total // 2**20
     total *= len(devs)
 else:
-    mem[int(opt("--device", "0"))] = 520 + (256 if kind == "counter" else 16)
+    hold = size(opt("--hold", "256M")) // 2**20 if kind == "counter" else 16
+    mem[int(opt("--device", "0"))] = 520 + hold
+if os.environ.get("GPUSNAP_MOCK_AGENT"):  # started by the mock `gpusnap run`: the agent's path
+    open(os.path.join(state_dir, "%d.agent" % pid), "w").close()
 register(mem)
 reply("READY %d" % pid)
 
 iterations = 0
-value = 0
+value = int(opt("--start", "0"))  # --start: where the mock `gpusnap restore` lets a counter go on
 spinning = False
 stop = False
 
@@ -104,7 +107,13 @@ if kind == "spin" and "--no-start" not in args:
     spin(float(opt("--seconds", "10")))
 
 last_verify = -1
-for line in sys.stdin:
+if "--no-stdin" in args:  # no commands: counts until SIGTERM or SIGINT, as the real counter does
+    ended = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: ended.set())
+    signal.signal(signal.SIGINT, lambda *_: ended.set())
+    while not ended.wait(0.1):
+        pass
+for line in ([] if "--no-stdin" in args else sys.stdin):
     cmd = line.strip()
     if cmd == "quit":
         break
