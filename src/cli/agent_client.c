@@ -3,8 +3,10 @@
  *
  * The agent runs inside a process that may belong to someone else, and what
  * it answers reaches the terminal of the user running gpusnap (often root):
- * its messages are cut down to printable characters and a result code that
- * is not one of gpusnap's becomes GS_E_AGENT. A reply that does not come in
+ * its messages and its fault text are made printable (gs_fail does it for
+ * every message; printable.h), numbers out of bounds are refused by the
+ * decoder (protocol.h), and a result code that is not one of gpusnap's
+ * becomes GS_E_AGENT. A reply that does not come in
  * time is the agent failing (GS_E_AGENT), never GS_E_TIMEOUT, which says GPU
  * work did not finish within --timeout and comes only from the agent's own
  * answer.
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/printable.h"
 #include "common/proc.h"
 #include "core/control_socket.h"
 #include "core/protocol.h"
@@ -26,14 +29,6 @@
 #define WORK_MARGIN_S 600.0
 /* --timeout 0 (no limit) waits this long for the agent's reply: gs_ctl_call has no unlimited wait */
 #define NO_LIMIT_S 1e6
-
-/* Replaces every byte that is not printable ASCII (escape sequences, controls, UTF-8) with '?'. */
-static void printable_only(char *s)
-{
-	for (; *s; s++)
-		if (*s < 0x20 || *s > 0x7e)
-			*s = '?';
-}
 
 /* The exchange with the agent failed (rc from gs_ctl_call): say so with a code of the agent's. */
 static int exchange_failed(pid_t pid, int rc, double waited_s, struct gs_err *err)
@@ -49,7 +44,6 @@ static int agent_result(const struct gs_msg *reply, struct gs_err *err)
 	int rc = gs_msg_result_code(reply, err);
 	if (!rc)
 		return 0;
-	printable_only(err->msg);
 	if (!strcmp(gs_exit_name(rc), "unknown")) {
 		char msg[GS_ERR_MSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", err->msg);
@@ -62,10 +56,8 @@ int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req
 		       double timeout_s, struct gs_err *err)
 {
 	int rc = gs_ctl_call_fd(ag->socket, pid, req, pass_fd, reply, timeout_s, err);
-	if (rc) {
-		printable_only(err->msg);
+	if (rc)
 		return exchange_failed(pid, rc, timeout_s, err);
-	}
 	return agent_result(reply, err);
 }
 
@@ -117,7 +109,7 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 	gs_msg_get_u64(&reply, GS_F_UNMANAGED_BYTES, &ag->unmanaged_bytes);
 	const char *fault = gs_msg_get_str(&reply, GS_F_FAULT);
 	if (fault)
-		snprintf(ag->fault, sizeof(ag->fault), "%s", fault);
+		gs_printable(ag->fault, sizeof(ag->fault), fault);
 	gs_msg_free(&reply);
 	return 0;
 }
@@ -160,7 +152,6 @@ static int request_full(pid_t pid, struct cli_agent *ag, uint16_t type, double t
 		keep_fields(ag, &reply);
 		rc = agent_result(&reply, err);
 	} else {
-		printable_only(err->msg); /* it names the socket's path */
 		rc = exchange_failed(pid, rc, wait, err);
 	}
 	gs_msg_free(&reply);

@@ -27,7 +27,7 @@ struct cli_agent {
 	char socket[512];
 	uint64_t state; /* enum gs_agent_state */
 	uint64_t caps, alloc_count, alloc_bytes, unmanaged_count, unmanaged_bytes;
-	char fault[512]; /* why it stays suspended: an undo of its own failed ("" when none) */
+	char fault[512]; /* why it stays suspended: an undo of its own failed ("" when none); made printable */
 	struct cli_agent_reply last; /* of the last suspend/resume */
 };
 

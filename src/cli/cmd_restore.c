@@ -822,6 +822,7 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		return;
 	char comm[64];
 	gs_proc_comm(r->pid, comm, sizeof(comm));
+	gs_printable(comm, sizeof(comm), comm);
 	printf("restored %d (%s) from %s: %s path, CRIU part %.2f s, GPU part %.2f s", (int)r->pid, comm, o->dir,
 	       r->info->how, r->criu_s, r->gpu_s);
 	if (!o->no_verify)
