@@ -4,8 +4,9 @@
 # libcuda.so.1 and are registered with the fake driver, as any user can
 # arrange) that accept and never answer, or never even accept, are asked
 # together with a normal one:
-#  - the list comes within its bound (2 s for all agents together; one
-#    after another each would cost 5 s), text and --json;
+#  - the list comes at once, text and --json: its agents' part is bounded
+#    by 2 s for all together, where one after another each cost 5 s (20 s
+#    here); the check allows 10 s, for a loaded machine;
 #  - each silent one is listed as not-answering on the agent path, with a
 #    note naming it; the normal one beside them is listed as running.
 . "$(dirname "$0")/lib.sh"
@@ -73,7 +74,7 @@ t0=$(date +%s%N)
 run_gpusnap state
 took=$(ms_since "$t0")
 expect "state lists them all" 0
-check "... within the bound, not 5 s per silent agent ($took ms)" [ "$took" -lt 6000 ]
+check "... within the bound, not 5 s per silent agent one after another (20 s): $took ms" [ "$took" -lt 10000 ]
 for p in "${silent[@]}"; do
   check "... $p as not-answering on the agent path ($(row "$p"))" sh -c "echo '$(row "$p")' | grep -qE '^$p +not-answering +agent +.* python3\$'"
   check "... with a note naming it" grep -qF "gpusnap: note: the agent of process $p did not answer within 2 s" "$ERR_TXT"
@@ -85,7 +86,7 @@ t0=$(date +%s%N)
 run_gpusnap state --json
 took=$(ms_since "$t0")
 expect "state --json" 0
-check "... within the bound ($took ms)" [ "$took" -lt 6000 ]
+check "... within the bound: $took ms" [ "$took" -lt 10000 ]
 check "... the silent ones not-answering with the reason, the normal one running on its agent" python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
