@@ -182,6 +182,8 @@ check "... clean" clean
 run_gpusnap state "$plain"
 expect "state of it" 4 "process $plain ($SHOWN) is not a CUDA process"
 check "... one line" one_line
+kill "$plain"
+wait "$plain" 2>/dev/null
 
 # ---- with CRIU: dump and restore print the name the same way; a file name inside an image ----
 if ! have_criu; then
