@@ -289,8 +289,11 @@ static const char *check_value(uint8_t type, const uint8_t *v, uint32_t len)
  */
 static bool agent_number_bad(uint16_t tag, uint8_t type, const uint8_t *v, uint32_t len, char *why, size_t n)
 {
-	const char *name = type == GS_FT_NAMED_U64 || type == GS_FT_NAMED_F64 ? (const char *)v : NULL;
-	uint64_t u = type == GS_FT_U64 || type == GS_FT_F64 ? get64(v) : get64(v + len - 8);
+	bool named = type == GS_FT_NAMED_U64 || type == GS_FT_NAMED_F64;
+	if (!named && type != GS_FT_U64 && type != GS_FT_F64)
+		return false; /* strings, bytes and types of later versions carry no number */
+	const char *name = named ? (const char *)v : NULL;
+	uint64_t u = named ? get64(v + len - 8) : get64(v);
 	if (type == GS_FT_F64 || type == GS_FT_NAMED_F64) {
 		double d = bits_f64(u);
 		if (isfinite(d) && d >= 0 && d <= GS_MSG_MAX_SECONDS)
