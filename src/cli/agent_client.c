@@ -6,17 +6,16 @@
  * its messages and its fault text are made printable (gs_fail does it for
  * every message; printable.h), numbers out of bounds are refused by the
  * decoder (protocol.h), and a result code that is not one of gpusnap's
- * becomes GS_E_AGENT. A reply that does not come in
- * time is the agent failing (GS_E_AGENT), never GS_E_TIMEOUT, which says GPU
- * work did not finish within --timeout and comes only from the agent's own
- * answer.
+ * becomes GS_E_AGENT. A reply that does not come in time is the agent
+ * failing (GS_E_AGENT), never GS_E_TIMEOUT, which says GPU work did not
+ * finish within --timeout and comes only from the agent's own answer.
  */
 #include "cli/agent_client.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
