@@ -3,20 +3,23 @@
  *
  * The agent runs inside a process that may belong to someone else, and what
  * it answers reaches the terminal of the user running gpusnap (often root):
- * its messages are cut down to printable characters and a result code that
- * is not one of gpusnap's becomes GS_E_AGENT. A reply that does not come in
- * time is the agent failing (GS_E_AGENT), never GS_E_TIMEOUT, which says GPU
- * work did not finish within --timeout and comes only from the agent's own
- * answer.
+ * its messages and its fault text are made printable (gs_fail does it for
+ * every message; printable.h), numbers out of bounds are refused by the
+ * decoder (protocol.h), and a result code that is not one of gpusnap's
+ * becomes GS_E_AGENT. A reply that does not come in time is the agent
+ * failing (GS_E_AGENT), never GS_E_TIMEOUT, which says GPU work did not
+ * finish within --timeout and comes only from the agent's own answer.
  */
 #include "cli/agent_client.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/printable.h"
 #include "common/proc.h"
 #include "core/control_socket.h"
 #include "core/protocol.h"
@@ -26,14 +29,6 @@
 #define WORK_MARGIN_S 600.0
 /* --timeout 0 (no limit) waits this long for the agent's reply: gs_ctl_call has no unlimited wait */
 #define NO_LIMIT_S 1e6
-
-/* Replaces every byte that is not printable ASCII (escape sequences, controls, UTF-8) with '?'. */
-static void printable_only(char *s)
-{
-	for (; *s; s++)
-		if (*s < 0x20 || *s > 0x7e)
-			*s = '?';
-}
 
 /* The exchange with the agent failed (rc from gs_ctl_call): say so with a code of the agent's. */
 static int exchange_failed(pid_t pid, int rc, double waited_s, struct gs_err *err)
@@ -49,7 +44,6 @@ static int agent_result(const struct gs_msg *reply, struct gs_err *err)
 	int rc = gs_msg_result_code(reply, err);
 	if (!rc)
 		return 0;
-	printable_only(err->msg);
 	if (!strcmp(gs_exit_name(rc), "unknown")) {
 		char msg[GS_ERR_MSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", err->msg);
@@ -62,16 +56,19 @@ int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req
 		       double timeout_s, struct gs_err *err)
 {
 	int rc = gs_ctl_call_fd(ag->socket, pid, req, pass_fd, reply, timeout_s, err);
-	if (rc) {
-		printable_only(err->msg);
+	if (rc)
 		return exchange_failed(pid, rc, timeout_s, err);
-	}
 	return agent_result(reply, err);
 }
 
-int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
+/*
+ * Whether pid's agent is to be asked HELLO (*ask, its socket in ag), or why
+ * not: 0 for no agent (the driver path serves the process), else the error.
+ */
+static int probe_start(pid_t pid, struct cli_agent *ag, bool *ask, struct gs_err *err)
 {
 	memset(ag, 0, sizeof(*ag));
+	*ask = false;
 	struct gs_err e = { 0 };
 	if (gs_ctl_find_agent(pid, ag->socket, sizeof(ag->socket), &e)) {
 		if (e.code == GS_E_AGENT)
@@ -84,42 +81,94 @@ int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 	if (gs_proc_halted(pid, true, why, sizeof(why), until, sizeof(until)))
 		return gs_fail(err, GS_E_STATE, "process %d is %s: its gpusnap agent cannot answer until %s", (int)pid, why,
 			       until);
-	struct gs_msg req, reply;
-	gs_msg_init(&req, GS_MSG_HELLO);
-	int rc = gs_ctl_call(ag->socket, pid, &req, &reply, HELLO_TIMEOUT_S, &e);
-	gs_msg_free(&req);
+	*ask = true;
+	return 0;
+}
+
+/* What the HELLO exchange (rc, e: gs_ctl_call's) says of the agent; frees reply. */
+static int probe_finish(pid_t pid, struct cli_agent *ag, int rc, struct gs_err *e, struct gs_msg *reply, double waited_s,
+			struct gs_err *err)
+{
 	if (rc) {
-		gs_msg_free(&reply);
+		gs_msg_free(reply);
 		/*
 		 * Nobody listens (an agent that ended without removing its socket, a
 		 * process that re-exec'd without the agent): no agent. An agent that
-		 * accepts and does not answer is one that fails.
+		 * accepts and does not answer, or answers what the protocol does not
+		 * allow, is one that fails.
 		 */
-		if (e.code == GS_E_AGENT)
+		if (e->code == GS_E_AGENT && !strncmp(e->msg, GS_CTL_NOBODY_LISTENS, strlen(GS_CTL_NOBODY_LISTENS)))
 			return 0;
-		*err = e;
-		return exchange_failed(pid, rc, HELLO_TIMEOUT_S, err);
+		*err = *e;
+		return exchange_failed(pid, rc, waited_s, err);
 	}
-	if (reply.type == GS_MSG_RESULT) {
+	if (reply->type == GS_MSG_RESULT) {
 		/* an agent that refuses (another user's process, too many connections) is there all the same */
-		rc = agent_result(&reply, err);
-		gs_msg_free(&reply);
+		rc = agent_result(reply, err);
+		gs_msg_free(reply);
 		if (!rc)
 			rc = gs_fail(err, GS_E_AGENT, "the agent answered hello with a result");
 		return gs_err_wrap(err, "agent of process %d", (int)pid);
 	}
-	ag->present = reply.type == GS_MSG_INFO;
-	gs_msg_get_u64(&reply, GS_F_STATE, &ag->state);
-	gs_msg_get_u64(&reply, GS_F_CAPS, &ag->caps);
-	gs_msg_get_u64(&reply, GS_F_ALLOC_COUNT, &ag->alloc_count);
-	gs_msg_get_u64(&reply, GS_F_ALLOC_BYTES, &ag->alloc_bytes);
-	gs_msg_get_u64(&reply, GS_F_UNMANAGED_COUNT, &ag->unmanaged_count);
-	gs_msg_get_u64(&reply, GS_F_UNMANAGED_BYTES, &ag->unmanaged_bytes);
-	const char *fault = gs_msg_get_str(&reply, GS_F_FAULT);
+	ag->present = reply->type == GS_MSG_INFO;
+	gs_msg_get_u64(reply, GS_F_STATE, &ag->state);
+	gs_msg_get_u64(reply, GS_F_CAPS, &ag->caps);
+	gs_msg_get_u64(reply, GS_F_ALLOC_COUNT, &ag->alloc_count);
+	gs_msg_get_u64(reply, GS_F_ALLOC_BYTES, &ag->alloc_bytes);
+	gs_msg_get_u64(reply, GS_F_UNMANAGED_COUNT, &ag->unmanaged_count);
+	gs_msg_get_u64(reply, GS_F_UNMANAGED_BYTES, &ag->unmanaged_bytes);
+	const char *fault = gs_msg_get_str(reply, GS_F_FAULT);
 	if (fault)
-		snprintf(ag->fault, sizeof(ag->fault), "%s", fault);
-	gs_msg_free(&reply);
+		gs_printable(ag->fault, sizeof(ag->fault), fault);
+	gs_msg_free(reply);
 	return 0;
+}
+
+int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err)
+{
+	bool ask;
+	int rc = probe_start(pid, ag, &ask, err);
+	if (rc || !ask)
+		return rc;
+	struct gs_msg req, reply;
+	struct gs_err e = { 0 };
+	gs_msg_init(&req, GS_MSG_HELLO);
+	rc = gs_ctl_call(ag->socket, pid, &req, &reply, HELLO_TIMEOUT_S, &e);
+	gs_msg_free(&req);
+	return probe_finish(pid, ag, rc, &e, &reply, HELLO_TIMEOUT_S, err);
+}
+
+void cli_agent_probe_all(struct cli_agent_ask *asks, size_t n, double bound_s)
+{
+	struct gs_ctl_call_many *calls = calloc(n ? n : 1, sizeof(*calls));
+	struct gs_msg req;
+	gs_msg_init(&req, GS_MSG_HELLO);
+	size_t ncalls = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct cli_agent_ask *a = &asks[i];
+		bool ask;
+		a->silent = false;
+		gs_err_clear(&a->err);
+		a->rc = probe_start(a->pid, a->ag, &ask, &a->err);
+		if (a->rc || !ask)
+			continue;
+		if (!calls) {
+			a->rc = gs_fail(&a->err, GS_E_FAILURE, "out of memory asking %zu agents", n);
+			continue;
+		}
+		calls[ncalls++] = (struct gs_ctl_call_many){ .path = a->ag->socket, .expect_pid = a->pid, .req = &req };
+	}
+	gs_ctl_call_many(calls, ncalls, bound_s);
+	for (size_t i = 0, k = 0; i < n && k < ncalls; i++) {
+		struct cli_agent_ask *a = &asks[i];
+		if (a->rc || !a->ag->socket[0] || calls[k].path != a->ag->socket)
+			continue;
+		struct gs_ctl_call_many *c = &calls[k++];
+		a->silent = c->rc == GS_E_TIMEOUT;
+		a->rc = probe_finish(a->pid, a->ag, c->rc, &c->err, &c->reply, bound_s, &a->err);
+	}
+	gs_msg_free(&req);
+	free(calls);
 }
 
 static void keep_fields(struct cli_agent *ag, const struct gs_msg *m)
@@ -160,7 +209,6 @@ static int request_full(pid_t pid, struct cli_agent *ag, uint16_t type, double t
 		keep_fields(ag, &reply);
 		rc = agent_result(&reply, err);
 	} else {
-		printable_only(err->msg); /* it names the socket's path */
 		rc = exchange_failed(pid, rc, wait, err);
 	}
 	gs_msg_free(&reply);

@@ -7,6 +7,7 @@
 #define GPUSNAP_CLI_AGENT_CLIENT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -27,7 +28,7 @@ struct cli_agent {
 	char socket[512];
 	uint64_t state; /* enum gs_agent_state */
 	uint64_t caps, alloc_count, alloc_bytes, unmanaged_count, unmanaged_bytes;
-	char fault[512]; /* why it stays suspended: an undo of its own failed ("" when none) */
+	char fault[512]; /* why it stays suspended: an undo of its own failed ("" when none); made printable */
 	struct cli_agent_reply last; /* of the last suspend/resume */
 };
 
@@ -42,6 +43,21 @@ int cli_agent_exchange(pid_t pid, const struct cli_agent *ag, struct gs_msg *req
 		       double timeout_s, struct gs_err *err);
 /* Looks for the agent of pid; an absent agent is not an error (present = false). */
 int cli_agent_probe(pid_t pid, struct cli_agent *ag, struct gs_err *err);
+/*
+ * cli_agent_probe of several processes at once, all within bound_s (the list
+ * of every CUDA process, where any user may start an agent that accepts and
+ * never answers): the HELLOs go out together (gs_ctl_call_many). Each ask
+ * gets what cli_agent_probe would give, with silent set for an agent that
+ * did not answer within the bound (rc GS_E_AGENT then).
+ */
+struct cli_agent_ask {
+	pid_t pid;             /* in */
+	struct cli_agent *ag;  /* out: what the agent said (caller-owned) */
+	int rc;                /* out: as cli_agent_probe's */
+	bool silent;           /* out: the agent did not answer in time */
+	struct gs_err err;     /* out, when rc != 0 */
+};
+void cli_agent_probe_all(struct cli_agent_ask *asks, size_t n, double bound_s);
 /* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the wait for GPU work (<= 0: no limit). */
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err);
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);

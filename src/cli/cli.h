@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "common/json.h"
 #include "common/options.h"
+#include "common/printable.h" /* every command prints text that others control (a process's name) through it */
 #include "cuda/driver.h"
 #include "cuda/gpus.h"
 #include "cuda/nvml.h"

@@ -490,8 +490,8 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 	}
 	if (rc)
 		return;
-	char b[32];
-	printf("dumped %d (%s) to %s: %s path, GPU part %.2f s", (int)r->pid, r->comm, o->dir,
+	char b[32], comm[sizeof(r->comm)];
+	printf("dumped %d (%s) to %s: %s path, GPU part %.2f s", (int)r->pid, gs_printable(comm, sizeof(comm), r->comm), o->dir,
 	       r->agent.present ? "agent" : "driver", gpu_s);
 	if (r->streamed) {
 		char rb[32];

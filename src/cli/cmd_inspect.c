@@ -160,10 +160,10 @@ int cmd_inspect(int argc, char **argv)
 	} else {
 		gs_image_describe_text(img, stdout);
 		for (int i = 0; i < nparts; i++) {
-			char b[32];
+			char b[32], how[64]; /* the image says how it was written */
 			if (parts[i].img)
 				printf("%-12s %d: %s path, %s of GPU data in %s/%s/%d\n", i ? "" : "processes", (int)parts[i].pid,
-				       gs_image_get_info(parts[i].img)->how,
+				       gs_printable(how, sizeof(how), gs_image_get_info(parts[i].img)->how),
 				       gs_format_bytes(parts[i].tot.stored_bytes, b, sizeof(b)), dir, DUMP_TREE_PROCS_DIR,
 				       (int)parts[i].pid);
 		}

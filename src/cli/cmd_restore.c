@@ -847,10 +847,11 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 	}
 	if (rc)
 		return;
-	char comm[64];
+	char comm[64], how[64]; /* the process's name, and how the image says it was written */
 	gs_proc_comm(r->pid, comm, sizeof(comm));
+	gs_printable(comm, sizeof(comm), comm);
 	printf("restored %d (%s) from %s: %s path, CRIU part %.2f s, GPU part %.2f s", (int)r->pid, comm, o->dir,
-	       r->info->how, r->criu_s, r->gpu_s);
+	       gs_printable(how, sizeof(how), r->info->how), r->criu_s, r->gpu_s);
 	if (!o->no_verify)
 		printf(", checksums %.2f s%s", r->verify_s, o->verify_first ? " first" : " alongside");
 	printf(", total %.2f s\n", r->total_s);

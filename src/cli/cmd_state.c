@@ -60,10 +60,20 @@ struct state_view {
 	bool has_op;
 	struct cli_op_record op;
 	char note[GS_ERR_MSG_MAX]; /* what an operation at work, or one that was killed, has to do with the state */
+	bool ask_agent;            /* its agent is to be asked (look_at_rest takes the answer) */
+	bool silent;               /* its agent did not answer within the list's bound */
+	char why_silent[GS_ERR_MSG_MAX];
 };
 
-/* Looks at pid as the driver, its agent and gpusnap's operation records see it; never waits for an operation. */
-static int look_at(struct cli_session *s, int pid, struct state_view *v, struct gs_err *err)
+/* How long the list of every CUDA process waits for all their agents together (each `state PID` waits 5 s). */
+#define LIST_AGENTS_S 2.0
+
+/*
+ * Looks at pid as the driver and gpusnap's operation records see it; never
+ * waits for an operation. Whether its agent is to be asked is in
+ * v->ask_agent; look_at_rest takes the answer.
+ */
+static int look_at_first(struct cli_session *s, int pid, struct state_view *v, struct gs_err *err)
 {
 	memset(v, 0, sizeof(*v));
 	v->pid = pid;
@@ -95,7 +105,22 @@ static int look_at(struct cli_session *s, int pid, struct state_view *v, struct 
 	if (v->group_stopped && gs_ctl_find_agent(pid, v->ag.socket, sizeof(v->ag.socket), &socket_err))
 		v->ag.socket[0] = '\0';
 	/* an agent at work for another gpusnap answers when its work is done: not asked then */
-	if (!v->group_stopped && (!v->has_op || !v->op.holder_alive) && (rc = cli_agent_probe(pid, &v->ag, err))) {
+	v->ask_agent = !v->group_stopped && (!v->has_op || !v->op.holder_alive);
+	return 0;
+}
+
+/*
+ * The rest of look_at_first's view, with the agent's answer (cli_agent_probe's
+ * rc and agent_err) where v->ask_agent; silent: it did not answer in time.
+ */
+static int look_at_rest(int pid, struct state_view *v, int rc, bool silent, const struct gs_err *agent_err,
+			struct gs_err *err)
+{
+	if (v->ask_agent && silent) {
+		v->silent = true;
+		snprintf(v->why_silent, sizeof(v->why_silent), "%s", agent_err->msg);
+	} else if (v->ask_agent && rc) {
+		*err = *agent_err;
 		v->held_stopped = rc == GS_E_STATE && gs_proc_all_stopped(pid, true);
 		if (!v->held_stopped)
 			return rc;
@@ -103,6 +128,7 @@ static int look_at(struct cli_session *s, int pid, struct state_view *v, struct 
 	}
 	v->state = v->frozen	    ? "frozen"
 		   : v->group_stopped ? "stopped"
+		   : v->silent	      ? "not-answering"
 				      : cli_process_state_name(v->st, v->ag.present, v->ag.state);
 	gs_proc_comm(pid, v->comm, sizeof(v->comm));
 	struct gs_proc_stat ps;
@@ -113,12 +139,23 @@ static int look_at(struct cli_session *s, int pid, struct state_view *v, struct 
 	return 0;
 }
 
+/* Looks at pid as the driver, its agent and gpusnap's operation records see it; never waits for an operation. */
+static int look_at(struct cli_session *s, int pid, struct state_view *v, struct gs_err *err)
+{
+	int rc = look_at_first(s, pid, v, err);
+	if (rc)
+		return rc;
+	struct gs_err agent_err = { 0 };
+	int agent_rc = v->ask_agent ? cli_agent_probe(pid, &v->ag, &agent_err) : 0;
+	return look_at_rest(pid, v, agent_rc, false, &agent_err, err);
+}
+
 /* Where v's GPU state goes: the agent's path, the driver's, or unknown (stopped, no agent socket). */
 static const char *view_path(const struct state_view *v)
 {
 	if (v->group_stopped && !v->ag.socket[0])
 		return NULL;
-	return v->ag.present || (v->held_stopped && v->ag.socket[0]) ? "agent" : "driver";
+	return v->ag.present || v->silent || (v->held_stopped && v->ag.socket[0]) ? "agent" : "driver";
 }
 
 static void json_view(struct gs_json *j, const struct cli_session *s, const struct state_view *v)
@@ -153,6 +190,8 @@ static void json_view(struct gs_json *j, const struct cli_session *s, const stru
 	gs_json_array_end(j);
 	if (v->held_stopped)
 		gs_json_kv_string(j, "stopped", v->why_stopped);
+	if (v->silent)
+		gs_json_kv_string(j, "not_answering", v->why_silent);
 	if (v->note[0]) {
 		gs_json_key(j, "operation");
 		gs_json_object_begin(j);
@@ -168,13 +207,22 @@ static void json_view(struct gs_json *j, const struct cli_session *s, const stru
 	gs_json_object_end(j);
 }
 
+/* A note on stderr, one printable line whatever it quotes (a cgroup's name, an image's path). */
+static void print_note(const char *text)
+{
+	char shown[GS_ERR_MSG_MAX];
+	fprintf(stderr, "gpusnap: note: %s\n", gs_printable(shown, sizeof(shown), text));
+}
+
 /* The notes on stderr that go with v's state line: an operation, a stop, memory the agent cannot release. */
 static void print_notes(const struct state_view *v, bool verbose)
 {
 	if (v->note[0])
-		fprintf(stderr, "gpusnap: note: %s\n", v->note);
+		print_note(v->note);
 	if (v->held_stopped)
-		fprintf(stderr, "gpusnap: note: %s\n", v->why_stopped);
+		print_note(v->why_stopped);
+	if (v->silent)
+		print_note(v->why_silent);
 	if (v->ag.present && !verbose && v->ag.unmanaged_count) {
 		char b[32];
 		fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",
@@ -215,7 +263,7 @@ static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
 		json_view(&j, s, v);
 		cli_json_print(&j);
 	} else {
-		if (v->ag.present && v->ag.fault[0])
+		if (v->ag.present && v->ag.fault[0]) /* made printable as it came (cli_agent_probe) */
 			printf("%s (%s)\n", v->state, v->ag.fault);
 		else
 			printf("%s\n", v->state);
@@ -287,7 +335,42 @@ static int find_cuda_candidates(int **pids, size_t *n, size_t *unreadable, struc
 static void print_row(const char *pid, const char *state, const char *path, const char *vram, const char *gpus,
 		      const char *comm)
 {
-	printf("%-8s %-10s %-7s %12s %-6s %s\n", pid, state, path, vram, gpus, comm);
+	char shown[64]; /* the name a process gave itself */
+	printf("%-8s %-10s %-7s %12s %-6s %s\n", pid, state, path, vram, gpus, gs_printable(shown, sizeof(shown), comm));
+}
+
+/* One process of the list: its view, or why it could not be looked at. */
+struct list_entry {
+	struct state_view v;
+	int rc;
+	struct gs_err err;
+};
+
+/*
+ * look_at for each of pids[n] into e[n], every agent asked at once within
+ * LIST_AGENTS_S (any user can start a process whose agent accepts and never
+ * answers: one such must not hold the list, nor several add up).
+ */
+static int look_at_all(struct cli_session *s, const int *pids, size_t n, struct list_entry *e, struct gs_err *err)
+{
+	struct cli_agent_ask *asks = calloc(n ? n : 1, sizeof(*asks));
+	if (!asks)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	size_t nasks = 0;
+	for (size_t i = 0; i < n; i++) {
+		e[i].rc = look_at_first(s, pids[i], &e[i].v, &e[i].err);
+		if (!e[i].rc && e[i].v.ask_agent)
+			asks[nasks++] = (struct cli_agent_ask){ .pid = pids[i], .ag = &e[i].v.ag };
+	}
+	cli_agent_probe_all(asks, nasks, LIST_AGENTS_S);
+	for (size_t i = 0, k = 0; i < n; i++) {
+		if (e[i].rc)
+			continue;
+		struct cli_agent_ask none = { 0 }, *a = e[i].v.ask_agent ? &asks[k++] : &none;
+		e[i].rc = look_at_rest(pids[i], &e[i].v, a->rc, a->silent, &a->err, &e[i].err);
+	}
+	free(asks);
+	return 0;
 }
 
 /* `gpusnap state` without PID: a line (or a JSON object) for each CUDA process; the others are left out. */
@@ -297,10 +380,13 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 	int *pids;
 	size_t n, unreadable;
 	int rc = find_cuda_candidates(&pids, &n, &unreadable, &err);
-	struct state_view *v = rc ? NULL : malloc(sizeof(*v));
-	if (!rc && !v)
+	struct list_entry *entries = rc ? NULL : calloc(n ? n : 1, sizeof(*entries));
+	if (!rc && !entries)
 		rc = gs_fail(&err, GS_E_FAILURE, "out of memory");
+	if (!rc)
+		rc = look_at_all(s, pids, n, entries, &err);
 	if (rc) {
+		free(entries);
 		free(pids);
 		return cli_report_error(&err);
 	}
@@ -313,8 +399,9 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 	}
 	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
-		struct gs_err e = { 0 };
-		rc = look_at(s, pids[i], v, &e);
+		const struct state_view *v = &entries[i].v;
+		const struct gs_err e = entries[i].err;
+		rc = entries[i].rc;
 		/* gone meanwhile, or the agent is loaded but CUDA is not in use: not a CUDA process to list */
 		if (rc == GS_E_NO_PROCESS || rc == GS_E_NOT_CUDA)
 			continue;
@@ -363,7 +450,7 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 	if (unreadable)
 		fprintf(stderr, "gpusnap: note: %zu process%s whose memory map%s this user may not read %s not looked at\n",
 			unreadable, unreadable == 1 ? "" : "es", unreadable == 1 ? "" : "s", unreadable == 1 ? "was" : "were");
-	free(v);
+	free(entries);
 	free(pids);
 	return 0;
 }

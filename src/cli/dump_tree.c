@@ -501,9 +501,9 @@ static void print_outcome(const struct tree_run *r, const struct dump_tree_opts 
 	}
 	if (rc)
 		return;
-	char b[32];
+	char b[32], comm[sizeof(r->comm)];
 	printf("dumped tree %d (%s, %d CUDA process%s) to %s: %s of GPU data written by the agents in %.2f s, CRIU part "
-	       "%.2f s, total %.2f s\n", (int)r->root, r->comm, r->n, r->n == 1 ? "" : "es", o->dir,
+	       "%.2f s, total %.2f s\n", (int)r->root, gs_printable(comm, sizeof(comm), r->comm), r->n, r->n == 1 ? "" : "es", o->dir,
 	       gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agents_s, r->criu_s, r->total_s);
 	if (o->leave_running)
 		printf("the tree of process %d keeps running (it stood still for %.2f s)\n", (int)r->root, r->paused_s);

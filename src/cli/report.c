@@ -104,6 +104,7 @@ static void print_human(struct cli_session *s, const struct cli_outcome *o)
 		const struct gs_ckpt_proc *p = &o->procs[i];
 		char comm[64], b1[32], b2[32];
 		gs_proc_comm(p->pid, comm, sizeof(comm));
+		gs_printable(comm, sizeof(comm), comm);
 		if (o->rc && p->state_known)
 			printf("%d (%s): %s\n", (int)p->pid, comm, state_after_name(o, i));
 		else if (o->rc)

@@ -1,5 +1,8 @@
 /*
- * err.c - filling gs_err and naming exit codes (see err.h).
+ * err.c - filling gs_err and naming exit codes (see err.h). Every message
+ * is made printable here (printable.h): whatever it quotes (a process's name,
+ * an agent's words, a file name from an image, CRIU's log), it stays one
+ * line that cannot drive a terminal.
  */
 #include "common/err.h"
 
@@ -8,12 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/printable.h"
+
 static int vfill(struct gs_err *err, int code, const char *fmt, va_list ap)
 {
 	if (!err)
 		return code;
 	err->code = code;
 	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	gs_printable(err->msg, sizeof(err->msg), err->msg);
 	return code;
 }
 
@@ -51,6 +57,7 @@ int gs_err_wrap(struct gs_err *err, const char *fmt, ...)
 	va_end(ap);
 	memcpy(old, err->msg, sizeof(old));
 	snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+	gs_printable(err->msg, sizeof(err->msg), err->msg);
 	return err->code;
 }
 

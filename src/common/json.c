@@ -1,5 +1,6 @@
 /*
- * json.c - streaming JSON writer (see json.h).
+ * json.c - streaming JSON writer (see json.h). Its output is ASCII: strings
+ * keep their exact text as escapes (quoted()).
  */
 #include "common/json.h"
 
@@ -8,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/printable.h"
 
 void gs_json_init(struct gs_json *j)
 {
@@ -83,24 +86,50 @@ void gs_json_object_end(struct gs_json *j) { close_(j, "}"); }
 void gs_json_array_begin(struct gs_json *j) { open_(j, "["); }
 void gs_json_array_end(struct gs_json *j) { close_(j, "]"); }
 
+static void put_u(struct gs_json *j, uint32_t u)
+{
+	char esc[8];
+	snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)u);
+	puts_(j, esc);
+}
+
+/*
+ * s as a JSON string of printable ASCII alone: the exact text for a program
+ * that reads it, harmless on a terminal where someone prints it. Controls
+ * (C0, DEL, C1) and every other non-ASCII character are \u escapes (a
+ * surrogate pair past U+FFFF); a byte that is not valid UTF-8 cannot be said
+ * in JSON and becomes U+FFFD.
+ */
 static void quoted(struct gs_json *j, const char *s)
 {
 	put(j, "\"", 1);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		char esc[8];
-		switch (*p) {
-		case '"': puts_(j, "\\\""); break;
-		case '\\': puts_(j, "\\\\"); break;
-		case '\n': puts_(j, "\\n"); break;
-		case '\r': puts_(j, "\\r"); break;
-		case '\t': puts_(j, "\\t"); break;
-		default:
-			if (*p < 0x20) {
-				snprintf(esc, sizeof(esc), "\\u%04x", *p);
-				puts_(j, esc);
-			} else {
-				put(j, (const char *)p, 1);
-			}
+	for (const char *p = s; *p;) {
+		unsigned char c = (unsigned char)*p;
+		switch (c) {
+		case '"': puts_(j, "\\\""); p++; continue;
+		case '\\': puts_(j, "\\\\"); p++; continue;
+		case '\n': puts_(j, "\\n"); p++; continue;
+		case '\r': puts_(j, "\\r"); p++; continue;
+		case '\t': puts_(j, "\\t"); p++; continue;
+		default: break;
+		}
+		if (c >= 0x20 && c < 0x7f) {
+			put(j, p++, 1);
+			continue;
+		}
+		uint32_t cp = c;
+		int len = 1;
+		if (c >= 0x80 && !(len = gs_utf8_char(p, &cp))) {
+			cp = 0xfffd;
+			len = 1;
+		}
+		p += len;
+		if (cp > 0xffff) {
+			cp -= 0x10000;
+			put_u(j, 0xd800 | cp >> 10);
+			put_u(j, 0xdc00 | (cp & 0x3ff));
+		} else {
+			put_u(j, cp);
 		}
 	}
 	put(j, "\"", 1);

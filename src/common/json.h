@@ -2,7 +2,11 @@
  * json.h - a small streaming JSON writer into a growable buffer.
  *
  * Used for every --json output, so machine-readable output is always valid
- * JSON (strings escaped, commas placed by the writer, not by callers).
+ * JSON (strings escaped, commas placed by the writer, not by callers). The
+ * output is ASCII: a string keeps its exact text, controls and non-ASCII
+ * characters as \u escapes, so text that others control (a process's name)
+ * cannot drive a terminal the JSON is printed on; a byte that is not UTF-8
+ * becomes U+FFFD, as JSON holds only Unicode text.
  * Nesting depth is bounded by GS_JSON_MAX_DEPTH; deeper nesting sets an error
  * flag that gs_json_finish reports.
  */

@@ -2,7 +2,8 @@
  * log.c - the logger behind pr_err/pr_warn/pr_info/pr_debug.
  *
  * One line per call, written with a single write(2) so lines from several
- * threads never interleave mid-line.
+ * threads never interleave mid-line, made printable first (printable.h): a
+ * line that quotes a process's name or an agent's words stays one line.
  */
 #include "common/log.h"
 
@@ -14,6 +15,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "common/printable.h"
 
 static enum gs_log_level current_level = GS_LOG_WARN;
 static int log_fd = 2; /* atomic: -1 once a file of our own was found gone */
@@ -78,10 +81,18 @@ static const char *level_name(enum gs_log_level level)
 	}
 }
 
-/* One whole line in one write(2), errno kept (a caller may read it after logging); async-signal-safe. */
-static void put_line(const char *line, size_t n)
+/*
+ * line[0..n) made printable and ended by a newline (line has room for n + 1
+ * bytes), in one write(2), errno kept (a caller may read it after logging);
+ * async-signal-safe.
+ */
+static void put_line(char *line, size_t n)
 {
 	int saved = errno;
+	line[n] = '\0';
+	gs_printable(line, n + 1, line);
+	n = strlen(line);
+	line[n++] = '\n';
 	int fd = line_fd();
 	if (fd >= 0) {
 		ssize_t w = write(fd, line, n);
@@ -106,7 +117,6 @@ static void emit(enum gs_log_level level, const char *prefix, const char *fmt, v
 	}
 	if ((size_t)n >= sizeof(line) - 1)
 		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
 	put_line(line, (size_t)n);
 }
 
@@ -120,7 +130,6 @@ void gs_log_fixed(enum gs_log_level level, const char *prefix, const char *msg)
 	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
 		for (const char *c = parts[i]; *c && n < sizeof(line) - 1; c++)
 			line[n++] = *c;
-	line[n++] = '\n';
 	put_line(line, n);
 }
 

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/printable.h"
+
 int gs_parse_int(const char *s, int *out)
 {
 	char *end;
@@ -72,16 +74,12 @@ void gs_string_list_free(struct gs_string_list *l)
 }
 
 /*
- * What a usage error shows of an argument: control characters as '?', so the
- * message stays one line and cannot drive the terminal.
+ * What a usage error shows of an argument: made printable (printable.h), so
+ * the message stays one line and cannot drive the terminal.
  */
 static const char *shown(const char *s, char *buf, size_t n)
 {
-	size_t i = 0;
-	for (; s[i] && i + 1 < n; i++)
-		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-	buf[i] = '\0';
-	return buf;
+	return gs_printable(buf, n, s);
 }
 
 static const struct gs_option *find_long(const struct gs_option *opts, const char *name, size_t len)
@@ -197,8 +195,7 @@ int gs_parse_options(int argc, char **argv, const struct gs_option *opts, int fl
 		for (const char *p = a + 1; *p; p++) {
 			const struct gs_option *o = find_short(opts, *p);
 			if (!o)
-				return gs_fail(err, GS_E_USAGE, "unknown option '-%c'",
-					       (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p);
+				return gs_fail(err, GS_E_USAGE, "unknown option '-%c'", *p);
 			if (o->type == GS_OPT_BOOL) {
 				*(bool *)o->value = true;
 				continue;

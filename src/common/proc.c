@@ -30,16 +30,17 @@ int gs_proc_check(pid_t pid, struct gs_err *err)
 
 void gs_proc_comm(pid_t pid, char *buf, size_t n)
 {
-	char path[64];
+	char path[64], text[64];
 	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f || !fgets(buf, (int)n, f)) {
+	/* the whole name: it may hold newlines of its own, only the kernel's last one goes */
+	ssize_t len = gs_read_small_file(path, text, sizeof(text));
+	if (len <= 0) {
 		snprintf(buf, n, "?");
-	} else {
-		buf[strcspn(buf, "\n")] = '\0';
+		return;
 	}
-	if (f)
-		fclose(f);
+	if (text[len - 1] == '\n')
+		text[--len] = '\0';
+	snprintf(buf, n, "%s", text);
 }
 
 /* A stat file of /proc: a process's or one of its threads'. */

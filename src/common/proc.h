@@ -14,7 +14,11 @@
 
 /* 0 if pid exists and we may signal it; GS_E_NO_PROCESS or GS_E_PERMISSION with err set. */
 int gs_proc_check(pid_t pid, struct gs_err *err);
-/* Short command name (comm), "?" if unreadable. */
+/*
+ * Short command name (comm) as the process set it, "?" if unreadable:
+ * prctl(PR_SET_NAME) puts anything there, so JSON takes it as it is and a
+ * terminal or a log line only through gs_printable (printable.h).
+ */
 void gs_proc_comm(pid_t pid, char *buf, size_t n);
 /* The fields of /proc/PID/stat gpusnap uses. */
 struct gs_proc_stat {

@@ -849,7 +849,7 @@ static int ctl_connect(const char *path, pid_t expect_pid, double deadline, int 
 		}
 		close(fd);
 		if (e == ENOENT || e == ECONNREFUSED)
-			return gs_fail(err, GS_E_AGENT, "no agent listening at '%s'", path);
+			return gs_fail(err, GS_E_AGENT, GS_CTL_NOBODY_LISTENS " at '%s'", path);
 		if (e == EACCES || e == EPERM)
 			return gs_fail(err, GS_E_PERMISSION, "not allowed to use agent socket '%s'", path);
 		if (e == EAGAIN)
@@ -937,4 +937,152 @@ int gs_ctl_call_fd(const char *path, pid_t expect_pid, struct gs_msg *req, int p
 		   double timeout_s, struct gs_err *err)
 {
 	return call(path, expect_pid, req, pass_fd < 0 ? -1 : pass_fd, reply, timeout_s, err);
+}
+
+/* ---- several calls at once ---- */
+
+/* Where one call of gs_ctl_call_many is. */
+struct many_state {
+	enum { MANY_CONNECT, MANY_READ, MANY_DONE } step;
+	int fd;
+	uint8_t header[GS_MSG_HEADER_SIZE];
+	uint8_t *frame; /* header and payload, once the header is read */
+	size_t want, got;
+	int send_rc; /* the request could not be sent: the agent may have refused first (its reply waits) */
+	struct gs_err send_err;
+};
+
+static void many_done(struct gs_ctl_call_many *c, struct many_state *st, int rc)
+{
+	c->rc = rc;
+	st->step = MANY_DONE;
+	if (st->fd >= 0)
+		close(st->fd);
+	st->fd = -1;
+	free(st->frame);
+	st->frame = NULL;
+}
+
+/* Connects and sends; a backlog that is full (a busy agent) leaves the call to be tried again. */
+static void many_connect(struct gs_ctl_call_many *c, struct many_state *st, double deadline)
+{
+	int rc = ctl_connect(c->path, c->expect_pid, 0, &st->fd, &c->err);
+	if (rc == GS_E_TIMEOUT && gs_now() < deadline)
+		return;
+	if (rc) {
+		st->fd = -1;
+		many_done(c, st, rc);
+		return;
+	}
+	/* a request fits in the new socket's buffer: sending does not wait for the agent */
+	st->send_rc = gs_ctl_send(st->fd, c->req, deadline, -1, &st->send_err);
+	if (st->send_rc && st->send_rc != GS_E_AGENT) {
+		c->err = st->send_err;
+		many_done(c, st, st->send_rc);
+		return;
+	}
+	st->step = MANY_READ;
+	st->want = GS_MSG_HEADER_SIZE;
+}
+
+/* Reads what has come; the whole frame decoded into c->reply. */
+static void many_read(struct gs_ctl_call_many *c, struct many_state *st)
+{
+	for (;;) {
+		uint8_t *into = st->frame ? st->frame : st->header;
+		ssize_t r = recv(st->fd, into + st->got, st->want - st->got, MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (r <= 0) {
+			if (st->send_rc) /* refused before it was sent, and no reply: the send's failure says it */
+				c->err = st->send_err;
+			else if (r == 0 && !st->got)
+				gs_fail(&c->err, GS_E_AGENT, "agent closed the connection without a message");
+			else if (r == 0)
+				gs_fail(&c->err, GS_E_AGENT, "connection closed after %zu of %zu bytes", st->got, st->want);
+			else
+				gs_fail_errno(&c->err, GS_E_AGENT, errno, "cannot read from the control socket");
+			many_done(c, st, c->err.code);
+			return;
+		}
+		st->got += (size_t)r;
+		if (st->got < st->want)
+			continue;
+		if (!st->frame) {
+			uint32_t plen;
+			int rc = gs_msg_parse_header(st->header, GS_PEER_AGENT, &plen, &c->err);
+			if (!rc && !(st->frame = malloc(sizeof(st->header) + plen)))
+				rc = gs_fail(&c->err, GS_E_FAILURE, "out of memory reading a %u byte message", plen);
+			if (rc) {
+				many_done(c, st, rc);
+				return;
+			}
+			memcpy(st->frame, st->header, sizeof(st->header));
+			st->want = sizeof(st->header) + plen;
+			if (st->got < st->want)
+				continue;
+		}
+		many_done(c, st, gs_msg_decode(st->frame, st->want, GS_PEER_AGENT, &c->reply, &c->err));
+		return;
+	}
+}
+
+void gs_ctl_call_many(struct gs_ctl_call_many *calls, size_t n, double timeout_s)
+{
+	double deadline = gs_now() + timeout_s;
+	struct many_state *st = calloc(n ? n : 1, sizeof(*st));
+	struct pollfd *pfd = calloc(n ? n : 1, sizeof(*pfd));
+	size_t *of = calloc(n ? n : 1, sizeof(*of));
+	for (size_t i = 0; i < n; i++) {
+		gs_msg_init(&calls[i].reply, 0);
+		calls[i].rc = 0;
+		gs_err_clear(&calls[i].err);
+		if (!st || !pfd || !of) {
+			calls[i].rc = gs_fail(&calls[i].err, GS_E_FAILURE, "out of memory asking %zu agents", n);
+			continue;
+		}
+		st[i].fd = -1;
+		many_connect(&calls[i], &st[i], deadline);
+	}
+	for (;;) {
+		size_t npoll = 0;
+		bool connecting = false;
+		for (size_t i = 0; st && pfd && of && i < n; i++) {
+			if (st[i].step == MANY_CONNECT)
+				connecting = true;
+			else if (st[i].step == MANY_READ) {
+				pfd[npoll] = (struct pollfd){ .fd = st[i].fd, .events = POLLIN };
+				of[npoll++] = i;
+			}
+		}
+		double left = deadline - gs_now();
+		if ((!npoll && !connecting) || left <= 0)
+			break;
+		/* a busy agent's backlog is tried again every 10 ms, as gs_ctl_call does */
+		int ms = connecting && left > 0.01 ? 10 : (int)(left * 1000) + 1;
+		int r = poll(pfd, npoll, ms);
+		if (r < 0 && errno != EINTR)
+			break;
+		for (size_t k = 0; r > 0 && k < npoll; k++)
+			if (pfd[k].revents)
+				many_read(&calls[of[k]], &st[of[k]]);
+		for (size_t i = 0; connecting && i < n; i++)
+			if (st[i].step == MANY_CONNECT)
+				many_connect(&calls[i], &st[i], deadline);
+	}
+	for (size_t i = 0; st && pfd && of && i < n; i++) {
+		if (st[i].step == MANY_DONE)
+			continue;
+		if (st[i].step == MANY_CONNECT)
+			gs_fail(&calls[i].err, GS_E_TIMEOUT, "agent at '%s' accepts no connection (busy)", calls[i].path);
+		else
+			gs_fail(&calls[i].err, GS_E_TIMEOUT, "no reply from the agent at '%s' within %.1f s", calls[i].path,
+				timeout_s);
+		many_done(&calls[i], &st[i], GS_E_TIMEOUT);
+	}
+	free(st);
+	free(pfd);
+	free(of);
 }

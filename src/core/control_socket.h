@@ -148,6 +148,28 @@ int gs_ctl_remove_stale_sockets(const char *dir);
  */
 int gs_ctl_call(const char *path, pid_t expect_pid, struct gs_msg *req, struct gs_msg *reply, double timeout_s,
 		struct gs_err *err);
+/* How the message of a call to a socket nobody listens on begins (a stale socket: no agent there). */
+#define GS_CTL_NOBODY_LISTENS "no agent listening"
+
+/*
+ * Several gs_ctl_calls at once, each to its own agent (gpusnap state's list
+ * of every CUDA process, which any user can enter): the requests go out
+ * together and the replies are awaited by one poll over every socket until
+ * one deadline, timeout_s from now, so an agent that accepts and never
+ * answers costs the others nothing and the whole takes timeout_s at most.
+ * No threads: the sockets are non-blocking. Each call's outcome is what
+ * gs_ctl_call would give (GS_E_TIMEOUT: no reply in time, or a backlog that
+ * stayed full); free every reply, even on failure.
+ */
+struct gs_ctl_call_many {
+	const char *path;   /* in: the agent's socket */
+	pid_t expect_pid;   /* in: as gs_ctl_call's */
+	struct gs_msg *req; /* in: the request (finished here) */
+	int rc;             /* out */
+	struct gs_err err;  /* out, when rc != 0 */
+	struct gs_msg reply; /* out */
+};
+void gs_ctl_call_many(struct gs_ctl_call_many *calls, size_t n, double timeout_s);
 
 /*
  * gs_ctl_call with a descriptor passed along (SCM_RIGHTS with the request's

@@ -283,6 +283,40 @@ static const char *check_value(uint8_t type, const uint8_t *v, uint32_t len)
 	}
 }
 
+/*
+ * A number an agent reports out of its bounds (protocol.h): what is wrong in
+ * why, else false. v holds a value check_value accepted.
+ */
+static bool agent_number_bad(uint16_t tag, uint8_t type, const uint8_t *v, uint32_t len, char *why, size_t n)
+{
+	bool named = type == GS_FT_NAMED_U64 || type == GS_FT_NAMED_F64;
+	if (!named && type != GS_FT_U64 && type != GS_FT_F64)
+		return false; /* strings, bytes and types of later versions carry no number */
+	const char *name = named ? (const char *)v : NULL;
+	uint64_t u = named ? get64(v + len - 8) : get64(v);
+	if (type == GS_FT_F64 || type == GS_FT_NAMED_F64) {
+		double d = bits_f64(u);
+		if (isfinite(d) && d >= 0 && d <= GS_MSG_MAX_SECONDS)
+			return false;
+		snprintf(why, n, "%s%s%s%g s, not a time from 0 to %g s", name ? "'" : "", name ? name : "",
+			 name ? "' is " : "", d, GS_MSG_MAX_SECONDS);
+		return true;
+	}
+	bool amount = type == GS_FT_NAMED_U64 || (type == GS_FT_U64 && (tag == GS_F_ALLOC_COUNT || tag == GS_F_ALLOC_BYTES ||
+									  tag == GS_F_UNMANAGED_COUNT ||
+									  tag == GS_F_UNMANAGED_BYTES));
+	if (amount && u > GS_MSG_MAX_AMOUNT) {
+		snprintf(why, n, "%s%s%s%llu, more than a process can hold (2^%d)", name ? "'" : "", name ? name : "",
+			 name ? "' is " : "", (unsigned long long)u, GS_MSG_MAX_AMOUNT_BITS);
+		return true;
+	}
+	if (type == GS_FT_U64 && tag == GS_F_PID && (u == 0 || u > GS_MSG_MAX_PID)) {
+		snprintf(why, n, "process id %llu, not one from 1 to %d", (unsigned long long)u, GS_MSG_MAX_PID);
+		return true;
+	}
+	return false;
+}
+
 int gs_msg_decode(const void *frame, size_t len, enum gs_peer from, struct gs_msg *m, struct gs_err *err)
 {
 	const uint8_t *f = frame;
@@ -327,6 +361,12 @@ int gs_msg_decode(const void *frame, size_t len, enum gs_peer from, struct gs_ms
 		if (why) {
 			rc = gs_fail(err, GS_E_AGENT, "%s sent a %s message with a bad field %u: %s", side(from),
 				     gs_msg_type_name(m->type), tag, why);
+			goto fail;
+		}
+		char bad[160];
+		if (from == GS_PEER_AGENT && agent_number_bad(tag, type, p + FIELD_HEADER_SIZE, vlen, bad, sizeof(bad))) {
+			rc = gs_fail(err, GS_E_AGENT, "agent sent a %s message with a bad field %u: %s",
+				     gs_msg_type_name(m->type), tag, bad);
 			goto fail;
 		}
 		if (m->nslots == m->slots_cap) {

@@ -24,7 +24,14 @@
  *
  * The decoder is strict about what it knows: payload at most
  * GS_MSG_MAX_PAYLOAD, every field inside the payload, fixed-size values of
- * their size, strings terminated and without embedded NUL, valid names.
+ * their size, strings terminated and without embedded NUL, valid names. What
+ * an agent sends is bounded too, since it runs in a process that may be
+ * anyone's and its numbers reach root's terminal: a time (any F64 or named
+ * F64) is finite, from 0 to GS_MSG_MAX_SECONDS; a count or byte count (any
+ * named U64, and INFO's allocations and their bytes) at most
+ * GS_MSG_MAX_AMOUNT, more than any process can address; a PID from 1 to
+ * GS_MSG_MAX_PID. A frame with a number out of bounds is malformed
+ * (GS_E_AGENT), never shown.
  *
  * Ownership and threads: a gs_msg owns its buffer; free it with gs_msg_free.
  * Pointers returned by getters point into the message and live as long as
@@ -44,6 +51,11 @@
 #define GS_MSG_HEADER_SIZE 16
 #define GS_MSG_MAX_PAYLOAD (16u << 20)
 #define GS_MSG_MAX_NAME 63
+/* Bounds on an agent's numbers: seconds, amounts (the 57-bit virtual address space of x86-64's 5-level paging), PIDs (PID_MAX_LIMIT) */
+#define GS_MSG_MAX_SECONDS 1e7
+#define GS_MSG_MAX_AMOUNT_BITS 57
+#define GS_MSG_MAX_AMOUNT (1ull << GS_MSG_MAX_AMOUNT_BITS)
+#define GS_MSG_MAX_PID 4194304
 
 enum gs_msg_type {
 	GS_MSG_HELLO = 1,   /* gpusnap -> agent: who are you; reply INFO */

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/proc.h"
+#include "common/printable.h"
 #include "core/protocol.h"
 #include "criu_plugin/criu_plugin_abi.h"
 #include "cuda/gpus.h"
@@ -43,6 +44,7 @@ void gsp_log(unsigned level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	gs_printable(line, sizeof(line), line); /* one line in CRIU's log, whatever it quotes */
 	static gsp_print_on_level_t *print;
 	static bool looked;
 	if (!looked) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/printable.h"
 #include "common/util.h"
 #include "image/manifest.h"
 
@@ -182,14 +183,14 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 	gs_image_totals(img, &t);
 	char a[256], b[256], c[64], d[64];
 
-	fprintf(out, "image        %s\n", gs_image_printable(gs_image_path(img), a, sizeof(a)));
+	fprintf(out, "image        %s\n", gs_printable(a, sizeof(a), gs_image_path(img)));
 	fprintf(out, "format       version %" PRIu32 ", written by gpusnap %s\n", in->format_version,
-		gs_image_printable(in->gpusnap_version, a, sizeof(a)));
+		gs_printable(a, sizeof(a), in->gpusnap_version));
 	fprintf(out, "taken        %s on %s, by %s\n", format_time(in->created_ns, c, sizeof(c)),
-		*in->hostname ? gs_image_printable(in->hostname, a, sizeof(a)) : "?",
-		*in->how ? gs_image_printable(in->how, b, sizeof(b)) : "?");
+		*in->hostname ? gs_printable(a, sizeof(a), in->hostname) : "?",
+		*in->how ? gs_printable(b, sizeof(b), in->how) : "?");
 	fprintf(out, "process      %" PRId32 " (%s)\n", in->source_pid,
-		gs_image_printable(in->source_comm, a, sizeof(a)));
+		gs_printable(a, sizeof(a), in->source_comm));
 	size_t ncpu;
 	uint64_t cpu_bytes;
 	if (!in->cpu_state)
@@ -206,7 +207,7 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 		char label[32];
 		snprintf(label, sizeof(label), "gpu %" PRIu32, g->index);
 		fprintf(out, "  %-11s%s, compute %" PRIu32 ".%" PRIu32 ", %s, %s\n", label,
-			gs_image_printable(g->name, a, sizeof(a)), g->cc_major, g->cc_minor,
+			gs_printable(a, sizeof(a), g->name), g->cc_major, g->cc_minor,
 			gs_format_bytes(g->total_memory, c, sizeof(c)), gs_image_format_uuid(g->uuid, b, sizeof(b)));
 	}
 	size_t kinds[4] = { 0 }, other = 0;
@@ -234,7 +235,7 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 		gs_format_bytes(t.data_file_bytes, d, sizeof(d)));
 	for (size_t i = 0; i < gs_image_metadata_count(img); i++) {
 		const struct gs_image_kv *kv = gs_image_metadata_at(img, i);
-		fprintf(out, "%-12s %s = %s\n", i ? "" : "metadata", gs_image_printable(kv->key, a, sizeof(a)),
-			gs_image_printable(kv->value, b, sizeof(b)));
+		fprintf(out, "%-12s %s = %s\n", i ? "" : "metadata", gs_printable(a, sizeof(a), kv->key),
+			gs_printable(b, sizeof(b), kv->value));
 	}
 }

@@ -44,6 +44,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/printable.h"
 #include "common/util.h"
 #include "image/cpu_list.h"
 #include "image/crc32c.h"
@@ -448,8 +449,8 @@ static int check_same_process(struct gs_image_tmp *t, int dir_fd, const struct g
 		char a[64], b[64];
 		rc = gs_fail(err, GS_E_USAGE, "'%s' holds the image of another process, %d (%s); not replacing it with one"
 			     " of %d (%s) (gpusnap dump --replace does)", t->dir, (int)m.info.source_pid,
-			     gs_image_printable(m.info.source_comm, a, sizeof(a)), (int)o->source_pid,
-			     gs_image_printable(comm, b, sizeof(b)));
+			     gs_printable(a, sizeof(a), m.info.source_comm), (int)o->source_pid,
+			     gs_printable(b, sizeof(b), comm));
 	}
 	gs_manifest_free(&m);
 	return rc;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/printable.h"
 #include "common/util.h"
 #include "image/crc32c.h"
 
@@ -90,15 +91,6 @@ int gs_fmt_data_header_check(const void *block, size_t len, const uint8_t image_
 	if (h.file_index != file_index)
 		return gs_fail(err, GS_E_IMAGE, "data file '%s' says it is file %" PRIu32, name, h.file_index);
 	return 0;
-}
-
-const char *gs_image_printable(const char *s, char *buf, size_t n)
-{
-	size_t i = 0;
-	for (; s && s[i] && i + 1 < n; i++)
-		buf[i] = (isprint((unsigned char)s[i]) && (unsigned char)s[i] < 0x80) ? s[i] : '?';
-	buf[i] = '\0';
-	return buf;
 }
 
 /* --------------------------------------------------------------- encode */
@@ -647,7 +639,7 @@ int gs_manifest_validate(struct gs_manifest *m, struct gs_err *err)
 		if (!f->name || !gs_fmt_data_file_name_parse(f->name, &index) || index != i || f->index != i)
 			return gs_fail(err, GS_E_IMAGE, "data file %zu has an unsafe or unexpected name '%s' (expected"
 				       " " GS_FMT_DATA_NAME_PREFIX "NNNN" GS_FMT_DATA_NAME_SUFFIX " matching its index)",
-				       i, gs_image_printable(f->name, shown, sizeof(shown)));
+				       i, gs_printable(shown, sizeof(shown), f->name));
 		if (f->size < GS_FMT_ALIGN || f->size % GS_FMT_ALIGN)
 			return gs_fail(err, GS_E_IMAGE, "data file '%s' has size %" PRIu64 ", not a multiple of %u",
 				       f->name, f->size, GS_FMT_ALIGN);
@@ -688,7 +680,7 @@ int gs_manifest_validate(struct gs_manifest *m, struct gs_err *err)
 		for (size_t j = 0; j < i; j++)
 			if (!strcmp(m->meta[j].key, kv->key))
 				return gs_fail(err, GS_E_IMAGE, "metadata key '%s' appears twice",
-					       gs_image_printable(kv->key, shown, sizeof(shown)));
+					       gs_printable(shown, sizeof(shown), kv->key));
 	}
 
 	for (size_t i = 1; i < m->nchunks; i++) {

@@ -66,8 +66,6 @@ uint32_t gs_manifest_crc32c(const struct gs_manifest *m);
  */
 int gs_manifest_read_at(int dir_fd, const char *dir_path, struct gs_manifest *m, struct gs_err *err);
 
-/* Copies s into buf (n bytes) with anything but printable ASCII as '?': strings from an image cannot drive a terminal. */
-const char *gs_image_printable(const char *s, char *buf, size_t n);
 
 /* "gpu-data-0007.img" for index 7. */
 void gs_fmt_data_file_name(uint32_t index, char name[GS_FMT_DATA_NAME_MAX]);

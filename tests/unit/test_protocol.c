@@ -1,6 +1,7 @@
 /*
  * test_protocol.c - agent control messages: round trips of every field type,
- * builder limits, strict decoding of malformed frames, and a mutation fuzz
+ * builder limits, strict decoding of malformed frames, the bounds on an
+ * agent's numbers, and a mutation fuzz
  * that must never crash or read out of bounds (run it under ASan too).
  */
 #include <math.h>
@@ -264,7 +265,7 @@ static void test_malformed(void)
 	CHECK_INT(gs_msg_decode(buf, n, GS_PEER_AGENT, &d, &err), GS_E_AGENT);
 	n = forge(buf, GS_FT_NAMED_F64, "x\0" "1234567", 9, 9);
 	CHECK_INT(gs_msg_decode(buf, n, GS_PEER_AGENT, &d, &err), GS_E_AGENT);
-	n = forge(buf, GS_FT_NAMED_U64, "x\0" "12345678", 10, 10);
+	n = forge(buf, GS_FT_NAMED_U64, "x\0" "\x01\0\0\0\0\0\0\0", 10, 10);
 	CHECK_INT(gs_msg_decode(buf, n, GS_PEER_AGENT, &d, &err), 0);
 	gs_msg_free(&d);
 	/* an unknown field type is skipped whatever it holds */
@@ -273,6 +274,80 @@ static void test_malformed(void)
 	CHECK_INT(gs_msg_field_count(&d), 1);
 	CHECK(!gs_msg_get_str(&d, 14));
 	gs_msg_free(&d);
+}
+
+/* msg encoded, then decoded as the agent's (rc returned, message in err) and as gpusnap's (always accepted). */
+static int decode_from_agent(struct gs_msg *m, struct gs_err *err)
+{
+	size_t len;
+	uint8_t *f = frame_of(m, &len);
+	struct gs_msg d;
+	int rc = gs_msg_decode(f, len, GS_PEER_AGENT, &d, err);
+	gs_msg_free(&d);
+	struct gs_err e = { 0 };
+	CHECK_INT(gs_msg_decode(f, len, GS_PEER_CLI, &d, &e), 0);
+	gs_msg_free(&d);
+	free(f);
+	gs_msg_free(m);
+	return rc;
+}
+
+/* Absurd numbers from an agent (negative times, 2^64-1 byte counts, PID 0) are a malformed message. */
+static void test_agent_numbers_bounded(void)
+{
+	struct gs_msg m;
+	struct gs_err err = { 0 };
+	/* in bounds, to the limit */
+	gs_msg_init(&m, GS_MSG_RESULT);
+	gs_msg_add_u64(&m, GS_F_CODE, 0);
+	gs_msg_add_named_f64(&m, GS_F_TIMING, "copy_out", 0);
+	gs_msg_add_named_f64(&m, GS_F_TIMING, "quiesce", GS_MSG_MAX_SECONDS);
+	gs_msg_add_named_u64(&m, GS_F_COUNTER, "bytes", GS_MSG_MAX_AMOUNT);
+	gs_msg_add_u64(&m, GS_F_STATE, 77); /* a state of a later version: named "unknown", not refused */
+	CHECK_INT(decode_from_agent(&m, &err), 0);
+	gs_msg_init(&m, GS_MSG_INFO);
+	gs_msg_add_u64(&m, GS_F_PID, GS_MSG_MAX_PID);
+	gs_msg_add_u64(&m, GS_F_ALLOC_COUNT, 3);
+	gs_msg_add_u64(&m, GS_F_ALLOC_BYTES, GS_MSG_MAX_AMOUNT);
+	CHECK_INT(decode_from_agent(&m, &err), 0);
+
+	static const double bad_times[] = { -1.0, -1e-9, 1e8, INFINITY, -INFINITY, NAN };
+	for (size_t i = 0; i < sizeof(bad_times) / sizeof(bad_times[0]); i++) {
+		gs_msg_init(&m, GS_MSG_RESULT);
+		gs_msg_add_u64(&m, GS_F_CODE, 0);
+		gs_msg_add_named_f64(&m, GS_F_TIMING, "copy_out", bad_times[i]);
+		CHECK_INT(decode_from_agent(&m, &err), GS_E_AGENT);
+		CHECK_CONTAINS(err.msg, "agent sent a result message with a bad field 15: 'copy_out' is ");
+		CHECK_CONTAINS(err.msg, "not a time from 0 to 1e+07 s");
+	}
+	gs_msg_init(&m, GS_MSG_RESULT);
+	gs_msg_add_f64(&m, 77, -3); /* any time, whatever its tag */
+	CHECK_INT(decode_from_agent(&m, &err), GS_E_AGENT);
+	CHECK_CONTAINS(err.msg, "-3 s, not a time");
+
+	gs_msg_init(&m, GS_MSG_RESULT);
+	gs_msg_add_named_u64(&m, GS_F_COUNTER, "bytes", UINT64_MAX);
+	CHECK_INT(decode_from_agent(&m, &err), GS_E_AGENT);
+	CHECK_STR(err.msg, "agent sent a result message with a bad field 16: 'bytes' is 18446744073709551615, more than a "
+		  "process can hold (2^57)");
+	static const uint16_t amounts[] = { GS_F_ALLOC_COUNT, GS_F_ALLOC_BYTES, GS_F_UNMANAGED_COUNT, GS_F_UNMANAGED_BYTES };
+	for (size_t i = 0; i < sizeof(amounts) / sizeof(amounts[0]); i++) {
+		gs_msg_init(&m, GS_MSG_INFO);
+		gs_msg_add_u64(&m, amounts[i], GS_MSG_MAX_AMOUNT + 1);
+		CHECK_INT(decode_from_agent(&m, &err), GS_E_AGENT);
+		CHECK_CONTAINS(err.msg, "more than a process can hold");
+	}
+	gs_msg_init(&m, GS_MSG_INFO);
+	gs_msg_add_u64(&m, GS_F_PID, 0);
+	CHECK_INT(decode_from_agent(&m, &err), GS_E_AGENT);
+	CHECK_CONTAINS(err.msg, "process id 0, not one from 1 to 4194304");
+	gs_msg_init(&m, GS_MSG_INFO);
+	gs_msg_add_u64(&m, GS_F_PID, (uint64_t)GS_MSG_MAX_PID + 1);
+	CHECK_INT(decode_from_agent(&m, &err), GS_E_AGENT);
+	/* a tag this version does not bound (the code is checked where it is read) */
+	gs_msg_init(&m, GS_MSG_RESULT);
+	gs_msg_add_u64(&m, GS_F_CODE, UINT64_MAX);
+	CHECK_INT(decode_from_agent(&m, &err), 0);
 }
 
 /* Reads every field of a decoded message the way a consumer would. */
@@ -365,6 +440,7 @@ int main(void)
 	RUN(test_results_and_names);
 	RUN(test_builder_limits);
 	RUN(test_malformed);
+	RUN(test_agent_numbers_bounded);
 	RUN(test_fuzz);
 	return TEST_SUMMARY();
 }
