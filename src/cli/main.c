@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
-			return cli_exit(commands[i].run(argc - 1, argv + 1));
+			return cli_exit(cli_json_end_command(commands[i].run(argc - 1, argv + 1)));
 	fprintf(stderr, "gpusnap: '%s' is not a gpusnap command (see gpusnap --help)\n", argv[1]);
 	return GS_E_USAGE;
 }
