@@ -29,8 +29,12 @@ fuzzer_links || fuzz_missing=(clang libclang-rt-dev)
 engine_missing=()
 command -v podman >/dev/null 2>&1 || engine_missing+=(podman)
 command -v runc >/dev/null 2>&1 || engine_missing+=(runc)
+# the --json schema checks (t7001, t7002) and the Python client's tests (t7003), in Debian's python3
+py_missing=()
+/usr/bin/python3 -c 'import jsonschema' 2>/dev/null || py_missing+=(python3-jsonschema)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || py_missing+=(python3-pytest)
 
-if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ] && [ ${#engine_missing[@]} -eq 0 ]; then
+if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ] && [ ${#engine_missing[@]} -eq 0 ] && [ ${#py_missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -56,4 +60,9 @@ if [ ${#engine_missing[@]} -ne 0 ]; then
   echo "gpusnap: installing ${engine_missing[*]} (for the container test)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${engine_missing[@]}" >/dev/null 2>&1 ||
     echo "gpusnap: could not install ${engine_missing[*]}; the container test will be skipped" >&2
+fi
+if [ ${#py_missing[@]} -ne 0 ]; then
+  echo "gpusnap: installing ${py_missing[*]} (for the JSON schema and Python client tests)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${py_missing[@]}" >/dev/null 2>&1 ||
+    echo "gpusnap: could not install ${py_missing[*]}; those tests will be skipped" >&2
 fi
