@@ -6,8 +6,9 @@
 #  - suspend, resume, state (with and without PID) and inspect, succeeding
 #    and failing (a refusal after the command's work began, and the short
 #    form of a failure before it: no such process, not a CUDA process, a
-#    usage error), and with CRIU dump (one process, --leave-running),
-#    restore and inspect --verify, also failing;
+#    usage error), and with CRIU dump (one process, --leave-running, a
+#    tree of two), restore (one process, a tree) and inspect --verify, also
+#    failing;
 #  - the check can fail: a document missing a field, with a retyped field,
 #    with an unknown field, or with another version is refused.
 # The agent's documents: t7002. Skips (77) without python3-jsonschema.
@@ -17,6 +18,7 @@ src=${GPUSNAP_SRC:?GPUSNAP_SRC not set}
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 schemas=$src/docs/json
 . "$(dirname "$0")/json_lib.sh"
+. "$(dirname "$0")/fake_agent.sh" # close_inherited_fds
 json_lib_init
 
 # ---- the schemas themselves, and one per command with --json ----
@@ -96,6 +98,7 @@ if have_criu; then
   chmod 700 "$TEST_TMP"
   cleanup_counters() {
     kill_test_procs cpu_counter
+    [ -n "${shell_pid:-}" ] && kill -9 "$shell_pid" 2>/dev/null
     cleanup_test
   }
   trap cleanup_counters EXIT
@@ -125,6 +128,25 @@ if have_criu; then
   run_gpusnap inspect --json --verify "$img"; expect "inspect --json --verify of a damaged image" 11
   valid inspect "... verify failed"
   check "... ok false at the top and in verify" [ "$(json_get "$OUT_TXT" '["ok"],d["verify"]["ok"]')" = "(False, False)" ]
+  # a tree: a shell (no CUDA) running two CUDA processes; setsid -f, so that it is reaped once dumped
+  (close_inherited_fds && exec setsid -f bash -c 'echo $$ >"$3"; "$0" "$1" & "$0" "$2" & wait' \
+    "$build/tests/apps/cpu_counter" "$TEST_TMP/c1.log" "$TEST_TMP/c2.log" "$TEST_TMP/shell.pid" </dev/null >/dev/null 2>&1)
+  for _ in $(seq 100); do
+    shell_pid=$(cat "$TEST_TMP/shell.pid" 2>/dev/null)
+    [ -n "$shell_pid" ] && [ "$(pgrep -P "$shell_pid" | wc -l)" = 2 ] && break
+    sleep 0.05
+  done
+  for c in $(pgrep -P "$shell_pid"); do echo "0 0" >"$FAKE_CUDA_DIR/$c"; done
+  wait_lines "$TEST_TMP/c1.log" 10 && wait_lines "$TEST_TMP/c2.log" 10
+  run_gpusnap dump --json --tree -D "$TEST_TMP/tree" "$shell_pid"; expect "dump --json --tree" 0
+  valid dump "... a tree of two"
+  check "... two processes" [ "$(json_get "$OUT_TXT" '["tree"],len(d["processes"])')" = "(True, 2)" ]
+  check "... the shell is gone" wait_gone "$shell_pid" 5
+  run_gpusnap inspect --json "$TEST_TMP/tree"; expect "inspect --json of a tree image" 0
+  valid inspect "... with its processes"
+  run_gpusnap restore --json -D "$TEST_TMP/tree"; expect "restore --json of a tree" 0
+  valid restore "... a tree"
+  check "... path tree" [ "$(json_get "$OUT_TXT" '["path"]')" = tree ]
 else
   echo "SKIP: no usable CRIU here: dump, restore and inspect of an image are not checked"
 fi
