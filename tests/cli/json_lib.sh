@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # json_lib.sh - checking --json documents against docs/json (t7001, t7002).
 # Sourced after lib.sh; the test sets $schemas and calls json_lib_init.
+# shellcheck disable=SC2154 # schemas is the sourcing test's
 
 # json_lib_init: JSON_PY, a python3 that has jsonschema (ctest's own, else
 # Debian's, which scripts/install-deps.sh installs it into), else the test skips.

@@ -129,6 +129,7 @@ if have_criu; then
   valid inspect "... verify failed"
   check "... ok false at the top and in verify" [ "$(json_get "$OUT_TXT" '["ok"],d["verify"]["ok"]')" = "(False, False)" ]
   # a tree: a shell (no CUDA) running two CUDA processes; setsid -f, so that it is reaped once dumped
+  # shellcheck disable=SC2016 # the inner shell expands them
   (close_inherited_fds && exec setsid -f bash -c 'echo $$ >"$3"; "$0" "$1" & "$0" "$2" & wait' \
     "$build/tests/apps/cpu_counter" "$TEST_TMP/c1.log" "$TEST_TMP/c2.log" "$TEST_TMP/shell.pid" </dev/null >/dev/null 2>&1)
   for _ in $(seq 100); do
