@@ -5,8 +5,14 @@ usually needs; ``raw`` keeps the whole document (or object), so fields this
 client does not name yet stay reachable. Sizes are bytes, times seconds.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
+
+
+def _known(cls, d: Dict[str, Any]) -> Dict[str, Any]:
+    """d's keys that cls has: a newer gpusnap may add keys (the schema's version stays), never remove them."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
 
 
 @dataclass
@@ -116,9 +122,9 @@ class ProcessState:
     def from_json(cls, d: Dict[str, Any]) -> "ProcessState":
         ag, op = d.get("agent"), d.get("operation")
         return cls(pid=d["pid"], comm=d["comm"], state=d["state"], gpus=list(d["gpus"]), path=d.get("path"),
-                   driver_state=d.get("driver_state"), agent=AgentState(**ag) if ag else None,
+                   driver_state=d.get("driver_state"), agent=AgentState(**_known(AgentState, ag)) if ag else None,
                    vram_bytes=d.get("vram_bytes"), stopped=d.get("stopped"), fault=d.get("fault"),
-                   operation=Operation(**op) if op else None, raw=d)
+                   operation=Operation(**_known(Operation, op)) if op else None, raw=d)
 
 
 @dataclass

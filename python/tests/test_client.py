@@ -155,6 +155,17 @@ def test_other_schema_version_is_refused(tmp_path):
     assert "gpusnap/state/2" in e.value.message
 
 
+def test_added_fields_are_read(tmp_path):
+    """A newer gpusnap may add keys without a new version: they are kept in raw, not refused."""
+    doc = ('{"schema":"gpusnap/state/1","action":"state","ok":true,"pid":7,"comm":"app","state":"suspended",'
+           '"path":"agent","gpus":[0],"new_key":1,"agent":{"state":"data-released","allocations":2,"bytes":3,'
+           '"unmanaged_allocations":0,"unmanaged_bytes":0,"new_counter":4},"operation":{"action":"suspend",'
+           '"gpusnap_pid":9,"at_work":true,"step":"copy","message":"m","new_detail":"x"}}')
+    st = _fake_binary(tmp_path, doc).state(7)
+    assert (st.pid, st.state, st.agent.state, st.operation.step) == (7, "suspended", "data-released", "copy")
+    assert st.raw["new_key"] == 1 and st.raw["agent"]["new_counter"] == 4
+
+
 def test_interrupted(tmp_path):
     g = _fake_binary(tmp_path, "", signal="TERM")
     with pytest.raises(gpusnap.Interrupted) as e:
