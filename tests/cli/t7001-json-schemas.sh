@@ -122,6 +122,38 @@ if have_criu; then
   valid restore "... no image"
   run_gpusnap dump --json -D "$TEST_TMP/nodir/img" "$pid"; expect "dump --json into a missing folder" 2
   valid dump "... refused"
+  # an image whose manifest says it was taken in a way this gpusnap does not know (the manifest's
+  # and cpu-files.img's checksums made to match): refused, and what it says stays out of "path"
+  cp -a "$img" "$TEST_TMP/img-odd"
+  python3 - "$TEST_TMP/img-odd" <<'PY'
+import sys
+def crc32c(data, table=[]):
+    if not table:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            table.append(c)
+    c = 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+def seal(b):  # the trailer's CRC-32C of everything before it (docs/FORMAT.md, 4.10 and 11)
+    b[-4:] = crc32c(bytes(b[:-4])).to_bytes(4, "little")
+d = sys.argv[1]
+m = bytearray(open(d + "/manifest.img", "rb").read())
+assert m.count(b"driver\0") == 1
+i = m.index(b"driver\0"); m[i:i + 6] = b"drivex"
+seal(m)
+open(d + "/manifest.img", "wb").write(m)
+c = bytearray(open(d + "/cpu-files.img", "rb").read())
+c[40:44] = m[-4:]
+seal(c)
+open(d + "/cpu-files.img", "wb").write(c)
+PY
+  run_gpusnap restore --json -D "$TEST_TMP/img-odd"; expect "restore --json of an image taken in an unknown way" 11 "does not restore ('drivex')"
+  valid restore "... refused"
+  check "... no path in the document" [ "$(json_get "$OUT_TXT" '.get("path")')" = None ]
   # a chunk of CRIU's files changed: verify fails, ok false at the top too
   f=$(find "$img/cpu" -type f -name 'pages-*.img' | head -n 1)
   printf 'X' | dd of="$f" bs=1 seek=0 conv=notrunc status=none
