@@ -8,7 +8,8 @@
 #    form of a failure before it: no such process, not a CUDA process, a
 #    usage error), and with CRIU dump (one process, --leave-running, a
 #    tree of two), restore (one process, a tree) and inspect --verify, also
-#    failing;
+#    failing (an image taken in a way gpusnap does not know: its word for
+#    it stays out of restore's path);
 #  - the check can fail: a document missing a field, with a retyped field,
 #    with an unknown field, or with another version is refused.
 # The agent's documents: t7002. Skips (77) without python3-jsonschema.
