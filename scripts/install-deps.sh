@@ -50,8 +50,13 @@ engine_missing=()
 command -v podman >/dev/null 2>&1 || engine_missing+=(podman)
 command -v runc >/dev/null 2>&1 || engine_missing+=(runc)
 command -v groff >/dev/null 2>&1 || engine_missing+=(groff-base) # t7020 renders the manual pages (groff -ww)
+# the --json schema checks (t7001, t7002) and the Python client's tests (t7003), in Debian's python3
+py_missing=()
+/usr/bin/python3 -c 'import jsonschema' 2>/dev/null || py_missing+=(python3-jsonschema)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || py_missing+=(python3-pytest)
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || py_missing+=(python3-matplotlib) # t7051 draws the benchmark plots
 
-if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ] && [ ${#engine_missing[@]} -eq 0 ]; then
+if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ] && [ ${#engine_missing[@]} -eq 0 ] && [ ${#py_missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -77,4 +82,9 @@ if [ ${#engine_missing[@]} -ne 0 ]; then
   echo "gpusnap: installing ${engine_missing[*]} (for the container and manual-page tests)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${engine_missing[@]}" >/dev/null 2>&1 ||
     echo "gpusnap: could not install ${engine_missing[*]}; those tests will be skipped" >&2
+fi
+if [ ${#py_missing[@]} -ne 0 ]; then
+  echo "gpusnap: installing ${py_missing[*]} (for the JSON schema, Python client and benchmark-plot tests)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${py_missing[@]}" >/dev/null 2>&1 ||
+    echo "gpusnap: could not install ${py_missing[*]}; those tests will be skipped" >&2
 fi

@@ -72,10 +72,20 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
  */
 int cli_want_args(const char *cmd, char **args, int nargs, int want, const char *what);
 
-/* JSON outcomes: an object opened with action, ok and (on failure) exit_code, error, message. */
+/*
+ * --json documents (json_out.c): an object opened with schema
+ * ("gpusnap/ACTION/VERSION", docs/json/ACTION.json), action, ok and (on
+ * failure) exit_code, error, message. Every document begins here.
+ */
 void cli_json_begin_outcome(struct gs_json *j, const char *action, int rc, const struct gs_err *err);
 /* Closes nothing: prints the finished document on stdout (if valid) and frees the writer. */
 void cli_json_print(struct gs_json *j);
+/* After parsing: whether command's options (a bool "json") asked for JSON. */
+void cli_json_note_options(const char *command, const struct gs_option *opts);
+/* The error line a command reported (its code and message), for cli_json_end_command. */
+void cli_json_note_error(int code, const char *message);
+/* The command's end: with --json and a failure that printed no document, prints the opening part alone. Returns rc. */
+int cli_json_end_command(int rc);
 
 /* The driver and NVML, opened once per command. */
 struct cli_session {

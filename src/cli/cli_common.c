@@ -18,6 +18,7 @@
 int cli_report_error(const struct gs_err *err)
 {
 	fprintf(stderr, "gpusnap: %s\n", err->msg[0] ? err->msg : gs_exit_name(err->code));
+	cli_json_note_error(err->code ? err->code : GS_E_FAILURE, err->msg);
 	return err->code ? err->code : GS_E_FAILURE;
 }
 
@@ -39,6 +40,8 @@ int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *c
 	}
 	if (rc == GS_E_USAGE)
 		return cli_usage_error(cmd, "%s", err.msg);
+	if (!rc)
+		cli_json_note_options(cmd, opts);
 	return rc ? cli_report_error(&err) : 0;
 }
 
@@ -50,6 +53,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "gpusnap %s: %s (see gpusnap %s --help)\n", cmd, msg, cmd);
+	cli_json_note_error(GS_E_USAGE, msg);
 	return GS_E_USAGE;
 }
 
@@ -60,27 +64,6 @@ int cli_want_args(const char *cmd, char **args, int nargs, int want, const char 
 	if (nargs > want)
 		return cli_usage_error(cmd, "unexpected argument '%s'", args[want]);
 	return 0;
-}
-
-void cli_json_begin_outcome(struct gs_json *j, const char *action, int rc, const struct gs_err *err)
-{
-	gs_json_init(j);
-	gs_json_object_begin(j);
-	gs_json_kv_string(j, "action", action);
-	gs_json_kv_bool(j, "ok", rc == 0);
-	if (rc) {
-		gs_json_kv_int(j, "exit_code", rc);
-		gs_json_kv_string(j, "error", gs_exit_name(rc));
-		gs_json_kv_string(j, "message", err->msg);
-	}
-}
-
-void cli_json_print(struct gs_json *j)
-{
-	const char *text = gs_json_finish(j);
-	if (text)
-		printf("%s\n", text);
-	gs_json_free(j);
 }
 
 int cli_session_open(struct cli_session *s, struct gs_err *err)

@@ -123,8 +123,7 @@ int cmd_inspect(int argc, char **argv)
 	bool cpu_listed = gs_image_cpu_files(img, &cpu_files, &cpu_bytes);
 	if (json) {
 		struct gs_json j;
-		gs_json_init(&j);
-		gs_json_object_begin(&j);
+		cli_json_begin_outcome(&j, "inspect", rc, &err);
 		gs_json_key(&j, "image");
 		gs_image_describe_json(img, &j);
 		if (nparts) {

@@ -805,7 +805,9 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		cli_json_begin_outcome(&j, "restore", rc, err);
 		gs_json_kv_string(&j, "dir", o->dir);
 		gs_json_kv_int(&j, "pid", rc ? 0 : r->pid);
-		if (r->info)
+		/* an image of an unknown kind is refused: what it says it is stays out of the document */
+		if (r->info && (!strcmp(r->info->how, "agent") || !strcmp(r->info->how, "driver") ||
+				!strcmp(r->info->how, DUMP_TREE_HOW)))
 			gs_json_kv_string(&j, "path", r->info->how);
 		if (r->agent.present) { /* the agent mapped its copy ring before the load */
 			gs_json_kv_bool(&j, "ring_prepared", cli_agent_counter(&r->agent, "ring_prepared") != 0);

@@ -158,9 +158,9 @@ static const char *view_path(const struct state_view *v)
 	return v->ag.present || v->silent || (v->held_stopped && v->ag.socket[0]) ? "agent" : "driver";
 }
 
+/* v's keys, into an object the caller opened: a list's element, or the document of `state PID` */
 static void json_view(struct gs_json *j, const struct cli_session *s, const struct state_view *v)
 {
-	gs_json_object_begin(j);
 	gs_json_kv_int(j, "pid", v->pid);
 	gs_json_kv_string(j, "comm", v->comm);
 	gs_json_kv_string(j, "state", v->state);
@@ -204,7 +204,6 @@ static void json_view(struct gs_json *j, const struct cli_session *s, const stru
 		gs_json_kv_string(j, "message", v->note);
 		gs_json_object_end(j);
 	}
-	gs_json_object_end(j);
 }
 
 /* A note on stderr, one printable line whatever it quotes (a cgroup's name, an image's path). */
@@ -259,8 +258,9 @@ static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
 	}
 	if (json) {
 		struct gs_json j;
-		gs_json_init(&j);
+		cli_json_begin_outcome(&j, "state", 0, NULL);
 		json_view(&j, s, v);
+		gs_json_object_end(&j);
 		cli_json_print(&j);
 	} else {
 		if (v->ag.present && v->ag.fault[0]) /* made printable as it came (cli_agent_probe) */
@@ -392,8 +392,7 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 	}
 	struct gs_json j;
 	if (json) {
-		gs_json_init(&j);
-		gs_json_object_begin(&j);
+		cli_json_begin_outcome(&j, "state", 0, NULL);
 		gs_json_key(&j, "processes");
 		gs_json_array_begin(&j);
 	}
@@ -425,7 +424,9 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 			continue;
 		}
 		if (json) {
+			gs_json_object_begin(&j);
 			json_view(&j, s, v);
+			gs_json_object_end(&j);
 			continue;
 		}
 		char vram[32] = "-", gpus[32] = "", *g = gpus;

@@ -403,7 +403,34 @@ tree_start() { # NAME N READY_TIMEOUT CMD [ARGS...]
 
 # ---------------------------------------------------------------- gpusnap
 
-# Runs gpusnap ARGS with a time limit; logs it; sets GS_RC, GS_OUT, GS_ERR, GS_SECS.
+# gs_check_json OUT ARGS...: where ARGS asked for --json, the document in OUT (the real driver's,
+# NVML's figures and the agent's report in it) validates against docs/json/<command>.json; a
+# mismatch is a failure of the test. Not checked for the mock (dry-run.sh), nor without
+# python3-jsonschema (said once), nor where gpusnap was killed before it printed anything.
+gs_check_json() {
+  local out=$1 a json=0 py
+  shift
+  for a in "$@"; do
+    [ "$a" = -- ] && break
+    [ "$a" = --json ] && json=1
+  done
+  [ $json = 1 ] && [ -z "${GPUSNAP_MOCK_STATE:-}" ] || return 0
+  [ "$GS_RC" -lt 124 ] || [ -s "$out" ] || return 0
+  if [ -z "${GS_JSON_PY+set}" ]; then
+    GS_JSON_PY=
+    for py in python3 /usr/bin/python3; do
+      "$py" -c 'import jsonschema' 2>/dev/null && GS_JSON_PY=$py && break
+    done
+    [ -n "$GS_JSON_PY" ] || log "python3-jsonschema is missing: --json documents are not checked against docs/json"
+  fi
+  [ -n "$GS_JSON_PY" ] || return 0
+  if ! "$GS_JSON_PY" "$GS_SRC/tests/cli/json_schema.py" "$GS_SRC/docs/json" doc "$1" "$out" >"$out.schema" 2>&1; then
+    fail "gpusnap $1 --json: the document does not match docs/json/$1.json: $(head -n 3 "$out.schema" | tr -s ' \n' ' ')"
+  fi
+}
+
+# Runs gpusnap ARGS with a time limit; logs it; sets GS_RC, GS_OUT, GS_ERR, GS_SECS;
+# a --json document is checked against its schema (gs_check_json).
 gs_run() { # ARGS...
   GS_N=$((GS_N + 1))
   local base="$GS_WORK/gpusnap.$GS_N" t0=$EPOCHREALTIME limit=${GS_CMD_TIMEOUT:-120}
@@ -418,6 +445,7 @@ gs_run() { # ARGS...
   if [ $GS_RC -eq 124 ] || [ $GS_RC -eq 137 ]; then
     log "  gpusnap did not finish within ${limit}s and was killed"
   fi
+  gs_check_json "$base.out" "$@"
   return 0
 }
 

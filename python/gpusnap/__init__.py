@@ -1,0 +1,68 @@
+"""gpusnap: checkpoint and restore CUDA processes from Python.
+
+    import gpusnap
+    gpusnap.suspend(pid)             # its GPU memory to host memory, VRAM to 0
+    gpusnap.resume(pid)              # back on the GPU
+    with gpusnap.suspended(pid):     # the GPU is free inside; resumed on exit, on an exception too
+        ...
+    gpusnap.dump(pid, "/var/lib/img") ; gpusnap.restore("/var/lib/img")
+
+A client of the gpusnap command (found as $GPUSNAP_BIN, else on PATH; or
+Gpusnap(binary=...)), reading its --json documents (docs/json in the
+repository). Failures raise a GpusnapError subclass per exit code. There is
+no switch(): the command has none.
+"""
+
+from .client import SCHEMA_VERSIONS, Gpusnap, default
+from .errors import (AgentError, BinaryNotFound, CriuError, DriverTooOld, Failure, GpuMapError, GpuMismatch,
+                     GpusnapError, ImageError, Interrupted, NoDriver, NoProcess, NoSpace, NotCuda, NoVram, Partial,
+                     Permission, StateError, Timeout, UnsupportedSchema, UsageError)
+from .results import (AgentState, DumpResult, GpuMemory, InspectResult, Operation, OperationResult, ProcessOutcome,
+                      ProcessState, RestoreResult, ResumeResult, StateList, SuspendResult, Unreadable)
+
+__version__ = "0.1.0"
+
+
+def suspend(pid, **kwargs):
+    """Gpusnap.suspend on the default handle."""
+    return default().suspend(pid, **kwargs)
+
+
+def resume(pid, **kwargs):
+    """Gpusnap.resume on the default handle."""
+    return default().resume(pid, **kwargs)
+
+
+def state(pid=None):
+    """Gpusnap.state on the default handle."""
+    return default().state(pid)
+
+
+def dump(pid, directory, **kwargs):
+    """Gpusnap.dump on the default handle."""
+    return default().dump(pid, directory, **kwargs)
+
+
+def restore(directory, **kwargs):
+    """Gpusnap.restore on the default handle."""
+    return default().restore(directory, **kwargs)
+
+
+def inspect(directory, **kwargs):
+    """Gpusnap.inspect on the default handle."""
+    return default().inspect(directory, **kwargs)
+
+
+def suspended(pid, **kwargs):
+    """Gpusnap.suspended on the default handle: ``with gpusnap.suspended(pid): ...``."""
+    return default().suspended(pid, **kwargs)
+
+
+__all__ = [
+    "Gpusnap", "SCHEMA_VERSIONS", "default", "suspend", "resume", "state", "dump", "restore", "inspect", "suspended",
+    "GpusnapError", "BinaryNotFound", "UnsupportedSchema", "Failure", "UsageError", "NoProcess", "NotCuda",
+    "Permission", "StateError", "NoDriver", "DriverTooOld", "Timeout", "GpuMapError", "ImageError", "GpuMismatch",
+    "NoSpace", "NoVram", "CriuError", "AgentError", "Partial", "Interrupted",
+    "OperationResult", "SuspendResult", "ResumeResult", "ProcessOutcome", "GpuMemory", "ProcessState", "AgentState",
+    "Operation", "StateList", "Unreadable", "DumpResult", "RestoreResult", "InspectResult",
+]

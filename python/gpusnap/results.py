@@ -1,0 +1,222 @@
+"""Typed results of the gpusnap client, built from the command's --json documents.
+
+Each dataclass names the fields of docs/json/<command>.json that a caller
+usually needs; ``raw`` keeps the whole document (or object), so fields this
+client does not name yet stay reachable. Sizes are bytes, times seconds.
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional
+
+
+def _known(cls, d: Dict[str, Any]) -> Dict[str, Any]:
+    """d's keys that cls has: a newer gpusnap may add keys (the schema's version stays), never remove them."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+@dataclass
+class ProcessOutcome:
+    """One process of a suspend or resume (several with tree=True)."""
+    pid: int
+    comm: str
+    path: str                 # "agent" or "driver": who moved the GPU data
+    state_before: str
+    state_after: str          # "suspended" after a suspend, "running" after a resume
+    times: Dict[str, float]   # suspend: lock_s, checkpoint_s; resume: restore_s, unlock_s
+    agent: Optional[Dict[str, float]] = None  # the agent's timings (..._s) and counters (bytes, zero_bytes, ...)
+    vram_before_bytes: Optional[int] = None   # where NVML answers
+    vram_after_bytes: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ProcessOutcome":
+        return cls(pid=d["pid"], comm=d["comm"], path=d["path"], state_before=d["state_before"],
+                   state_after=d["state_after"], times=dict(d["times"]), agent=d.get("agent"),
+                   vram_before_bytes=d.get("vram_before_bytes"), vram_after_bytes=d.get("vram_after_bytes"), raw=d)
+
+
+@dataclass
+class GpuMemory:
+    """A GPU's used memory before and after the operation (None where NVML does not answer)."""
+    index: int
+    uuid: str
+    name: str
+    used_before_bytes: Optional[int] = None
+    used_after_bytes: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "GpuMemory":
+        return cls(index=d["index"], uuid=d["uuid"], name=d["name"], used_before_bytes=d.get("used_before_bytes"),
+                   used_after_bytes=d.get("used_after_bytes"))
+
+
+@dataclass
+class OperationResult:
+    """What `gpusnap suspend --json` or `gpusnap resume --json` reported."""
+    total_s: float
+    processes: List[ProcessOutcome]
+    gpus: List[GpuMemory]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]):
+        return cls(total_s=d["total_s"], processes=[ProcessOutcome.from_json(p) for p in d["processes"]],
+                   gpus=[GpuMemory.from_json(g) for g in d["gpus"]], raw=d)
+
+    @property
+    def pids(self) -> List[int]:
+        return [p.pid for p in self.processes]
+
+
+class SuspendResult(OperationResult):
+    """The outcome of suspend(): each process's state_after is "suspended"."""
+
+
+class ResumeResult(OperationResult):
+    """The outcome of resume(): each process's state_after is "running"."""
+
+
+@dataclass
+class AgentState:
+    """What the gpusnap agent in a process holds (state(pid) of a process started with `gpusnap run`)."""
+    state: str                # running, suspended, data-released, busy, gated
+    allocations: int
+    bytes: int
+    unmanaged_allocations: int
+    unmanaged_bytes: int
+
+
+@dataclass
+class Operation:
+    """A gpusnap at work on the process (at_work), or what one that was killed left."""
+    action: str
+    gpusnap_pid: int
+    at_work: bool
+    step: str
+    message: str
+    image: Optional[str] = None
+
+
+@dataclass
+class ProcessState:
+    """`gpusnap state --json PID`: running, locked, suspended, failed, gated, stopped or frozen."""
+    pid: int
+    comm: str
+    state: str
+    gpus: List[int]
+    path: Optional[str] = None          # "agent" or "driver"; None where it cannot be known
+    driver_state: Optional[str] = None  # None for a stopped process
+    agent: Optional[AgentState] = None
+    vram_bytes: Optional[int] = None
+    stopped: Optional[str] = None       # why neither driver nor agent can answer for it now
+    fault: Optional[str] = None         # why the agent keeps it suspended
+    operation: Optional[Operation] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def suspended(self) -> bool:
+        return self.state == "suspended"
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ProcessState":
+        ag, op = d.get("agent"), d.get("operation")
+        return cls(pid=d["pid"], comm=d["comm"], state=d["state"], gpus=list(d["gpus"]), path=d.get("path"),
+                   driver_state=d.get("driver_state"), agent=AgentState(**_known(AgentState, ag)) if ag else None,
+                   vram_bytes=d.get("vram_bytes"), stopped=d.get("stopped"), fault=d.get("fault"),
+                   operation=Operation(**_known(Operation, op)) if op else None, raw=d)
+
+
+@dataclass
+class Unreadable:
+    """A CUDA process `gpusnap state` found but could not look at (error says why)."""
+    pid: int
+    comm: str
+    error: str
+
+
+@dataclass
+class StateList:
+    """`gpusnap state --json`: every CUDA process this user can see."""
+    processes: List[ProcessState]
+    unreadable: List[Unreadable]
+    not_looked_at: int                  # processes whose memory maps this user may not read
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "StateList":
+        procs = [ProcessState.from_json(p) for p in d["processes"] if "error" not in p]
+        bad = [Unreadable(pid=p["pid"], comm=p["comm"], error=p["error"]) for p in d["processes"] if "error" in p]
+        return cls(processes=procs, unreadable=bad, not_looked_at=d["not_looked_at"], raw=d)
+
+    def __iter__(self):
+        return iter(self.processes)
+
+    def __len__(self) -> int:
+        return len(self.processes)
+
+    def get(self, pid: int) -> Optional[ProcessState]:
+        return next((p for p in self.processes if p.pid == pid), None)
+
+
+@dataclass
+class DumpResult:
+    """`gpusnap dump --json`: the image at ``dir`` (published), the CRIU and GPU parts' times."""
+    pid: int
+    dir: str
+    published: bool
+    leave_running: bool
+    gpu_data_bytes: int
+    times: Dict[str, float]    # total_s, criu_s, gpu_s (one process), paused_s with leave_running, ...
+    tree: bool = False
+    path: Optional[str] = None  # one process: "agent" or "driver"
+    comm: Optional[str] = None
+    cpu_bytes: Optional[int] = None
+    processes: List[Dict[str, Any]] = field(default_factory=list)  # tree: each CUDA process's pid and path
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "DumpResult":
+        return cls(pid=d["pid"], dir=d["dir"], published=d["published"], leave_running=d["leave_running"],
+                   gpu_data_bytes=d["gpu_data_bytes"], times=dict(d["times"]), tree=d.get("tree", False),
+                   path=d.get("path"), comm=d.get("comm"), cpu_bytes=d.get("cpu_bytes"),
+                   processes=list(d.get("processes", [])), raw=d)
+
+
+@dataclass
+class RestoreResult:
+    """`gpusnap restore --json`: the restored process and where its GPUs went."""
+    pid: int
+    dir: str
+    path: Optional[str]          # how the image was taken: agent, driver or tree
+    gpu_map: Dict[int, int]      # image GPU -> GPU of this machine
+    verified_bytes: int
+    times: Dict[str, float]      # total_s, criu_s, gpu_s, verify_s, ...
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "RestoreResult":
+        return cls(pid=d["pid"], dir=d["dir"], path=d.get("path"),
+                   gpu_map={g["image_gpu"]: g["gpu"] for g in d["gpus"]}, verified_bytes=d["verified_bytes"],
+                   times=dict(d["times"]), raw=d)
+
+
+@dataclass
+class InspectResult:
+    """`gpusnap inspect --json`: what an image holds; ``verify`` is None without verify=True."""
+    image: Dict[str, Any]
+    verify: Optional[Dict[str, Any]]
+    processes: List[Dict[str, Any]] = field(default_factory=list)  # a tree image's CUDA processes
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.image["process"]["pid"]
+
+    @property
+    def how(self) -> str:
+        return self.image["how"]
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "InspectResult":
+        return cls(image=d["image"], verify=d["verify"], processes=list(d.get("processes", [])), raw=d)
