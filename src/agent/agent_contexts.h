@@ -45,10 +45,9 @@ int gs_ctx_quiesce(struct gs_agent *a, double timeout_s, struct gs_err *err);
  * Before the driver checkpoints the process (a full suspend, a dump): sets
  * the stack limit of every live context of the app to 0 and remembers what
  * it was. A context's local memory is sized for every thread the GPU can run
- * at once (about 264 MiB of a 529 MiB context on an H100 with the default
- * 1 KiB), and the driver saves and restores it like data although no kernel
- * keeps anything there between launches: bench/context_floor measured 0.30-0.40
- * s checkpoint and 0.23 s restore as made, 0.20 s and 0.17 s shrunk. Only
+ * at once (about half a context with the default 1 KiB), and the driver
+ * saves and restores it like data although no kernel keeps anything there
+ * between launches (bench/context_floor; docs/benchmarks.md). Only
  * with the app's work drained (gate closed, contexts synchronized). A context
  * whose limit cannot be read or set is left as it is (slower, not wrong).
  * GPUSNAP_SHRINK_STACK=0 turns it off. Returns the contexts shrunk.

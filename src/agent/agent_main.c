@@ -439,10 +439,8 @@ static void after_fork_in_child(void)
 	 * mapped keeps them open too, and the list of descriptors is short where
 	 * that of mappings is long (thousands in a PyTorch process): a child with
 	 * none (of a process that never used the GPU, a grandchild) skips the
-	 * mappings. On the 2-core build VM, fork, exit and wait of a Python
-	 * process (180 mappings, no device): 1.2 ms bare, 1.6 ms under the agent
-	 * (its server started again in the child, this scan), 1.9 ms when every
-	 * child scanned its mappings too.
+	 * mappings, which costs a fork a measurable share of its time
+	 * (docs/benchmarks.md, "Steady-state overhead").
 	 */
 	if (device_prefix[0] && drop_inherited_device_fds())
 		drop_inherited_device_maps();

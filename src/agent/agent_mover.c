@@ -46,10 +46,9 @@
  * A suspend's chunks in bounce mode, and so the ring's buffers: small enough
  * that the whole ring (threads x 2 x 4 MiB, 112 MiB with 14 threads) stays in
  * the last-level cache, so the DMA and the memcpy meet there instead of in
- * DRAM, large enough that a copy's fixed cost stays small. Measured for 32
- * GiB on the H100 host (300 MiB L3): 2 MiB 38/43 GB/s out/in, 4 MiB 50/49,
- * 8 MiB 40/47, 64 MiB 36/36. GPUSNAP_CHUNK_SIZE overrides it (hosts with a
- * much smaller cache may want less).
+ * DRAM, large enough that a copy's fixed cost stays small (docs/benchmarks.md,
+ * "Bounce staging in 4 MiB chunks"). GPUSNAP_CHUNK_SIZE overrides it (hosts
+ * with a much smaller cache may want less).
  */
 #define BOUNCE_CHUNK_BYTES (4ULL << 20)
 #define SEGMENT_BYTES (256ULL << 20)
@@ -58,16 +57,15 @@
 static struct {
 	bool unpin; /* unpin staging while the driver holds the process (default; GPUSNAP_STAGING_UNPIN=0: keep it pinned) */
 	/*
-	 * GPUSNAP_STAGING_MODE: bounce (default) or pinned, for every pool. Measured
-	 * on the H100 (docs/benchmarks.md, 05:53): bounce in 4 MiB chunks beat the
-	 * pinned pool with its pipelined unpin for 8 and 32 GiB, on demand and
-	 * reserved, on suspend and on resume.
+	 * GPUSNAP_STAGING_MODE: bounce (default) or pinned, for every pool. Bounce
+	 * in 4 MiB chunks beat the pinned pool with its pipelined unpin for 8 and
+	 * 32 GiB, on demand and reserved, on suspend and on resume (docs/benchmarks.md).
 	 */
 	enum { MODE_BOUNCE, MODE_PINNED } mode;
 	/*
 	 * GPUSNAP_STAGING_POPULATE=ahead: an on-demand pool in bounce mode is
-	 * populated by its own workers ahead of the copies, as before 2026-11-23
-	 * 08:00. Default (lazy): the ring's memcpy faults the fresh pages in
+	 * populated by its own workers ahead of the copies (the older way).
+	 * Default (lazy): the ring's memcpy faults the fresh pages in
 	 * itself (staging.h, config.lazy), measured faster. Pinned mode always
 	 * populates (pinning needs the pages).
 	 */
@@ -136,8 +134,8 @@ static void staging_unregister(void *ctx, void *addr, uint64_t len)
 
 /*
  * Threads that populate, pin and unpin staging memory: GPUSNAP_STAGING_THREADS,
- * else all CPUs but two, from 4 to 16. On the 16-core H100 machine 14 threads
- * made a 32 GiB suspend/resume 1.55/1.48 s against 1.64/1.54 s with 8.
+ * else all CPUs but two, from 4 to 16: more threads than 8 shortened a
+ * reserved 32 GiB suspend and resume (docs/benchmarks.md).
  */
 static int staging_threads(void)
 {
@@ -165,10 +163,9 @@ static bool on_demand_lazy(void)
  * ring's threads fault the pool in as they copy, so as many as for a reserved
  * pool. Populated ahead: the same number for populating the pool and for the
  * ring, which waits for fresh memory there, and population and memcpy threads
- * together beyond the CPUs only compete (mmap lock, CPU time). Measured for 8
- * GiB on 16 CPUs, populated ahead, data part out, median of 3 cycles: 4
- * threads 16.5 GB/s, 6 18.0, 8 19.8, 10 19.3, 14 16.6, 16 17.4. So (CPUs +
- * 4) / 2 there. GPUSNAP_STAGING_THREADS overrides both.
+ * together beyond the CPUs only compete (mmap lock, CPU time): the data rate
+ * peaked near half the CPUs (docs/benchmarks.md). So (CPUs + 4) / 2 there.
+ * GPUSNAP_STAGING_THREADS overrides both.
  */
 static int on_demand_threads(void)
 {
@@ -528,8 +525,8 @@ void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h)
 /*
  * One GPU's regions (h's regions are sorted by device), released in order.
  * Each GPU has its own lane and, beyond the first, its own thread: the driver
- * unmaps and frees a GiB region in ~0.6 ms, 33 of them per 32 GiB, and two
- * GPUs need not wait for each other. A lane stops at its first failure.
+ * unmaps and frees region after region, and two GPUs need not wait for each
+ * other. A lane stops at its first failure.
  */
 struct release_lane {
 	struct gs_agent *a;

@@ -5,7 +5,7 @@
  * (staging memory, image writer, image reader) are at the bottom.
  *
  * Why a ring and not a staging pool as large as the data: a pool must be
- * faulted in (about 3 GB/s per thread for fresh memory) and pinned before the
+ * faulted in (slow, per thread, for fresh memory) and pinned before the
  * first byte moves, and the host must have the data's size free. The ring is
  * a few hundred MiB that each IO thread maps and pins for itself, in
  * parallel, and the copies over PCIe overlap the end's work (file I/O, or a
@@ -700,9 +700,8 @@ int gs_ring_host(const struct gs_agent_held *h, struct gs_ring_end *from, struct
  * pool (a suspend) the default writes with non-temporal stores: an ordinary
  * store reads each line of the pool before writing it, so memcpy moves twice
  * the bytes the copy needs over the memory bus, and with two GPUs draining
- * into one host that bus is the limit. Measured on the H100 host (16 threads
- * writing 16 GiB of populated memory from warm 4 MiB buffers, bench/host_fault
- * reserve / reserve-stream): memcpy 50 GB/s, non-temporal 112 GB/s. Out of
+ * into one host that bus is the limit (bench/host_fault reserve /
+ * reserve-stream: non-temporal stores about twice memcpy's speed). Out of
  * the pool (a resume) it stays memcpy: non-temporal stores into the ring's
  * buffer would push it out of the cache the DMA reads it from. "memcpy" and
  * "stream" use one kind both ways. Read once: the environment does not change

@@ -6,8 +6,8 @@
  * GPU at start: t68's process held 63.8 GB, 58.5 GB of it never written),
  * and fresh GPU memory reads as zero. The bounce staging already keeps no
  * host memory for a chunk found all zero in its ring buffer, but only after
- * the chunk crossed PCIe (~50 GB/s). A kernel reads it where it lies
- * (~3 TB/s): one block per chunk ORs its 16-byte words and the block's
+ * the chunk crossed PCIe. A kernel reads it where it lies, at the GPU's
+ * memory bandwidth: one block per chunk ORs its 16-byte words and the block's
  * threads agree (bar.red.or) whether any was not zero. The kernel is PTX
  * text in this module, loaded with cuModuleLoadData into the copy context of
  * each GPU for one scan and unloaded after it (the agent links no CUDA

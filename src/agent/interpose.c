@@ -220,10 +220,9 @@ static CUresult interposed_cuGetProcAddress(const char *symbol, void **pfn, int 
  * nor queue work nor change what a suspend moves, so a thread inside one
  * while the agent moves data is harmless. They are the bulk of a framework's
  * driver calls: cudart asks for the current context before most runtime
- * calls, PyTorch's allocator polls events and capture state. Measured on the
- * H100 with everything gated: 7,287 gated calls per PyTorch training step of
- * 15 ms, 1,199 per 2.3 ms inference step, at 19.6 ns each: 0.9% and 1.0% of
- * the step. Matched on the name before any version suffix (_v2, _ptsz).
+ * calls, PyTorch's allocator polls events and capture state; gating them
+ * cost about 1% of a step (docs/benchmarks.md, "Steady-state overhead").
+ * Matched on the name before any version suffix (_v2, _ptsz).
  * cuDriverGetVersion and cuDeviceGetCount stay gated: rarely called, and the
  * interposer's tests use them as ordinary gated calls.
  */

@@ -12,7 +12,7 @@
  * checkpoints the rest and CRIU dumps the process.
  * Either way the image is built under a temporary name and published at DIR
  * only once CRIU succeeded. Any failure before that undoes the steps in
- * reverse, so the process runs on; docs/DESIGN.md, "Dumping to files".
+ * reverse, so the process runs on; docs/DESIGN.md, "Dump and restore through CRIU".
  * --tree (a whole process tree, ranks sharing GPU memory) is dump_tree.c's.
  *
  * The process is locked for the dump (op_lock.h) and each step is recorded

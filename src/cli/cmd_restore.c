@@ -17,7 +17,7 @@
  * GPU. --verify-first runs the pass before CRIU instead. Where the restore
  * thread cannot be run alone (no ptrace rights, a driver that names none),
  * the process continues after the pass and the driver restores it running,
- * the order before 2026-11-23.
+ * the older order.
  *
  * Any failure after CRIU kills the restored process, so a refused restore
  * leaves no process and the image as it was. The image is only read: CRIU's

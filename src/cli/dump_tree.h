@@ -2,8 +2,8 @@
  * dump_tree.h - `gpusnap dump --tree` and the restore of the image it
  * writes: a process tree (CRIU dumps it whole) with the GPU state of each
  * CUDA process in it, ranks of one job that share GPU memory included
- * (docs/FORMAT.md, "Images of a process tree"; docs/DESIGN.md, "Dumping a
- * process tree").
+ * (docs/FORMAT.md, "Images of a process tree"; docs/DESIGN.md, "Dump and
+ * restore through CRIU").
  */
 #ifndef GPUSNAP_CLI_DUMP_TREE_H
 #define GPUSNAP_CLI_DUMP_TREE_H

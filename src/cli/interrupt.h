@@ -10,7 +10,7 @@
  * signal (cli_exit re-raises it, so a shell sees 128 + N and a loop around
  * gpusnap stops); after that point it finishes (the image is published, the
  * process resumed) and says that the signal came too late to stop it.
- * docs/DESIGN.md, "Signals and killed operations".
+ * docs/DESIGN.md, "Signals, locks and recovery".
  */
 #ifndef GPUSNAP_CLI_INTERRUPT_H
 #define GPUSNAP_CLI_INTERRUPT_H

@@ -33,9 +33,9 @@
  * How much one MADV_POPULATE_WRITE call faults in. Each call holds the
  * process's mmap lock for reading, and anything that maps memory meanwhile
  * (pthread_create mapping a stack, malloc, the driver) waits for every such
- * call in progress: with 32 MiB steps on 14 workers, creating the copy ring's
- * 13 threads during an on-demand suspend took 0.3 s of an 8 GiB copy of 0.44 s
- * (H100). 4 MiB keeps each wait to a few ms; the worker also looks at the stop
+ * call in progress: with 32 MiB steps, creating the copy ring's threads
+ * during an on-demand suspend took most of the copy's time (docs/benchmarks.md).
+ * 4 MiB keeps each wait short; the worker also looks at the stop
  * flag this often.
  */
 #define POPULATE_STEP (4 * GS_MiB)

@@ -2,7 +2,7 @@
  * staging.h - host memory that holds GPU data while a process is suspended.
  *
  * Getting host memory is the hidden cost of a suspend: fresh pages fault in
- * at 3-4 GB/s per thread, and pinning after the fact is cheap only for
+ * slowly, a few GB/s per thread, and pinning after the fact is cheap only for
  * memory already populated. A pool is cut into segments (default 256 MiB).
  * Each segment is mapped at once (so running out of memory is reported by
  * gs_staging_create), with 2 MiB hugetlb pages when the system has free ones
@@ -65,10 +65,9 @@ struct gs_staging_config {
 	 * Populate nothing ahead: every segment is ready at once and its pages
 	 * fault in on the first write to them (the copy into the pool does that).
 	 * Faults on separate pages run in parallel under per-VMA locks, where
-	 * MADV_POPULATE_WRITE holds the process's mmap lock: on the H100 machine
-	 * 10 threads copying 8 GiB into fresh 2 MiB pages ran at 28-34 GB/s,
-	 * populating alone at 27-30 and populating then copying at 18-20
-	 * (bench/host_fault). No workers are started. Not with a register
+	 * MADV_POPULATE_WRITE holds the process's mmap lock: copying into fresh
+	 * pages runs as fast as populating alone, and populating then copying
+	 * pays for both (bench/host_fault). No workers are started. Not with a register
 	 * callback (pinning would populate anyway): GS_E_USAGE.
 	 */
 	bool lazy;

@@ -9,7 +9,7 @@
  * enters a container's mount namespace to dump and restore its tmpfs mounts
  * (/dev) and the like: with the driver in criu, every runc, Podman or CRI-O
  * checkpoint of a container with a CUDA process failed after the GPU part
- * (measured on the H100, tests/gpu/t71). A clone taken while a driver thread
+ * (tests/gpu/t71 found it). A clone taken while a driver thread
  * holds a lock would also leave the lock held in a restored task.
  *
  * Requests and replies are records on two pipes: a fixed header, then a

@@ -46,9 +46,9 @@ static int driver_error(struct gs_cuda *cu, struct gs_err *err, CUresult r, pid_
 
 /*
  * The driver's checkpoint calls need the process to run: on one stopped by
- * SIGSTOP (a supervisor's) cuCheckpointProcessGetState returned after about
- * 110 s with an error and cuCheckpointProcessLock did not return within 120
- * s whatever its timeout (H100, driver 580.159.04). Refused at once instead.
+ * SIGSTOP (a supervisor's) cuCheckpointProcessGetState returns only after
+ * minutes, with an error, and cuCheckpointProcessLock does not return whatever
+ * its timeout (docs/DESIGN.md, "The driver path"). Refused at once instead.
  * Only a group stop: gpusnap's own restore holds processes traced while the
  * driver works on them. A frozen cgroup (a paused container) stops its
  * processes the same way. Any stopped process is refused so, CUDA or not:

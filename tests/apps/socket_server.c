@@ -1,5 +1,5 @@
 /*
- * socket_server.c - a CPU-only server for tests/cli/t5003-criu-sockets.sh: it holds
+ * socket_server.c - a CPU-only server for tests/cli/t5007-criu-sockets.sh: it holds
  * a listening TCP socket, the TCP connections it accepted (a client may keep one
  * open: an established connection at dump time) and a UDP socket, all on 127.0.0.1.
  *

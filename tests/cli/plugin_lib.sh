@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# plugin_lib.sh - helpers for the CRIU plugin's tests (t6001-criu-plugin-*.sh),
+# plugin_lib.sh - helpers for the CRIU plugin's tests (t600N-criu-plugin-*.sh),
 # sourced after lib.sh: the plugin alone in a plugin folder of the test's, and
 # plain criu runs with it (what a container engine does), no gpusnap command.
 

@@ -67,7 +67,7 @@ part_b() {
     check "... holds $f" grep -qx "$f" <<<"$paths"
   done
 
-  # one run at a time in dpkg and /usr/lib/criu (t5003 puts a plugin there too); the system as it
+  # one run at a time in dpkg and /usr/lib/criu (t5003-criu-plugin puts one there too); the system as it
   # was before is what is left after
   exec 9>/run/lock/gpusnap-test-system.lock
   flock -w 900 9 || { fail "the lock /run/lock/gpusnap-test-system.lock within 15 min"; return; }

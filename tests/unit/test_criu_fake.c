@@ -4,7 +4,8 @@
  * kept logs they name, the PID-in-use case, the plugin folder, time limits (criu's
  * whole process group killed), interruption, the criu-run fault point and the
  * child-process plumbing are tested where CRIU is absent.
- * The real CRIU is exercised by tests/cli/t5001-criu-cpu.sh and t5003-criu-*.sh.
+ * The real CRIU is exercised by tests/cli/t5001-criu-cpu.sh, t5003-criu-plugin.sh,
+ * t5004-criu-limits.sh and t5007-criu-sockets.sh.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
  * word of each allocation differs and a restore that swaps, shifts, zeroes or
  * truncates memory is caught. Fill and verify run on the GPU (verify counts
  * mismatches with a warp reduction and keeps the first one), so even 32 GiB
- * verifies in milliseconds on an H100.
+ * verifies in milliseconds on the GPU.
  *
  * Allocation APIs (--api): runtime (cudaMalloc), driver (cuMemAlloc), pitch
  * (cuMemAllocPitch), async (cudaMallocAsync on a stream), vmm (cuMemCreate +

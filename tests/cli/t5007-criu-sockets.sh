@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t5003-criu-sockets - a server dumps and restores: a CPU process holding a
+# t5007-criu-sockets - a server dumps and restores: a CPU process holding a
 # listening TCP socket, an established connection (a client of this test keeps
 # one open) and a UDP socket (tests/apps/socket_server, registered as a CUDA
 # process in the fake libcuda, as in t5002) goes through `gpusnap dump --tcp-close`
@@ -25,7 +25,7 @@
 # from every socket it dumps: on this kernel (6.18) `criu dump` of this very
 # server fails with "sockets: Can't get 1:16 opt: Operation not supported"
 # (CRIU issues 2705 and 2718, fixed in 4.2). gpusnap refuses CRIU < 4.2 on such
-# kernels up front (t5003-criu-limits); this test runs with the CRIU it is given.
+# kernels up front (t5004-criu-limits); this test runs with the CRIU it is given.
 # Needs root, python3; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
 . "$(dirname "$0")/lib.sh"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t5003-criu-limits - how gpusnap bounds and explains its criu runs, on the fake
+# t5004-criu-limits - how gpusnap bounds and explains its criu runs, on the fake
 # driver with CPU processes (as t5002):
 #  - a CRIU older than 4.2 is refused on Linux >= 6.16 (it cannot dump a socket
 #    there), with one line saying what to do (exit 15); 3.17 is refused anywhere;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t6001-criu-plugin-agent - gpusnap_criu.so in plain criu runs on the agent
+# t6002-criu-plugin-agent - gpusnap_criu.so in plain criu runs on the agent
 # path: the app of t4004 (tests/agent/agent_app --signals) under
 # libgpusnap.so on the host-memory fake driver, with the real CRIU 4:
 #  - criu dump: the agent streams the GPU data into gpusnap/<pid>/ of CRIU's
