@@ -191,8 +191,11 @@ check "the rank does not step while gated ($g1, $g2)" test "$g1" = "$g2"
 run_gpusnap resume --tree "$parent"; expect "resume --tree opens the gates" 0
 run_gpusnap state "$r2"; s2=$(cat "$OUT_TXT")
 check "state says running again ($s2)" test "$s2" = running
-sleep 0.6
-g3=$(steps "$r1" "$TEST_TMP/rank1.log")
+for _ in $(seq 100); do # steps again: wait for it rather than for a guessed time
+  g3=$(steps "$r1" "$TEST_TMP/rank1.log")
+  [ "${g3:-0}" != fail ] && [ "${g3:-0}" -gt "${g2:-0}" ] && break
+  sleep 0.1
+done
 check "the rank steps again ($g2 -> $g3)" test "${g3:-0}" != fail -a "${g3:-0}" -gt "${g2:-0}"
 a1=$(steps "$r1" "$TEST_TMP/rank1.log")
 a2=$(steps "$r2" "$TEST_TMP/rank2.log")

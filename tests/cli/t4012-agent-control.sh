@@ -31,6 +31,15 @@ app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agen
 fake_agent_env
 sock() { echo "$GPUSNAP_RUN_DIR/agent-$1.sock"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# wait_agent_log PATTERN: the agent's log ($GPUSNAP_AGENT_LOG) gets a line matching PATTERN (30 s at most)
+wait_agent_log() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q "$1" "$GPUSNAP_AGENT_LOG" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
 vmsize_kb() { awk '/^VmSize:/ {print $2}' "/proc/$1/status"; }
 # wait_line PATTERN [SECONDS]: the app's output gets a line matching PATTERN
 wait_line() {
@@ -53,7 +62,8 @@ start_with() {
 start_with GPUSNAP_FAULT=agent-alloc=hold:2
 app_cmd alloc-thread
 check "a thread starts its first allocation ($REPLY)" test "$REPLY" = STARTED
-sleep 0.5 # the allocation is inside the gate now, held there for 2 s
+# the allocation is inside the gate once the fault point says so, held there for 2 s
+wait_agent_log "injected at 'agent-alloc'" || fail "the allocation did not reach the gate" "$(tail -n 2 "$TEST_TMP/app.out")"
 t0=$(now_ms)
 run_gpusnap suspend --timeout 5 "$APP"
 expect "a suspend during a thread's first allocation succeeds" 0
@@ -65,16 +75,18 @@ verify_ok "its memory holds its data"
 quit_app "the app exits cleanly"
 
 # -- concurrent clients, one operation at a time
-start_with GPUSNAP_FAULT=agent-operation@1=hold:3
+start_with GPUSNAP_FAULT=agent-operation@1=hold:8
 app_cmd alloc-thread
 wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
 python3 -c 'import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
-time.sleep(12)' "$(sock "$APP")" &
+open(sys.argv[2], "w").close()
+time.sleep(12)' "$(sock "$APP")" "$TEST_TMP/silent.connected" &
 silent=$!
 TEST_PIDS+=("$silent")
-sleep 0.3
+for _ in $(seq 300); do [ -e "$TEST_TMP/silent.connected" ] && break; sleep 0.1; done
+check "a silent client is connected" test -e "$TEST_TMP/silent.connected"
 t0=$(now_ms)
 run_gpusnap state "$APP"
 expect "state with a silent client connected" 0 running
@@ -82,7 +94,8 @@ check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -l
 kill "$silent" 2>/dev/null
 "$GPUSNAP_BIN" suspend "$APP" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
 bg=$!
-sleep 0.8 # the suspend holds 3 s before its work
+# the suspend is under way once the agent holds it (8 s, before its work)
+wait_agent_log "injected at 'agent-operation'" || fail "the suspend did not reach the agent" "$(cat "$TEST_TMP/bg.err")"
 t0=$(now_ms)
 run_gpusnap state "$APP"; expect "state while a suspend is under way" 0
 check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
