@@ -46,7 +46,7 @@ check "the process runs" [ "$(fake_state "$p")" = 0 ]
 
 # --tree: every process of the tree is locked; one busy process refuses the whole tree
 bash -c 'sleep 300 & sleep 300 & wait' & parent=$!; TEST_PIDS+=("$parent")
-for _ in $(seq 50); do [ "$(pgrep -P "$parent" | wc -l)" -ge 2 ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ "$(pgrep -P "$parent" | wc -l)" -ge 2 ] && break; sleep 0.1; done
 kids=($(pgrep -P "$parent")); TEST_PIDS+=("${kids[@]}")
 for k in "${kids[@]}"; do echo "0 0" >"$FAKE_CUDA_DIR/$k"; done
 bg_gpusnap suspend-after-driver=hold:2 suspend "${kids[1]}"

@@ -130,7 +130,7 @@ touch "$FAKE_CUDA_DIR/$APP.kernel-done"
 wait "$s0"
 check "then it succeeds (rc $(cat "$TEST_TMP/s0.rc"): $(cat "$TEST_TMP/s0.err"))" test "$(cat "$TEST_TMP/s0.rc")" = 0
 run_gpusnap resume "$APP"; expect "resume" 0
-for _ in $(seq 50); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.1; done
 check "the app's synchronize returned ($(grep '^SYNC' "$TEST_TMP/app.out"))" grep -qx "SYNC 0" "$TEST_TMP/app.out"
 verify_ok "the data after the cycle"
 quit_app "the app exits cleanly after --timeout 0"
@@ -166,7 +166,7 @@ steps() { # LOG: the step count of the rank's latest verify
   local p=$1 log=$2 before
   before=$(grep -c '^VERIFY' "$log")
   kill -USR1 "$p"
-  for _ in $(seq 100); do [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break; sleep 0.05; done
+  for _ in $(seq 600); do [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break; sleep 0.05; done
   grep '^VERIFY' "$log" | tail -n 1 | awk '$2 == "OK" {print $5; exit} {print "fail"}'
 }
 sleep 1

@@ -119,7 +119,7 @@ rm -f "$TEST_TMP/slow.pid"
 lines=$(wc -l <"$log")
 GPUSNAP_CRIU=$TEST_TMP/criu-slow GPUSNAP_CRIU_TIMEOUT=60 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
 gp=$!
-for _ in $(seq 1000); do [ -s "$TEST_TMP/slow.pid" ] && break; sleep 0.01; done
+for _ in $(seq 3000); do [ -s "$TEST_TMP/slow.pid" ] && break; sleep 0.01; done
 check "criu restored the task at $pid and still runs" runs "$pid"
 kill -TERM "$gp"; rc=0; wait "$gp" || rc=$?
 check "gpusnap restore ended by SIGTERM (rc $rc)" [ "$rc" = 143 ]

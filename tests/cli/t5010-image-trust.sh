@@ -139,7 +139,7 @@ img2=$TEST_TMP/img2
 # the first dump holds its lock for 3 s more before it publishes
 GPUSNAP_FAULT=image-publish=hold:3 "$GPUSNAP_BIN" dump --leave-running -D "$img2" "$pa" >"$TEST_TMP/first.out" 2>"$TEST_TMP/first.err" &
 first=$!
-for _ in $(seq 500); do [ -n "$(tmp_dirs "$img2")" ] && break; sleep 0.01; done
+for _ in $(seq 3000); do [ -n "$(tmp_dirs "$img2")" ] && break; sleep 0.01; done
 t0=$(date +%s%N)
 run_gpusnap dump --leave-running -D "$img2" "$pb"; expect "a second dump to the same DIR fails" 6 "another gpusnap (pid $first"
 check "at once (under 2 s)" [ $(($(date +%s%N) - t0)) -lt 2000000000 ]
