@@ -120,8 +120,9 @@ quit_app "the app exits cleanly after the timeouts"
 # ---- --timeout 0: no limit, also for an app thread inside the driver ----
 start_app
 reply_is "a kernel that runs until told" hang "LAUNCHED 0"
-echo sync >&3 # the app's thread waits inside cuCtxSynchronize
-sleep 0.3
+echo sync >&3 # the app's thread waits inside cuCtxSynchronize (the fake says so with a file)
+for _ in $(seq 3000); do [ -e "$FAKE_CUDA_DIR/$APP.kernel-waiting" ] && break; sleep 0.01; done
+check "the app's thread waits inside the driver" test -e "$FAKE_CUDA_DIR/$APP.kernel-waiting"
 ("$GPUSNAP_BIN" suspend --timeout 0 "$APP" >"$TEST_TMP/s0.out" 2>"$TEST_TMP/s0.err"; echo $? >"$TEST_TMP/s0.rc") &
 s0=$!
 sleep 2.5
