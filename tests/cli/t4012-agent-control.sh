@@ -65,9 +65,9 @@ check "a thread starts its first allocation ($REPLY)" test "$REPLY" = STARTED
 # the allocation is inside the gate once the fault point says so, held there for 2 s
 wait_agent_log "injected at 'agent-alloc'" || fail "the allocation did not reach the gate" "$(tail -n 2 "$TEST_TMP/app.out")"
 t0=$(now_ms)
-run_gpusnap suspend --timeout 5 "$APP"
+run_gpusnap suspend --timeout 20 "$APP"
 expect "a suspend during a thread's first allocation succeeds" 0
-check "... without waiting out its timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 4000
+check "... without waiting out its 20 s timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 15000
 check "the allocating thread waits at the gate while suspended" sh -c "! grep -q '^ALLOC' '$TEST_TMP/app.out'"
 run_gpusnap resume "$APP"; expect "resume" 0
 check "the allocating thread goes on after the resume" wait_line '^ALLOC OK'
@@ -90,7 +90,7 @@ check "a silent client is connected" test -e "$TEST_TMP/silent.connected"
 t0=$(now_ms)
 run_gpusnap state "$APP"
 expect "state with a silent client connected" 0 running
-check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
+check "... answers at once, not after an I/O timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 5000
 kill "$silent" 2>/dev/null
 "$GPUSNAP_BIN" suspend "$APP" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
 bg=$!
@@ -98,7 +98,7 @@ bg=$!
 wait_agent_log "injected at 'agent-operation'" || fail "the suspend did not reach the agent" "$(cat "$TEST_TMP/bg.err")"
 t0=$(now_ms)
 run_gpusnap state "$APP"; expect "state while a suspend is under way" 0
-check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
+check "... answers at once, not after an I/O timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 5000
 run_gpusnap suspend "$APP"; expect "a second gpusnap suspend meanwhile is refused at once (operation lock)" 6 "cannot suspend process $APP now"
 # a client that does not share the command's lock (another run directory) meets the agent's own rule
 mkdir -p -m 700 "$TEST_TMP/other-run"
@@ -216,7 +216,7 @@ kill -STOP "$APP"
 t0=$(now_ms)
 run_gpusnap suspend "$APP"
 expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP"
-check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 2000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
+check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 10000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
 run_gpusnap state --json "$APP"; expect "state of the stopped app answers" 0
 check "... stopped, with its agent, and why (JSON)" \
   sh -c "[ '$(jget "['state']") $(jget "['path']")' = 'stopped agent' ] && echo '$(jget "['stopped']")' | grep -q 'answer for it once it continues'"
