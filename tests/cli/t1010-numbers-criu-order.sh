@@ -22,21 +22,27 @@ expect "a PID with white space in front is refused" 2 "is not a process ID"
 # no criu anywhere: GPUSNAP_CRIU unset, a PATH without one
 nocriu=$TEST_TMP/bin
 mkdir -p "$nocriu"
-without_criu() { env -u GPUSNAP_CRIU PATH="$nocriu" "$GPUSNAP_BIN" "$@" >"$TEST_TMP/out" 2>"$TEST_TMP/err"; }
+# without_criu ARGS...: as run_gpusnap, with GPUSNAP_CRIU unset and a PATH without criu
+without_criu() {
+  OUT_TXT=$TEST_TMP/out
+  ERR_TXT=$TEST_TMP/err
+  RC=0
+  env -u GPUSNAP_CRIU PATH="$nocriu" "$GPUSNAP_BIN" "$@" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
+}
 sleep 300 &
 plain=$!
 TEST_PIDS+=("$plain")
-RC=0; without_criu dump -D "$TEST_TMP/img" "$plain" || RC=$?
-OUT_TXT=$TEST_TMP/out ERR_TXT=$TEST_TMP/err expect "dump of a non-CUDA process without CRIU: not a CUDA process" 4 "is not a CUDA process"
+without_criu dump -D "$TEST_TMP/img" "$plain"
+expect "dump of a non-CUDA process without CRIU: not a CUDA process" 4 "is not a CUDA process"
 check "... and no word of CRIU" bash -c "! grep -qi criu '$TEST_TMP/err'"
-RC=0; without_criu dump --tree -D "$TEST_TMP/img" "$plain" || RC=$?
-OUT_TXT=$TEST_TMP/out ERR_TXT=$TEST_TMP/err expect "dump --tree of a non-CUDA process without CRIU: exit 4" 4
+without_criu dump --tree -D "$TEST_TMP/img" "$plain"
+expect "dump --tree of a non-CUDA process without CRIU: exit 4" 4
 check "... and no word of CRIU" bash -c "! grep -qi criu '$TEST_TMP/err'"
 check "nothing written" test ! -e "$TEST_TMP/img"
 
 start_cuda_proc
-RC=0; without_criu dump -D "$TEST_TMP/img" "$NEWPID" || RC=$?
-OUT_TXT=$TEST_TMP/out ERR_TXT=$TEST_TMP/err expect "dump of a CUDA process without CRIU: exit 15" 15 "criu not found on PATH; gpusnap needs CRIU >= 4.2: "
+without_criu dump -D "$TEST_TMP/img" "$NEWPID"
+expect "dump of a CUDA process without CRIU: exit 15" 15 "criu not found on PATH; gpusnap needs CRIU >= 4.2: "
 check "... names the GPUSNAP_CRIU to set" grep -q "GPUSNAP_CRIU=.*\.cache/criu/bin/criu" "$TEST_TMP/err"
 check "... one line" test "$(wc -l <"$TEST_TMP/err")" = 1
 check "... one minimum version only" bash -c "! grep -q '4\.[013-9]' '$TEST_TMP/err'"

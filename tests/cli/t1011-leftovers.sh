@@ -16,7 +16,7 @@
 
 fake_cuda_env criu
 run=$GPUSNAP_RUN_DIR
-mkdir -p -m 700 "$run"
+[ -d "$run" ] || mkdir -m 700 "$run"
 # start_of PID: the process's start time (field 22 of /proc/PID/stat), as gpusnap keys its records
 start_of() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $20}'; }
 # a PID no process has: a child that ended
