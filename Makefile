@@ -6,20 +6,30 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps test test-unit test-asan test-gpu demo bench clean install deb
+.PHONY: all build deps deps-test test test-unit test-asan test-gpu demo bench clean install deb
 
 all: build
 
+# What building needs (cmake, cc, make; `make`, `make demo`), and that plus
+# what the tests need (scripts/install-deps.sh lists it in one place).
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh build
+
+deps-test:
+	@scripts/install-deps.sh test
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # Unit and command-line tests, normal build then ASan+UBSan build, then the
-# GPU suite (which says it skips, in one line, where there is no GPU).
-test: build
+# GPU suite (which says it skips, in one line, where there is no GPU). Each
+# stage says what it does in a line, set-up included (it takes minutes).
+test:
+	@echo "== what the build and the tests need (scripts/install-deps.sh)"
+	@$(MAKE) --no-print-directory deps-test
+	@echo "== building ($(BUILD))"
+	@$(MAKE) --no-print-directory build
 	@scripts/run-tests.sh $(BUILD) $(ASAN_BUILD)
 
 test-unit: build

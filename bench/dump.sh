@@ -46,7 +46,7 @@ if [ -z "${GPUSNAP_CRIU:-}" ]; then
   if [ -x "$SRC/.cache/criu/bin/criu" ]; then
     export GPUSNAP_CRIU=$SRC/.cache/criu/bin/criu
   elif ! command -v criu >/dev/null 2>&1; then
-    echo "SKIP: no CRIU (carry .cache/criu-debs or install criu >= 4) (bench/dump.sh)"
+    echo "SKIP: no CRIU (carry .cache/criu-debs or install criu >= 4.2) (bench/dump.sh)"
     exit 0
   fi
 fi

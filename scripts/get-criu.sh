@@ -185,6 +185,7 @@ if [ -e "$prefix" ] && [ ! -f "$prefix/.get-criu-stamp" ] && [ -n "$(ls -A "$pre
 	say "'$prefix' exists, is not empty and was not made by get-criu.sh; refusing to overwrite it"
 	exit 1
 fi
+say "unpacking $(echo $packages | wc -w) packages ($(basename "$(deb_of criu)" .deb)) into $prefix"
 rm -rf "$prefix"
 mkdir -p "$prefix/bin" "$prefix/glibc"
 for p in $packages; do

@@ -1,90 +1,109 @@
 #!/usr/bin/env bash
-# install-deps.sh - makes sure the build tools are here (cmake, a C compiler, make),
-# and clang with libFuzzer for the fuzz harnesses (tests/fuzz), installing them
-# with apt-get when run as root on Debian/Ubuntu. Idempotent and quiet when
-# everything is present. Missing build tools are an error; missing fuzzing
-# tools are not (`make test` then says it skips the fuzz run). Podman and runc
-# (tests/cli/t6101: a container checkpointed through CRIU; Debian's crun is
-# built without CRIU, so runc) are optional too: without them that test skips.
+# install-deps.sh [build|test] - makes sure what gpusnap needs is here, installing
+# what is missing with apt-get when run as root on Debian/Ubuntu. Idempotent.
 #
-#   scripts/install-deps.sh [build]
+#   build   cmake, a C compiler, make: what `make` and `make demo` need. Missing
+#           ones are an error. Quiet when all are present.
+#   test    (the default; `make test`) the build tools, then each group of
+#           test_groups below, one line per group: present, installed, or not
+#           to be had (then the tests that need it say they skip; not an error).
 #
-# `build` (what `make demo` asks for): the build tools only, nothing for the tests.
+# The Debian packages the tests use are listed in ONE place: test_groups. A test
+# that needs another package adds it to a group's line (or a line of its own).
 set -euo pipefail
-missing=()
-command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-command -v cc >/dev/null 2>&1 || missing+=(gcc)
-command -v make >/dev/null 2>&1 || missing+=(make)
-
-if [ "${1:-}" == build ]; then
-  [ ${#missing[@]} -eq 0 ] && exit 0
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "gpusnap: missing build tools: ${missing[*]} (install them, then run make again)" >&2
-    exit 1
-  fi
-  echo "gpusnap: installing ${missing[*]}" >&2
-  apt-get update -qq >/dev/null 2>&1 || true # offline: the install below fails and says so
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-    { echo "gpusnap: could not install ${missing[*]}" >&2; exit 1; }
+mode=${1:-test}
+case "$mode" in
+build | test) ;;
+-h | --help)
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
-elif [ $# -gt 0 ]; then
-  echo "gpusnap: install-deps.sh: unknown mode '$1' (known: build)" >&2
-  exit 1
-fi
+  ;;
+*)
+  echo "install-deps: unknown mode '$mode' (build or test)" >&2
+  exit 2
+  ;;
+esac
 
+say() { echo "gpusnap: $*"; }
+have() { command -v "$1" >/dev/null 2>&1; }
+# have_pkgs PKG...: every Debian package is installed (where there is no dpkg: cannot tell, taken as yes)
+have_pkgs() {
+  have dpkg-query || return 0
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || return 1
+  done
+}
 # clang links a libFuzzer program (Debian 12: clang, and libclang-rt-dev for libFuzzer itself).
 fuzzer_links() {
-  command -v clang >/dev/null 2>&1 || return 1
-  local d rc
+  have clang || return 1
+  local d rc=0
   d=$(mktemp -d)
   printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$d/f.c"
-  clang -fsanitize=fuzzer,address,undefined "$d/f.c" -o "$d/f" >/dev/null 2>&1
-  rc=$?
+  clang -fsanitize=fuzzer,address,undefined "$d/f.c" -o "$d/f" >/dev/null 2>&1 || rc=1
   rm -rf "$d"
   return $rc
 }
-fuzz_missing=()
-fuzzer_links || fuzz_missing=(clang libclang-rt-dev)
 
-engine_missing=()
-command -v podman >/dev/null 2>&1 || engine_missing+=(podman)
-command -v runc >/dev/null 2>&1 || engine_missing+=(runc)
-command -v groff >/dev/null 2>&1 || engine_missing+=(groff-base) # t7020 renders the manual pages (groff -ww)
-# the --json schema checks (t7001, t7002) and the Python client's tests (t7003), in Debian's python3
-py_missing=()
-/usr/bin/python3 -c 'import jsonschema' 2>/dev/null || py_missing+=(python3-jsonschema)
-/usr/bin/python3 -c 'import pytest' 2>/dev/null || py_missing+=(python3-pytest)
-/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || py_missing+=(python3-matplotlib) # t7051 draws the benchmark plots
+# What the tests need, one group a line: WHAT|CHECK|PACKAGES. CHECK is shell code
+# that succeeds when the group is usable here; PACKAGES are what apt-get installs
+# when it is not. Podman and runc: tests/cli/t6101, a container checkpointed
+# through CRIU (Debian's crun is built without CRIU, hence runc). CRIU itself is
+# not here: scripts/get-criu.sh brings a private one (`make test` runs it).
+test_groups=(
+  "fuzz tools (clang with libFuzzer)|fuzzer_links|clang libclang-rt-dev"
+  "container tools (podman, runc)|have podman && have runc|podman runc"
+  "Python for the tests|have python3 && have_pkgs python3|python3"
+  "manual-page renderer (groff; t7020)|have groff|groff-base"
+  "Python test modules (jsonschema: t7001, t7002; pytest: t7003; matplotlib: t7051)|/usr/bin/python3 -c 'import jsonschema, pytest, matplotlib' 2>/dev/null|python3-jsonschema python3-pytest python3-matplotlib"
+)
 
-if [ ${#missing[@]} -eq 0 ] && [ ${#fuzz_missing[@]} -eq 0 ] && [ ${#engine_missing[@]} -eq 0 ] && [ ${#py_missing[@]} -eq 0 ]; then
-  exit 0
-fi
-if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  if [ ${#missing[@]} -ne 0 ]; then
+can_install() { [ "$(id -u)" -eq 0 ] && have apt-get; }
+updated=0
+apt_update() {
+  [ "$updated" = 1 ] && return 0
+  updated=1
+  apt-get update -qq >/dev/null 2>&1 || true # offline: the install fails and says so
+}
+apt_install() { # apt_install PKG...
+  apt_update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1
+}
+
+# ---- build tools ----
+missing=()
+have cmake || missing+=(cmake)
+have cc || missing+=(gcc)
+have make || missing+=(make)
+if [ ${#missing[@]} -ne 0 ]; then
+  if ! can_install; then
     echo "gpusnap: missing build tools: ${missing[*]} (install them, then run make again)" >&2
     exit 1
   fi
-  exit 0 # no clang with libFuzzer, no podman: those tests are skipped, and say so
+  say "build tools: installing ${missing[*]} (apt-get)"
+  if ! apt_install "${missing[@]}"; then
+    echo "gpusnap: could not install ${missing[*]} (apt-get failed; offline?)" >&2
+    exit 1
+  fi
+elif [ "$mode" = test ]; then
+  say "build tools: cmake, cc, make present"
 fi
-if [ ${#missing[@]} -ne 0 ]; then
-  apt-get update -qq >/dev/null
-  echo "gpusnap: installing ${missing[*]}" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-else
-  apt-get update -qq >/dev/null 2>&1 || true # offline: the install below fails and says so
-fi
-if [ ${#fuzz_missing[@]} -ne 0 ]; then
-  echo "gpusnap: installing ${fuzz_missing[*]} (for the fuzz harnesses)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${fuzz_missing[@]}" >/dev/null 2>&1 ||
-    echo "gpusnap: could not install ${fuzz_missing[*]}; the fuzz run will be skipped" >&2
-fi
-if [ ${#engine_missing[@]} -ne 0 ]; then
-  echo "gpusnap: installing ${engine_missing[*]} (for the container and manual-page tests)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${engine_missing[@]}" >/dev/null 2>&1 ||
-    echo "gpusnap: could not install ${engine_missing[*]}; those tests will be skipped" >&2
-fi
-if [ ${#py_missing[@]} -ne 0 ]; then
-  echo "gpusnap: installing ${py_missing[*]} (for the JSON schema, Python client and benchmark-plot tests)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${py_missing[@]}" >/dev/null 2>&1 ||
-    echo "gpusnap: could not install ${py_missing[*]}; those tests will be skipped" >&2
-fi
+[ "$mode" = build ] && exit 0
+
+# ---- what the tests need ----
+for g in "${test_groups[@]}"; do
+  IFS='|' read -r what check pkgs <<<"$g"
+  if eval "$check"; then
+    say "$what: present"
+    continue
+  fi
+  if ! can_install; then
+    say "$what: missing and not installable here (not root or no apt-get); the tests that need it skip"
+    continue
+  fi
+  say "$what: installing $pkgs (apt-get)"
+  # shellcheck disable=SC2086 # the package list is split on purpose
+  if ! apt_install $pkgs || ! eval "$check"; then
+    say "$what: could not install $pkgs; the tests that need it skip"
+  fi
+done

@@ -3,7 +3,9 @@
 # and command-line tests on the normal build, again under ASan+UBSan, a short
 # run of each fuzz harness (clang with libFuzzer; a SKIP line where there is
 # none), then the GPU suite (which skips with one line where there is no GPU).
-# Prints one total line "N passed, N failed" last; exits non-zero on any failure.
+# Each stage starts with a "== ..." line (CRIU's fetch included), so a long run
+# never looks like a hang. Prints one total line "N passed, N failed" last;
+# exits non-zero on any failure.
 set -uo pipefail
 build=${1:-build}
 asan=${2:-build-asan}
@@ -34,10 +36,28 @@ run_ctest() { # run_ctest DIR LABEL [CTEST_ARGS...]
   rm -f "$log"
 }
 
+# CRIU for the tests that run it: fetched once here, in view, rather than by the
+# first test that needs it, silently (tests/cli/lib.sh require_criu).
+if [ -z "${GPUSNAP_CRIU:-}" ] && [ "$(id -u)" = 0 ]; then
+  echo "== CRIU for the tests (scripts/get-criu.sh: Debian's .debs into .cache/criu-debs, unpacked in .cache/criu)"
+  criu_rc=0
+  scripts/get-criu.sh 2>&1 | sed 's/^/   /' || criu_rc=${PIPESTATUS[0]}
+  if [ "$criu_rc" = 0 ]; then
+    export GPUSNAP_CRIU=$PWD/.cache/criu/bin/criu
+  else
+    echo "   no CRIU (get-criu.sh exit $criu_rc): the tests that need it say they skip"
+  fi
+elif [ -n "${GPUSNAP_CRIU:-}" ]; then
+  echo "== CRIU for the tests: $GPUSNAP_CRIU (GPUSNAP_CRIU)"
+else
+  echo "== CRIU for the tests: not root, the tests that need CRIU skip"
+fi
+
 echo "== unit and command-line tests ($build)"
 run_ctest "$build" normal
 
 echo "== the same under AddressSanitizer and UndefinedBehaviorSanitizer ($asan)"
+echo "   building $asan"
 if cmake -S . -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DGPUSNAP_SANITIZE=ON -DGPUSNAP_GPU_APPS=OFF >/dev/null &&
    cmake --build "$asan" -j "$jobs" >/dev/null; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest "$asan" asan
@@ -53,7 +73,7 @@ if ! command -v clang >/dev/null 2>&1 ||
    ! clang -fsanitize=fuzzer,address,undefined "$fuzz_probe/f.c" -o "$fuzz_probe/f" >/dev/null 2>&1; then
   echo "SKIP: fuzz harnesses: no clang with libFuzzer here (Debian: apt-get install clang libclang-rt-dev)"
   skipped=$((skipped + 5))
-elif CC=clang cmake -S . -B "$fuzz" -DGPUSNAP_FUZZ=ON -DGPUSNAP_GPU_APPS=OFF >/dev/null &&
+elif echo "   building $fuzz with clang" && CC=clang cmake -S . -B "$fuzz" -DGPUSNAP_FUZZ=ON -DGPUSNAP_GPU_APPS=OFF >/dev/null &&
      cmake --build "$fuzz" -j "$jobs" --target fuzzers >/dev/null; then
   run_ctest "$fuzz" fuzz -R '^fuzz\.'
 else

@@ -558,7 +558,7 @@ int cmd_dump(int argc, char **argv)
 	if (!r)
 		return cli_report_error(&(struct gs_err){ GS_E_FAILURE, "out of memory" });
 	int pid;
-	/* checks before anything is touched: the process, CRIU, the driver, the process's state, the agent */
+	/* checks before anything is touched: the process, the driver, the process's state, CRIU, the agent */
 	rc = gs_parse_pid(argv[0], &pid) ? gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0])
 					 : gs_proc_check(pid, &err);
 	/* signals are recorded from here: the lock's record and every step are undone or finished, never cut */
@@ -568,8 +568,6 @@ int cmd_dump(int argc, char **argv)
 		rc = cli_op_begin(pid, false, "dump", &r->lock, &r->left, &err);
 	if (rc == GS_E_NO_PROCESS)
 		cli_op_explain_gone(pid, &err);
-	if (!rc)
-		rc = cli_criu_find(&r->criu, &err);
 	if (!rc)
 		rc = cli_session_open(&r->s, &err);
 	if (!rc)
@@ -598,6 +596,9 @@ int cmd_dump(int argc, char **argv)
 			rc = gs_fail(&err, GS_E_STATE, "process %d is %s; resume it before dumping it", (int)r->pid,
 				     gs_cuda_state_name(st));
 	}
+	/* after "not a CUDA process" (exit 4): a missing CRIU is no answer for a PID that is not one */
+	if (!rc)
+		rc = cli_criu_find(&r->criu, &err);
 	if (!rc && !o.driver_only)
 		rc = cli_agent_probe(r->pid, &r->agent, &err);
 	if (!rc && r->agent.present && r->agent.state != GS_AGENT_RUNNING)

@@ -50,6 +50,7 @@
 #include "cli/interrupt.h"
 #include "cli/op_lock.h"
 #include "cli/share_tree.h"
+#include "cli/work_dir.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/lone_thread.h"
@@ -280,16 +281,10 @@ static int check_pid_free(pid_t pid, struct gs_err *err)
 		       (int)pid, comm);
 }
 
+/* The restore's own folder (work_dir.h: named for this gpusnap; those of killed restores go first). */
 static int make_work_dir(struct restore_run *r, struct gs_err *err)
 {
-	char run[PATH_MAX - 32];
-	int rc = gs_ctl_run_dir(run, sizeof(run), err);
-	if (rc)
-		return rc;
-	snprintf(r->work, sizeof(r->work), "%s/restore-XXXXXX", run);
-	if (!mkdtemp(r->work))
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create a work folder in '%s'", run);
-	return 0;
+	return cli_work_dir_make("restore", r->work, sizeof(r->work), err);
 }
 
 static void remove_work_dir(struct restore_run *r)

@@ -149,11 +149,12 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 		return rc;
 	r->root = pid;
 	gs_proc_comm(pid, r->comm, sizeof(r->comm));
-	if ((rc = cli_criu_find(&r->criu, err)) || (rc = cli_session_open(&r->s, err)))
+	if ((rc = cli_session_open(&r->s, err)))
 		return rc;
 	r->session = true;
+	/* CRIU after the CUDA processes are found: a tree without one is told so (exit 4), not sent for CRIU */
 	if ((rc = gs_cuda_require_checkpoint(&r->s.cu, err)) ||
-	    (rc = cli_targets(&r->s, pid_arg, true, &r->pids, &r->n, err)))
+	    (rc = cli_targets(&r->s, pid_arg, true, &r->pids, &r->n, err)) || (rc = cli_criu_find(&r->criu, err)))
 		return rc;
 	int n = r->n;
 	r->agents = calloc((size_t)n, sizeof(*r->agents));

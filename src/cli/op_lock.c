@@ -206,6 +206,78 @@ static int busy_error(pid_t pid, const struct op_key *k, const char *action, str
 		       what);
 }
 
+/*
+ * Whether a killed operation's record (its holder dead) still has something to
+ * tell about a process that is gone: a sentence for that case, and the image
+ * it names, where it names one, still there.
+ */
+static bool tells_something(const struct cli_op_record *r)
+{
+	struct stat st;
+	return r->if_gone[0] && (!r->image[0] || lstat(r->image, &st) == 0);
+}
+
+/*
+ * The key an entry of the run directory belongs to: "op-PID-START" followed
+ * by ".lock", ".rec" or ".rec.tmp-WRITER"; false for any other name.
+ */
+static bool parse_key_name(const char *name, pid_t *pid, unsigned long long *start)
+{
+	int p = 0, used = 0;
+	unsigned long long st = 0;
+	if (sscanf(name, "op-%d-%llu%n", &p, &st, &used) != 2 || p <= 0 || name[3] < '1' || name[3] > '9')
+		return false;
+	const char *rest = name + used;
+	if (strcmp(rest, ".lock") && strcmp(rest, ".rec") && strncmp(rest, ".rec.tmp-", 9))
+		return false;
+	*pid = p;
+	*start = st;
+	return true;
+}
+
+/*
+ * Removes what killed operations left for processes that are gone: the lock
+ * file, half-written records, and the record once it has nothing left to tell
+ * (tells_something). Never touches the key of a live process (its start time
+ * names it: a reused PID is another key), a key whose lock is held (an
+ * operation at work, this one's included), a record whose holder still runs,
+ * or anything but plain files (lock_key opens with O_NOFOLLOW; unlink removes
+ * a link, never what it points to). Each key is handled under its own lock,
+ * so no operation that begins on it meanwhile loses what it reads.
+ */
+static void sweep_gone(const char *run_dir)
+{
+	DIR *d = opendir(run_dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		pid_t pid;
+		unsigned long long start;
+		if (!parse_key_name(de->d_name, &pid, &start))
+			continue;
+		if (start && start_time(pid) == start)
+			continue; /* the process runs: its records are its own */
+		struct op_key k = { .pid = pid, .start = start, .fd = -1 };
+		key_paths(run_dir, &k);
+		if (lock_key(&k))
+			continue; /* an operation at work holds it, or it cannot be opened: not ours to judge */
+		struct stat st;
+		struct cli_op_record r;
+		if (lstat(k.rec_path, &st) == 0 && S_ISREG(st.st_mode) && read_record(k.rec_path, &r) == 0 &&
+		    !r.holder_alive && !tells_something(&r))
+			unlink(k.rec_path);
+		/* under the key's lock nobody writes its record: a temporary one is a killed writer's */
+		char prefix[PATH_MAX];
+		int plen = snprintf(prefix, sizeof(prefix), "op-%d-%llu.rec.tmp-", (int)pid, start);
+		if (!strncmp(de->d_name, prefix, (size_t)plen) && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode))
+			unlinkat(dirfd(d), de->d_name, 0);
+		unlock_key(&k); /* removes the lock file, as every operation does at its end */
+	}
+	closedir(d);
+}
+
 int cli_op_begin(pid_t pid, bool image_pid, const char *action, struct cli_op **out, struct cli_op_record *left,
 		 struct gs_err *err)
 {
@@ -238,6 +310,8 @@ int cli_op_begin(pid_t pid, bool image_pid, const char *action, struct cli_op **
 		return rc;
 	}
 	op->nkeys = 1;
+	/* leftovers of operations on processes that are gone go now (this key is held: it stays) */
+	sweep_gone(op->run_dir);
 	op->since = wall_now();
 	op->my_start = start_time(getpid());
 	if (read_record(k->rec_path, &op->left) == 0 && !op->left.holder_alive) {

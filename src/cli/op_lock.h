@@ -20,6 +20,12 @@
  * says what it left, and resume takes the GPU data from where it says.
  * The lock is per user, like the run directory: root's gpusnap and the
  * process owner's do not see each other's operations.
+ *
+ * Leftovers: every cli_op_begin removes, for processes that are gone (no
+ * process with that PID and start time), the lock files and half-written
+ * records killed operations left, and their records once these have nothing
+ * left to tell (no sentence for a gone process, or the image it names is
+ * gone too); never a key whose lock is held or whose holder still runs.
  */
 #ifndef GPUSNAP_CLI_OP_LOCK_H
 #define GPUSNAP_CLI_OP_LOCK_H

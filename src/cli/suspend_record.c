@@ -2,10 +2,15 @@
  * suspend_record.c - remembers which GPUs a process used when gpusnap
  * suspended it, so `resume --map` can tell the user that a map leaves one out
  * before the driver refuses it. The record holds the process start time, so a
- * reused PID never inherits an old record.
+ * reused PID never inherits an old record; each suspend removes the records
+ * of processes that are gone (sweep_gone).
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -28,11 +33,58 @@ static int record_path(pid_t pid, char *buf, size_t n)
 	return 0;
 }
 
+/*
+ * Removes suspended-PID records (and their killed writers' .tmp files) whose
+ * process is gone: none runs with that PID and the start time the record
+ * holds. Plain files only, by name in the directory (a link is never
+ * followed); a record is read through a descriptor and removed only if the
+ * name still is that file, so one a concurrent suspend just renamed into
+ * place stays. The run directory is this user's alone (control_socket.h).
+ */
+static void sweep_gone(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		int pid = 0, used = 0;
+		if (sscanf(de->d_name, "suspended-%d%n", &pid, &used) != 1 || pid <= 0 ||
+		    de->d_name[10] < '1' || de->d_name[10] > '9')
+			continue;
+		const char *rest = de->d_name + used;
+		bool tmp = !strcmp(rest, ".tmp");
+		if (*rest && !tmp)
+			continue;
+		int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		struct stat st, again;
+		if (fd < 0)
+			continue;
+		char line[64] = "";
+		ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, line, sizeof(line) - 1) : -1;
+		close(fd);
+		if (n < 0)
+			continue;
+		line[n] = '\0';
+		unsigned long long recorded = strtoull(line, NULL, 10);
+		unsigned long long now = start_time(pid);
+		/* a .tmp is being written by a suspend of a live PID or was left by a killed one: gone PIDs only */
+		bool gone = tmp ? now == 0 : (now == 0 || now != recorded);
+		if (gone && fstatat(dirfd(d), de->d_name, &again, AT_SYMLINK_NOFOLLOW) == 0 && again.st_ino == st.st_ino &&
+		    again.st_dev == st.st_dev)
+			unlinkat(dirfd(d), de->d_name, 0);
+	}
+	closedir(d);
+}
+
 int cli_record_suspend(struct cli_session *s, pid_t pid, uint64_t gpu_mask)
 {
 	char path[600], tmp[640];
 	if (record_path(pid, path, sizeof(path)))
 		return -1;
+	char dir[512];
+	if (gs_ctl_run_dir(dir, sizeof(dir), NULL) == 0)
+		sweep_gone(dir);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	FILE *f = fopen(tmp, "w");
 	if (!f)

@@ -6,13 +6,37 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/printable.h"
+/*
+ * Where the plain decimal number that s starts with ends: an optional '-'
+ * (minus), digits and (fraction) a '.' with more digits; NULL where s does
+ * not start with one. What strtol and strtod take besides (white space in
+ * front, '+', hex, exponents, inf, nan) is not a number a user means here,
+ * so it is refused before they see it.
+ */
+static const char *decimal_end(const char *s, bool minus, bool fraction)
+{
+	const char *p = s;
+	if (minus && *p == '-')
+		p++;
+	size_t digits = 0;
+	for (; *p >= '0' && *p <= '9'; p++)
+		digits++;
+	if (fraction && *p == '.' && digits)
+		for (p++; *p >= '0' && *p <= '9'; p++)
+			;
+	return digits ? p : NULL;
+}
 
 int gs_parse_int(const char *s, int *out)
 {
+	const char *e = decimal_end(s, true, false);
+	if (!e || *e)
+		return -1;
 	char *end;
 	errno = 0;
 	long v = strtol(s, &end, 10);
@@ -24,6 +48,9 @@ int gs_parse_int(const char *s, int *out)
 
 int gs_parse_seconds(const char *s, double *out)
 {
+	const char *e = decimal_end(s, false, true);
+	if (!e || *e)
+		return -1;
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
@@ -36,7 +63,7 @@ int gs_parse_seconds(const char *s, double *out)
 int gs_parse_size(const char *s, uint64_t *out)
 {
 	char *end;
-	if (!*s || *s == '-')
+	if (!decimal_end(s, false, false))
 		return -1;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);

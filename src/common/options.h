@@ -63,7 +63,12 @@ int gs_parse_options(int argc, char **argv, const struct gs_option *opts, int fl
 void gs_print_usage(FILE *out, const char *const *usage, const struct gs_option *opts);
 void gs_string_list_free(struct gs_string_list *l);
 
-/* Value parsers, shared with other input (config, env). Return 0 or -1. */
+/*
+ * Value parsers, shared with other input (config, env). Return 0 or -1.
+ * Plain decimal only: digits (an int may have a '-' in front, seconds a
+ * fraction "1.5", a size a suffix "40G", "512MiB"); white space, '+', hex,
+ * exponents, inf and nan are refused like any other malformed number.
+ */
 int gs_parse_size(const char *s, uint64_t *out);
 int gs_parse_seconds(const char *s, double *out);
 int gs_parse_int(const char *s, int *out);

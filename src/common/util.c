@@ -61,6 +61,8 @@ uint64_t gs_round_up(uint64_t v, uint64_t align)
 int gs_parse_pid(const char *s, int *pid)
 {
 	char *end;
+	if (*s < '0' || *s > '9') /* strtol would take white space and a sign in front */
+		return -1;
 	errno = 0;
 	long v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v <= 0 || v > 0x7fffffff)

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,8 +120,15 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 				       GS_CRIU_HOWTO);
 		snprintf(c->path, sizeof(c->path), "%s", env);
 	} else if (search_path("criu", c->path, sizeof(c->path)) != 0) {
-		return gs_fail(err, GS_E_CRIU, "criu not found on PATH; gpusnap needs CRIU >= %d.%d: %s",
-			       GS_CRIU_MIN_MAJOR, GS_CRIU_MIN_MINOR, GS_CRIU_HOWTO);
+		/* the CRIU `make test` fetched into the source tree this gpusnap was built from, if it is there */
+		const char *fetched = GPUSNAP_SOURCE_DIR "/.cache/criu/bin/criu";
+		if (is_executable_file(fetched))
+			return gs_fail(err, GS_E_CRIU,
+				       "criu not found on PATH; gpusnap needs CRIU >= " GS_CRIU_MIN_TEXT
+				       ": set GPUSNAP_CRIU=%s (the one `make test` fetched)",
+				       fetched);
+		return gs_fail(err, GS_E_CRIU, "criu not found on PATH; gpusnap needs CRIU >= " GS_CRIU_MIN_TEXT ": %s",
+			       GS_CRIU_HOWTO);
 	}
 	/* Absolute, so the path still works after a chdir; a wrapper finds its tree itself. */
 	char abs[PATH_MAX];
@@ -155,8 +161,7 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 	c->minor = mi;
 	c->patch = pa;
 	snprintf(c->version, sizeof(c->version), "%d.%d.%d", ma, mi, pa);
-	struct utsname u;
-	rc = gs_criu_version_check(c, uname(&u) == 0 ? u.release : NULL, err);
+	rc = gs_criu_version_check(c, err);
 	if (rc)
 		return rc;
 	pr_debug("using criu %s at %s (time limit %.0f s)", c->version, c->path, c->timeout_s);

@@ -1,5 +1,5 @@
 /*
- * criu.h - driving the criu command (CRIU >= 4.0; >= 4.2 on Linux >= 6.16) to dump
+ * criu.h - driving the criu command (CRIU >= 4.2) to dump
  * a process tree's CPU state into a folder of CRIU images and to restore it from there.
  *
  * gpusnap runs criu as a child process (never through a shell), in a process group
@@ -23,19 +23,23 @@
 
 #include "common/err.h"
 
-#define GS_CRIU_MIN_MAJOR 4
-#define GS_CRIU_MIN_MINOR 0
 /*
- * From Linux 6.16 on the kernel refuses SO_PASSCRED/SO_PASSSEC on sockets other than
- * AF_UNIX and AF_NETLINK, and CRIU before 4.2 fails to dump any process holding an
- * inet socket ("Can't get 1:16 opt: Operation not supported"): there 4.2 is needed.
+ * The oldest CRIU gpusnap accepts, one version on every kernel: from Linux 6.16 on
+ * the kernel refuses SO_PASSCRED/SO_PASSSEC on sockets other than AF_UNIX and
+ * AF_NETLINK, and CRIU before 4.2 fails to dump any process holding an inet socket
+ * ("Can't get 1:16 opt: Operation not supported"); CRIU 3.x fails on 6.x kernels.
+ * A minimum that held on one kernel and not on the next would be a trap on upgrade.
  */
-#define GS_CRIU_SOCKET_KERNEL_MAJOR 6
-#define GS_CRIU_SOCKET_KERNEL_MINOR 16
-#define GS_CRIU_SOCKET_MIN_MAJOR 4
-#define GS_CRIU_SOCKET_MIN_MINOR 2
-/* What a user is told to do when criu is missing or too old. */
-#define GS_CRIU_HOWTO "run scripts/get-criu.sh or install criu >= 4.2, then put it on PATH or set GPUSNAP_CRIU"
+#define GS_CRIU_MIN_MAJOR 4
+#define GS_CRIU_MIN_MINOR 2
+#define GS_CRIU_MIN_TEXT "4.2" /* the same, for messages */
+/*
+ * What a user is told to do when criu is missing or too old: the CRIU that `make
+ * test` fetched (scripts/get-criu.sh puts it in .cache/criu of the source tree).
+ */
+#define GS_CRIU_HOWTO                                                                              \
+	"run scripts/get-criu.sh (it puts one in .cache/criu of the source tree) and set "         \
+	"GPUSNAP_CRIU=.cache/criu/bin/criu, or install criu >= " GS_CRIU_MIN_TEXT " on PATH"
 
 /*
  * Every dump, restore and check runs at most this long unless GPUSNAP_CRIU_TIMEOUT
@@ -229,18 +233,13 @@ void gs_argv_free(struct gs_argv *a);
 /* Finds "Version: X.Y[.Z]" in `criu --version` output. 0 or -1. */
 int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch);
 
-/*
- * The oldest CRIU gpusnap accepts on a kernel of release kernel_release (uname -r,
- * "6.18.44-..."): 4.2 from Linux 6.16 on, else (older, NULL or unreadable) 4.0.
- */
-void gs_criu_min_version(const char *kernel_release, int *major, int *minor);
 
 /*
- * Whether criu c (path and version filled in) will do on that kernel. 0, or
+ * Whether criu c (path and version filled in) is new enough. 0, or
  * GS_E_CRIU with one line naming the version found, the one needed, why, and
  * what to do.
  */
-int gs_criu_version_check(const struct gs_criu *c, const char *kernel_release, struct gs_err *err);
+int gs_criu_version_check(const struct gs_criu *c, struct gs_err *err);
 
 /*
  * The first meaningful "Error (...)" line of a CRIU log, without its timestamp and

@@ -75,35 +75,14 @@ int gs_criu_parse_version(const char *text, int *major, int *minor, int *patch)
 	return 0;
 }
 
-void gs_criu_min_version(const char *kernel_release, int *major, int *minor)
+int gs_criu_version_check(const struct gs_criu *c, struct gs_err *err)
 {
-	*major = GS_CRIU_MIN_MAJOR;
-	*minor = GS_CRIU_MIN_MINOR;
-	int kmaj, kmin;
-	if (kernel_release && sscanf(kernel_release, "%d.%d", &kmaj, &kmin) == 2 &&
-	    (kmaj > GS_CRIU_SOCKET_KERNEL_MAJOR ||
-	     (kmaj == GS_CRIU_SOCKET_KERNEL_MAJOR && kmin >= GS_CRIU_SOCKET_KERNEL_MINOR))) {
-		*major = GS_CRIU_SOCKET_MIN_MAJOR;
-		*minor = GS_CRIU_SOCKET_MIN_MINOR;
-	}
-}
-
-int gs_criu_version_check(const struct gs_criu *c, const char *kernel_release, struct gs_err *err)
-{
-	int need_major, need_minor;
-	gs_criu_min_version(kernel_release, &need_major, &need_minor);
-	if (c->major > need_major || (c->major == need_major && c->minor >= need_minor))
+	if (c->major > GS_CRIU_MIN_MAJOR || (c->major == GS_CRIU_MIN_MAJOR && c->minor >= GS_CRIU_MIN_MINOR))
 		return 0;
-	bool for_sockets = need_major == GS_CRIU_SOCKET_MIN_MAJOR && need_minor == GS_CRIU_SOCKET_MIN_MINOR &&
-			   (c->major > GS_CRIU_MIN_MAJOR || (c->major == GS_CRIU_MIN_MAJOR && c->minor >= GS_CRIU_MIN_MINOR));
-	if (for_sockets)
-		return gs_fail(err, GS_E_CRIU,
-			       "criu '%s' is version %s, which cannot dump a process holding a network socket on Linux %d.%d "
-			       "and later (this kernel: %s); gpusnap needs CRIU >= %d.%d here: %s",
-			       c->path, c->version, GS_CRIU_SOCKET_KERNEL_MAJOR, GS_CRIU_SOCKET_KERNEL_MINOR, kernel_release,
-			       need_major, need_minor, GS_CRIU_HOWTO);
-	return gs_fail(err, GS_E_CRIU, "criu '%s' is version %s; gpusnap needs CRIU >= %d.%d: %s", c->path, c->version,
-		       need_major, need_minor, GS_CRIU_HOWTO);
+	return gs_fail(err, GS_E_CRIU,
+		       "criu '%s' is version %s; gpusnap needs CRIU >= " GS_CRIU_MIN_TEXT
+		       " (older ones cannot dump a process holding a network socket on Linux 6.16 and later): %s",
+		       c->path, c->version, GS_CRIU_HOWTO);
 }
 
 /* Errors CRIU logs that do not explain a failure. */

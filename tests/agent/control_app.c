@@ -137,7 +137,14 @@ static void fork_and_leave(bool through_exit)
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid == 0) {
-		usleep(200000); /* its agent's server is up by now */
+		/* once its agent's server is up: its socket is in the run directory (30 s at most) */
+		const char *run = getenv("GPUSNAP_RUN_DIR");
+		char sock[4096];
+		snprintf(sock, sizeof(sock), "%s/agent-%d.sock", run ? run : "", (int)getpid());
+		for (int i = 0; run && i < 3000 && access(sock, F_OK); i++)
+			usleep(10000);
+		if (!run)
+			usleep(200000);
 		if (through_exit)
 			exit(0);
 		_exit(0);

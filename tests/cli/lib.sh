@@ -115,9 +115,9 @@ bg_gpusnap() {
 # bg_wait: waits for BG; BG_RC is its exit status.
 # shellcheck disable=SC2034 # BG_RC is for the test
 bg_wait() { BG_RC=0; wait "$BG" || BG_RC=$?; }
-# at_fault POINT [SECONDS]: 0 once the background gpusnap reached the fault point POINT (default: wait up to 5 s), else 1.
+# at_fault POINT [SECONDS]: 0 once the background gpusnap reached the fault point POINT (default: wait up to 30 s), else 1.
 at_fault() {
-  local i steps=$((${2:-5} * 100))
+  local i steps=$((${2:-30} * 100))
   for ((i = 0; i < steps; i++)); do
     grep -q "injected at '$1'" "$TEST_TMP/bg.err" 2>/dev/null && return 0
     sleep 0.01
@@ -172,16 +172,16 @@ kill_test_procs() {
   return 0
 }
 
-# wait_lines FILE N: 0 once FILE has N lines or more (up to 5 s), else 1.
+# wait_lines FILE N: 0 once FILE has N lines or more (up to 30 s: a loaded machine only delays it), else 1.
 wait_lines() {
   local i
-  for ((i = 0; i < 500; i++)); do
+  for ((i = 0; i < 3000; i++)); do
     [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
     sleep 0.01
   done
   return 1
 }
-# grows FILE: FILE gets 5 lines more within 5 s (the counter writing it runs).
+# grows FILE: FILE gets 5 lines more within 30 s (the counter writing it runs).
 grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
 # start_counter LOG -> NEWPID: tests/apps/cpu_counter, a daemon counting into LOG, registered in the
 # fake libcuda as a CUDA process on GPU 0; returns once LOG has 10 lines.

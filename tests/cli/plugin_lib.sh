@@ -39,11 +39,11 @@ criu_restore() {
 }
 # log_has FILE TEXT: FILE contains TEXT (shown when not)
 log_has() { grep -qF -- "$2" "$1" || { echo "    $1 lacks '$2'"; grep -i "gpusnap\|error" "$1" | tail -n 5 | sed 's/^/    /'; return 1; }; }
-# log_soon FILE TEXT [N]: FILE holds TEXT (fixed string) N times (default 1) within 10 s, as a line
+# log_soon FILE TEXT [N]: FILE holds TEXT (fixed string) N times (default 1) within 30 s, as a line
 # that a helper the plugin left behind writes after criu returned; else its last lines of gpusnap's
 log_soon() {
   local i
-  for ((i = 0; i < 1000; i++)); do
+  for ((i = 0; i < 3000; i++)); do
     [ "$(grep -cF -- "$2" "$1" 2>/dev/null)" -ge "${3:-1}" ] 2>/dev/null && return 0
     sleep 0.01
   done

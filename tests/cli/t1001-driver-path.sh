@@ -105,7 +105,7 @@ elif [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "/sys/fs/cgroup/gpusnap-t
 fi
 if [ -n "$freezer" ] && echo "$p" >"$freezer/cgroup.procs" 2>/dev/null; then
   echo "$frozen" >"$freezer/$freeze_file"
-  for _ in $(seq 50); do grep -q "$frozen" "$freezer/$freeze_file" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 300); do grep -q "$frozen" "$freezer/$freeze_file" 2>/dev/null && break; sleep 0.1; done
   : >"$FAKE_CUDA_LOG"
   run_gpusnap suspend "$p"
   expect "suspend of a process in a frozen cgroup is refused" 6 "process $p is frozen (its cgroup /${freezer##*/} is: a paused container)"
@@ -132,7 +132,7 @@ check "no checkpoint attempted after a lock timeout" bash -c "! grep -q checkpoi
 
 # --tree: a non-CUDA parent with two CUDA children, locked all before any checkpoint
 bash -c 'sleep 300 & sleep 300 & wait' & parent=$!; TEST_PIDS+=("$parent")
-for _ in $(seq 50); do [ "$(pgrep -P "$parent" | wc -l)" -ge 2 ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ "$(pgrep -P "$parent" | wc -l)" -ge 2 ] && break; sleep 0.1; done
 kids=($(pgrep -P "$parent")); TEST_PIDS+=("${kids[@]}")
 for k in "${kids[@]}"; do echo "0 0" >"$FAKE_CUDA_DIR/$k"; done
 : >"$FAKE_CUDA_LOG"

@@ -108,7 +108,7 @@ GPUSNAP_FAULT=image-publish=hold:4 "$GPUSNAP_BIN" dump --leave-running -D "$img2
 bg=$!
 # the process runs again and no gpusnap works on it (state names none): the dump is in its publish (held 4 s)
 runs_again() { [ -n "$(tmp_dirs "$img2")" ] && [ "$("$GPUSNAP_BIN" state "$PID" 2>&1)" = running ]; }
-for _ in $(seq 300); do runs_again && break; sleep 0.01; done
+for _ in $(seq 3000); do runs_again && break; sleep 0.01; done
 check "the process runs again while its image is being published" runs_again
 run_gpusnap suspend "$PID"; expect "a suspend during that publish" 0
 check "... while the dump is still publishing" kill -0 "$bg"
@@ -227,7 +227,7 @@ for mode in pinned bounce; do
   kill -9 "$PID"; wait_gone "$PID"
   GPUSNAP_STAGING_MODE=$mode GPUSNAP_RESERVE=128M start_app
   if [ $mode = pinned ]; then want=$((128 << 20)); else want=1; fi
-  for _ in $(seq 100); do [ "$(pinned)" -ge $want ] && break; sleep 0.1; done
+  for _ in $(seq 300); do [ "$(pinned)" -ge $want ] && break; sleep 0.1; done
   check "$mode: the app holds a reserved staging pool ($(pinned) bytes pinned)" test "$(pinned)" -ge $want
   run_gpusnap dump --leave-running --json -D "$TEST_TMP/img4-$mode" "$PID"; expect "$mode: dump --leave-running with a reserved pool" 0
   cpu=$(jget "['cpu_bytes']")

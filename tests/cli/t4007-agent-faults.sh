@@ -111,7 +111,7 @@ row() {
     suspend-killed) # gpusnap killed while the agent works; the agent finishes on its own
       "$GPUSNAP_BIN" suspend "$PID" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
       local s=$!
-      for _ in $(seq 200); do fired agent-reply && break; sleep 0.1; done
+      for _ in $(seq 300); do fired agent-reply && break; sleep 0.1; done
       kill -9 "$s"
       RC=0
       wait "$s" || RC=$?

@@ -120,8 +120,9 @@ quit_app "the app exits cleanly after the timeouts"
 # ---- --timeout 0: no limit, also for an app thread inside the driver ----
 start_app
 reply_is "a kernel that runs until told" hang "LAUNCHED 0"
-echo sync >&3 # the app's thread waits inside cuCtxSynchronize
-sleep 0.3
+echo sync >&3 # the app's thread waits inside cuCtxSynchronize (the fake says so with a file)
+for _ in $(seq 3000); do [ -e "$FAKE_CUDA_DIR/$APP.kernel-waiting" ] && break; sleep 0.01; done
+check "the app's thread waits inside the driver" test -e "$FAKE_CUDA_DIR/$APP.kernel-waiting"
 ("$GPUSNAP_BIN" suspend --timeout 0 "$APP" >"$TEST_TMP/s0.out" 2>"$TEST_TMP/s0.err"; echo $? >"$TEST_TMP/s0.rc") &
 s0=$!
 sleep 2.5
@@ -130,7 +131,7 @@ touch "$FAKE_CUDA_DIR/$APP.kernel-done"
 wait "$s0"
 check "then it succeeds (rc $(cat "$TEST_TMP/s0.rc"): $(cat "$TEST_TMP/s0.err"))" test "$(cat "$TEST_TMP/s0.rc")" = 0
 run_gpusnap resume "$APP"; expect "resume" 0
-for _ in $(seq 50); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.1; done
 check "the app's synchronize returned ($(grep '^SYNC' "$TEST_TMP/app.out"))" grep -qx "SYNC 0" "$TEST_TMP/app.out"
 verify_ok "the data after the cycle"
 quit_app "the app exits cleanly after --timeout 0"
@@ -166,7 +167,7 @@ steps() { # LOG: the step count of the rank's latest verify
   local p=$1 log=$2 before
   before=$(grep -c '^VERIFY' "$log")
   kill -USR1 "$p"
-  for _ in $(seq 100); do [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break; sleep 0.05; done
+  for _ in $(seq 600); do [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break; sleep 0.05; done
   grep '^VERIFY' "$log" | tail -n 1 | awk '$2 == "OK" {print $5; exit} {print "fail"}'
 }
 sleep 1
@@ -191,8 +192,11 @@ check "the rank does not step while gated ($g1, $g2)" test "$g1" = "$g2"
 run_gpusnap resume --tree "$parent"; expect "resume --tree opens the gates" 0
 run_gpusnap state "$r2"; s2=$(cat "$OUT_TXT")
 check "state says running again ($s2)" test "$s2" = running
-sleep 0.6
-g3=$(steps "$r1" "$TEST_TMP/rank1.log")
+for _ in $(seq 100); do # steps again: wait for it rather than for a guessed time
+  g3=$(steps "$r1" "$TEST_TMP/rank1.log")
+  [ "${g3:-0}" != fail ] && [ "${g3:-0}" -gt "${g2:-0}" ] && break
+  sleep 0.1
+done
 check "the rank steps again ($g2 -> $g3)" test "${g3:-0}" != fail -a "${g3:-0}" -gt "${g2:-0}"
 a1=$(steps "$r1" "$TEST_TMP/rank1.log")
 a2=$(steps "$r2" "$TEST_TMP/rank2.log")

@@ -92,7 +92,7 @@ quit_app "the app exits cleanly"
 : >"$GPUSNAP_AGENT_LOG"
 GPUSNAP_LOG=info GPUSNAP_RESERVE=64M GPUSNAP_FAULT=agent-ring-build=hold:2 start_app
 reply_ok "a global-mode capture begun while the agent's ring build waits" capture-open CAPOPEN
-for _ in $(seq 50); do grep -q "copy ring is not set up ahead" "$GPUSNAP_AGENT_LOG" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q "copy ring is not set up ahead" "$GPUSNAP_AGENT_LOG" && break; sleep 0.1; done
 check "the build skipped its pinning" grep -q "the app is capturing a CUDA graph" "$GPUSNAP_AGENT_LOG"
 reply_ok "the app's capture was not broken by it" capture-close CAPCLOSE
 run_gpusnap suspend --json "$APP"; expect "a suspend then (its ring set up on demand)" 0

@@ -31,6 +31,15 @@ app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agen
 fake_agent_env
 sock() { echo "$GPUSNAP_RUN_DIR/agent-$1.sock"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# wait_agent_log PATTERN: the agent's log ($GPUSNAP_AGENT_LOG) gets a line matching PATTERN (30 s at most)
+wait_agent_log() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q "$1" "$GPUSNAP_AGENT_LOG" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
 vmsize_kb() { awk '/^VmSize:/ {print $2}' "/proc/$1/status"; }
 # wait_line PATTERN [SECONDS]: the app's output gets a line matching PATTERN
 wait_line() {
@@ -53,11 +62,12 @@ start_with() {
 start_with GPUSNAP_FAULT=agent-alloc=hold:2
 app_cmd alloc-thread
 check "a thread starts its first allocation ($REPLY)" test "$REPLY" = STARTED
-sleep 0.5 # the allocation is inside the gate now, held there for 2 s
+# the allocation is inside the gate once the fault point says so, held there for 2 s
+wait_agent_log "injected at 'agent-alloc'" || fail "the allocation did not reach the gate" "$(tail -n 2 "$TEST_TMP/app.out")"
 t0=$(now_ms)
-run_gpusnap suspend --timeout 5 "$APP"
+run_gpusnap suspend --timeout 20 "$APP"
 expect "a suspend during a thread's first allocation succeeds" 0
-check "... without waiting out its timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 4000
+check "... without waiting out its 20 s timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 15000
 check "the allocating thread waits at the gate while suspended" sh -c "! grep -q '^ALLOC' '$TEST_TMP/app.out'"
 run_gpusnap resume "$APP"; expect "resume" 0
 check "the allocating thread goes on after the resume" wait_line '^ALLOC OK'
@@ -65,27 +75,30 @@ verify_ok "its memory holds its data"
 quit_app "the app exits cleanly"
 
 # -- concurrent clients, one operation at a time
-start_with GPUSNAP_FAULT=agent-operation@1=hold:3
+start_with GPUSNAP_FAULT=agent-operation@1=hold:8
 app_cmd alloc-thread
 wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
 python3 -c 'import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
-time.sleep(12)' "$(sock "$APP")" &
+open(sys.argv[2], "w").close()
+time.sleep(12)' "$(sock "$APP")" "$TEST_TMP/silent.connected" &
 silent=$!
 TEST_PIDS+=("$silent")
-sleep 0.3
+for _ in $(seq 300); do [ -e "$TEST_TMP/silent.connected" ] && break; sleep 0.1; done
+check "a silent client is connected" test -e "$TEST_TMP/silent.connected"
 t0=$(now_ms)
 run_gpusnap state "$APP"
 expect "state with a silent client connected" 0 running
-check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
+check "... answers at once, not after an I/O timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 5000
 kill "$silent" 2>/dev/null
 "$GPUSNAP_BIN" suspend "$APP" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
 bg=$!
-sleep 0.8 # the suspend holds 3 s before its work
+# the suspend is under way once the agent holds it (8 s, before its work)
+wait_agent_log "injected at 'agent-operation'" || fail "the suspend did not reach the agent" "$(cat "$TEST_TMP/bg.err")"
 t0=$(now_ms)
 run_gpusnap state "$APP"; expect "state while a suspend is under way" 0
-check "... answers at once ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 2000
+check "... answers at once, not after an I/O timeout ($(($(now_ms) - t0)) ms)" test $(($(now_ms) - t0)) -lt 5000
 run_gpusnap suspend "$APP"; expect "a second gpusnap suspend meanwhile is refused at once (operation lock)" 6 "cannot suspend process $APP now"
 # a client that does not share the command's lock (another run directory) meets the agent's own rule
 mkdir -p -m 700 "$TEST_TMP/other-run"
@@ -109,9 +122,9 @@ app_cmd fork-child
 child=${REPLY#CHILD }
 TEST_PIDS+=("$child")
 check "a fork child ($REPLY)" alive "$child"
-for _ in $(seq 50); do [ -S "$(sock "$child")" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -S "$(sock "$child")" ] && break; sleep 0.1; done
 check "the child has a control socket of its own" test -S "$(sock "$child")"
-for _ in $(seq 50); do [ -e "$FAKE_CUDA_DIR/$child" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -e "$FAKE_CUDA_DIR/$child" ] && break; sleep 0.1; done
 check "the child wrote where the device file was mapped, and lives" test -e "$FAKE_CUDA_DIR/$child" -a -d "/proc/$child"
 check "the parent maps the device file" grep -q "$devfile" "/proc/$APP/maps"
 check "the child maps it no more (the agent put memory of its own there)" sh -c "! grep -q '$devfile' /proc/$child/maps"
@@ -170,9 +183,9 @@ for how in close_range closefrom syscall loop; do
     check "$how: the agent answers at once" agent_path_now
     check "$how: its descriptors were never lost" sh -c "! grep -q 'listening anew' '$TEST_TMP/agent.log'"
   else
-    for _ in $(seq 30); do agent_path_now && break; sleep 0.1; done
+    for _ in $(seq 300); do agent_path_now && break; sleep 0.1; done
     # (its log went with the app's close: the descriptor of GPUSNAP_AGENT_LOG is closed too)
-    check "$how: the agent answers again within 3 s" agent_path_now
+    check "$how: the agent answers again" agent_path_now
   fi
   app_cmd alloc-thread
   wait_line '^ALLOC OK' || fail "$how: the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
@@ -189,7 +202,7 @@ start_with GPUSNAP_DEVICE_PATH_PREFIX="$TEST_TMP/nvidia" CONTROL_APP_DEVICE_FILE
 app_cmd fork-child
 kept=${REPLY#CHILD }
 TEST_PIDS+=("$kept")
-for _ in $(seq 50); do [ -e "$FAKE_CUDA_DIR/$kept" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -e "$FAKE_CUDA_DIR/$kept" ] && break; sleep 0.1; done
 check "with GPUSNAP_FORK_DROP_DEVICE=0 the child still maps the device file" grep -q "$devfile" "/proc/$kept/maps"
 check "... and its write reached it" test "$(od -An -tx1 -N1 "$devfile" | tr -d ' ')" = ab
 kill -9 "$kept"
@@ -203,7 +216,7 @@ kill -STOP "$APP"
 t0=$(now_ms)
 run_gpusnap suspend "$APP"
 expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP"
-check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 2000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
+check "... at once ($(($(now_ms) - t0)) ms), in one line" sh -c "[ $(($(now_ms) - t0)) -lt 10000 ] && [ \$(grep -c . '$ERR_TXT') = 1 ]"
 run_gpusnap state --json "$APP"; expect "state of the stopped app answers" 0
 check "... stopped, with its agent, and why (JSON)" \
   sh -c "[ '$(jget "['state']") $(jget "['path']")' = 'stopped agent' ] && echo '$(jget "['stopped']")' | grep -q 'answer for it once it continues'"

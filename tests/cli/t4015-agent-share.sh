@@ -206,7 +206,7 @@ check "while the child resumes, the parent's driver call waits at its gate ($(gr
   test "$(grep -c '^SYNC' "$TEST_TMP/app.out")" = 0
 bg_wait
 check "the suspend failed at the injected point and was undone (rc $BG_RC: $(cat "$TEST_TMP/bg.err"))" test "$BG_RC" = 1
-for _ in $(seq 100); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.05; done
+for _ in $(seq 600); do grep -q '^SYNC' "$TEST_TMP/app.out" && break; sleep 0.05; done
 check "once every rank is back the parent's driver call returns ($(grep '^SYNC' "$TEST_TMP/app.out"))" \
   grep -q '^SYNC 0' "$TEST_TMP/app.out"
 verify_ok "both buffers after the rollback after the driver"

@@ -43,7 +43,7 @@ agent_only=$!
 sleep 60 &
 plain=$!
 TEST_PIDS+=("$agent_only" "$plain")
-for _ in $(seq 50); do grep -q libgpusnap "/proc/$agent_only/maps" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q libgpusnap "/proc/$agent_only/maps" 2>/dev/null && break; sleep 0.1; done
 check "the agent is loaded in the process that uses no CUDA" grep -q libgpusnap "/proc/$agent_only/maps"
 
 start_app

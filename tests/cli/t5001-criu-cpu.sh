@@ -59,10 +59,10 @@ if ! "$driver" check >"$tmp/check.log" 2>&1; then
 	skip "criu check fails on this kernel: $(tail -n 1 "$tmp/check.log")"
 fi
 
-# Waits (up to 5 s) until FILE has at least N lines.
+# Waits (up to 30 s: a loaded machine only delays it) until FILE has at least N lines.
 wait_lines() {
 	local i
-	for ((i = 0; i < 500; i++)); do
+	for ((i = 0; i < 3000; i++)); do
 		[ "$(wc -l 2>/dev/null <"$1" || echo 0)" -ge "$2" ] && return 0
 		sleep 0.01
 	done

@@ -79,7 +79,7 @@ lines=$(wc -l <"$log")
 GPUSNAP_FAULT=restore-before-cont=hold:3 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/out" 2>"$TEST_TMP/err" &
 gp=$!
 # held: CRIU is done and the driver has restored it (the fake logs that), and it is stopped
-for _ in $(seq 1000); do grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG" && break; sleep 0.01; done
+for _ in $(seq 3000); do grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG" && break; sleep 0.01; done
 check "the driver restored the process" grep -q "^restore $pid 0$" "$FAKE_CUDA_LOG"
 check "the restore holds the process stopped" test "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = T
 kill -TERM "$gp"; rc=0; wait "$gp" || rc=$?

@@ -239,7 +239,7 @@ criu_started
 kill -9 "$BG"
 bg_wait
 check "kill -9 while CRIU restores (rc $BG_RC)" [ "$BG_RC" = 137 ]
-for _ in $(seq 500); do [ "$(cut -d' ' -f3 "/proc/$PID/stat" 2>/dev/null)" = T ] && break; sleep 0.01; done
+for _ in $(seq 3000); do [ "$(cut -d' ' -f3 "/proc/$PID/stat" 2>/dev/null)" = T ] && break; sleep 0.01; done
 check "CRIU left the copy stopped, never run" bash -c "[ \"\$(cut -d' ' -f3 /proc/$PID/stat)\" = T ] && [ \"\$(wc -l <'$log')\" = $n ]"
 run_gpusnap restore -D "$img"; expect "the next restore names the copy and what to do" 15 "may be a copy of the image at '$img' that CRIU made for a gpusnap restore (pid $BG) that was killed; if it is stopped, it never ran: kill -9 $PID"
 check "the refusal is one line" one_error

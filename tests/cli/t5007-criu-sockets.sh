@@ -146,12 +146,12 @@ run_gpusnap dump --tcp-close -D "$img" "$pid"; expect "without SO_REUSEADDR: dum
 check "the server is gone" wait_gone "$pid"
 exec 7<&-
 tw_on_port() { awk -v p="$(printf '%04X' "$tcp_port")" '$4 == "06" && $2 ~ (":" p "$")' /proc/net/tcp | wc -l; }
-for _ in $(seq 20); do [ "$(tw_on_port)" -gt 0 ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ "$(tw_on_port)" -gt 0 ] && break; sleep 0.1; done
 check "its closed connection holds the port in TIME_WAIT ($(tw_on_port))" [ "$(tw_on_port)" -gt 0 ]
 # a SIGTERM while restore waits ends the wait at once: the image stays, nothing runs
 "$GPUSNAP_BIN" restore -D "$img" >"$TEST_TMP/bg.out" 2>"$TEST_TMP/bg.err" &
 bg=$!
-for _ in $(seq 100); do grep -q "TIME_WAIT" "$TEST_TMP/bg.err" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q "TIME_WAIT" "$TEST_TMP/bg.err" && break; sleep 0.1; done
 check "a restore says it waits for the TIME_WAIT" grep -q "TIME_WAIT" "$TEST_TMP/bg.err"
 t0=$(date +%s)
 kill -TERM "$bg"
@@ -178,7 +178,7 @@ pid=$(SOCKET_SERVER_RELAY=1 "$server" --daemon "$TEST_TMP") || { echo "not ok - 
 TEST_PIDS+=("$pid")
 echo "0 0" >"$FAKE_CUDA_DIR/$pid"
 read -r tcp_port udp_port <"$TEST_TMP/ports"
-for _ in $(seq 50); do [ -s "$TEST_TMP/relay_port" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$TEST_TMP/relay_port" ] && break; sleep 0.1; done
 relay_port=$(cat "$TEST_TMP/relay_port" 2>/dev/null)
 relay_answers() { # WANT
   local got

@@ -120,7 +120,7 @@ ldd "$app" | grep -q libasan && asan_env=(-e ASAN_OPTIONS=verify_asan_link_order
 agent_in() {
   local pid
   pid=$(pm inspect -f '{{.State.Pid}}' "$1") && [ "$pid" -gt 0 ] || { echo "    no process"; return 1; }
-  for _ in $(seq 50); do [ -S "/proc/$pid/root/run/gpusnap/agent-1.sock" ] && break; sleep 0.1; done
+  for _ in $(seq 300); do [ -S "/proc/$pid/root/run/gpusnap/agent-1.sock" ] && break; sleep 0.1; done
   tr '\0' '\n' <"/proc/$pid/environ" | grep -qx LD_PRELOAD=/usr/lib/gpusnap/libgpusnap.so || { echo "    no LD_PRELOAD"; return 1; }
   grep -q ' /usr/lib/gpusnap/libgpusnap.so$' "/proc/$pid/maps" || { echo "    the agent is not mapped"; return 1; }
   cmp -s "/proc/$pid/root/usr/lib/gpusnap/libgpusnap.so" "$agent" || { echo "    another file at the container path"; return 1; }

@@ -733,11 +733,31 @@ static int reap_kernels(struct fake_ctx *ctx, struct fake_stream *stream, int *s
 	return running;
 }
 
+/*
+ * FAKE_CUDA_DIR/<pid>.kernel-waiting: made when a thread starts to wait inside
+ * the driver for a kernel that still runs, so a test knows it is in there
+ * (rather than guessing how long getting there takes).
+ */
+static void say_waiting(void)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%d.kernel-waiting", dir ? dir : ".", (int)getpid());
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
 static CUresult ctx_wait_kernels(struct fake_ctx *c, bool block)
 {
 	int sticky = 0;
-	while (reap_kernels(c, NULL, &sticky) && block)
+	bool said = false;
+	while (reap_kernels(c, NULL, &sticky) && block) {
+		if (!said)
+			say_waiting();
+		said = true;
 		usleep(1000);
+	}
 	return sticky;
 }
 

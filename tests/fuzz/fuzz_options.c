@@ -12,9 +12,12 @@
  * Properties: parsing returns 0, GS_PARSE_HELP or GS_E_USAGE with a one-line
  * message; positional arguments are a subset of the input in order; a size
  * that parses is exact (printed in bytes it parses to the same value);
- * seconds that parse are finite and >= 0.
+ * seconds that parse are finite and >= 0; every number that parses is plain
+ * decimal (starts with a digit, or '-' and a digit for an int; no hex, no
+ * exponent, no white space).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "common/fault.h"
@@ -22,6 +25,20 @@
 #include "fuzz.h"
 
 #define MAX_ARGS 64
+
+static bool digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* Only digits, and a '.' where fraction: what a plain decimal number is made of (a size's suffix aside). */
+static bool plain(const char *s, bool fraction)
+{
+	for (; *s; s++)
+		if (!digit(*s) && !(fraction && *s == '.'))
+			return false;
+	return true;
+}
 
 static void check_values(const char *s)
 {
@@ -31,12 +48,14 @@ static void check_values(const char *s)
 		uint64_t back;
 		snprintf(again, sizeof(again), "%llu", (unsigned long long)size);
 		FUZZ_ASSERT(gs_parse_size(again, &back) == 0 && back == size);
+		FUZZ_ASSERT(digit(s[0]) && !strpbrk(s, " \t\n\v\f\rxX+-"));
 	}
 	double secs;
 	if (gs_parse_seconds(s, &secs) == 0)
-		FUZZ_ASSERT(isfinite(secs) && secs >= 0);
+		FUZZ_ASSERT(isfinite(secs) && secs >= 0 && digit(s[0]) && plain(s, true));
 	int i;
-	(void)gs_parse_int(s, &i);
+	if (gs_parse_int(s, &i) == 0)
+		FUZZ_ASSERT((digit(s[0]) && plain(s, false)) || (s[0] == '-' && digit(s[1]) && plain(s + 1, false)));
 }
 
 static void check_table(int argc, char **argv, int flags)

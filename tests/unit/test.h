@@ -5,7 +5,9 @@
  * in main() with RUN(test_xxx). Each CHECK counts; a failing CHECK prints
  * file:line and the expression and marks the test failed. main() returns
  * TEST_SUMMARY(), which prints "N passed, N failed" for the file's tests
- * and exits non-zero on any failure.
+ * and exits non-zero on any failure. A test that needs something to have
+ * happened in another thread or process waits for it with CHECK_SOON, never
+ * with a sleep of a guessed length: the suite runs on loaded machines.
  */
 #ifndef GPUSNAP_TEST_H
 #define GPUSNAP_TEST_H
@@ -13,6 +15,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int test_current_failed;
 static int tests_passed, tests_failed;
@@ -52,6 +56,27 @@ static int tests_passed, tests_failed;
 				h_ ? h_ : "(null)", n_);                                                \
 			test_current_failed = 1;                                                        \
 		}                                                                                       \
+	} while (0)
+
+/* Monotonic seconds, for the waits below. */
+static inline double test_now_(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Waits for a condition, not a time: polls cond every millisecond until it
+ * holds or secs pass, then CHECKs it. A loaded machine only makes it wait
+ * longer; secs is the bound past which the condition counts as never coming.
+ */
+#define CHECK_SOON(cond, secs)                                          \
+	do {                                                            \
+		double until_ = test_now_() + (secs);                   \
+		while (!(cond) && test_now_() < until_)                 \
+			usleep(1000);                                   \
+		CHECK(cond);                                            \
 	} while (0)
 
 #define RUN(fn)                                                             \

@@ -33,6 +33,55 @@ static void test_parse_size(void)
 	CHECK_INT(gs_parse_size("12X", &v), -1);
 	CHECK_INT(gs_parse_size("", &v), -1);
 	CHECK_INT(gs_parse_size("99999999999T", &v), -1);
+	/* what strtoull takes but no user means: white space, a sign, hex */
+	v = 5;
+	CHECK_INT(gs_parse_size(" 7", &v), -1);
+	CHECK_INT(gs_parse_size(" -1", &v), -1);
+	CHECK_INT(gs_parse_size("+7", &v), -1);
+	CHECK_INT(gs_parse_size("0x10", &v), -1);
+	CHECK_INT(gs_parse_size("7 ", &v), -1);
+	CHECK(v == 5);
+}
+
+/* Seconds, ints and PIDs are plain decimal: hex, white space, '+', exponents, inf and nan are refused. */
+static void test_parse_numbers(void)
+{
+	double d = -1;
+	CHECK_INT(gs_parse_seconds("5", &d), 0);
+	CHECK(d == 5);
+	CHECK_INT(gs_parse_seconds("0.25", &d), 0);
+	CHECK(d == 0.25);
+	CHECK_INT(gs_parse_seconds("0", &d), 0);
+	CHECK(d == 0);
+	CHECK_INT(gs_parse_seconds("2.", &d), 0);
+	CHECK(d == 2);
+	static const char *const bad_seconds[] = { "0x10", " 5",  "5 ",  "+5", "-1", "1e3", "inf", "nan", "NAN",
+						   "infinity", ".5", "",   ".",  "5s", "\t5", "0x1p3", "1,5" };
+	for (size_t i = 0; i < sizeof(bad_seconds) / sizeof(bad_seconds[0]); i++) {
+		d = 42;
+		if (gs_parse_seconds(bad_seconds[i], &d) != -1 || d != 42)
+			fprintf(stderr, "gs_parse_seconds took '%s'\n", bad_seconds[i]);
+		CHECK(d == 42);
+	}
+	int n = 0;
+	CHECK_INT(gs_parse_int("-3", &n), 0);
+	CHECK_INT(n, -3);
+	CHECK_INT(gs_parse_int("17", &n), 0);
+	CHECK_INT(n, 17);
+	static const char *const bad_ints[] = { "0x10", " 1", "1 ", "+1", "1.0", "1e2", "", "-", "--1", "99999999999" };
+	for (size_t i = 0; i < sizeof(bad_ints) / sizeof(bad_ints[0]); i++) {
+		n = 42;
+		if (gs_parse_int(bad_ints[i], &n) != -1)
+			fprintf(stderr, "gs_parse_int took '%s'\n", bad_ints[i]);
+		CHECK_INT(n, 42);
+	}
+	int pid = 0;
+	CHECK_INT(gs_parse_pid("1234", &pid), 0);
+	CHECK_INT(pid, 1234);
+	CHECK_INT(gs_parse_pid(" 1234", &pid), -1);
+	CHECK_INT(gs_parse_pid("+1234", &pid), -1);
+	CHECK_INT(gs_parse_pid("0x10", &pid), -1);
+	CHECK_INT(gs_parse_pid("0", &pid), -1);
 }
 
 static void test_options(void)
@@ -322,6 +371,7 @@ static void test_maps_find(void)
 int main(void)
 {
 	RUN(test_parse_size);
+	RUN(test_parse_numbers);
 	RUN(test_options);
 	RUN(test_options_stop_at_command);
 	RUN(test_json);

@@ -14,7 +14,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,17 +103,6 @@ static void setup(void)
 	unsetenv("FAKE_CRIU_VERSION");
 }
 
-/* Whether this machine's kernel is 6.16 or later, where CRIU 4.2 is needed. */
-static bool kernel_needs_42(void)
-{
-	struct utsname u;
-	int ma, mi;
-	if (uname(&u))
-		return false;
-	gs_criu_min_version(u.release, &ma, &mi);
-	return ma == 4 && mi == 2;
-}
-
 static void find_ok(struct gs_criu *c)
 {
 	struct gs_err err = { 0 };
@@ -178,20 +166,15 @@ static void test_find_too_old_or_broken(void)
 	setenv("FAKE_CRIU_MODE", "old", 1);
 	CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "version 3.17.1");
-	CHECK_CONTAINS(err.msg, kernel_needs_42() ? ">= 4.2" : ">= 4.0");
+	CHECK_CONTAINS(err.msg, "needs CRIU >= 4.2");
 	CHECK_CONTAINS(err.msg, "scripts/get-criu.sh");
 	CHECK_CONTAINS(err.msg, fake);
 
-	/* 4.1 on a kernel >= 6.16 cannot dump sockets: refused there, accepted before */
+	/* 4.1 cannot dump sockets on a kernel >= 6.16: refused on every kernel, one minimum */
 	setenv("FAKE_CRIU_MODE", "ok", 1);
 	setenv("FAKE_CRIU_VERSION", "4.1.1", 1);
-	if (kernel_needs_42()) {
-		CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
-		CHECK_CONTAINS(err.msg, "is version 4.1.1, which cannot dump a process holding a network socket");
-		CHECK_CONTAINS(err.msg, "CRIU >= 4.2");
-	} else {
-		CHECK_INT(gs_criu_find(&c, &err), 0);
-	}
+	CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
+	CHECK_CONTAINS(err.msg, "is version 4.1.1; gpusnap needs CRIU >= 4.2 (older ones cannot dump a process holding a network socket");
 	unsetenv("FAKE_CRIU_VERSION");
 
 	setenv("FAKE_CRIU_MODE", "broken", 1);
@@ -224,7 +207,10 @@ static void test_find_on_path(void)
 	setenv("PATH", empty, 1);
 	CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "criu not found on PATH");
-	CHECK_CONTAINS(err.msg, "CRIU >= 4.0");
+	CHECK_CONTAINS(err.msg, "gpusnap needs CRIU >= 4.2: ");
+	/* what to set: the criu `make test` fetched into the source tree, by its path where it is there */
+	CHECK_CONTAINS(err.msg, "GPUSNAP_CRIU=");
+	CHECK_CONTAINS(err.msg, ".cache/criu/bin/criu");
 	rmdir(empty);
 
 	setenv("PATH", old_path, 1);
@@ -403,10 +389,10 @@ static void test_logs_bounded(void)
 	setenv("FAKE_CRIU_MODE", "ok", 1);
 }
 
-/* True if pid no longer runs (gone, or a zombie), waiting up to 2 s. */
+/* True if pid no longer runs (gone, or a zombie), waiting up to 30 s (a loaded machine is slow, never that slow). */
 static bool ends(pid_t pid)
 {
-	for (int i = 0; i < 200; i++) {
+	for (int i = 0; i < 3000; i++) {
 		char path[64], text[512];
 		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 		if (gs_read_small_file(path, text, sizeof(text)) < 0)
@@ -421,7 +407,7 @@ static bool ends(pid_t pid)
 
 static pid_t child_from_fake(void)
 {
-	for (int i = 0; i < 200; i++) {
+	for (int i = 0; i < 3000; i++) {
 		int pid = atoi(read_file(child_file));
 		if (pid > 0)
 			return pid;
@@ -482,10 +468,11 @@ static void test_own_process_group(void)
 	setenv("FAKE_CRIU_MODE", "ok", 1);
 }
 
+/* Interrupts once the fake criu runs (it has written its helper's pid): an interrupt before criu started does nothing. */
 static void *interrupt_soon(void *arg)
 {
 	(void)arg;
-	usleep(300 * 1000);
+	child_from_fake();
 	gs_criu_interrupt();
 	return NULL;
 }
@@ -691,10 +678,10 @@ static void test_run_plumbing(void)
 	CHECK(len >= 9 && !strcmp(res.output + len - 9, "line2999\n"));
 
 	/* done when the child exits, even while something it started holds the output pipe */
-	char *linger[] = { "/bin/sh", "-c", "sleep 3 & echo started", NULL };
+	char *linger[] = { "/bin/sh", "-c", "sleep 30 & echo started", NULL };
 	double t0 = gs_now();
-	CHECK_INT(gs_run(linger, 10, 0, &res, &err), 0);
-	CHECK(gs_now() - t0 < 2.0);
+	CHECK_INT(gs_run(linger, 60, 0, &res, &err), 0);
+	CHECK(gs_now() - t0 < 20.0); /* not the 30 s of what it left running */
 	CHECK_STR(res.output, "started\n");
 
 	/* GS_RUN_PRIVATE_FILES: what the child creates is owner-only */

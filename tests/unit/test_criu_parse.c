@@ -47,59 +47,28 @@ static void test_parse_version(void)
 	CHECK_INT(gs_criu_parse_version(NULL, &ma, &mi, &pa), -1);
 }
 
-static void test_min_version(void)
-{
-	int ma = -1, mi = -1;
-	gs_criu_min_version("6.18.44-fc-v657", &ma, &mi);
-	CHECK_INT(ma, 4);
-	CHECK_INT(mi, 2);
-	gs_criu_min_version("6.16.0-rc1", &ma, &mi);
-	CHECK_INT(mi, 2);
-	gs_criu_min_version("7.0.1", &ma, &mi);
-	CHECK_INT(mi, 2);
-	gs_criu_min_version("6.15.9-arch1", &ma, &mi);
-	CHECK_INT(ma, 4);
-	CHECK_INT(mi, 0);
-	gs_criu_min_version("5.15.0-97-generic", &ma, &mi);
-	CHECK_INT(mi, 0);
-	gs_criu_min_version("6.8.0-1015-nvidia", &ma, &mi); /* 6.8 < 6.16: minor compared as a number */
-	CHECK_INT(mi, 0);
-	gs_criu_min_version("", &ma, &mi);
-	CHECK_INT(mi, 0);
-	gs_criu_min_version(NULL, &ma, &mi);
-	CHECK_INT(ma, 4);
-	CHECK_INT(mi, 0);
-}
-
 static void test_version_check(void)
 {
 	struct gs_err err = { 0 };
+	/* one minimum, CRIU 4.2, on every kernel: 4.1 cannot dump an inet socket from Linux 6.16 on */
 	struct gs_criu c = { .path = "/x/criu", .major = 4, .minor = 1, .patch = 1, .version = "4.1.1" };
-	/* 4.1 cannot dump an inet socket from Linux 6.16 on: refused there, with the reason and the fix */
-	CHECK_INT(gs_criu_version_check(&c, "6.18.44-fc-v657", &err), GS_E_CRIU);
-	CHECK_CONTAINS(err.msg, "criu '/x/criu' is version 4.1.1");
+	CHECK_INT(gs_criu_version_check(&c, &err), GS_E_CRIU);
+	CHECK_CONTAINS(err.msg, "criu '/x/criu' is version 4.1.1; gpusnap needs CRIU >= 4.2");
 	CHECK_CONTAINS(err.msg, "network socket on Linux 6.16");
-	CHECK_CONTAINS(err.msg, "this kernel: 6.18.44-fc-v657");
-	CHECK_CONTAINS(err.msg, "CRIU >= 4.2");
 	CHECK_CONTAINS(err.msg, "scripts/get-criu.sh");
+	CHECK_CONTAINS(err.msg, "GPUSNAP_CRIU=.cache/criu/bin/criu");
 	CHECK(!strchr(err.msg, '\n'));
-	CHECK_INT(gs_criu_version_check(&c, "6.15.0", &err), 0);
-	CHECK_INT(gs_criu_version_check(&c, "5.15.0-97-generic", &err), 0);
-	CHECK_INT(gs_criu_version_check(&c, NULL, &err), 0);
+	/* the message names one version only */
+	CHECK(!strstr(err.msg, "4.0"));
 
 	c = (struct gs_criu){ .path = "/x/criu", .major = 4, .minor = 2, .patch = 1, .version = "4.2.1" };
-	CHECK_INT(gs_criu_version_check(&c, "6.18.44", &err), 0);
+	CHECK_INT(gs_criu_version_check(&c, &err), 0);
 	c = (struct gs_criu){ .path = "/x/criu", .major = 5, .minor = 0, .version = "5.0.0" };
-	CHECK_INT(gs_criu_version_check(&c, "6.18.44", &err), 0);
+	CHECK_INT(gs_criu_version_check(&c, &err), 0);
 	c = (struct gs_criu){ .path = "/x/criu", .major = 4, .minor = 0, .version = "4.0.0" };
-	CHECK_INT(gs_criu_version_check(&c, "6.12.1", &err), 0);
-	CHECK_INT(gs_criu_version_check(&c, "6.16.1", &err), GS_E_CRIU);
-
-	/* too old for any kernel: the plain message, with what is needed on this one */
+	CHECK_INT(gs_criu_version_check(&c, &err), GS_E_CRIU);
 	c = (struct gs_criu){ .path = "/x/criu", .major = 3, .minor = 17, .patch = 1, .version = "3.17.1" };
-	CHECK_INT(gs_criu_version_check(&c, "6.1.0", &err), GS_E_CRIU);
-	CHECK_CONTAINS(err.msg, "is version 3.17.1; gpusnap needs CRIU >= 4.0");
-	CHECK_INT(gs_criu_version_check(&c, "6.18.0", &err), GS_E_CRIU);
+	CHECK_INT(gs_criu_version_check(&c, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "is version 3.17.1; gpusnap needs CRIU >= 4.2");
 }
 
@@ -325,7 +294,6 @@ static void test_restore_args(void)
 int main(void)
 {
 	RUN(test_parse_version);
-	RUN(test_min_version);
 	RUN(test_version_check);
 	RUN(test_log_error_skips_rlimit_and_summary);
 	RUN(test_log_error_none);

@@ -133,6 +133,8 @@ static void test_malformed(void)
 		{ "timeout = 30 # half a minute\n", "is not a number of seconds" },
 		{ "timeout = nan\n", "is not a number of seconds" },
 		{ "timeout = inf\n", "is not a number of seconds" },
+		{ "timeout = 0x10\n", "timeout '0x10' is not a number of seconds" },
+		{ "timeout = 1e3\n", "is not a number of seconds" },
 		{ "timeout =\n", "is not a number of seconds" },
 		{ "no_verify = 2\n", "no_verify '2' is not a yes or no" },
 		{ "driver =\n", "is not a yes or no" },
@@ -253,6 +255,13 @@ static void test_environment_wins(void)
 	setenv("GPUSNAP_PLUGIN_TIMEOUT", "soon", 1);
 	CHECK_INT(gs_plugin_config_load(&c, NULL, 0, &err), GS_E_USAGE);
 	CHECK_CONTAINS(err.msg, "GPUSNAP_PLUGIN_TIMEOUT='soon' is not a number of seconds");
+	/* numbers strtod would take but nobody writes: white space in front, hex, an exponent */
+	static const char *const odd[] = { " 5", "0x10", "1e1", "+5", "5 " };
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		setenv("GPUSNAP_PLUGIN_TIMEOUT", odd[i], 1);
+		CHECK_INT(gs_plugin_config_load(&c, NULL, 0, &err), GS_E_USAGE);
+		CHECK_CONTAINS(err.msg, "is not a number of seconds");
+	}
 	clear_env();
 }
 

@@ -61,6 +61,14 @@ static int fake_reg_fn(void *ctx, void *addr, uint64_t len)
 	return 0;
 }
 
+static int calls_made(struct fake_reg *f)
+{
+	pthread_mutex_lock(&f->lock);
+	int n = f->calls;
+	pthread_mutex_unlock(&f->lock);
+	return n;
+}
+
 static void fake_unreg_fn(void *ctx, void *addr, uint64_t len)
 {
 	struct fake_reg *f = ctx;
@@ -301,7 +309,7 @@ static void test_timeout_and_failed_register(void)
 	double t0 = gs_now();
 	CHECK_INT(gs_staging_wait(p, 0, 0.1, &err), GS_E_TIMEOUT);
 	double took = gs_now() - t0;
-	CHECK(took >= 0.09 && took < 1.0);
+	CHECK(took >= 0.09 && took < 10.0); /* the call is held: only its own 0.1 s ends it */
 	CHECK_CONTAINS(err.msg, "staging segment 0 not ready after 0.1 s");
 	CHECK(!gs_staging_ready(p, 0));
 	fake_release(&f);
@@ -333,15 +341,15 @@ static void test_destroy_while_populating(void)
 	gs_staging_destroy(p);
 	double took = gs_now() - t0;
 	printf("     destroy while populating took %.3f s (%d of 32 segments had been registered)\n", took, f.nregs);
-	CHECK(took < 0.5);
-	CHECK(f.nregs < 32);
+	CHECK(took < 5.0);
+	CHECK(f.nregs < 32); /* what shows that destroy did not wait for the rest to populate */
 	CHECK(all_unregistered_once(&f));
 
 	/* and while a registration is stuck: destroy waits for it, then undoes it */
 	fake_reg_init(&f, &ops);
 	f.block_call = 1;
 	CHECK_INT(gs_staging_create(2 * GS_MiB, &cfg, &ops, &p, &err), 0);
-	usleep(50000);
+	CHECK_SOON(calls_made(&f) >= 1, 30); /* the registration is under way, held */
 	fake_release(&f);
 	gs_staging_destroy(p);
 	CHECK_INT(f.nregs, 1);
