@@ -62,14 +62,14 @@
 #include "image/image.h"
 
 static const char *const restore_usage[] = {
-	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--json] -D DIR",
+	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--allow-unverified-cpu] [--json] -D DIR",
 	NULL,
 };
 
 struct restore_opts {
 	const char *dir;
 	struct gs_string_list maps;
-	bool no_verify, verify_first, json;
+	bool no_verify, verify_first, json, allow_unverified_cpu;
 };
 
 struct restore_run {
@@ -437,6 +437,11 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	if (!r->info->cpu_state)
 		return gs_fail(err, GS_E_IMAGE, "'%s' holds no CPU state (not written by gpusnap dump): nothing to restore",
 			       o->dir);
+	/* CRIU restores whatever its files say: unchecked ones only when the user says so */
+	if (!o->allow_unverified_cpu && (rc = gs_image_require_cpu_list(r->img, err))) {
+		cli_err_append(err, "gpusnap restore --allow-unverified-cpu restores it all the same");
+		return rc;
+	}
 	bool agent = !strcmp(r->info->how, "agent");
 	r->tree = !strcmp(r->info->how, DUMP_TREE_HOW);
 	if (!agent && !r->tree && strcmp(r->info->how, "driver"))
@@ -840,6 +845,8 @@ int cmd_restore(int argc, char **argv)
 			     "skip the checksum pass before restoring (a bad chunk is still found while loading)"),
 		GS_OPT_BOOL_(0, "verify-first", &o.verify_first,
 			     "finish the checksum pass before CRIU starts (default: alongside, the process held stopped)"),
+		GS_OPT_BOOL_(0, "allow-unverified-cpu", &o.allow_unverified_cpu,
+			     "restore an image without checksums of CRIU's files (a kept image of a dump killed in CRIU)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};

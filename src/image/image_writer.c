@@ -81,6 +81,7 @@ struct gs_image_tmp {
 	int fd;         /* holds the flock that marks the owner alive: DIR's writer lock */
 	int cpu_fd;     /* cpu/ once gs_image_tmp_cpu_dir made it, else -1 */
 	int32_t source_pid; /* the process the image is of (0: unknown), for the kept name */
+	bool cpu_listed;    /* cpu-files.img was written for CRIU's files as they are now (gs_image_tmp_list_cpu) */
 };
 
 struct gs_image_writer {
@@ -1519,16 +1520,36 @@ static int sync_failed(int synced, const char *dir, const char *path, struct gs_
 		       : gs_fail_errno(err, errno_code(-synced), -synced, "syncing '%s' failed", path);
 }
 
-static int publish(struct gs_image_tmp *t, bool sync_first, bool *published, struct gs_err *err)
+/* The sealed manifest's cpu-files.img, unless written already (gs_image_tmp_list_cpu). */
+static int list_cpu(struct gs_image_tmp *t, const char *what, struct gs_err *err)
 {
-	*published = false;
+	if (t->cpu_listed)
+		return 0;
 	struct gs_manifest m;
 	struct gs_err e = { 0 };
 	if (gs_manifest_read_at(t->fd, t->tmp_path, &m, &e))
-		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image; not publishing it (%s)", t->tmp_path, e.msg);
+		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image; not %s it (%s)", t->tmp_path, what, e.msg);
 	/* CRIU wrote cpu/ after the manifest was sealed: list and checksum its files for the readers */
 	int rc = m.info.cpu_state ? write_cpu_list(t, &m, err) : 0;
+	t->cpu_listed = rc == 0 && m.info.cpu_state;
 	gs_manifest_free(&m);
+	return rc;
+}
+
+int gs_image_tmp_list_cpu(struct gs_image_tmp *t, struct gs_err *err)
+{
+	return list_cpu(t, "listing", err);
+}
+
+bool gs_image_tmp_cpu_listed(const struct gs_image_tmp *t)
+{
+	return t && t->fd >= 0 && faccessat(t->fd, GS_FMT_CPU_LIST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+static int publish(struct gs_image_tmp *t, bool sync_first, bool *published, struct gs_err *err)
+{
+	*published = false;
+	int rc = list_cpu(t, "publishing", err);
 	if (rc)
 		return rc;
 	/*
