@@ -83,7 +83,8 @@ int cmd_inspect(int argc, char **argv)
 	}
 	struct gs_err err = { 0 };
 	struct gs_image *img;
-	if ((rc = gs_image_open(dir, &img, &err)))
+	/* --verify holds the image for reading (a dump replacing it waits): what is read is what is checked */
+	if ((rc = verify ? gs_image_open_held(dir, &img, &err) : gs_image_open(dir, &img, &err)))
 		return cli_report_error(&err);
 	double verify_s = 0, t = gs_now();
 	/* verified means every file a restore uses was checked: CRIU's files without checksums only when asked */

@@ -430,7 +430,8 @@ static int open_tree(struct restore_run *r, const struct restore_opts *o, struct
 
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
-	int rc = gs_image_open(o->dir, &r->img, err);
+	/* held for reading until the end: a dump replacing DIR meanwhile waits, its claim refuses */
+	int rc = gs_image_open_held(o->dir, &r->img, err);
 	if (rc)
 		return rc;
 	r->info = gs_image_get_info(r->img);

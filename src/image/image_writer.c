@@ -56,6 +56,8 @@
 
 /* Largest single pwrite (Linux caps one call at 2 GiB - 4 KiB anyway). */
 #define MAX_IO (1ULL << 30)
+/* How long a publish waits for the readers of the image it replaces (a restore of many GiB included). */
+#define READERS_WAIT_S 600.0
 /* Read size while checksumming CRIU's files for cpu-files.img. */
 #define LIST_READ (8ULL << 20)
 
@@ -504,6 +506,30 @@ static int check_replaceable(struct gs_image_tmp *t, const struct gs_image_tmp_o
 	return rc;
 }
 
+/*
+ * DIR is not held by a reader (gs_image_open_held: a restore, an inspect
+ * --verify) nor by a publish ending: a dump that would replace it refuses
+ * at once, before it touches any process, rather than find it at publish.
+ */
+static int check_not_held(struct gs_image_tmp *t, struct gs_err *err)
+{
+	int fd = openat(t->parent_fd, t->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* gone meanwhile: nothing to replace */
+	int rc = 0;
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+		flock(fd, LOCK_UN);
+	} else if (errno == EWOULDBLOCK) {
+		char who[128];
+		bool exclusive;
+		gs_fs_flock_holder(fd, who, sizeof(who), &exclusive);
+		rc = gs_fail(err, GS_E_STATE, "image '%s' is being %s by %s; not replacing it now: try again when it has "
+			     "finished", t->dir, exclusive ? "published" : "read", who);
+	}
+	close(fd);
+	return rc;
+}
+
 static int split_path(struct gs_image_tmp *t, const char *dir, struct gs_err *err)
 {
 	size_t n = strlen(dir);
@@ -644,7 +670,7 @@ int gs_image_tmp_create(const char *dir, const struct gs_image_tmp_opts *opts, s
 	bool exists;
 	if (find_live_writer(t, &holder)) {
 		rc = busy(t, holder, err);
-	} else if (!(rc = check_replaceable(t, opts, &exists, err))) {
+	} else if (!(rc = check_replaceable(t, opts, &exists, err)) && !(exists && (rc = check_not_held(t, err)))) {
 		clean_up_dead_writers(t);
 		rc = make_tmp_dir(t, err);
 		/* without the parent's lock another writer may have claimed DIR meanwhile: then both give way */
@@ -1353,6 +1379,35 @@ static int write_manifest(struct gs_image_writer *w, const struct gs_manifest *m
  * old one, now under the temporary name, is deleted afterwards. *old_fd keeps
  * the old directory flock()ed so no other writer takes it for stale meanwhile.
  */
+/*
+ * Takes the old image's lock exclusively before it is replaced: a reader
+ * that began after the claim (a restore, an inspect --verify) is waited for,
+ * said once on stderr, up to READERS_WAIT_S; its files are removed only once
+ * no one reads them.
+ */
+static int wait_readers(struct gs_image_tmp *t, int old_fd, struct gs_err *err)
+{
+	double t0 = gs_now();
+	bool said = false;
+	char who[128] = "";
+	while (flock(old_fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK)
+			return gs_fail_errno(err, errno_code(errno), errno, "cannot lock '%s'", t->dir);
+		if (!said) {
+			gs_fs_flock_holder(old_fd, who, sizeof(who), NULL);
+			pr_warn("'%s' is being read by %s: replacing it once that has finished", t->dir, who);
+			said = true;
+		}
+		if (gs_now() - t0 > READERS_WAIT_S)
+			return gs_fail(err, GS_E_STATE, "'%s' was still being read by %s after %.0f s; not replacing it",
+				       t->dir, who, READERS_WAIT_S);
+		usleep(50000);
+	}
+	return 0;
+}
+
 static int put_in_place(struct gs_image_tmp *t, bool *exchanged, int *old_fd, struct gs_err *err)
 {
 	bool exists;
@@ -1377,8 +1432,8 @@ static int put_in_place(struct gs_image_tmp *t, bool *exchanged, int *old_fd, st
 	*old_fd = openat(t->parent_fd, t->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (*old_fd < 0)
 		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", t->dir);
-	if (flock(*old_fd, LOCK_EX | LOCK_NB) < 0)
-		return gs_fail(err, GS_E_FAILURE, "another gpusnap is replacing '%s' right now", t->dir);
+	if ((rc = wait_readers(t, *old_fd, err)))
+		return rc;
 	if (renameat2(t->parent_fd, t->tmp_name, t->parent_fd, t->base, RENAME_EXCHANGE) == 0) {
 		*exchanged = true;
 		return 0;

@@ -29,6 +29,8 @@ untouched() {
     { echo "    fake log: $(cat "$FAKE_CUDA_LOG"); state $(fake_state "$1")"; return 1; }
 }
 
+no_process() { ! kill -0 "$1" 2>/dev/null; }
+
 # ---- another user: its own CUDA process ----
 setpriv --reuid=$nobody --regid=$nobody --clear-groups sleep 300 &
 p=$!; TEST_PIDS+=("$p")
@@ -38,7 +40,8 @@ expect "dump as another user: refused, permission" 5 "criu refuses to run as use
 check "the message says what to do" grep -q "run gpusnap as root (sudo)" "$ERR_TXT"
 check "the refusal is one line" one_line
 check "the process was never locked or checkpointed, and runs" untouched "$p"
-check "nothing was written" [ ! -e "$home/img" ] && [ -z "$(tmp_dirs "$home/img")" ]
+check "no image was written" [ ! -e "$home/img" ]
+check "no temporary image was made" [ -z "$(tmp_dirs "$home/img")" ]
 as_nobody dump --tree -D "$home/img" "$p"
 expect "dump --tree as another user: refused" 5 "criu refuses to run as user $nobody"
 check "dump --tree: untouched" untouched "$p"
@@ -64,12 +67,14 @@ cp -a "$TEST_TMP/rimg" "$home/img" && chown -R "$nobody:$nobody" "$home/img"
 as_nobody restore -D "$home/img"
 expect "restore as another user: refused" 5 "criu refuses to run as user $nobody"
 check "restore refusal is one line" one_line
-check "restore: nothing was started" [ ! -s "$FAKE_CUDA_LOG" ] && ! kill -0 "$q" 2>/dev/null
+check "restore: the driver was not asked" [ ! -s "$FAKE_CUDA_LOG" ]
+check "restore: no process was started" no_process "$q"
 RC=0
 setpriv --bounding-set -sys_admin,-checkpoint_restore --inh-caps -all "$GPUSNAP_BIN" restore -D "$TEST_TMP/rimg" \
   >"$TEST_TMP/out" 2>"$TEST_TMP/err" || RC=$?
 expect "restore as root without CRIU's capabilities: refused" 5 "criu would run without CAP_CHECKPOINT_RESTORE"
-check "restore without the capabilities: nothing was started" [ ! -s "$FAKE_CUDA_LOG" ] && ! kill -0 "$q" 2>/dev/null
+check "restore without the capabilities: the driver was not asked" [ ! -s "$FAKE_CUDA_LOG" ]
+check "restore without the capabilities: no process was started" no_process "$q"
 run_gpusnap restore -D "$TEST_TMP/rimg"; expect "the same restore as root with its capabilities works" 0
 kill -9 "$q" 2>/dev/null
 
