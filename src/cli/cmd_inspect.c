@@ -3,7 +3,9 @@
  * allocations, checksums, CRIU's files, how and when it was taken, versions),
  * as text or JSON; --verify also reads every stored chunk and every listed
  * file of CRIU's and checks their checksums. Opening the image already
- * refuses one that is unsafe or incomplete (image.h: gs_image_open). An
+ * refuses one that is unsafe or incomplete (image.h: gs_image_open); --verify
+ * holds it for reading meanwhile (gs_image_open_held) and fails an image
+ * without checksums of CRIU's files unless --allow-unverified-cpu. An
  * image of a process tree (dump --tree) lists the GPU image of each of its
  * CUDA processes too, and --verify checks those as well.
  */

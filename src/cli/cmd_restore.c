@@ -22,6 +22,10 @@
  * Any failure after CRIU kills the restored process, so a refused restore
  * leaves no process and the image as it was. The image is only read: CRIU's
  * log and work files go to a folder of their own under the runtime directory.
+ * It is held for reading until the restore ends (gs_image_open_held): a dump
+ * replacing DIR meanwhile waits, so no file is removed under CRIU or the
+ * agent. An image without checksums of CRIU's files is restored only with
+ * --allow-unverified-cpu.
  *
  * The PID the image needs is locked for the restore, and the restored
  * process too once it exists (op_lock.h): a second restore of the image, or
