@@ -25,8 +25,9 @@ as_nobody() {
 }
 # untouched PID: the fake driver saw no call for PID (no lock, no checkpoint), its state is running, PID runs
 untouched() {
-  ! grep -q " $1 " "$FAKE_CUDA_LOG" && [ "$(fake_state "$1")" = 0 ] && alive "$1" ||
-    { echo "    fake log: $(cat "$FAKE_CUDA_LOG"); state $(fake_state "$1")"; return 1; }
+  if ! grep -q " $1 " "$FAKE_CUDA_LOG" && [ "$(fake_state "$1")" = 0 ] && alive "$1"; then return 0; fi
+  echo "    fake log: $(cat "$FAKE_CUDA_LOG"); state $(fake_state "$1")"
+  return 1
 }
 
 no_process() { ! kill -0 "$1" 2>/dev/null; }
