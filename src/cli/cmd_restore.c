@@ -564,11 +564,13 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
 	int me = (int)getpid(), pid = (int)r->info->source_pid;
 	bool loading = !strcmp(step, "load");
+	/* the restore named again: with the flag this one needed (an image without checksums of CRIU's files) */
+	const char *again = gs_image_cpu_files(r->img, NULL, NULL) ? "gpusnap restore" : dump_restore_cmd(false);
 	if (loading && r->tree)
 		/* the agents load as one job, each from its own image: only a new restore does that again */
 		snprintf(alive, sizeof(alive), "the process tree %d was restored from '%s' by a gpusnap restore (pid %d) "
 			 "that was killed while its agents loaded their GPU data: kill -9 every process of the tree, then "
-			 "gpusnap restore -D '%s' again", pid, o->dir, me, o->dir);
+			 "%s -D '%s' again", pid, o->dir, me, again, o->dir);
 	else if (loading)
 		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
 			 "killed before the agent loaded its GPU data: gpusnap resume %d loads it", pid, o->dir, me, pid);
@@ -583,10 +585,10 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 			 o->dir, me, pid);
 	else
 		snprintf(alive, sizeof(alive), "process %d is a copy of the image at '%s' that a gpusnap restore (pid %d) "
-			 "left stopped, never run, when it was killed: gpusnap restore -D '%s' removes it and restores again",
-			 pid, o->dir, me, o->dir);
-	snprintf(gone, sizeof(gone), "a gpusnap restore (pid %d) from '%s' was killed; the image is unchanged: gpusnap "
-		 "restore -D '%s' brings the process back", me, o->dir, o->dir);
+			 "left stopped, never run, when it was killed: %s -D '%s' removes it and restores again",
+			 pid, o->dir, me, again, o->dir);
+	snprintf(gone, sizeof(gone), "a gpusnap restore (pid %d) from '%s' was killed; the image is unchanged: %s -D "
+		 "'%s' brings the process back", me, o->dir, again, o->dir);
 	cli_op_step(r->lock, step, loading ? o->dir : NULL, alive, gone);
 }
 
