@@ -12,7 +12,8 @@
 int cli_criu_find(struct gs_criu *c, struct gs_err *err)
 {
 	int rc = gs_criu_find(c, err);
-	if (rc)
+	/* a criu that cannot work as this user is refused before anything of the process is touched */
+	if (rc || (rc = gs_criu_check_rights(c, err)))
 		return rc;
 	char run[PATH_MAX], home[PATH_MAX];
 	if ((rc = gs_ctl_run_dir(run, sizeof(run), err)))

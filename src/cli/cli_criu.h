@@ -9,7 +9,10 @@
 #include "common/err.h"
 #include "criu/criu.h"
 
-/* gs_criu_find, then gs_criu_set_home(RUN/criu). 0 or an error code with err set. */
+/*
+ * gs_criu_find, gs_criu_check_rights (GS_E_PERMISSION where criu cannot work
+ * as this user), then gs_criu_set_home(RUN/criu). 0 or an error code with err set.
+ */
 int cli_criu_find(struct gs_criu *c, struct gs_err *err);
 
 #endif

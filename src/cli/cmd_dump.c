@@ -110,6 +110,7 @@ struct dump_run {
 	bool agent_stuck; /* the agent's own undo of a failed dump failed: it stayed suspended, data in the image */
 	bool undo_failed; /* a step could not be undone (said on stderr) */
 	bool data_in_tmp; /* the agent's GPU data is (or is being) written to the temporary image */
+	bool kept_listed; /* the image kept_tmp_image kept holds the checksums of CRIU's files */
 	/* timings */
 	double agent_suspend_s, agent_write_s, criu_s, publish_s, resume_s, total_s;
 	/* --leave-running: from the first step that holds the process (agent or driver) to its resume */
@@ -129,13 +130,14 @@ struct dump_run {
 static void keep_tmp_image(struct dump_run *r, const char *dir, bool process_gone, char *kept, size_t n)
 {
 	struct gs_err ke = { 0 };
+	r->kept_listed = gs_image_tmp_cpu_listed(r->tmp);
 	if (gs_image_tmp_keep(r->tmp, kept, n, &ke))
 		fprintf(stderr, "gpusnap: %s\n", ke.msg);
 	r->tmp = NULL; /* freed by gs_image_tmp_keep */
 	char how[GS_ERR_MSG_MAX];
 	if (process_gone)
 		snprintf(how, sizeof(how), "process %d was dumped, but its image could not be put at '%s' and is kept at "
-			 "'%s': gpusnap restore -D '%s' brings it back", (int)r->pid, dir, kept, kept);
+			 "'%s': %s -D '%s' brings it back", (int)r->pid, dir, kept, dump_restore_cmd(r->kept_listed), kept);
 	else
 		snprintf(how, sizeof(how), "process %d stays suspended after a failed dump; its GPU data is kept in '%s': "
 			 "gpusnap resume %d puts it back", (int)r->pid, kept, (int)r->pid);
@@ -215,17 +217,19 @@ static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump
 	case STEP_CRIU:
 		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed "
 			 "while CRIU dumped it; gpusnap resume %d puts it back", pid, me, pid);
+		/* CRIU may have finished after gpusnap died, which then never wrote the checksums of CRIU's files */
 		snprintf(gone, sizeof(gone), "CRIU dumped process %d for a gpusnap dump (pid %d) that was killed before it "
-			 "published the image at '%s': check '%s' with gpusnap inspect --verify, then gpusnap restore -D '%s' "
-			 "brings the process back", pid, me, o->dir, tmp, tmp);
+			 "published the image at '%s' or checksummed CRIU's files: check '%s' with gpusnap inspect --verify "
+			 "--allow-unverified-cpu, then gpusnap restore --allow-unverified-cpu -D '%s' brings the process back",
+			 pid, me, o->dir, tmp, tmp);
 		break;
 	case STEP_PUBLISH:
 		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed "
 			 "after CRIU dumped it; its image is complete at '%s'; gpusnap resume %d puts the process back", pid, me,
 			 tmp, pid);
 		snprintf(gone, sizeof(gone), "a gpusnap dump (pid %d) was killed after CRIU dumped process %d, before it "
-			 "published the image at '%s': the image is complete at '%s'; gpusnap restore -D '%s' brings the "
-			 "process back", me, pid, o->dir, tmp, tmp);
+			 "published the image at '%s': the image is complete at '%s'; %s -D '%s' brings the process back", me,
+			 pid, o->dir, tmp, dump_restore_cmd(gs_image_tmp_cpu_listed(r->tmp)), tmp);
 		break;
 	case STEP_FINISH:
 		data = r->data_in_tmp ? o->dir : NULL;
@@ -432,16 +436,20 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	 * complete. Nothing to undo from here on.
 	 */
 	r->driver_suspended = r->agent_suspended = false;
-	record_step(r, o, STEP_PUBLISH);
 	t = gs_now();
-	rc = gs_fault(GS_FI_DUMP_AFTER_CRIU) ? injected(r, GS_FI_DUMP_AFTER_CRIU, err) : gs_image_publish(r->tmp, &r->published, err);
+	/* CRIU's files get their checksums first: an image kept from here on verifies as a published one */
+	rc = gs_image_tmp_list_cpu(r->tmp, err);
+	record_step(r, o, STEP_PUBLISH);
+	if (!rc)
+		rc = gs_fault(GS_FI_DUMP_AFTER_CRIU) ? injected(r, GS_FI_DUMP_AFTER_CRIU, err)
+						     : gs_image_publish(r->tmp, &r->published, err);
 	r->publish_s = gs_now() - t;
 	if (rc && !r->published) {
 		/* the process is gone and its image complete at the temporary name: keep it under its own name, say where */
 		char kept[4096];
 		keep_tmp_image(r, o->dir, true, kept, sizeof(kept));
-		gs_err_wrap(err, "process %d was dumped, but its image was not published; it is kept at '%s' (gpusnap "
-			    "restore -D '%s' brings the process back)", (int)r->pid, kept, kept);
+		gs_err_wrap(err, "process %d was dumped, but its image was not published; it is kept at '%s' (%s -D '%s' "
+			    "brings the process back)", (int)r->pid, kept, dump_restore_cmd(r->kept_listed), kept);
 		return rc;
 	}
 	if (rc)

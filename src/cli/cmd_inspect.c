@@ -3,7 +3,9 @@
  * allocations, checksums, CRIU's files, how and when it was taken, versions),
  * as text or JSON; --verify also reads every stored chunk and every listed
  * file of CRIU's and checks their checksums. Opening the image already
- * refuses one that is unsafe or incomplete (image.h: gs_image_open). An
+ * refuses one that is unsafe or incomplete (image.h: gs_image_open); --verify
+ * holds it for reading meanwhile (gs_image_open_held) and fails an image
+ * without checksums of CRIU's files unless --allow-unverified-cpu. An
  * image of a process tree (dump --tree) lists the GPU image of each of its
  * CUDA processes too, and --verify checks those as well.
  */
@@ -13,11 +15,12 @@
 
 #include "cli/cli.h"
 #include "cli/dump_tree.h"
+#include "cli/interrupt.h"
 #include "common/util.h"
 #include "image/image.h"
 
 static const char *const inspect_usage[] = {
-	"gpusnap inspect [--verify] [--json] DIR",
+	"gpusnap inspect [--verify [--allow-unverified-cpu]] [--json] DIR",
 	NULL,
 };
 
@@ -77,11 +80,13 @@ static int open_tree_parts(const char *dir, struct gs_image *img, bool verify, s
 
 int cmd_inspect(int argc, char **argv)
 {
-	bool json = false, verify = false;
+	bool json = false, verify = false, allow_unverified_cpu = false;
 	const char *dir = NULL;
 	const struct gs_option opts[] = {
 		GS_OPT_STRING_('D', "dir", &dir, "DIR", "the image directory (or give it as the argument)"),
 		GS_OPT_BOOL_(0, "verify", &verify, "read every stored chunk and CRIU file and check its checksum"),
+		GS_OPT_BOOL_(0, "allow-unverified-cpu", &allow_unverified_cpu,
+			     "--verify passes an image without checksums of CRIU's files (its GPU data checked only)"),
 		GS_OPT_BOOL_(0, "json", &json, "print as JSON"),
 		GS_OPT_END_(),
 	};
@@ -97,11 +102,19 @@ int cmd_inspect(int argc, char **argv)
 	}
 	struct gs_err err = { 0 };
 	struct gs_image *img;
-	if ((rc = gs_image_open(dir, &img, &err)))
+	/* --verify holds the image for reading (a dump replacing it waits): what is read is what is checked */
+	if ((rc = verify ? gs_image_open_held(dir, &img, &err) : gs_image_open(dir, &img, &err)))
 		return cli_report_error(&err);
 	double verify_s = 0, t = gs_now();
-	if (verify)
+	/* verified means every file a restore uses was checked: CRIU's files without checksums only when asked */
+	bool cpu_unverified = verify && gs_image_require_cpu_list(img, &err);
+	if (cpu_unverified && !allow_unverified_cpu) {
+		rc = err.code;
+		cli_err_append(&err, "gpusnap inspect --verify --allow-unverified-cpu checks the rest");
+	} else if (verify) {
+		gs_err_clear(&err);
 		rc = gs_image_verify(img, 0, &err);
+	}
 	struct tree_part *parts = NULL;
 	int nparts = 0;
 	struct gs_err perr = { 0 };
@@ -148,6 +161,7 @@ int cmd_inspect(int argc, char **argv)
 				gs_json_kv_string(&j, "message", err.msg);
 			gs_json_kv_uint(&j, "stored_bytes", tot.stored_bytes);
 			gs_json_kv_bool(&j, "cpu_files_checked", cpu_listed);
+			gs_json_kv_bool(&j, "cpu_files_unverified_allowed", cpu_unverified && allow_unverified_cpu);
 			gs_json_kv_uint(&j, "cpu_bytes", cpu_bytes);
 			gs_json_kv_double(&j, "seconds", verify_s);
 			gs_json_object_end(&j);
@@ -170,9 +184,10 @@ int cmd_inspect(int argc, char **argv)
 			char b[32], cb[32] = "";
 			if (cpu_listed)
 				snprintf(cb, sizeof(cb), " and %zu CRIU file%s", cpu_files, cpu_files == 1 ? "" : "s");
-			printf("verify       ok: %llu stored chunks%s, %s checked in %.2f s\n",
+			printf("verify       ok: %llu stored chunks%s, %s checked in %.2f s%s\n",
 			       (unsigned long long)(tot.chunks - tot.zero_chunks), cb,
-			       gs_format_bytes(tot.stored_bytes + cpu_bytes, b, sizeof(b)), verify_s);
+			       gs_format_bytes(tot.stored_bytes + cpu_bytes, b, sizeof(b)), verify_s,
+			       cpu_unverified ? " (CRIU's files unverified: they have no checksums)" : "");
 		}
 	}
 	for (int i = 0; i < nparts; i++)

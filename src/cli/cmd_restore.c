@@ -22,6 +22,10 @@
  * Any failure after CRIU kills the restored process, so a refused restore
  * leaves no process and the image as it was. The image is only read: CRIU's
  * log and work files go to a folder of their own under the runtime directory.
+ * It is held for reading until the restore ends (gs_image_open_held): a dump
+ * replacing DIR meanwhile waits, so no file is removed under CRIU or the
+ * agent. An image without checksums of CRIU's files is restored only with
+ * --allow-unverified-cpu.
  *
  * The PID the image needs is locked for the restore, and the restored
  * process too once it exists (op_lock.h): a second restore of the image, or
@@ -63,7 +67,7 @@
 #include "image/image.h"
 
 static const char *const restore_usage[] = {
-	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--json] -D DIR",
+	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--allow-unverified-cpu] [--json] -D DIR",
 	NULL,
 };
 
@@ -97,7 +101,7 @@ const struct cli_doc restore_doc = {
 struct restore_opts {
 	const char *dir;
 	struct gs_string_list maps;
-	bool no_verify, verify_first, json;
+	bool no_verify, verify_first, json, allow_unverified_cpu;
 };
 
 struct restore_run {
@@ -452,13 +456,19 @@ static int open_tree(struct restore_run *r, const struct restore_opts *o, struct
 
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
-	int rc = gs_image_open(o->dir, &r->img, err);
+	/* held for reading until the end: a dump replacing DIR meanwhile waits, its claim refuses */
+	int rc = gs_image_open_held(o->dir, &r->img, err);
 	if (rc)
 		return rc;
 	r->info = gs_image_get_info(r->img);
 	if (!r->info->cpu_state)
 		return gs_fail(err, GS_E_IMAGE, "'%s' holds no CPU state (not written by gpusnap dump): nothing to restore",
 			       o->dir);
+	/* CRIU restores whatever its files say: unchecked ones only when the user says so */
+	if (!o->allow_unverified_cpu && (rc = gs_image_require_cpu_list(r->img, err))) {
+		cli_err_append(err, "gpusnap restore --allow-unverified-cpu restores it all the same");
+		return rc;
+	}
 	bool agent = !strcmp(r->info->how, "agent");
 	r->tree = !strcmp(r->info->how, DUMP_TREE_HOW);
 	if (!agent && !r->tree && strcmp(r->info->how, "driver"))
@@ -576,11 +586,13 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
 	int me = (int)getpid(), pid = (int)r->info->source_pid;
 	bool loading = !strcmp(step, "load");
+	/* the restore named again: with the flag this one needed (an image without checksums of CRIU's files) */
+	const char *again = gs_image_cpu_files(r->img, NULL, NULL) ? "gpusnap restore" : dump_restore_cmd(false);
 	if (loading && r->tree)
 		/* the agents load as one job, each from its own image: only a new restore does that again */
 		snprintf(alive, sizeof(alive), "the process tree %d was restored from '%s' by a gpusnap restore (pid %d) "
 			 "that was killed while its agents loaded their GPU data: kill -9 every process of the tree, then "
-			 "gpusnap restore -D '%s' again", pid, o->dir, me, o->dir);
+			 "%s -D '%s' again", pid, o->dir, me, again, o->dir);
 	else if (loading)
 		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
 			 "killed before the agent loaded its GPU data: gpusnap resume %d loads it", pid, o->dir, me, pid);
@@ -595,10 +607,10 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 			 o->dir, me, pid);
 	else
 		snprintf(alive, sizeof(alive), "process %d is a copy of the image at '%s' that a gpusnap restore (pid %d) "
-			 "left stopped, never run, when it was killed: gpusnap restore -D '%s' removes it and restores again",
-			 pid, o->dir, me, o->dir);
-	snprintf(gone, sizeof(gone), "a gpusnap restore (pid %d) from '%s' was killed; the image is unchanged: gpusnap "
-		 "restore -D '%s' brings the process back", me, o->dir, o->dir);
+			 "left stopped, never run, when it was killed: %s -D '%s' removes it and restores again",
+			 pid, o->dir, me, again, o->dir);
+	snprintf(gone, sizeof(gone), "a gpusnap restore (pid %d) from '%s' was killed; the image is unchanged: %s -D "
+		 "'%s' brings the process back", me, o->dir, again, o->dir);
 	cli_op_step(r->lock, step, loading ? o->dir : NULL, alive, gone);
 }
 
@@ -865,6 +877,8 @@ int cmd_restore(int argc, char **argv)
 			     "skip the checksum pass before restoring (a bad chunk is still found while loading)"),
 		GS_OPT_BOOL_(0, "verify-first", &o.verify_first,
 			     "finish the checksum pass before CRIU starts (default: alongside, the process held stopped)"),
+		GS_OPT_BOOL_(0, "allow-unverified-cpu", &o.allow_unverified_cpu,
+			     "restore an image without checksums of CRIU's files (a kept image of a dump killed in CRIU)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};

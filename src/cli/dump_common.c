@@ -44,6 +44,11 @@ int dump_add_gpus(struct gs_image_writer *w, const struct cli_session *s, uint64
 	return 0;
 }
 
+const char *dump_restore_cmd(bool cpu_listed)
+{
+	return cpu_listed ? "gpusnap restore" : "gpusnap restore --allow-unverified-cpu";
+}
+
 uint64_t dump_dir_bytes(const char *dir, const char *sub)
 {
 	char path[4096];

@@ -6,6 +6,7 @@
 #ifndef GPUSNAP_CLI_DUMP_COMMON_H
 #define GPUSNAP_CLI_DUMP_COMMON_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cli/cli.h"
@@ -19,6 +20,12 @@ int dump_add_gpus(struct gs_image_writer *w, const struct cli_session *s, uint64
 /* Records vram[i] for each GPU i in mask under DUMP_META_VRAM_PREFIX + its UUID. */
 int dump_set_metadata(struct gs_image_writer *w, const struct cli_session *s, const uint64_t *vram, uint64_t mask,
 		      struct gs_err *err);
+/*
+ * The command that restores an image a dump kept unpublished: "gpusnap
+ * restore", with --allow-unverified-cpu where the image has no checksums of
+ * CRIU's files (cpu_listed false: gpusnap died or failed before it wrote them).
+ */
+const char *dump_restore_cmd(bool cpu_listed);
 /* Bytes of the regular files under dir/sub (0 if absent). */
 uint64_t dump_dir_bytes(const char *dir, const char *sub);
 

@@ -237,9 +237,15 @@ static void record_step(struct tree_run *r, const struct dump_tree_opts *o, cons
 	snprintf(alive, sizeof(alive), "process tree %d was left suspended by a gpusnap dump --tree (pid %d) that was "
 		 "killed; gpusnap resume --tree %d puts it back", root, me, root);
 	const char *tmp = gs_image_tmp_path(r->tmp);
-	snprintf(gone, sizeof(gone), "CRIU dumped the process tree %d for a gpusnap dump --tree (pid %d) that was killed "
-		 "before it published the image at '%s': check '%s' with gpusnap inspect --verify, then gpusnap restore -D "
-		 "'%s' brings the tree back", root, me, o->dir, tmp, tmp);
+	if (gs_image_tmp_cpu_listed(r->tmp))
+		snprintf(gone, sizeof(gone), "a gpusnap dump --tree (pid %d) was killed after CRIU dumped the process tree "
+			 "%d, before it published the image at '%s': the image is complete at '%s'; gpusnap restore -D '%s' "
+			 "brings the tree back", me, root, o->dir, tmp, tmp);
+	else /* CRIU may have finished after gpusnap died, which then never wrote the checksums of CRIU's files */
+		snprintf(gone, sizeof(gone), "CRIU dumped the process tree %d for a gpusnap dump --tree (pid %d) that was "
+			 "killed before it published the image at '%s' or checksummed CRIU's files: check '%s' with gpusnap "
+			 "inspect --verify --allow-unverified-cpu, then gpusnap restore --allow-unverified-cpu -D '%s' brings "
+			 "the tree back", root, me, o->dir, tmp, tmp);
 	for (int i = 0; i < r->n; i++)
 		cli_op_step(r->locks[i], step, r->agents[i].present ? r->images[i] : NULL, alive, criu_done ? gone : NULL);
 }
@@ -425,12 +431,17 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 		return rc;
 	}
 	r->driver_suspended = false; /* the processes are gone: nothing to undo from here on */
-	rc = gs_image_publish(r->tmp, &r->published, err);
+	/* CRIU's files get their checksums first: an image kept from here on verifies as a published one */
+	rc = gs_image_tmp_list_cpu(r->tmp, err);
+	record_step(r, o, "publish", true);
+	if (!rc)
+		rc = gs_image_publish(r->tmp, &r->published, err);
 	if (rc && !r->published) {
 		char kept[4096];
+		bool listed = gs_image_tmp_cpu_listed(r->tmp);
 		keep_tmp(r, kept, sizeof(kept));
-		gs_err_wrap(err, "tree %d was dumped, but its image was not published; it is kept at '%s' (gpusnap restore "
-			    "-D '%s' brings the tree back)", (int)r->root, kept, kept);
+		gs_err_wrap(err, "tree %d was dumped, but its image was not published; it is kept at '%s' (%s -D '%s' "
+			    "brings the tree back)", (int)r->root, kept, dump_restore_cmd(listed), kept);
 		return rc;
 	}
 	r->total_s = gs_now() - t0;

@@ -17,10 +17,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/capability.h>
+#include <linux/securebits.h>
 
 #include "common/fault.h"
 #include "common/log.h"
@@ -344,6 +349,65 @@ static void failure_cause(const char *log_errors, const struct gs_run_result *re
 static const char *root_hint(void)
 {
 	return geteuid() == 0 ? "" : " (criu needs root or CAP_CHECKPOINT_RESTORE)";
+}
+
+/*
+ * The capabilities criu gets when this root process executes it (capget(2)
+ * and prctl(2): libcap would add a build dependency for the same three
+ * reads): without SECBIT_NOROOT, root's exec grants the bounding set plus
+ * the inheritable one; with it, only the ambient set survives the exec.
+ */
+static bool root_child_has_cap(int cap)
+{
+	int bits = prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+	if (bits >= 0 && (bits & SECBIT_NOROOT))
+		return prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1;
+	if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1)
+		return true;
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capget, &hdr, data) < 0 || cap / 32 >= _LINUX_CAPABILITY_U32S_3)
+		return false;
+	return (data[cap / 32].inheritable >> (cap % 32)) & 1;
+}
+
+int gs_criu_check_rights(const struct gs_criu *c, struct gs_err *err)
+{
+	if (geteuid() == 0) {
+		/* CAP_CHECKPOINT_RESTORE (40) exists from Linux 5.9 on; an older kernel answers "not set" */
+		if (root_child_has_cap(CAP_SYS_ADMIN) || root_child_has_cap(40))
+			return 0;
+		return gs_fail(err, GS_E_PERMISSION, "criu would run without CAP_CHECKPOINT_RESTORE and CAP_SYS_ADMIN, "
+			       "one of which it needs (root with limited capabilities, as in a container): give gpusnap "
+			       "CAP_CHECKPOINT_RESTORE, e.g. docker run --cap-add CHECKPOINT_RESTORE");
+	}
+	char *argv[] = { (char *)c->path, "check", "--feature", "mnt_id", NULL };
+	struct gs_run_result *res = malloc(sizeof(*res));
+	if (!res)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	struct gs_err e = { 0 };
+	int rc = run_criu(argv, VERSION_TIMEOUT_S, 0, -1, res, &e);
+	if (!rc && !res->timed_out && (!WIFEXITED(res->status) || WEXITSTATUS(res->status) != 0) &&
+	    (strstr(res->output, "capability") || strstr(res->output, "non-root"))) {
+		/* criu's first line says what it lacks: its capabilities, or --unprivileged (not passed by gpusnap) */
+		char line[256] = "";
+		const char *p = res->output;
+		while (*p == '\n' || *p == ' ')
+			p++;
+		size_t n = strcspn(p, "\n");
+		while (n && (p[n - 1] == ' ' || p[n - 1] == ':' || p[n - 1] == '\r'))
+			n--;
+		snprintf(line, sizeof(line), "%.*s", (int)n, p);
+		rc = gs_fail(err, GS_E_PERMISSION, "criu refuses to run as user %u ('%s'): run gpusnap as root (sudo)",
+			     (unsigned)geteuid(), line);
+	} else {
+		if (!rc && (!WIFEXITED(res->status) || WEXITSTATUS(res->status) != 0))
+			pr_debug("'%s check --feature mnt_id' failed; the dump or restore will say why", c->path);
+		rc = 0;
+	}
+	free(res);
+	return rc;
 }
 
 int gs_criu_check(const struct gs_criu *c, struct gs_err *err)

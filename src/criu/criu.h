@@ -136,6 +136,20 @@ int gs_criu_find(struct gs_criu *c, struct gs_err *err);
  */
 int gs_criu_set_home(struct gs_criu *c, const char *dir, struct gs_err *err);
 
+/*
+ * Whether criu, run by this process as gpusnap runs it (no --unprivileged),
+ * may dump and restore at all, asked before anything is touched. As root:
+ * criu gets this process's bounding and inheritable capabilities (only the
+ * ambient ones under SECBIT_NOROOT) and needs CAP_CHECKPOINT_RESTORE or
+ * CAP_SYS_ADMIN, as criu's first check does; read with capget(2). As another
+ * user, criu's capabilities come from its own file (setcap) and its mode from
+ * its configuration files, which gpusnap cannot see: criu itself is asked
+ * (`criu check --feature mnt_id`, a quick one past its rights checks).
+ * GS_E_PERMISSION naming what is missing and what to do; 0 otherwise (other
+ * failures of the probe are left to the real run).
+ */
+int gs_criu_check_rights(const struct gs_criu *c, struct gs_err *err);
+
 /* Runs `criu check`; GS_E_CRIU with criu's complaint when the kernel lacks something. */
 int gs_criu_check(const struct gs_criu *c, struct gs_err *err);
 

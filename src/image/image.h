@@ -241,6 +241,15 @@ int gs_image_tmp_cpu_fd_path(struct gs_image_tmp *t, char *path, size_t n, struc
  */
 int gs_image_publish(struct gs_image_tmp *t, bool *published, struct gs_err *err);
 /*
+ * With CPU state: lists and checksums CRIU's files into cpu-files.img now,
+ * as gs_image_publish would (which then does not again), so that the image,
+ * should it be kept unpublished from here on, verifies as a published one.
+ * Call it once CRIU has written cpu/. 0 or an error code (GS_E_NO_SPACE...).
+ */
+int gs_image_tmp_list_cpu(struct gs_image_tmp *t, struct gs_err *err);
+/* Whether t's directory holds cpu-files.img (the checksums of CRIU's files). */
+bool gs_image_tmp_cpu_listed(const struct gs_image_tmp *t);
+/*
  * gs_image_publish without the fsync of the image's files before the rename:
  * the image is complete at DIR for every reader at once, but on the disk only
  * once gs_image_sync(DIR) returned; a crash before that may leave it torn
@@ -308,6 +317,18 @@ struct gs_image;
  * GS_E_PERMISSION (untrusted owner or mode, a link, an unsafe directory above).
  */
 int gs_image_open(const char *dir, struct gs_image **img, struct gs_err *err);
+/*
+ * gs_image_open holding the image for reading until gs_image_close: a shared
+ * flock() on DIR's directory, taken before anything in it is read. A publish
+ * that would replace DIR (gs_image_publish) takes it exclusively first, so it
+ * waits for the readers (and a new writer's claim refuses), and the files a
+ * reader uses are never removed under it. A publish holding DIR (replacing
+ * it, or ending its own publish) is waited for a few seconds, said on stderr,
+ * then GS_E_STATE naming it; an image replaced between the open and the lock
+ * is opened again. For restore and inspect --verify; the agent's own reads
+ * of an image its gpusnap holds go through gs_image_open.
+ */
+int gs_image_open_held(const char *dir, struct gs_image **img, struct gs_err *err);
 void gs_image_close(struct gs_image *img);
 
 const char *gs_image_path(const struct gs_image *img);
@@ -344,6 +365,12 @@ int gs_image_cpu_dir_fd_path(const struct gs_image *img, char *path, size_t n, s
  * size. False for images without CPU state, or written before the list.
  */
 bool gs_image_cpu_files(const struct gs_image *img, size_t *nfiles, uint64_t *bytes);
+/*
+ * GS_E_IMAGE where the image holds CPU state but no cpu-files.img, so that
+ * CRIU's files cannot be checked (an image a killed dump kept before it
+ * wrote the list, or one of a gpusnap older than the list); 0 otherwise.
+ */
+int gs_image_require_cpu_list(const struct gs_image *img, struct gs_err *err);
 
 /*
  * Reads chunk i into buf (its `length` bytes) and checks its CRC-32C; a ZERO

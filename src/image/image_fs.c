@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 int gs_fs_check_trusted(const struct stat *st, const char *path, struct gs_err *err)
@@ -206,6 +207,72 @@ int gs_fs_open_file(int dir_fd, const char *name, const char *path, int *fd, str
 	}
 	*fd = f;
 	return 0;
+}
+
+/* ------------------------------------------------------- who holds a lock */
+
+/* "gpusnap WORD" for a gpusnap process running subcommand WORD; "" for any other (nothing it controls is shown). */
+static void gpusnap_command(pid_t pid, char *out, size_t n)
+{
+	static const char *const words[] = { "dump", "restore", "inspect", "state", "suspend", "resume", "run" };
+	char path[64], cmd[512];
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t len = read(fd, cmd, sizeof(cmd) - 1);
+	close(fd);
+	if (len <= 0)
+		return;
+	cmd[len] = '\0';
+	const char *argv0 = cmd, *base = strrchr(argv0, '/');
+	base = base ? base + 1 : argv0;
+	size_t l0 = strlen(argv0);
+	if (strcmp(base, "gpusnap") || (ssize_t)l0 + 1 >= len)
+		return;
+	const char *sub = argv0 + l0 + 1;
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (!strcmp(sub, words[i])) {
+			snprintf(out, n, "gpusnap %s", words[i]);
+			return;
+		}
+	snprintf(out, n, "gpusnap");
+}
+
+void gs_fs_flock_holder(int fd, char *out, size_t n, bool *exclusive)
+{
+	snprintf(out, n, "another process");
+	if (exclusive)
+		*exclusive = false;
+	struct stat st;
+	FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "re") : NULL;
+	if (!f)
+		return;
+	char line[256];
+	while (fgets(line, sizeof(line), f)) {
+		/* "1: FLOCK  ADVISORY  READ  1234 fd:01:5678 0 EOF"; a waiter's line has "->" after the number */
+		char kind[16], mode[16], rw[16];
+		int pid;
+		unsigned maj, min;
+		unsigned long long ino;
+		const char *p = strchr(line, ':');
+		if (!p || strstr(line, "->") ||
+		    sscanf(p + 1, "%15s %15s %15s %d %x:%x:%llu", kind, mode, rw, &pid, &maj, &min, &ino) != 7 ||
+		    strcmp(kind, "FLOCK") || ino != (unsigned long long)st.st_ino || maj != major(st.st_dev) ||
+		    min != minor(st.st_dev))
+			continue;
+		char cmd[64];
+		gpusnap_command(pid, cmd, sizeof(cmd));
+		if (cmd[0])
+			snprintf(out, n, "%s (pid %d)", cmd, pid);
+		else
+			snprintf(out, n, "process %d", pid);
+		if (exclusive)
+			*exclusive = !strcmp(rw, "WRITE");
+		break;
+	}
+	fclose(f);
 }
 
 /* ---------------------------------------------------------------- the pool */

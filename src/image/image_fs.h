@@ -80,6 +80,14 @@ int gs_fs_open_file(int dir_fd, const char *name, const char *path, int *fd, str
 #define GS_FS_MAX_THREADS 16
 typedef int (*gs_fs_work_fn)(void *ctx, size_t i, void *buf, struct gs_err *err);
 int gs_fs_parallel(size_t n, unsigned nthreads, size_t buf_size, gs_fs_work_fn fn, void *ctx, struct gs_err *err);
+/*
+ * Who holds a flock() on the file open at fd, for messages: "gpusnap restore
+ * (pid 12)" where /proc/locks names a gpusnap process (its subcommand from
+ * its command line, only a word gpusnap has), "process 12" for another one,
+ * "another process" where none is found (a file system whose device numbers
+ * /proc/locks does not show). *exclusive (if non-NULL): a LOCK_EX.
+ */
+void gs_fs_flock_holder(int fd, char *out, size_t n, bool *exclusive);
 /* fsync of dir_fd/name and everything below it. 0 or -errno. */
 int gs_fs_fsync_tree(int dir_fd, const char *name);
 /* Removes dir_fd/name and everything below it, never following symlinks; ENOENT is success. 0 or -errno. */

@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,9 @@
 #define MAX_IO (1ULL << 30)
 /* gs_image_read_chunk reads and checksums in pieces of this (a multiple of GS_FMT_ALIGN, fits in L2) */
 #define READ_PIECE (1ULL << 20)
+/* gs_image_open_held: how long a publish holding the image is waited for, and how often it is reopened */
+#define HOLD_WAIT_S 5.0
+#define HOLD_ROUNDS 3
 
 struct reader_file {
 	int fd;        /* buffered reads */
@@ -211,7 +215,64 @@ static int check_cpu_state(struct gs_image *img, struct gs_err *err)
 	return rc;
 }
 
+/*
+ * A shared flock on the image directory img->dir_fd, for gs_image_open_held:
+ * a publish holding it exclusively (replacing this image, or ending its own
+ * publish of it) is waited for up to HOLD_WAIT_S, said once on stderr. -1
+ * when the directory at dir is another one by the time the lock is had (a
+ * publish replaced it: open again); 0 held (or a file system without flock:
+ * read unheld, as before the lock existed); an error code otherwise.
+ */
+static int hold_dir(struct gs_image *img, const char *dir, struct gs_err *err)
+{
+	double t0 = gs_now();
+	bool said = false;
+	while (flock(img->dir_fd, LOCK_SH | LOCK_NB) < 0) {
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK) {
+			pr_debug("'%s' read without its lock: %s", dir, strerror(errno));
+			return 0;
+		}
+		char who[128];
+		gs_fs_flock_holder(img->dir_fd, who, sizeof(who), NULL);
+		if (gs_now() - t0 > HOLD_WAIT_S)
+			return gs_fail(err, GS_E_STATE, "image '%s' is being written by %s; try again when it has finished",
+				       dir, who);
+		if (!said)
+			pr_warn("waiting for %s, which is publishing '%s'", who, dir);
+		said = true;
+		usleep(20000);
+	}
+	struct stat held, named;
+	if (fstat(img->dir_fd, &held) < 0 || stat(dir, &named) < 0 || held.st_ino != named.st_ino ||
+	    held.st_dev != named.st_dev)
+		return -1;
+	return 0;
+}
+
+static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct gs_err *err);
+
 int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
+{
+	return image_open(dir, false, imgp, err);
+}
+
+int gs_image_open_held(const char *dir, struct gs_image **imgp, struct gs_err *err)
+{
+	/* each round a publish replaced the image between the open and the lock: the new one is opened */
+	for (int round = 0;; round++) {
+		int rc = image_open(dir, true, imgp, err);
+		if (rc != -1)
+			return rc;
+		if (round >= HOLD_ROUNDS)
+			return gs_fail(err, GS_E_STATE, "image '%s' was replaced %d times while being opened; try again",
+				       dir, HOLD_ROUNDS + 1);
+	}
+}
+
+/* -1 (hold only): the directory was replaced before it was locked, nothing is open. */
+static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct gs_err *err)
 {
 	*imgp = NULL;
 	struct gs_image *img = calloc(1, sizeof(*img));
@@ -233,6 +294,13 @@ int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
 			rc = gs_fail_errno(err, e == EACCES || e == EPERM ? GS_E_PERMISSION : GS_E_FAILURE, e,
 					   "cannot open '%s'", dir);
 		goto fail;
+	}
+	if (rc)
+		goto fail;
+	/* locked before anything in it is read: a publish removes the files of the image it replaced */
+	if (hold && (rc = hold_dir(img, dir, err)) < 0) {
+		gs_image_close(img);
+		return -1;
 	}
 	if (rc)
 		goto fail;
@@ -377,6 +445,15 @@ bool gs_image_cpu_files(const struct gs_image *img, size_t *nfiles, uint64_t *by
 	if (bytes)
 		*bytes = img->cpu_listed ? img->cpu_list.bytes : 0;
 	return img->cpu_listed;
+}
+
+int gs_image_require_cpu_list(const struct gs_image *img, struct gs_err *err)
+{
+	if (!img->m.info.cpu_state || img->cpu_listed)
+		return 0;
+	return gs_fail(err, GS_E_IMAGE, "image '%s' has no checksums of CRIU's files (no %s: kept by a dump killed "
+		       "before it wrote them, or written by an older gpusnap), so its %s/ cannot be verified", img->path,
+		       GS_FMT_CPU_LIST_NAME, GS_FMT_CPU_DIR_NAME);
 }
 
 void gs_image_set_direct_io(struct gs_image *img, bool on)

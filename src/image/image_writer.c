@@ -57,6 +57,8 @@
 
 /* Largest single pwrite (Linux caps one call at 2 GiB - 4 KiB anyway). */
 #define MAX_IO (1ULL << 30)
+/* How long a publish waits for the readers of the image it replaces (a restore of many GiB included). */
+#define READERS_WAIT_S 600.0
 /* Read size while checksumming CRIU's files for cpu-files.img. */
 #define LIST_READ (8ULL << 20)
 
@@ -82,6 +84,7 @@ struct gs_image_tmp {
 	int fd;         /* holds the flock that marks the owner alive: DIR's writer lock */
 	int cpu_fd;     /* cpu/ once gs_image_tmp_cpu_dir made it, else -1 */
 	int32_t source_pid; /* the process the image is of (0: unknown), for the kept name */
+	bool cpu_listed;    /* cpu-files.img was written for CRIU's files as they are now (gs_image_tmp_list_cpu) */
 };
 
 struct gs_image_writer {
@@ -504,6 +507,30 @@ static int check_replaceable(struct gs_image_tmp *t, const struct gs_image_tmp_o
 	return rc;
 }
 
+/*
+ * DIR is not held by a reader (gs_image_open_held: a restore, an inspect
+ * --verify) nor by a publish ending: a dump that would replace it refuses
+ * at once, before it touches any process, rather than find it at publish.
+ */
+static int check_not_held(struct gs_image_tmp *t, struct gs_err *err)
+{
+	int fd = openat(t->parent_fd, t->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* gone meanwhile: nothing to replace */
+	int rc = 0;
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+		flock(fd, LOCK_UN);
+	} else if (errno == EWOULDBLOCK) {
+		char who[128];
+		bool exclusive;
+		gs_fs_flock_holder(fd, who, sizeof(who), &exclusive);
+		rc = gs_fail(err, GS_E_STATE, "image '%s' is being %s by %s; not replacing it now: try again when it has "
+			     "finished", t->dir, exclusive ? "published" : "read", who);
+	}
+	close(fd);
+	return rc;
+}
+
 static int split_path(struct gs_image_tmp *t, const char *dir, struct gs_err *err)
 {
 	size_t n = strlen(dir);
@@ -644,7 +671,7 @@ int gs_image_tmp_create(const char *dir, const struct gs_image_tmp_opts *opts, s
 	bool exists;
 	if (find_live_writer(t, &holder)) {
 		rc = busy(t, holder, err);
-	} else if (!(rc = check_replaceable(t, opts, &exists, err))) {
+	} else if (!(rc = check_replaceable(t, opts, &exists, err)) && !(exists && (rc = check_not_held(t, err)))) {
 		clean_up_dead_writers(t);
 		rc = make_tmp_dir(t, err);
 		/* without the parent's lock another writer may have claimed DIR meanwhile: then both give way */
@@ -1353,6 +1380,35 @@ static int write_manifest(struct gs_image_writer *w, const struct gs_manifest *m
  * old one, now under the temporary name, is deleted afterwards. *old_fd keeps
  * the old directory flock()ed so no other writer takes it for stale meanwhile.
  */
+/*
+ * Takes the old image's lock exclusively before it is replaced: a reader
+ * that began after the claim (a restore, an inspect --verify) is waited for,
+ * said once on stderr, up to READERS_WAIT_S; its files are removed only once
+ * no one reads them.
+ */
+static int wait_readers(struct gs_image_tmp *t, int old_fd, struct gs_err *err)
+{
+	double t0 = gs_now();
+	bool said = false;
+	char who[128] = "";
+	while (flock(old_fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK)
+			return gs_fail_errno(err, errno_code(errno), errno, "cannot lock '%s'", t->dir);
+		if (!said) {
+			gs_fs_flock_holder(old_fd, who, sizeof(who), NULL);
+			pr_warn("'%s' is being read by %s: replacing it once that has finished", t->dir, who);
+			said = true;
+		}
+		if (gs_now() - t0 > READERS_WAIT_S)
+			return gs_fail(err, GS_E_STATE, "'%s' was still being read by %s after %.0f s; not replacing it",
+				       t->dir, who, READERS_WAIT_S);
+		usleep(50000);
+	}
+	return 0;
+}
+
 static int put_in_place(struct gs_image_tmp *t, bool *exchanged, int *old_fd, struct gs_err *err)
 {
 	bool exists;
@@ -1377,8 +1433,8 @@ static int put_in_place(struct gs_image_tmp *t, bool *exchanged, int *old_fd, st
 	*old_fd = openat(t->parent_fd, t->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (*old_fd < 0)
 		return gs_fail_errno(err, errno_code(errno), errno, "cannot open '%s'", t->dir);
-	if (flock(*old_fd, LOCK_EX | LOCK_NB) < 0)
-		return gs_fail(err, GS_E_FAILURE, "another gpusnap is replacing '%s' right now", t->dir);
+	if ((rc = wait_readers(t, *old_fd, err)))
+		return rc;
 	if (renameat2(t->parent_fd, t->tmp_name, t->parent_fd, t->base, RENAME_EXCHANGE) == 0) {
 		*exchanged = true;
 		return 0;
@@ -1520,16 +1576,36 @@ static int sync_failed(int synced, const char *dir, const char *path, struct gs_
 		       : gs_fail_errno(err, errno_code(-synced), -synced, "syncing '%s' failed", path);
 }
 
-static int publish(struct gs_image_tmp *t, bool sync_first, bool *published, struct gs_err *err)
+/* The sealed manifest's cpu-files.img, unless written already (gs_image_tmp_list_cpu). */
+static int list_cpu(struct gs_image_tmp *t, const char *what, struct gs_err *err)
 {
-	*published = false;
+	if (t->cpu_listed)
+		return 0;
 	struct gs_manifest m;
 	struct gs_err e = { 0 };
 	if (gs_manifest_read_at(t->fd, t->tmp_path, &m, &e))
-		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image; not publishing it (%s)", t->tmp_path, e.msg);
+		return gs_fail(err, GS_E_FAILURE, "'%s' holds no sealed image; not %s it (%s)", t->tmp_path, what, e.msg);
 	/* CRIU wrote cpu/ after the manifest was sealed: list and checksum its files for the readers */
 	int rc = m.info.cpu_state ? write_cpu_list(t, &m, err) : 0;
+	t->cpu_listed = rc == 0 && m.info.cpu_state;
 	gs_manifest_free(&m);
+	return rc;
+}
+
+int gs_image_tmp_list_cpu(struct gs_image_tmp *t, struct gs_err *err)
+{
+	return list_cpu(t, "listing", err);
+}
+
+bool gs_image_tmp_cpu_listed(const struct gs_image_tmp *t)
+{
+	return t && t->fd >= 0 && faccessat(t->fd, GS_FMT_CPU_LIST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+static int publish(struct gs_image_tmp *t, bool sync_first, bool *published, struct gs_err *err)
+{
+	*published = false;
+	int rc = list_cpu(t, "publishing", err);
 	if (rc)
 		return rc;
 	/*

@@ -43,8 +43,8 @@ counts_on() {
   got=$(sed -n "$((n + 1)),$((n + 3))p" "$log" | tr '\n' ' ')
   [ "$got" = "$want " ] || { echo "    got '$got', want '$want '"; return 1; }
 }
-restores() { # restores TITLE DIR VALUE: restore from DIR brings the counter back at VALUE
-  run_gpusnap restore -D "$2"; expect "$1: restore" 0 "restored $PID"
+restores() { # restores TITLE DIR VALUE [OPTION]: restore [OPTION] from DIR brings the counter back at VALUE
+  run_gpusnap restore ${4:+"$4"} -D "$2"; expect "$1: restore" 0 "restored $PID"
   check "$1: the restored process counts on from $3" counts_on "$3"
   kill -9 "$PID"; wait_gone "$PID"
 }
@@ -159,6 +159,9 @@ run_gpusnap state "$PID"
 expect "state names what the killed dump left" 3 "a gpusnap dump (pid"
 check "state says where the image is and what to do" grep -qF "the image is complete at '$kept'; gpusnap restore -D '$kept' brings the process back" "$ERR_TXT"
 check "the message is one line" one_error
+# CRIU's files were checksummed before the kill: the kept image verifies whole, as a published one
+run_gpusnap inspect --verify --json "$kept"; expect "the kept image verifies, CRIU's files too" 0
+check "inspect JSON: CRIU's files checked" [ "$(json_get "$OUT_TXT" '["verify"]["ok"],d["verify"]["cpu_files_checked"]')" = "(True, True)" ]
 restores "the image a killed dump left" "$kept" "$v"
 rm -rf "$kept"
 
@@ -184,9 +187,12 @@ check "CRIU finished the dump: the process is gone" wait_gone "$PID" 10
 v=$(last_value)
 kept=$(tmp_dirs "$img")
 run_gpusnap state "$PID"; expect "state names the image CRIU wrote" 3 "CRIU dumped process $PID for a gpusnap dump"
-check "state says where it is" grep -qF "gpusnap restore -D '$kept'" "$ERR_TXT"
-run_gpusnap inspect --verify "$kept"; expect "the image CRIU wrote verifies" 0
-restores "the image of a dump killed while CRIU ran" "$kept" "$v"
+# gpusnap died before it could checksum CRIU's files: the commands it names say so
+check "state says where it is, and that CRIU's files are unverified" grep -qF "gpusnap restore --allow-unverified-cpu -D '$kept'" "$ERR_TXT"
+run_gpusnap inspect --verify "$kept"; expect "inspect --verify: CRIU's files have no checksums" 11 "has no checksums of CRIU's files"
+run_gpusnap inspect --verify --allow-unverified-cpu "$kept"; expect "the image CRIU wrote verifies but for CRIU's files" 0 "CRIU's files unverified"
+run_gpusnap restore -D "$kept"; expect "restore without --allow-unverified-cpu is refused" 11 "--allow-unverified-cpu"
+restores "the image of a dump killed while CRIU ran" "$kept" "$v" --allow-unverified-cpu
 rm -rf "$kept"
 
 # ---- one operation per process: a dump at work ----

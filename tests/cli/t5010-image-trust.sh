@@ -116,7 +116,21 @@ refuses "a FIFO as a data file" 11 "gpu-data-0000.img' is a FIFO" inspect "inspe
 # ---- an image written before the list ----
 fresh_copy; rm "$bad/cpu-files.img"
 run_gpusnap inspect "$bad"; expect "an image without the list: inspect says so" 0 "not checksummed"
-restore_ok "$bad"; expect "an image without the list still restores" 0 "has no list of CRIU's files"
+# verified means every file a restore uses was checked: without the list, only when asked
+refuses "an image without the list of CRIU's files" 11 "has no checksums of CRIU's files" "inspect --verify" restore
+check "the refusals name the way out" grep -q -- "--allow-unverified-cpu" "$TEST_TMP/err"
+run_gpusnap inspect --verify --json "$bad"; expect "inspect --verify --json without the list" 11
+check "JSON: not ok, CRIU's files unchecked, the cause" [ "$(json_get "$OUT_TXT" '["verify"]["ok"],d["verify"]["cpu_files_checked"],d["verify"]["cpu_files_unverified_allowed"],"checksums of CRIU" in d["verify"]["message"]')" = "(False, False, False, True)" ]
+run_gpusnap inspect --verify --allow-unverified-cpu --json "$bad"; expect "inspect --verify --allow-unverified-cpu" 0
+check "JSON: ok, CRIU's files unchecked and allowed" [ "$(json_get "$OUT_TXT" '["verify"]["ok"],d["verify"]["cpu_files_checked"],d["verify"]["cpu_files_unverified_allowed"]')" = "(True, False, True)" ]
+run_gpusnap inspect --verify --allow-unverified-cpu "$bad"; expect "inspect --verify --allow-unverified-cpu says what it did not check" 0 "CRIU's files unverified"
+# a restore killed while its copy is held: the command named to finish it carries the flag it needs
+GPUSNAP_FAULT=restore-before-cont=kill run_gpusnap restore --allow-unverified-cpu "$bad"
+check "a restore --allow-unverified-cpu killed with its copy held (rc $RC)" [ "$RC" = 137 ]
+run_gpusnap state "$pid"
+check "state names the restore again, with --allow-unverified-cpu" \
+  grep -qF "gpusnap restore --allow-unverified-cpu -D '$bad' removes it and restores again" "$OUT_TXT" "$ERR_TXT"
+restore_ok --allow-unverified-cpu "$bad"; expect "restore --allow-unverified-cpu of an image without the list" 0 "has no list of CRIU's files"
 check "it runs" grows "$log"
 kill -9 "$pid"; wait_gone "$pid"
 

@@ -1412,6 +1412,55 @@ static void test_seal_then_publish(void)
 	CHECK_INT(gs_image_writer_open_in(loose, &agent_opts, &w, &err), GS_E_PERMISSION);
 }
 
+/*
+ * CRIU's files listed before the publish (gs_image_tmp_list_cpu): a kept
+ * image verifies as a published one, and one without the list is named by
+ * gs_image_require_cpu_list. A reader holding DIR (gs_image_open_held) makes
+ * a new writer's claim refuse, naming the reader.
+ */
+static void test_list_keep_and_hold(void)
+{
+	char path[800], cpu[900], f[1000], kept[1200];
+	std_image("listkeep", 30, path, sizeof(path));
+	struct gs_err err = { 0 };
+
+	struct gs_image *held;
+	CHECK_INT(gs_image_open_held(path, &held, &err), 0);
+	struct gs_image_tmp *t;
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), GS_E_STATE);
+	CHECK_CONTAINS(err.msg, "is being read by process");
+	gs_image_close(held);
+
+	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), 0);
+	CHECK_INT(gs_image_tmp_cpu_dir(t, cpu, sizeof(cpu), &err), 0);
+	struct gs_image_writer *w;
+	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
+	CHECK_INT(std_describe(w, &err), 0);
+	CHECK_INT(std_write_chunks(w, 31, &err), 0);
+	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	path_join(f, sizeof(f), cpu, "inventory.img");
+	spit(f, "criu", 4);
+	CHECK(!gs_image_tmp_cpu_listed(t));
+	CHECK_INT(gs_image_tmp_list_cpu(t, &err), 0);
+	CHECK(gs_image_tmp_cpu_listed(t));
+	CHECK_INT(gs_image_tmp_keep(t, kept, sizeof(kept), &err), 0);
+	CHECK_INT(check_std_image(path, 30), 0); /* DIR untouched */
+
+	struct gs_image *img;
+	CHECK_INT(gs_image_open_held(kept, &img, &err), 0);
+	CHECK(gs_image_cpu_files(img, NULL, NULL));
+	CHECK_INT(gs_image_require_cpu_list(img, &err), 0);
+	CHECK_INT(gs_image_verify(img, 2, &err), 0);
+	gs_image_close(img);
+
+	path_join(f, sizeof(f), kept, "cpu-files.img");
+	CHECK_INT(unlink(f), 0);
+	CHECK_INT(gs_image_open(kept, &img, &err), 0);
+	CHECK_INT(gs_image_require_cpu_list(img, &err), GS_E_IMAGE);
+	CHECK_CONTAINS(err.msg, "no checksums of CRIU's files");
+	gs_image_close(img);
+}
+
 int main(void)
 {
 	gs_log_init_from_env();
@@ -1427,6 +1476,7 @@ int main(void)
 	RUN(test_replace_atomically);
 	RUN(test_killed_mid_commit);
 	RUN(test_seal_then_publish);
+	RUN(test_list_keep_and_hold);
 	RUN(test_publish_unsynced_then_sync);
 	RUN(test_abort_leaves_nothing);
 	RUN(test_disk_full_injected);
