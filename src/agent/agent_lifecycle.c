@@ -476,6 +476,14 @@ static int fail_back(struct gs_agent *a, int rc, struct gs_msg *reply, struct gs
 	return rc;
 }
 
+static bool fault_is_rollback(void)
+{
+	pthread_mutex_lock(&lc.fault_lock);
+	bool r = !strncmp(lc.fault, "rollback failed", 15);
+	pthread_mutex_unlock(&lc.fault_lock);
+	return r;
+}
+
 /* A fault injected just before a successful reply: the request fails there and walks back. */
 static int reply_fault(struct gs_err *err)
 {
@@ -709,8 +717,11 @@ int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_
 		gs_image_close(img);
 	}
 	rc = unwind_to(a, gpu_dir, dir_name, stay_gated, reply, err);
-	if (rc && lc.state == LC_RELEASED) {
-		/* `state` says so until a resume succeeds (back_open, back_gate clear it) */
+	if (rc && lc.state == LC_RELEASED && !fault_is_rollback()) {
+		/*
+		 * `state` says so until a resume succeeds (back_open, back_gate clear
+		 * it); a failed rollback, why the process is suspended at all, stays
+		 */
 		char where[GS_ERR_MSG_MAX], why[GS_ERR_MSG_MAX];
 		holder_name(a->held, where, sizeof(where));
 		snprintf(why, sizeof(why), "the last resume failed: %.300s; its GPU data is in %.300s, gpusnap resume retries",
