@@ -174,7 +174,8 @@ static int collect(pid_t root, struct gs_err *err)
 	for (size_t i = 0; i < nall && !rc; i++) {
 		CUprocessState st;
 		struct gs_err e = { 0 };
-		if (all[i] == getpid())
+		/* criu itself, and a zombie of the tree (gone: CRIU dumps it as one, with no GPU state) */
+		if (all[i] == getpid() || !gs_proc_alive(all[i]))
 			continue;
 		int r = gsp_driver_state(all[i], &st, &e);
 		if (r == GS_E_NOT_CUDA || r == GS_E_NO_PROCESS)

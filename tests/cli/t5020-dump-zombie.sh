@@ -10,7 +10,8 @@
 #    success on the zombie;
 #  - suspend and dump of the zombie are refused as for a process that is gone;
 #  - once the parent reaped it, `restore -D` of the kept image brings the
-#    process back, counting on.
+#    process back, counting on;
+#  - suspend --tree and resume --tree leave a zombie of the tree alone.
 # Both kill points: the fault point after CRIU (dump-after-criu=kill) and a
 # kill -9 while criu runs.
 # Needs root; gets CRIU with scripts/get-criu.sh unless GPUSNAP_CRIU is set.
@@ -137,6 +138,44 @@ bg_wait
 check "kill -9 while CRIU runs (rc $BG_RC)" [ "$BG_RC" = 137 ]
 zombie_checks "in CRIU"
 
+# ---- --tree leaves a zombie of the tree alone: a parent with an unreaped child and a live counter ----
+rm -f "$TEST_TMP/tree.pids"
+(exec python3 -c '
+import os, sys, time
+z = os.fork()
+if z == 0:
+    os._exit(0)
+c = os.fork()
+if c == 0:
+    fd = os.open("/dev/null", os.O_RDWR)
+    for i in (0, 1, 2):
+        os.dup2(fd, i)
+    os.closerange(3, 1024)
+    os.execv(sys.argv[1], [sys.argv[1], sys.argv[2]])
+with open(sys.argv[3] + ".tmp", "w") as f:
+    f.write("%d %d" % (z, c))
+os.rename(sys.argv[3] + ".tmp", sys.argv[3])
+os.closerange(0, 1024)
+while True:
+    time.sleep(3600)
+' "$GPUSNAP_BUILD/tests/apps/cpu_counter" "$log" "$TEST_TMP/tree.pids" </dev/null >/dev/null 2>&1) &
+PARENT=$!
+disown
+: >"$log"
+for ((i = 0; i < 500; i++)); do [ -s "$TEST_TMP/tree.pids" ] && break; sleep 0.01; done
+read -r Z C <"$TEST_TMP/tree.pids"
+echo "0 0" >"$FAKE_CUDA_DIR/$Z"
+echo "0 0" >"$FAKE_CUDA_DIR/$C"
+wait_lines "$log" 10
+check "the tree's first child is a zombie" zombie "$Z"
+run_gpusnap suspend --tree "$PARENT"; expect "suspend --tree of the parent" 0 "suspended $C"
+check "... the live child is suspended" [ "$(fake_state "$C")" = 2 ]
+check "... the zombie was left alone" [ "$(fake_state "$Z")" = 0 ]
+check "... and is not named" bash -c "! grep -qw '$Z' '$OUT_TXT'"
+run_gpusnap resume --tree "$PARENT"; expect "resume --tree of the parent" 0 "resumed $C"
+check "... the counter runs again" grows "$log"
+kill -9 "$C" "$PARENT"; PARENT=""; wait_gone "$C"
+
 # ---- a live process is not taken for a zombie: its main thread ended, its other thread runs ----
 # (/proc/PID/stat says Z for a main thread that called pthread_exit)
 python3 - "$TEST_TMP/mt.pid" <<'EOF' &
@@ -151,6 +190,7 @@ os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 ctypes.CDLL(None).pthread_exit(None)
 EOF
 MT=$!
+disown
 for ((i = 0; i < 500; i++)); do [ -s "$TEST_TMP/mt.pid" ] && zombie "$MT" >/dev/null && break; sleep 0.01; done
 if [ "$(awk '{print $3}' "/proc/$MT/stat" 2>/dev/null)" = Z ]; then
   echo "0 0" >"$FAKE_CUDA_DIR/$MT"
