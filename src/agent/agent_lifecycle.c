@@ -264,6 +264,14 @@ static const char *holder_name(const struct gs_agent_held *h, char *buf, size_t 
 	return buf;
 }
 
+/* What to record as the data's image for gpu_dir (agent_lifecycle.h, dir_name): never a descriptor's path. */
+static const char *record_name(const char *gpu_dir, const char *dir_name)
+{
+	if (dir_name)
+		return dir_name;
+	return gpu_dir && strncmp(gpu_dir, "/proc/self/fd/", 14) ? gpu_dir : NULL;
+}
+
 /* The image at dir, checked to be h's, straight to the GPU through the engine (a prepared ring if there is one). */
 static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct gs_image *img, struct gs_msg *reply,
 			   struct gs_err *err)
@@ -301,7 +309,8 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
  * before anything is touched. On failure the state stays RELEASED: what was
  * re-created is released again, so a retry starts over.
  */
-static int back_bring(struct gs_agent *a, const char *dir, struct gs_msg *reply, struct gs_err *err)
+static int back_bring(struct gs_agent *a, const char *dir, const char *dir_name, struct gs_msg *reply,
+		      struct gs_err *err)
 {
 	struct gs_agent_held *h = a->held;
 	double t_stacks = gs_now();
@@ -323,6 +332,16 @@ static int back_bring(struct gs_agent *a, const char *dir, struct gs_msg *reply,
 		if (!dir)
 			gs_err_wrap(err, "its GPU data is in '%s' (gpusnap resume --image DIR names another copy)", from);
 		return rc;
+	}
+	/*
+	 * The image named matches: it is where the data is said to be should
+	 * this load fail (the one the dump wrote may have another name by now).
+	 */
+	const char *rec = dir && !h->pool ? record_name(dir, dir_name) : NULL;
+	char *copy = rec && rec != h->image_dir ? strdup(rec) : NULL;
+	if (copy) {
+		free(h->image_dir);
+		h->image_dir = copy;
 	}
 	double t_open = gs_now();
 	gs_ctx_use_copy_context(a);
@@ -410,10 +429,11 @@ static int back_gate(struct gs_agent *a, struct gs_err *err)
  * Walks back toward RUNNING (GATED when stay_gated) from wherever the state
  * is; stops in RELEASED when the data cannot come back.
  */
-static int unwind_to(struct gs_agent *a, const char *dir, bool stay_gated, struct gs_msg *reply, struct gs_err *err)
+static int unwind_to(struct gs_agent *a, const char *dir, const char *dir_name, bool stay_gated, struct gs_msg *reply,
+		     struct gs_err *err)
 {
 	if (lc.state == LC_RELEASED) {
-		int rc = back_bring(a, dir, reply, err);
+		int rc = back_bring(a, dir, dir_name, reply, err);
 		if (rc)
 			return rc;
 		if ((rc = gs_share_bring_back(a, err))) {
@@ -432,7 +452,7 @@ static int unwind_to(struct gs_agent *a, const char *dir, bool stay_gated, struc
 
 static int unwind(struct gs_agent *a, const char *dir, struct gs_msg *reply, struct gs_err *err)
 {
-	return unwind_to(a, dir, false, reply, err);
+	return unwind_to(a, dir, NULL, false, reply, err);
 }
 
 /*
@@ -454,6 +474,14 @@ static int fail_back(struct gs_agent *a, int rc, struct gs_msg *reply, struct gs
 	gs_fail(err, rc, "%.200s; putting the data back failed too (%.150s): the process stays suspended with its GPU "
 		"data in %.100s, gpusnap resume retries", cause, e2.msg, where);
 	return rc;
+}
+
+static bool fault_is_rollback(void)
+{
+	pthread_mutex_lock(&lc.fault_lock);
+	bool r = !strncmp(lc.fault, "rollback failed", 15);
+	pthread_mutex_unlock(&lc.fault_lock);
+	return r;
 }
 
 /* A fault injected just before a successful reply: the request fails there and walks back. */
@@ -535,8 +563,8 @@ out:
 	return rc;
 }
 
-int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool cached, struct gs_msg *reply,
-	       struct gs_err *err)
+int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, const char *dir_name, double timeout_s, bool cached,
+	       struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
@@ -569,7 +597,8 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool c
 	struct gs_image_writer_stats st;
 	if ((rc = gs_agent_image_seal(&w, &st, err)))
 		goto fail;
-	if (h && !(h->image_dir = strdup(gpu_dir))) {
+	const char *rec = record_name(gpu_dir, dir_name);
+	if (h && rec && !(h->image_dir = strdup(rec))) {
 		rc = gs_fail(err, GS_E_AGENT, "out of memory");
 		goto fail;
 	}
@@ -609,7 +638,8 @@ out:
 	return rc;
 }
 
-int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply, struct gs_err *err)
+int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool drop_staging, struct gs_msg *reply,
+	       struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
@@ -644,8 +674,9 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struc
 		goto out;
 	double t_write = gs_now();
 	if (drop_staging && h) {
-		char *dir = strdup(gpu_dir);
-		if (!dir) {
+		const char *rec = record_name(gpu_dir, dir_name);
+		char *dir = rec ? strdup(rec) : NULL;
+		if (rec && !dir) {
 			rc = gs_fail(err, GS_E_AGENT, "out of memory");
 			goto out;
 		}
@@ -668,8 +699,8 @@ out:
 	return rc;
 }
 
-int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, bool stay_gated, struct gs_msg *reply,
-		       struct gs_err *err)
+int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated,
+		       struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
@@ -685,7 +716,18 @@ int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, bool stay_gated,
 			goto out;
 		gs_image_close(img);
 	}
-	rc = unwind_to(a, gpu_dir, stay_gated, reply, err);
+	rc = unwind_to(a, gpu_dir, dir_name, stay_gated, reply, err);
+	if (rc && lc.state == LC_RELEASED && !fault_is_rollback()) {
+		/*
+		 * `state` says so until a resume succeeds (back_open, back_gate clear
+		 * it); a failed rollback, why the process is suspended at all, stays
+		 */
+		char where[GS_ERR_MSG_MAX], why[GS_ERR_MSG_MAX];
+		holder_name(a->held, where, sizeof(where));
+		snprintf(why, sizeof(why), "the last resume failed: %.300s; its GPU data is in %.300s, gpusnap resume retries",
+			 err->msg, where);
+		set_fault(why);
+	}
 out:
 	pthread_mutex_unlock(&a->lock);
 	return rc;

@@ -41,27 +41,38 @@
 /* SUSPEND: to RELEASED through a staging pool; keep_context: the driver is not asked to checkpoint. */
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
 /*
+ * dir_name, below: what gpu_dir is called where it came as a descriptor
+ * (gpu_dir then /proc/self/fd/N/.): the directory's real path as this
+ * process sees it, or NULL when it has none. It, never a descriptor's path,
+ * is recorded as where the data is (the descriptor is closed after the
+ * request), for a later RESUME without a directory and for messages.
+ *
  * DUMP of a running process: to RELEASED through a sealed image in gpu_dir (no
  * staging pool). cached (GS_DUMP_CACHED): through the page cache, the data
  * files left for the publish to sync.
  */
-int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool cached, struct gs_msg *reply,
-	       struct gs_err *err);
+int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, const char *dir_name, double timeout_s, bool cached,
+	       struct gs_msg *reply, struct gs_err *err);
 /*
  * DUMP of a suspended process (agents before the streamed dump): writes the
  * staging pool into a sealed image in gpu_dir; drop_staging frees the pool
  * afterwards, and the image becomes the holder.
  */
-int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply, struct gs_err *err);
+int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool drop_staging, struct gs_msg *reply,
+	       struct gs_err *err);
 /*
  * RESUME: back to RUNNING, the data from the image at gpu_dir when given,
  * else from the holder (the staging pool, or the image the data was dumped
- * to). On failure the process stays suspended and a later RESUME retries.
- * stay_gated leaves the gate closed (GATED, with a lease) until OPEN:
- * processes that share memory (agent_share.h).
+ * to). On failure the process stays suspended and a later RESUME retries:
+ * an image at gpu_dir that matched is where the data is said to be from then
+ * on (a plugin's dump publishes its image under another name than the one
+ * it was written to), and the agent's INFO says that the resume failed
+ * (GS_F_FAULT) until one succeeds. stay_gated leaves the gate closed
+ * (GATED, with a lease) until OPEN: processes that share memory
+ * (agent_share.h).
  */
-int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, bool stay_gated, struct gs_msg *reply,
-		       struct gs_err *err);
+int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated,
+		       struct gs_msg *reply, struct gs_err *err);
 /* PREPARE: with the data in an image, gets the restore's copy ring ready (no CUDA call); replies at once. */
 int gs_lc_prepare(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err);
 /* GATE (RUNNING -> GATED) and its undo OPEN (GATED -> RUNNING; a RUNNING agent, its lease expired, is fine). */

@@ -15,10 +15,12 @@
  */
 #define LOG_PREFIX "agent: "
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -205,6 +207,26 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_u64(reply, GS_F_DEVICE_COUNT, (uint64_t)ndev);
 }
 
+/*
+ * The path of the directory passed as descriptor fd, as this process sees
+ * it: the descriptor's link, kept only when that path names the very same
+ * directory here (an agent in another mount namespace may see none, or
+ * another one). NULL when it does not.
+ */
+static const char *dir_fd_name(int fd, char *buf, size_t n)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t len = readlink(link, buf, n - 1);
+	if (len <= 0 || buf[0] != '/')
+		return NULL;
+	buf[len] = '\0';
+	struct stat by_fd, by_name;
+	if (fstat(fd, &by_fd) || stat(buf, &by_name) || by_fd.st_dev != by_name.st_dev || by_fd.st_ino != by_name.st_ino)
+		return NULL;
+	return buf;
+}
+
 static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *reply)
 {
 	struct gs_agent *a = ctx;
@@ -226,8 +248,8 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 	case GS_MSG_DUMP: {
 		const char *dir = gs_msg_get_str(req, GS_F_DIR);
 		int rc = !dir			       ? gs_fail(&err, GS_E_USAGE, "dump request without a directory")
-			 : (flags & GS_DUMP_RUNNING) ? gs_lc_dump(a, dir, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
-						     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
+			 : (flags & GS_DUMP_RUNNING) ? gs_lc_dump(a, dir, NULL, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
+						     : gs_lc_save(a, dir, NULL, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
@@ -235,14 +257,17 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 	case GS_MSG_RESUME_FD: {
 		/* the image directory came as a descriptor: reached through it, whatever our mount namespace */
 		int dirfd = gs_ctl_take_passed_fd();
-		char dir[64];
+		char dir[64], real[PATH_MAX];
 		snprintf(dir, sizeof(dir), "/proc/self/fd/%d/.", dirfd); /* "." : opened with O_NOFOLLOW */
+		/* its name, resolved while we hold it: what is recorded and said, never the descriptor's path */
+		const char *name = dirfd >= 0 ? dir_fd_name(dirfd, real, sizeof(real)) : NULL;
 		bool gated = (flags & GS_RESUME_STAY_GATED) != 0;
 		int rc = dirfd < 0			     ? gs_fail(&err, GS_E_USAGE, "%s request without a directory descriptor",
 								       gs_msg_type_name(req->type))
-			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, gated, reply, &err)
-			 : (flags & GS_DUMP_RUNNING)	     ? gs_lc_dump(a, dir, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
-							     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
+			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, name, gated, reply, &err)
+			 : (flags & GS_DUMP_RUNNING)
+			     ? gs_lc_dump(a, dir, name, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
+			     : gs_lc_save(a, dir, name, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
 		if (dirfd >= 0)
 			close(dirfd);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
@@ -254,7 +279,7 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		return;
 	}
 	case GS_MSG_RESUME: {
-		int rc = gs_lc_resume_gated(a, gs_msg_get_str(req, GS_F_DIR), (flags & GS_RESUME_STAY_GATED) != 0, reply,
+		int rc = gs_lc_resume_gated(a, gs_msg_get_str(req, GS_F_DIR), NULL, (flags & GS_RESUME_STAY_GATED) != 0, reply,
 					    &err);
 		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;

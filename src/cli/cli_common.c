@@ -293,6 +293,9 @@ int cli_targets(struct cli_session *s, const char *pid_arg, bool tree, pid_t **o
 		/* gpusnap itself has called cuInit and is in the tree when run from it: locking it would deadlock */
 		if (all[i] == getpid())
 			continue;
+		/* a zombie of the tree (a child its parent has not reaped) is gone: nothing of it to act on */
+		if (!gs_proc_alive(all[i]))
+			continue;
 		struct gs_err e = { 0 };
 		int r = gs_ckpt_get_state(&s->cu, all[i], &st, &e);
 		if (r == 0)

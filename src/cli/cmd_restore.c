@@ -272,10 +272,7 @@ static int check_vram(struct restore_run *r, struct gs_err *err)
 /* CRIU restores the PID the process had: say who holds it before trying. A zombie is left to CRIU's wait. */
 static int check_pid_free(pid_t pid, struct gs_err *err)
 {
-	if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
-		return 0;
-	struct gs_proc_stat st;
-	if (gs_proc_read_stat(pid, &st) == 0 && st.state == 'Z')
+	if (pid <= 0 || gs_proc_life(pid, NULL) != GS_PROC_LIVES)
 		return 0;
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));

@@ -135,7 +135,8 @@ static int read_record(const char *path, struct cli_op_record *r)
 			snprintf(r->if_gone, sizeof(r->if_gone), "%s", value);
 	}
 	free(text);
-	r->holder_alive = r->holder > 0 && holder_start && start_time(r->holder) == holder_start;
+	/* a gpusnap that ended is no holder, a zombie one too (its lock went with its descriptors) */
+	r->holder_alive = r->holder > 0 && holder_start && start_time(r->holder) == holder_start && gs_proc_alive(r->holder);
 	return r->action[0] ? 0 : -1;
 }
 

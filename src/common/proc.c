@@ -17,15 +17,68 @@
 
 #include "common/util.h"
 
+/*
+ * A zombie: the process has ended and only its exit status waits for its
+ * parent. /proc/PID/stat says Z (or X) for the main thread; a main thread
+ * that called pthread_exit says Z too while other threads run on, so the
+ * process counts as ended only when none of its threads runs.
+ */
+static bool ended_zombie(pid_t pid, const struct gs_proc_stat *main_st)
+{
+	if (main_st->state != 'Z' && main_st->state != 'X')
+		return false;
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return true;
+	bool ended = true;
+	struct dirent *de;
+	while (ended && (de = readdir(d))) {
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		struct gs_proc_stat st;
+		if (gs_proc_read_task_stat(pid, (pid_t)atoi(de->d_name), &st) == 0 && st.state != 'Z' && st.state != 'X')
+			ended = false;
+	}
+	closedir(d);
+	return ended;
+}
+
+int gs_proc_life(pid_t pid, pid_t *zombie_parent)
+{
+	if (zombie_parent)
+		*zombie_parent = 0;
+	if (pid <= 0 || (kill(pid, 0) && errno != EPERM))
+		return GS_PROC_NONE;
+	struct gs_proc_stat st;
+	if (gs_proc_read_stat(pid, &st))
+		return GS_PROC_NONE; /* ended (and reaped) meanwhile */
+	if (!ended_zombie(pid, &st))
+		return GS_PROC_LIVES;
+	if (zombie_parent)
+		*zombie_parent = st.ppid;
+	return GS_PROC_ZOMBIE;
+}
+
+bool gs_proc_alive(pid_t pid)
+{
+	return gs_proc_life(pid, NULL) == GS_PROC_LIVES;
+}
+
 int gs_proc_check(pid_t pid, struct gs_err *err)
 {
-	if (pid <= 0)
+	pid_t parent;
+	switch (gs_proc_life(pid, &parent)) {
+	case GS_PROC_NONE:
 		return gs_fail(err, GS_E_NO_PROCESS, "no such process: %d", (int)pid);
-	if (kill(pid, 0) == 0)
-		return 0;
-	if (errno == EPERM)
+	case GS_PROC_ZOMBIE:
+		return gs_fail(err, GS_E_NO_PROCESS, "process %d has ended (a zombie its parent %d has not reaped yet)",
+			       (int)pid, (int)parent);
+	}
+	if (kill(pid, 0) && errno == EPERM)
 		return gs_fail(err, GS_E_PERMISSION, "permission denied for process %d (run as its user or root)", (int)pid);
-	return gs_fail(err, GS_E_NO_PROCESS, "no such process: %d", (int)pid);
+	return 0;
 }
 
 void gs_proc_comm(pid_t pid, char *buf, size_t n)

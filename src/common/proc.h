@@ -12,7 +12,23 @@
 
 #include "common/err.h"
 
-/* 0 if pid exists and we may signal it; GS_E_NO_PROCESS or GS_E_PERMISSION with err set. */
+/*
+ * Whether pid is a process that can still run: GS_PROC_LIVES; GS_PROC_NONE
+ * when no such PID exists; GS_PROC_ZOMBIE when it has ended and its parent
+ * (*zombie_parent, where not NULL) has not reaped it yet. A zombie is gone:
+ * it has no memory, no GPU state and no agent, only its PID and its record
+ * in /proc, so every "does the process exist" of gpusnap asks this (or
+ * gs_proc_alive, gs_proc_check), never kill(pid, 0) alone.
+ */
+enum gs_proc_life { GS_PROC_NONE = 0, GS_PROC_LIVES, GS_PROC_ZOMBIE };
+int gs_proc_life(pid_t pid, pid_t *zombie_parent);
+/* gs_proc_life(pid) == GS_PROC_LIVES: pid exists (ours or another user's) and is no zombie. */
+bool gs_proc_alive(pid_t pid);
+/*
+ * 0 if pid lives (gs_proc_life) and we may signal it; GS_E_NO_PROCESS (no
+ * such PID, or a zombie: "process N has ended (a zombie ...)") or
+ * GS_E_PERMISSION with err set.
+ */
 int gs_proc_check(pid_t pid, struct gs_err *err);
 /*
  * Short command name (comm) as the process set it, "?" if unreadable:

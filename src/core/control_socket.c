@@ -692,8 +692,8 @@ int gs_ctl_remove_stale_sockets(const char *dir)
 		pid_t pid = socket_name_pid(e->d_name);
 		if (pid <= 0 || pid == getpid())
 			continue;
-		/* a live pid may be a new process that reuses it: its agent binds the name itself */
-		if (!kill(pid, 0) || errno != ESRCH)
+		/* a live pid may be a new process that reuses it: its agent binds the name itself (a zombie's is stale) */
+		if (gs_proc_life(pid, NULL) == GS_PROC_LIVES)
 			continue;
 		char path[PATH_MAX];
 		struct stat st;

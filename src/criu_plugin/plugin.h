@@ -69,6 +69,7 @@ struct gsp_state {
 	bool tree_seen; /* the first PAUSE_DEVICES walked the tree */
 	bool driver_suspended;
 	bool leave_running;
+	bool leave_stopped; /* criu --leave-stopped: refused for a tree with CUDA processes */
 	bool shared; /* the agents of the tree share GPU memory (cli/share_tree.h): linked, let go, resumed as one */
 	struct gsp_proc *procs;
 	int nprocs;

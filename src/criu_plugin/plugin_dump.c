@@ -57,46 +57,87 @@
  */
 enum { CRIU_TASK_ALIVE = 1, CRIU_TASK_DEAD = 2, CRIU_TASK_STOPPED = 3 };
 
-/* The leave_running setting, else CRIU's opts, else criu's command line (-R, --leave-running). */
-static bool criu_leaves_running(const char **how)
+/*
+ * What CRIU itself does with the tasks after a dump it finished: one of
+ * CRIU_TASK_*, from its options (how: "CRIU's options"), else from criu's
+ * command line (-R / --leave-running, -s / --leave-stopped, else a `criu
+ * dump` ends them); 0 where neither says (an RPC request, `criu swrk`, of a
+ * criu whose options have another layout).
+ */
+static int criu_final_state(const char **how)
 {
-	if (gsp.cfg.leave_running >= 0) {
-		*how = "the leave_running setting";
-		return gsp.cfg.leave_running;
-	}
 	const int *opts = (const int *)gsp_criu_symbol("opts");
 	if (opts && *opts >= CRIU_TASK_ALIVE && *opts <= CRIU_TASK_STOPPED) {
 		*how = "CRIU's options";
-		return *opts == CRIU_TASK_ALIVE;
+		return *opts;
 	}
 	*how = "criu's command line";
 	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return false;
+		return 0;
 	char buf[8192];
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
-	bool found = false;
 	if (n <= 0)
-		return false;
+		return 0;
 	buf[n] = '\0';
-	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
-		found |= !strcmp(buf + i, "-R") || !strcmp(buf + i, "--leave-running");
-	return found;
+	bool running = false, stopped = false, dump = false;
+	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1) {
+		running |= !strcmp(buf + i, "-R") || !strcmp(buf + i, "--leave-running");
+		stopped |= !strcmp(buf + i, "-s") || !strcmp(buf + i, "--leave-stopped");
+		dump |= !strcmp(buf + i, "dump");
+	}
+	return running ? CRIU_TASK_ALIVE : stopped ? CRIU_TASK_STOPPED : dump ? CRIU_TASK_DEAD : 0;
+}
+
+static const char *final_state_text(int st)
+{
+	return st == CRIU_TASK_ALIVE ? "--leave-running (the tasks run on)"
+	       : st == CRIU_TASK_STOPPED ? "--leave-stopped (the tasks stay stopped)"
+					 : "to end the tasks after the dump (no --leave-running)";
+}
+
+/*
+ * Whether the tasks run on after the dump (gsp.leave_running): what CRIU
+ * was told, where the plugin can learn it; the leave_running setting only
+ * where it cannot. A setting that contradicts CRIU refuses the dump here,
+ * before anything moved: with `no` against CRIU's --leave-running the
+ * processes would run on without their GPU state (the next CUDA call waits
+ * forever); with `yes` against a CRIU that ends or stops them the plugin
+ * would resume processes CRIU kills or keeps stopped.
+ */
+static int decide_leave_running(void)
+{
+	const char *how = "";
+	int told = criu_final_state(&how);
+	int setting = gsp.cfg.leave_running;
+	if (setting >= 0 && told && setting != (told == CRIU_TASK_ALIVE)) {
+		char origin[4200];
+		gs_plugin_config_origin(&gsp.cfg, GS_PK_LEAVE_RUNNING, origin, sizeof(origin));
+		gsp_err("refusing the dump: the leave_running setting says %s (%s), but criu was told %s (%s): drop the "
+			"setting, the plugin reads CRIU's own", setting ? "yes" : "no", origin, final_state_text(told), how);
+		return -1;
+	}
+	if (setting >= 0 && !told)
+		how = "the leave_running setting";
+	gsp.leave_running = told ? told == CRIU_TASK_ALIVE : setting > 0;
+	gsp.leave_stopped = told == CRIU_TASK_STOPPED;
+	if (gsp.leave_running)
+		gsp_info("the tasks run on after the dump (%s)", how);
+	return 0;
 }
 
 int gsp_dump_init(void)
 {
 	struct gs_err err = { 0 };
+	/* a contradiction is refused for every dump, of processes without a GPU too: found at once */
+	if (decide_leave_running())
+		return -1;
 	if (gsp_driver_start(&err)) {
 		/* no driver, or one without the checkpoint API: no CUDA process to serve here */
 		gsp_info("not active: %s", err.msg);
 		return 0;
 	}
-	const char *how = "";
-	gsp.leave_running = criu_leaves_running(&how);
-	if (gsp.leave_running)
-		gsp_info("the tasks run on after the dump (%s)", how);
 	/*
 	 * Tasks stopped by ptrace, not by the cgroup freezer: a failed dump or
 	 * --leave-running needs the driver's restore thread to run while CRIU
@@ -133,7 +174,8 @@ static int collect(pid_t root, struct gs_err *err)
 	for (size_t i = 0; i < nall && !rc; i++) {
 		CUprocessState st;
 		struct gs_err e = { 0 };
-		if (all[i] == getpid())
+		/* criu itself, and a zombie of the tree (gone: CRIU dumps it as one, with no GPU state) */
+		if (all[i] == getpid() || !gs_proc_alive(all[i]))
 			continue;
 		int r = gsp_driver_state(all[i], &st, &e);
 		if (r == GS_E_NOT_CUDA || r == GS_E_NO_PROCESS)
@@ -472,6 +514,14 @@ int gsp_pause_devices(int pid)
 		alarm(freeze_left);
 		return 0;
 	}
+	/*
+	 * --leave-stopped: the tasks would stay stopped, and run once continued,
+	 * without their GPU state (the agent cannot take its data back in a
+	 * stopped process)
+	 */
+	if (!rc && gsp.leave_stopped)
+		rc = gs_fail(&err, GS_E_USAGE, "criu --leave-stopped would leave CUDA process %d stopped without its GPU "
+			     "state; dump with --leave-running, or without either", (int)gsp.procs[0].pid);
 	/* CRIU would fail on it after the GPU part */
 	if (!rc)
 		rc = gs_criu_check_io_uring(pid, &err);
@@ -512,12 +562,14 @@ int gsp_checkpoint_devices(int pid)
 	return -1;
 }
 
-/* In a helper: waits (up to 10 minutes) until CRIU let pid go; false when the process is gone. */
+/* In a helper: waits (up to 10 minutes) until CRIU let pid go; false when the process is gone (a zombie too). */
 static bool wait_untraced(pid_t pid)
 {
 	/* CRIU detaches when it has finished with the whole tree */
 	for (int i = 0; i < 60000; i++) {
 		char path[64], line[256];
+		if (!gs_proc_alive(pid))
+			return false;
 		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 		FILE *f = fopen(path, "re");
 		if (!f)
@@ -563,12 +615,17 @@ static void agent_resume_later(struct gsp_proc *p, const char *from)
 	}
 	if (forked)
 		return;
-	if (!wait_untraced(p->pid))
+	if (!wait_untraced(p->pid)) {
+		/* CRIU ended it after all (a criu whose options the plugin could not read): its image is what is left */
+		gsp_warn("process %d ended with the dump, not resumed; its GPU image stays at '%s'", (int)p->pid, from);
+		sync_published(p, from);
 		_exit(0);
+	}
 	struct gs_err e = { 0 };
+	/* the agent keeps this image as where its data is: a plain resume retries from it */
 	if (gsp_agent_resume(p->pid, &p->agent, from, &e))
-		gsp_err("process %d did not resume after the dump: %s (gpusnap resume --image '%s' %d)", (int)p->pid, e.msg,
-			from, (int)p->pid);
+		gsp_err("process %d did not resume after the dump: %s; its GPU data is in '%s' (gpusnap resume %d)",
+			(int)p->pid, e.msg, from, (int)p->pid);
 	sync_published(p, from);
 	_exit(0);
 }

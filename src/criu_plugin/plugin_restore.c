@@ -40,6 +40,7 @@
 
 #include "cli/share_tree.h"
 #include "common/fault.h"
+#include "common/proc.h"
 #include "common/util.h"
 #include "criu_plugin/criu_plugin_abi.h"
 #include "core/share_plan.h"
@@ -347,7 +348,7 @@ static int await_agent(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
 	int rc = GS_E_AGENT;
 	for (int t = 0; t < 60000 && rc; t++) {
-		if (kill(pid, 0))
+		if (!gs_proc_alive(pid))
 			return gs_fail(err, GS_E_NO_PROCESS, "process %d is gone", (int)pid);
 		rc = cli_agent_probe(pid, ag, err);
 		if (!rc && !ag->present)

@@ -257,7 +257,7 @@ static void tmp_prefix(const char *base, char *buf, size_t n)
 
 static bool pid_alive(long pid)
 {
-	return pid > 0 && pid <= 0x7fffffff && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+	return pid > 0 && pid <= 0x7fffffff && gs_proc_alive((pid_t)pid);
 }
 
 /* Deletes an image directory that is not at DIR: its manifest first, so a half-deleted one never looks valid. */

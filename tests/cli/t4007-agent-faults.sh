@@ -9,6 +9,10 @@
 #   running    the app runs on with every byte (it checks), its memory mapped
 #   suspended  the undo failed too: the process stays suspended with its data,
 #              `gpusnap state` says why, and `gpusnap resume` brings it back
+#   suspended-plain  a killed gpusnap left it suspended: `state` says
+#              suspended, `gpusnap resume` brings it back
+#   suspended-resume a resume failed: `state` says so and why (the agent's
+#              fault), `gpusnap resume` brings it back
 #   gone       the app exited mid-step; the next command says so (exit 3)
 # The gpusnap command itself is killed (kill -9) too: between the agents and
 # the driver, while the agent works, between the driver and the agents.
@@ -77,6 +81,13 @@ after() {
       check "$t: the process is alive" alive "$PID"
       run_gpusnap state "$PID"
       check "$t: state says suspended ($(cat "$OUT_TXT"))" grep -qx suspended "$OUT_TXT"
+      back "$t"
+      ;;
+    suspended-resume)
+      check "$t: the process is alive" alive "$PID"
+      run_gpusnap state "$PID"
+      check "$t: state says suspended, the last resume failed and why ($(cat "$OUT_TXT"))" \
+        grep -q "^suspended (the last resume failed: .*; its GPU data is in host memory, gpusnap resume retries)$" "$OUT_TXT"
       back "$t"
       ;;
     gone)
@@ -174,9 +185,9 @@ row suspend          cli:suspend-after-agent=kill                     137  ""   
 row suspend          cli:suspend-after-agent                            1  "(injected): undone"             running
 row suspend-killed   agent-reply=hold:3                               137  ""                               suspended-plain
 row resume           cli:resume-after-driver=kill                     137  ""                               suspended-plain
-row resume           agent-recreate@2                                  14  "not enough free GPU memory"     suspended-plain
-row resume           agent-copy-in@2                                   16  "copy of"                        suspended-plain
-row resume           agent-stack                                       14  "its stack back"                 suspended-plain
+row resume           agent-recreate@2                                  14  "not enough free GPU memory"     suspended-resume
+row resume           agent-copy-in@2                                   16  "copy of"                        suspended-resume
+row resume           agent-stack                                       14  "its stack back"                 suspended-resume
 row dump             agent-copy-out@2                                  16  "copy of"                        running
 row dump             agent-release@2                                   16  "cannot release GPU memory"      running
 # the agent's own undo fails, the command's retry from the image works: it runs on

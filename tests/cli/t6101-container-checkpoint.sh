@@ -31,6 +31,7 @@
 #     part prints a SKIP line and counts nothing. The plugin's settings come
 #     from gpusnap_criu.conf beside it (no environment reaches criu here): it
 #     reads them, a bad value refuses a checkpoint (the container runs on),
+#     so does `leave_running = no` against `checkpoint --leave-running`,
 #     and `checkpoint --leave-running` (runc's criu swrk: not on criu's
 #     command line) leaves the container running with its GPU data back.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), podman
@@ -224,6 +225,15 @@ else
     check "B: a bad value in gpusnap_criu.conf refuses the checkpoint" pm_failed
     check "B: ... CRIU's log names the file, line and value" \
       log_says dump.log "refusing the dump: '$pconf' line 1: timeout 'soon' is not a number of seconds"
+    check "B: ... the container runs on" test "$(pm inspect -f '{{.State.Status}}' gs-b 2>&1)" = running
+    verify_ok "B: ... its fake GPU data, every byte"
+    # leave_running = no against podman's --leave-running (runc's RPC): refused at the plugin's init, before
+    # anything moves (it would leave the container running without its GPU state)
+    printf 'leave_running = no\n' >"$pconf"
+    pm_out container checkpoint -k --leave-running gs-b
+    check "B: leave_running = no against checkpoint --leave-running refuses the checkpoint" pm_failed
+    check "B: ... CRIU's log names the setting, its file and line, and what criu was told (through criu swrk)" \
+      log_says dump.log "the leave_running setting says no (leave_running in '$pconf' line 1), but criu was told --leave-running (the tasks run on) (CRIU's options)"
     check "B: ... the container runs on" test "$(pm inspect -f '{{.State.Status}}' gs-b 2>&1)" = running
     verify_ok "B: ... its fake GPU data, every byte"
     # --leave-running through runc's criu swrk (not on criu's command line): the plugin reads it from CRIU's

@@ -225,7 +225,21 @@ static void test_proc(void)
 	CHECK_INT(waitpid(child, &status, WCONTINUED), child);
 	CHECK(!gs_proc_all_stopped(child, false));
 	kill(child, SIGKILL);
+	/* killed, not reaped yet: a zombie, which is gone to every check (its PID still answers kill(2)) */
+	siginfo_t si;
+	CHECK_INT(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT), 0);
+	CHECK_INT(kill(child, 0), 0);
+	pid_t parent = 0;
+	CHECK_INT(gs_proc_life(child, &parent), GS_PROC_ZOMBIE);
+	CHECK_INT(parent, getpid());
+	CHECK(!gs_proc_alive(child));
+	struct gs_err zerr = { 0 };
+	CHECK_INT(gs_proc_check(child, &zerr), GS_E_NO_PROCESS);
+	CHECK(strstr(zerr.msg, "has ended (a zombie its parent") != NULL);
 	waitpid(child, NULL, 0);
+	CHECK_INT(gs_proc_life(child, &parent), GS_PROC_NONE);
+	CHECK_INT(gs_proc_life(getpid(), NULL), GS_PROC_LIVES);
+	CHECK(gs_proc_alive(getpid()));
 }
 
 static void test_format_bytes(void)

@@ -741,6 +741,18 @@ static void test_stale_sockets(void)
 	CHECK(lstat(listening, &st) != 0);
 	unlink(live_pid);
 	unlink(other);
+	/* a zombie (ended, its parent has not reaped it yet) is gone too: its socket is stale */
+	pid_t z = fork();
+	if (z == 0)
+		_exit(0);
+	siginfo_t si;
+	CHECK_INT(waitid(P_PID, (id_t)z, &si, WEXITED | WNOWAIT), 0);
+	char zombie[256];
+	snprintf(zombie, sizeof(zombie), "%s/agent-%d.sock", dir, (int)z);
+	close(bind_file(zombie));
+	CHECK_INT(gs_ctl_remove_stale_sockets(dir), 1);
+	CHECK(lstat(zombie, &st) != 0);
+	waitpid(z, NULL, 0);
 }
 
 /*
