@@ -269,10 +269,20 @@ static int check_vram(struct restore_run *r, struct gs_err *err)
 	return 0;
 }
 
-/* CRIU restores the PID the process had: say who holds it before trying. A zombie is left to CRIU's wait. */
+/*
+ * CRIU restores the PID the process had: say who holds it before trying. A
+ * process whose main thread has ended is left to CRIU's wait: gs_proc_life
+ * counts one whose other threads still run as alive (a main thread that
+ * called pthread_exit), but a process just killed looks the same while the
+ * kernel tears its threads down (a CUDA process's for a while), and that
+ * one frees the PID by itself.
+ */
 static int check_pid_free(pid_t pid, struct gs_err *err)
 {
 	if (pid <= 0 || gs_proc_life(pid, NULL) != GS_PROC_LIVES)
+		return 0;
+	struct gs_proc_stat st;
+	if (gs_proc_read_stat(pid, &st) == 0 && (st.state == 'Z' || st.state == 'X'))
 		return 0;
 	char comm[64];
 	gs_proc_comm(pid, comm, sizeof(comm));

@@ -28,7 +28,12 @@ expect_vram_at_least f "${APP_PID[f]}" $((fill_mib - 1024))
 gs_run resume "$pid" --json
 expect_rc 14 "resume while the VRAM is taken fails with no-vram"
 check "it names the shortage" grep -q "not enough free GPU memory" <<<"$GS_ERR"
-expect_state "$pid" suspended "state after the failed resume"
+# the state stays suspended, and says why the last resume failed
+gs_run state --json "$pid"
+check "state after the failed resume: suspended" [ "$(json_get "$GS_OUT" state)" == suspended ]
+gs_run state "$pid"
+check "state names the failed resume and that resume retries" \
+  grep -q "suspended (the last resume failed: not enough free GPU memory.*gpusnap resume retries" <<<"$GS_OUT"
 after=$(pid_vram_mib "$pid")
 check "the process holds no more than its context on the GPU (${after} MiB)" [ "$after" != "?" ] && [ "$after" -lt 1536 ]
 gs_run state -v "$pid"
