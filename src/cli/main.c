@@ -56,11 +56,13 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "_doc"))
 		return cmd_doc(argc - 1, argv + 1);
 	for (int i = 0; i < cli_ncommands; i++)
-		if (!strcmp(argv[1], cli_commands[i].name) && settings_rc) {
-			fprintf(stderr, "gpusnap: %s\n", serr.msg);
-			return settings_rc;
-		} else if (!strcmp(argv[1], cli_commands[i].name))
+		if (!strcmp(argv[1], cli_commands[i].name)) {
+			if (settings_rc) {
+				fprintf(stderr, "gpusnap: %s\n", serr.msg);
+				return settings_rc;
+			}
 			return cli_exit(cli_json_end_command(cli_commands[i].run(argc - 1, argv + 1)));
+		}
 	fprintf(stderr, "gpusnap: '%s' is not a gpusnap command (see gpusnap --help)\n", argv[1]);
 	return GS_E_USAGE;
 }

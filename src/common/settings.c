@@ -353,10 +353,15 @@ void gs_settings_markdown(FILE *out)
 		char acc[160];
 		fprintf(out, "| `%s` | %s%s%s | ", d->name, d->key ? "`" : "", d->key ? d->key : "", d->key ? "`" : "");
 		md_cell(out, gs_setting_accepts((enum gs_setting_id)i, acc, sizeof(acc)));
-		fprintf(out, " | %s%s%s | %s%s%s | ", d->dflt ? "`" : "", d->dflt ? d->dflt : "", d->dflt ? "`" : "",
-			(d->scope & GS_SCOPE_CLI) ? "gpusnap" : "",
-			(d->scope & GS_SCOPE_CLI) && (d->scope & GS_SCOPE_AGENT) ? ", " : "",
-			(d->scope & GS_SCOPE_AGENT) ? "agent" : (d->scope == GS_SCOPE_PLUGIN ? "plugin" : ""));
+		fprintf(out, " | %s%s%s | ", d->dflt ? "`" : "", d->dflt ? d->dflt : "", d->dflt ? "`" : "");
+		static const char *const readers[] = { "gpusnap", "agent", "plugin" };
+		const char *sep = "";
+		for (int r = 0; r < 3; r++)
+			if (d->scope & (1u << r)) {
+				fprintf(out, "%s%s", sep, readers[r]);
+				sep = ", ";
+			}
+		fputs(" | ", out);
 		md_cell(out, d->doc);
 		fputs(" |\n", out);
 	}
