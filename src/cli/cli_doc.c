@@ -24,7 +24,7 @@
 static const char *const exit_meaning[] = {
 	[GS_OK] = "done",
 	[GS_E_FAILURE] = "the driver or the system failed; the message says how",
-	[GS_E_USAGE] = "bad command line",
+	[GS_E_USAGE] = "bad command line, or a bad value of a GPUSNAP_* variable the command reads",
 	[GS_E_NO_PROCESS] = "no such process",
 	[GS_E_NOT_CUDA] = "the process does not use CUDA",
 	[GS_E_PERMISSION] = "not allowed to act on that process or file",

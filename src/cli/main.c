@@ -35,9 +35,8 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-	/* the environment, once; a bad value stops a command before it starts, not --version or help */
-	struct gs_err serr = { 0 };
-	int settings_rc = gs_settings_load(GS_SETTINGS_COMMAND, &serr);
+	/* the environment, once; a bad value stops a command once its options are parsed (cli_parse) */
+	gs_settings_load(GS_SETTINGS_COMMAND, &cli_settings_err);
 	gs_log_init_from_env();
 	if (argc < 2) {
 		/* nothing asked: the list of commands is the most useful answer */
@@ -56,13 +55,8 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "_doc"))
 		return cmd_doc(argc - 1, argv + 1);
 	for (int i = 0; i < cli_ncommands; i++)
-		if (!strcmp(argv[1], cli_commands[i].name)) {
-			if (settings_rc) {
-				fprintf(stderr, "gpusnap: %s\n", serr.msg);
-				return settings_rc;
-			}
+		if (!strcmp(argv[1], cli_commands[i].name))
 			return cli_exit(cli_json_end_command(cli_commands[i].run(argc - 1, argv + 1)));
-		}
 	fprintf(stderr, "gpusnap: '%s' is not a gpusnap command (see gpusnap --help)\n", argv[1]);
 	return GS_E_USAGE;
 }

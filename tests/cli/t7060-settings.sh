@@ -4,9 +4,10 @@
 #  - every GPUSNAP_* name in src/ is a row of the table, and no file but
 #    settings.c calls getenv, except for the reads settings.h lists (PATH,
 #    LD_PRELOAD);
-#  - a command stops at its start on a bad value of a variable it reads, with
-#    one line naming it and exit code 2; --version still answers; a bad value
-#    meant for the agent does not stop a command;
+#  - a command stops at its start (its options parsed, nothing done) on a bad
+#    value of a variable it reads, with one line naming it and exit code 2, and
+#    its --json document; -h and --version still answer; a bad value meant for
+#    the agent does not stop a command;
 #  - the agent, in the app, logs each bad value once and runs on the default.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
@@ -54,6 +55,12 @@ GPUSNAP_LOG=loud run_gpusnap state 1
 expect "state with GPUSNAP_LOG=loud: exit 2" 2 \
   "gpusnap: GPUSNAP_LOG='loud' is not one of error, warn, info, debug"
 check "the message is one line" one_line
+GPUSNAP_LOG=loud run_gpusnap state --json 1
+expect "state --json with GPUSNAP_LOG=loud: exit 2" 2 "GPUSNAP_LOG='loud' is not one of"
+check "... and its JSON document says so" \
+  sh -c "grep -q '\"ok\": *false' '$OUT_TXT' && grep -qF \"GPUSNAP_LOG='loud'\" '$OUT_TXT'"
+GPUSNAP_LOG=loud run_gpusnap state -h
+expect "state -h answers whatever the settings" 0 "usage:"
 GPUSNAP_LOG=loud run_gpusnap --version
 expect "--version answers whatever the settings" 0 "gpusnap "
 # the agent's own settings are the agent's to judge
