@@ -1,7 +1,7 @@
 /*
- * agent_main.c - libgpusnap.so's life: the constructor (install the
- * replacements, start the control server), the per-device state made on
- * first use, and the control handler that serves gpusnap's requests
+ * agent_main.c - libgpusnap.so's life: the constructor (wire the parts
+ * together, install the replacements, start the control server), and the
+ * control handler that serves gpusnap's requests
  * (HELLO, STATUS, SUSPEND, RESUME, DUMP, PREPARE, GATE, OPEN) on the
  * server's thread by handing each to the lifecycle (agent_lifecycle.h).
  *
@@ -22,6 +22,12 @@
 #include <unistd.h>
 
 #include "agent/base/agent.h"
+#include "agent/memory/agent_hooks.h"
+#include "agent/memory/agent_vmm.h"
+#include "agent/memory/agent_peer.h"
+#include "agent/memory/agent_pointer.h"
+#include "agent/memory/memkind.h"
+#include "agent/intercept/agent_capture.h"
 #include "agent/memory/agent_app_vmm.h"
 #include "agent/intercept/agent_contexts.h"
 #include "agent/intercept/agent_fds.h"
@@ -39,147 +45,12 @@
 #include "core/control_socket.h"
 #include "core/hostmem.h"
 
-static struct gs_agent the_agent = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.setup_lock = PTHREAD_MUTEX_INITIALIZER,
-	.deferred_lock = PTHREAD_MUTEX_INITIALIZER,
-};
 static struct gs_ctl_server *control_server;
-
-struct gs_agent *gs_agent_get(void) { return &the_agent; }
-
-int gs_agent_cuda(struct gs_agent *a, struct gs_err *err)
-{
-	if (__atomic_load_n(&a->cuda_ready, __ATOMIC_ACQUIRE))
-		return 0;
-	pthread_mutex_lock(&a->setup_lock);
-	int rc = 0;
-	if (!a->cuda_ready && !a->cuda_failure.code) {
-		/* one attempt: a driver that lacks what the agent needs will not grow it */
-		rc = gs_cuda_load(&a->cu, &a->cuda_failure);
-		if (!rc)
-			rc = gs_cuda_load_memory_api(&a->cu, &a->cuda_failure);
-		if (!rc)
-			__atomic_store_n(&a->cuda_ready, true, __ATOMIC_RELEASE);
-	}
-	if (!a->cuda_ready) {
-		rc = a->cuda_failure.code;
-		if (err)
-			*err = a->cuda_failure;
-	}
-	pthread_mutex_unlock(&a->setup_lock);
-	return rc;
-}
-
-static int slab_alloc(void *ctx, uint64_t size, uint64_t *va)
-{
-	struct gs_agent_device *d = ctx;
-	uint64_t reserved;
-	CUmemGenericAllocationHandle h;
-	if (gs_vmm_alloc(d, size, va, &reserved, &h) != CUDA_SUCCESS)
-		return -1;
-	struct gs_alloc_rec rec = { .va = *va, .size = reserved, .kind = GS_ALLOC_DEVICE, .device = d->ordinal,
-				    .handle = h, .user = reserved };
-	struct gs_err err = { 0 };
-	if (gs_alloc_registry_insert(d->agent->slabs, &rec, &err)) {
-		gs_vmm_free(d->agent, *va, reserved, h);
-		return -1;
-	}
-	return 0;
-}
-
-static void slab_free(void *ctx, uint64_t va, uint64_t size)
-{
-	struct gs_agent_device *d = ctx;
-	struct gs_alloc_rec rec;
-	(void)size;
-	if (gs_alloc_registry_remove(d->agent->slabs, va, &rec))
-		gs_vmm_free(d->agent, rec.va, rec.user, (CUmemGenericAllocationHandle)rec.handle);
-}
-
-struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cuerr)
-{
-	struct gs_err err = { 0 };
-	if (gs_agent_cuda(a, &err)) {
-		pr_err("%s", err.msg);
-		*cuerr = CUDA_ERROR_NOT_INITIALIZED;
-		return NULL;
-	}
-	CUdevice dev;
-	CUresult r = a->cu.cuCtxGetDevice(&dev);
-	if (r != CUDA_SUCCESS) {
-		*cuerr = r;
-		return NULL;
-	}
-	if (dev < 0 || dev >= GS_AGENT_MAX_DEVICES) {
-		*cuerr = CUDA_ERROR_INVALID_DEVICE;
-		return NULL;
-	}
-	struct gs_agent_device *d = &a->devices[dev];
-	if (__atomic_load_n(&d->used, __ATOMIC_ACQUIRE) && __atomic_load_n(&d->announced, __ATOMIC_RELAXED))
-		return d;
-	/* not a->lock: a suspend holds that while it waits for this thread to leave the gate */
-	pthread_mutex_lock(&a->setup_lock);
-	if (!d->used) {
-		CUmemAllocationProp prop;
-		memset(&prop, 0, sizeof(prop));
-		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		prop.location.id = dev;
-		size_t gran = 0;
-		r = a->cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-		CUcontext ctx = NULL;
-		if (r == CUDA_SUCCESS)
-			r = a->cu.cuCtxGetCurrent(&ctx);
-		struct gs_suballoc_config cfg = { .slab_size = gran, .threshold = gran / 2 };
-		struct gs_suballoc_ops ops = { .slab_alloc = slab_alloc, .slab_free = slab_free, .ctx = d };
-		if (r == CUDA_SUCCESS && !a->allocs)
-			a->allocs = gs_alloc_registry_new();
-		if (r == CUDA_SUCCESS && !a->slabs)
-			a->slabs = gs_alloc_registry_new();
-		if (r == CUDA_SUCCESS && (!a->allocs || !a->slabs))
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-		d->agent = a;
-		d->ordinal = dev;
-		d->granularity = gran;
-		d->ctx = ctx;
-		if (r == CUDA_SUCCESS && gs_suballoc_new(&cfg, &ops, &d->sub, &err)) {
-			pr_err("%s", err.msg);
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		if (r == CUDA_SUCCESS) {
-			gs_ctx_note(dev, ctx); /* the first context the mover copies in; agent_contexts.c keeps it alive */
-			__atomic_store_n(&d->used, true, __ATOMIC_RELEASE);
-		}
-	}
-	/*
-	 * The reserved pool and its ring start with the device's first use, but not
-	 * while a suspend waits at the closed gate for this thread (they would run
-	 * alongside it): then the next allocation after the resume starts them.
-	 */
-	bool fresh = r == CUDA_SUCCESS && d->used && !d->announced && !gs_gate_is_closed();
-	if (fresh)
-		__atomic_store_n(&d->announced, true, __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&a->setup_lock);
-	if (!d->used) {
-		*cuerr = r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN;
-		return NULL;
-	}
-	if (fresh)
-		gs_mover_device_ready(a, d);
-	return d;
-}
 
 static void add_info(struct gs_agent *a, struct gs_msg *reply)
 {
 	uint64_t count = 0, bytes = 0;
-	gs_share_refresh();
-	if (a->allocs)
-		gs_alloc_registry_stats(a->allocs, &count, &bytes);
-	uint64_t app_count, app_bytes;
-	gs_app_vmm_stats(&app_count, &app_bytes);
-	count += app_count;
-	bytes += app_bytes;
+	gs_memkind_stats(a, &count, &bytes);
 	int ndev = 0;
 	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
 		ndev += a->devices[i].used;
@@ -272,7 +143,7 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 		return;
 	}
 	default:
-		if (gs_share_handle(a, req, reply)) /* 30-39: memory shared between processes */
+		if (gs_memkind_handle_request(a, req, reply)) /* 30-39: memory shared between processes */
 			return;
 		gs_msg_set_result(reply, GS_E_USAGE, "the agent does not handle message type %u", req->type);
 	}
@@ -333,7 +204,7 @@ static void start_control_server(void)
 	struct gs_err err = { 0 };
 	char path[512];
 	if (gs_ctl_agent_socket_path(path, sizeof(path), &err) ||
-	    gs_ctl_server_start(path, serve_request, &the_agent, 0, &control_server, &err))
+	    gs_ctl_server_start(path, serve_request, gs_agent_get(), 0, &control_server, &err))
 		pr_err("no control socket, gpusnap will use the driver path for this process: %s", err.msg);
 	/* an app that closes every descriptor at its start leaves these open (agent_fds.h) */
 	gs_agent_fds_set_server(control_server);
@@ -348,22 +219,11 @@ static void start_control_server(void)
  */
 static void forget_parent_gpu_state(struct gs_agent *a)
 {
-	pthread_mutex_init(&a->lock, NULL);
-	pthread_mutex_init(&a->setup_lock, NULL);
-	pthread_mutex_init(&a->deferred_lock, NULL);
-	/* as if the driver were never loaded: a child loads it again if it ever allocates */
-	__atomic_store_n(&a->cuda_ready, false, __ATOMIC_RELEASE);
-	memset(a->devices, 0, sizeof(a->devices));
-	a->allocs = a->slabs = NULL; /* the parent's records: left as they are, not freed */
-	a->held = NULL;
-	a->state = GS_AGENT_RUNNING;
-	a->unmanaged_allocs = a->unmanaged_bytes = 0;
-	a->deferred = NULL;
+	gs_agent_forget_after_fork(a);
 	pthread_mutex_init(&operation.lock, NULL);
 	operation.running = NULL;
 	gs_mover_forget_after_fork();
-	gs_agent_hooks_forget_after_fork();
-	gs_app_vmm_forget_after_fork();
+	gs_memkind_forget_after_fork();
 }
 
 /* gs_gpu_device_prefix() read at load: getenv is not for the fork child of a threaded process */
@@ -447,7 +307,7 @@ static void after_fork_in_child(void)
 	gs_agent_fds_set_server(NULL);
 	gs_ctl_server_abandon(control_server);
 	control_server = NULL;
-	forget_parent_gpu_state(&the_agent);
+	forget_parent_gpu_state(gs_agent_get());
 	start_control_server();
 }
 
@@ -468,8 +328,35 @@ static void check_reserve_size(void)
 		v, gs_format_bytes(bytes, want, sizeof(want)), gs_format_bytes(m.avail, have, sizeof(have)), m.limit);
 }
 
+/*
+ * What the parts hear from base (base/agent.h), in the order they run: a
+ * device's sub-allocator before its context is noted, both before the mover
+ * starts the reserved pool. Registered before anything can use a device.
+ */
+static void listen_to_base(void)
+{
+	gs_agent_listen(&gs_vmm_listener);
+	gs_agent_listen(&gs_ctx_listener);
+	gs_agent_listen(&gs_mover_listener);
+}
+
+/*
+ * The kinds of memory made releasable (memory/memkind.h), in the order their
+ * hooks are installed and their regions listed. A new kind is one line here.
+ */
+static void register_memory_kinds(void)
+{
+	gs_memkind_register(&gs_alloc_kind);
+	gs_memkind_register(&gs_peer_kind);
+	gs_memkind_register(&gs_pointer_kind);
+	gs_memkind_register(&gs_app_vmm_kind);
+	gs_memkind_register(&gs_share_kind);
+}
+
 __attribute__((constructor)) static void agent_init(void)
 {
+	listen_to_base();
+	register_memory_kinds();
 	gs_log_init_from_env();
 	gs_agent_fds_init();
 	/* GPUSNAP_FORK_DROP_DEVICE=0: fork children keep what they inherit (and cannot be dumped) */
@@ -485,7 +372,7 @@ __attribute__((constructor)) static void agent_init(void)
 	 * suspend then takes the driver path for their memory.
 	 */
 	const char *hooks = getenv("GPUSNAP_AGENT_HOOKS");
-	if (!(hooks && !strcmp(hooks, "0")) && gs_agent_install_hooks(&err)) {
+	if (!(hooks && !strcmp(hooks, "0")) && (gs_memkind_install_hooks(&err) || gs_capture_install_hooks(&err))) {
 		pr_err("%s", err.msg);
 		return;
 	}
@@ -494,7 +381,7 @@ __attribute__((constructor)) static void agent_init(void)
 		pr_err("%s", err.msg);
 		return;
 	}
-	gs_mover_init_from_env(&the_agent);
+	gs_mover_init_from_env(gs_agent_get());
 	check_reserve_size();
 	start_control_server();
 	pthread_atfork(NULL, NULL, after_fork_in_child);

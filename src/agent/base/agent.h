@@ -38,7 +38,7 @@ struct gs_agent_device {
 	struct gs_agent *agent;
 	CUstream lanes[GS_AGENT_LANES]; /* the mover's copy streams, made at the first suspend */
 	bool lanes_ready;
-	bool announced; /* gs_mover_device_ready was called for it (atomic; set under setup_lock) */
+	bool announced; /* its device_ready listeners were called (atomic; set under setup_lock) */
 };
 
 struct gs_agent {
@@ -68,47 +68,37 @@ int gs_agent_cuda(struct gs_agent *a, struct gs_err *err);
 /* The device of the current context, creating its per-device state on first use. */
 struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cuerr);
 
-/* agent_vmm.c: releasable device memory at a fixed virtual address */
-CUresult gs_vmm_alloc(struct gs_agent_device *d, uint64_t size, uint64_t *va, uint64_t *reserved,
-		      CUmemGenericAllocationHandle *handle);
-/* Devices (bit i = device i) given access besides the owning device, which always reads and writes. */
-struct gs_vmm_access {
-	uint64_t rw; /* read and write */
-	uint64_t ro; /* read only */
+/*
+ * Notifications: base names no part above it. A part that must hear of a
+ * change in the state registers a listener (the constructor registers them
+ * all before any CUDA call, in the order they run); unset members are
+ * skipped.
+ */
+struct gs_agent_listener {
+	const char *name;
+	/*
+	 * A device's first use, under setup_lock, after base set up d (context,
+	 * granularity, the registries): set up what the part keeps per device.
+	 * Nonzero fails the use, and the listeners after it are not called.
+	 */
+	int (*device_setup)(struct gs_agent *a, struct gs_agent_device *d, struct gs_err *err);
+	/* true while a device's announcement (device_ready) must wait: the next use announces it then */
+	bool (*hold_announce)(struct gs_agent *a);
+	/* the device is set up and announced, once, outside the locks, on the thread that first used it */
+	void (*device_ready)(struct gs_agent *a, struct gs_agent_device *d);
+	/* d's copy context changed (the old one is gone) */
+	void (*context_changed)(struct gs_agent *a, struct gs_agent_device *d);
 };
-/* gs_vmm_alloc with other devices given access as acc says (NULL: none); kept for re-creation. */
-CUresult gs_vmm_alloc_access(struct gs_agent_device *d, uint64_t size, const struct gs_vmm_access *acc, uint64_t *va,
-			     uint64_t *reserved, CUmemGenericAllocationHandle *handle);
-/* The access of the reservation at va besides its device's (zeros: none). */
-void gs_vmm_get_access(uint64_t va, struct gs_vmm_access *acc);
-/* Sets the access of the mapped reservation at va (its device's, plus acc) and keeps it for re-creation. */
-CUresult gs_vmm_set_access(struct gs_agent *a, int device, uint64_t va, uint64_t reserved,
-			   const struct gs_vmm_access *acc);
-/*
- * Sets the access of the mapped reservation at va again from its records (its
- * device's, its pool's, its device's peers'), taking it away from the devices
- * of revoke that none of these name. For agent_peer.c, which holds the peer
- * lock exclusively.
- */
-CUresult gs_vmm_apply_access(struct gs_agent *a, int device, uint64_t va, uint64_t reserved, uint64_t revoke);
-/* In a fork child: forgets the parent's access records. */
-void gs_vmm_forget_after_fork(void);
-/* Unmaps and releases the physical memory of [va, va+reserved), keeping the reservation. */
-CUresult gs_vmm_release_physical(struct gs_agent *a, uint64_t va, uint64_t reserved, CUmemGenericAllocationHandle handle);
-/* Creates physical memory on device and maps it at va (after a release). */
-CUresult gs_vmm_recreate_physical(struct gs_agent *a, int device, uint64_t va, uint64_t reserved,
-				  CUmemGenericAllocationHandle *handle);
-/* Releases physical memory and the reservation. */
-CUresult gs_vmm_free(struct gs_agent *a, uint64_t va, uint64_t reserved, CUmemGenericAllocationHandle handle);
 
-/* agent_hooks.c: installs the replacements of the allocation entry points */
-int gs_agent_install_hooks(struct gs_err *err);
+#define GS_AGENT_MAX_LISTENERS 8
+/* Registers l (static storage) for every notification; -1 when the table is full. */
+int gs_agent_listen(const struct gs_agent_listener *l);
+void gs_agent_notify_context_changed(struct gs_agent *a, struct gs_agent_device *d);
+
 /*
- * Frees the stream-ordered frees whose streams reached them (and those of
- * CUDA graphs that ran); all of them (after a sync) when `all`.
+ * In a fork child: the state as if no CUDA call had been made (locks anew,
+ * no device, no records: the parent's are left as they are, not freed).
  */
-void gs_agent_drain_deferred(struct gs_agent *a, bool all);
-/* In a fork child: forgets the parent's pools, frees in waiting and driver allocations (and access records). */
-void gs_agent_hooks_forget_after_fork(void);
+void gs_agent_forget_after_fork(struct gs_agent *a);
 
 #endif

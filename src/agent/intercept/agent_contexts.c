@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/movement/agent_mover.h"
+#include "agent/base/agent.h"
 #include "agent/intercept/interpose.h"
 #include "agent/intercept/gate.h"
 #include "common/fault.h"
@@ -351,7 +351,7 @@ static int choose_copy_context(struct gs_agent *a, struct gs_agent_device *d, co
 	}
 	pr_info("GPU %d: copying in context %p (the context %p is gone)", d->ordinal, (void *)pick, (void *)d->ctx);
 	d->ctx = pick;
-	gs_mover_context_changed(a, d);
+	gs_agent_notify_context_changed(a, d);
 	return 0;
 }
 
@@ -476,3 +476,17 @@ int gs_ctx_restore_stacks(struct gs_agent *a, struct gs_err *err)
 	gs_ctx_use_copy_context(a);
 	return rc;
 }
+
+/* A device's first use: the context current then is the first the mover copies in; kept alive here. */
+static int ctx_device_setup(struct gs_agent *a, struct gs_agent_device *d, struct gs_err *err)
+{
+	(void)a;
+	(void)err;
+	gs_ctx_note(d->ordinal, d->ctx);
+	return 0;
+}
+
+const struct gs_agent_listener gs_ctx_listener = {
+	.name = "contexts",
+	.device_setup = ctx_device_setup,
+};

@@ -6,7 +6,7 @@
  * A context is known from hooks on the driver calls that make and end
  * contexts (cuCtxCreate*, cuCtxDestroy, cuDevicePrimaryCtxRetain / Release /
  * Reset) and from the context current at a device's first allocation
- * (agent_main.c). A destroyed context is forgotten; a primary context counts
+ * (base/agent_state.c, through gs_ctx_listener). A destroyed context is forgotten; a primary context counts
  * only while it is active.
  *
  * Threads: the hooks run on app threads (inside the gate); the rest on the
@@ -67,5 +67,8 @@ int gs_ctx_restore_stacks(struct gs_agent *a, struct gs_err *err);
  * thread of a control request has none of its own.
  */
 void gs_ctx_use_copy_context(struct gs_agent *a);
+
+/* Notes the context of each device at its first use (base/agent.h). */
+extern const struct gs_agent_listener gs_ctx_listener;
 
 #endif

@@ -506,8 +506,7 @@ int gs_app_vmm_install_hooks(struct gs_err *err)
 		HOOK(cuMemMapArrayAsync_ptsz),
 #undef HOOK
 	};
-	int rc = gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
-	return rc ? rc : gs_share_install_hooks(err);
+	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 }
 
 void gs_app_vmm_stats(uint64_t *count, uint64_t *bytes)
@@ -523,7 +522,6 @@ void gs_app_vmm_forget_after_fork(void)
 {
 	pthread_mutex_init(&vt.lock, NULL);
 	vt.t = NULL; /* the parent's table: left as it is */
-	gs_share_forget_after_fork();
 }
 
 /* ------------------------------------------------------------------ the mover's side (gate closed) */
@@ -796,3 +794,47 @@ CUresult gs_app_vmm_create_exported_locked(struct gs_agent *a, struct gs_vh_hand
 	*fd = out;
 	return CUDA_SUCCESS;
 }
+
+/* ------------------------------------------------------------------ the memory kind (memory/memkind.h) */
+
+/* Each handle is copied whole through va, a mapping that covers it. */
+static int describe_handle(void *ctx, uint64_t vh, uint64_t va, uint64_t size, int device)
+{
+	if (gs_peer_backing_pinned(va))
+		return 0; /* exported as a dma-buf (agent_peer.h): a NIC may write it, never released */
+	struct held_region r = { .va = va, .size = size, .reserved = size, .device = device, .app_handle = vh };
+	return gs_held_add(ctx, &r);
+}
+
+static int app_vmm_describe(struct gs_agent *a, struct gs_region_list *out, struct gs_err *err)
+{
+	return gs_app_vmm_prepare(a, describe_handle, out, err);
+}
+
+static CUresult app_vmm_release(struct gs_agent *a, const struct held_region *r)
+{
+	return gs_app_vmm_release(a, r->app_handle);
+}
+
+static CUresult app_vmm_recreate(struct gs_agent *a, struct held_region *r)
+{
+	return gs_app_vmm_recreate(a, r->app_handle, &r->handle);
+}
+
+static void app_vmm_stats(struct gs_agent *a, uint64_t *count, uint64_t *bytes)
+{
+	(void)a;
+	gs_app_vmm_stats(count, bytes);
+}
+
+/* No `recreated`: this file keeps its handles' records itself. */
+const struct gs_memkind gs_app_vmm_kind = {
+	.name = "app-vmm",
+	.install_hooks = gs_app_vmm_install_hooks,
+	.forget_after_fork = gs_app_vmm_forget_after_fork,
+	.stats = app_vmm_stats,
+	.describe = app_vmm_describe,
+	.finish = gs_app_vmm_finish,
+	.release = app_vmm_release,
+	.recreate = app_vmm_recreate,
+};

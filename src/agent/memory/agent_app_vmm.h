@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "agent/base/agent.h"
+#include "agent/memory/memkind.h"
 
 /* Installs the replacements of the VMM entry points (called by gs_agent_install_hooks). */
 int gs_app_vmm_install_hooks(struct gs_err *err);
@@ -61,5 +62,8 @@ CUresult gs_app_vmm_import_again_locked(struct gs_agent *a, struct gs_vh_handle 
 CUresult gs_app_vmm_create_exported_locked(struct gs_agent *a, struct gs_vh_handle *h, int *fd);
 /* In a fork child (one thread): forgets the parent's handles, which are not the child's. */
 void gs_app_vmm_forget_after_fork(void);
+
+/* The memory kind of the app's own VMM handles (memory/memkind.h). */
+extern const struct gs_memkind gs_app_vmm_kind;
 
 #endif

@@ -36,8 +36,9 @@
 #include <string.h>
 
 #include "agent/base/agent.h"
-#include "agent/memory/agent_app_vmm.h"
-#include "agent/intercept/agent_capture.h"
+#include "agent/memory/agent_hooks.h"
+#include "agent/memory/agent_vmm.h"
+#include "agent/memory/memkind.h"
 #include "agent/memory/agent_peer.h"
 #include "agent/memory/agent_pointer.h"
 #include "agent/intercept/gate.h"
@@ -779,7 +780,7 @@ void gs_agent_drain_deferred(struct gs_agent *a, bool all)
 	pthread_mutex_unlock(&a->deferred_lock);
 }
 
-void gs_agent_hooks_forget_after_fork(void)
+static void alloc_forget_after_fork(void)
 {
 	pthread_mutex_init(&pools.lock, NULL);
 	pools.v = NULL; /* the parent's: left as they are */
@@ -791,7 +792,7 @@ void gs_agent_hooks_forget_after_fork(void)
 	gs_vmm_forget_after_fork();
 }
 
-int gs_agent_install_hooks(struct gs_err *err)
+static int alloc_install_hooks(struct gs_err *err)
 {
 	static const struct gs_interpose_hook hooks[] = {
 		{ "cuMemAlloc_v2", (void *)hook_cuMemAlloc, (void **)&real.cuMemAlloc },
@@ -810,15 +811,71 @@ int gs_agent_install_hooks(struct gs_err *err)
 		{ "cuMemPoolDestroy", (void *)hook_cuMemPoolDestroy, (void **)&real.cuMemPoolDestroy },
 		{ "cuMemPoolSetAccess", (void *)hook_cuMemPoolSetAccess, (void **)&real.cuMemPoolSetAccess },
 	};
-	int rc = gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
-	if (rc)
-		return rc;
-	/* peer access and pointer attributes of the agent's memory (agent_peer.c, agent_pointer.c) */
-	if ((rc = gs_peer_install_hooks(err)) || (rc = gs_pointer_install_hooks(err)))
-		return rc;
-	/* global-mode stream captures a suspend must not run into (agent_capture.c) */
-	if ((rc = gs_capture_install_hooks(err)))
-		return rc;
-	/* the app's own cuMemCreate/cuMemMap memory: virtual handles (agent_app_vmm.c) */
-	return gs_app_vmm_install_hooks(err);
+	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 }
+
+/* The memory kind of the agent's own allocations and slabs (memory/memkind.h). */
+struct describe_ctx {
+	struct gs_region_list *out;
+	bool is_slab;
+};
+
+static int describe_one(void *ctx, const struct gs_alloc_rec *rec)
+{
+	struct describe_ctx *c = ctx;
+	if (rec->kind != GS_ALLOC_DEVICE)
+		return 0;
+	if (gs_peer_backing_pinned(rec->va))
+		return 0; /* exported as a dma-buf (agent_peer.h): a NIC may write it, never released */
+	struct held_region r = { .va = rec->va, .size = rec->size, .reserved = rec->user, .handle = rec->handle,
+				 .device = rec->device, .is_slab = c->is_slab };
+	return gs_held_add(c->out, &r);
+}
+
+static int alloc_describe(struct gs_agent *a, struct gs_region_list *out, struct gs_err *err)
+{
+	struct describe_ctx c = { out, false };
+	int walk = gs_alloc_registry_foreach(a->allocs, 0, UINT64_MAX, GS_ALLOC_MASK(GS_ALLOC_DEVICE), describe_one, &c);
+	c.is_slab = true;
+	if (!walk)
+		walk = gs_alloc_registry_foreach(a->slabs, 0, UINT64_MAX, 0, describe_one, &c);
+	return walk ? gs_fail(err, GS_E_AGENT, "out of memory listing allocations") : 0;
+}
+
+static CUresult alloc_release(struct gs_agent *a, const struct held_region *r)
+{
+	return gs_vmm_release_physical(a, r->va, r->reserved, r->handle);
+}
+
+static CUresult alloc_recreate(struct gs_agent *a, struct held_region *r)
+{
+	return gs_vmm_recreate_physical(a, r->device, r->va, r->reserved, &r->handle);
+}
+
+static void alloc_recreated(struct gs_agent *a, const struct held_region *r)
+{
+	gs_alloc_registry_update(r->is_slab ? a->slabs : a->allocs, r->va, r->handle, r->reserved);
+}
+
+static void alloc_stats(struct gs_agent *a, uint64_t *count, uint64_t *bytes)
+{
+	if (a->allocs)
+		gs_alloc_registry_stats(a->allocs, count, bytes);
+}
+
+static void alloc_quiesce(struct gs_agent *a)
+{
+	gs_agent_drain_deferred(a, true);
+}
+
+const struct gs_memkind gs_alloc_kind = {
+	.name = "alloc",
+	.install_hooks = alloc_install_hooks,
+	.forget_after_fork = alloc_forget_after_fork,
+	.stats = alloc_stats,
+	.quiesce = alloc_quiesce,
+	.describe = alloc_describe,
+	.release = alloc_release,
+	.recreate = alloc_recreate,
+	.recreated = alloc_recreated,
+};

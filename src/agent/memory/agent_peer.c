@@ -12,6 +12,7 @@
  */
 #define LOG_PREFIX "agent: memory: "
 #include "agent/memory/agent_peer.h"
+#include "agent/memory/agent_vmm.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -347,3 +348,10 @@ void gs_peer_forget_after_fork(void)
 	peer.backings = NULL;
 	memset(peer.rdma, 0, sizeof(peer.rdma));
 }
+
+/* Peer access (memory/memkind.h): hooks, and records a fork child forgets; its memory is the other kinds'. */
+const struct gs_memkind gs_peer_kind = {
+	.name = "peer",
+	.install_hooks = gs_peer_install_hooks,
+	.forget_after_fork = gs_peer_forget_after_fork,
+};

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "agent/base/agent.h"
+#include "agent/memory/memkind.h"
 #include "common/err.h"
 
 /* Installs the replacements of cuCtxEnablePeerAccess and cuCtxDisablePeerAccess. */
@@ -70,5 +71,8 @@ bool gs_peer_rdma_capable(struct gs_agent *a, int device);
 
 /* In a fork child: forgets the parent's backings, pairs and device answers. */
 void gs_peer_forget_after_fork(void);
+
+/* Peer access as a memory kind (memory/memkind.h). */
+extern const struct gs_memkind gs_peer_kind;
 
 #endif

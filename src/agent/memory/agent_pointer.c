@@ -123,3 +123,9 @@ int gs_pointer_install_hooks(struct gs_err *err)
 	};
 	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 }
+
+/* Pointer attributes (memory/memkind.h): hooks only. */
+const struct gs_memkind gs_pointer_kind = {
+	.name = "pointer",
+	.install_hooks = gs_pointer_install_hooks,
+};

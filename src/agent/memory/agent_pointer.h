@@ -17,9 +17,13 @@
 #ifndef GPUSNAP_AGENT_AGENT_POINTER_H
 #define GPUSNAP_AGENT_AGENT_POINTER_H
 
+#include "agent/memory/memkind.h"
 #include "common/err.h"
 
 /* Installs the replacements of cuPointerGetAttribute and cuPointerGetAttributes. */
 int gs_pointer_install_hooks(struct gs_err *err);
+
+/* Pointer attributes as a memory kind (memory/memkind.h). */
+extern const struct gs_memkind gs_pointer_kind;
 
 #endif

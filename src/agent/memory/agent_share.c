@@ -595,3 +595,16 @@ int gs_share_install_hooks(struct gs_err *err)
 	};
 	return gs_interpose_replace_all(hooks, sizeof(hooks) / sizeof(hooks[0]), err);
 }
+
+/* The memory kind of memory shared with other processes (memory/memkind.h): its regions are app_vmm's. */
+const struct gs_memkind gs_share_kind = {
+	.name = "share",
+	.install_hooks = gs_share_install_hooks,
+	.forget_after_fork = gs_share_forget_after_fork,
+	.refresh = gs_share_refresh,
+	.before_suspend = gs_share_before_suspend,
+	.bring_back = gs_share_bring_back,
+	.after_resume = gs_share_after_resume,
+	.save_image = gs_share_describe,
+	.handle_request = gs_share_handle,
+};

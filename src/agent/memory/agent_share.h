@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "agent/base/agent.h"
+#include "agent/memory/memkind.h"
 #include "core/protocol.h"
 
 #define GS_SHARE_POSIX_FD 1 /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
@@ -98,5 +99,8 @@ int gs_share_install_hooks(struct gs_err *err);
 
 /* In a fork child: the parent's duplicates are closed, its records forgotten. */
 void gs_share_forget_after_fork(void);
+
+/* The memory kind of memory shared with other processes (memory/memkind.h). */
+extern const struct gs_memkind gs_share_kind;
 
 #endif

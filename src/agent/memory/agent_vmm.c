@@ -16,6 +16,7 @@
  * it; the physical memory asks for GPUDirect RDMA where the device has it.
  */
 #include "agent/base/agent.h"
+#include "agent/memory/agent_vmm.h"
 #include "agent/memory/agent_peer.h"
 
 #include <pthread.h>
@@ -225,5 +226,45 @@ void gs_vmm_forget_after_fork(void)
 {
 	pthread_mutex_init(&access_table.lock, NULL);
 	access_table.extra = NULL; /* the parent's: left as it is */
-	gs_peer_forget_after_fork();
 }
+
+/* The sub-allocator's slabs: releasable memory of their own, recorded in a->slabs. */
+static int slab_alloc(void *ctx, uint64_t size, uint64_t *va)
+{
+	struct gs_agent_device *d = ctx;
+	uint64_t reserved;
+	CUmemGenericAllocationHandle h;
+	if (gs_vmm_alloc(d, size, va, &reserved, &h) != CUDA_SUCCESS)
+		return -1;
+	struct gs_alloc_rec rec = { .va = *va, .size = reserved, .kind = GS_ALLOC_DEVICE, .device = d->ordinal,
+				    .handle = h, .user = reserved };
+	struct gs_err err = { 0 };
+	if (gs_alloc_registry_insert(d->agent->slabs, &rec, &err)) {
+		gs_vmm_free(d->agent, *va, reserved, h);
+		return -1;
+	}
+	return 0;
+}
+
+static void slab_free(void *ctx, uint64_t va, uint64_t size)
+{
+	struct gs_agent_device *d = ctx;
+	struct gs_alloc_rec rec;
+	(void)size;
+	if (gs_alloc_registry_remove(d->agent->slabs, va, &rec))
+		gs_vmm_free(d->agent, rec.va, rec.user, (CUmemGenericAllocationHandle)rec.handle);
+}
+
+/* A device's first use: its sub-allocator, slabs of the device's granularity. */
+static int vmm_device_setup(struct gs_agent *a, struct gs_agent_device *d, struct gs_err *err)
+{
+	(void)a;
+	struct gs_suballoc_config cfg = { .slab_size = d->granularity, .threshold = d->granularity / 2 };
+	struct gs_suballoc_ops ops = { .slab_alloc = slab_alloc, .slab_free = slab_free, .ctx = d };
+	return gs_suballoc_new(&cfg, &ops, &d->sub, err);
+}
+
+const struct gs_agent_listener gs_vmm_listener = {
+	.name = "vmm",
+	.device_setup = vmm_device_setup,
+};

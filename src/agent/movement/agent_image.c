@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "agent/movement/agent_ring.h"
-#include "agent/memory/agent_share.h"
+#include "agent/memory/memkind.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
@@ -73,7 +73,7 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
 		if (rc)
 			return rc;
 	}
-	return gs_share_describe(w, err); /* memory shared with other processes: what a restore must find */
+	return gs_memkind_save_image(w, err); /* memory shared with other processes: what a restore must find */
 }
 
 /*

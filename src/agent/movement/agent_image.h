@@ -15,7 +15,7 @@
 #define GPUSNAP_AGENT_AGENT_IMAGE_H
 
 #include "agent/base/agent.h"
-#include "agent/movement/agent_mover.h"
+#include "agent/base/held.h"
 #include "core/protocol.h"
 #include "image/image.h"
 

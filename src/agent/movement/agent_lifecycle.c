@@ -29,7 +29,7 @@
 #include "agent/movement/agent_image.h"
 #include "agent/movement/agent_mover.h"
 #include "agent/movement/agent_ring.h"
-#include "agent/memory/agent_share.h"
+#include "agent/memory/memkind.h"
 #include "agent/movement/agent_zero_scan.h"
 #include "agent/intercept/gate.h"
 #include "common/fault.h"
@@ -211,7 +211,7 @@ static int step_quiesce(struct gs_agent *a, double deadline, struct gs_msg *repl
 			set_state(a, LC_RUNNING);
 			return rc;
 		}
-		gs_agent_drain_deferred(a, true);
+		gs_memkind_quiesce(a); /* stream-ordered frees */
 	}
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "quiesce", gs_now() - t0);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "sync", gs_now() - t1);
@@ -378,7 +378,7 @@ static void back_unbring(struct gs_agent *a)
 static void back_open(struct gs_agent *a)
 {
 	stop_lease();
-	gs_share_after_resume();
+	gs_memkind_after_resume();
 	gs_gate_open();
 	lc.keep_context = false;
 	set_state(a, LC_RUNNING);
@@ -398,7 +398,7 @@ static int back_gate(struct gs_agent *a, struct gs_err *err)
 {
 	lc.keep_context = false;
 	set_fault("");
-	gs_share_after_resume();
+	gs_memkind_after_resume();
 	set_state(a, LC_GATED);
 	int rc = start_lease(a, SHARED_RESUME_LEASE_S, err);
 	if (rc)
@@ -416,7 +416,7 @@ static int unwind_to(struct gs_agent *a, const char *dir, bool stay_gated, struc
 		int rc = back_bring(a, dir, reply, err);
 		if (rc)
 			return rc;
-		if ((rc = gs_share_bring_back(a, err))) {
+		if ((rc = gs_memkind_bring_back(a, err))) {
 			back_unbring(a);
 			return rc;
 		}
@@ -500,7 +500,7 @@ int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struc
 	int rc = leave_running(a, "", timeout_s, keep_context, reply, err);
 	if (rc)
 		goto out;
-	if ((rc = gs_share_before_suspend(a, err)))
+	if ((rc = gs_memkind_before_suspend(a, err)))
 		goto fail;
 	if (!a->cuda_ready) {
 		/* the app never allocated: nothing of ours to move */
@@ -544,7 +544,7 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool c
 	int rc = leave_running(a, ": a streamed dump starts from a running process", timeout_s, false, reply, err);
 	if (rc)
 		goto out;
-	if ((rc = gs_share_before_suspend(a, err)))
+	if ((rc = gs_memkind_before_suspend(a, err)))
 		goto fail;
 	double t_quiesce = gs_now();
 	/* an app that never allocated has nothing of ours to move: its image lists no allocations */

@@ -26,10 +26,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/memory/agent_app_vmm.h"
+#include "agent/memory/memkind.h"
 #include "agent/intercept/agent_capture.h"
 #include "agent/intercept/agent_contexts.h"
-#include "agent/memory/agent_peer.h"
 #include "agent/movement/agent_ring.h"
 #include "agent/movement/agent_zero_scan.h"
 #include "agent/intercept/gate.h"
@@ -346,7 +345,7 @@ void gs_mover_init_from_env(struct gs_agent *a)
 		pr_warn("ignoring GPUSNAP_RESERVE='%s': not a size", v);
 }
 
-void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
+static void mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)
 {
 	(void)d;
 	if (!mover.reserve_bytes || mover.reserve)
@@ -400,52 +399,15 @@ static void join_reaper(void)
 	}
 }
 
-struct collect_ctx {
-	struct held_region *r;
-	size_t n, cap;
-	bool is_slab;
-};
-
-static int collect(void *ctx, const struct gs_alloc_rec *rec)
-{
-	struct collect_ctx *c = ctx;
-	if (rec->kind != GS_ALLOC_DEVICE)
-		return 0;
-	if (gs_peer_backing_pinned(rec->va))
-		return 0; /* exported as a dma-buf (agent_peer.h): a NIC may write it, never released */
-	if (gs_grow_array((void **)&c->r, &c->cap, c->n, sizeof(*c->r), 256))
-		return -1;
-	c->r[c->n++] = (struct held_region){
-		.va = rec->va, .size = rec->size, .reserved = rec->user, .handle = rec->handle,
-		.device = rec->device, .is_slab = c->is_slab,
-	};
-	return 0;
-}
-
-/* One of the app's own VMM handles (agent_app_vmm.c): copied whole through va, a mapping that covers it. */
-static int collect_app(void *ctx, uint64_t vh, uint64_t va, uint64_t size, int device)
-{
-	struct collect_ctx *c = ctx;
-	struct gs_alloc_rec rec = { .va = va, .size = size, .kind = GS_ALLOC_DEVICE, .device = device, .user = size };
-	c->is_slab = false;
-	if (collect(ctx, &rec))
-		return -1;
-	c->r[c->n - 1].app_handle = vh;
-	return 0;
-}
-
+/* The kind that described a region releases it and makes it again (memory/memkind.h). */
 static CUresult release_region(struct gs_agent *a, const struct held_region *r)
 {
-	if (r->app_handle)
-		return gs_app_vmm_release(a, r->app_handle);
-	return gs_vmm_release_physical(a, r->va, r->reserved, r->handle);
+	return r->kind->release(a, r);
 }
 
 static CUresult recreate_region(struct gs_agent *a, struct held_region *r)
 {
-	if (r->app_handle)
-		return gs_app_vmm_recreate(a, r->app_handle, &r->handle);
-	return gs_vmm_recreate_physical(a, r->device, r->va, r->reserved, &r->handle);
+	return r->kind->recreate(a, r);
 }
 
 static int cmp_region(const void *x, const void *y)
@@ -483,9 +445,8 @@ static int ensure_lanes(struct gs_agent *a, struct gs_agent_device *d, struct gs
 
 static void update_registry(struct gs_agent *a, const struct held_region *r)
 {
-	if (r->app_handle)
-		return; /* agent_app_vmm.c keeps its handles */
-	gs_alloc_registry_update(r->is_slab ? a->slabs : a->allocs, r->va, r->handle, r->reserved);
+	if (r->kind->recreated)
+		r->kind->recreated(a, r);
 }
 
 void gs_mover_drop_pool(struct gs_agent *a, struct gs_agent_held *h)
@@ -509,7 +470,7 @@ void gs_mover_drop_pool(struct gs_agent *a, struct gs_agent_held *h)
 
 void gs_mover_free_held(struct gs_agent *a, struct gs_agent_held *h)
 {
-	gs_app_vmm_finish(a); /* the copy windows of the app's handles go with the plan */
+	gs_memkind_finish(a); /* what the kinds prepared for the plan (the app's handles' copy windows) goes with it */
 	if (!h)
 		return;
 	if (h->pool && !h->pool_is_reserve)
@@ -636,29 +597,13 @@ int gs_mover_plan(struct gs_agent *a, uint64_t chunk_bytes, struct gs_agent_held
 	struct gs_agent_held *h = calloc(1, sizeof(*h));
 	if (!h)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
-	struct collect_ctx cc = { 0 };
-	cc.is_slab = false;
-	int walk = gs_alloc_registry_foreach(a->allocs, 0, UINT64_MAX, GS_ALLOC_MASK(GS_ALLOC_DEVICE), collect, &cc);
-	cc.is_slab = true;
-	if (!walk)
-		walk = gs_alloc_registry_foreach(a->slabs, 0, UINT64_MAX, 0, collect, &cc);
-	h->regions = cc.r;
-	h->nregions = cc.n;
-	int rc = 0;
-	if (walk) {
-		rc = gs_fail(err, GS_E_AGENT, "out of memory listing allocations");
+	/* every kind's regions; on failure nothing of theirs stays prepared */
+	struct gs_region_list list = { 0 };
+	int rc = gs_memkind_describe(a, &list, err);
+	h->regions = list.r;
+	h->nregions = list.n;
+	if (rc)
 		goto fail;
-	}
-	/* the app's own VMM handles (agent_app_vmm.c); on failure nothing of theirs stays prepared */
-	rc = gs_app_vmm_prepare(a, collect_app, &cc, err);
-	h->regions = cc.r;
-	h->nregions = cc.n;
-	if (rc) {
-		gs_copy_plan_free(&h->plan);
-		free(h->regions);
-		free(h);
-		return rc;
-	}
 	if (h->nregions) /* none when every allocation was freed: qsort must not get NULL */
 		qsort(h->regions, h->nregions, sizeof(*h->regions), cmp_region);
 	struct gs_copy_region *cr = calloc(h->nregions ? h->nregions : 1, sizeof(*cr));
@@ -834,7 +779,7 @@ void gs_mover_after_resume(struct gs_agent *a)
 	start_ring_builder(a); /* bounce mode: a ring dropped with the reserved pool comes back too */
 }
 
-void gs_mover_context_changed(struct gs_agent *a, struct gs_agent_device *d)
+static void mover_context_changed(struct gs_agent *a, struct gs_agent_device *d)
 {
 	(void)a;
 	/* the old context took its streams with it: nothing to destroy, only to make again */
@@ -842,3 +787,17 @@ void gs_mover_context_changed(struct gs_agent *a, struct gs_agent_device *d)
 	/* the kept ring was pinned with the first device's context, which may be the one gone */
 	drop_ring();
 }
+
+/* While a suspend waits at the closed gate, the reserved pool and its ring must not start alongside it. */
+static bool mover_hold_announce(struct gs_agent *a)
+{
+	(void)a;
+	return gs_gate_is_closed();
+}
+
+const struct gs_agent_listener gs_mover_listener = {
+	.name = "mover",
+	.hold_announce = mover_hold_announce,
+	.device_ready = mover_device_ready,
+	.context_changed = mover_context_changed,
+};

@@ -14,53 +14,17 @@
 #include <stdbool.h>
 
 #include "agent/base/agent.h"
-#include "core/copy_plan.h"
+#include "agent/base/held.h"
 #include "core/protocol.h"
-#include "core/staging.h"
-
-/*
- * What the agent holds while suspended: the regions it released (allocations
- * of its own and slabs; same addresses on resume), the copy plan, and where
- * the data is besides the GPU (the holder): a staging pool, or the sealed
- * image at image_dir (after a dump; pool NULL).
- */
-struct gs_ring;
-
-struct held_region {
-	uint64_t va, size, reserved;
-	CUmemGenericAllocationHandle handle;
-	int device;
-	bool is_slab;
-	bool released; /* its physical memory is released (handle 0) */
-	uint64_t app_handle; /* the app's own VMM handle (agent_app_vmm.h) copied through va; 0: the agent's memory */
-};
-
-struct gs_agent_held {
-	struct held_region *regions;
-	size_t nregions;
-	struct gs_copy_plan plan;
-	struct gs_staging *pool;
-	bool pool_is_reserve;
-	char *image_dir; /* the image holding the data when pool is NULL (malloc'd; NULL when none) */
-	bool keep_context;
-	bool unpinned; /* the pool's segments were unpinned for the driver's checkpoint */
-	uint64_t bytes;
-	/*
-	 * Bounce staging: zero_chunks[k] is 1 when plan chunk k was all zero on
-	 * the GPU, so it is not in the pool (agent_ring.h); NULL when none are
-	 * known. zero_bytes: their total.
-	 */
-	uint8_t *zero_chunks;
-	uint64_t zero_bytes;
-	/* bounce, on demand: this suspend's own copy ring, made before its pool so both set up at once */
-	struct gs_ring *ring;
-	double ring_setup_s;
-};
 
 /* Reads GPUSNAP_RESERVE (bytes, e.g. "40G") and the staging settings. */
 void gs_mover_init_from_env(struct gs_agent *a);
-/* Called when a device is first used: starts filling the reserved pool, if one was asked for. */
-void gs_mover_device_ready(struct gs_agent *a, struct gs_agent_device *d);
+/*
+ * What the mover hears from base (base/agent.h): a device's first use starts
+ * filling the reserved pool, if one was asked for (not while the gate is
+ * closed); a changed copy context drops its streams and the kept ring.
+ */
+extern const struct gs_agent_listener gs_mover_listener;
 bool gs_mover_has_reserve(struct gs_agent *a);
 /*
  * In a fork child (atfork handler, one thread): forgets the parent's reserved
@@ -122,7 +86,5 @@ int gs_mover_stage_in(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg
 void gs_mover_join_background(struct gs_agent *a);
 void gs_mover_drop_reserve(struct gs_agent *a);
 void gs_mover_after_resume(struct gs_agent *a);
-/* The copy context of device d changed (the old one is gone): its streams and the kept ring went with it. */
-void gs_mover_context_changed(struct gs_agent *a, struct gs_agent_device *d);
 
 #endif

@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #include "agent/base/agent.h"
-#include "agent/movement/agent_mover.h"
+#include "agent/base/held.h"
 #include "common/err.h"
 #include "core/protocol.h"
 #include "core/staging.h"

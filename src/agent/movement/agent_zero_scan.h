@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "agent/base/agent.h"
-#include "agent/movement/agent_mover.h"
+#include "agent/base/held.h"
 #include "core/protocol.h"
 
 /*
