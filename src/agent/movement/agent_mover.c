@@ -17,6 +17,7 @@
  */
 #define LOG_PREFIX "agent: movement: "
 #include "agent/movement/agent_mover.h"
+#include "agent/movement/gpu_copy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -39,6 +40,9 @@
 #include "core/copy_plan.h"
 #include "core/hostmem.h"
 #include "core/staging.h"
+
+/* Lanes and pinned staging through the engine's GPU backend (gpu_copy.h). */
+static const struct gs_gpu_copy *const gpu = &gs_gpu_copy_cuda;
 
 #define CHUNK_BYTES (64ULL << 20) /* a suspend's chunks in pinned mode: one copy per chunk straight into the pool */
 /*
@@ -97,7 +101,7 @@ static void use_any_context(struct gs_agent *a)
 {
 	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
 		if (a->devices[i].used) {
-			a->cu.cuCtxSetCurrent(a->devices[i].ctx);
+			gpu->use_device(a, i);
 			return;
 		}
 }
@@ -115,7 +119,7 @@ static int staging_register(void *ctx, void *addr, uint64_t len)
 	(void)gs_fault(GS_FI_AGENT_STAGING_PIN); /* hold: a window for a test to begin a capture in */
 	gs_capture_bg_begin_wait();
 	use_any_context(a);
-	int rc = a->cu.cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS ? 0 : -1;
+	int rc = gpu->pin(a, addr, len) ? -1 : 0;
 	gs_capture_bg_end();
 	return rc;
 }
@@ -127,7 +131,7 @@ static void staging_unregister(void *ctx, void *addr, uint64_t len)
 	(void)gs_fault(GS_FI_AGENT_STAGING_PIN);
 	gs_capture_bg_begin_wait();
 	use_any_context(a);
-	a->cu.cuMemHostUnregister(addr);
+	gpu->unpin(a, addr);
 	gs_capture_bg_end();
 }
 
@@ -420,11 +424,11 @@ static int cmp_region(const void *x, const void *y)
 
 static int set_device(struct gs_agent *a, int device, struct gs_err *err)
 {
-	CUresult r = a->cu.cuCtxSetCurrent(a->devices[device].ctx);
-	if (r != CUDA_SUCCESS) {
+	int r = gpu->use_device(a, device);
+	if (r) {
 		char b[128];
 		return gs_fail(err, GS_E_AGENT, "cannot use the context of GPU %d: %s", device,
-			       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+			       gpu->strerror(a, r, b, sizeof(b)));
 	}
 	return 0;
 }
@@ -435,8 +439,8 @@ static int ensure_lanes(struct gs_agent *a, struct gs_agent_device *d, struct gs
 		return 0;
 	int rc = set_device(a, d->ordinal, err);
 	for (int i = 0; !rc && i < GS_AGENT_LANES; i++) {
-		CUresult r = a->cu.cuStreamCreate(&d->lanes[i], CU_STREAM_NON_BLOCKING);
-		if (r != CUDA_SUCCESS)
+		int r = gpu->make_lane(a, d->ordinal, i);
+		if (r)
 			rc = gs_fail(err, GS_E_AGENT, "cannot create copy streams on GPU %d (error %d)", d->ordinal, r);
 	}
 	d->lanes_ready = rc == 0;

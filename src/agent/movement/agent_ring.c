@@ -28,6 +28,7 @@
  */
 #define LOG_PREFIX "agent: movement: "
 #include "agent/movement/agent_ring.h"
+#include "agent/movement/gpu_copy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -45,6 +46,9 @@
 #include "core/copy_plan.h"
 #include "core/host_copy.h"
 
+/* The engine reaches the GPU only through its backend (gpu_copy.h): CUDA's in this build. */
+static const struct gs_gpu_copy *const gpu = &gs_gpu_copy_cuda;
+
 #define RING_DEPTH 2          /* buffers per thread: one with the copy engine, one with the end */
 #define RING_THREADS_OUT 8    /* dump: the storage is the bottleneck; 8 writers fill it */
 #define RING_THREADS_IN_MIN 8 /* restore: reads and checksums scale with cores, up to RING_THREADS_MAX */
@@ -58,7 +62,7 @@ struct ring_slot {
 	bool busy;                           /* a copy was issued and not yet waited for */
 	size_t chunk;
 	int dev;
-	CUevent ev[GS_AGENT_MAX_DEVICES]; /* per device: an event lives in one context */
+	void *ev[GS_AGENT_MAX_DEVICES]; /* per device: an event lives in one context (gpu_copy.h) */
 };
 
 struct gs_ring {
@@ -112,11 +116,11 @@ static size_t job_claim(struct ring_job *j)
 
 static void job_fail(struct ring_job *j, const struct gs_err *e) { gs_first_err_set(&j->fail, e); }
 
-static void cuda_fail(struct ring_job *j, const char *what, int dev, CUresult r)
+static void cuda_fail(struct ring_job *j, const char *what, int dev, int r)
 {
 	char b[128];
 	struct gs_err e = { 0 };
-	gs_fail(&e, GS_E_AGENT, "%s on GPU %d failed: %s", what, dev, gs_cuda_strerror(&j->a->cu, r, b, sizeof(b)));
+	gs_fail(&e, GS_E_AGENT, "%s on GPU %d failed: %s", what, dev, gpu->strerror(j->a, r, b, sizeof(b)));
 	job_fail(j, &e);
 }
 
@@ -138,8 +142,8 @@ static int use_device(struct ring_worker *wk, int dev)
 	if (wk->cur_dev == dev)
 		return 0;
 	struct gs_agent *a = wk->job->a;
-	CUresult r = a->cu.cuCtxSetCurrent(a->devices[dev].ctx);
-	if (r != CUDA_SUCCESS) {
+	int r = gpu->use_device(a, dev);
+	if (r) {
 		cuda_fail(wk->job, "making the context current", dev, r);
 		return -1;
 	}
@@ -181,12 +185,12 @@ static int slot_map(struct ring_slot *s, size_t len, struct gs_err *err)
 /* Pins a mapped buffer; a context must be current. */
 static int slot_pin(struct gs_agent *a, struct ring_slot *s, int dev, struct gs_err *err)
 {
-	/* PORTABLE: the buffer serves every device's context */
-	CUresult r = a->cu.cuMemHostRegister(s->buf, s->len, CU_MEMHOSTREGISTER_PORTABLE);
-	if (r != CUDA_SUCCESS) {
+	/* for every device's context: the buffer serves them all */
+	int r = gpu->pin(a, s->buf, s->len);
+	if (r) {
 		char b[128];
 		return gs_fail(err, GS_E_AGENT, "pinning the copy ring on GPU %d failed: %s", dev,
-			       gs_cuda_strerror(&a->cu, r, b, sizeof(b)));
+			       gpu->strerror(a, r, b, sizeof(b)));
 	}
 	s->pinned = true;
 	return 0;
@@ -204,14 +208,14 @@ static void slot_teardown(struct gs_agent *a, struct ring_slot *s, bool buffer)
 {
 	for (int d = 0; d < GS_AGENT_MAX_DEVICES; d++)
 		if (s->ev[d]) {
-			a->cu.cuEventDestroy(s->ev[d]);
+			gpu->event_destroy(a, s->ev[d]);
 			s->ev[d] = NULL;
 		}
 	s->busy = false;
 	if (!buffer)
 		return;
 	if (s->pinned)
-		a->cu.cuMemHostUnregister(s->buf);
+		gpu->unpin(a, s->buf);
 	if (s->buf)
 		munmap(s->buf, s->len);
 	memset(s, 0, sizeof(*s));
@@ -280,10 +284,10 @@ static void teardown(struct ring_worker *wk)
 		slot_teardown(wk->job->a, &wk->slots[i], !wk->borrowed);
 }
 
-static CUstream lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *dev)
+static int lane_of(struct ring_job *j, const struct gs_copy_chunk *c, int *dev)
 {
 	*dev = j->h->regions[c->region].device;
-	return j->a->devices[*dev].lanes[c->lane];
+	return (int)c->lane;
 }
 
 /*
@@ -296,22 +300,22 @@ static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, voi
 	struct gs_agent *a = j->a;
 	const struct gs_copy_chunk *c = &j->h->plan.chunks[k];
 	int dev;
-	CUstream lane = lane_of(j, c, &dev);
+	int lane = lane_of(j, c, &dev);
 	if (use_device(wk, dev))
 		return -1;
-	CUresult r = CUDA_SUCCESS;
-	if (!s->ev[dev] && (r = a->cu.cuEventCreate(&s->ev[dev], CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))) {
+	int r = 0;
+	if (!s->ev[dev] && (r = gpu->event_create(a, &s->ev[dev]))) {
 		s->ev[dev] = NULL;
 		cuda_fail(j, "creating an event", dev, r);
 		return -1;
 	}
 	if (gs_fault(j->to_host ? GS_FI_AGENT_COPY_OUT : GS_FI_AGENT_COPY_IN))
-		r = CUDA_ERROR_UNKNOWN;
+		r = gpu->injected;
 	else
-		r = !host	 ? a->cu.cuMemsetD8Async(c->va, 0, c->size, lane)
-		    : j->to_host ? a->cu.cuMemcpyDtoHAsync(host, c->va, c->size, lane)
-				 : a->cu.cuMemcpyHtoDAsync(c->va, host, c->size, lane);
-	if (r != CUDA_SUCCESS) {
+		r = !host	 ? gpu->zero(a, c->va, c->size, dev, lane)
+		    : j->to_host ? gpu->to_host(a, host, c->va, c->size, dev, lane)
+				 : gpu->to_device(a, c->va, host, c->size, dev, lane);
+	if (r) {
 		char what[96];
 		snprintf(what, sizeof(what), "%s of %llu bytes at %#llx%s", !host ? "memset" : "copy",
 			 (unsigned long long)c->size, (unsigned long long)c->va,
@@ -323,7 +327,7 @@ static int start_copy(struct ring_worker *wk, struct ring_slot *s, size_t k, voi
 	s->busy = true; /* from here the host memory may be in use by the copy engine */
 	s->chunk = k;
 	s->dev = dev;
-	if ((r = a->cu.cuEventRecord(s->ev[dev], lane)) != CUDA_SUCCESS) {
+	if ((r = gpu->event_record(a, s->ev[dev], dev, lane))) {
 		cuda_fail(j, "recording an event", dev, r);
 		wk->clean = false; /* the copy runs, but nothing says when it is done: the caller syncs the lanes */
 		return -1;
@@ -349,9 +353,9 @@ static int wait_slot(struct ring_worker *wk, struct ring_slot *s)
 		return -1;
 	}
 	double t0 = gs_now();
-	CUresult r = j->a->cu.cuEventSynchronize(s->ev[s->dev]);
+	int r = gpu->event_wait(j->a, s->ev[s->dev]);
 	wk->wait_s += gs_now() - t0;
-	if (r != CUDA_SUCCESS) {
+	if (r) {
 		const struct gs_copy_chunk *c = &j->h->plan.chunks[s->chunk];
 		char what[96];
 		snprintf(what, sizeof(what), "copy of %llu bytes at %#llx", (unsigned long long)c->size,
@@ -490,9 +494,7 @@ static void sync_lanes(struct gs_agent *a)
 		struct gs_agent_device *dev = &a->devices[d];
 		if (!dev->used || !dev->lanes_ready)
 			continue;
-		a->cu.cuCtxSetCurrent(dev->ctx);
-		for (int l = 0; l < GS_AGENT_LANES; l++)
-			a->cu.cuStreamSynchronize(dev->lanes[l]);
+		gpu->sync_lanes(a, d);
 	}
 }
 
@@ -589,8 +591,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 		started = i + 1;
 	}
 	/* the caller keeps its current context: worker 0 changes it, so put it back afterwards */
-	CUcontext saved = NULL;
-	a->cu.cuCtxGetCurrent(&saved);
+	void *saved = gpu->get_context(a);
 	worker_main(&wk[0]);
 	for (unsigned i = 1; i < started; i++)
 		pthread_join(wk[i].thread, NULL);
@@ -604,7 +605,7 @@ static int run(struct ring_job *j, struct gs_ring *ring, unsigned want, struct g
 			if (!wk[i].clean)
 				teardown(&wk[i]);
 	}
-	a->cu.cuCtxSetCurrent(saved);
+	gpu->set_context(a, saved);
 	st->threads = started;
 	st->zero_bytes = atomic_load(&j->zero_bytes);
 	st->ring_bytes = ring ? gs_ring_bytes(ring) : (uint64_t)started * RING_DEPTH * j->buf_size;
@@ -913,7 +914,7 @@ void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img)
  */
 struct ring_build {
 	struct gs_ring *r;
-	CUcontext ctx;
+	void *ctx;
 	int dev;
 	unsigned index;
 	pthread_t thread;
@@ -925,11 +926,11 @@ static void *build_main(void *arg)
 	struct ring_build *b = arg;
 	struct gs_agent *a = b->r->a;
 	if (b->dev >= 0) {
-		CUresult cr = a->cu.cuCtxSetCurrent(b->ctx);
-		if (cr != CUDA_SUCCESS) {
+		int cr = gpu->set_context(a, b->ctx);
+		if (cr) {
 			char m[128];
 			gs_fail(&b->err, GS_E_AGENT, "making the context of GPU %d current failed: %s", b->dev,
-				gs_cuda_strerror(&a->cu, cr, m, sizeof(m)));
+				gpu->strerror(a, cr, m, sizeof(m)));
 			return NULL;
 		}
 	}
@@ -962,7 +963,7 @@ static int build_ring(struct gs_agent *a, unsigned threads, uint64_t buf_size, i
 	r->a = a;
 	r->threads = threads;
 	r->buf_size = gs_round_up(buf_size, RING_ALIGN);
-	CUcontext ctx = dev >= 0 ? a->devices[dev].ctx : NULL;
+	void *ctx = dev >= 0 ? gpu->device_context(a, dev) : NULL;
 	unsigned started = 0;
 	for (unsigned i = 0; i < threads; i++) {
 		b[i] = (struct ring_build){ .r = r, .ctx = ctx, .dev = dev, .index = i };
@@ -974,13 +975,11 @@ static int build_ring(struct gs_agent *a, unsigned threads, uint64_t buf_size, i
 		pthread_join(b[i].thread, NULL);
 	/* a thread that could not start leaves its buffers to this one */
 	if (started < threads) {
-		CUcontext saved = NULL;
-		if (dev >= 0)
-			a->cu.cuCtxGetCurrent(&saved);
+		void *saved = dev >= 0 ? gpu->get_context(a) : NULL;
 		for (unsigned i = started; i < threads; i++)
 			build_main(&b[i]);
 		if (dev >= 0)
-			a->cu.cuCtxSetCurrent(saved);
+			gpu->set_context(a, saved);
 	}
 	int rc = 0;
 	for (unsigned i = 0; i < threads && !rc; i++)
@@ -1040,16 +1039,15 @@ void gs_ring_destroy(struct gs_ring *r)
 		return;
 	}
 	/* unregistering needs a context; PORTABLE buffers take any of the app's */
-	CUcontext saved = NULL;
-	a->cu.cuCtxGetCurrent(&saved);
+	void *saved = gpu->get_context(a);
 	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
 		if (a->devices[i].used) {
-			a->cu.cuCtxSetCurrent(a->devices[i].ctx);
+			gpu->use_device(a, i);
 			break;
 		}
 	for (size_t i = 0; i < (size_t)r->threads * RING_DEPTH; i++)
 		slot_teardown(a, &r->slots[i], true);
-	a->cu.cuCtxSetCurrent(saved);
+	gpu->set_context(a, saved);
 	free(r->slots);
 	free(r);
 }
