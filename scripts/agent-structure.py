@@ -7,16 +7,21 @@ prints: each unit's uses, the strongly connected components (loops of units
 that use each other), and, when units live in part folders
 (base < intercept < memory < movement < top), the uses that run up a part.
 
-usage: agent-structure.py BUILD_DIR [SRC_DIR]
+usage: agent-structure.py [--all-symbols] BUILD_DIR [SRC_DIR]
 """
 import os, re, subprocess, sys
 from collections import defaultdict
 
 PARTS = ["base", "intercept", "memory", "movement", "top"]
+# libc functions the agent exports its own versions of (dlsym, syscall): a
+# file that calls them calls libc; --all-symbols counts them as uses anyway
+LIBC_NAMES = {"dlsym", "dlvsym", "syscall"}
 
 def main():
-    build = sys.argv[1]
-    src = sys.argv[2] if len(sys.argv) > 2 else "src/agent"
+    args = [a for a in sys.argv[1:] if a != "--all-symbols"]
+    all_syms = len(args) != len(sys.argv) - 1
+    build = args[0]
+    src = args[1] if len(args) > 1 else "src/agent"
     objdir = os.path.join(build, "src/agent/CMakeFiles/gpusnap_agent.dir")
     defs, needs = {}, defaultdict(set)
     units = []
@@ -41,6 +46,8 @@ def main():
     for u in units:
         for s in needs[u]:
             d = defs.get(s)
+            if not all_syms and s in LIBC_NAMES:
+                continue  # the agent's own export of a libc function: the caller names libc, not a file
             if d and d != u:
                 uses[u].add(d)
     # includes of another unit's header count as uses too
