@@ -76,77 +76,105 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_u64(reply, GS_F_DEVICE_COUNT, (uint64_t)ndev);
 }
 
+/*
+ * The requests, each decoded once (struct gs_request, core/protocol.h) and
+ * answered by its handler from the table below. A handler returns the
+ * request's result (0 or an error in err), which becomes the reply's RESULT;
+ * an `answers` handler writes the whole reply itself (INFO). Types not in the
+ * table go to the memory kinds (memory shared between processes: 30-39).
+ */
+typedef int (*request_fn)(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err);
+
+static int on_info(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	(void)r;
+	(void)err;
+	add_info(a, reply);
+	return 0;
+}
+
+static int on_suspend(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	return gs_lc_suspend(a, r->timeout_s, r->keep_context, reply, err);
+}
+
+static int on_dump(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	if (!r->dir)
+		return gs_fail(err, GS_E_USAGE, "dump request without a directory");
+	return gs_lc_dump(a, r->dir, r->timeout_s, &r->dump, reply, err);
+}
+
+/* DUMP_FD, RESUME_FD: the image directory came as a descriptor: reached through it, whatever our mount namespace */
+static int on_dir_fd(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	int dirfd = gs_ctl_take_passed_fd();
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/self/fd/%d/.", dirfd); /* "." : opened with O_NOFOLLOW */
+	int rc = dirfd < 0 ? gs_fail(err, GS_E_USAGE, "%s request without a directory descriptor", gs_msg_type_name(r->type))
+		 : r->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, r->stay_gated, reply, err)
+					       : gs_lc_dump(a, dir, r->timeout_s, &r->dump, reply, err);
+	if (dirfd >= 0)
+		close(dirfd);
+	return rc;
+}
+
+static int on_prepare(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	(void)r;
+	return gs_lc_prepare(a, reply, err);
+}
+
+static int on_resume(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	return gs_lc_resume_gated(a, r->dir, r->stay_gated, reply, err);
+}
+
+static int on_gate(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	return gs_lc_gate(a, r->timeout_s, r->lease_s, reply, err);
+}
+
+static int on_open(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	(void)r;
+	return gs_lc_open(a, reply, err);
+}
+
+static const struct {
+	uint16_t type;
+	request_fn fn;
+	bool answers; /* fn writes the whole reply: no RESULT */
+} handlers[] = {
+	{ GS_MSG_HELLO, on_info, true },
+	{ GS_MSG_STATUS, on_info, true },
+	{ GS_MSG_SUSPEND, on_suspend, false },
+	{ GS_MSG_DUMP, on_dump, false },
+	{ GS_MSG_DUMP_FD, on_dir_fd, false },
+	{ GS_MSG_RESUME_FD, on_dir_fd, false },
+	{ GS_MSG_PREPARE, on_prepare, false },
+	{ GS_MSG_RESUME, on_resume, false },
+	{ GS_MSG_GATE, on_gate, false },
+	{ GS_MSG_OPEN, on_open, false },
+};
+
 static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *reply)
 {
 	struct gs_agent *a = ctx;
-	struct gs_err err = { 0 };
-	uint64_t flags = 0;
-	double timeout = 30;
-	gs_msg_get_u64(req, GS_F_FLAGS, &flags);
-	gs_msg_get_f64(req, GS_F_TIMEOUT, &timeout);
-	switch (req->type) {
-	case GS_MSG_HELLO:
-	case GS_MSG_STATUS:
-		add_info(a, reply);
-		return;
-	case GS_MSG_SUSPEND: {
-		int rc = gs_lc_suspend(a, timeout, (flags & GS_SUSPEND_KEEP_CONTEXT) != 0, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+	struct gs_request r;
+	gs_request_decode(req, &r);
+	for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
+		if (handlers[i].type != r.type)
+			continue;
+		struct gs_err err = { 0 };
+		int rc = handlers[i].fn(a, &r, reply, &err);
+		if (!handlers[i].answers)
+			gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
-	case GS_MSG_DUMP: {
-		const char *dir = gs_msg_get_str(req, GS_F_DIR);
-		int rc = !dir			       ? gs_fail(&err, GS_E_USAGE, "dump request without a directory")
-			 : (flags & GS_DUMP_RUNNING) ? gs_lc_dump(a, dir, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
-						     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+	if (gs_memkind_handle_request(a, req, reply)) /* 30-39: memory shared between processes */
 		return;
-	}
-	case GS_MSG_DUMP_FD:
-	case GS_MSG_RESUME_FD: {
-		/* the image directory came as a descriptor: reached through it, whatever our mount namespace */
-		int dirfd = gs_ctl_take_passed_fd();
-		char dir[64];
-		snprintf(dir, sizeof(dir), "/proc/self/fd/%d/.", dirfd); /* "." : opened with O_NOFOLLOW */
-		bool gated = (flags & GS_RESUME_STAY_GATED) != 0;
-		int rc = dirfd < 0			     ? gs_fail(&err, GS_E_USAGE, "%s request without a directory descriptor",
-								       gs_msg_type_name(req->type))
-			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, gated, reply, &err)
-			 : (flags & GS_DUMP_RUNNING)	     ? gs_lc_dump(a, dir, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
-							     : gs_lc_save(a, dir, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
-		if (dirfd >= 0)
-			close(dirfd);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_PREPARE: {
-		int rc = gs_lc_prepare(a, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_RESUME: {
-		int rc = gs_lc_resume_gated(a, gs_msg_get_str(req, GS_F_DIR), (flags & GS_RESUME_STAY_GATED) != 0, reply,
-					    &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_GATE: {
-		double lease = 0;
-		gs_msg_get_f64(req, GS_F_LEASE, &lease);
-		int rc = gs_lc_gate(a, timeout, lease, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_OPEN: {
-		int rc = gs_lc_open(a, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	default:
-		if (gs_memkind_handle_request(a, req, reply)) /* 30-39: memory shared between processes */
-			return;
-		gs_msg_set_result(reply, GS_E_USAGE, "the agent does not handle message type %u", req->type);
-	}
+	gs_msg_set_result(reply, GS_E_USAGE, "the agent does not handle message type %u", req->type);
 }
 
 /* Log lines of the agent go to a file, not the app's stderr (which belongs to the app). */

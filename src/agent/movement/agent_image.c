@@ -81,7 +81,7 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
  * source, with the GPUs and h's regions described. On failure *w may be set:
  * the caller aborts it.
  */
-int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, bool cached,
+int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, const struct gs_dump_opts *o,
 			       struct gs_image_writer **w, struct gs_err *err)
 {
 	char comm[64] = "";
@@ -94,8 +94,8 @@ int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, cons
 	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(),
 					   .source_comm = comm,
 					   .how = "agent",
-					   .no_direct_io = cached,
-					   .no_data_sync = cached,
+					   .no_direct_io = o->cached,
+					   .no_data_sync = o->cached,
 					   .parallel_data_files = gs_ring_image_threads(true) };
 	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
 	return rc ? rc : describe(a, h, *w, err);

@@ -23,10 +23,10 @@
  * A writer of an agent image into gpu_dir (an empty directory), naming this
  * process as its source, with the GPUs in use and h's regions (h may be NULL:
  * none) described. A cpu/ already in gpu_dir marks it as holding CPU state.
- * cached: through the page cache, and seal leaves the data files' fsync to
- * the publish (GS_DUMP_CACHED). On failure *w may be set: the caller aborts it.
+ * o->cached: through the page cache, and seal leaves the data files' fsync
+ * to the publish. On failure *w may be set: the caller aborts it.
  */
-int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, bool cached,
+int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, const struct gs_dump_opts *o,
 			       struct gs_image_writer **w, struct gs_err *err);
 /* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */
 int gs_agent_image_seal(struct gs_image_writer **w, struct gs_image_writer_stats *st, struct gs_err *err);

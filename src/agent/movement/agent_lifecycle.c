@@ -535,8 +535,8 @@ out:
 	return rc;
 }
 
-int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool cached, struct gs_msg *reply,
-	       struct gs_err *err)
+static int dump_running(struct gs_agent *a, const char *gpu_dir, double timeout_s, const struct gs_dump_opts *o,
+			struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
@@ -553,7 +553,7 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool c
 		goto fail;
 	a->held = h;
 	double t_plan = gs_now();
-	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, cached, &w, err)))
+	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, o, &w, err)))
 		goto fail;
 	struct gs_ring_stats rs = { 0 };
 	struct gs_ring_image_end end;
@@ -609,7 +609,8 @@ out:
 	return rc;
 }
 
-int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply, struct gs_err *err)
+int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const struct gs_dump_opts *o, struct gs_msg *reply,
+	       struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
@@ -625,7 +626,7 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struc
 		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
 		goto out;
 	}
-	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, false, &w, err)))
+	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ 0 }, &w, err)))
 		goto out;
 	struct gs_ring_stats rs = { 0 };
 	if (h && h->plan.nchunks) {
@@ -643,7 +644,7 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struc
 	if ((rc = gs_agent_image_seal(&w, &st, err)))
 		goto out;
 	double t_write = gs_now();
-	if (drop_staging && h) {
+	if (o->drop_staging && h) {
 		char *dir = strdup(gpu_dir);
 		if (!dir) {
 			rc = gs_fail(err, GS_E_AGENT, "out of memory");
@@ -666,6 +667,12 @@ out:
 		gs_image_writer_abort(w);
 	pthread_mutex_unlock(&a->lock);
 	return rc;
+}
+
+int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, const struct gs_dump_opts *o,
+	       struct gs_msg *reply, struct gs_err *err)
+{
+	return o->running ? dump_running(a, gpu_dir, timeout_s, o, reply, err) : gs_lc_save(a, gpu_dir, o, reply, err);
 }
 
 int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, bool stay_gated, struct gs_msg *reply,

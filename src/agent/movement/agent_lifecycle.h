@@ -41,18 +41,21 @@
 /* SUSPEND: to RELEASED through a staging pool; keep_context: the driver is not asked to checkpoint. */
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
 /*
- * DUMP of a running process: to RELEASED through a sealed image in gpu_dir (no
- * staging pool). cached (GS_DUMP_CACHED): through the page cache, the data
- * files left for the publish to sync.
+ * DUMP: as o says (core/protocol.h, struct gs_dump_opts), the one struct the
+ * command line's options travel in down to the image writer. o->running: to
+ * RELEASED through a sealed image in gpu_dir (no staging pool); o->cached:
+ * through the page cache, the data files left for the publish to sync.
+ * Otherwise gs_lc_save.
  */
-int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, bool cached, struct gs_msg *reply,
-	       struct gs_err *err);
+int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, double timeout_s, const struct gs_dump_opts *o,
+	       struct gs_msg *reply, struct gs_err *err);
 /*
  * DUMP of a suspended process (agents before the streamed dump): writes the
- * staging pool into a sealed image in gpu_dir; drop_staging frees the pool
+ * staging pool into a sealed image in gpu_dir; o->drop_staging frees the pool
  * afterwards, and the image becomes the holder.
  */
-int gs_lc_save(struct gs_agent *a, const char *gpu_dir, bool drop_staging, struct gs_msg *reply, struct gs_err *err);
+int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const struct gs_dump_opts *o, struct gs_msg *reply,
+	       struct gs_err *err);
 /*
  * RESUME: back to RUNNING, the data from the image at gpu_dir when given,
  * else from the holder (the staging pool, or the image the data was dumped
