@@ -3,8 +3,11 @@
  * table, the allocations it made releasable, per-device resources, and
  * whether the app's data is on the GPU or held in host memory.
  *
- * Ownership: one global `struct gs_agent` (gs_agent_get()), created by the
- * library constructor, never freed (the process may call CUDA until exit).
+ * The bottom of the agent (base/): it names no part above it, which hear of
+ * its changes through the listeners below. agent_state.c holds it.
+ *
+ * Ownership: one global `struct gs_agent` (gs_agent_get()), static in
+ * agent_state.c, never freed (the process may call CUDA until exit).
  * Allocation hooks run inside the gate and suspend closes the gate first, so
  * hooks and the data mover never run at once. Two locks, taken in this order:
  * `lock` protects the state against two control requests at once (a suspend

@@ -17,7 +17,7 @@
 #include "agent/base/agent.h"
 #include "agent/memory/memkind.h"
 
-/* Installs the replacements of the VMM entry points (called by gs_agent_install_hooks). */
+/* Installs the replacements of the VMM entry points (its memory kind's install_hooks). */
 int gs_app_vmm_install_hooks(struct gs_err *err);
 
 /* The app's handles the agent can release now: count and bytes (for `gpusnap state`). */
