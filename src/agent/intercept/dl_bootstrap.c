@@ -14,10 +14,11 @@
  * calls dlsym during its own start-up, so it calls no library function and
  * is not instrumented.
  */
-#include "agent/intercept/interpose.h"
+#include "agent/intercept/dl_bootstrap.h"
 
 #include <elf.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define NO_SANITIZE __attribute__((no_sanitize_address, no_sanitize_undefined))

@@ -37,14 +37,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/intercept/dl_bootstrap.h"
 #include "agent/intercept/gate.h"
 #include "agent/intercept/trampolines.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "cuda/driver.h"
 
-/* dl_bootstrap.c and the assembly */
-extern void *gs_real_dlsym_fn, *gs_real_dlvsym_fn;
+/* the assembly (exports_x86_64.S) */
 extern void *gs_export_slots[];
 extern const char gs_exports_begin[], gs_exports_end[];
 void gs_export_missing(void);

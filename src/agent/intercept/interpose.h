@@ -99,7 +99,6 @@ struct gs_interpose_test_hooks {
 __attribute__((visibility("default"))) const struct gs_interpose_test_hooks *gpusnap_interpose_test_hooks(void);
 
 /* Called only from the assembly (gate_x86_64.S, exports_x86_64.S). */
-int gs_dl_bootstrap(void);
 void *gs_dlsym_cu(void *handle, const char *name);
 void *gs_dlvsym_cu(void *handle, const char *name, const char *version);
 void *gs_export_resolve(unsigned index);
