@@ -44,6 +44,7 @@
 #include "common/util.h"
 #include "core/control_socket.h"
 #include "core/hostmem.h"
+#include "common/settings.h"
 
 static struct gs_ctl_server *control_server;
 
@@ -66,8 +67,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	 * command line's path for them (suspend into staging, then DUMP of the
 	 * staging) keeps being exercised (t4004).
 	 */
-	const char *old = getenv("GPUSNAP_AGENT_NO_DUMP_RUNNING");
-	if (old && !strcmp(old, "1"))
+	if (gs_setting_bool(GS_S_AGENT_NO_DUMP_RUNNING))
 		caps &= ~(uint64_t)GS_CAP_DUMP_RUNNING;
 	gs_msg_add_u64(reply, GS_F_CAPS, caps);
 	gs_lc_info(a, reply);
@@ -180,7 +180,7 @@ static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *r
 /* Log lines of the agent go to a file, not the app's stderr (which belongs to the app). */
 static void open_log(void)
 {
-	const char *path = getenv("GPUSNAP_AGENT_LOG");
+	const char *path = gs_setting_str(GS_S_AGENT_LOG);
 	if (!path || !*path)
 		return;
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -342,9 +342,9 @@ static void after_fork_in_child(void)
 /* `gpusnap run --reserve` refuses more than the host has; GPUSNAP_RESERVE set by hand is only warned about. */
 static void check_reserve_size(void)
 {
-	const char *v = getenv("GPUSNAP_RESERVE");
-	uint64_t bytes = 0;
-	if (!v || !*v || gs_parse_size(v, &bytes) || !bytes)
+	const char *v = gs_setting_raw(GS_S_RESERVE);
+	uint64_t bytes = gs_setting_size(GS_S_RESERVE);
+	if (!bytes)
 		return;
 	struct gs_hostmem m;
 	gs_hostmem_read("", &m);
@@ -383,15 +383,16 @@ static void register_memory_kinds(void)
 
 __attribute__((constructor)) static void agent_init(void)
 {
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment, once (common/settings.h) */
 	listen_to_base();
 	register_memory_kinds();
 	gs_log_init_from_env();
 	gs_agent_fds_init();
 	/* GPUSNAP_FORK_DROP_DEVICE=0: fork children keep what they inherit (and cannot be dumped) */
-	const char *drop = getenv("GPUSNAP_FORK_DROP_DEVICE");
-	if (!drop || strcmp(drop, "0"))
+	if (gs_setting_bool(GS_S_FORK_DROP_DEVICE))
 		snprintf(device_prefix, sizeof(device_prefix), "%s", gs_gpu_device_prefix());
 	open_log();
+	gs_settings_warn();
 	gs_agent_io_uring_init();
 	struct gs_err err = { 0 };
 	/*
@@ -399,8 +400,7 @@ __attribute__((constructor)) static void agent_init(void)
 	 * apps that need what releasable memory cannot give, e.g. legacy CUDA IPC);
 	 * suspend then takes the driver path for their memory.
 	 */
-	const char *hooks = getenv("GPUSNAP_AGENT_HOOKS");
-	if (!(hooks && !strcmp(hooks, "0")) && (gs_memkind_install_hooks(&err) || gs_capture_install_hooks(&err))) {
+	if (gs_setting_bool(GS_S_AGENT_HOOKS) && (gs_memkind_install_hooks(&err) || gs_capture_install_hooks(&err))) {
 		pr_err("%s", err.msg);
 		return;
 	}

@@ -54,6 +54,12 @@ extern const int cli_ncommands;
  * option table and usage to it instead of parsing, and the command returns
  * as after -h. So the table the parser uses is the one the pages show.
  */
+/*
+ * What main() found wrong in the environment (common/settings.h), code 0 for
+ * nothing: cli_parse reports it as the command's error, exit 2, once the
+ * options are parsed, before the command does anything.
+ */
+extern struct gs_err cli_settings_err;
 extern void (*cli_parse_hook)(const struct gs_option *opts, const char *const *usage, int flags);
 
 /* Prints "gpusnap: <message>" on stderr and returns err->code. */

@@ -22,6 +22,8 @@ int cli_report_error(const struct gs_err *err)
 	return err->code ? err->code : GS_E_FAILURE;
 }
 
+struct gs_err cli_settings_err;
+
 void (*cli_parse_hook)(const struct gs_option *opts, const char *const *usage, int flags);
 
 int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *const *usage, int flags, int *nargs)
@@ -42,6 +44,9 @@ int cli_parse(int argc, char **argv, const struct gs_option *opts, const char *c
 		return cli_usage_error(cmd, "%s", err.msg);
 	if (!rc)
 		cli_json_note_options(cmd, opts);
+	/* a bad setting (main read them): reported here, so -h still answers and --json gets its document */
+	if (!rc && cli_settings_err.code)
+		return cli_report_error(&cli_settings_err);
 	return rc ? cli_report_error(&err) : 0;
 }
 

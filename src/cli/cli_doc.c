@@ -14,34 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The variables gpusnap and its agent read that a user may set; a command's doc names those it reads. */
-static const struct {
-	const char *name, *text;
-} env_vars[] = {
-	{ "GPUSNAP_LOG", "how much gpusnap says on stderr: error, warn (the default), info or debug" },
-	{ "GPUSNAP_LIBCUDA", "the driver library to load instead of libcuda.so.1 (the tests' fake driver)" },
-	{ "GPUSNAP_RUN_DIR",
-	  "the runtime directory of agent sockets, locks and records (default /run/gpusnap for root, else "
-	  "/tmp/gpusnap-UID)" },
-	{ "GPUSNAP_CRIU", "the criu binary to run (default: criu on PATH; CRIU 4.2 or later)" },
-	{ "GPUSNAP_CRIU_TIMEOUT", "seconds each criu run may take before it is killed (default 600)" },
-	{ "GPUSNAP_AGENT", "the agent, libgpusnap.so, to use (default: beside the gpusnap binary, or in ../lib)" },
-	{ "GPUSNAP_RESERVE", "in the app: staging host memory kept ready for suspends (what --reserve sets)" },
-	{ "GPUSNAP_AGENT_HOOKS", "in the app: 0 leaves allocations to the driver (for legacy CUDA IPC)" },
-	{ "GPUSNAP_AGENT_LOG", "in the app: the file the agent logs to" },
-	{ "GPUSNAP_STAGING_MODE", "in the app: bounce (the default) or pinned staging memory" },
-	{ "GPUSNAP_STAGING_THREADS", "in the app: threads that copy between the GPU and the staging memory" },
-	{ "GPUSNAP_IO_THREADS", "in the app: threads that stream GPU data to and from image files" },
-	{ "GPUSNAP_HOST_MEMORY_LIMIT", "in the app: the most host memory a suspend without --reserve may take" },
-	{ "GPUSNAP_ALLOW_IO_URING", "in the app: 1 lets the app set up io_uring (which CRIU cannot dump)" },
-	{ "GPUSNAP_FORK_DROP_DEVICE", "in the app: 0 lets fork children keep the GPU device files (they cannot be dumped)" },
-};
+#include "common/settings.h"
 
+/*
+ * The variables come from the settings table (common/settings.c): every row
+ * not hidden on the main page, and a command's doc names those it reads.
+ */
 /* The exit codes (err.h; README.md's table says what becomes of the process for each). */
 static const char *const exit_meaning[] = {
 	[GS_OK] = "done",
 	[GS_E_FAILURE] = "the driver or the system failed; the message says how",
-	[GS_E_USAGE] = "bad command line",
+	[GS_E_USAGE] = "bad command line, or a bad value of a GPUSNAP_* variable the command reads",
 	[GS_E_NO_PROCESS] = "no such process",
 	[GS_E_NOT_CUDA] = "the process does not use CUDA",
 	[GS_E_PERMISSION] = "not allowed to act on that process or file",
@@ -200,18 +183,28 @@ static void option_item(FILE *out, const struct gs_option *o)
 
 static int env_index(const char *name, size_t len)
 {
-	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
-		if (strlen(env_vars[i].name) == len && !strncmp(env_vars[i].name, name, len))
-			return (int)i;
-	return -1;
+	char buf[64];
+	if (len >= sizeof(buf))
+		return -1;
+	memcpy(buf, name, len);
+	buf[len] = '\0';
+	int i = gs_setting_find(buf, false);
+	return i >= 0 && !gs_setting_def((enum gs_setting_id)i)->hidden ? i : -1;
 }
 
 static void env_item(FILE *out, int i)
 {
+	const struct gs_setting_def *d = gs_setting_def((enum gs_setting_id)i);
+	char acc[160], text[512];
+	gs_setting_accepts((enum gs_setting_id)i, acc, sizeof(acc));
+	if (d->dflt)
+		snprintf(text, sizeof(text), "%s; %s, default %s", d->doc, acc, d->dflt);
+	else
+		snprintf(text, sizeof(text), "%s; %s", d->doc, acc);
 	fprintf(out, ".TP\n\\fB");
-	roff(out, env_vars[i].name);
+	roff(out, d->name);
 	fprintf(out, "\\fR\n");
-	roff(out, env_vars[i].text);
+	roff(out, text);
 	fputc('\n', out);
 }
 
@@ -326,8 +319,9 @@ static void main_page(FILE *out)
 		exit_item(out, code, exit_meaning[code]);
 	interrupted_item(out);
 	fputs(".SH ENVIRONMENT\n", out);
-	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
-		env_item(out, (int)i);
+	for (int i = 0; i < GS_S_COUNT; i++)
+		if (!gs_setting_def((enum gs_setting_id)i)->hidden)
+			env_item(out, i);
 	fputs(".SH FILES\n.TP\n\\fI/usr/lib/criu/gpusnap_criu.so\\fR\nthe CRIU plugin; CRIU loads every plugin of "
 	      "its plugin folder\n.TP\n\\fI/run/gpusnap\\fR\nagent sockets, locks and records (root)\n", out);
 	fputs(".SH SEE ALSO\n", out);

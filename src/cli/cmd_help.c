@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/cli_doc.h"
+#include "common/settings.h"
 
 static const char *const help_usage[] = {
 	"gpusnap help [COMMAND]",
@@ -181,5 +182,10 @@ int cmd_doc(int argc, char **argv)
 			rc = write_file(sub, "_gpusnap", zsh_file, NULL);
 		return rc;
 	}
-	return cli_usage_error("_doc", "expected 'man [COMMAND]' or 'write DIR'");
+	/* README.md's table of variables; t7060 checks the README holds this */
+	if (argc == 2 && !strcmp(argv[1], "settings")) {
+		gs_settings_markdown(stdout);
+		return 0;
+	}
+	return cli_usage_error("_doc", "expected 'man [COMMAND]', 'write DIR' or 'settings'");
 }

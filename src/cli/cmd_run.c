@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "common/util.h"
 #include "core/hostmem.h"
+#include "common/settings.h"
 
 static const char *const run_usage[] = {
 	"gpusnap run [--reserve SIZE] [--] COMMAND [ARGS...]",
@@ -45,8 +46,8 @@ const struct cli_doc run_doc = {
 
 int cli_find_agent(char *buf, size_t n, struct gs_err *err)
 {
-	const char *env = getenv("GPUSNAP_AGENT");
-	if (env && *env) {
+	const char *env = gs_setting_str(GS_S_AGENT);
+	if (env) {
 		if (access(env, R_OK))
 			return gs_fail_errno(err, GS_E_AGENT, errno, "GPUSNAP_AGENT='%s' cannot be read", env);
 		snprintf(buf, n, "%s", env);

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/interrupt.h"
 #include "common/log.h"
+#include "common/settings.h"
 
 const struct cli_command cli_commands[] = {
 	{ "suspend", cmd_suspend, "take a CUDA process's GPU state off the GPU (VRAM to zero)", &suspend_doc },
@@ -34,6 +35,8 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+	/* the environment, once; a bad value stops a command once its options are parsed (cli_parse) */
+	gs_settings_load(GS_SETTINGS_COMMAND, &cli_settings_err);
 	gs_log_init_from_env();
 	if (argc < 2) {
 		/* nothing asked: the list of commands is the most useful answer */

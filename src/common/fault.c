@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/settings.h"
 
 enum fault_action { ACT_FAIL, ACT_KILL, ACT_TERM, ACT_EXIT, ACT_HOLD };
 
@@ -161,7 +162,7 @@ static int parse_spec(const char *spec)
 
 static void read_env(void)
 {
-	const char *spec = getenv("GPUSNAP_FAULT");
+	const char *spec = gs_setting_str(GS_S_FAULT);
 	if (spec && *spec)
 		parse_spec(spec);
 }

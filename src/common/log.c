@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/printable.h"
+#include "common/settings.h"
 
 static enum gs_log_level current_level = GS_LOG_WARN;
 static int log_fd = 2; /* atomic: -1 once a file of our own was found gone */
@@ -58,17 +59,10 @@ static int line_fd(void)
 
 void gs_log_init_from_env(void)
 {
-	const char *v = getenv("GPUSNAP_LOG");
-	if (!v)
-		return;
-	if (!strcasecmp(v, "debug"))
-		current_level = GS_LOG_DEBUG;
-	else if (!strcasecmp(v, "info"))
-		current_level = GS_LOG_INFO;
-	else if (!strcasecmp(v, "warn"))
-		current_level = GS_LOG_WARN;
-	else if (!strcasecmp(v, "error"))
-		current_level = GS_LOG_ERROR;
+	/* the row's choices, error|warn|info|debug */
+	static const enum gs_log_level levels[] = { GS_LOG_ERROR, GS_LOG_WARN, GS_LOG_INFO, GS_LOG_DEBUG };
+	if (gs_setting_is_set(GS_S_LOG))
+		current_level = levels[gs_setting_choice(GS_S_LOG)];
 }
 
 static const char *level_name(enum gs_log_level level)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "common/settings.h"
 
 int gs_proc_check(pid_t pid, struct gs_err *err)
 {
@@ -307,8 +308,7 @@ int gs_proc_status_ids(pid_t pid, uid_t *uid, pid_t *nspid)
 
 const char *gs_gpu_device_prefix(void)
 {
-	const char *p = getenv("GPUSNAP_DEVICE_PATH_PREFIX");
-	return p && *p ? p : "/dev/nvidia";
+	return gs_setting_str(GS_S_DEVICE_PATH_PREFIX);
 }
 
 bool gs_proc_holds_gpu_device(pid_t pid)

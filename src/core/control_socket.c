@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/util.h"
+#include "common/settings.h"
 
 #define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path))
 
@@ -62,7 +63,7 @@ int gs_ctl_run_dir(char *buf, size_t n, struct gs_err *err)
 {
 	char dirs[2][PATH_MAX];
 	uid_t uid = geteuid();
-	int nd = candidate_dirs(uid, getenv("GPUSNAP_RUN_DIR"), dirs);
+	int nd = candidate_dirs(uid, gs_setting_str(GS_S_RUN_DIR), dirs);
 	int rc = GS_E_FAILURE;
 	for (int i = 0; i < nd; i++) {
 		rc = gs_ctl_check_dir(dirs[i], uid, err);

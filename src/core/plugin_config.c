@@ -14,21 +14,27 @@
 #include <unistd.h>
 
 #include "common/options.h"
+#include "common/settings.h"
 
 enum key_type { T_MAP, T_BOOL, T_SECONDS, T_TRISTATE };
 
-/* Every setting, once: its key in the file, its variable, its type. docs/CRIU.md, "Settings", lists the same. */
+/*
+ * Every setting, once: its row of the settings table (common/settings.c),
+ * which names its key in the file and its variable and documents it, and
+ * how the value is kept here. docs/CRIU.md, "Settings", lists the same.
+ */
 static const struct key_def {
-	const char *key;
-	const char *env;
+	enum gs_setting_id id;
 	enum key_type type;
 } keys[GS_PK_COUNT] = {
-	[GS_PK_MAP] = { "map", "GPUSNAP_PLUGIN_MAP", T_MAP },
-	[GS_PK_NO_VERIFY] = { "no_verify", "GPUSNAP_PLUGIN_NO_VERIFY", T_BOOL },
-	[GS_PK_DRIVER] = { "driver", "GPUSNAP_PLUGIN_DRIVER", T_BOOL },
-	[GS_PK_TIMEOUT] = { "timeout", "GPUSNAP_PLUGIN_TIMEOUT", T_SECONDS },
-	[GS_PK_LEAVE_RUNNING] = { "leave_running", "GPUSNAP_PLUGIN_LEAVE_RUNNING", T_TRISTATE },
+	[GS_PK_MAP] = { GS_S_PLUGIN_MAP, T_MAP },
+	[GS_PK_NO_VERIFY] = { GS_S_PLUGIN_NO_VERIFY, T_BOOL },
+	[GS_PK_DRIVER] = { GS_S_PLUGIN_DRIVER, T_BOOL },
+	[GS_PK_TIMEOUT] = { GS_S_PLUGIN_TIMEOUT, T_SECONDS },
+	[GS_PK_LEAVE_RUNNING] = { GS_S_PLUGIN_LEAVE_RUNNING, T_TRISTATE },
 };
+#define KEY(k) (gs_setting_def(keys[k].id)->key)
+#define ENV(k) (gs_setting_def(keys[k].id)->name)
 
 #define DEFAULT_TIMEOUT_S 30.0
 
@@ -41,12 +47,12 @@ void gs_plugin_config_defaults(struct gs_plugin_config *c)
 
 const char *gs_plugin_config_key(enum gs_plugin_key k)
 {
-	return (unsigned)k < GS_PK_COUNT ? keys[k].key : "?";
+	return (unsigned)k < GS_PK_COUNT ? KEY(k) : "?";
 }
 
 const char *gs_plugin_config_env_name(enum gs_plugin_key k)
 {
-	return (unsigned)k < GS_PK_COUNT ? keys[k].env : "?";
+	return (unsigned)k < GS_PK_COUNT ? ENV(k) : "?";
 }
 
 const char *gs_plugin_config_origin(const struct gs_plugin_config *c, enum gs_plugin_key k, char *buf, size_t n)
@@ -54,9 +60,9 @@ const char *gs_plugin_config_origin(const struct gs_plugin_config *c, enum gs_pl
 	if ((unsigned)k >= GS_PK_COUNT || !c->line[k])
 		snprintf(buf, n, "the default");
 	else if (c->line[k] < 0)
-		snprintf(buf, n, "%s", keys[k].env);
+		snprintf(buf, n, "%s", ENV(k));
 	else
-		snprintf(buf, n, "%s in '%s' line %d", keys[k].key, c->file, c->line[k]);
+		snprintf(buf, n, "%s in '%s' line %d", KEY(k), c->file, c->line[k]);
 	return buf;
 }
 
@@ -165,7 +171,7 @@ static int set_value(struct gs_plugin_config *c, enum gs_plugin_key k, const cha
 static int find_key(const char *name)
 {
 	for (int k = 0; k < GS_PK_COUNT; k++)
-		if (!strcmp(keys[k].key, name))
+		if (!strcmp(KEY(k), name))
 			return k;
 	return -1;
 }
@@ -221,11 +227,11 @@ int gs_plugin_config_parse(struct gs_plugin_config *c, const char *text, size_t 
 				       name, no, s);
 		if (seen[k])
 			return gs_fail(err, GS_E_USAGE, "'%s' line %d: '%s' is set again (first on line %d)", name, no,
-				       keys[k].key, seen[k]);
+				       KEY(k), seen[k]);
 		seen[k] = no;
 		const char *why = NULL;
 		if (set_value(c, (enum gs_plugin_key)k, v, &why))
-			return gs_fail(err, GS_E_USAGE, "'%s' line %d: %s '%.64s' %s", name, no, keys[k].key, v, why);
+			return gs_fail(err, GS_E_USAGE, "'%s' line %d: %s '%.64s' %s", name, no, KEY(k), v, why);
 		c->line[k] = no;
 	}
 	return 0;
@@ -277,12 +283,12 @@ int gs_plugin_config_read(struct gs_plugin_config *c, const char *path, struct g
 int gs_plugin_config_env(struct gs_plugin_config *c, struct gs_err *err)
 {
 	for (int k = 0; k < GS_PK_COUNT; k++) {
-		const char *v = getenv(keys[k].env);
+		const char *v = gs_setting_raw(keys[k].id);
 		if (!v || !*v)
 			continue;
 		const char *why = NULL;
 		if (set_value(c, (enum gs_plugin_key)k, v, &why))
-			return gs_fail(err, GS_E_USAGE, "%s='%.64s' %s", keys[k].env, v, why);
+			return gs_fail(err, GS_E_USAGE, "%s='%.64s' %s", ENV(k), v, why);
 		c->line[k] = -1;
 	}
 	return 0;
@@ -291,7 +297,7 @@ int gs_plugin_config_env(struct gs_plugin_config *c, struct gs_err *err)
 int gs_plugin_config_load(struct gs_plugin_config *c, const char *const *search, int nsearch, struct gs_err *err)
 {
 	gs_plugin_config_defaults(c);
-	const char *named = getenv("GPUSNAP_PLUGIN_CONFIG");
+	const char *named = gs_setting_raw(GS_S_PLUGIN_CONFIG);
 	int rc = 0;
 	if (named) {
 		if (*named)

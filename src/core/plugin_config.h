@@ -1,8 +1,9 @@
 /*
  * plugin_config.h - the settings of gpusnap_criu.so, the CRIU plugin
- * (docs/CRIU.md, "Settings"): one table of keys, each with its type and its
- * GPUSNAP_PLUGIN_* variable, read from a configuration file of `key = value`
- * lines and from criu's environment, which wins over the file.
+ * (docs/CRIU.md, "Settings"): one table of keys, each a row of the settings
+ * table (common/settings.h) with its GPUSNAP_PLUGIN_* variable, read from a
+ * configuration file of `key = value` lines and from criu's environment
+ * (as the settings read it, once), which wins over the file.
  *
  * Container engines start runc, and runc starts criu, without their
  * caller's environment: the file is how settings reach a plugin run by them.

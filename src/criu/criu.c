@@ -30,6 +30,7 @@
 #include "common/tcp_conns.h"
 #include "common/util.h"
 #include "criu/run.h"
+#include "common/settings.h"
 
 /* `criu --version` prints and exits; it has its own, short, limit. */
 #define VERSION_TIMEOUT_S 30.0
@@ -110,12 +111,10 @@ static int run_criu(char *const argv[], double timeout_s, int flags, int keep_fd
 int gs_criu_find(struct gs_criu *c, struct gs_err *err)
 {
 	memset(c, 0, sizeof(*c));
-	c->timeout_s = GS_CRIU_TIMEOUT_S;
-	const char *limit = getenv(GS_CRIU_TIMEOUT_ENV);
-	if (limit && *limit && (gs_parse_seconds(limit, &c->timeout_s) || c->timeout_s <= 0))
-		return gs_fail(err, GS_E_USAGE, "%s='%s' is not a number of seconds > 0", GS_CRIU_TIMEOUT_ENV, limit);
-	const char *env = getenv("GPUSNAP_CRIU");
-	if (env && *env) {
+	/* a bad GPUSNAP_CRIU_TIMEOUT stopped the command at its start (settings.h) */
+	c->timeout_s = gs_setting_seconds(GS_S_CRIU_TIMEOUT);
+	const char *env = gs_setting_str(GS_S_CRIU);
+	if (env) {
 		if (!is_executable_file(env))
 			return gs_fail(err, GS_E_CRIU, "GPUSNAP_CRIU='%s' is not an executable file; %s", env,
 				       GS_CRIU_HOWTO);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/settings.h"
 
 void *(*gs_cuda_dlsym)(void *handle, const char *name) = dlsym;
 
@@ -20,8 +21,8 @@ int gs_cuda_load(struct gs_cuda *cu, struct gs_err *err)
 {
 	if (cu->lib)
 		return 0;
-	const char *path = getenv("GPUSNAP_LIBCUDA");
-	if (!path || !*path)
+	const char *path = gs_setting_str(GS_S_LIBCUDA);
+	if (!path)
 		path = "libcuda.so.1";
 	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!lib)

@@ -17,6 +17,7 @@
 #include "common/proc.h"
 #include "common/util.h"
 #include "test.h"
+#include "common/settings.h"
 
 static void test_parse_size(void)
 {
@@ -314,8 +315,10 @@ static void test_maps_find(void)
 	unlink(tmpl);
 	/* this process maps no GPU device file here, whatever the prefix names */
 	setenv("GPUSNAP_DEVICE_PATH_PREFIX", "/nonexistent/device", 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK(!gs_proc_holds_gpu_device(getpid()));
 	unsetenv("GPUSNAP_DEVICE_PATH_PREFIX");
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_STR(gs_gpu_device_prefix(), "/dev/nvidia");
 }
 

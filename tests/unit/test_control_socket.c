@@ -23,6 +23,7 @@
 #include "common/util.h"
 #include "core/control_socket.h"
 #include "test.h"
+#include "common/settings.h"
 
 static char tmpdir[64];
 
@@ -61,20 +62,24 @@ static void test_dir_checks(void)
 
 	char path[256], want[256];
 	setenv("GPUSNAP_RUN_DIR", dir, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_ctl_agent_socket_path(path, sizeof(path), &err), 0);
 	snprintf(want, sizeof(want), "%s/agent-%d.sock", dir, (int)getpid());
 	CHECK_STR(path, want);
 	setenv("GPUSNAP_RUN_DIR", link, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_ctl_agent_socket_path(path, sizeof(path), &err), GS_E_PERMISSION);
 	char longdir[200];
 	memset(longdir, 'x', sizeof(longdir));
 	memcpy(longdir, "/tmp/", 5);
 	longdir[sizeof(longdir) - 1] = '\0';
 	setenv("GPUSNAP_RUN_DIR", longdir, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_ctl_agent_socket_path(path, sizeof(path), &err), GS_E_FAILURE);
 	CHECK_CONTAINS(err.msg, "longer than a Unix socket allows");
 	rmdir(longdir);
 	unsetenv("GPUSNAP_RUN_DIR");
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK(gs_ctl_peer_allowed(1000, 1000) && gs_ctl_peer_allowed(0, 1000) && !gs_ctl_peer_allowed(1001, 1000));
 	CHECK(gs_ctl_peer_allowed(0, 0) && !gs_ctl_peer_allowed(1000, 0));
 }

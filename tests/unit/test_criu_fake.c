@@ -24,6 +24,7 @@
 #include "criu/criu.h"
 #include "criu/run.h"
 #include "test.h"
+#include "common/settings.h"
 
 static char tmp[256];
 static char fake[320];
@@ -100,7 +101,9 @@ static void setup(void)
 	setenv("FAKE_CRIU_ARGS", args_file, 1);
 	setenv("FAKE_CRIU_CHILD", child_file, 1);
 	setenv("GPUSNAP_CRIU", fake, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	unsetenv(GS_CRIU_TIMEOUT_ENV);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	unsetenv("FAKE_CRIU_VERSION");
 }
 
@@ -200,9 +203,11 @@ static void test_find_too_old_or_broken(void)
 	CHECK_CONTAINS(err.msg, "exit status 1");
 
 	setenv("GPUSNAP_CRIU", "/nonexistent/criu", 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_criu_find(&c, &err), GS_E_CRIU);
 	CHECK_CONTAINS(err.msg, "GPUSNAP_CRIU='/nonexistent/criu'");
 	setenv("GPUSNAP_CRIU", fake, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	setenv("FAKE_CRIU_MODE", "ok", 1);
 }
 
@@ -212,6 +217,7 @@ static void test_find_on_path(void)
 	struct gs_criu c;
 	struct gs_err err = { 0 };
 	unsetenv("GPUSNAP_CRIU");
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	char path[600];
 	snprintf(path, sizeof(path), "/nonexistent-dir:%s:/usr/bin", tmp);
 	setenv("PATH", path, 1);
@@ -230,6 +236,7 @@ static void test_find_on_path(void)
 	setenv("PATH", old_path, 1);
 	free(old_path);
 	setenv("GPUSNAP_CRIU", fake, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 }
 
 static void test_timeout_env(void)
@@ -238,14 +245,19 @@ static void test_timeout_env(void)
 	struct gs_err err = { 0 };
 	const char *bad[] = { "abc", "0", "-5", "10s", "nan" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		/* a command refuses it at its start (common/settings.h), before it looks for criu */
 		setenv(GS_CRIU_TIMEOUT_ENV, bad[i], 1);
-		CHECK_INT(gs_criu_find(&c, &err), GS_E_USAGE);
-		CHECK_CONTAINS(err.msg, GS_CRIU_TIMEOUT_ENV);
+		gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
+		CHECK_INT(gs_settings_load(GS_SETTINGS_COMMAND, &err), GS_E_USAGE);
+		CHECK_CONTAINS(err.msg, GS_CRIU_TIMEOUT_ENV "='");
+		CHECK_CONTAINS(err.msg, "' is not a number of seconds > 0");
 	}
 	setenv(GS_CRIU_TIMEOUT_ENV, "2.5", 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_criu_find(&c, &err), 0);
 	CHECK(c.timeout_s == 2.5);
 	unsetenv(GS_CRIU_TIMEOUT_ENV);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 }
 
 static void test_home(void)
@@ -434,8 +446,10 @@ static void test_dump_timeout(void)
 {
 	struct gs_criu c;
 	setenv(GS_CRIU_TIMEOUT_ENV, "0.3", 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	find_ok(&c);
 	unsetenv(GS_CRIU_TIMEOUT_ENV);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	char img[400];
 	snprintf(img, sizeof(img), "%s/img-hang", tmp);
 	struct gs_criu_dump_opts o = { .leave_running = true };

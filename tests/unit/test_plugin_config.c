@@ -14,6 +14,7 @@
 
 #include "core/plugin_config.h"
 #include "test.h"
+#include "common/settings.h"
 
 static const char *const env_names[] = { "GPUSNAP_PLUGIN_MAP", "GPUSNAP_PLUGIN_NO_VERIFY", "GPUSNAP_PLUGIN_DRIVER",
 					 "GPUSNAP_PLUGIN_TIMEOUT", "GPUSNAP_PLUGIN_LEAVE_RUNNING",
@@ -23,6 +24,7 @@ static void clear_env(void)
 {
 	for (size_t i = 0; i < sizeof(env_names) / sizeof(env_names[0]); i++)
 		unsetenv(env_names[i]);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 }
 
 static int parse(struct gs_plugin_config *c, const char *text, struct gs_err *err)
@@ -239,6 +241,7 @@ static void test_environment_wins(void)
 	setenv("GPUSNAP_PLUGIN_MAP", "0=1", 1);
 	setenv("GPUSNAP_PLUGIN_NO_VERIFY", "", 1); /* empty: not set */
 	setenv("GPUSNAP_PLUGIN_LEAVE_RUNNING", "yes", 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	struct gs_plugin_config c;
 	struct gs_err err = { 0 };
 	CHECK_INT(gs_plugin_config_load(&c, NULL, 0, &err), 0);
@@ -251,6 +254,7 @@ static void test_environment_wins(void)
 	CHECK_STR(gs_plugin_config_origin(&c, GS_PK_MAP, buf, sizeof(buf)), "GPUSNAP_PLUGIN_MAP");
 	/* a bad value in the environment is refused too, naming the variable */
 	setenv("GPUSNAP_PLUGIN_TIMEOUT", "soon", 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_plugin_config_load(&c, NULL, 0, &err), GS_E_USAGE);
 	CHECK_CONTAINS(err.msg, "GPUSNAP_PLUGIN_TIMEOUT='soon' is not a number of seconds");
 	clear_env();
@@ -278,13 +282,16 @@ static void test_which_file(void)
 	CHECK_STR(c.file, "");
 	/* GPUSNAP_PLUGIN_CONFIG wins over the search, must exist; empty: no file at all */
 	setenv("GPUSNAP_PLUGIN_CONFIG", first, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_plugin_config_load(&c, search, 3, &err), 0);
 	CHECK(c.timeout_s == 1);
 	setenv("GPUSNAP_PLUGIN_CONFIG", missing, 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_plugin_config_load(&c, search, 3, &err), GS_E_USAGE);
 	CHECK_CONTAINS(err.msg, "GPUSNAP_PLUGIN_CONFIG: cannot open the plugin's configuration");
 	CHECK_CONTAINS(err.msg, "missing.conf");
 	setenv("GPUSNAP_PLUGIN_CONFIG", "", 1);
+	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment is read once */
 	CHECK_INT(gs_plugin_config_load(&c, search, 3, &err), 0);
 	CHECK(c.timeout_s == 30);
 	clear_env();

@@ -29,6 +29,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/settings.h"
 
 #define CONTEXT_IS_DESTROYED 709 /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
 
@@ -417,8 +418,7 @@ void gs_ctx_use_copy_context(struct gs_agent *a)
 
 unsigned gs_ctx_shrink_stacks(struct gs_agent *a)
 {
-	const char *off = getenv("GPUSNAP_SHRINK_STACK");
-	if (!a->cu.cuCtxSetLimit || (off && !strcmp(off, "0")) || shrunk.n)
+	if (!a->cu.cuCtxSetLimit || !gs_setting_bool(GS_S_SHRINK_STACK) || shrunk.n)
 		return 0;
 	struct live_ctx *list = NULL;
 	size_t n = 0;

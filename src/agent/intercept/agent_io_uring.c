@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/settings.h"
 
 /* Read by syscall_x86_64.S: libc's syscall(3), 0 until the constructor found it. */
 __attribute__((visibility("hidden"))) void *gs_libc_syscall;
@@ -63,8 +64,7 @@ static int read_setting(bool constructed)
 {
 	bool allow;
 	if (constructed) {
-		const char *v = getenv("GPUSNAP_ALLOW_IO_URING");
-		allow = v && !strcmp(v, "1");
+		allow = gs_setting_bool(GS_S_ALLOW_IO_URING);
 	} else {
 		allow = allowed_in_initial_environment();
 	}

@@ -44,6 +44,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "common/settings.h"
 
 #define SLOTS_PER_CHUNK 64
 
@@ -101,9 +102,8 @@ static int sys_membarrier(int cmd)
 /* membarrier registration is per address space and does not survive fork. */
 static void choose_fence(void)
 {
-	const char *force = getenv("GPUSNAP_GATE_FENCE");
 	int mb = 0;
-	if (!force || strcmp(force, "seq_cst")) {
+	if (gs_setting_choice(GS_S_GATE_FENCE) == 0) { /* "auto", not "seq_cst" */
 		int cmds = sys_membarrier(MEMBARRIER_CMD_QUERY);
 		mb = cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
 		     sys_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;

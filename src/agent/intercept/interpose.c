@@ -42,6 +42,7 @@
 #include "agent/intercept/trampolines.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/settings.h"
 #include "cuda/driver.h"
 
 /* the assembly (exports_x86_64.S) */
@@ -157,7 +158,7 @@ static void init_once_fn(void)
 {
 	gs_dl_bootstrap();
 	gs_cuda_dlsym = gs_real_dlsym; /* the agent's driver table is never wrapped */
-	const char *p = getenv("GPUSNAP_LIBCUDA");
+	const char *p = gs_setting_str(GS_S_LIBCUDA);
 	if (p && *p && strlen(p) < sizeof(driver_path)) {
 		strcpy(driver_path, p);
 		const char *slash = strrchr(driver_path, '/');

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "core/alloc_registry.h"
+#include "common/settings.h"
 
 /* cuda.h values not in driver_api.h */
 #define ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED 110
@@ -327,9 +328,8 @@ bool gs_peer_rdma_capable(struct gs_agent *a, int device)
 	signed char v = __atomic_load_n(&peer.rdma[device], __ATOMIC_ACQUIRE);
 	if (!v) {
 		/* GPUSNAP_RDMA=0: never ask (a driver that handled such memory worse would otherwise leave no way out) */
-		const char *off = getenv("GPUSNAP_RDMA");
 		int supported = 0;
-		CUresult r = off && !strcmp(off, "0")
+		CUresult r = !gs_setting_bool(GS_S_RDMA)
 				     ? CUDA_ERROR_NOT_SUPPORTED
 				     : a->cu.cuDeviceGetAttribute(&supported, ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device);
 		v = r == CUDA_SUCCESS && supported ? 1 : -1;

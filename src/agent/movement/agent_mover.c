@@ -40,6 +40,7 @@
 #include "core/copy_plan.h"
 #include "core/hostmem.h"
 #include "core/staging.h"
+#include "common/settings.h"
 
 /* Lanes and pinned staging through the engine's GPU backend (gpu_copy.h). */
 static const struct gs_gpu_copy *const gpu = &gs_gpu_copy_cuda;
@@ -142,10 +143,9 @@ static void staging_unregister(void *ctx, void *addr, uint64_t len)
  */
 static int staging_threads(void)
 {
-	const char *v = getenv("GPUSNAP_STAGING_THREADS");
 	int n;
-	if (v && *v) {
-		n = atoi(v);
+	if (gs_setting_is_set(GS_S_STAGING_THREADS)) {
+		n = gs_setting_int(GS_S_STAGING_THREADS);
 	} else {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 		n = cpus > 6 ? (int)cpus - 2 : 4;
@@ -173,8 +173,7 @@ static bool on_demand_lazy(void)
 static int on_demand_threads(void)
 {
 	int n = staging_threads();
-	const char *v = getenv("GPUSNAP_STAGING_THREADS");
-	if ((v && *v) || on_demand_lazy())
+	if (gs_setting_is_set(GS_S_STAGING_THREADS) || on_demand_lazy())
 		return n; /* said: for every pool alike */
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int half = cpus > 0 ? (int)(cpus + 4) / 2 : 4;
@@ -203,11 +202,8 @@ static int check_host_memory(uint64_t bytes, struct gs_err *err)
 {
 	struct gs_hostmem m;
 	gs_hostmem_read("", &m);
-	const char *v = getenv("GPUSNAP_HOST_MEMORY_LIMIT");
-	uint64_t cap;
-	if (v && *v && gs_parse_size(v, &cap))
-		pr_warn("ignoring GPUSNAP_HOST_MEMORY_LIMIT='%s': not a size", v);
-	else if (v && *v && cap < m.avail) {
+	uint64_t cap = gs_setting_size(GS_S_HOST_MEMORY_LIMIT);
+	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && cap < m.avail) {
 		m.avail = cap;
 		snprintf(m.limit, sizeof(m.limit), "GPUSNAP_HOST_MEMORY_LIMIT");
 	}
@@ -322,31 +318,14 @@ static struct gs_ring *ring_for_transfer(struct gs_agent *a)
 void gs_mover_init_from_env(struct gs_agent *a)
 {
 	(void)a;
-	const char *u = getenv("GPUSNAP_STAGING_UNPIN");
-	mover.unpin = !(u && !strcmp(u, "0"));
-	const char *m = getenv("GPUSNAP_STAGING_MODE");
-	mover.mode = MODE_BOUNCE;
-	if (m && !strcmp(m, "pinned"))
-		mover.mode = MODE_PINNED;
-	else if (m && *m && strcmp(m, "bounce"))
-		pr_warn("ignoring GPUSNAP_STAGING_MODE='%s': not 'bounce' or 'pinned'", m);
-	const char *z = getenv("GPUSNAP_ZERO_CHUNKS");
-	mover.no_zero_chunks = z && !strcmp(z, "0");
-	const char *pop = getenv("GPUSNAP_STAGING_POPULATE");
-	mover.populate_ahead = pop && !strcmp(pop, "ahead");
-	if (pop && *pop && strcmp(pop, "ahead") && strcmp(pop, "lazy"))
-		pr_warn("ignoring GPUSNAP_STAGING_POPULATE='%s': not 'lazy' or 'ahead'", pop);
+	mover.unpin = gs_setting_bool(GS_S_STAGING_UNPIN);
+	mover.mode = gs_setting_choice(GS_S_STAGING_MODE) ? MODE_PINNED : MODE_BOUNCE; /* bounce|pinned */
+	mover.no_zero_chunks = !gs_setting_bool(GS_S_ZERO_CHUNKS);
+	mover.populate_ahead = gs_setting_choice(GS_S_STAGING_POPULATE) == 1; /* lazy|ahead */
 	uint64_t dflt = mover.mode == MODE_BOUNCE ? BOUNCE_CHUNK_BYTES : CHUNK_BYTES;
-	const char *c = getenv("GPUSNAP_CHUNK_SIZE");
-	mover.chunk_bytes = dflt;
-	if (c && *c && (gs_parse_size(c, &mover.chunk_bytes) || mover.chunk_bytes < (1ULL << 20) ||
-			mover.chunk_bytes > SEGMENT_BYTES)) {
-		pr_warn("ignoring GPUSNAP_CHUNK_SIZE='%s': not a size from 1M to 256M", c);
-		mover.chunk_bytes = dflt;
-	}
-	const char *v = getenv("GPUSNAP_RESERVE");
-	if (v && *v && gs_parse_size(v, &mover.reserve_bytes))
-		pr_warn("ignoring GPUSNAP_RESERVE='%s': not a size", v);
+	/* the row's range, 1M to 256M, is SEGMENT_BYTES at most */
+	mover.chunk_bytes = gs_setting_is_set(GS_S_CHUNK_SIZE) ? gs_setting_size(GS_S_CHUNK_SIZE) : dflt;
+	mover.reserve_bytes = gs_setting_size(GS_S_RESERVE);
 }
 
 static void mover_device_ready(struct gs_agent *a, struct gs_agent_device *d)

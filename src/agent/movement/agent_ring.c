@@ -45,6 +45,7 @@
 #include "common/util.h"
 #include "core/copy_plan.h"
 #include "core/host_copy.h"
+#include "common/settings.h"
 
 /* The engine reaches the GPU only through its backend (gpu_copy.h): CUDA's in this build. */
 static const struct gs_gpu_copy *const gpu = &gs_gpu_copy_cuda;
@@ -126,10 +127,8 @@ static void cuda_fail(struct ring_job *j, const char *what, int dev, int r)
 
 unsigned gs_ring_image_threads(bool out)
 {
-	const char *v = getenv("GPUSNAP_IO_THREADS");
-	int n = v ? atoi(v) : 0;
-	if (n >= 1 && n <= RING_THREADS_MAX)
-		return (unsigned)n;
+	if (gs_setting_is_set(GS_S_IO_THREADS))
+		return (unsigned)gs_setting_int(GS_S_IO_THREADS);
 	if (out)
 		return RING_THREADS_OUT;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -715,14 +714,8 @@ static enum host_copy_mode host_copy_mode(void)
 	static atomic_int mode; /* enum host_copy_mode */
 	int m = atomic_load_explicit(&mode, memory_order_relaxed);
 	if (m == HOST_COPY_UNKNOWN) {
-		const char *v = getenv("GPUSNAP_HOST_COPY");
-		m = HOST_COPY_AUTO;
-		if (v && !strcmp(v, "memcpy"))
-			m = HOST_COPY_MEMCPY;
-		else if (v && !strcmp(v, "stream"))
-			m = HOST_COPY_STREAM;
-		else if (v && *v && strcmp(v, "auto"))
-			pr_warn("ignoring GPUSNAP_HOST_COPY='%s': not 'auto', 'memcpy' or 'stream'", v);
+		static const int modes[] = { HOST_COPY_AUTO, HOST_COPY_MEMCPY, HOST_COPY_STREAM }; /* the row's choices */
+		m = modes[gs_setting_choice(GS_S_HOST_COPY)];
 		atomic_store_explicit(&mode, m, memory_order_relaxed);
 	}
 	return (enum host_copy_mode)m;

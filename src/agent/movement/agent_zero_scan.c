@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "common/settings.h"
 
 #define SCAN_THREADS 256 /* per block; one block per chunk */
 
@@ -72,8 +73,7 @@ struct scan_chunk {
 
 static bool scan_enabled(void)
 {
-	const char *v = getenv("GPUSNAP_GPU_ZERO_SCAN");
-	return !(v && !strcmp(v, "0"));
+	return gs_setting_bool(GS_S_GPU_ZERO_SCAN);
 }
 
 /* A GPU's scan could not run: said once per process, per cause. */
