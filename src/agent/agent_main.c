@@ -1,9 +1,11 @@
 /*
- * agent_main.c - libgpusnap.so's life: the constructor (wire the parts
- * together, install the replacements, start the control server), and the
- * control handler that serves gpusnap's requests
+ * agent_main.c - libgpusnap.so's life, on top of its parts (base, intercept,
+ * memory, movement): the constructor (load the settings, register the
+ * listeners and the memory kinds, install the replacements, start the
+ * control server), and the control handler that serves gpusnap's requests
  * (HELLO, STATUS, SUSPEND, RESUME, DUMP, PREPARE, GATE, OPEN) on the
- * server's thread by handing each to the lifecycle (agent_lifecycle.h).
+ * server's thread from a table of request type to handler, each handing its
+ * decoded request (struct gs_request) to the lifecycle (agent_lifecycle.h).
  *
  * Nothing here runs in a signal handler. The constructor makes no CUDA
  * call: the driver is loaded when the app first allocates or when gpusnap
@@ -22,29 +24,29 @@
 #include <unistd.h>
 
 #include "agent/base/agent.h"
-#include "agent/memory/agent_hooks.h"
-#include "agent/memory/agent_vmm.h"
-#include "agent/memory/agent_peer.h"
-#include "agent/memory/agent_pointer.h"
-#include "agent/memory/memkind.h"
 #include "agent/intercept/agent_capture.h"
-#include "agent/memory/agent_app_vmm.h"
 #include "agent/intercept/agent_contexts.h"
 #include "agent/intercept/agent_fds.h"
 #include "agent/intercept/agent_io_uring.h"
-#include "agent/movement/agent_lifecycle.h"
-#include "agent/memory/agent_share.h"
-#include "agent/movement/agent_mover.h"
 #include "agent/intercept/gate.h"
 #include "agent/intercept/interpose.h"
+#include "agent/memory/agent_app_vmm.h"
+#include "agent/memory/agent_hooks.h"
+#include "agent/memory/agent_peer.h"
+#include "agent/memory/agent_pointer.h"
+#include "agent/memory/agent_share.h"
+#include "agent/memory/agent_vmm.h"
+#include "agent/memory/memkind.h"
+#include "agent/movement/agent_lifecycle.h"
+#include "agent/movement/agent_mover.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "common/proc.h"
+#include "common/settings.h"
 #include "common/util.h"
 #include "core/control_socket.h"
 #include "core/hostmem.h"
-#include "common/settings.h"
 
 static struct gs_ctl_server *control_server;
 

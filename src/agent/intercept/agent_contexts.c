@@ -24,8 +24,8 @@
 #include <time.h>
 
 #include "agent/base/agent.h"
-#include "agent/intercept/interpose.h"
 #include "agent/intercept/gate.h"
+#include "agent/intercept/interpose.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"

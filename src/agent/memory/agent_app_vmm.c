@@ -28,10 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/memory/agent_peer.h"
-#include "agent/memory/agent_share.h"
 #include "agent/intercept/gate.h"
 #include "agent/intercept/interpose.h"
+#include "agent/memory/agent_peer.h"
+#include "agent/memory/agent_share.h"
 #include "common/log.h"
 #include "core/vmm_handles.h"
 

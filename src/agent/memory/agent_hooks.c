@@ -36,13 +36,13 @@
 #include <string.h>
 
 #include "agent/base/agent.h"
-#include "agent/memory/agent_hooks.h"
-#include "agent/memory/agent_vmm.h"
-#include "agent/memory/memkind.h"
-#include "agent/memory/agent_peer.h"
-#include "agent/memory/agent_pointer.h"
 #include "agent/intercept/gate.h"
 #include "agent/intercept/interpose.h"
+#include "agent/memory/agent_hooks.h"
+#include "agent/memory/agent_peer.h"
+#include "agent/memory/agent_pointer.h"
+#include "agent/memory/agent_vmm.h"
+#include "agent/memory/memkind.h"
 #include "common/fault.h"
 #include "common/log.h"
 

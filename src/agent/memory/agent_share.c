@@ -18,10 +18,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "agent/memory/agent_app_vmm.h"
 #include "agent/intercept/agent_contexts.h"
 #include "agent/intercept/gate.h"
 #include "agent/intercept/interpose.h"
+#include "agent/memory/agent_app_vmm.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "core/alloc_registry.h"

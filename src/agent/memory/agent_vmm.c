@@ -16,8 +16,8 @@
  * it; the physical memory asks for GPUDirect RDMA where the device has it.
  */
 #include "agent/base/agent.h"
-#include "agent/memory/agent_vmm.h"
 #include "agent/memory/agent_peer.h"
+#include "agent/memory/agent_vmm.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/movement/agent_ring.h"
 #include "agent/memory/memkind.h"
+#include "agent/movement/agent_ring.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"

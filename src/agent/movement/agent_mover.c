@@ -27,12 +27,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/memory/memkind.h"
 #include "agent/intercept/agent_capture.h"
 #include "agent/intercept/agent_contexts.h"
+#include "agent/intercept/gate.h"
+#include "agent/memory/memkind.h"
 #include "agent/movement/agent_ring.h"
 #include "agent/movement/agent_zero_scan.h"
-#include "agent/intercept/gate.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/options.h"
