@@ -259,36 +259,30 @@ int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 	return rc;
 }
 
-int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool drop_staging, struct gs_err *err)
+/* What the agent is sent of o: cached only for a running process's dump, where the agent offers it. */
+static struct gs_dump_opts dump_opts_for(const struct cli_agent *ag, const struct gs_dump_opts *o)
 {
-	struct gs_request r = { .type = GS_MSG_DUMP, .dir = image_dir, .dump = { .drop_staging = drop_staging } };
-	int rc = request(pid, ag, &r, err);
+	struct gs_dump_opts sent = *o;
+	sent.cached = o->running && o->cached && (ag->caps & GS_CAP_DUMP_CACHED);
+	return sent;
+}
+
+int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
+		   const struct gs_dump_opts *o, struct gs_err *err)
+{
+	struct gs_request r = { .type = GS_MSG_DUMP, .dir = image_dir, .dump = dump_opts_for(ag, o) };
+	if (o->running)
+		r.timeout_s = timeout_s;
+	int rc = o->running ? request_bounded(pid, ag, r, -1, err) : request(pid, ag, &r, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
 }
 
-/* A running process's DUMP: cached only where asked and the agent offers it. */
-static struct gs_dump_opts dump_running_opts(const struct cli_agent *ag, bool cached)
+int cli_agent_dump_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, const struct gs_dump_opts *o,
+		      struct gs_err *err)
 {
-	return (struct gs_dump_opts){ .running = true, .cached = cached && (ag->caps & GS_CAP_DUMP_CACHED) };
-}
-
-int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s, bool cached,
-			   struct gs_err *err)
-{
-	struct gs_request r = { .type = GS_MSG_DUMP, .timeout_s = timeout_s, .dir = image_dir,
-				.dump = dump_running_opts(ag, cached) };
-	int rc = request_bounded(pid, ag, r, -1, err);
-	if (rc)
-		gs_err_wrap(err, "agent of process %d", (int)pid);
-	return rc;
-}
-
-int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, bool cached,
-			      struct gs_err *err)
-{
-	struct gs_request r = { .type = GS_MSG_DUMP_FD, .timeout_s = timeout_s, .dump = dump_running_opts(ag, cached) };
+	struct gs_request r = { .type = GS_MSG_DUMP_FD, .timeout_s = timeout_s, .dump = dump_opts_for(ag, o) };
 	int rc = !(ag->caps & GS_CAP_DIR_FD)
 			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
 			 : request_bounded(pid, ag, r, dir_fd, err);
