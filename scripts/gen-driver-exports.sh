@@ -1,6 +1,6 @@
 #!/bin/sh
 # gen-driver-exports.sh - writes the list of CUDA driver entry points that the
-# agent exports (src/agent/driver_exports.txt) from the toolkit's headers.
+# agent exports (src/agent/intercept/driver_exports.txt) from the toolkit's headers.
 #
 # The driver (libcuda.so.1) exports every API function under each of its
 # versioned names: the plain one (cuMemAlloc, kept for old binaries), the
@@ -13,7 +13,7 @@
 # scanned as text instead. Static inline helpers (cuGetProcAddress_v2_ptsz in
 # CUDA 13's cuda.h) are not driver exports and are left out.
 #
-# Usage: scripts/gen-driver-exports.sh [CUDA_INCLUDE_DIR] > src/agent/driver_exports.txt
+# Usage: scripts/gen-driver-exports.sh [CUDA_INCLUDE_DIR] > src/agent/intercept/driver_exports.txt
 set -eu
 inc=${1:-/usr/local/cuda/include}
 [ -f "$inc/cuda.h" ] || { echo "gen-driver-exports: no cuda.h in '$inc'" >&2; exit 1; }

@@ -1,9 +1,11 @@
 /*
- * agent_main.c - libgpusnap.so's life: the constructor (install the
- * replacements, start the control server), the per-device state made on
- * first use, and the control handler that serves gpusnap's requests
+ * agent_main.c - libgpusnap.so's life, on top of its parts (base, intercept,
+ * memory, movement): the constructor (load the settings, register the
+ * listeners and the memory kinds, install the replacements, start the
+ * control server), and the control handler that serves gpusnap's requests
  * (HELLO, STATUS, SUSPEND, RESUME, DUMP, PREPARE, GATE, OPEN) on the
- * server's thread by handing each to the lifecycle (agent_lifecycle.h).
+ * server's thread from a table of request type to handler, each handing its
+ * decoded request (struct gs_request) to the lifecycle (agent_lifecycle.h).
  *
  * Nothing here runs in a signal handler. The constructor makes no CUDA
  * call: the driver is loaded when the app first allocates or when gpusnap
@@ -23,166 +25,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/agent.h"
-#include "agent/agent_app_vmm.h"
-#include "agent/agent_contexts.h"
-#include "agent/agent_fds.h"
-#include "agent/agent_io_uring.h"
-#include "agent/agent_lifecycle.h"
-#include "agent/agent_share.h"
-#include "agent/agent_mover.h"
-#include "agent/gate.h"
-#include "agent/interpose.h"
+#include "agent/base/agent.h"
+#include "agent/intercept/agent_capture.h"
+#include "agent/intercept/agent_contexts.h"
+#include "agent/intercept/agent_fds.h"
+#include "agent/intercept/agent_io_uring.h"
+#include "agent/intercept/gate.h"
+#include "agent/intercept/interpose.h"
+#include "agent/memory/agent_app_vmm.h"
+#include "agent/memory/agent_hooks.h"
+#include "agent/memory/agent_peer.h"
+#include "agent/memory/agent_pointer.h"
+#include "agent/memory/agent_share.h"
+#include "agent/memory/agent_vmm.h"
+#include "agent/memory/memkind.h"
+#include "agent/movement/agent_lifecycle.h"
+#include "agent/movement/agent_mover.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "common/proc.h"
+#include "common/settings.h"
 #include "common/util.h"
 #include "core/control_socket.h"
 #include "core/hostmem.h"
-#include "common/settings.h"
 
-static struct gs_agent the_agent = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.setup_lock = PTHREAD_MUTEX_INITIALIZER,
-	.deferred_lock = PTHREAD_MUTEX_INITIALIZER,
-};
 static struct gs_ctl_server *control_server;
-
-struct gs_agent *gs_agent_get(void) { return &the_agent; }
-
-int gs_agent_cuda(struct gs_agent *a, struct gs_err *err)
-{
-	if (__atomic_load_n(&a->cuda_ready, __ATOMIC_ACQUIRE))
-		return 0;
-	pthread_mutex_lock(&a->setup_lock);
-	int rc = 0;
-	if (!a->cuda_ready && !a->cuda_failure.code) {
-		/* one attempt: a driver that lacks what the agent needs will not grow it */
-		rc = gs_cuda_load(&a->cu, &a->cuda_failure);
-		if (!rc)
-			rc = gs_cuda_load_memory_api(&a->cu, &a->cuda_failure);
-		if (!rc)
-			__atomic_store_n(&a->cuda_ready, true, __ATOMIC_RELEASE);
-	}
-	if (!a->cuda_ready) {
-		rc = a->cuda_failure.code;
-		if (err)
-			*err = a->cuda_failure;
-	}
-	pthread_mutex_unlock(&a->setup_lock);
-	return rc;
-}
-
-static int slab_alloc(void *ctx, uint64_t size, uint64_t *va)
-{
-	struct gs_agent_device *d = ctx;
-	uint64_t reserved;
-	CUmemGenericAllocationHandle h;
-	if (gs_vmm_alloc(d, size, va, &reserved, &h) != CUDA_SUCCESS)
-		return -1;
-	struct gs_alloc_rec rec = { .va = *va, .size = reserved, .kind = GS_ALLOC_DEVICE, .device = d->ordinal,
-				    .handle = h, .user = reserved };
-	struct gs_err err = { 0 };
-	if (gs_alloc_registry_insert(d->agent->slabs, &rec, &err)) {
-		gs_vmm_free(d->agent, *va, reserved, h);
-		return -1;
-	}
-	return 0;
-}
-
-static void slab_free(void *ctx, uint64_t va, uint64_t size)
-{
-	struct gs_agent_device *d = ctx;
-	struct gs_alloc_rec rec;
-	(void)size;
-	if (gs_alloc_registry_remove(d->agent->slabs, va, &rec))
-		gs_vmm_free(d->agent, rec.va, rec.user, (CUmemGenericAllocationHandle)rec.handle);
-}
-
-struct gs_agent_device *gs_agent_current_device(struct gs_agent *a, CUresult *cuerr)
-{
-	struct gs_err err = { 0 };
-	if (gs_agent_cuda(a, &err)) {
-		pr_err("%s", err.msg);
-		*cuerr = CUDA_ERROR_NOT_INITIALIZED;
-		return NULL;
-	}
-	CUdevice dev;
-	CUresult r = a->cu.cuCtxGetDevice(&dev);
-	if (r != CUDA_SUCCESS) {
-		*cuerr = r;
-		return NULL;
-	}
-	if (dev < 0 || dev >= GS_AGENT_MAX_DEVICES) {
-		*cuerr = CUDA_ERROR_INVALID_DEVICE;
-		return NULL;
-	}
-	struct gs_agent_device *d = &a->devices[dev];
-	if (__atomic_load_n(&d->used, __ATOMIC_ACQUIRE) && __atomic_load_n(&d->announced, __ATOMIC_RELAXED))
-		return d;
-	/* not a->lock: a suspend holds that while it waits for this thread to leave the gate */
-	pthread_mutex_lock(&a->setup_lock);
-	if (!d->used) {
-		CUmemAllocationProp prop;
-		memset(&prop, 0, sizeof(prop));
-		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		prop.location.id = dev;
-		size_t gran = 0;
-		r = a->cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-		CUcontext ctx = NULL;
-		if (r == CUDA_SUCCESS)
-			r = a->cu.cuCtxGetCurrent(&ctx);
-		struct gs_suballoc_config cfg = { .slab_size = gran, .threshold = gran / 2 };
-		struct gs_suballoc_ops ops = { .slab_alloc = slab_alloc, .slab_free = slab_free, .ctx = d };
-		if (r == CUDA_SUCCESS && !a->allocs)
-			a->allocs = gs_alloc_registry_new();
-		if (r == CUDA_SUCCESS && !a->slabs)
-			a->slabs = gs_alloc_registry_new();
-		if (r == CUDA_SUCCESS && (!a->allocs || !a->slabs))
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-		d->agent = a;
-		d->ordinal = dev;
-		d->granularity = gran;
-		d->ctx = ctx;
-		if (r == CUDA_SUCCESS && gs_suballoc_new(&cfg, &ops, &d->sub, &err)) {
-			pr_err("%s", err.msg);
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		if (r == CUDA_SUCCESS) {
-			gs_ctx_note(dev, ctx); /* the first context the mover copies in; agent_contexts.c keeps it alive */
-			__atomic_store_n(&d->used, true, __ATOMIC_RELEASE);
-		}
-	}
-	/*
-	 * The reserved pool and its ring start with the device's first use, but not
-	 * while a suspend waits at the closed gate for this thread (they would run
-	 * alongside it): then the next allocation after the resume starts them.
-	 */
-	bool fresh = r == CUDA_SUCCESS && d->used && !d->announced && !gs_gate_is_closed();
-	if (fresh)
-		__atomic_store_n(&d->announced, true, __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&a->setup_lock);
-	if (!d->used) {
-		*cuerr = r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN;
-		return NULL;
-	}
-	if (fresh)
-		gs_mover_device_ready(a, d);
-	return d;
-}
 
 static void add_info(struct gs_agent *a, struct gs_msg *reply)
 {
 	uint64_t count = 0, bytes = 0;
-	gs_share_refresh();
-	if (a->allocs)
-		gs_alloc_registry_stats(a->allocs, &count, &bytes);
-	uint64_t app_count, app_bytes;
-	gs_app_vmm_stats(&app_count, &app_bytes);
-	count += app_count;
-	bytes += app_bytes;
+	gs_memkind_stats(a, &count, &bytes);
 	int ndev = 0;
 	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++)
 		ndev += a->devices[i].used;
@@ -227,80 +100,107 @@ static const char *dir_fd_name(int fd, char *buf, size_t n)
 	return buf;
 }
 
+/*
+ * The requests, each decoded once (struct gs_request, core/protocol.h) and
+ * answered by its handler from the table below. A handler returns the
+ * request's result (0 or an error in err), which becomes the reply's RESULT;
+ * an `answers` handler writes the whole reply itself (INFO). Types not in the
+ * table go to the memory kinds (memory shared between processes: 30-39).
+ */
+typedef int (*request_fn)(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err);
+
+static int on_info(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	(void)r;
+	(void)err;
+	add_info(a, reply);
+	return 0;
+}
+
+static int on_suspend(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	return gs_lc_suspend(a, r->timeout_s, r->keep_context, reply, err);
+}
+
+static int on_dump(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	if (!r->dir)
+		return gs_fail(err, GS_E_USAGE, "dump request without a directory");
+	return gs_lc_dump(a, r->dir, NULL, r->timeout_s, &r->dump, reply, err);
+}
+
+/* DUMP_FD, RESUME_FD: the image directory came as a descriptor: reached through it, whatever our mount namespace */
+static int on_dir_fd(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	int dirfd = gs_ctl_take_passed_fd();
+	char dir[64], real[PATH_MAX];
+	snprintf(dir, sizeof(dir), "/proc/self/fd/%d/.", dirfd); /* "." : opened with O_NOFOLLOW */
+	/* its name, resolved while we hold it: what is recorded and said, never the descriptor's path */
+	const char *name = dirfd >= 0 ? dir_fd_name(dirfd, real, sizeof(real)) : NULL;
+	int rc = dirfd < 0 ? gs_fail(err, GS_E_USAGE, "%s request without a directory descriptor", gs_msg_type_name(r->type))
+		 : r->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, name, r->stay_gated, reply, err)
+					       : gs_lc_dump(a, dir, name, r->timeout_s, &r->dump, reply, err);
+	if (dirfd >= 0)
+		close(dirfd);
+	return rc;
+}
+
+static int on_prepare(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	(void)r;
+	return gs_lc_prepare(a, reply, err);
+}
+
+static int on_resume(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	return gs_lc_resume_gated(a, r->dir, NULL, r->stay_gated, reply, err);
+}
+
+static int on_gate(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	return gs_lc_gate(a, r->timeout_s, r->lease_s, reply, err);
+}
+
+static int on_open(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
+{
+	(void)r;
+	return gs_lc_open(a, reply, err);
+}
+
+static const struct {
+	uint16_t type;
+	request_fn fn;
+	bool answers; /* fn writes the whole reply: no RESULT */
+} handlers[] = {
+	{ GS_MSG_HELLO, on_info, true },
+	{ GS_MSG_STATUS, on_info, true },
+	{ GS_MSG_SUSPEND, on_suspend, false },
+	{ GS_MSG_DUMP, on_dump, false },
+	{ GS_MSG_DUMP_FD, on_dir_fd, false },
+	{ GS_MSG_RESUME_FD, on_dir_fd, false },
+	{ GS_MSG_PREPARE, on_prepare, false },
+	{ GS_MSG_RESUME, on_resume, false },
+	{ GS_MSG_GATE, on_gate, false },
+	{ GS_MSG_OPEN, on_open, false },
+};
+
 static void handle_request(void *ctx, const struct gs_msg *req, struct gs_msg *reply)
 {
 	struct gs_agent *a = ctx;
-	struct gs_err err = { 0 };
-	uint64_t flags = 0;
-	double timeout = 30;
-	gs_msg_get_u64(req, GS_F_FLAGS, &flags);
-	gs_msg_get_f64(req, GS_F_TIMEOUT, &timeout);
-	switch (req->type) {
-	case GS_MSG_HELLO:
-	case GS_MSG_STATUS:
-		add_info(a, reply);
-		return;
-	case GS_MSG_SUSPEND: {
-		int rc = gs_lc_suspend(a, timeout, (flags & GS_SUSPEND_KEEP_CONTEXT) != 0, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+	struct gs_request r;
+	gs_request_decode(req, &r);
+	for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
+		if (handlers[i].type != r.type)
+			continue;
+		struct gs_err err = { 0 };
+		int rc = handlers[i].fn(a, &r, reply, &err);
+		if (!handlers[i].answers)
+			gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
 		return;
 	}
-	case GS_MSG_DUMP: {
-		const char *dir = gs_msg_get_str(req, GS_F_DIR);
-		int rc = !dir			       ? gs_fail(&err, GS_E_USAGE, "dump request without a directory")
-			 : (flags & GS_DUMP_RUNNING) ? gs_lc_dump(a, dir, NULL, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
-						     : gs_lc_save(a, dir, NULL, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
+	if (gs_memkind_handle_request(a, req, reply)) /* 30-39: memory shared between processes */
 		return;
-	}
-	case GS_MSG_DUMP_FD:
-	case GS_MSG_RESUME_FD: {
-		/* the image directory came as a descriptor: reached through it, whatever our mount namespace */
-		int dirfd = gs_ctl_take_passed_fd();
-		char dir[64], real[PATH_MAX];
-		snprintf(dir, sizeof(dir), "/proc/self/fd/%d/.", dirfd); /* "." : opened with O_NOFOLLOW */
-		/* its name, resolved while we hold it: what is recorded and said, never the descriptor's path */
-		const char *name = dirfd >= 0 ? dir_fd_name(dirfd, real, sizeof(real)) : NULL;
-		bool gated = (flags & GS_RESUME_STAY_GATED) != 0;
-		int rc = dirfd < 0			     ? gs_fail(&err, GS_E_USAGE, "%s request without a directory descriptor",
-								       gs_msg_type_name(req->type))
-			 : req->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, name, gated, reply, &err)
-			 : (flags & GS_DUMP_RUNNING)
-			     ? gs_lc_dump(a, dir, name, timeout, (flags & GS_DUMP_CACHED) != 0, reply, &err)
-			     : gs_lc_save(a, dir, name, (flags & GS_DUMP_DROP_STAGING) != 0, reply, &err);
-		if (dirfd >= 0)
-			close(dirfd);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_PREPARE: {
-		int rc = gs_lc_prepare(a, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_RESUME: {
-		int rc = gs_lc_resume_gated(a, gs_msg_get_str(req, GS_F_DIR), NULL, (flags & GS_RESUME_STAY_GATED) != 0, reply,
-					    &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_GATE: {
-		double lease = 0;
-		gs_msg_get_f64(req, GS_F_LEASE, &lease);
-		int rc = gs_lc_gate(a, timeout, lease, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	case GS_MSG_OPEN: {
-		int rc = gs_lc_open(a, reply, &err);
-		gs_msg_set_result(reply, rc, "%s", rc ? err.msg : "ok");
-		return;
-	}
-	default:
-		if (gs_share_handle(a, req, reply)) /* 30-39: memory shared between processes */
-			return;
-		gs_msg_set_result(reply, GS_E_USAGE, "the agent does not handle message type %u", req->type);
-	}
+	gs_msg_set_result(reply, GS_E_USAGE, "the agent does not handle message type %u", req->type);
 }
 
 /* Log lines of the agent go to a file, not the app's stderr (which belongs to the app). */
@@ -358,7 +258,7 @@ static void start_control_server(void)
 	struct gs_err err = { 0 };
 	char path[512];
 	if (gs_ctl_agent_socket_path(path, sizeof(path), &err) ||
-	    gs_ctl_server_start(path, serve_request, &the_agent, 0, &control_server, &err))
+	    gs_ctl_server_start(path, serve_request, gs_agent_get(), 0, &control_server, &err))
 		pr_err("no control socket, gpusnap will use the driver path for this process: %s", err.msg);
 	/* an app that closes every descriptor at its start leaves these open (agent_fds.h) */
 	gs_agent_fds_set_server(control_server);
@@ -373,22 +273,11 @@ static void start_control_server(void)
  */
 static void forget_parent_gpu_state(struct gs_agent *a)
 {
-	pthread_mutex_init(&a->lock, NULL);
-	pthread_mutex_init(&a->setup_lock, NULL);
-	pthread_mutex_init(&a->deferred_lock, NULL);
-	/* as if the driver were never loaded: a child loads it again if it ever allocates */
-	__atomic_store_n(&a->cuda_ready, false, __ATOMIC_RELEASE);
-	memset(a->devices, 0, sizeof(a->devices));
-	a->allocs = a->slabs = NULL; /* the parent's records: left as they are, not freed */
-	a->held = NULL;
-	a->state = GS_AGENT_RUNNING;
-	a->unmanaged_allocs = a->unmanaged_bytes = 0;
-	a->deferred = NULL;
+	gs_agent_forget_after_fork(a);
 	pthread_mutex_init(&operation.lock, NULL);
 	operation.running = NULL;
 	gs_mover_forget_after_fork();
-	gs_agent_hooks_forget_after_fork();
-	gs_app_vmm_forget_after_fork();
+	gs_memkind_forget_after_fork();
 }
 
 /* gs_gpu_device_prefix() read at load: getenv is not for the fork child of a threaded process */
@@ -472,7 +361,7 @@ static void after_fork_in_child(void)
 	gs_agent_fds_set_server(NULL);
 	gs_ctl_server_abandon(control_server);
 	control_server = NULL;
-	forget_parent_gpu_state(&the_agent);
+	forget_parent_gpu_state(gs_agent_get());
 	start_control_server();
 }
 
@@ -493,9 +382,36 @@ static void check_reserve_size(void)
 		v, gs_format_bytes(bytes, want, sizeof(want)), gs_format_bytes(m.avail, have, sizeof(have)), m.limit);
 }
 
+/*
+ * What the parts hear from base (base/agent.h), in the order they run: a
+ * device's sub-allocator before its context is noted, both before the mover
+ * starts the reserved pool. Registered before anything can use a device.
+ */
+static void listen_to_base(void)
+{
+	gs_agent_listen(&gs_vmm_listener);
+	gs_agent_listen(&gs_ctx_listener);
+	gs_agent_listen(&gs_mover_listener);
+}
+
+/*
+ * The kinds of memory made releasable (memory/memkind.h), in the order their
+ * hooks are installed and their regions listed. A new kind is one line here.
+ */
+static void register_memory_kinds(void)
+{
+	gs_memkind_register(&gs_alloc_kind);
+	gs_memkind_register(&gs_peer_kind);
+	gs_memkind_register(&gs_pointer_kind);
+	gs_memkind_register(&gs_app_vmm_kind);
+	gs_memkind_register(&gs_share_kind);
+}
+
 __attribute__((constructor)) static void agent_init(void)
 {
 	gs_settings_load(GS_SETTINGS_AGENT, NULL); /* the environment, once (common/settings.h) */
+	listen_to_base();
+	register_memory_kinds();
 	gs_log_init_from_env();
 	gs_agent_fds_init();
 	/* GPUSNAP_FORK_DROP_DEVICE=0: fork children keep what they inherit (and cannot be dumped) */
@@ -510,7 +426,7 @@ __attribute__((constructor)) static void agent_init(void)
 	 * apps that need what releasable memory cannot give, e.g. legacy CUDA IPC);
 	 * suspend then takes the driver path for their memory.
 	 */
-	if (gs_setting_bool(GS_S_AGENT_HOOKS) && gs_agent_install_hooks(&err)) {
+	if (gs_setting_bool(GS_S_AGENT_HOOKS) && (gs_memkind_install_hooks(&err) || gs_capture_install_hooks(&err))) {
 		pr_err("%s", err.msg);
 		return;
 	}
@@ -519,7 +435,7 @@ __attribute__((constructor)) static void agent_init(void)
 		pr_err("%s", err.msg);
 		return;
 	}
-	gs_mover_init_from_env(&the_agent);
+	gs_mover_init_from_env(gs_agent_get());
 	check_reserve_size();
 	start_control_server();
 	pthread_atfork(NULL, NULL, after_fork_in_child);

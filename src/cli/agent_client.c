@@ -190,18 +190,16 @@ static void keep_fields(struct cli_agent *ag, const struct gs_msg *m)
 	}
 }
 
-/* timeout_s goes to the agent (its bound on waiting for GPU work; 0: none, or no limit where the request has one). */
-static int request_full(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags,
-			const char *dir, int dir_fd, double lease_s, double wait, struct gs_err *err)
+/*
+ * Every request is a struct gs_request (core/protocol.h), encoded in one
+ * place. Its timeout_s goes to the agent (its bound on waiting for GPU work;
+ * 0: none); wait is how long this side waits for the reply.
+ */
+static int request_full(pid_t pid, struct cli_agent *ag, const struct gs_request *r, int dir_fd, double wait,
+			struct gs_err *err)
 {
 	struct gs_msg req, reply;
-	gs_msg_init(&req, type);
-	gs_msg_add_f64(&req, GS_F_TIMEOUT, timeout_s);
-	gs_msg_add_u64(&req, GS_F_FLAGS, flags);
-	if (dir)
-		gs_msg_add_str(&req, GS_F_DIR, dir);
-	if (lease_s > 0)
-		gs_msg_add_f64(&req, GS_F_LEASE, lease_s);
+	gs_request_encode(r, &req);
 	int rc = dir_fd >= 0 ? gs_ctl_call_fd(ag->socket, pid, &req, dir_fd, &reply, wait, err)
 			     : gs_ctl_call(ag->socket, pid, &req, &reply, wait, err);
 	gs_msg_free(&req);
@@ -215,29 +213,24 @@ static int request_full(pid_t pid, struct cli_agent *ag, uint16_t type, double t
 	return rc;
 }
 
-static int request_for(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
-		       double lease_s, double wait, struct gs_err *err)
+/* A request the agent answers once its work is done: waited for its timeout and a margin. */
+static int request(pid_t pid, struct cli_agent *ag, const struct gs_request *r, struct gs_err *err)
 {
-	return request_full(pid, ag, type, timeout_s, flags, dir, -1, lease_s, wait, err);
-}
-
-static int request(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags, const char *dir,
-		   struct gs_err *err)
-{
-	return request_for(pid, ag, type, timeout_s, flags, dir, 0, (timeout_s > 0 ? timeout_s : 0) + WORK_MARGIN_S, err);
+	return request_full(pid, ag, r, -1, (r->timeout_s > 0 ? r->timeout_s : 0) + WORK_MARGIN_S, err);
 }
 
 /* A request whose timeout bounds waiting for the app's GPU work: <= 0 is no limit, here too. */
-static int request_bounded(pid_t pid, struct cli_agent *ag, uint16_t type, double timeout_s, uint64_t flags,
-			   const char *dir, struct gs_err *err)
+static int request_bounded(pid_t pid, struct cli_agent *ag, struct gs_request r, int dir_fd, struct gs_err *err)
 {
-	return request_for(pid, ag, type, timeout_s > 0 ? timeout_s : 0, flags, dir, 0,
-			   timeout_s > 0 ? timeout_s + WORK_MARGIN_S : NO_LIMIT_S, err);
+	double t = r.timeout_s;
+	r.timeout_s = t > 0 ? t : 0;
+	return request_full(pid, ag, &r, dir_fd, t > 0 ? t + WORK_MARGIN_S : NO_LIMIT_S, err);
 }
 
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err)
 {
-	int rc = request_bounded(pid, ag, GS_MSG_SUSPEND, timeout_s, keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0, NULL, err);
+	struct gs_request r = { .type = GS_MSG_SUSPEND, .timeout_s = timeout_s, .keep_context = keep_context };
+	int rc = request_bounded(pid, ag, r, -1, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -250,7 +243,7 @@ int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 
 int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err)
 {
-	int rc = request(pid, ag, GS_MSG_RESUME, 0, 0, image_dir, err);
+	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_RESUME, .dir = image_dir }, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -260,44 +253,39 @@ int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
 	if (!(ag->caps & GS_CAP_PREPARE))
 		return 0;
-	int rc = request(pid, ag, GS_MSG_PREPARE, 0, 0, NULL, err);
+	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_PREPARE }, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
 }
 
-int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool drop_staging, struct gs_err *err)
+/* What the agent is sent of o: cached only for a running process's dump, where the agent offers it. */
+static struct gs_dump_opts dump_opts_for(const struct cli_agent *ag, const struct gs_dump_opts *o)
 {
-	int rc = request(pid, ag, GS_MSG_DUMP, 0, drop_staging ? GS_DUMP_DROP_STAGING : 0, image_dir, err);
+	struct gs_dump_opts sent = *o;
+	sent.cached = o->running && o->cached && (ag->caps & GS_CAP_DUMP_CACHED);
+	return sent;
+}
+
+int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
+		   const struct gs_dump_opts *o, struct gs_err *err)
+{
+	struct gs_request r = { .type = GS_MSG_DUMP, .dir = image_dir, .dump = dump_opts_for(ag, o) };
+	if (o->running)
+		r.timeout_s = timeout_s;
+	int rc = o->running ? request_bounded(pid, ag, r, -1, err) : request(pid, ag, &r, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
 }
 
-/* A running process's DUMP: GS_DUMP_CACHED only where asked and the agent offers it. */
-static uint64_t dump_running_flags(const struct cli_agent *ag, bool cached)
+int cli_agent_dump_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, const struct gs_dump_opts *o,
+		      struct gs_err *err)
 {
-	return GS_DUMP_RUNNING | (cached && (ag->caps & GS_CAP_DUMP_CACHED) ? GS_DUMP_CACHED : 0);
-}
-
-int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s, bool cached,
-			   struct gs_err *err)
-{
-	uint64_t flags = dump_running_flags(ag, cached);
-	int rc = request_bounded(pid, ag, GS_MSG_DUMP, timeout_s, flags, image_dir, err);
-	if (rc)
-		gs_err_wrap(err, "agent of process %d", (int)pid);
-	return rc;
-}
-
-int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, bool cached,
-			      struct gs_err *err)
-{
-	uint64_t flags = dump_running_flags(ag, cached);
+	struct gs_request r = { .type = GS_MSG_DUMP_FD, .timeout_s = timeout_s, .dump = dump_opts_for(ag, o) };
 	int rc = !(ag->caps & GS_CAP_DIR_FD)
 			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
-			 : request_full(pid, ag, GS_MSG_DUMP_FD, timeout_s > 0 ? timeout_s : 0, flags, NULL, dir_fd, 0,
-					timeout_s > 0 ? timeout_s + WORK_MARGIN_S : NO_LIMIT_S, err);
+			 : request_bounded(pid, ag, r, dir_fd, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -305,13 +293,13 @@ int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, doubl
 
 int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, struct gs_err *err)
 {
-	uint64_t flags = gated ? GS_RESUME_STAY_GATED : 0;
 	bool by_fd = image_dir && (ag->caps & GS_CAP_DIR_FD) && (!gated || (ag->caps & GS_CAP_GATED_FD));
 	int fd = by_fd ? open(image_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (by_fd && fd < 0)
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "cannot open the image '%s'", image_dir);
-	int rc = by_fd ? request_full(pid, ag, GS_MSG_RESUME_FD, 0, flags, NULL, fd, 0, WORK_MARGIN_S, err)
-		       : request(pid, ag, GS_MSG_RESUME, 0, flags, image_dir, err);
+	struct gs_request r = { .type = by_fd ? GS_MSG_RESUME_FD : GS_MSG_RESUME, .dir = by_fd ? NULL : image_dir,
+				.stay_gated = gated };
+	int rc = by_fd ? request_full(pid, ag, &r, fd, WORK_MARGIN_S, err) : request(pid, ag, &r, err);
 	if (fd >= 0)
 		close(fd);
 	if (rc)
@@ -322,8 +310,8 @@ int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_di
 int cli_agent_gate(pid_t pid, struct cli_agent *ag, double timeout_s, double lease_s, struct gs_err *err)
 {
 	/* the lease travels in the request; the reply comes once app threads left the driver (timeout_s) */
-	int rc = request_for(pid, ag, GS_MSG_GATE, timeout_s > 0 ? timeout_s : 0, 0, NULL, lease_s,
-			     timeout_s > 0 ? timeout_s + WORK_MARGIN_S : NO_LIMIT_S, err);
+	struct gs_request r = { .type = GS_MSG_GATE, .timeout_s = timeout_s, .lease_s = lease_s };
+	int rc = request_bounded(pid, ag, r, -1, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -331,7 +319,7 @@ int cli_agent_gate(pid_t pid, struct cli_agent *ag, double timeout_s, double lea
 
 int cli_agent_open(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
-	int rc = request(pid, ag, GS_MSG_OPEN, 0, 0, NULL, err);
+	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_OPEN }, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

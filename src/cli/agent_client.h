@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "common/err.h"
+#include "core/protocol.h"
 
 #define CLI_AGENT_MAX_FIELDS 16
 
@@ -70,32 +71,33 @@ int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err);
 /* RESUME after loading the GPU data from the image at image_dir (NULL: from the agent's staging memory). */
 int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
 /*
- * DUMP: the agent (suspended) writes the data it holds into the image
- * directory image_dir (a temporary one from gs_image_tmp_create) and seals it;
- * drop_staging frees its staging memory afterwards, so CRIU does not carry the
- * data a second time. All of the agent's CUDA calls are done when it replies.
- */
-int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, bool drop_staging, struct gs_err *err);
-/*
- * DUMP of a running process (the agent offers GS_CAP_DUMP_RUNNING): the agent
- * quiesces the app, streams its GPU data into image_dir through a small
- * pinned ring, seals the image and releases the GPU memory; it is suspended
- * afterwards, its data only in the image (resume with cli_agent_resume_from).
- * On failure it runs on as before. timeout_s bounds the wait for running GPU
- * work. All of the agent's CUDA calls are done when it replies. cached: the
+ * DUMP into the image directory image_dir (a temporary one from
+ * gs_image_tmp_create), as o says (struct gs_dump_opts, core/protocol.h: the
+ * dump's options as one struct down to the agent's image writer). All of the
+ * agent's CUDA calls are done when it replies.
+ *
+ * o->running (the agent offers GS_CAP_DUMP_RUNNING): the agent quiesces the
+ * app, streams its GPU data into image_dir through a small pinned ring, seals
+ * the image and releases the GPU memory; it is suspended afterwards, its data
+ * only in the image (resume with cli_agent_resume_from). On failure it runs on
+ * as before. timeout_s bounds the wait for running GPU work. o->cached: the
  * image is read back right away (--leave-running): agents that offer
  * GS_CAP_DUMP_CACHED write it through the page cache and leave the data
- * files' fsync to gs_image_publish.
+ * files' fsync to gs_image_publish (asked of others, it is not sent).
+ *
+ * Otherwise the agent (suspended) writes the data it holds and seals it;
+ * o->drop_staging frees its staging memory afterwards, so CRIU does not carry
+ * the data a second time (timeout_s unused).
  */
-int cli_agent_dump_running(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s, bool cached,
-			   struct gs_err *err);
+int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
+		   const struct gs_dump_opts *o, struct gs_err *err);
 /*
- * The same with the image directory as a descriptor (agents with
- * GS_CAP_DIR_FD; GS_E_AGENT otherwise): for an agent in another mount
+ * A running process's DUMP with the image directory as a descriptor (agents
+ * with GS_CAP_DIR_FD; GS_E_AGENT otherwise): for an agent in another mount
  * namespace, where the caller's path would name another directory or none.
  */
-int cli_agent_dump_running_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, bool cached,
-			      struct gs_err *err);
+int cli_agent_dump_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeout_s, const struct gs_dump_opts *o,
+		      struct gs_err *err);
 /*
  * RESUME from the image at image_dir (NULL: from staging memory); gated:
  * the gate stays closed until cli_agent_open (memory shared between

@@ -355,8 +355,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		record_step(r, o, STEP_AGENT);
 		double t = r->stopped_at = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
-		if ((rc = cli_agent_dump_running(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout,
-						 o->leave_running, err))) {
+		struct gs_dump_opts d = { .running = true, .cached = o->leave_running };
+		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, &d, err))) {
 			/*
 			 * The agent walked back and the process runs on, unless putting its
 			 * data back failed: then it stays suspended with the data only in
@@ -390,7 +390,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
 		r->data_in_tmp = true; /* the agent drops its staging copy once the image is written */
 		record_step(r, o, STEP_AGENT);
-		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), true, err)))
+		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), 0,
+					 &(struct gs_dump_opts){ .drop_staging = true }, err)))
 			return rc;
 		r->agent_dumped = true;
 		r->agent_write_s = gs_now() - t;

@@ -553,6 +553,50 @@ int gs_msg_check_request(const struct gs_msg *req, struct gs_err *err)
 	return 0;
 }
 
+void gs_request_decode(const struct gs_msg *m, struct gs_request *r)
+{
+	uint64_t flags = 0;
+	*r = (struct gs_request){ .type = m->type, .timeout_s = GS_REQUEST_DEFAULT_TIMEOUT_S };
+	gs_msg_get_u64(m, GS_F_FLAGS, &flags);
+	gs_msg_get_f64(m, GS_F_TIMEOUT, &r->timeout_s);
+	gs_msg_get_f64(m, GS_F_LEASE, &r->lease_s);
+	r->dir = gs_msg_get_str(m, GS_F_DIR);
+	/* the bits of each type are distinct, and gs_msg_check_request let only the type's own through */
+	r->keep_context = (flags & GS_SUSPEND_KEEP_CONTEXT) != 0;
+	r->stay_gated = (flags & GS_RESUME_STAY_GATED) != 0;
+	r->dump.running = (flags & GS_DUMP_RUNNING) != 0;
+	r->dump.cached = (flags & GS_DUMP_CACHED) != 0;
+	r->dump.drop_staging = (flags & GS_DUMP_DROP_STAGING) != 0;
+}
+
+void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
+{
+	uint64_t flags = 0;
+	switch (r->type) {
+	case GS_MSG_SUSPEND:
+		flags = r->keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0;
+		break;
+	case GS_MSG_RESUME:
+	case GS_MSG_RESUME_FD:
+		flags = r->stay_gated ? GS_RESUME_STAY_GATED : 0;
+		break;
+	case GS_MSG_DUMP:
+	case GS_MSG_DUMP_FD:
+		flags = (r->dump.running ? GS_DUMP_RUNNING : 0) | (r->dump.cached ? GS_DUMP_CACHED : 0) |
+			(r->dump.drop_staging ? GS_DUMP_DROP_STAGING : 0);
+		break;
+	default:
+		break;
+	}
+	gs_msg_init(m, r->type);
+	gs_msg_add_f64(m, GS_F_TIMEOUT, r->timeout_s);
+	gs_msg_add_u64(m, GS_F_FLAGS, flags);
+	if (r->dir)
+		gs_msg_add_str(m, GS_F_DIR, r->dir);
+	if (r->lease_s > 0)
+		gs_msg_add_f64(m, GS_F_LEASE, r->lease_s);
+}
+
 bool gs_msg_is_operation(uint16_t type)
 {
 	return type == GS_MSG_SUSPEND || type == GS_MSG_RESUME || type == GS_MSG_DUMP || type == GS_MSG_PREPARE ||

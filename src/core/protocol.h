@@ -280,6 +280,39 @@ int gs_msg_check_request(const struct gs_msg *req, struct gs_err *err);
 /* Whether a request type changes the agent's state (suspend, resume, dump, prepare, gate, open): one runs at a time. */
 bool gs_msg_is_operation(uint16_t type);
 
+/*
+ * What a dump does, as one struct from the command line (cmd_dump.c, through
+ * agent_client.c) to the agent's lifecycle and its image writer: it travels
+ * as the DUMP request's GS_DUMP_* flags.
+ */
+struct gs_dump_opts {
+	bool running;      /* GS_DUMP_RUNNING: quiesce, stream the running process's data into the image, release */
+	bool cached;       /* GS_DUMP_CACHED: the image is read back right after; data files' fsync left to the publish */
+	bool drop_staging; /* GS_DUMP_DROP_STAGING: (of a suspended process) free the staging once the image is written */
+};
+
+/*
+ * A control request from gpusnap to the agent, decoded once from its message
+ * (gs_request_decode, after gs_msg_check_request) or built by the command and
+ * encoded into one (gs_request_encode). Only the members of its type count.
+ */
+struct gs_request {
+	uint16_t type;              /* enum gs_msg_type */
+	double timeout_s;           /* GS_F_TIMEOUT: the agent's bound on waiting for GPU work; 0: none */
+	double lease_s;             /* GS_F_LEASE (GATE); 0: absent */
+	const char *dir;            /* GS_F_DIR (DUMP, RESUME): the image directory; NULL: absent. Decoded: into the message */
+	bool keep_context;          /* SUSPEND: GS_SUSPEND_KEEP_CONTEXT */
+	bool stay_gated;            /* RESUME, RESUME_FD: GS_RESUME_STAY_GATED */
+	struct gs_dump_opts dump;   /* DUMP, DUMP_FD */
+};
+/* The timeout a request without GS_F_TIMEOUT gets, in seconds. */
+#define GS_REQUEST_DEFAULT_TIMEOUT_S 30.0
+
+/* Fills r from m; r->dir points into m. Checks nothing gs_msg_check_request does not. */
+void gs_request_decode(const struct gs_msg *m, struct gs_request *r);
+/* Initializes m (gs_msg_init) as the message of r. */
+void gs_request_encode(const struct gs_request *r, struct gs_msg *m);
+
 /* "hello", "suspend", ... ; "unknown" otherwise. */
 const char *gs_msg_type_name(uint16_t type);
 const char *gs_agent_state_name(uint64_t state);

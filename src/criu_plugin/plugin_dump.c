@@ -422,20 +422,21 @@ static int take_off_gpu(struct gs_err *err)
 			continue;
 		const char *tmp = gs_image_tmp_path(p->tmp);
 		double t = gs_now();
+		const struct gs_dump_opts running = { .running = true, .cached = gsp.leave_running };
 		if ((p->agent.caps & GS_CAP_DUMP_RUNNING) && (p->agent.caps & GS_CAP_DIR_FD)) {
 			/* the agent may see another file system (a container's): it writes through our descriptor */
 			int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 			rc = fd < 0 ? gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", tmp)
-				    : cli_agent_dump_running_fd(p->pid, &p->agent, fd, gsp.cfg.timeout_s, gsp.leave_running,
-								err);
+				    : cli_agent_dump_fd(p->pid, &p->agent, fd, gsp.cfg.timeout_s, &running, err);
 			if (fd >= 0)
 				close(fd);
 		} else if (p->agent.caps & GS_CAP_DUMP_RUNNING) {
-			rc = cli_agent_dump_running(p->pid, &p->agent, tmp, gsp.cfg.timeout_s, gsp.leave_running, err);
+			rc = cli_agent_dump(p->pid, &p->agent, tmp, gsp.cfg.timeout_s, &running, err);
 		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.cfg.timeout_s, false, err))) {
 			/* older agents: suspended into staging memory, then the image written from there */
 			p->agent_staged = true;
-			if (!(rc = cli_agent_dump(p->pid, &p->agent, tmp, true, err)))
+			if (!(rc = cli_agent_dump(p->pid, &p->agent, tmp, 0, &(struct gs_dump_opts){ .drop_staging = true },
+						  err)))
 				p->agent_staged = false;
 		}
 		if (!rc) {

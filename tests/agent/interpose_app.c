@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent/interpose.h"
+#include "agent/intercept/interpose.h"
 #include "../unit/test.h"
 
 typedef int CUresult;

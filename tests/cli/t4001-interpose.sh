@@ -68,7 +68,7 @@ exports_intended() {
 	[ "$other" = "close_range closefrom dlsym dlvsym gpusnap_driver_calls gpusnap_gate_cost_ns gpusnap_interpose_test_hooks syscall " ] || return 1
 	local n listed
 	n=$(nm -D --defined-only "$agent" | awk '{print $3}' | grep -c '^cu[A-Z]')
-	listed=$(grep -c '^cu' "$GPUSNAP_SRC/src/agent/driver_exports.txt")
+	listed=$(grep -c '^cu' "$GPUSNAP_SRC/src/agent/intercept/driver_exports.txt")
 	echo "$n driver entry points exported, $listed listed"
 	[ "$n" = "$listed" ]
 }

@@ -586,7 +586,7 @@ EXPORT CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
 enum { FAKE_KERNEL_TIMED = 1, FAKE_KERNEL_HANG = 2, FAKE_KERNEL_COLLECTIVE = 3, FAKE_KERNEL_ZERO_SCAN = 4 };
 
 /*
- * The agent's own kernel (src/agent/agent_zero_scan.c): cuModuleLoadData
+ * The agent's own kernel (src/agent/movement/agent_zero_scan.c): cuModuleLoadData
  * takes PTX that defines the entry gs_zero_scan (anything else:
  * CUDA_ERROR_INVALID_IMAGE; FAKE_CUDA_NO_MODULES=1: CUDA_ERROR_NOT_SUPPORTED,
  * a driver that refuses), cuModuleGetFunction hands out

@@ -1,7 +1,8 @@
 /*
  * test_protocol.c - agent control messages: round trips of every field type,
  * builder limits, strict decoding of malformed frames, the bounds on an
- * agent's numbers, and a mutation fuzz
+ * agent's numbers, typed requests (gs_request) through their frames, and a
+ * mutation fuzz
  * that must never crash or read out of bounds (run it under ASan too).
  */
 #include <math.h>
@@ -434,6 +435,71 @@ static void test_fuzz(void)
 	free(good);
 }
 
+/* A request through its frame: encoded, checked as the agent checks it, decoded back. */
+static void request_trip(const struct gs_request *in, struct gs_request *out, uint64_t *flags, struct gs_msg *d)
+{
+	struct gs_msg m;
+	gs_request_encode(in, &m);
+	size_t len = 0;
+	uint8_t *f = frame_of(&m, &len);
+	CHECK(f != NULL);
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_msg_decode(f, len, GS_PEER_CLI, d, &err), 0);
+	CHECK_INT(gs_msg_check_request(d, &err), 0);
+	*flags = 0;
+	CHECK(gs_msg_get_u64(d, GS_F_FLAGS, flags));
+	gs_request_decode(d, out);
+	free(f);
+	gs_msg_free(&m);
+}
+
+static void test_requests(void)
+{
+	struct gs_request out;
+	uint64_t flags;
+	struct gs_msg d;
+	/* the dump options are the DUMP's flags, each its own bit, and come back as they went */
+	struct gs_request dump = { .type = GS_MSG_DUMP, .timeout_s = 12.5, .dir = "/img/gpu",
+				   .dump = { .running = true, .cached = true } };
+	request_trip(&dump, &out, &flags, &d);
+	CHECK_INT(flags, GS_DUMP_RUNNING | GS_DUMP_CACHED);
+	CHECK_INT(out.type, GS_MSG_DUMP);
+	CHECK(out.timeout_s == 12.5);
+	CHECK_STR(out.dir, "/img/gpu");
+	CHECK(out.dump.running && out.dump.cached && !out.dump.drop_staging);
+	CHECK(!out.keep_context && !out.stay_gated);
+	gs_msg_free(&d);
+	struct gs_request save = { .type = GS_MSG_DUMP, .dir = "d", .dump = { .drop_staging = true } };
+	request_trip(&save, &out, &flags, &d);
+	CHECK_INT(flags, GS_DUMP_DROP_STAGING);
+	CHECK(!out.dump.running && !out.dump.cached && out.dump.drop_staging);
+	gs_msg_free(&d);
+	/* a member of another type is not sent: a SUSPEND's flags are its own */
+	struct gs_request sus = { .type = GS_MSG_SUSPEND, .keep_context = true, .stay_gated = true,
+				  .dump = { .running = true } };
+	request_trip(&sus, &out, &flags, &d);
+	CHECK_INT(flags, GS_SUSPEND_KEEP_CONTEXT);
+	CHECK(out.keep_context && !out.stay_gated && !out.dump.running);
+	CHECK(out.dir == NULL);
+	gs_msg_free(&d);
+	struct gs_request res = { .type = GS_MSG_RESUME_FD, .stay_gated = true };
+	request_trip(&res, &out, &flags, &d);
+	CHECK_INT(flags, GS_RESUME_STAY_GATED);
+	CHECK(out.stay_gated);
+	gs_msg_free(&d);
+	/* a lease only when there is one; a request without a timeout gets the default */
+	struct gs_request gate = { .type = GS_MSG_GATE, .timeout_s = 3, .lease_s = 7 };
+	request_trip(&gate, &out, &flags, &d);
+	CHECK(out.lease_s == 7 && out.timeout_s == 3);
+	gs_msg_free(&d);
+	struct gs_msg bare;
+	gs_msg_init(&bare, GS_MSG_OPEN);
+	gs_request_decode(&bare, &out);
+	CHECK(out.type == GS_MSG_OPEN && out.timeout_s == GS_REQUEST_DEFAULT_TIMEOUT_S && out.lease_s == 0);
+	CHECK(out.dir == NULL && !out.dump.running);
+	gs_msg_free(&bare);
+}
+
 int main(void)
 {
 	RUN(test_round_trip);
@@ -442,5 +508,6 @@ int main(void)
 	RUN(test_malformed);
 	RUN(test_agent_numbers_bounded);
 	RUN(test_fuzz);
+	RUN(test_requests);
 	return TEST_SUMMARY();
 }

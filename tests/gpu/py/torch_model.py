@@ -28,7 +28,7 @@ import check_loop
 
 
 def agent_probe():
-    """The gpusnap agent's self-measurement exports when it is preloaded (src/agent/agent_probe.h), else None."""
+    """The gpusnap agent's self-measurement exports when it is preloaded (src/agent/intercept/agent_probe.h), else None."""
     import ctypes
     lib = ctypes.CDLL(None)
     try:

@@ -1,0 +1,210 @@
+/*
+ * agent_image.c - the agent's side of the GPU image (see agent_image.h): how
+ * its regions are described in an image, the check that an image is this
+ * process's, and the copy ring a restore gets ready while the driver still
+ * holds the process. The transfers themselves are the engine's
+ * (agent_ring.h) and their order the lifecycle's (agent_lifecycle.c).
+ *
+ * One allocation record per released region (id = its index in the held
+ * regions, which keep their order), one chunk per copy-plan chunk, so a
+ * restore matches the image to the held regions and plan one to one.
+ */
+#define LOG_PREFIX "agent: movement: "
+#include "agent/movement/agent_image.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/memory/memkind.h"
+#include "agent/movement/agent_ring.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "core/copy_plan.h"
+
+/* Opaque per-allocation bytes: what the agent needs beyond va and size to re-create a region. */
+struct region_blob {
+	uint64_t reserved; /* bytes of address space reserved (>= size) */
+	uint32_t is_slab;  /* a sub-allocator slab, not an allocation of the app */
+	uint32_t version;  /* 1 */
+};
+
+/* The app's own VMM handles are marked as such (the agent re-creates them with the app's properties). */
+static uint32_t region_kind(const struct held_region *r)
+{
+	return r->app_handle ? GS_ALLOC_KIND_APP_VMM : GS_ALLOC_KIND_DEVICE;
+}
+
+static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image_writer *w, struct gs_err *err)
+{
+	for (int i = 0; i < GS_AGENT_MAX_DEVICES; i++) {
+		if (!a->devices[i].used)
+			continue;
+		CUdevice dev;
+		CUuuid uuid;
+		char name[256] = "";
+		int major = 0, minor = 0;
+		size_t total = 0;
+		CUresult r = a->cu.cuDeviceGet(&dev, a->devices[i].ordinal);
+		if (r == CUDA_SUCCESS)
+			r = a->cu.cuDeviceGetUuid(&uuid, dev);
+		if (r != CUDA_SUCCESS)
+			return gs_fail(err, GS_E_AGENT, "cannot query GPU %d (error %d)", a->devices[i].ordinal, r);
+		a->cu.cuDeviceGetName(name, (int)sizeof(name), dev);
+		a->cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+		a->cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+		a->cu.cuDeviceTotalMem(&total, dev);
+		struct gs_image_gpu g = { .index = (uint32_t)a->devices[i].ordinal, .name = name, .cc_major = (uint32_t)major,
+					  .cc_minor = (uint32_t)minor, .total_memory = total };
+		memcpy(g.uuid, uuid.bytes, 16);
+		int rc = gs_image_writer_add_gpu(w, &g, err);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; h && i < h->nregions; i++) {
+		const struct held_region *r = &h->regions[i];
+		struct region_blob b = { .reserved = r->reserved, .is_slab = r->is_slab, .version = 1 };
+		struct gs_image_allocation al = { .id = i, .va = r->va, .size = r->size, .gpu_index = (uint32_t)r->device,
+						  .kind = region_kind(r), .blob = &b, .blob_len = sizeof(b) };
+		int rc = gs_image_writer_add_allocation(w, &al, err);
+		if (rc)
+			return rc;
+	}
+	return gs_memkind_save_image(w, err); /* memory shared with other processes: what a restore must find */
+}
+
+/*
+ * A writer of an agent image into gpu_dir, naming this process as its
+ * source, with the GPUs and h's regions described. On failure *w may be set:
+ * the caller aborts it.
+ */
+int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, const struct gs_dump_opts *o,
+			       struct gs_image_writer **w, struct gs_err *err)
+{
+	char comm[64] = "";
+	FILE *f = fopen("/proc/self/comm", "r");
+	if (f) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(),
+					   .source_comm = comm,
+					   .how = "agent",
+					   .no_direct_io = o->cached,
+					   .no_data_sync = o->cached,
+					   .parallel_data_files = gs_ring_image_threads(true) };
+	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
+	return rc ? rc : describe(a, h, *w, err);
+}
+
+/* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */
+int gs_agent_image_seal(struct gs_image_writer **w, struct gs_image_writer_stats *st, struct gs_err *err)
+{
+	gs_image_writer_stats(*w, st);
+	int rc = gs_image_writer_seal(*w, err);
+	*w = NULL;
+	return rc;
+}
+
+/* The image must hold exactly the held regions and the plan's chunks, in the same order. */
+static int check_match(const struct gs_agent_held *h, const struct gs_image *img, const char *dir, struct gs_err *err)
+{
+	size_t nregions = h ? h->nregions : 0, nchunks = h ? h->plan.nchunks : 0;
+	if (gs_image_allocation_count(img) != nregions || gs_image_chunk_count(img) != nchunks)
+		return gs_fail(err, GS_E_IMAGE, "'%s' holds %zu allocations in %zu chunks, the process %zu in %zu: not this "
+			       "process's image", dir, gs_image_allocation_count(img), gs_image_chunk_count(img), nregions,
+			       nchunks);
+	for (size_t i = 0; i < nregions; i++) {
+		const struct gs_image_allocation *al = gs_image_allocation_at(img, i);
+		const struct held_region *r = &h->regions[i];
+		if (al->id != i || al->va != r->va || al->size != r->size || al->gpu_index != (uint32_t)r->device ||
+		    al->kind != region_kind(r))
+			return gs_fail(err, GS_E_IMAGE, "allocation %zu of '%s' (%#llx, %llu bytes) is not the process's (%#llx, "
+				       "%llu bytes)", i, dir, (unsigned long long)al->va, (unsigned long long)al->size,
+				       (unsigned long long)r->va, (unsigned long long)r->size);
+	}
+	for (size_t k = 0; k < nchunks; k++) {
+		const struct gs_image_chunk *c = gs_image_chunk_at(img, k);
+		const struct gs_copy_chunk *p = &h->plan.chunks[k];
+		if (c->alloc_id != p->region || c->offset != p->va - h->regions[p->region].va || c->length != p->size)
+			return gs_fail(err, GS_E_IMAGE, "chunk %zu of '%s' does not match the process's copy plan", k, dir);
+	}
+	return 0;
+}
+
+/* Opens the agent image at gpu_dir and checks that it is h's (same regions, same chunks). */
+int gs_agent_image_open_matching(const struct gs_agent_held *h, const char *gpu_dir, struct gs_image **img, struct gs_err *err)
+{
+	int rc = gs_image_open(gpu_dir, img, err);
+	if (!rc && strcmp(gs_image_get_info(*img)->how, "agent"))
+		rc = gs_fail(err, GS_E_IMAGE, "'%s' was not written by the gpusnap agent", gpu_dir);
+	if (!rc)
+		rc = check_match(h, *img, gpu_dir, err);
+	if (rc) {
+		gs_image_close(*img);
+		*img = NULL;
+	}
+	return rc;
+}
+
+/*
+ * The ring a restore will use, got ready by PREPARE while the driver restores
+ * the process: a thread (owned here, joined by the restore or the next
+ * PREPARE) maps and faults in the buffers, which needs no CUDA call; the
+ * restore only pins them. Protected by a->lock, except the thread's result,
+ * which it hands over by being joined.
+ */
+static struct {
+	pthread_t thread;
+	bool running;
+	struct gs_agent *a;
+	const struct gs_agent_held *h;
+	struct gs_ring *ring;
+	struct gs_err err;
+} prep;
+
+static void *prepare_main(void *arg)
+{
+	(void)arg;
+	if (gs_ring_prepare(prep.a, prep.h, &prep.ring, &prep.err))
+		prep.ring = NULL;
+	return NULL;
+}
+
+/* Joins a running preparation; returns its ring if it was made for h (else frees it). a->lock held. */
+struct gs_ring *gs_agent_image_take_prepared(const struct gs_agent_held *h)
+{
+	if (prep.running) {
+		pthread_join(prep.thread, NULL);
+		prep.running = false;
+		if (prep.err.code)
+			pr_warn("the copy ring could not be made ready in advance (the restore makes its own): %s", prep.err.msg);
+	}
+	struct gs_ring *r = prep.ring;
+	prep.ring = NULL;
+	if (r && prep.h != h) {
+		gs_ring_destroy(r);
+		r = NULL;
+	}
+	return r;
+}
+
+int gs_agent_image_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err)
+{
+	int rc = 0;
+	gs_ring_destroy(gs_agent_image_take_prepared(NULL)); /* an earlier one, unused */
+	if (h && h->plan.nchunks) {
+		prep.a = a;
+		prep.h = h;
+		prep.err = (struct gs_err){ 0 };
+		prep.running = gs_thread_start(&prep.thread, prepare_main, NULL) == 0;
+		if (!prep.running)
+			rc = gs_fail(err, GS_E_AGENT, "cannot start a thread to get the copy ring ready");
+	}
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "preparing", prep.running);
+	return rc;
+}

@@ -1,0 +1,48 @@
+/*
+ * agent_image.h - the agent's side of the GPU image (docs/FORMAT.md): its
+ * held regions described as an image's allocations (one per region, id = its
+ * index; one chunk per plan chunk), the check that an image is this
+ * process's, and the copy ring a restore gets ready in advance. Which data
+ * goes where, and when, is agent_lifecycle.c's; the bytes move through the
+ * engine's image ends (agent_ring.h).
+ *
+ * The image lives in a temporary directory that the gpusnap command created
+ * and holds locked (image.h: gs_image_tmp_create); the agent writes and seals
+ * it, the command publishes it once CRIU succeeded. All of these run with
+ * a->lock held on the thread of a control request.
+ */
+#ifndef GPUSNAP_AGENT_AGENT_IMAGE_H
+#define GPUSNAP_AGENT_AGENT_IMAGE_H
+
+#include "agent/base/agent.h"
+#include "agent/base/held.h"
+#include "core/protocol.h"
+#include "image/image.h"
+
+/*
+ * A writer of an agent image into gpu_dir (an empty directory), naming this
+ * process as its source, with the GPUs in use and h's regions (h may be NULL:
+ * none) described. A cpu/ already in gpu_dir marks it as holding CPU state.
+ * o->cached: through the page cache, and seal leaves the data files' fsync
+ * to the publish. On failure *w may be set: the caller aborts it.
+ */
+int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, const struct gs_dump_opts *o,
+			       struct gs_image_writer **w, struct gs_err *err);
+/* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */
+int gs_agent_image_seal(struct gs_image_writer **w, struct gs_image_writer_stats *st, struct gs_err *err);
+/* Opens the agent image at gpu_dir and checks that it holds exactly h's regions and plan (GS_E_IMAGE if not). */
+int gs_agent_image_open_matching(const struct gs_agent_held *h, const char *gpu_dir, struct gs_image **img,
+				 struct gs_err *err);
+
+/*
+ * PREPARE: starts a thread (owned here, joined by take_prepared or the next
+ * prepare) that maps and faults in the copy ring a restore of h will use; it
+ * makes no CUDA call, so it may run while the driver still holds the process.
+ * Replies at once. take_prepared joins it and returns its ring if it was made
+ * for h (else frees it; NULL when there is none).
+ */
+int gs_agent_image_prepare(struct gs_agent *a, const struct gs_agent_held *h, struct gs_msg *reply,
+			   struct gs_err *err);
+struct gs_ring *gs_agent_image_take_prepared(const struct gs_agent_held *h);
+
+#endif
