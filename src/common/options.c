@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/printable.h"
 /*
@@ -44,6 +45,22 @@ int gs_parse_int(const char *s, int *out)
 		return -1;
 	*out = (int)v;
 	return 0;
+}
+
+int gs_parse_bool(const char *v, bool *out)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" }, *const no[] = { "0", "no", "false", "off" };
+	for (size_t i = 0; i < 4; i++) {
+		if (!strcasecmp(v, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(v, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -1;
 }
 
 int gs_parse_seconds(const char *s, double *out)

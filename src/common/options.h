@@ -72,5 +72,7 @@ void gs_string_list_free(struct gs_string_list *l);
 int gs_parse_size(const char *s, uint64_t *out);
 int gs_parse_seconds(const char *s, double *out);
 int gs_parse_int(const char *s, int *out);
+/* A yes or no: 1, 0, yes, no, true, false, on, off, in any case (the env's and the plugin file's). */
+int gs_parse_bool(const char *s, bool *out);
 
 #endif

@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/log.h"
 #include "common/options.h"
@@ -128,22 +127,6 @@ int gs_setting_find(const char *name, bool key)
 	return -1;
 }
 
-static int parse_bool(const char *v, bool *out)
-{
-	static const char *const yes[] = { "1", "yes", "true", "on" }, *const no[] = { "0", "no", "false", "off" };
-	for (size_t i = 0; i < 4; i++) {
-		if (!strcasecmp(v, yes[i])) {
-			*out = true;
-			return 0;
-		}
-		if (!strcasecmp(v, no[i])) {
-			*out = false;
-			return 0;
-		}
-	}
-	return -1;
-}
-
 static int parse_choice(const char *choices, const char *v)
 {
 	int i = 0;
@@ -222,7 +205,7 @@ int gs_setting_parse(enum gs_setting_id id, const char *text, union gs_setting_v
 	bool ok = true;
 	switch (d->type) {
 	case GS_SET_BOOL:
-		ok = !parse_bool(text, &v.b);
+		ok = !gs_parse_bool(text, &v.b);
 		break;
 	case GS_SET_INT:
 		ok = !gs_parse_int(text, &v.i) && v.i >= d->min && v.i <= d->max;

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,22 +63,6 @@ const char *gs_plugin_config_origin(const struct gs_plugin_config *c, enum gs_pl
 	else
 		snprintf(buf, n, "%s in '%s' line %d", KEY(k), c->file, c->line[k]);
 	return buf;
-}
-
-static int parse_bool(const char *v, bool *out)
-{
-	static const char *const yes[] = { "1", "yes", "true", "on" }, *const no[] = { "0", "no", "false", "off" };
-	for (size_t i = 0; i < 4; i++) {
-		if (!strcasecmp(v, yes[i])) {
-			*out = true;
-			return 0;
-		}
-		if (!strcasecmp(v, no[i])) {
-			*out = false;
-			return 0;
-		}
-	}
-	return -1;
 }
 
 /* The form of a map: FROM=TO words (commas or blanks between), each side letters, digits or '-'. */
@@ -138,7 +121,7 @@ static int set_value(struct gs_plugin_config *c, enum gs_plugin_key k, const cha
 		return 0;
 	case T_BOOL: {
 		bool b;
-		if (parse_bool(v, &b)) {
+		if (gs_parse_bool(v, &b)) {
 			*why = "is not a yes or no (1, 0, yes, no, true, false, on, off)";
 			return -1;
 		}
@@ -156,7 +139,7 @@ static int set_value(struct gs_plugin_config *c, enum gs_plugin_key k, const cha
 		return 0;
 	case T_TRISTATE: {
 		bool b;
-		if (parse_bool(v, &b)) {
+		if (gs_parse_bool(v, &b)) {
 			*why = "is not a yes or no (1, 0, yes, no, true, false, on, off)";
 			return -1;
 		}
