@@ -64,6 +64,38 @@ static void bash_words(FILE *out, const struct gs_option *opts, char kind)
 	}
 }
 
+/*
+ * Calls write for each command with its option table (cli_doc_table), in
+ * the commands' order: both shells' case statements are built this way.
+ */
+static int each_command(FILE *out, void (*write)(FILE *, const struct cli_command *, const struct cli_table *),
+			struct gs_err *err)
+{
+	for (int i = 0; i < cli_ncommands; i++) {
+		struct cli_table t;
+		int rc = cli_doc_table(&cli_commands[i], &t, err);
+		if (rc)
+			return rc;
+		write(out, &cli_commands[i], &t);
+		cli_table_free(&t);
+	}
+	return 0;
+}
+
+/* A command's branch of the bash case: its options, by the kind of their value, and its argument. */
+static void bash_case(FILE *out, const struct cli_command *c, const struct cli_table *t)
+{
+	fprintf(out, "  %s)\n    opts='", c->name);
+	bash_words(out, t->opts, 0);
+	fputs(" --help'\n    dirs='", out);
+	bash_words(out, t->opts, 'd');
+	fputs("'\n    files='", out);
+	bash_words(out, t->opts, 'f');
+	fputs("'\n    values='", out);
+	bash_words(out, t->opts, 'v');
+	fprintf(out, "'\n    args='%s'\n    ;;\n", c->doc->args ? c->doc->args : "");
+}
+
 static int bash(FILE *out, struct gs_err *err)
 {
 	fputs("# bash completion for gpusnap, written by `gpusnap completion bash` from its option tables\n"
@@ -88,23 +120,9 @@ static int bash(FILE *out, struct gs_err *err)
 	      "  local opts= dirs= files= values= args=\n"
 	      "  case ${COMP_WORDS[1]} in\n",
 	      out);
-	for (int i = 0; i < cli_ncommands; i++) {
-		const struct cli_command *c = &cli_commands[i];
-		struct cli_table t;
-		int rc = cli_doc_table(c, &t, err);
-		if (rc)
-			return rc;
-		fprintf(out, "  %s)\n    opts='", c->name);
-		bash_words(out, t.opts, 0);
-		fputs(" --help'\n    dirs='", out);
-		bash_words(out, t.opts, 'd');
-		fputs("'\n    files='", out);
-		bash_words(out, t.opts, 'f');
-		fputs("'\n    values='", out);
-		bash_words(out, t.opts, 'v');
-		fprintf(out, "'\n    args='%s'\n    ;;\n", c->doc->args ? c->doc->args : "");
-		cli_table_free(&t);
-	}
+	int rc = each_command(out, bash_case, err);
+	if (rc)
+		return rc;
 	fputs("  *) return 0 ;;\n"
 	      "  esac\n"
 	      "  case \" $dirs \" in *\" $prev \"*)\n"
@@ -178,6 +196,35 @@ static void zsh_option(FILE *out, const struct gs_option *o, const char *name, b
 	fputs("' \\\n", out);
 }
 
+/* A command's branch of the zsh case: its options for _arguments, then its argument. */
+static void zsh_case(FILE *out, const struct cli_command *c, const struct cli_table *t)
+{
+	fprintf(out, "  %s)\n    _arguments -s \\\n", c->name);
+	for (const struct gs_option *o = t->opts; o->type != GS_OPT_END; o++) {
+		if (o->short_name)
+			zsh_option(out, o, (char[]){ o->short_name, 0 }, false);
+		if (o->long_name)
+			zsh_option(out, o, o->long_name, true);
+	}
+	const char *a = c->doc->args ? c->doc->args : "";
+	fputs("    '(- *)'{-h,--help}'[show the usage and the options]'", out);
+	if (!strcmp(a, "PID"))
+		fputs(" \\\n    ':process ID:_gpusnap_pids'", out);
+	else if (!strcmp(a, "DIR"))
+		fputs(" \\\n    ':image directory:_files -/'", out);
+	else if (!strcmp(a, "PROGRAM"))
+		fputs(" \\\n    ':command:_command_names -e' \\\n    '*::arguments:_normal'", out);
+	else if (!strcmp(a, "COMMAND"))
+		fputs(" \\\n    ':command:{_describe -t commands command commands}'", out);
+	else if (strchr(a, '|')) {
+		fputs(" \\\n    ':shell:(", out);
+		for (; *a; a++)
+			fputc(*a == '|' ? ' ' : *a, out);
+		fputs(")'", out);
+	}
+	fputs("\n    ;;\n", out);
+}
+
 static int zsh(FILE *out, struct gs_err *err)
 {
 	fputs("#compdef gpusnap\n"
@@ -209,38 +256,9 @@ static int zsh(FILE *out, struct gs_err *err)
 	      "  (( CURRENT-- ))\n"
 	      "  case $cmd in\n",
 	      out);
-	for (int i = 0; i < cli_ncommands; i++) {
-		const struct cli_command *c = &cli_commands[i];
-		struct cli_table t;
-		int rc = cli_doc_table(c, &t, err);
-		if (rc)
-			return rc;
-		fprintf(out, "  %s)\n    _arguments -s \\\n", c->name);
-		for (const struct gs_option *o = t.opts; o->type != GS_OPT_END; o++) {
-			if (o->short_name)
-				zsh_option(out, o, (char[]){ o->short_name, 0 }, false);
-			if (o->long_name)
-				zsh_option(out, o, o->long_name, true);
-		}
-		const char *a = c->doc->args ? c->doc->args : "";
-		fputs("    '(- *)'{-h,--help}'[show the usage and the options]'", out);
-		if (!strcmp(a, "PID"))
-			fputs(" \\\n    ':process ID:_gpusnap_pids'", out);
-		else if (!strcmp(a, "DIR"))
-			fputs(" \\\n    ':image directory:_files -/'", out);
-		else if (!strcmp(a, "PROGRAM"))
-			fputs(" \\\n    ':command:_command_names -e' \\\n    '*::arguments:_normal'", out);
-		else if (!strcmp(a, "COMMAND"))
-			fputs(" \\\n    ':command:{_describe -t commands command commands}'", out);
-		else if (strchr(a, '|')) {
-			fputs(" \\\n    ':shell:(", out);
-			for (; *a; a++)
-				fputc(*a == '|' ? ' ' : *a, out);
-			fputs(")'", out);
-		}
-		fputs("\n    ;;\n", out);
-		cli_table_free(&t);
-	}
+	int rc = each_command(out, zsh_case, err);
+	if (rc)
+		return rc;
 	fputs("  esac\n"
 	      "}\n"
 	      "\n"
