@@ -9,68 +9,24 @@
 #  - an agent that accepts and never answers is a failed agent (16), never the
 #    GPU-work timeout's 9.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/standin_agent.sh"
 
-command -v python3 >/dev/null || skip "python3 is needed for the stand-in agent"
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-mkdir -p "$FAKE_CUDA_DIR" "$GPUSNAP_RUN_DIR"
-chmod 700 "$GPUSNAP_RUN_DIR"
+standin_env
 
 cat >"$TEST_TMP/agent.py" <<'PY'
-# A stand-in agent: answers HELLO/STATUS with INFO (running, can suspend) and
-# SUSPEND with RESULT(code, message) from the command line, or never answers.
-import os, socket, struct, sys, time
+# answers HELLO/STATUS with INFO (running, can suspend) and SUSPEND with
+# RESULT(code, message) from the command line, or never answers.
+import os, sys
+from standin_agent import HELLO, INFO, RESULT, STATUS, field, frame, serve, u64
 mode, code, message = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode().decode("unicode_escape").encode("latin-1")
-MAGIC, VERSION = 0x504E5347, 1
-def field(tag, ftype, value):
-    return struct.pack("<HBBI", tag, ftype, 0, len(value)) + value
-def u64(tag, v):
-    return field(tag, 1, struct.pack("<Q", v))
-def frame(mtype, payload):
-    return struct.pack("<IHHII", MAGIC, VERSION, mtype, len(payload), 0) + payload
-def recv_all(c, n):
-    b = b""
-    while len(b) < n:
-        chunk = c.recv(n - len(b))
-        if not chunk:
-            raise EOFError
-        b += chunk
-    return b
-path = os.path.join(os.environ["GPUSNAP_RUN_DIR"], "agent-%d.sock" % os.getpid())
-with open(os.path.join(os.environ["FAKE_CUDA_DIR"], str(os.getpid())), "w") as f:
-    f.write("0 0\n")
-s = socket.socket(socket.AF_UNIX)
-s.bind(path)
-os.chmod(path, 0o600)
-s.listen(8)
-print("READY", os.getpid(), flush=True)
-while True:
-    c, _ = s.accept()
-    if mode == "silent":
-        time.sleep(30)
-        continue
-    try:
-        magic, version, mtype, plen, _ = struct.unpack("<IHHII", recv_all(c, 16))
-        recv_all(c, plen)
-    except EOFError:
-        c.close()
-        continue
-    if mtype in (1, 5):  # HELLO, STATUS -> INFO: pid, state running, caps suspend
-        reply = frame(2, u64(1, os.getpid()) + u64(5, 1) + u64(6, 0))
-    else:  # RESULT: code, message
-        reply = frame(7, u64(13, code) + field(14, 3, message + b"\0"))
-    c.sendall(reply)
-    c.close()
+def reply(mtype):
+    if mtype in (HELLO, STATUS):  # INFO: pid, state running, caps suspend
+        return frame(INFO, u64(1, os.getpid()) + u64(5, 1) + u64(6, 0))
+    return frame(RESULT, u64(13, code) + field(14, 3, message + b"\0"))
+serve(mode, reply)
 PY
 
-start_agent() { # MODE CODE MESSAGE
-  python3 "$TEST_TMP/agent.py" "$@" >"$TEST_TMP/agent.out" 2>"$TEST_TMP/agent.err" &
-  AGENT=$!
-  TEST_PIDS+=("$AGENT")
-  for _ in $(seq 100); do grep -q READY "$TEST_TMP/agent.out" && return 0; sleep 0.1; done
-  echo "the stand-in agent did not start: $(cat "$TEST_TMP/agent.err")"
-  exit 1
-}
+start_agent() { standin_start "$TEST_TMP/agent.py" "$@"; } # MODE CODE MESSAGE
 no_control_bytes() { ! LC_ALL=C grep -q '[[:cntrl:]]' <(tr -d '\n' <"$1"); }
 
 start_agent answer 200 '\x1b[2J\x1b]0;owned\x07done\x9b31m'

@@ -13,13 +13,9 @@
 #    way, and a file in an image whose name holds a newline and ESC is named
 #    in one printable line by inspect and restore.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/standin_agent.sh"
 
-command -v python3 >/dev/null || skip "python3 is needed for the stand-in agent"
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-mkdir -p "$FAKE_CUDA_DIR" "$GPUSNAP_RUN_DIR" "$TEST_TMP/lib"
-chmod 700 "$GPUSNAP_RUN_DIR"
-head -c 4096 /dev/zero >"$TEST_TMP/lib/libcuda.so.1"
+standin_env
 
 # the name every process of this test gives itself (15 bytes at most, as comm holds)
 NAME=$'a\033[2J\nb\033]0;t\a'
@@ -30,70 +26,28 @@ cat >"$TEST_TMP/agent.py" <<'PY'
 # A stand-in agent with a hostile name: HELLO/STATUS -> INFO (state, fault),
 # anything else -> RESULT 0 with a timing and a counter; "absurd-info" and
 # "absurd-result" put 2^64-1 bytes and a negative time there.
-import mmap, os, socket, struct, sys
+import os, struct, sys
+from standin_agent import HELLO, INFO, RESULT, STATUS, field, frame, named, serve, u64
 mode, state, name, fault = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-MAGIC, VERSION = 0x504E5347, 1
-def field(tag, ftype, value):
-    return struct.pack("<HBBI", tag, ftype, 0, len(value)) + value
-def u64(tag, v):
-    return field(tag, 1, struct.pack("<Q", v))
-def named(tag, ftype, n, packed):
-    return field(tag, ftype, n.encode() + b"\0" + packed)
-def frame(mtype, payload):
-    return struct.pack("<IHHII", MAGIC, VERSION, mtype, len(payload), 0) + payload
-def recv_all(c, n):
-    b = b""
-    while len(b) < n:
-        chunk = c.recv(n - len(b))
-        if not chunk:
-            raise EOFError
-        b += chunk
-    return b
 with open("/proc/self/comm", "wb") as f:
     f.write(name.encode())
-lib = open(os.environ["LIBCUDA_FILE"], "rb")
-mapped = mmap.mmap(lib.fileno(), 4096, prot=mmap.PROT_READ)
-path = os.path.join(os.environ["GPUSNAP_RUN_DIR"], "agent-%d.sock" % os.getpid())
-with open(os.path.join(os.environ["FAKE_CUDA_DIR"], str(os.getpid())), "w") as f:
-    f.write("0 0\n")
-s = socket.socket(socket.AF_UNIX)
-s.bind(path)
-os.chmod(path, 0o600)
-s.listen(8)
-print("READY", os.getpid(), flush=True)
 big = 2**64 - 1
-while True:
-    c, _ = s.accept()
-    try:
-        magic, version, mtype, plen, _ = struct.unpack("<IHHII", recv_all(c, 16))
-        recv_all(c, plen)
-    except EOFError:
-        c.close()
-        continue
-    if mtype in (1, 5):  # HELLO, STATUS -> INFO
+def reply(mtype):
+    if mtype in (HELLO, STATUS):
         p = u64(1, os.getpid()) + u64(5, 1) + u64(6, state) + u64(3, 2)
         p += u64(4, big if mode == "absurd-info" else 8192)
         if fault:
             p += field(19, 3, fault.encode() + b"\0")
-        reply = frame(2, p)
-    else:  # RESULT 0
-        p = u64(13, 0) + field(14, 3, b"\0")
-        p += named(15, 6, "copy_out", struct.pack("<d", -1.0 if mode == "absurd-result" else 0.25))
-        p += named(16, 5, "bytes", struct.pack("<Q", big if mode == "absurd-result" else 8192))
-        reply = frame(7, p)
-    c.sendall(reply)
-    c.close()
+        return frame(INFO, p)
+    p = u64(13, 0) + field(14, 3, b"\0")
+    p += named(15, 6, "copy_out", struct.pack("<d", -1.0 if mode == "absurd-result" else 0.25))
+    p += named(16, 5, "bytes", struct.pack("<Q", big if mode == "absurd-result" else 8192))
+    return frame(RESULT, p)
+serve("answer", reply)
 PY
 
-start_agent() { # MODE STATE FAULT
-  LIBCUDA_FILE=$TEST_TMP/lib/libcuda.so.1 python3 "$TEST_TMP/agent.py" "$1" "$2" "$NAME" "$3" \
-    >"$TEST_TMP/agent.out" 2>"$TEST_TMP/agent.err" &
-  AGENT=$!
-  TEST_PIDS+=("$AGENT")
-  for _ in $(seq 100); do grep -q READY "$TEST_TMP/agent.out" && return 0; sleep 0.1; done
-  echo "the stand-in agent did not start: $(cat "$TEST_TMP/agent.err")"
-  exit 1
-}
+start_agent() { standin_start "$TEST_TMP/agent.py" "$1" "$2" "$NAME" "$3"; } # MODE STATE FAULT
+
 # clean: the last run's stdout and stderr hold no control byte but newlines
 clean() {
   if LC_ALL=C grep -q '[[:cntrl:]]' <(tr -d '\n' <"$OUT_TXT") <(tr -d '\n' <"$ERR_TXT"); then

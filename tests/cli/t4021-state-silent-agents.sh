@@ -10,57 +10,24 @@
 #  - each silent one is listed as not-answering on the agent path, with a
 #    note naming it; the normal one beside them is listed as running.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/standin_agent.sh"
 
-command -v python3 >/dev/null || skip "python3 is needed for the stand-in agents"
-export GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA
-export FAKE_CUDA_DIR=$TEST_TMP/fake
-mkdir -p "$FAKE_CUDA_DIR" "$GPUSNAP_RUN_DIR" "$TEST_TMP/lib"
-chmod 700 "$GPUSNAP_RUN_DIR"
-head -c 4096 /dev/zero >"$TEST_TMP/lib/libcuda.so.1"
+standin_env
 
 cat >"$TEST_TMP/agent.py" <<'PY'
 # silent: accepts and never answers; deaf: never accepts; normal: INFO, running.
-import mmap, os, socket, struct, sys, time
-mode = sys.argv[1]
-lib = open(os.environ["LIBCUDA_FILE"], "rb")
-mapped = mmap.mmap(lib.fileno(), 4096, prot=mmap.PROT_READ)
-path = os.path.join(os.environ["GPUSNAP_RUN_DIR"], "agent-%d.sock" % os.getpid())
-with open(os.path.join(os.environ["FAKE_CUDA_DIR"], str(os.getpid())), "w") as f:
-    f.write("0 0\n")
-s = socket.socket(socket.AF_UNIX)
-s.bind(path)
-os.chmod(path, 0o600)
-s.listen(8)
-print("READY", os.getpid(), flush=True)
-held = []
-while True:
-    if mode == "deaf":
-        time.sleep(60)
-        continue
-    c, _ = s.accept()
-    if mode == "silent":
-        held.append(c)
-        continue
-    hdr = b""
-    while len(hdr) < 16:
-        hdr += c.recv(16 - len(hdr))
-    def u64(tag, v):
-        return struct.pack("<HBBIQ", tag, 1, 0, 8, v)
-    p = u64(1, os.getpid()) + u64(5, 1) + u64(6, 0) + u64(3, 1) + u64(4, 4096)
-    c.sendall(struct.pack("<IHHII", 0x504E5347, 1, 2, len(p), 0) + p)
-    c.close()
+import os, sys
+from standin_agent import INFO, frame, serve, u64
+def reply(mtype):
+    return frame(INFO, u64(1, os.getpid()) + u64(5, 1) + u64(6, 0) + u64(3, 1) + u64(4, 4096))
+serve(sys.argv[1], reply)
 PY
 
 AGENTS=()
 start_agent() { # MODE -> NEWPID
-  local out=$TEST_TMP/agent-${#AGENTS[@]}.out
-  LIBCUDA_FILE=$TEST_TMP/lib/libcuda.so.1 python3 "$TEST_TMP/agent.py" "$1" >"$out" 2>"$out.err" &
-  NEWPID=$!
-  TEST_PIDS+=("$NEWPID")
+  standin_start "$TEST_TMP/agent.py" "$1"
+  NEWPID=$AGENT
   AGENTS+=("$NEWPID")
-  for _ in $(seq 100); do grep -q READY "$out" && return 0; sleep 0.1; done
-  echo "a stand-in agent did not start: $(cat "$out.err")"
-  exit 1
 }
 row() { awk -v p="$1" '$1 == p' "$OUT_TXT"; }
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
