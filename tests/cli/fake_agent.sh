@@ -26,6 +26,24 @@ fake_agent_env() {
   [ -e "$app" ] || { echo "not ok - missing $app"; exit 1; }
 }
 
+# signals_app_env NAME [criu]: the app is tests/agent/NAME, talked to by signals (APP_IO=signals,
+# its stdout $log), on the fake driver (fake_agent_env [criu]); at exit every process of it
+# (restored ones too) is killed, after the test's cleanup_more if it has one, with the test's.
+signals_app_env() {
+  : "${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}"
+  app=$GPUSNAP_BUILD/tests/agent/$1
+  log=$TEST_TMP/app.log
+  APP_IO=signals
+  SIGNALS_APP=$1
+  fake_agent_env "${2:-}"
+  trap cleanup_apps EXIT
+}
+cleanup_apps() {
+  kill_our_apps "$SIGNALS_APP"
+  [ "$(type -t cleanup_more)" != function ] || cleanup_more
+  cleanup_test
+}
+
 # Closes every descriptor above 2 of the calling (sub)shell.
 close_inherited_fds() {
   local fd

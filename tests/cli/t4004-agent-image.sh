@@ -29,23 +29,16 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/agent_app
-log=$TEST_TMP/app.log
 MNT=""
-APP_IO=signals
-fake_agent_env criu
+signals_app_env agent_app criu
 # 300 MiB in one block: several 64 MiB chunks in one allocation, beside 2000 small ones in slabs
 export AGENT_APP_BIG_MB=300
 # two IO threads: a ring of 2 x 2 x 64 MiB, each buffer reused many times
 export GPUSNAP_IO_THREADS=2
 
-cleanup_apps() {
-  kill_our_apps agent_app
+cleanup_more() {
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
-  cleanup_test
 }
-trap cleanup_apps EXIT
 
 flip() { # flip FILE OFFSET: inverts one bit
   python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"

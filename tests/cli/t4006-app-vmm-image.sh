@@ -13,16 +13,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/app_vmm
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env criu
-cleanup_apps() {
-  kill_our_apps app_vmm
-  cleanup_test
-}
-trap cleanup_apps EXIT
+signals_app_env app_vmm criu
 MiB=$((1 << 20))
 
 start_app

@@ -25,11 +25,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/agent_app
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env
+signals_app_env agent_app
 # several chunks in one allocation beside the slabs: the @N faults hit mid-way
 export AGENT_APP_BIG_MB=40
 export GPUSNAP_IO_THREADS=2
@@ -39,12 +35,6 @@ if [ "$(id -u)" = 0 ] && { [ -n "${GPUSNAP_CRIU:-}" ] || [ -x "${GPUSNAP_SRC:-/n
   export GPUSNAP_CRIU
   "$GPUSNAP_CRIU" check >/dev/null 2>&1 && have_criu=1 && export FAKE_CUDA_CRIU=1 && chmod 700 "$TEST_TMP"
 fi
-
-cleanup_apps() {
-  kill_our_apps agent_app
-  cleanup_test
-}
-trap cleanup_apps EXIT
 
 fired() { grep -q "injected at '$1'" "$GPUSNAP_AGENT_LOG" 2>/dev/null; }
 mapped_all() { test "$(phys)" = "$phys0"; }

@@ -36,17 +36,11 @@
 . "$(dirname "$0")/share_lib.sh"
 
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/share_app
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env criu
-cleanup_apps() {
-  kill_our_apps share_app
+signals_app_env share_app criu
+cleanup_more() {
   kill_test_procs cpu_counter
   [ -n "${shell_pid:-}" ] && kill -9 "$shell_pid" 2>/dev/null
-  cleanup_test
 }
-trap cleanup_apps EXIT
 
 # the second rank's agent fails its copy out of the GPU (its first): the parent dumped already, its
 # memory released, the child walked back and runs on; the parent takes its data back from its

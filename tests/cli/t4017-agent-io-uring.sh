@@ -16,18 +16,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/agent_app
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env
+signals_app_env agent_app
 export GPUSNAP_LOG=info
-
-cleanup_apps() {
-  kill_our_apps agent_app
-  cleanup_test
-}
-trap cleanup_apps EXIT
 
 rings() { find "/proc/$1/fd" -lname 'anon_inode:\[io_uring\]' 2>/dev/null | wc -l; }
 io_uring_line() { grep '^IO_URING' "$log" | tail -n 1; }

@@ -20,17 +20,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/agent_app
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env criu
+signals_app_env agent_app criu
 export AGENT_APP_BIG_MB=64
-cleanup_apps() {
-  kill_our_apps agent_app
-  cleanup_test
-}
-trap cleanup_apps EXIT
 
 start_app
 verify_ok "the app's data after allocation"

@@ -27,20 +27,10 @@
 . "$(dirname "$0")/fake_agent.sh"
 . "$(dirname "$0")/plugin_lib.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/agent_app
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env criu
+signals_app_env agent_app criu
 plugin_env
 export AGENT_APP_BIG_MB=100
 export GPUSNAP_IO_THREADS=2
-
-cleanup_apps() {
-  kill_our_apps agent_app
-  cleanup_test
-}
-trap cleanup_apps EXIT
 
 flip() { # flip FILE OFFSET: inverts one bit
   python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"

@@ -27,17 +27,8 @@
 . "$(dirname "$0")/share_lib.sh"
 . "$(dirname "$0")/plugin_lib.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/share_app
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env criu
+signals_app_env share_app criu
 plugin_env
-cleanup_apps() {
-  kill_our_apps share_app
-  cleanup_test
-}
-trap cleanup_apps EXIT
 # loaded PID: its agent says running within 30 s (its data is back; the gates open together)
 loaded() {
   local i st

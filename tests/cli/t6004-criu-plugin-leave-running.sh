@@ -20,19 +20,9 @@
 . "$(dirname "$0")/fake_agent.sh"
 . "$(dirname "$0")/plugin_lib.sh"
 
-build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
-app=$build/tests/agent/agent_app
-log=$TEST_TMP/app.log
-APP_IO=signals
-fake_agent_env criu
+signals_app_env agent_app criu
 plugin_env
 export AGENT_APP_BIG_MB=20
-
-cleanup_apps() {
-  kill_our_apps agent_app
-  cleanup_test
-}
-trap cleanup_apps EXIT
 
 # agent_is STATE: the agent of $PID says STATE within 30 s
 agent_is() {
