@@ -183,6 +183,18 @@ wait_lines() {
 }
 # grows FILE: FILE gets 5 lines more within 30 s (the counter writing it runs).
 grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
+# last_count LOG: the counter's latest number in LOG, a moment after it was asked.
+last_count() { sleep 0.1; tail -n 1 "$1"; }
+# counts_on_from LOG VALUE: the counter writing LOG goes on from VALUE (its memory came back): the lines
+# after the last VALUE are VALUE+1, VALUE+2, VALUE+3, within 30 s.
+counts_on_from() {
+  local n want got
+  n=$(grep -n "^$2\$" "$1" | tail -n 1 | cut -d: -f1)
+  wait_lines "$1" $((n + 5)) || return 1
+  want="$(($2 + 1)) $(($2 + 2)) $(($2 + 3))"
+  got=$(sed -n "$((n + 1)),$((n + 3))p" "$1" | tr '\n' ' ')
+  [ "$got" = "$want " ] || { echo "    got '$got', want '$want '"; return 1; }
+}
 # start_counter LOG -> NEWPID: tests/apps/cpu_counter, a daemon counting into LOG, registered in the
 # fake libcuda as a CUDA process on GPU 0; returns once LOG has 10 lines.
 start_counter() {

@@ -33,19 +33,9 @@ trap cleanup_counters EXIT
 
 log=$TEST_TMP/counter.log
 stopped_counting() { local a; a=$(wc -l <"$log"); sleep 0.2; [ "$(wc -l <"$log")" = "$a" ]; }
-last_value() { sleep 0.1; tail -n 1 "$log"; }
-# counts_on VALUE: the next lines are VALUE+1, VALUE+2, ... (the memory came back)
-counts_on() {
-  local n want got
-  n=$(grep -n "^$1\$" "$log" | tail -n 1 | cut -d: -f1)
-  wait_lines "$log" $((n + 5)) || return 1
-  want="$(($1 + 1)) $(($1 + 2)) $(($1 + 3))"
-  got=$(sed -n "$((n + 1)),$((n + 3))p" "$log" | tr '\n' ' ')
-  [ "$got" = "$want " ] || { echo "    got '$got', want '$want '"; return 1; }
-}
 restores() { # restores TITLE DIR VALUE [OPTION]: restore [OPTION] from DIR brings the counter back at VALUE
   run_gpusnap restore ${4:+"$4"} -D "$2"; expect "$1: restore" 0 "restored $PID"
-  check "$1: the restored process counts on from $3" counts_on "$3"
+  check "$1: the restored process counts on from $3" counts_on_from "$log" "$3"
   kill -9 "$PID"; wait_gone "$PID"
 }
 
@@ -72,7 +62,7 @@ check "SIGTERM while CRIU dumps: the dump completes (rc $BG_RC)" [ "$BG_RC" = 0 
 check "it says the signal came too late to undo the dump" grep -q "SIGTERM came after CRIU had dumped process $PID, too late to undo; the dump was finished" "$TEST_TMP/bg.err"
 check "the image is published" test -f "$img/manifest.img" -a -z "$(tmp_dirs "$img")"
 check "the process is gone" wait_gone "$PID"
-v=$(last_value)
+v=$(last_count "$log")
 restores "SIGTERM while CRIU dumps" "$img" "$v"
 
 # ---- SIGTERM to gpusnap's whole process group while CRIU dumps ----
@@ -88,7 +78,7 @@ bg_wait
 check "group SIGTERM: gpusnap finishes the dump (rc $BG_RC)" [ "$BG_RC" = 0 ]
 check "group SIGTERM: the finished dump's image is published" test -f "$img/manifest.img"
 check "group SIGTERM: the process is gone" wait_gone "$PID"
-restores "group SIGTERM" "$img" "$(last_value)"
+restores "group SIGTERM" "$img" "$(last_count "$log")"
 
 # ---- SIGTERM at each step of a dump ----
 start_counter "$log"; PID=$NEWPID
@@ -112,7 +102,7 @@ for point in dump-after-criu dump-after-publish; do
   expect "SIGTERM at $point: the dump is finished" 0 "dumped $PID"
   check "SIGTERM at $point: it says so" grep -q "SIGTERM came after CRIU had dumped process $PID, too late to undo; the dump was finished" "$ERR_TXT"
   check "SIGTERM at $point: the process is gone" wait_gone "$PID"
-  restores "SIGTERM at $point" "$img" "$(last_value)"
+  restores "SIGTERM at $point" "$img" "$(last_count "$log")"
   start_counter "$log"; PID=$NEWPID
 done
 # an injected failure at the step after CRIU: the process is gone, its image kept where it is, and said
@@ -121,7 +111,7 @@ GPUSNAP_FAULT=dump-after-criu run_gpusnap dump -D "$img" "$PID"
 expect "publishing fails after CRIU dumped the process" 1 "process $PID was dumped, but its image was not published; it is kept at"
 kept=$(ls -d "$img.kept-$PID-"* 2>/dev/null | head -n 1)
 check "the image is kept under a name no dump removes ($kept)" test -n "$kept" -a -f "$kept/manifest.img" -a -z "$(tmp_dirs "$img")"
-v=$(last_value)
+v=$(last_count "$log")
 wait_gone "$PID"
 run_gpusnap state "$PID"; expect "state names the kept image" 3 "its image could not be put at '$img' and is kept at '$kept'"
 restores "the kept image" "$kept" "$v"
@@ -152,7 +142,7 @@ v=0
 GPUSNAP_FAULT=dump-after-criu=kill run_gpusnap dump -D "$img" "$PID"
 check "kill -9 after CRIU dumped the process (rc $RC)" [ "$RC" = 137 ]
 check "the process is gone (CRIU killed it)" wait_gone "$PID"
-v=$(last_value)
+v=$(last_count "$log")
 kept=$(tmp_dirs "$img")
 check "the complete image is at its temporary name ($kept)" test -n "$kept" -a -f "$kept/manifest.img" -a ! -e "$img"
 run_gpusnap state "$PID"
@@ -169,7 +159,7 @@ start_counter "$log"; PID=$NEWPID
 GPUSNAP_FAULT=dump-after-publish=kill run_gpusnap dump -D "$img" "$PID"
 check "kill -9 after publishing (rc $RC)" [ "$RC" = 137 ]
 check "the process is gone" wait_gone "$PID"
-v=$(last_value)
+v=$(last_count "$log")
 run_gpusnap state "$PID"; expect "state names the published image" 3 "process $PID was dumped to '$img' by a gpusnap dump"
 restores "the image published before the kill" "$img" "$v"
 
@@ -184,7 +174,7 @@ kill -9 "$BG"
 bg_wait
 check "kill -9 while CRIU runs (rc $BG_RC)" [ "$BG_RC" = 137 ]
 check "CRIU finished the dump: the process is gone" wait_gone "$PID" 10
-v=$(last_value)
+v=$(last_count "$log")
 kept=$(tmp_dirs "$img")
 run_gpusnap state "$PID"; expect "state names the image CRIU wrote" 3 "CRIU dumped process $PID for a gpusnap dump"
 # gpusnap died before it could checksum CRIU's files: the commands it names say so
@@ -206,7 +196,7 @@ run_gpusnap state "$PID"; expect "state while a dump is at work" 0 "a gpusnap du
 bg_wait
 check "the dump succeeded (rc $BG_RC)" [ "$BG_RC" = 0 ]
 check "the process is gone" wait_gone "$PID"
-v=$(last_value)
+v=$(last_count "$log")
 
 # ---- restore: SIGTERM and kill -9 at each step, and its lock ----
 for point in restore-after-criu restore-before-cont; do
@@ -221,7 +211,7 @@ done
 GPUSNAP_FAULT=restore-after-cont=term run_gpusnap restore -D "$img"
 expect "SIGTERM after the process continued: the restore is finished" 0 "restored $PID"
 check "it says so" grep -q "SIGTERM came after process $PID had started running; the restore was finished" "$ERR_TXT"
-check "the process counts on" counts_on "$v"
+check "the process counts on" counts_on_from "$log" "$v"
 kill -9 "$PID"; wait_gone "$PID"
 
 for point in restore-after-criu restore-before-cont; do
@@ -232,7 +222,7 @@ for point in restore-after-criu restore-before-cont; do
   run_gpusnap state "$PID"; expect "kill -9 at $point: state says what the copy is" 0 "is a copy of the image at '$img' that a gpusnap restore"
   run_gpusnap restore -D "$img"; expect "kill -9 at $point: the next restore removes the copy and restores" 0 "restored $PID"
   check "kill -9 at $point: it said it removed the copy" grep -q "note: removing process $PID, a copy of this image" "$ERR_TXT"
-  check "kill -9 at $point: the process counts on from the dump" counts_on "$v"
+  check "kill -9 at $point: the process counts on from the dump" counts_on_from "$log" "$v"
   kill -9 "$PID"; wait_gone "$PID"
 done
 
@@ -251,7 +241,7 @@ run_gpusnap restore -D "$img"; expect "the next restore names the copy and what 
 check "the refusal is one line" one_error
 kill -9 "$PID"; wait_gone "$PID"
 run_gpusnap restore -D "$img"; expect "restore after the copy is gone" 0
-check "the process counts on from the dump" counts_on "$v"
+check "the process counts on from the dump" counts_on_from "$log" "$v"
 kill -9 "$PID"; wait_gone "$PID"
 
 bg_gpusnap restore-before-cont=hold:3 restore -D "$img"
@@ -260,7 +250,7 @@ run_gpusnap restore -D "$img"; expect "a second restore meanwhile is refused" 6 
 run_gpusnap resume "$PID"; expect "a resume of the process being restored is refused" 6 "a gpusnap restore (pid $BG) is working on process $PID"
 bg_wait
 check "the restore itself succeeded (rc $BG_RC)" [ "$BG_RC" = 0 ]
-check "the process counts on" counts_on "$v"
+check "the process counts on" counts_on_from "$log" "$v"
 kill -9 "$PID"; wait_gone "$PID"
 
 # ---- a full disk while CRIU writes ----

@@ -29,41 +29,47 @@ cleanup_zombie() {
 trap cleanup_zombie EXIT
 
 log=$TEST_TMP/counter.log
-last_value() { sleep 0.1; tail -n 1 "$log"; }
-counts_on() { # counts_on VALUE: the next lines are VALUE+1, VALUE+2, VALUE+3
-  local n want got
-  n=$(grep -n "^$1\$" "$log" | tail -n 1 | cut -d: -f1)
-  wait_lines "$log" $((n + 5)) || return 1
-  want="$(($1 + 1)) $(($1 + 2)) $(($1 + 3))"
-  got=$(sed -n "$((n + 1)),$((n + 3))p" "$log" | tr '\n' ' ')
-  [ "$got" = "$want " ] || { echo "    got '$got', want '$want '"; return 1; }
-}
-# start_child: a counter (its own session, as CRIU wants) whose parent, a python process, never waits
-# for it: PID is the counter, PARENT the parent
-start_child() {
-  : >"$log"
-  rm -f "$TEST_TMP/child.pid"
+# start_parent MODE PIDFILE: a python process, PARENT, that never waits for its children: MODE child:
+# one, the counter, in a session of its own (as CRIU wants); MODE tree: first one that exits at once
+# (a zombie), then the counter, in the parent's session. PIDFILE holds their PIDs once they exist.
+start_parent() {
+  rm -f "$2"
   (exec python3 -c '
 import os, sys, time
-pid = os.fork()
-if pid == 0:
-    os.setsid()
+mode, counter, log, pidfile = sys.argv[1:5]
+pids = []
+if mode == "tree":
+    z = os.fork()
+    if z == 0:
+        os._exit(0)
+    pids.append(z)
+c = os.fork()
+if c == 0:
+    if mode == "child":
+        os.setsid()
     fd = os.open("/dev/null", os.O_RDWR)
     for i in (0, 1, 2):
         os.dup2(fd, i)
     os.closerange(3, 1024)
-    os.execv(sys.argv[1], [sys.argv[1], sys.argv[2]])
-with open(sys.argv[3] + ".tmp", "w") as f:
-    f.write(str(pid))
-os.rename(sys.argv[3] + ".tmp", sys.argv[3])
+    os.execv(counter, [counter, log])
+pids.append(c)
+with open(pidfile + ".tmp", "w") as f:
+    f.write(" ".join(map(str, pids)))
+os.rename(pidfile + ".tmp", pidfile)
 os.closerange(0, 1024)
 while True:
     time.sleep(3600)
-' "$GPUSNAP_BUILD/tests/apps/cpu_counter" "$log" "$TEST_TMP/child.pid" </dev/null >/dev/null 2>&1) &
+' "$1" "$GPUSNAP_BUILD/tests/apps/cpu_counter" "$log" "$2" </dev/null >/dev/null 2>&1) &
   PARENT=$!
   disown
   local i
-  for ((i = 0; i < 500; i++)); do [ -s "$TEST_TMP/child.pid" ] && break; sleep 0.01; done
+  for ((i = 0; i < 3000; i++)); do [ -s "$2" ] && break; sleep 0.01; done
+}
+# start_child: a counter (its own session, as CRIU wants) whose parent never waits for it: PID is the
+# counter, PARENT the parent
+start_child() {
+  : >"$log"
+  start_parent child "$TEST_TMP/child.pid"
   PID=$(cat "$TEST_TMP/child.pid")
   echo "0 0" >"$FAKE_CUDA_DIR/$PID"
   wait_lines "$log" 10
@@ -97,7 +103,7 @@ criu_started() { local i; for ((i = 0; i < 500; i++)); do [ -e "$TEST_TMP/criu-s
 zombie_checks() {
   local what=$1 allow=${2:-} kept v restore_cmd
   check "$what: the process is a zombie its parent did not reap" zombie "$PID"
-  v=$(last_value)
+  v=$(last_count "$log")
   kept=$(tmp_dirs "$img")
   check "$what: the complete image is at its temporary name ($kept)" test -n "$kept" -a -f "$kept/manifest.img"
   restore_cmd="gpusnap restore ${allow:+$allow }-D '$kept'"
@@ -119,7 +125,7 @@ zombie_checks() {
   check "$what: the parent reaps it" reap
   # shellcheck disable=SC2086 # $allow is one option or none
   run_gpusnap restore $allow -D "$kept"; expect "$what: restore -D of the kept image" 0 "restored $PID"
-  check "$what: the restored process counts on from $v" counts_on "$v"
+  check "$what: the restored process counts on from $v" counts_on_from "$log" "$v"
   kill -9 "$PID"; wait_gone "$PID"
   rm -rf "$kept"
 }
@@ -144,30 +150,8 @@ check "kill -9 while CRIU runs (rc $BG_RC)" [ "$BG_RC" = 137 ]
 zombie_checks "in CRIU" --allow-unverified-cpu
 
 # ---- --tree leaves a zombie of the tree alone: a parent with an unreaped child and a live counter ----
-rm -f "$TEST_TMP/tree.pids"
-(exec python3 -c '
-import os, sys, time
-z = os.fork()
-if z == 0:
-    os._exit(0)
-c = os.fork()
-if c == 0:
-    fd = os.open("/dev/null", os.O_RDWR)
-    for i in (0, 1, 2):
-        os.dup2(fd, i)
-    os.closerange(3, 1024)
-    os.execv(sys.argv[1], [sys.argv[1], sys.argv[2]])
-with open(sys.argv[3] + ".tmp", "w") as f:
-    f.write("%d %d" % (z, c))
-os.rename(sys.argv[3] + ".tmp", sys.argv[3])
-os.closerange(0, 1024)
-while True:
-    time.sleep(3600)
-' "$GPUSNAP_BUILD/tests/apps/cpu_counter" "$log" "$TEST_TMP/tree.pids" </dev/null >/dev/null 2>&1) &
-PARENT=$!
-disown
 : >"$log"
-for ((i = 0; i < 500; i++)); do [ -s "$TEST_TMP/tree.pids" ] && break; sleep 0.01; done
+start_parent tree "$TEST_TMP/tree.pids"
 read -r Z C <"$TEST_TMP/tree.pids"
 echo "0 0" >"$FAKE_CUDA_DIR/$Z"
 echo "0 0" >"$FAKE_CUDA_DIR/$C"
