@@ -506,6 +506,25 @@ static void *stop_server(void *p)
 	return NULL;
 }
 
+/*
+ * Stops srv from a thread of its own once h's handler is held: the stop waits
+ * for the handler (still under way a moment later), and returns once the
+ * handler is released. Returns the seconds from the release to its return.
+ */
+static double stop_while_held(struct slow_handler *h, struct gs_ctl_server *srv)
+{
+	CHECK_SOON(gate_entered(h), 30);
+	struct stopper st = { .srv = srv };
+	pthread_t t;
+	CHECK_INT(pthread_create(&t, NULL, stop_server, &st), 0);
+	usleep(100000); /* a stop that does not wait is done by now unless load slows it: then this passes, never fails, wrongly */
+	CHECK(!__atomic_load_n(&st.done, __ATOMIC_SEQ_CST));
+	double t0 = gs_now();
+	gate_release(h);
+	pthread_join(t, NULL);
+	return gs_now() - t0;
+}
+
 static void test_timeouts_and_stop(void)
 {
 	struct gs_err err = { 0 };
@@ -525,14 +544,7 @@ static void test_timeouts_and_stop(void)
 	CHECK_CONTAINS(err.msg, "within 0.2 s");
 	gs_msg_free(&reply);
 	/* stop while the handler is still busy: waits for it, then returns */
-	CHECK_SOON(gate_entered(&h), 30);
-	struct stopper st = { .srv = srv };
-	pthread_t t;
-	CHECK_INT(pthread_create(&t, NULL, stop_server, &st), 0);
-	usleep(100000); /* a stop that does not wait is done by now unless load slows it: then this passes, never fails, wrongly */
-	CHECK(!__atomic_load_n(&st.done, __ATOMIC_SEQ_CST));
-	gate_release(&h);
-	pthread_join(t, NULL);
+	stop_while_held(&h, srv);
 	CHECK_INT(h.calls, 1);
 
 	/* stop while idle returns without waiting out anything, and removes the socket */
@@ -678,16 +690,7 @@ static void test_concurrent_clients(void)
 		silent[i] = raw_connect(path);
 	ca.done = 0;
 	CHECK_INT(pthread_create(&t, NULL, call_suspend, &ca), 0);
-	CHECK_SOON(gate_entered(&h), 30);
-	struct stopper st = { .srv = srv };
-	pthread_t ts;
-	CHECK_INT(pthread_create(&ts, NULL, stop_server, &st), 0);
-	usleep(100000); /* a stop that does not wait is done by now unless load slows it: then this passes, never fails, wrongly */
-	CHECK(!__atomic_load_n(&st.done, __ATOMIC_SEQ_CST));
-	t0 = gs_now();
-	gate_release(&h);
-	pthread_join(ts, NULL);
-	CHECK(gs_now() - t0 < 30.0); /* not the silent clients' 60 s */
+	CHECK(stop_while_held(&h, srv) < 30.0); /* not the silent clients' 60 s */
 	pthread_join(t, NULL);
 	CHECK_INT(ca.code, GS_OK); /* its answer still went out */
 	for (int i = 0; i < 4; i++)
