@@ -217,6 +217,21 @@ TEST_HELPER int write_std_image(const char *dir, const struct gs_image_writer_op
 	return gs_image_writer_commit(w, err);
 }
 
+/* Writes the standard image into tmp, an image's temporary directory (gs_image_tmp_path), and seals it. */
+TEST_HELPER int seal_std_image_in(const char *tmp, const struct gs_image_writer_opts *opts, uint32_t seed,
+				  struct gs_err *err)
+{
+	struct gs_image_writer *w;
+	int rc = gs_image_writer_open_in(tmp, opts, &w, err);
+	if (rc)
+		return rc;
+	if ((rc = std_describe(w, err)) || (rc = std_write_chunks(w, seed, err))) {
+		gs_image_writer_abort(w);
+		return rc;
+	}
+	return gs_image_writer_seal(w, err);
+}
+
 /* Opens dir and checks every byte against the standard image of `seed`. Returns the number of failed checks. */
 TEST_HELPER int check_std_image(const char *dir, uint32_t seed)
 {

@@ -1295,11 +1295,7 @@ static void test_publish_unsynced_then_sync(void)
 	struct gs_image_writer_opts o = agent_opts;
 	o.no_direct_io = o.no_data_sync = true;
 	o.parallel_data_files = 4;
-	struct gs_image_writer *w;
-	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &o, &w, &err), 0);
-	CHECK_INT(std_describe(w, &err), 0);
-	CHECK_INT(std_write_chunks(w, 41, &err), 0);
-	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	CHECK_INT(seal_std_image_in(gs_image_tmp_path(t), &o, 41, &err), 0);
 	path_join(f, sizeof(f), cpu, "pages-1.img");
 	spit(f, "criu pages", 10);
 	CHECK_INT(check_std_image(path, 40), 0); /* the old image until the publish */
@@ -1384,10 +1380,7 @@ static void test_seal_then_publish(void)
 	CHECK(!published);
 	CHECK_CONTAINS(err.msg, "no sealed image");
 	/* a sealed image already there cannot be written over */
-	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
-	CHECK_INT(std_describe(w, &err), 0);
-	CHECK_INT(std_write_chunks(w, 33, &err), 0);
-	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	CHECK_INT(seal_std_image_in(gs_image_tmp_path(t), &agent_opts, 33, &err), 0);
 	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), GS_E_USAGE);
 	CHECK_CONTAINS(err.msg, "already holds an image");
 	/* DIR turned into something that is not an image meanwhile: publish refuses, the sealed image stays for a rollback */
@@ -1433,11 +1426,7 @@ static void test_list_keep_and_hold(void)
 
 	CHECK_INT(gs_image_tmp_create(path, NULL, &t, &err), 0);
 	CHECK_INT(gs_image_tmp_cpu_dir(t, cpu, sizeof(cpu), &err), 0);
-	struct gs_image_writer *w;
-	CHECK_INT(gs_image_writer_open_in(gs_image_tmp_path(t), &agent_opts, &w, &err), 0);
-	CHECK_INT(std_describe(w, &err), 0);
-	CHECK_INT(std_write_chunks(w, 31, &err), 0);
-	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	CHECK_INT(seal_std_image_in(gs_image_tmp_path(t), &agent_opts, 31, &err), 0);
 	path_join(f, sizeof(f), cpu, "inventory.img");
 	spit(f, "criu", 4);
 	CHECK(!gs_image_tmp_cpu_listed(t));
