@@ -30,6 +30,7 @@ copied from the text of docs/benchmarks.md rather than written by a bench run.
 """
 import argparse
 import glob
+import itertools
 import json
 import os
 import re
@@ -125,17 +126,21 @@ def suspend_rows(recs):
     return rows, notes
 
 
+def md_table(head, rows, cells):
+    """A Markdown table: a column per title in head, a line per row with the texts cells(row) gives."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+        ["| " + " | ".join(cells(r)) + " |" for r in rows]
+
+
 def suspend_table(rows):
-    out = ["| size | path | suspend_s | resume_s | suspend GB/s | resume GB/s | data part out / in GB/s "
-           "| speed-up vs driver (suspend / resume) | wall suspend / resume s | data |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append("| %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s |" % (
-            human(r["size_bytes"]), r["path"], f(r.get("suspend_s")), f(r.get("resume_s")), f(r.get("suspend_gbs")),
-            f(r.get("resume_gbs")), f(r.get("data_out_gbs"), "%.1f"), f(r.get("data_in_gbs"), "%.1f"),
-            f(r.get("speedup_suspend"), "x%.2f"), f(r.get("speedup_resume"), "x%.2f"),
-            f(r.get("suspend_wall_s")), f(r.get("resume_wall_s")), r.get("data", "-")))
-    return out
+    return md_table(
+        ["size", "path", "suspend_s", "resume_s", "suspend GB/s", "resume GB/s", "data part out / in GB/s",
+         "speed-up vs driver (suspend / resume)", "wall suspend / resume s", "data"], rows,
+        lambda r: [human(r["size_bytes"]), r["path"], f(r.get("suspend_s")), f(r.get("resume_s")),
+                   f(r.get("suspend_gbs")), f(r.get("resume_gbs")),
+                   "%s / %s" % (f(r.get("data_out_gbs"), "%.1f"), f(r.get("data_in_gbs"), "%.1f")),
+                   "%s / %s" % (f(r.get("speedup_suspend"), "x%.2f"), f(r.get("speedup_resume"), "x%.2f")),
+                   "%s / %s" % (f(r.get("suspend_wall_s")), f(r.get("resume_wall_s"))), r.get("data", "-")])
 
 
 def suspend_md(run):
@@ -173,16 +178,16 @@ def dump_rows(recs):
 
 
 def dump_table(rows):
-    out = ["| size | path | storage | storage W/R GB/s | dump s (GPU / CRIU) | paused s | dump GB/s | dump ratio "
-           "| restore s (verify / CRIU / GPU) | restore GB/s | restore ratio | data |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append("| %s | %s | %s | %s / %s | %s (%s / %s) | %s | %s | %s | %s (%s / %s / %s) | %s | %s | %s |" % (
-            human(r["size_bytes"]), r["path"], r["storage"], f(r.get("storage_write_gbs")), f(r.get("storage_read_gbs")),
-            f(r.get("dump_s")), f(r.get("dump_gpu_s")), f(r.get("dump_criu_s")), f(r.get("paused_s")), f(r.get("dump_gbs")),
-            f(r.get("dump_ratio")), f(r.get("restore_s")), f(r.get("restore_verify_s")), f(r.get("restore_criu_s")),
-            f(r.get("restore_gpu_s")), f(r.get("restore_gbs")), f(r.get("restore_ratio")), r.get("data", "-")))
-    return out
+    return md_table(
+        ["size", "path", "storage", "storage W/R GB/s", "dump s (GPU / CRIU)", "paused s", "dump GB/s", "dump ratio",
+         "restore s (verify / CRIU / GPU)", "restore GB/s", "restore ratio", "data"], rows,
+        lambda r: [human(r["size_bytes"]), r["path"], r["storage"],
+                   "%s / %s" % (f(r.get("storage_write_gbs")), f(r.get("storage_read_gbs"))),
+                   "%s (%s / %s)" % (f(r.get("dump_s")), f(r.get("dump_gpu_s")), f(r.get("dump_criu_s"))),
+                   f(r.get("paused_s")), f(r.get("dump_gbs")), f(r.get("dump_ratio")),
+                   "%s (%s / %s / %s)" % (f(r.get("restore_s")), f(r.get("restore_verify_s")),
+                                          f(r.get("restore_criu_s")), f(r.get("restore_gpu_s"))),
+                   f(r.get("restore_gbs")), f(r.get("restore_ratio")), r.get("data", "-")])
 
 
 def dump_md(run):
@@ -221,13 +226,10 @@ def warm_rows(recs):
 
 
 def warm_table(rows):
-    out = ["| start | files | first answer s | vs python start | vs driver-path restore | the same request again s |",
-           "|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append("| %s | %s | %s | %s | %s | %s |" % (
-            r["way"], r["cache"], f(r.get("first_answer_s")), f(r.get("vs_python"), "x%.1f"),
-            f(r.get("vs_driver_restore"), "x%.2f"), f(r.get("next_answer_s"))))
-    return out
+    return md_table(
+        ["start", "files", "first answer s", "vs python start", "vs driver-path restore", "the same request again s"],
+        rows, lambda r: [r["way"], r["cache"], f(r.get("first_answer_s")), f(r.get("vs_python"), "x%.1f"),
+                         f(r.get("vs_driver_restore"), "x%.2f"), f(r.get("next_answer_s"))])
 
 
 def warm_md(run):
@@ -442,14 +444,9 @@ def render_section(runs, img_rel, plots):
 
 def generic_table(rows):
     """A `collect table` run's rows as one table per set of columns, in their order."""
-    out, cols = [], None
-    for r in rows:
-        if list(r) != cols:
-            if cols is not None:
-                out.append("")
-            cols = list(r)
-            out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        out.append("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    out = []
+    for cols, group in itertools.groupby(rows, key=list):
+        out += ([""] if out else []) + md_table(cols, group, lambda r: [str(r[c]) for c in cols])
     return out
 
 
