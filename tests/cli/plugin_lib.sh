@@ -37,6 +37,17 @@ criu_restore() {
   [ -s "$TEST_TMP/restore.pid" ] && RPID=$(cat "$TEST_TMP/restore.pid")
   return 0
 }
+# agent_says PID STATE: the agent of PID says STATE (`gpusnap state --json`) within 30 s; else what it said
+agent_says() {
+  local i st
+  for ((i = 0; i < 300; i++)); do
+    "$GPUSNAP_BIN" state --json "$1" >"$TEST_TMP/state.json" 2>/dev/null &&
+      st=$(json_get "$TEST_TMP/state.json" "['agent']['state']" 2>/dev/null) && [ "$st" = "$2" ] && return 0
+    sleep 0.1
+  done
+  echo "    the agent of $1 says ${st:-?}, not $2"
+  return 1
+}
 # log_has FILE TEXT: FILE contains TEXT (shown when not)
 log_has() { grep -qF -- "$2" "$1" || { echo "    $1 lacks '$2'"; grep -i "gpusnap\|error" "$1" | tail -n 5 | sed 's/^/    /'; return 1; }; }
 # log_soon FILE TEXT [N]: FILE holds TEXT (fixed string) N times (default 1) within 30 s, as a line

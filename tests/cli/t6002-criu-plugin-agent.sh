@@ -38,16 +38,7 @@ flip() { # flip FILE OFFSET: inverts one bit
 # loaded [PID]: the agent of PID (default $PID) says running within 30 s: it loaded its GPU data after the
 # restore (criu returns only once it has: the plugin's exit hook waits; this app's verify reads the fake's
 # device memory directly, past the agent's gate, so it must not come earlier)
-loaded() {
-  local i st
-  for ((i = 0; i < 300; i++)); do
-    "$GPUSNAP_BIN" state --json "${1:-$PID}" >"$TEST_TMP/state.json" 2>/dev/null &&
-      st=$(json_get "$TEST_TMP/state.json" "['agent']['state']" 2>/dev/null) && [ "$st" = running ] && return 0
-    sleep 0.1
-  done
-  echo "    agent state: ${st:-?}"
-  return 1
-}
+loaded() { agent_says "${1:-$PID}" running; }
 
 # ---- dump, gone, restore ----
 start_app

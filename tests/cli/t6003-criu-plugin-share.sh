@@ -30,16 +30,7 @@
 signals_app_env share_app criu
 plugin_env
 # loaded PID: its agent says running within 30 s (its data is back; the gates open together)
-loaded() {
-  local i st
-  for ((i = 0; i < 300; i++)); do
-    "$GPUSNAP_BIN" state --json "$1" >"$TEST_TMP/state.json" 2>/dev/null &&
-      st=$(json_get "$TEST_TMP/state.json" "['agent']['state']" 2>/dev/null) && [ "$st" = running ] && return 0
-    sleep 0.1
-  done
-  echo "    agent state of $1: ${st:-?}"
-  return 1
-}
+loaded() { agent_says "$1" running; }
 both_loaded() { loaded "$APP" && loaded "$CHILD"; }
 
 # ---- the second rank's agent fails its copy out of the GPU: the first dumped already (its memory

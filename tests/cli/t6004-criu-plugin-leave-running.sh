@@ -25,16 +25,7 @@ plugin_env
 export AGENT_APP_BIG_MB=20
 
 # agent_is STATE: the agent of $PID says STATE within 30 s
-agent_is() {
-  local i st
-  for ((i = 0; i < 300; i++)); do
-    "$GPUSNAP_BIN" state --json "$PID" >"$TEST_TMP/state.json" 2>/dev/null &&
-      st=$(json_get "$TEST_TMP/state.json" "['agent']['state']" 2>/dev/null) && [ "$st" = "$1" ] && return 0
-    sleep 0.1
-  done
-  echo "    agent state: ${st:-?}"
-  return 1
-}
+agent_is() { agent_says "$PID" "$1"; }
 not_off() { ! grep -q "is off the GPU" "$1/dump.log"; }
 # refused TITLE DIR TEXT: the last criu dump (into DIR) failed at the plugin's init with TEXT in its log, before
 # any process left the GPU; the app runs on with its data
