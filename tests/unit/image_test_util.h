@@ -202,18 +202,23 @@ TEST_HELPER int std_write_chunks(struct gs_image_writer *w, uint32_t seed, struc
 	return rc;
 }
 
+/* Describes the standard image of `seed` in w and writes its chunks; aborts w on failure. */
+TEST_HELPER int std_fill(struct gs_image_writer *w, uint32_t seed, struct gs_err *err)
+{
+	int rc = std_describe(w, err);
+	if (rc || (rc = std_write_chunks(w, seed, err)))
+		gs_image_writer_abort(w);
+	return rc;
+}
+
 /* Writes and commits the standard image at dir. */
 TEST_HELPER int write_std_image(const char *dir, const struct gs_image_writer_opts *opts, uint32_t seed,
 				 struct gs_err *err)
 {
 	struct gs_image_writer *w;
 	int rc = gs_image_writer_open(dir, opts, &w, err);
-	if (rc)
+	if (rc || (rc = std_fill(w, seed, err)))
 		return rc;
-	if ((rc = std_describe(w, err)) || (rc = std_write_chunks(w, seed, err))) {
-		gs_image_writer_abort(w);
-		return rc;
-	}
 	return gs_image_writer_commit(w, err);
 }
 
@@ -223,14 +228,11 @@ TEST_HELPER int seal_std_image_in(const char *tmp, const struct gs_image_writer_
 {
 	struct gs_image_writer *w;
 	int rc = gs_image_writer_open_in(tmp, opts, &w, err);
-	if (rc)
+	if (rc || (rc = std_fill(w, seed, err)))
 		return rc;
-	if ((rc = std_describe(w, err)) || (rc = std_write_chunks(w, seed, err))) {
-		gs_image_writer_abort(w);
-		return rc;
-	}
 	return gs_image_writer_seal(w, err);
 }
+
 
 /* Opens dir and checks every byte against the standard image of `seed`. Returns the number of failed checks. */
 TEST_HELPER int check_std_image(const char *dir, uint32_t seed)
