@@ -46,12 +46,6 @@ struct cli_op {
 	struct cli_op_record now; /* what this operation records */
 };
 
-static unsigned long long start_time(pid_t pid)
-{
-	struct gs_proc_stat st;
-	return gs_proc_read_stat(pid, &st) ? 0 : st.start_time;
-}
-
 static void key_paths(const char *run_dir, struct op_key *k)
 {
 	snprintf(k->lock_path, sizeof(k->lock_path), "%s/op-%d-%llu.lock", run_dir, (int)k->pid, k->start);
@@ -136,7 +130,8 @@ static int read_record(const char *path, struct cli_op_record *r)
 	}
 	free(text);
 	/* a gpusnap that ended is no holder, a zombie one too (its lock went with its descriptors) */
-	r->holder_alive = r->holder > 0 && holder_start && start_time(r->holder) == holder_start && gs_proc_alive(r->holder);
+	r->holder_alive = r->holder > 0 && holder_start && gs_proc_start_time(r->holder) == holder_start &&
+			  gs_proc_alive(r->holder);
 	return r->action[0] ? 0 : -1;
 }
 
@@ -257,7 +252,7 @@ static void sweep_gone(const char *run_dir)
 		unsigned long long start;
 		if (!parse_key_name(de->d_name, &pid, &start))
 			continue;
-		if (start && start_time(pid) == start)
+		if (start && gs_proc_start_time(pid) == start)
 			continue; /* the process runs: its records are its own */
 		struct op_key k = { .pid = pid, .start = start, .fd = -1 };
 		key_paths(run_dir, &k);
@@ -297,7 +292,7 @@ int cli_op_begin(pid_t pid, bool image_pid, const char *action, struct cli_op **
 	struct op_key *k = &op->keys[0];
 	k->pid = pid;
 	k->fd = -1;
-	k->start = image_pid ? 0 : start_time(pid);
+	k->start = image_pid ? 0 : gs_proc_start_time(pid);
 	if (!image_pid && !k->start) {
 		free(op);
 		return gs_fail(err, GS_E_NO_PROCESS, "no such process: %d", (int)pid);
@@ -314,7 +309,7 @@ int cli_op_begin(pid_t pid, bool image_pid, const char *action, struct cli_op **
 	/* leftovers of operations on processes that are gone go now (this key is held: it stays) */
 	sweep_gone(op->run_dir);
 	op->since = wall_now();
-	op->my_start = start_time(getpid());
+	op->my_start = gs_proc_start_time(getpid());
 	if (read_record(k->rec_path, &op->left) == 0 && !op->left.holder_alive) {
 		op->has_left = true;
 		if (left)
@@ -369,7 +364,7 @@ void cli_op_restored(struct cli_op *op, pid_t pid)
 	struct op_key *k = &op->keys[1];
 	k->pid = pid;
 	k->fd = -1;
-	k->start = start_time(pid);
+	k->start = gs_proc_start_time(pid);
 	op->now.restored_start = k->start;
 	if (!k->start)
 		return;
@@ -455,7 +450,7 @@ int cli_op_find(pid_t pid, struct cli_op_record *rec)
 	char dir[PATH_MAX];
 	if (gs_ctl_run_dir(dir, sizeof(dir), NULL))
 		return 0;
-	unsigned long long start = start_time(pid);
+	unsigned long long start = gs_proc_start_time(pid);
 	return find_in_dir(dir, pid, start, start == 0, rec);
 }
 

@@ -17,12 +17,6 @@
 #include "common/proc.h"
 #include "core/control_socket.h"
 
-static unsigned long long start_time(pid_t pid)
-{
-	struct gs_proc_stat st;
-	return gs_proc_read_stat(pid, &st) ? 0 : st.start_time;
-}
-
 static int record_path(pid_t pid, char *buf, size_t n)
 {
 	char dir[512];
@@ -67,7 +61,7 @@ static void sweep_gone(const char *dir)
 			continue;
 		line[n] = '\0';
 		unsigned long long recorded = strtoull(line, NULL, 10);
-		unsigned long long now = start_time(pid);
+		unsigned long long now = gs_proc_start_time(pid);
 		/* a .tmp is being written by a suspend of a live PID or was left by a killed one: gone PIDs only */
 		bool gone = tmp ? now == 0 : (now == 0 || now != recorded);
 		if (gone && fstatat(dirfd(d), de->d_name, &again, AT_SYMLINK_NOFOLLOW) == 0 && again.st_ino == st.st_ino &&
@@ -89,7 +83,7 @@ int cli_record_suspend(struct cli_session *s, pid_t pid, uint64_t gpu_mask)
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return -1;
-	fprintf(f, "%llu\n", start_time(pid));
+	fprintf(f, "%llu\n", gs_proc_start_time(pid));
 	for (int i = 0; i < s->ngpus && i < 64; i++)
 		if (gpu_mask & (1ULL << i))
 			fprintf(f, "%s\n", s->gpus[i].uuid_str);
@@ -110,7 +104,7 @@ int cli_recorded_gpus(pid_t pid, CUuuid *used, int max)
 		return -1;
 	unsigned long long st = 0;
 	int n = -1;
-	if (fgets(line, sizeof(line), f) && sscanf(line, "%llu", &st) == 1 && st == start_time(pid)) {
+	if (fgets(line, sizeof(line), f) && sscanf(line, "%llu", &st) == 1 && st == gs_proc_start_time(pid)) {
 		n = 0;
 		while (n < max && fgets(line, sizeof(line), f)) {
 			line[strcspn(line, "\n")] = '\0';

@@ -18,12 +18,6 @@
 #include "common/proc.h"
 #include "core/control_socket.h"
 
-static unsigned long long start_time(pid_t pid)
-{
-	struct gs_proc_stat st;
-	return gs_proc_read_stat(pid, &st) ? 0 : st.start_time;
-}
-
 /* Empties the folder name in dir of everything but folders, without following links, and removes it. */
 static bool remove_folder(int dir, const char *name)
 {
@@ -70,7 +64,7 @@ int cli_work_dir_sweep(const char *run_dir, const char *kind)
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(st.st_mode) ||
 		    st.st_uid != geteuid())
 			continue;
-		if (start_time(pid) == start)
+		if (gs_proc_start_time(pid) == start)
 			continue; /* its gpusnap still runs */
 		removed += remove_folder(dirfd(d), de->d_name);
 	}
@@ -86,7 +80,7 @@ int cli_work_dir_make(const char *kind, char *out, size_t n, struct gs_err *err)
 		return rc;
 	cli_work_dir_sweep(run, kind);
 	pid_t self = getpid();
-	int w = snprintf(out, n, "%s/%s-%d-%llu-XXXXXX", run, kind, (int)self, start_time(self));
+	int w = snprintf(out, n, "%s/%s-%d-%llu-XXXXXX", run, kind, (int)self, gs_proc_start_time(self));
 	if (w < 0 || (size_t)w >= n)
 		return gs_fail(err, GS_E_FAILURE, "the work folder's path in '%s' is too long", run);
 	if (!mkdtemp(out))

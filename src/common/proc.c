@@ -118,6 +118,12 @@ int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st)
 	return read_stat_file(path, st);
 }
 
+unsigned long long gs_proc_start_time(pid_t pid)
+{
+	struct gs_proc_stat st;
+	return gs_proc_read_stat(pid, &st) ? 0 : st.start_time;
+}
+
 int gs_proc_read_task_stat(pid_t pid, pid_t tid, struct gs_proc_stat *st)
 {
 	char path[96];

@@ -45,6 +45,8 @@ struct gs_proc_stat {
 };
 /* Reads /proc/PID/stat (comm may hold spaces and parentheses). 0, or -1 if unreadable. */
 int gs_proc_read_stat(pid_t pid, struct gs_proc_stat *st);
+/* PID's start time (struct gs_proc_stat), or 0 when no such process can be read. */
+unsigned long long gs_proc_start_time(pid_t pid);
 /* The same for thread tid of process pid (/proc/PID/task/TID/stat): a thread's own state. */
 int gs_proc_read_task_stat(pid_t pid, pid_t tid, struct gs_proc_stat *st);
 /*

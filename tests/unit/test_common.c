@@ -197,6 +197,8 @@ static void test_proc(void)
 	CHECK_INT(gs_proc_read_stat(getpid(), &again), 0);
 	CHECK(again.start_time == self.start_time); /* what names this process, with its PID */
 	CHECK_INT(gs_proc_read_stat(0x7ffffff0, &again), -1);
+	CHECK(gs_proc_start_time(getpid()) == self.start_time);
+	CHECK(gs_proc_start_time(0x7ffffff0) == 0); /* no such process: 0, which names none */
 
 	pid_t child = fork();
 	if (child == 0) {
