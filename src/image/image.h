@@ -5,7 +5,7 @@
  * An image is a directory: manifest.img, gpu-data-NNNN.img files and, when
  * CRIU took the CPU state, cpu/ and cpu-files.img. The byte layout is in
  * format.h and docs/FORMAT.md. A writer builds the image under a temporary
- * sibling name and commit puts it in place atomically, so DIR is always
+ * sibling name and publishing puts it in place atomically, so DIR is always
  * either the old image, the new one, or absent; never half of one. One
  * writer per DIR at a time; an image that will not be published is never
  * deleted if it is complete (gs_image_tmp_keep).
@@ -101,7 +101,8 @@ struct gs_image_writer_opts {
 	bool no_direct_io;           /* never use O_DIRECT (it is used only where buffer, offset and length allow) */
 	bool no_data_sync;           /* seal leaves the data files unsynced: gs_image_publish syncs them */
 	bool store_zero_chunks;      /* store all-zero chunks as data instead of flagging them ZERO */
-	bool replace;                /* gs_image_writer_open: replace an image of another process at DIR */
+	bool replace;                /* the tests' image_test_writer_open: gs_image_tmp_opts.replace */
+	const char *target;          /* DIR the image will be published at, named in messages; NULL: the temporary path */
 	/*
 	 * Where payloads go through memory (no_direct_io, O_DIRECT refused, or a
 	 * memory file system), spread them over up to this many data files written
@@ -113,19 +114,17 @@ struct gs_image_writer_opts {
 };
 
 /*
- * Starts an image that will replace DIR on commit: gs_image_tmp_create with
- * opts' source_pid, source_comm and replace, and a writer into it that
- * commit publishes. opts may be NULL.
+ * A writer is opened in a temporary directory (gs_image_writer_open_in,
+ * below), sealed there, and the image published at DIR by the directory's
+ * owner (gs_image_publish).
  *
  * Fault points (common/fault.h): GS_FI_IMAGE_WRITE at every write of the
  * image's files (ENOSPC: GS_E_NO_SPACE; EIO: GS_E_FAILURE), GS_FI_IMAGE_PUBLISH
  * in gs_image_publish (first hit: before the rename, second: right after it).
  */
-int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opts, struct gs_image_writer **w,
-			 struct gs_err *err);
 /* Records a GPU; indexes must be unique. Thread-safe, like every writer call. */
 int gs_image_writer_add_gpu(struct gs_image_writer *w, const struct gs_image_gpu *gpu, struct gs_err *err);
-/* Records an allocation (ids unique, gpu_index added before commit). The blob is copied. */
+/* Records an allocation (ids unique, gpu_index added before seal). The blob is copied. */
 int gs_image_writer_add_allocation(struct gs_image_writer *w, const struct gs_image_allocation *a,
 				   struct gs_err *err);
 /* Sets (or replaces) a metadata string; bounded by GS_FMT_META_* limits. */
@@ -137,9 +136,9 @@ int gs_image_writer_set_metadata(struct gs_image_writer *w, const char *key, con
  * otherwise writes the payload at a 4096-aligned offset reserved for it.
  * Several threads may call this at once. O_DIRECT is used for the 4096-aligned
  * part when data is 4096-aligned and the file system accepts it. The chunks of
- * an allocation must cover it exactly by commit, in any order. 0 < len <=
+ * an allocation must cover it exactly by seal, in any order. 0 < len <=
  * GS_FMT_CHUNK_DATA_MAX. After a failure the writer is failed: later writes
- * and commit return the same error; call abort (or commit, which cleans up).
+ * and seal return the same error; call abort (or seal, which cleans up).
  */
 int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, size_t len,
 			 struct gs_err *err);
@@ -156,7 +155,7 @@ int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint
  * Calling it again returns the same path.
  */
 int gs_image_writer_cpu_dir(struct gs_image_writer *w, char *path, size_t n, struct gs_err *err);
-/* The temporary directory the image is built in (valid until commit/abort). */
+/* The temporary directory the image is built in (valid until seal/abort). */
 const char *gs_image_writer_tmp_path(const struct gs_image_writer *w);
 
 struct gs_image_writer_stats {
@@ -169,18 +168,9 @@ struct gs_image_writer_stats {
 void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_stats *st);
 
 /*
- * Makes the image durable and puts it at DIR: gs_image_writer_seal's steps,
- * then gs_image_publish's (one code path for both ways of committing). Always
- * consumes w: on failure the temporary directory is removed and an old DIR is
- * left as it was. Only for writers from gs_image_writer_open. No chunk write
- * may be in flight.
- */
-int gs_image_writer_commit(struct gs_image_writer *w, struct gs_err *err);
-/*
  * Removes what the writer wrote and frees w (no chunk write may be in
- * flight). NULL is allowed. A writer from gs_image_writer_open removes its
- * temporary directory; one from gs_image_writer_open_in removes its manifest
- * and data files and leaves the directory (and cpu/) to the directory's owner.
+ * flight). NULL is allowed. Its manifest and data files are removed; the
+ * directory (and cpu/) is left to the directory's owner.
  */
 void gs_image_writer_abort(struct gs_image_writer *w);
 

@@ -62,8 +62,7 @@ struct data_file {
 
 struct gs_image_writer {
 	pthread_mutex_t lock;
-	struct gs_image_tmp *own; /* the temporary directory this writer created (gs_image_writer_open), or NULL */
-	char *dir;      /* for messages: DIR, or the directory given to gs_image_writer_open_in */
+	char *dir;      /* for messages: opts->target, else the directory given to gs_image_writer_open_in */
 	char *tmp_path; /* where the files are written */
 	int tmp_fd;
 
@@ -328,34 +327,13 @@ fail:
 	return rc;
 }
 
-int gs_image_writer_open(const char *dir, const struct gs_image_writer_opts *opts, struct gs_image_writer **wp,
-			 struct gs_err *err)
-{
-	*wp = NULL;
-	struct gs_image_tmp *t;
-	struct gs_image_tmp_opts to = { 0 };
-	if (opts)
-		to = (struct gs_image_tmp_opts){ .source_pid = opts->source_pid, .source_comm = opts->source_comm,
-						 .replace = opts->replace };
-	int rc = gs_image_tmp_create(dir, &to, &t, err);
-	if (rc)
-		return rc;
-	if ((rc = writer_new(t->tmp_path, t->dir, opts, wp, err))) {
-		gs_image_tmp_discard(t);
-		return rc;
-	}
-	(*wp)->own = t;
-	pr_debug("writing image '%s' in '%s'", t->dir, t->tmp_path);
-	return 0;
-}
-
 int gs_image_writer_open_in(const char *tmp_path, const struct gs_image_writer_opts *opts,
 			    struct gs_image_writer **wp, struct gs_err *err)
 {
 	*wp = NULL;
 	if (!tmp_path || !*tmp_path)
 		return gs_fail(err, GS_E_USAGE, "no image directory given");
-	int rc = writer_new(tmp_path, tmp_path, opts, wp, err);
+	int rc = writer_new(tmp_path, opts && opts->target ? opts->target : tmp_path, opts, wp, err);
 	if (rc)
 		return rc;
 	struct gs_image_writer *w = *wp;
@@ -862,7 +840,7 @@ static int seal(struct gs_image_writer *w, struct gs_err *err)
 	return rc;
 }
 
-/* Removes what an open_in writer made (manifest first), leaving the directory itself to its owner. */
+/* Removes what the writer made (manifest first), leaving the directory itself to its owner. */
 static void remove_own_files(struct gs_image_writer *w)
 {
 	if (unlinkat(w->tmp_fd, GS_FMT_MANIFEST_NAME, 0) == 0)
@@ -873,10 +851,6 @@ static void remove_own_files(struct gs_image_writer *w)
 
 int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err)
 {
-	if (w->own) {
-		gs_image_writer_abort(w);
-		return gs_fail(err, GS_E_USAGE, "seal of a writer that owns its directory; commit it instead");
-	}
 	int rc = seal(w, err);
 	if (rc)
 		remove_own_files(w);
@@ -884,38 +858,10 @@ int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err)
 	return rc;
 }
 
-
-int gs_image_writer_commit(struct gs_image_writer *w, struct gs_err *err)
-{
-	struct gs_image_tmp *t = w->own;
-	if (!t) {
-		gs_image_writer_abort(w);
-		return gs_fail(err, GS_E_USAGE, "commit of a writer opened with gs_image_writer_open_in; seal it and let "
-			       "the directory's owner publish it");
-	}
-	w->own = NULL;
-	size_t nallocs = w->nallocs, nchunks = w->nchunks, nfiles = w->nfiles;
-	int rc = seal(w, err);
-	writer_free(w);
-	bool published = false;
-	if (!rc)
-		rc = gs_image_publish(t, &published, err);
-	if (rc && !published)
-		gs_image_tmp_discard(t);
-	else
-		gs_image_tmp_free(t);
-	if (!rc)
-		pr_debug("committed (%zu allocations, %zu chunks, %zu data files)", nallocs, nchunks, nfiles);
-	return rc;
-}
-
 void gs_image_writer_abort(struct gs_image_writer *w)
 {
 	if (!w)
 		return;
-	if (w->own)
-		gs_image_tmp_discard(w->own);
-	else
-		remove_own_files(w);
+	remove_own_files(w);
 	writer_free(w);
 }

@@ -15,6 +15,7 @@
 
 #include "common/err.h"
 #include "image/image.h"
+#include "image_test_writer.h" /* tests/common */
 
 static int fail(const struct gs_err *err)
 {
@@ -51,7 +52,7 @@ int main(int argc, char **argv)
 	const struct gs_image_info *info = gs_image_get_info(img);
 	struct gs_image_writer_opts o = { .source_pid = info->source_pid, .source_comm = info->source_comm, .how = info->how };
 	struct gs_image_writer *w;
-	if (gs_image_writer_open(argv[2], &o, &w, &err))
+	if (image_test_writer_open(argv[2], &o, &w, &err))
 		return fail(&err);
 	uint64_t next_id = 1;
 	for (size_t i = 0; i < gs_image_gpu_count(img); i++)
@@ -113,7 +114,7 @@ int main(int argc, char **argv)
 		if (d)
 			closedir(d);
 	}
-	if (gs_image_writer_commit(w, &err))
+	if (image_test_writer_commit(w, &err))
 		return fail(&err);
 	gs_image_close(img);
 	return 0;

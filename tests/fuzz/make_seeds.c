@@ -135,7 +135,7 @@ static int write_small_image(const char *dir, bool cpu, struct gs_err *err)
 	struct gs_image_writer_opts o = { .source_pid = 4242, .source_comm = "python3", .how = "agent",
 					  .max_data_file_size = 3 * GS_FMT_ALIGN, .no_direct_io = true };
 	struct gs_image_writer *w;
-	int rc = gs_image_writer_open(dir, &o, &w, err);
+	int rc = image_test_writer_open(dir, &o, &w, err);
 	if (rc)
 		return rc;
 	struct gs_image_gpu g = { .index = 0, .name = "NVIDIA H100 80GB HBM3", .cc_major = 9, .total_memory = 85ULL << 30 };
@@ -167,17 +167,17 @@ static int write_small_image(const char *dir, bool cpu, struct gs_err *err)
 		if ((rc = gs_image_writer_cpu_dir(w, cpu_path, sizeof(cpu_path), err)))
 			goto fail;
 	}
-	return gs_image_writer_commit(w, err);
+	return image_test_writer_commit(w, err);
 fail:
-	gs_image_writer_abort(w);
+	image_test_writer_abort(w);
 	return rc;
 }
 
 static int write_empty_image(const char *dir, struct gs_err *err)
 {
 	struct gs_image_writer *w;
-	int rc = gs_image_writer_open(dir, NULL, &w, err);
-	return rc ? rc : gs_image_writer_commit(w, err);
+	int rc = image_test_writer_open(dir, NULL, &w, err);
+	return rc ? rc : image_test_writer_commit(w, err);
 }
 
 /* Where an image NAME is written: a path under the scratch root with nothing there yet. */

@@ -21,6 +21,7 @@
 #include "image/format.h"
 #include "image/image.h"
 #include "image/image_fs.h"
+#include "image_test_writer.h" /* tests/common */
 #include "test.h"
 
 /* Each test file uses some of these helpers. */
@@ -216,10 +217,14 @@ TEST_HELPER int write_std_image(const char *dir, const struct gs_image_writer_op
 				 struct gs_err *err)
 {
 	struct gs_image_writer *w;
-	int rc = gs_image_writer_open(dir, opts, &w, err);
-	if (rc || (rc = std_fill(w, seed, err)))
+	int rc = image_test_writer_open(dir, opts, &w, err);
+	if (rc)
 		return rc;
-	return gs_image_writer_commit(w, err);
+	if ((rc = std_describe(w, err)) || (rc = std_write_chunks(w, seed, err))) {
+		image_test_writer_abort(w);
+		return rc;
+	}
+	return image_test_writer_commit(w, err);
 }
 
 /* Writes the standard image into tmp, an image's temporary directory (gs_image_tmp_path), and seals it. */

@@ -30,13 +30,13 @@ static void test_other_owner_refused(void)
 	/* cpu/ too: CRIU would restore whatever it says. */
 	struct gs_image_writer *w;
 	char cpu[900];
-	CHECK_INT(gs_image_writer_open(path, NULL, &w, &err), 0);
+	CHECK_INT(image_test_writer_open(path, NULL, &w, &err), 0);
 	CHECK_INT(gs_image_writer_cpu_dir(w, cpu, sizeof(cpu), &err), 0);
 	path_join(f, sizeof(f), cpu, "core-1.img");
 	spit(f, "x", 1);
 	CHECK_INT(std_describe(w, &err), 0);
 	CHECK_INT(std_write_chunks(w, 2, &err), 0);
-	CHECK_INT(gs_image_writer_commit(w, &err), 0);
+	CHECK_INT(image_test_writer_commit(w, &err), 0);
 	path_join(f, sizeof(f), path, "cpu/core-1.img");
 	CHECK_INT(chown(f, OTHER_UID, OTHER_UID), 0);
 	CHECK_INT(gs_image_open(path, &img, &err), GS_E_PERMISSION);

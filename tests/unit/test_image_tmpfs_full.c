@@ -17,7 +17,7 @@ static char mnt[700];
 static int write_4mib(const char *path, const struct gs_image_writer_opts *opts, uint64_t chunk,
 		      struct gs_image_writer **w, int *written, struct gs_err *err)
 {
-	CHECK_INT(gs_image_writer_open(path, opts, w, err), 0);
+	CHECK_INT(image_test_writer_open(path, opts, w, err), 0);
 	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
 	CHECK_INT(gs_image_writer_add_gpu(*w, &g, err), 0);
 	struct gs_image_allocation a = { .id = 1, .size = 4 << 20 };
@@ -51,7 +51,7 @@ static void test_real_disk_full(void)
 	CHECK_INT(write_4mib(path, &opts, 256 << 10, &w, &written, &err), GS_E_NO_SPACE);
 	CHECK_CONTAINS(err.msg, "no space left on the file system holding '");
 	CHECK_CONTAINS(err.msg, path);
-	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_NO_SPACE);
+	CHECK_INT(image_test_writer_commit(w, &err), GS_E_NO_SPACE);
 	CHECK_INT(count_entries(mnt), 1);
 	CHECK_INT(check_std_image(path, 1), 0);
 
@@ -60,7 +60,7 @@ static void test_real_disk_full(void)
 	path_join(fresh, sizeof(fresh), mnt, "fresh");
 	CHECK_INT(write_4mib(fresh, &opts, 4 << 20, &w, &written, &err), GS_E_NO_SPACE);
 	CHECK_INT(written, 1);
-	gs_image_writer_abort(w);
+	image_test_writer_abort(w);
 	CHECK_INT(count_entries(mnt), 1);
 }
 
@@ -78,7 +78,7 @@ static void test_full_with_several_files(void)
 	struct gs_image_writer_stats st;
 	gs_image_writer_stats(w, &st);
 	CHECK_INT(st.data_files, 4);
-	CHECK_INT(gs_image_writer_commit(w, &err), GS_E_NO_SPACE);
+	CHECK_INT(image_test_writer_commit(w, &err), GS_E_NO_SPACE);
 	CHECK_INT(count_entries(mnt), 1); /* every file of the failed image removed, the old image kept */
 	CHECK_INT(check_std_image(path, 1), 0);
 }

@@ -34,12 +34,12 @@ static int write_cpu_image(const char *path, const struct gs_image_writer_opts *
 {
 	struct gs_image_writer *w;
 	char cpu[900], f[1000];
-	int rc = gs_image_writer_open(path, o, &w, err);
+	int rc = image_test_writer_open(path, o, &w, err);
 	if (rc)
 		return rc;
 	if ((rc = gs_image_writer_cpu_dir(w, cpu, sizeof(cpu), err)) || (rc = std_describe(w, err)) ||
 	    (rc = std_write_chunks(w, seed, err))) {
-		gs_image_writer_abort(w);
+		image_test_writer_abort(w);
 		return rc;
 	}
 	static uint8_t pages[300000];
@@ -54,7 +54,7 @@ static int write_cpu_image(const char *path, const struct gs_image_writer_opts *
 	mkdir(f, 0700);
 	path_join(f, sizeof(f), cpu, "sub/core-7.img");
 	spit(f, "core", 4);
-	return gs_image_writer_commit(w, err);
+	return image_test_writer_commit(w, err);
 }
 
 /* gs_image_open's code for path; the message in err. */
@@ -412,7 +412,7 @@ static void test_unsafe_ancestor_refused(void)
 	path_join(dpath, sizeof(dpath), mid, "img2");
 	chmod(mid, 0777);
 	struct gs_image_writer *w;
-	CHECK_INT(gs_image_writer_open(dpath, &proc_opts, &w, &err), GS_E_PERMISSION);
+	CHECK_INT(image_test_writer_open(dpath, &proc_opts, &w, &err), GS_E_PERMISSION);
 	CHECK_CONTAINS(err.msg, mid);
 	chmod(mid, 0700);
 	/* handed over as a descriptor (the agent in a container): its ancestors are the sender's to check, and the
@@ -436,7 +436,7 @@ static void test_unsafe_ancestor_refused(void)
 	CHECK_INT(chown(mid, OTHER_UID, OTHER_UID), 0);
 	CHECK_INT(open_rc(path, &err), GS_E_PERMISSION);
 	CHECK_CONTAINS(err.msg, "owned by uid 65534");
-	CHECK_INT(gs_image_writer_open(dpath, &proc_opts, &w, &err), GS_E_PERMISSION);
+	CHECK_INT(image_test_writer_open(dpath, &proc_opts, &w, &err), GS_E_PERMISSION);
 	CHECK_INT(chown(mid, 0, 0), 0);
 	CHECK_INT(check_std_image(path, 6), 0);
 }
@@ -520,7 +520,7 @@ static void test_one_writer_per_dir(void)
 	CHECK_INT(read(pfd[0], &c, 1), 1);
 	CHECK(c == 'k');
 	struct gs_image_writer *w;
-	CHECK_INT(gs_image_writer_open(path, &proc_opts, &w, &err), GS_E_STATE);
+	CHECK_INT(image_test_writer_open(path, &proc_opts, &w, &err), GS_E_STATE);
 	snprintf(want, sizeof(want), "pid %d", (int)pid);
 	CHECK_CONTAINS(err.msg, want);
 	kill(pid, SIGKILL);
@@ -702,11 +702,11 @@ static void test_read_faults(void)
 	path_join(cpu_only, sizeof(cpu_only), dir, "cpu-only");
 	struct gs_image_writer *w;
 	gs_fault_configure("");
-	CHECK_INT(gs_image_writer_open(cpu_only, &proc_opts, &w, &err), 0);
+	CHECK_INT(image_test_writer_open(cpu_only, &proc_opts, &w, &err), 0);
 	CHECK_INT(gs_image_writer_cpu_dir(w, cpu, sizeof(cpu), &err), 0);
 	path_join(f, sizeof(f), cpu, "pages-1.img");
 	spit(f, "pages", 5);
-	CHECK_INT(gs_image_writer_commit(w, &err), 0);
+	CHECK_INT(image_test_writer_commit(w, &err), 0);
 	struct gs_image *img;
 	CHECK_INT(gs_image_open(cpu_only, &img, &err), 0);
 	gs_fault_configure("image-read=fail:EIO");

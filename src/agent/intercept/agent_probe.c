@@ -4,7 +4,7 @@
 #include "agent/intercept/agent_probe.h"
 
 #include "agent/intercept/gate.h"
-#include "agent/intercept/trampolines.h"
+#include "agent/intercept/interpose.h"
 #include "common/util.h"
 
 uint64_t gpusnap_driver_calls(void)

@@ -6,7 +6,7 @@
  *
  * The app's side costs two plain stores and a load per call; the closing side
  * pays instead (membarrier(2), see gate.c). Calls reach the gate through the
- * trampolines (trampolines.c, gate_x86_64.S) or, for the agent's own
+ * trampolines (interpose.c, gate_x86_64.S) or, for the agent's own
  * replacements of driver functions, through gs_gate_enter_c/gs_gate_exit_c.
  */
 #ifndef GPUSNAP_AGENT_GATE_H

@@ -1,9 +1,10 @@
 /*
- * gate_x86_64.S - the machine-level half of the gate and of the dlsym
- * interposer (x86-64 System V ABI only; other architectures need their own).
+ * gate_x86_64.S - the machine-level half of the interposer (x86-64 System V
+ * ABI only; other architectures need their own): the gate, the exported
+ * driver symbols, and the dlsym interposer. interpose.c is the C half.
  *
- * gs_gate_common: every gated call arrives here from a stub (trampolines.c)
- *   or a resolved export (exports_x86_64.S) with the real function in %r11
+ * gs_gate_common: every gated call arrives here from a stub (interpose.c's
+ *   trampolines) or a resolved export (below) with the real function in %r11
  *   and the app's arguments untouched. The fast path (the thread has a slot,
  *   the gate is open) does gate.c's entry protocol inline using only r10 and
  *   a saved rax/rcx: depth=1, then look at gs_gate_closed, push the return
@@ -31,6 +32,18 @@
  *   hardware shadow stacks (CET SHSTK); this file carries no CET property note,
  *   so the linked library is not marked SHSTK/IBT-compatible and glibc leaves
  *   them off unless they are forced on.
+ *
+ * Exports: one exported function per CUDA driver entry point in
+ *   driver_exports.txt, so that with LD_PRELOAD the app's own references to
+ *   the driver (apps linked with -lcuda) bind here instead of to libcuda.so.1.
+ *   Export i is a single indirect jump through gs_export_slots[i]. The slot
+ *   starts at a small per-export stub that passes i to gs_export_lazy, which
+ *   resolves the name in the real driver on the first call and stores where
+ *   the export leads from then on: the gated stub of the real function, the
+ *   agent's replacement, or gs_export_missing when the driver lacks the name.
+ *   The list is turned into driver_exports.inc (GS_DRIVER_EXPORT(name) lines)
+ *   by src/agent/CMakeLists.txt; interpose.c expands the same file into the
+ *   table of names, in the same order.
  *
  * dlsym / dlvsym: our exported interposers. Names that cannot be driver
  *   entry points (not starting with "cu") go straight to the real function by
@@ -218,7 +231,58 @@ gs_gate_return:
 	.size gs_gate_return_frame, .-gs_gate_return_frame
 
 /*
- * gs_export_lazy: first call of an exported driver entry point (exports_x86_64.S)
+ * The exports (see the top of this file): their jumps in .text.gs_exports,
+ * between gs_exports_begin and gs_exports_end; their lazy stubs; their slots.
+ */
+	.set gs_export_count, 0
+
+.macro gs_export name
+	.pushsection .text.gs_exports, "ax", @progbits
+	.globl \name
+	.type \name, @function
+	.p2align 3
+\name:
+	jmp *gs_export_slots + 8 * gs_export_count(%rip)
+	.size \name, .-\name
+	.popsection
+
+	.pushsection .text.gs_export_lazy, "ax", @progbits
+.Llazy_\name:
+	movl $gs_export_count, %r11d
+	jmp gs_export_lazy
+	.popsection
+
+	.pushsection .data.rel.gs_export_slots, "aw", @progbits
+	.quad .Llazy_\name
+	.popsection
+
+	.set gs_export_count, gs_export_count + 1
+.endm
+
+	.pushsection .text.gs_exports, "ax", @progbits
+	.globl gs_exports_begin
+	.hidden gs_exports_begin
+gs_exports_begin:
+	.popsection
+
+	.pushsection .data.rel.gs_export_slots, "aw", @progbits
+	.p2align 3
+	.globl gs_export_slots
+	.hidden gs_export_slots
+gs_export_slots:
+	.popsection
+
+#define GS_DRIVER_EXPORT(name) gs_export name
+#include "driver_exports.inc"
+
+	.pushsection .text.gs_exports, "ax", @progbits
+	.globl gs_exports_end
+	.hidden gs_exports_end
+gs_exports_end:
+	.popsection
+
+/*
+ * gs_export_lazy: first call of an exported driver entry point (above)
  * with the export's index in %r11d: resolve it, then go where it now leads.
  */
 	.globl gs_export_lazy

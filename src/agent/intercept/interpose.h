@@ -12,6 +12,7 @@
 #ifndef GPUSNAP_AGENT_INTERPOSE_H
 #define GPUSNAP_AGENT_INTERPOSE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/err.h"
@@ -71,6 +72,25 @@ struct gs_interpose_stats {
 };
 void gs_interpose_get_stats(struct gs_interpose_stats *st);
 
+/*
+ * The trampolines: entry stubs made at run time, one per real driver function,
+ * each leading into the gate with the function's address. A stub needs no
+ * prototype: it only loads the target and jumps, leaving every argument
+ * register and the stack as the caller set them up.
+ *
+ * gs_tramp_for: the gated stub for target (the same stub for the same target
+ * every time). NULL if no stub can be made (out of memory, or executable
+ * mappings refused by the system's policy); callers then hand out target
+ * ungated. gs_tramp_retarget: makes the stub made for target lead to
+ * new_target instead (still through the gate); false if no stub exists for
+ * target. gs_tramp_owns: p is the entry of one of our stubs.
+ * gs_tramp_count: the number of stubs made so far.
+ */
+void *gs_tramp_for(void *target);
+bool gs_tramp_retarget(void *target, void *new_target);
+bool gs_tramp_owns(const void *p);
+size_t gs_tramp_count(void);
+
 /* Early set-up (constructor): real dlsym, gs_cuda_dlsym, the gate. No driver calls. */
 void gs_interpose_init(void);
 
@@ -98,7 +118,7 @@ struct gs_interpose_test_hooks {
 #define GPUSNAP_TEST_HOOKS_SYMBOL "gpusnap_interpose_test_hooks"
 __attribute__((visibility("default"))) const struct gs_interpose_test_hooks *gpusnap_interpose_test_hooks(void);
 
-/* Called only from the assembly (gate_x86_64.S, exports_x86_64.S). */
+/* Called only from the assembly (gate_x86_64.S). */
 void *gs_dlsym_cu(void *handle, const char *name);
 void *gs_dlvsym_cu(void *handle, const char *name, const char *version);
 void *gs_export_resolve(unsigned index);
