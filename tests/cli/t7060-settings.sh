@@ -73,7 +73,9 @@ check "nor what it says" sh -c "! grep -q GPUSNAP_IO_THREADS '$ERR_TXT'"
 agent=$build/libgpusnap.so
 if [ -f "$agent" ]; then
   log=$TEST_TMP/agent.log
-  out=$(LD_PRELOAD=$agent GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA GPUSNAP_AGENT_LOG=$log GPUSNAP_IO_THREADS=x \
+  # a sanitizer build's agent needs its runtime loaded first (as tests/cli/fake_agent.sh does)
+  asan=$(ldd "$agent" | awk '/libasan/ {print $3; exit}')
+  out=$(ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="${asan:+$asan }$agent" GPUSNAP_LIBCUDA=$GPUSNAP_FAKE_CUDA GPUSNAP_AGENT_LOG=$log GPUSNAP_IO_THREADS=x \
     GPUSNAP_CHUNK_SIZE=1G GPUSNAP_STAGING_MODE=weird sh -c 'echo ran' 2>"$TEST_TMP/app.err")
   check "the app runs with bad agent settings ($out)" test "$out" = ran
   check "its stderr stays the app's" test ! -s "$TEST_TMP/app.err"
