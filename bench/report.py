@@ -524,11 +524,7 @@ def plot_warm(runs, path):
               "tab:green" if "agent" in r["way"] else "tab:red" for r in rows]
     vals = [r["first_answer_s"] for r in rows]
     ax.barh(range(len(rows)), vals, color=colors)
-    for i, v in enumerate(vals):
-        ax.text(v, i, " %.1f s" % v, va="center", fontsize=8)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
+    label_bars(ax, vals, " %.1f s", labels)
     ax.set_xlabel("seconds to the first answer (start or restore command -> first generated reply)")
     ax.set_title("%s: restore to first token against booting\n%s, driver %s, %s" % (
         run.get("model", "inference server"), run["device"], run["driver"], run["date"]), fontsize=10)
@@ -537,6 +533,15 @@ def plot_warm(runs, path):
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+def label_bars(ax, vals, fmt, labels):
+    """Horizontal bars, top to bottom: each bar's value written at its end, the rows named on the y axis."""
+    for i, v in enumerate(vals):
+        ax.text(v, i, fmt % v, va="center", fontsize=8)
+    ax.set_yticks(range(len(vals)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
 
 
 def plot_dump(runs, path):
@@ -559,11 +564,7 @@ def plot_dump(runs, path):
     colors = ["tab:green" if r["path"].startswith("agent") else "tab:red" for _, r in rows]
     ax.barh(range(len(rows)), dump, color="lightgray", label="whole dump (the app runs on meanwhile)")
     ax.barh(range(len(rows)), paused, color=colors, label="the app stood still (green: agent, red: driver path)")
-    for i, v in enumerate(paused):
-        ax.text(v, i, " %.2f s" % v, va="center", fontsize=8)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
+    label_bars(ax, paused, " %.2f s", labels)
     ax.set_xlabel("seconds")
     ax.set_title("A periodic checkpoint: how long dump --leave-running holds the process\n%s" %
                  ", ".join(sorted({"%s, driver %s" % (run["device"], run["driver"]) for run, _ in rows})), fontsize=10)
