@@ -44,16 +44,6 @@ cleanup_apps() {
   cleanup_test
 }
 
-# Closes every descriptor above 2 of the calling (sub)shell.
-close_inherited_fds() {
-  local fd
-  for fd in "/proc/$BASHPID/fd"/*; do
-    fd=${fd##*/}
-    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
-  done
-  return 0
-}
-
 # start_app [ARGS...]: $app under the agent (gpusnap run), talked to as APP_IO says.
 # A sanitizer build's runtime has to come first, and `gpusnap run` puts the agent first.
 start_app() {

@@ -141,11 +141,24 @@ fake_cuda_env() {
     chmod 700 "$TEST_TMP"
   fi
 }
+# Closes every descriptor above 2 of the calling (sub)shell.
+close_inherited_fds() {
+  local fd
+  for fd in "/proc/$BASHPID/fd"/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+  done
+  return 0
+}
+
 # start_cuda_proc [GPUS] -> NEWPID: a sleeping process registered in the fake libcuda as a running
-# CUDA process on GPUS (default 0; "0,1": two), killed at the end.
+# CUDA process on GPUS (default 0; "0,1": two), killed at the end. A session of its own: CRIU cannot
+# dump a process whose session leader is outside its PID namespace, as the test's is when the whole
+# run is in one (CI's container); setsid execs in place (the shell's jobs lead no group), so $! is
+# sleep. No inherited descriptors: CRIU would have to dump ctest's log and the test's files with it.
 # shellcheck disable=SC2120 # GPUS is optional
 start_cuda_proc() {
-  sleep 300 &
+  (close_inherited_fds && exec setsid sleep 300 </dev/null >/dev/null 2>&1) &
   NEWPID=$!
   TEST_PIDS+=("$NEWPID")
   echo "0 ${1:-0}" >"$FAKE_CUDA_DIR/$NEWPID"
