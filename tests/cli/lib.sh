@@ -25,6 +25,20 @@ wait_gone() {
   done
   return 1
 }
+# wait_stopped PID [SECONDS]: waits (default 10 s) until every thread of PID is in group stop ('T'):
+# a SIGSTOP reaches the threads one by one, and a loaded machine can take a while over it.
+wait_stopped() {
+  local i t steps=$((${2:-10} * 100)) all
+  for ((i = 0; i < steps; i++)); do
+    all=1
+    for t in /proc/"$1"/task/*/stat; do
+      [ "$(sed 's/.*) //' "$t" 2>/dev/null | cut -d' ' -f1)" = T ] || all=0
+    done
+    [ "$all" = 1 ] && return 0
+    sleep 0.01
+  done
+  return 1
+}
 # alive PID: PID exists and is not a zombie.
 alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
 

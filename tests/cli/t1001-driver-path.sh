@@ -77,6 +77,7 @@ run_gpusnap resume "$p"; expect "resume again" 0
 # stopped by a signal (a supervisor's SIGSTOP): the driver cannot reach it (on the real driver its
 # calls hang for minutes); refused at once, nothing asked of the driver, state says so
 kill -STOP "$p"
+check "the process is stopped" wait_stopped "$p"
 : >"$FAKE_CUDA_LOG"
 run_gpusnap suspend --timeout 5 "$p"
 expect "suspend of a stopped process is refused" 6 "process $p is stopped (SIGSTOP or SIGTSTP)"
@@ -89,6 +90,7 @@ check "the process was left as it was" [ "$(fake_state "$p")" = 0 ]
 kill -CONT "$p"
 run_gpusnap suspend "$p"; expect "once continued, suspend" 0
 kill -STOP "$p"
+check "the suspended process is stopped" wait_stopped "$p"
 run_gpusnap resume "$p"; expect "resume of a suspended process stopped meanwhile is refused" 6 "is stopped"
 kill -CONT "$p"
 run_gpusnap resume "$p"; expect "once continued, resume" 0

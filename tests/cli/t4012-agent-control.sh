@@ -213,6 +213,7 @@ start_app
 app_cmd alloc-thread
 wait_line '^ALLOC OK' || fail "the app's allocation" "$(tail -n 2 "$TEST_TMP/app.out")"
 kill -STOP "$APP"
+check "the process is stopped" wait_stopped "$APP"
 t0=$(now_ms)
 run_gpusnap suspend "$APP"
 expect "a suspend of a stopped app is refused" 6 "process $APP is stopped (SIGSTOP or SIGTSTP"

@@ -67,6 +67,7 @@ check "... adds the agent's line" grep -qE '^ +agent: suspended, [0-9]+ allocati
 run_gpusnap resume "$APP"; expect "resume" 0
 
 kill -STOP "$APP"
+check "the app is stopped" wait_stopped "$APP"
 t0=$(date +%s%N)
 run_gpusnap state; expect "state lists a stopped app" 0
 check "... at once ($((($(date +%s%N) - t0) / 1000000)) ms), as stopped" \

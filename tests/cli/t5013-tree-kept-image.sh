@@ -8,8 +8,9 @@
 
 fake_cuda_env criu
 
-# a parent and its child, both CUDA processes to the fake driver
-setsid bash -c 'sleep 300 & wait' </dev/null >/dev/null 2>&1 &
+# a parent and its child, both CUDA processes to the fake driver, in a session of their own and with
+# none of the test's descriptors (CRIU would have to dump ctest's log with them)
+(close_inherited_fds && exec setsid bash -c 'sleep 300 & wait' </dev/null >/dev/null 2>&1) &
 parent=$!
 TEST_PIDS+=("$parent")
 child=""
