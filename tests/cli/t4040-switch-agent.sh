@@ -27,6 +27,7 @@ start_named() {
   shift
   log=$TEST_TMP/$name.log
   if [ $# -gt 0 ]; then
+    # shellcheck disable=SC2163 # the words are NAME=VALUE, exported as such
     (export "$@"; start_app; echo "$PID" >"$TEST_TMP/$name.pid")
     PID=$(cat "$TEST_TMP/$name.pid")
   else

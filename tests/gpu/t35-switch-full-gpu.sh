@@ -28,6 +28,7 @@ expect_rc 0 "a (${gib} GiB) suspended to make room for b" || finish
 app_start b 600 "$GPUSNAP" run -- "$GS_APPS/pattern" --size "${gib}G" --alloc-size 1G --seed 352 || finish
 
 out=b in=a
+# shellcheck disable=SC2034 # gs_run reads it: a switch of this size may take minutes
 GS_CMD_TIMEOUT=600
 for ((turn = 1; turn <= TURNS; turn++)); do
   po=${APP_PID[$out]} pi=${APP_PID[$in]}
