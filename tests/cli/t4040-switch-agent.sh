@@ -36,6 +36,7 @@ start_named() {
   printf -v "$name" '%s' "$PID"
 }
 # use NAME: verify_ok and signal_reply speak to that app
+# shellcheck disable=SC2034 # log is fake_agent.sh's
 use() { PID=${!1}; log=$TEST_TMP/$1.log; }
 # data_ok NAME TITLE: the app's data is bit for bit what it wrote
 data_ok() { use "$1"; verify_ok "$2"; }
@@ -55,7 +56,7 @@ for turn in 1 2 3 4 5 6; do
   run_gpusnap switch --overlap "$overlap" --json "$out" "$in"; expect "turn $turn: switch $out out, $in in (--overlap $overlap)" 0
   check "turn $turn: out suspended, in runs ($(st "$out") $(st "$in"))" [ "$(st "$out") $(st "$in")" = "2 0" ]
   want=together
-  [ "$overlap" = auto ] && want=out-first
+  [ "$overlap" = auto ] && want="out-first"
   check "turn $turn: JSON says agent path both ways, order $want" \
     [ "$(json_get "$OUT_TXT" '["out"]["path"],d["in"]["path"],d["order"]')" = "('agent', 'agent', '$want')" ]
   check "turn $turn: the agents moved data both ways" [ "$(json_get "$OUT_TXT" '["out"]["data_bytes"]>0 and d["in"]["data_bytes"]>0')" = True ]
@@ -72,7 +73,7 @@ if [ "$out" = "$A" ]; then data_ok A "A's data after the --keep-context turn"; e
 # now $out runs and $in is suspended
 run_gpusnap switch "$out" "$in"; expect "and back again" 0
 if [ "$in" = "$A" ]; then data_ok A "A's data"; else data_ok B "B's data"; fi
-running=$in suspended=$out
+running=$in
 
 # ---- mixed: an agent app and a process without the agent ----
 start_cuda_proc; c=$NEWPID
