@@ -359,6 +359,9 @@ static void run_halves(struct switch_run *w, struct gs_err *err)
 	} else if (!rc && out->rc) {
 		*err = out->err;
 		rc = out->rc;
+	} else if (!rc && in->rc == GS_E_NO_VRAM && cli_signal_caught()) {
+		/* the signal, not the GPU, ended the wait for room */
+		rc = stopped(w, GS_FI_SWITCH_AFTER_OUT, err);
 	} else if (!rc && in->rc && (w->together || out->moved)) {
 		*err = in->err;
 		rc = in->rc;

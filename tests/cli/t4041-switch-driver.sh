@@ -11,7 +11,8 @@
 #    meanwhile: IN is suspended again);
 #  - IN's resume failing for lack of GPU memory: tried again until --timeout,
 #    then OUT runs again and IN stays suspended; a shortage that passes is
-#    waited out (the switch succeeds, its retries counted);
+#    waited out (the switch succeeds, its retries counted); SIGINT during
+#    that wait undoes the switch;
 #  - a failure after both halves: both put back; an undo that cannot suspend
 #    IN again leaves the switch standing, exit 17, the line and gpusnap state
 #    naming what each process is and the command that puts it right;
@@ -87,6 +88,16 @@ FAKE_CUDA_NO_VRAM=$a:2 run_gpusnap switch --json "$b" "$a"
 expect "a shortage that passes (two refusals) is waited out" 0
 check "... two retries counted" [ "$(json_get "$OUT_TXT" '["retries"]')" = 2 ]
 check "... b suspended, a runs" [ "$(states "$a" "$b")" = "0 2" ]
+
+# SIGINT while IN waits for room: undone, the signal named
+rm -f "$FAKE_CUDA_DIR/$b.novram"
+FAKE_CUDA_NO_VRAM=$b bg_gpusnap "" switch --timeout 60 "$a" "$b"
+for _ in $(seq 3000); do [ -s "$FAKE_CUDA_DIR/$b.novram" ] && break; sleep 0.01; done
+kill -INT "$BG"
+bg_wait
+check "SIGINT while IN waits for room: gpusnap ends by it (rc $BG_RC)" [ "$BG_RC" = 130 ]
+check "... undone: a runs, b suspended ($(states "$a" "$b"))" [ "$(states "$a" "$b")" = "0 2" ]
+check "... one line says so" grep -q "^gpusnap: switch of process $a out and $b in interrupted by SIGINT: undone, process $a runs on, process $b stays suspended$" "$TEST_TMP/bg.err"
 
 # ---- a failure after both halves; an undo that fails ----
 GPUSNAP_FAULT=switch-after-both run_gpusnap switch "$a" "$b"
