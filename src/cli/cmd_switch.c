@@ -58,7 +58,7 @@ const struct cli_doc switch_doc = {
 		"stays suspended. Where that cannot be done the error line says what each process is and the command "
 		"that puts it right, and gpusnap state says the same.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" },
-						{ GS_E_USAGE, "also: OUT_PID and IN_PID are the same process" },
+						{ GS_E_USAGE, "bad command line, or OUT_PID and IN_PID are the same process" },
 						{ GS_E_NO_PROCESS, "" }, { GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" },
 						{ GS_E_STATE, "OUT_PID is not running or IN_PID is not suspended, or another "
 							      "gpusnap is at work on one of them (named); nothing was done" },
