@@ -149,6 +149,7 @@ int cli_find_agent(char *buf, size_t n, struct gs_err *err);
 
 int cmd_suspend(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
+int cmd_switch(int argc, char **argv);
 int cmd_state(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
@@ -161,5 +162,6 @@ int cmd_doc(int argc, char **argv);
 
 extern const struct cli_doc suspend_doc, resume_doc, state_doc, run_doc, dump_doc, restore_doc, inspect_doc,
 	container_spec_doc, help_doc, completion_doc;
+extern const struct cli_doc switch_doc;
 
 #endif

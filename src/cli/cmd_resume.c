@@ -12,6 +12,7 @@
 
 #include "cli/process_op.h"
 #include "cli/share_tree.h"
+#include "cli/suspend_resume.h"
 #include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
@@ -222,6 +223,13 @@ out:
 	free(drv);
 	free(drv_index);
 	return rc;
+}
+
+int cli_resume_procs(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n,
+		     struct gs_err *err)
+{
+	struct resume_ctx ctx = { .image = NULL };
+	return run_resume(s, procs, agents, n, &ctx, err);
 }
 
 int cmd_resume(int argc, char **argv)

@@ -18,6 +18,7 @@
 #include "cli/interrupt.h"
 #include "cli/process_op.h"
 #include "cli/share_tree.h"
+#include "cli/suspend_resume.h"
 #include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
@@ -226,6 +227,16 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 	}
 	if (rc)
 		undo_agents(agents, procs, n, n, -1);
+	return rc;
+}
+
+int cli_suspend_procs(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n,
+		      double timeout_s, bool keep_context, struct gs_err *err)
+{
+	struct suspend_ctx ctx = { .timeout = timeout_s, .keep_context = keep_context };
+	int rc = run_suspend(s, procs, agents, n, &ctx, err);
+	free(share_set.pids);
+	share_set.pids = NULL;
 	return rc;
 }
 

@@ -11,6 +11,7 @@
 
 static volatile sig_atomic_t caught;
 static bool catching;
+static volatile bool muted;
 static void (*volatile on_first)(void);
 
 /* Async-signal-safe: one store (and the step's own cut-short, if it has one); the operation reads it between steps. */
@@ -54,7 +55,12 @@ void cli_signals_catch(void)
 
 int cli_signal_caught(void)
 {
-	return caught;
+	return muted ? 0 : caught;
+}
+
+void cli_signals_mute(bool on)
+{
+	muted = on;
 }
 
 const char *cli_signal_name(int sig)

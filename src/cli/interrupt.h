@@ -29,6 +29,12 @@ void cli_signals_catch(void);
 void cli_signals_on_first(void (*fn)(void));
 /* The first ending signal recorded since cli_signals_catch, or 0. Any thread. */
 int cli_signal_caught(void);
+/*
+ * While on, cli_signal_caught() says 0: for an undo that a signal asked for,
+ * whose steps (a suspend that checks for signals) must not stop because of
+ * that same signal. cli_fail_interrupted still names it.
+ */
+void cli_signals_mute(bool on);
 /* "SIGTERM" for 15; "signal N" for others. */
 const char *cli_signal_name(int sig);
 /*

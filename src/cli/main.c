@@ -12,6 +12,7 @@
 const struct cli_command cli_commands[] = {
 	{ "suspend", cmd_suspend, "take a CUDA process's GPU state off the GPU (VRAM to zero)", &suspend_doc },
 	{ "resume", cmd_resume, "put a suspended process's GPU state back, on the same or another GPU", &resume_doc },
+	{ "switch", cmd_switch, "suspend one process and resume another on the same GPUs, as one step", &switch_doc },
 	{ "state", cmd_state, "show whether a CUDA process is running, locked, suspended or failed; without PID, list them all",
 	  &state_doc },
 	{ "run", cmd_run, "start a command with the gpusnap agent, for the fast path", &run_doc },

@@ -78,6 +78,9 @@
 	X(DUMP_TREE_AFTER_AGENTS, "dump-tree-after-agents", "dump --tree: every agent's data in the image, shared memory let go, before the driver") \
 	X(DUMP_TREE_AFTER_DRIVER, "dump-tree-after-driver", "dump --tree: the driver checkpointed the tree's processes, before CRIU") \
 	X(RESTORE_TREE_BEFORE_AGENTS, "restore-tree-before-agents", "restore of a tree: the processes continued, before their agents load") \
+	/* --- the switch command (src/cli/cmd_switch.c) --- */                                         \
+	X(SWITCH_AFTER_OUT, "switch-after-out", "switch one by one: OUT suspended, before IN's resume") \
+	X(SWITCH_AFTER_BOTH, "switch-after-both", "switch: OUT suspended and IN resumed, before the switch ends") \
 	/* --- suspend and resume commands (src/cli) --- */                                           \
 	X(SUSPEND_AFTER_AGENT, "suspend-after-agent", "the agent released its data, before the driver") \
 	X(SUSPEND_AFTER_GATES, "suspend-after-gates", "--tree: every agent's gate closed, before any suspend") \

@@ -3,7 +3,7 @@
 # (JSON Schema 2020-12, checked with python3-jsonschema), on the fake libcuda:
 #  - docs/json holds valid schemas, one for each command whose --help offers
 #    --json and none besides (a new command without a schema fails here);
-#  - suspend, resume, state (with and without PID) and inspect, succeeding
+#  - suspend, resume, switch, state (with and without PID) and inspect, succeeding
 #    and failing (a refusal after the command's work began, and the short
 #    form of a failure before it: no such process, not a CUDA process, a
 #    usage error), and with CRIU dump (one process, --leave-running, a
@@ -60,9 +60,24 @@ valid resume "... resumed"
 run_gpusnap state --json; expect "state --json (all)" 0
 valid state "... the list"
 
+# ---- switch ----
+start_cuda_proc; q=$NEWPID
+run_gpusnap suspend "$q"; expect "a second process suspended" 0
+run_gpusnap switch --json "$p" "$q"; expect "switch --json" 0
+valid switch "... switched"
+run_gpusnap switch --json "$p" "$q"; expect "switch --json with OUT not running: refused" 6
+valid switch "... the refusal, with both processes as they are"
+GPUSNAP_FAULT=switch-after-both run_gpusnap switch --json --overlap always "$q" "$p"; expect "switch --json failing after both halves" 1
+valid switch "... failed and undone"
+check "... undone, ok false, order together" [ "$(json_get "$OUT_TXT" '["undone"],d["ok"],d["order"]')" = "(True, False, 'together')" ]
+run_gpusnap switch --json "$q" "$q"; expect "switch --json of one process twice" 2
+valid switch "... usage, short form"
+
 # ---- failures before the command's own document: the opening part alone ----
-for cmd in suspend resume state; do
-  run_gpusnap "$cmd" --json 2147483600; expect "$cmd --json of a missing process" 3
+for cmd in suspend resume switch state; do
+  missing=(2147483600)
+  [ "$cmd" = switch ] && missing=("$q" 2147483600)
+  run_gpusnap "$cmd" --json "${missing[@]}"; expect "$cmd --json of a missing process" 3
   valid "$cmd" "... the short form"
   check "... says no-process and the error line" \
     [ "$(json_get "$OUT_TXT" '["error"],d["message"]==open(sys.argv[1].replace("out","err")).read().strip()[len("gpusnap: "):]')" = "('no-process', True)" ]

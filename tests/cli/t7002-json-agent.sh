@@ -3,7 +3,8 @@
 # an app under the agent (tests/agent/agent_app.c on the host-memory fake
 # driver, as t4002) through state (with PID, and the list, whose entry has
 # the agent's part), suspend (the agent's timings and counters), a refused
-# second suspend, suspend --keep-context (gated, then suspended), resume;
+# second suspend, suspend --keep-context (gated, then suspended), resume,
+# switch with a process without the agent, both ways;
 # with CRIU a dump and restore on the agent path (its ring and timings).
 # Skips (77) without python3-jsonschema or the agent.
 . "$(dirname "$0")/lib.sh"
@@ -41,6 +42,14 @@ run_gpusnap state --json "$APP"; expect "state --json after --keep-context" 0
 valid state "... the agent holds the data, the driver runs it"
 run_gpusnap resume --json "$APP"; expect "resume --json after --keep-context" 0
 valid resume "... resumed"
+start_cuda_proc; other=$NEWPID
+run_gpusnap suspend "$other"; expect "a process without the agent suspended" 0
+run_gpusnap switch --json --overlap always "$APP" "$other"; expect "switch --json, the app out (agent), the other in (driver)" 0
+valid switch "... with the agent's data_bytes"
+check "... agent out, driver in" [ "$(json_get "$OUT_TXT" '["out"]["path"],d["in"]["path"],"data_bytes" in d["out"]')" = "('agent', 'driver', True)" ]
+run_gpusnap switch --json "$other" "$APP"; expect "switch --json back" 0
+valid switch "... the app in"
+verify_ok "the app's data after the switches"
 quit_app "the app ends well"
 
 if have_criu; then

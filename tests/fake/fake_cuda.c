@@ -14,6 +14,8 @@
  *   FAKE_CUDA_FAIL_CHECKPOINT=PID   checkpoint of PID fails (CUDA_ERROR_UNKNOWN)
  *   FAKE_CUDA_LOG=PATH          append one line per checkpoint-API call
  *   FAKE_CUDA_REFUSE_REMAP=1    restore with GPU pairs fails (CUDA_ERROR_INVALID_VALUE)
+ *   FAKE_CUDA_NO_VRAM=PID[:N]   the first N restores of PID (default: every one) fail for lack of GPU
+ *                               memory (CUDA_ERROR_OUT_OF_MEMORY); counted in $FAKE_CUDA_DIR/<pid>.novram
  *   FAKE_CUDA_CRIU=1            CRIU mode: each state change also records the process's start time
  *                               ("<state> <gpu-list> <starttime>"); a process with that PID but another
  *                               start time is a copy CRIU restored from a dump, which the driver sees in
@@ -27,7 +29,9 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,6 +315,33 @@ EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, void *args)
 	return rc;
 }
 
+/* FAKE_CUDA_NO_VRAM: whether this restore of pid is refused for lack of GPU memory (and counts it). */
+static bool no_vram(int pid)
+{
+	const char *v = getenv("FAKE_CUDA_NO_VRAM");
+	if (!v || atoi(v) != pid)
+		return false;
+	const char *colon = strchr(v, ':');
+	int limit = colon ? atoi(colon + 1) : -1, done = 0;
+	char path[PATH_MAX];
+	if (state_path(pid, path, sizeof(path) - 8))
+		return false;
+	strcat(path, ".novram");
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d", &done) != 1)
+			done = 0;
+		fclose(f);
+	}
+	if (limit >= 0 && done >= limit)
+		return false;
+	if ((f = fopen(path, "w"))) {
+		fprintf(f, "%d\n", done + 1);
+		fclose(f);
+	}
+	return true;
+}
+
 /* Restore with pairs: every GPU in the process's list must be an old UUID; the state moves to the new GPUs. */
 EXPORT CUresult cuCheckpointProcessRestore(int pid, RestoreArgs *args)
 {
@@ -321,6 +352,8 @@ EXPORT CUresult cuCheckpointProcessRestore(int pid, RestoreArgs *args)
 		rc = 1;
 	else if (st != CHECKPOINTED)
 		rc = 401;
+	else if (no_vram(pid))
+		rc = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
 	else if (args && args->gpuPairsCount && getenv("FAKE_CUDA_REFUSE_REMAP"))
 		rc = 1;
 	else if (args && args->gpuPairsCount) {

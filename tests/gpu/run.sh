@@ -23,6 +23,8 @@
 #                         scripts/get-cuda-checkpoint.sh; GPUSNAP_BENCH_CUDA_PLUGIN_WAYS its ways
 #   GPUSNAP_BENCH_WARM_START  also run bench/warm_start.sh (a Hugging Face model's server: a fresh start
 #                         against gpusnap restore, agent and driver path) with this Llama shape: 1b, 3b or 8b
+#   GPUSNAP_BENCH_SWITCH  also run bench/switch.sh (gpusnap switch of two processes of this size each, e.g.
+#                         16G, against each half alone, a suspend and a resume, and the driver path)
 #   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240; a test's "# gpu-test-limit: N" line raises it)
 #   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
 #                         10-minute device call still ends with a summary; tests not run are SKIP rows
@@ -50,7 +52,7 @@ TEST_TIMEOUT=${GPUSNAP_TEST_TIMEOUT:-240}
 DEADLINE=${GPUSNAP_DEADLINE_S:-540}
 mkdir -p "$OUT" "$LOGS" || exit 1
 rm -f "$OUT/summary.txt" "$OUT/logs.tar.gz" "$OUT/bench.md" "$OUT/bench.jsonl" "$OUT/bench-dump.md" "$OUT/bench-dump.jsonl" \
-  "$OUT/bench-cuda-plugin.md"
+  "$OUT/bench-cuda-plugin.md" "$OUT/bench-switch.md"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
@@ -97,6 +99,8 @@ save() {
     echo
     [ -s "$OUT/bench-cuda-plugin.md" ] && cat "$OUT/bench-cuda-plugin.md"
     echo
+    [ -s "$OUT/bench-switch.md" ] && cat "$OUT/bench-switch.md"
+    echo
     failures
     echo "logs: $LOGS (and logs.tar.gz)"
   } >"$OUT/summary.txt"
@@ -130,6 +134,10 @@ final() {
   if [ -s "$OUT/bench-cuda-plugin.md" ]; then
     echo
     cat "$OUT/bench-cuda-plugin.md"
+  fi
+  if [ -s "$OUT/bench-switch.md" ]; then
+    echo
+    cat "$OUT/bench-switch.md"
   fi
   [ $NFAIL -eq 0 ]
   exit $?
@@ -312,5 +320,9 @@ fi
 if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_WARM_START:-}" ]; then
   optional_bench bench-warm-start bench/warm_start.sh 300 "every answer the first start's" \
     GPUSNAP_BENCH_HF_SIZE="$GPUSNAP_BENCH_WARM_START"
+fi
+if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_SWITCH:-}" ]; then
+  optional_bench bench-switch bench/switch.sh 120 "data verified after every resume and switch" \
+    GPUSNAP_BENCH_SWITCH_SIZE="$GPUSNAP_BENCH_SWITCH"
 fi
 final
