@@ -7,6 +7,9 @@ stdin, one per line, like the C test apps (the loop is check_loop.py's):
   check   -> "CHECK OK" if the eager output and the graph replay are bit-identical
              to the references (and a training step runs), else "CHECK FAIL <why>"
   churn   -> allocates and frees tensors of many sizes (exercises the allocator)
+With --held-mib N it also keeps N MiB of seeded random data on the GPU (in 1 GiB
+tensors, real non-zero data for the time-slicing tests) that check compares
+bit for bit, tensor by tensor, with the same data generated again.
   quit    -> "BYE 0"
 With --bench N it instead times N training steps and N inference steps and prints
 "BENCH train_ms=<median> infer_ms=<median> gpu_train_ms=<median> gpu_infer_ms=<median>"
@@ -51,6 +54,17 @@ def build(seed, dim, layers, batch=8, seq=128):
     return model, x
 
 
+def held_sizes(mib):
+    """--held-mib split in tensors of at most 1 GiB (MiB each)."""
+    return [min(1024, mib - i) for i in range(0, mib, 1024)]
+
+
+def held_part(seed, i, mib):
+    """Tensor i of the held data: mib MiB of random bytes from a generator seeded by (seed, i)."""
+    g = torch.Generator("cuda").manual_seed(seed * 100003 + i)
+    return torch.randint(0, 256, (mib << 20,), dtype=torch.uint8, device="cuda", generator=g)
+
+
 def forward(model, x):
     with torch.no_grad():
         return model(x)
@@ -74,6 +88,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--bench", type=int, default=0)
+    ap.add_argument("--held-mib", type=int, default=0, help="MiB of seeded random data kept on the GPU")
     args = ap.parse_args()
     torch.backends.cudnn.deterministic = True
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -136,6 +151,8 @@ def main():
     # a copy of the model to train, so the reference model's weights never change
     trainee, _ = build(args.seed, args.dim, args.layers)
     opt = torch.optim.SGD(trainee.parameters(), lr=1e-6)
+    held = [held_part(args.seed, i, n) for i, n in enumerate(held_sizes(args.held_mib))]
+
     def check():
         out = forward(model, x)
         graph.replay()
@@ -145,6 +162,10 @@ def main():
             why.append("eager output differs (max diff %g)" % (out - ref).abs().max().item())
         if not torch.equal(static_out, graph_ref):
             why.append("graph replay differs")
+        for i, t in enumerate(held):
+            # generated again one tensor at a time: never a second copy of all of it on the GPU
+            if not torch.equal(t, held_part(args.seed, i, t.numel() >> 20)):
+                why.append("held data tensor %d differs" % i)
         loss = train_step(trainee, opt, x)
         if loss != loss:
             why.append("training step gave NaN")
