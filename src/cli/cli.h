@@ -31,7 +31,7 @@ struct cli_doc_example {
 	const char *text;
 };
 struct cli_doc {
-	const char *args;        /* the positional argument, for completion: "PID", "DIR", "COMMAND" or NULL */
+	const char *args;        /* the positional arguments, for completion: "PID", "PID PID", "DIR", "COMMAND", "a|b" or NULL */
 	const char *description; /* paragraphs, separated by a blank line */
 	const struct cli_doc_exit *exits;
 	const char *env; /* the GPUSNAP_* variables it reads, space-separated (cli_doc.c describes each) */

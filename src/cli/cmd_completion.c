@@ -142,15 +142,18 @@ static int bash(FILE *out, struct gs_err *err)
 	      "    return 0\n"
 	      "  fi\n"
 	      "  # past a program's name (gpusnap run CMD ...), its own arguments: files\n"
-	      "  local i\n"
+	      "  # (switch takes two PIDs: the second is completed like the first)\n"
+	      "  local i n=0\n"
 	      "  for ((i = 2; i < COMP_CWORD; i++)); do\n"
 	      "    case ${COMP_WORDS[i]} in -*) continue ;; esac\n"
 	      "    case \" $dirs $files $values \" in *\" ${COMP_WORDS[i - 1]} \"*) continue ;; esac\n"
+	      "    n=$((n + 1))\n"
+	      "    [ \"$args\" = 'PID PID' ] && [ $n -lt 2 ] && continue\n"
 	      "    [ \"$args\" = PROGRAM ] && { compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- \"$cur\")); }\n"
 	      "    return 0\n"
 	      "  done\n"
 	      "  case $args in\n"
-	      "  PID) COMPREPLY=($(compgen -W \"$(_gpusnap_pids \"${COMP_WORDS[0]}\")\" -- \"$cur\")) ;;\n"
+	      "  PID | 'PID PID') COMPREPLY=($(compgen -W \"$(_gpusnap_pids \"${COMP_WORDS[0]}\")\" -- \"$cur\")) ;;\n"
 	      "  DIR) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d -- \"$cur\")) ;;\n"
 	      "  PROGRAM) COMPREPLY=($(compgen -c -- \"$cur\")) ;;\n"
 	      "  COMMAND) COMPREPLY=($(compgen -W '",
@@ -210,6 +213,8 @@ static void zsh_case(FILE *out, const struct cli_command *c, const struct cli_ta
 	fputs("    '(- *)'{-h,--help}'[show the usage and the options]'", out);
 	if (!strcmp(a, "PID"))
 		fputs(" \\\n    ':process ID:_gpusnap_pids'", out);
+	else if (!strcmp(a, "PID PID"))
+		fputs(" \\\n    ':process ID:_gpusnap_pids' \\\n    ':process ID:_gpusnap_pids'", out);
 	else if (!strcmp(a, "DIR"))
 		fputs(" \\\n    ':image directory:_files -/'", out);
 	else if (!strcmp(a, "PROGRAM"))

@@ -44,7 +44,7 @@ static const char *const switch_usage[] = {
 };
 
 const struct cli_doc switch_doc = {
-	.args = "PID",
+	.args = "PID PID",
 	.description =
 		"Suspends process OUT_PID and resumes process IN_PID on the GPUs it used, as one command: the way two "
 		"jobs that each fill a GPU take turns on it. Both processes are locked from the first check to the "

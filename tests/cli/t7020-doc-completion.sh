@@ -151,6 +151,13 @@ if [ -f "$GPUSNAP_BUILD/libgpusnap.so" ] && [ -x "$app" ] && command -v python3 
   got=$(complete_words "$GPUSNAP_BIN" suspend "")
   check "gpusnap suspend <TAB> offers the CUDA process $APP ($(oneline "$got"))" sh -c "printf '%s\n' '$got' | grep -qx '$APP'"
   check "... and no process that is not a CUDA process (this shell, $$)" sh -c "! printf '%s\n' '$got' | grep -qx '$$'"
+  got=$(complete_words "$GPUSNAP_BIN" switch "$APP" "")
+  check "gpusnap switch PID <TAB> offers the CUDA process for the second PID too ($(oneline "$got"))" \
+    sh -c "printf '%s\n' '$got' | grep -qx '$APP'"
+  got=$(complete_words "$GPUSNAP_BIN" switch "$APP" "$APP" "")
+  check "gpusnap switch PID PID <TAB> offers nothing more ($(oneline "$got"))" test -z "$got"
+  got=$(complete_words "$GPUSNAP_BIN" suspend "$APP" "")
+  check "gpusnap suspend PID <TAB> offers nothing more ($(oneline "$got"))" test -z "$got"
   quit_app "the app ends well"
 else
   echo "SKIP: no agent or python3: PID completion is not checked"
