@@ -5,12 +5,12 @@
     gpusnap.resume(pid)              # back on the GPU
     with gpusnap.suspended(pid):     # the GPU is free inside; resumed on exit, on an exception too
         ...
+    gpusnap.switch(a, b)             # a off the GPU, suspended b back on it, as one command
     gpusnap.dump(pid, "/var/lib/img") ; gpusnap.restore("/var/lib/img")
 
 A client of the gpusnap command (found as $GPUSNAP_BIN, else on PATH; or
 Gpusnap(binary=...)), reading its --json documents (docs/json in the
-repository). Failures raise a GpusnapError subclass per exit code. There is
-no switch(): the command has none.
+repository). Failures raise a GpusnapError subclass per exit code.
 """
 
 from .client import SCHEMA_VERSIONS, Gpusnap, default
@@ -18,7 +18,8 @@ from .errors import (AgentError, BinaryNotFound, CriuError, DriverTooOld, Failur
                      GpusnapError, ImageError, Interrupted, NoDriver, NoProcess, NoSpace, NotCuda, NoVram, Partial,
                      Permission, StateError, Timeout, UnsupportedSchema, UsageError)
 from .results import (AgentState, DumpResult, GpuMemory, InspectResult, Operation, OperationResult, ProcessOutcome,
-                      ProcessState, RestoreResult, ResumeResult, StateList, SuspendResult, Unreadable)
+                      ProcessState, RestoreResult, ResumeResult, StateList, SuspendResult, SwitchResult, SwitchSide,
+                      Unreadable)
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,11 @@ def suspend(pid, **kwargs):
 def resume(pid, **kwargs):
     """Gpusnap.resume on the default handle."""
     return default().resume(pid, **kwargs)
+
+
+def switch(out_pid, in_pid, **kwargs):
+    """Gpusnap.switch on the default handle."""
+    return default().switch(out_pid, in_pid, **kwargs)
 
 
 def state(pid=None):
@@ -59,10 +65,10 @@ def suspended(pid, **kwargs):
 
 
 __all__ = [
-    "Gpusnap", "SCHEMA_VERSIONS", "default", "suspend", "resume", "state", "dump", "restore", "inspect", "suspended",
+    "Gpusnap", "SCHEMA_VERSIONS", "default", "suspend", "resume", "switch", "state", "dump", "restore", "inspect", "suspended",
     "GpusnapError", "BinaryNotFound", "UnsupportedSchema", "Failure", "UsageError", "NoProcess", "NotCuda",
     "Permission", "StateError", "NoDriver", "DriverTooOld", "Timeout", "GpuMapError", "ImageError", "GpuMismatch",
     "NoSpace", "NoVram", "CriuError", "AgentError", "Partial", "Interrupted",
     "OperationResult", "SuspendResult", "ResumeResult", "ProcessOutcome", "GpuMemory", "ProcessState", "AgentState",
-    "Operation", "StateList", "Unreadable", "DumpResult", "RestoreResult", "InspectResult",
+    "Operation", "StateList", "Unreadable", "SwitchResult", "SwitchSide", "DumpResult", "RestoreResult", "InspectResult",
 ]

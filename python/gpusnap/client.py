@@ -14,12 +14,12 @@ import subprocess
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BinaryNotFound, GpusnapError, Interrupted, UnsupportedSchema
-from .results import (DumpResult, InspectResult, ProcessState, RestoreResult, ResumeResult, StateList,
+from .results import (DumpResult, InspectResult, ProcessState, RestoreResult, ResumeResult, StateList, SwitchResult,
                       SuspendResult)
 
 # The versions of docs/json/<command>.json this client reads (README.md, "JSON output": a new
 # version removed or retyped a field, so a document of another version is refused, not misread).
-SCHEMA_VERSIONS = {"suspend": 1, "resume": 1, "state": 1, "dump": 1, "restore": 1, "inspect": 1}
+SCHEMA_VERSIONS = {"suspend": 1, "resume": 1, "switch": 1, "state": 1, "dump": 1, "restore": 1, "inspect": 1}
 
 GpuMap = Union[Mapping[Any, Any], Iterable[Union[str, Tuple[Any, Any]]], None]
 
@@ -80,6 +80,15 @@ class Gpusnap:
         """Puts a suspended process's GPU state back; gpu_map={0: 1} restores GPU 0's state onto GPU 1."""
         args = _map_args(gpu_map) + ["--tree"] * tree + (["--image", os.fspath(image)] if image else [])
         return ResumeResult.from_json(self._run("resume", args + [_pid(pid)]))
+
+    def switch(self, out_pid: int, in_pid: int, *, timeout: Optional[float] = None, keep_context: bool = False,
+               driver: bool = False, overlap: str = "auto") -> SwitchResult:
+        """Suspends out_pid and resumes the suspended in_pid as one command (two jobs taking turns on a GPU);
+        on a failure both are put back (out_pid runs, in_pid stays suspended) and the exception says so."""
+        if overlap not in ("auto", "always", "never"):
+            raise ValueError(f"overlap is auto, always or never, not {overlap!r}")
+        args = _seconds(timeout) + ["--keep-context"] * keep_context + ["--driver"] * driver + ["--overlap", overlap]
+        return SwitchResult.from_json(self._run("switch", args + [_pid(out_pid), _pid(in_pid)]))
 
     def state(self, pid: Optional[int] = None) -> Union[ProcessState, StateList]:
         """The process's state (a ProcessState); without pid every CUDA process (a StateList)."""

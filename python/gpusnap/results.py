@@ -78,6 +78,44 @@ class ResumeResult(OperationResult):
 
 
 @dataclass
+class SwitchSide:
+    """One process of a switch: out (suspended) or in (resumed)."""
+    pid: int
+    comm: str
+    path: str                 # "agent" or "driver"
+    state_before: str
+    state_after: str          # read back at the end, after any undo
+    time_s: float
+    data_bytes: Optional[int] = None          # agent path: the bytes its agent moved
+    vram_before_bytes: Optional[int] = None
+    vram_after_bytes: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "SwitchSide":
+        return cls(raw=d, **_known(cls, {k: v for k, v in d.items() if k != "raw"}))
+
+
+@dataclass
+class SwitchResult:
+    """What `gpusnap switch --json OUT IN` reported: the order of the halves and each side."""
+    total_s: float
+    order: str                # "together" (IN's resume ran while OUT's suspend ran) or "out-first"
+    order_why: str
+    overlap_s: float
+    retries: int              # IN's resume tried again for room on the GPU
+    out: SwitchSide
+    into: SwitchSide          # the document's "in" (a Python keyword)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "SwitchResult":
+        return cls(total_s=d["total_s"], order=d["order"], order_why=d.get("order_why", ""),
+                   overlap_s=d.get("overlap_s", 0.0), retries=d.get("retries", 0),
+                   out=SwitchSide.from_json(d["out"]), into=SwitchSide.from_json(d["in"]), raw=d)
+
+
+@dataclass
 class AgentState:
     """What the gpusnap agent in a process holds (state(pid) of a process started with `gpusnap run`)."""
     state: str                # running, suspended, data-released, busy, gated

@@ -33,6 +33,26 @@ def test_suspend_resume_state(fake):
     assert fake.driver_state(pid) == 0
 
 
+def test_switch(fake):
+    a, b = fake.cuda_process(), fake.cuda_process()
+    gpusnap.suspend(b)
+    r = gpusnap.switch(a, b, overlap="never")
+    assert isinstance(r, gpusnap.SwitchResult)
+    assert r.order == "out-first" and r.total_s >= 0 and r.retries == 0
+    assert (r.out.pid, r.out.state_before, r.out.state_after, r.out.path) == (a, "running", "suspended", "driver")
+    assert (r.into.pid, r.into.state_before, r.into.state_after) == (b, "suspended", "running")
+    assert (fake.driver_state(a), fake.driver_state(b)) == (2, 0)
+    r = gpusnap.switch(b, a)
+    assert (fake.driver_state(a), fake.driver_state(b)) == (0, 2)
+    # refused before anything moves: the running process is not suspended, each stays as it was
+    with pytest.raises(gpusnap.StateError) as e:
+        gpusnap.switch(b, a)
+    assert e.value.exit_code == 6 and "suspended" in str(e.value)
+    assert (fake.driver_state(a), fake.driver_state(b)) == (0, 2)
+    with pytest.raises(ValueError):
+        gpusnap.switch(a, b, overlap="sometimes")
+
+
 def test_state_list(fake):
     lst = gpusnap.state()
     assert isinstance(lst, gpusnap.StateList)
