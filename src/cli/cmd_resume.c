@@ -12,6 +12,7 @@
 
 #include "cli/process_op.h"
 #include "cli/share_tree.h"
+#include "cli/spill.h"
 #include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
@@ -116,6 +117,7 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	int ndrv = 0, nagent = 0, nunlocked = 0, rc = 0;
 	pid_t *pids = NULL;
 	const char **images = NULL;
+	char (*spilled)[PATH_MAX] = NULL; /* per process: the spill its data is in ("" when none) */
 	if (!drv || !drv_index) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
@@ -201,7 +203,8 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	 */
 	pids = calloc((size_t)n, sizeof(pid_t));
 	images = calloc((size_t)n, sizeof(char *));
-	if (!pids || !images) {
+	spilled = calloc((size_t)n, sizeof(*spilled));
+	if (!pids || !images || !spilled) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
 	}
@@ -213,10 +216,21 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 			images[i] = ctx->left_image;
 			fprintf(stderr, "gpusnap: note: process %d's GPU data is taken from '%s', where a gpusnap that did not "
 				"finish left it\n", (int)procs[i].pid, images[i]);
+		} else if (!ctx->image && agents[i].present && agents[i].state != GS_AGENT_RUNNING &&
+			   cli_spill_lookup(procs[i].pid, spilled[i], sizeof(spilled[i]), NULL, 0)) {
+			images[i] = spilled[i]; /* a suspend spilled it (spill.h): read back, then removed */
 		}
 	}
 	rc = cli_share_resume(pids, agents, n, images, err);
+	/* each spill that was read back goes (--tree: also where another process's resume failed) */
+	for (int i = 0; i < n; i++) {
+		struct gs_err e = { 0 };
+		if ((spilled[i][0] || (ctx->image && agents[i].present)) &&
+		    (!rc || (cli_agent_probe(procs[i].pid, &agents[i], &e) == 0 && agents[i].state == GS_AGENT_RUNNING)))
+			cli_spill_forget(procs[i].pid);
+	}
 out:
+	free(spilled);
 	free(pids);
 	free(images);
 	free(drv);
@@ -254,6 +268,7 @@ int cmd_resume(int argc, char **argv)
 		}
 	}
 	if (rc == 0) {
+		cli_spill_sweep(); /* spills of processes that are gone */
 		struct process_op op = {
 			.action = "resume", .pid_arg = argv[0], .tree = tree, .json = json, .run = run_resume, .ctx = &ctx,
 			.found_left = found_left,

@@ -603,7 +603,7 @@ int gs_lc_suspend_spill(struct gs_agent *a, double timeout_s, bool keep_context,
 		rc = gs_mover_take_pool(a, h, reply, err);
 		if (rc == GS_E_NO_SPACE && sp) {
 			/* host memory would not hold it: the spill directory will, planned anew in the image's chunks */
-			pr_info("%s: spilling to disk instead", err->msg);
+			pr_warn("host memory would not hold this suspend's data, spilling it to disk instead (%s)", err->msg);
 			gs_err_clear(err);
 			gs_mover_free_held(a, h);
 			a->held = NULL;
