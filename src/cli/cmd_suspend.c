@@ -185,13 +185,17 @@ static int suspend_agent(struct suspend_ctx *ctx, pid_t pid, struct cli_agent *a
 	}
 	struct cli_spill sp;
 	int rc = cli_spill_begin(ctx->spill_dir, pid, &sp, err);
-	if (rc)
-		return gs_err_wrap(err, "process %d runs on", (int)pid);
+	if (rc) {
+		cli_err_append(err, "process %d runs on", (int)pid);
+		return rc;
+	}
 	rc = cli_agent_suspend_spill(pid, ag, ctx->timeout, ctx->keep_context, sp.fd, ctx->spill_only, err);
 	bool spilled = !rc && cli_agent_counter(ag, "spilled");
 	struct gs_err e = { 0 };
 	if (cli_spill_end(&sp, spilled, &e))
 		fprintf(stderr, "gpusnap: %s\n", e.msg); /* suspended all the same: resume finds the data (spill.h) */
+	if (rc && !strstr(err->msg, "stays suspended"))
+		cli_err_append(err, "the spill was rolled back, process %d runs on with its data on the GPU", (int)pid);
 	if (spilled) {
 		share_set.spilled[i] = true;
 		snprintf(ag->spill_dir, sizeof(ag->spill_dir), "%s", sp.folder);

@@ -538,7 +538,8 @@ static int spill_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
 		     struct gs_err *err)
 {
 	struct gs_image_writer *w = NULL;
-	int rc = gs_agent_image_open_writer(a, h, sp->dir, &(struct gs_dump_opts){ .running = true }, &w, err);
+	int rc = gs_agent_image_open_writer_named(a, h, sp->dir, sp->dir_name, &(struct gs_dump_opts){ .running = true },
+						  &w, err);
 	if (rc)
 		return rc;
 	double t0 = gs_now();
