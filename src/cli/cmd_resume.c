@@ -28,12 +28,16 @@ const struct cli_doc resume_doc = {
 		"Puts the GPU state of a process that gpusnap suspend took off the GPU back, on the same GPUs or, "
 		"with --map, on others of the same type; the process carries on from its next CUDA call.\n\n"
 		"A process that a killed gpusnap, or a failed dump, left suspended is resumed the same way: gpusnap "
-		"state names the command that puts it back.",
+		"state names the command that puts it back.\n\n"
+		"Data a suspend spilled to disk (suspend --spill) is read back from its spill directory, which is "
+		"removed afterwards; a spill that is damaged or gone is refused, naming what, and the process stays "
+		"suspended.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
 						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" },
 						{ GS_E_STATE, "not suspended, or another gpusnap is at work on it (named)" },
 						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" }, { GS_E_GPU_MAP, "" },
-						{ GS_E_IMAGE, "--image: the image is missing or damaged" },
+						{ GS_E_IMAGE, "--image, or the spill the data is in: missing or damaged (the "
+							     "chunk named); the process stays suspended" },
 						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
 						{ GS_E_AGENT, "the agent failed; or --image for a process without the agent" },
 						{ GS_E_PARTIAL, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },

@@ -104,7 +104,7 @@ check "the spill has a data file ($data)" test -n "$data"
 cp "$data" "$TEST_TMP/whole"
 printf 'XXXXXXXX' | dd of="$data" bs=1 seek=4096 conv=notrunc 2>/dev/null
 run_gpusnap resume "$APP"
-expect "resume from a damaged spill is refused" 11 "chunk"
+expect "resume from a damaged spill is refused, naming the chunk" 11 "image '$folder/image': chunk 0 (allocation 0, offset 0, 2097152 bytes) in 'gpu-data-0000.img' at 4096 is corrupt"
 check "damaged: one line" one_line
 check "damaged: its memory is not back" test "$(phys)" = 0
 check "damaged: the spill stays" test -f "$data"
@@ -121,7 +121,7 @@ run_gpusnap suspend --spill-only --spill "$spill" "$APP"; expect "suspend --spil
 data=$(find "$folder/image" -type f -size +1M | head -n 1)
 rm -f "$data"
 run_gpusnap resume "$APP"
-expect "resume from a spill missing a file is refused" 11
+expect "resume from a spill missing a file is refused" 11 "image '$folder/image': data file 'gpu-data-0000.img' is missing"
 check "removed: one line" one_line
 check "removed: its memory is not back" test "$(phys)" = 0
 run_gpusnap state "$APP"; expect "state after that" 0 "suspended (the last resume failed"

@@ -306,6 +306,23 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 }
 
 /*
+ * A message about the directory that came as a descriptor (dir, "/proc/self/fd/N/.")
+ * names it by its real path, dir_name, where there is one: the descriptor is
+ * closed once the request ends and means nothing to the user.
+ */
+static void name_passed_dir(struct gs_err *err, const char *dir, const char *dir_name)
+{
+	if (!dir || !dir_name || strncmp(dir, "/proc/self/fd/", 14))
+		return;
+	char *at = strstr(err->msg, dir);
+	if (!at)
+		return;
+	char msg[GS_ERR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%.*s%s%s", (int)(at - err->msg), err->msg, dir_name, at + strlen(dir));
+	snprintf(err->msg, sizeof(err->msg), "%s", msg);
+}
+
+/*
  * RELEASED -> COPIED: the physical memory is re-created (all or nothing) and
  * refilled from the image at dir, else from the holder. The image is checked
  * before anything is touched. On failure the state stays RELEASED: what was
@@ -806,6 +823,8 @@ int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_
 		gs_image_close(img);
 	}
 	rc = unwind_to(a, gpu_dir, dir_name, stay_gated, reply, err);
+	if (rc)
+		name_passed_dir(err, gpu_dir, dir_name);
 	if (rc && lc.state == LC_RELEASED && !fault_is_rollback()) {
 		/*
 		 * `state` says so until a resume succeeds (back_open, back_gate clear
