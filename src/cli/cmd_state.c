@@ -39,9 +39,9 @@ const struct cli_doc state_doc = {
 		"Without PID, lists every CUDA process this user can see, one line each: PID, state, path, GPU "
 		"memory, GPUs and command. It finds them by what they map (libcuda or the agent), so suspended "
 		"processes, which hold no GPU memory, are listed too.\n\n"
-		"For a suspended process with the agent it says where its GPU data is: in host memory, or spilled to "
-		"a spill directory (suspend --spill), and how many bytes; the list ends with a line summing that up "
-		"for the host.",
+		"For a suspended process with the agent, -v and --json say where its GPU data is: in host memory, or "
+		"spilled to a spill directory (suspend --spill), and how many bytes (a spill is noted without -v too); "
+		"the list ends with a line summing that up for the host.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
 						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" }, { GS_E_NO_DRIVER, "" },
 						{ GS_E_DRIVER_OLD, "" }, { 0, NULL } },
@@ -251,6 +251,13 @@ static void print_notes(const struct state_view *v, bool verbose)
 		print_note(v->why_stopped);
 	if (v->silent)
 		print_note(v->why_silent);
+	if (v->spill_dir[0] && v->ag.held_image && !verbose) {
+		/* the first line stays the state word (scripts read it); data on disk is worth a word */
+		char note[GS_ERR_MSG_MAX], b[32];
+		snprintf(note, sizeof(note), "the GPU data of process %d is spilled to %s (%s)", v->pid, v->spill_dir,
+			 gs_format_bytes(v->ag.held_image, b, sizeof(b)));
+		print_note(note);
+	}
 	if (v->ag.present && !verbose && v->ag.unmanaged_count) {
 		char b[32];
 		fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",
@@ -379,10 +386,11 @@ static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
 			printf("%s (%s)\n", v->state, v->ag.fault);
 		else
 			printf("%s\n", v->state);
-		print_data_line(v, "");
 		print_notes(v, verbose);
-		if (v->ag.present && verbose)
+		if (v->ag.present && verbose) {
 			print_agent_line(v, "");
+			print_data_line(v, "");
+		}
 	}
 	free(v);
 	return 0;
@@ -566,7 +574,7 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 		cli_json_print(&j);
 	} else if (!shown) {
 		printf("no CUDA process found\n");
-	} else {
+	} else if (sum.memory_procs || sum.ndirs) {
 		print_host_sum(&sum);
 	}
 	if (unreadable)

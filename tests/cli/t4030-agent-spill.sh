@@ -38,7 +38,10 @@ check "the image is published in the process's folder" test -f "$folder/image/ma
 check "no temporary directory is left" test -z "$(find "$folder" -maxdepth 1 -name '.image.tmp-*')"
 check "the process's folder is 0700, the spill directory's user's" test "$(stat -c '%a %u' "$folder")" = "700 $(id -u)"
 run_gpusnap state "$APP"; expect "state of the spilled process" 0 "suspended"
-check "state says the data is spilled to the directory" grep -q "^data: spilled to $spill, " "$OUT_TXT"
+check "its first line is the state alone" test "$(head -n 1 "$OUT_TXT")" = suspended
+check "a note says the data is spilled" grep -q "^gpusnap: note: the GPU data of process $APP is spilled to $spill (" "$ERR_TXT"
+run_gpusnap state -v "$APP"; expect "state -v of the spilled process" 0 "suspended"
+check "state -v says the data is spilled to the directory" grep -q "^data: spilled to $spill, " "$OUT_TXT"
 run_gpusnap state --json "$APP"; expect "state --json" 0
 check "state --json: where spill, dir, bytes" test "$(jget "['data']['where']")" = spill -a "$(jget "['data']['dir']")" = "$spill" -a "$(jget "['data']['bytes']")" = "$held"
 run_gpusnap state; expect "state without a PID" 0
@@ -58,8 +61,10 @@ run_gpusnap suspend --json "$APP"; expect "suspend with GPUSNAP_SPILL_DIR and ho
 check "it stayed in host memory (spilled $(counter spilled))" test "$(counter spilled)" = 0
 check "the JSON says host memory" test "$(jget "['processes'][0]['data']['where']")" = host-memory
 check "no spill folder is left" test ! -e "$folder"
-run_gpusnap state "$APP"; expect "state" 0
-check "state says host memory" grep -q "^data: in host memory, " "$OUT_TXT"
+run_gpusnap state -v "$APP"; expect "state -v" 0
+check "state -v says host memory" grep -q "^data: in host memory, " "$OUT_TXT"
+run_gpusnap state; expect "state without a PID" 0
+check "the host summary counts it in host memory" grep -q "^host: .* of suspended GPU data in host memory (1 process)$" "$OUT_TXT"
 run_gpusnap resume "$APP"; expect "resume from host memory" 0
 verify_ok "the data after a suspend into host memory"
 quit_app "the app exits cleanly"

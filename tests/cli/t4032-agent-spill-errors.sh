@@ -110,7 +110,7 @@ check "damaged: its memory is not back" test "$(phys)" = 0
 check "damaged: the spill stays" test -f "$data"
 run_gpusnap state "$APP"; expect "state after the refused resume" 0 "suspended (the last resume failed"
 check "state names the damaged chunk" grep -q "chunk" "$OUT_TXT"
-check "state says where the data is" grep -q "^data: spilled to $spill, " "$OUT_TXT"
+check "state says where the data is" grep -q "note: the GPU data of process $APP is spilled to $spill" "$ERR_TXT"
 cp "$TEST_TMP/whole" "$data"
 run_gpusnap resume "$APP"; expect "resume once the file is whole again" 0
 verify_ok "the data after the repaired spill"
