@@ -195,7 +195,7 @@ static int suspend_agent(struct suspend_ctx *ctx, pid_t pid, struct cli_agent *a
 	if (cli_spill_end(&sp, spilled, &e))
 		fprintf(stderr, "gpusnap: %s\n", e.msg); /* suspended all the same: resume finds the data (spill.h) */
 	if (rc && !strstr(err->msg, "stays suspended"))
-		cli_err_append(err, "the spill was rolled back, process %d runs on with its data on the GPU", (int)pid);
+		cli_err_append(err, "nothing was spilled, process %d runs on with its data on the GPU", (int)pid);
 	if (spilled) {
 		share_set.spilled[i] = true;
 		snprintf(ag->spill_dir, sizeof(ag->spill_dir), "%s", sp.folder);

@@ -15,7 +15,7 @@
 #include "common/proc.h"
 #include "core/control_socket.h"
 #include "image/image.h"
-#include "image/image_fs.h"
+#include "image/image_fs.h" /* gs_fs_remove_tree, gs_fs_fsync_dir: never following a link */
 
 #define FOLDER_PREFIX "gpusnap-"
 #define RECORD_PREFIX "spill-"
@@ -189,16 +189,23 @@ int cli_spill_end(struct cli_spill *sp, bool spilled, struct gs_err *err)
 			unlink(path);
 		return 0;
 	}
-	bool published = false;
-	int rc = gs_image_publish(sp->tmp, &published, err);
-	if (rc) {
-		/* the data is in the temporary directory, which the record names too (cli_spill_lookup finds it) */
-		gs_image_tmp_close(sp->tmp); /* the directory stays as it is, at its temporary name */
-		sp->tmp = NULL;
-		return gs_err_wrap(err, "the spilled data stays in '%s'", sp->folder);
-	}
-	gs_image_tmp_close(sp->tmp);
+	/*
+	 * The agent sealed the image (its data files synced by its writer); it is
+	 * put at its name with a rename. Not gs_image_publish: that reads the
+	 * image back under the trust rules of a user's image directory, which
+	 * refuse files of another user, and these are the process owner's by
+	 * design, in a folder nobody else reaches.
+	 */
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s", gs_image_tmp_path(sp->tmp));
+	gs_image_tmp_close(sp->tmp); /* its lock goes; the directory stays */
 	sp->tmp = NULL;
+	if (rename(tmp, sp->image)) /* the data stays in the temporary directory, which cli_spill_lookup finds too */
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot put the spilled image at '%s' (it stays at '%s')",
+				     sp->image, tmp);
+	int e = -gs_fs_fsync_dir(sp->folder);
+	if (e > 0)
+		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot sync '%s'", sp->folder);
 	return 0;
 }
 

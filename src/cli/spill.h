@@ -6,7 +6,7 @@
  * DIR must be a directory of the user running gpusnap that neither group nor
  * others may write. In it each suspended process has a folder of its own,
  * gpusnap-PID-START (0700, this user's), holding the image (image/, made as a
- * temporary image directory, gs_image_tmp_create, then published). Only the
+ * temporary image directory, gs_image_tmp_create, renamed once sealed). Only the
  * temporary image directory inside belongs to the process's owner: its agent
  * writes into it through a descriptor passed with the SUSPEND_FD request,
  * never by path, which the 0700 folder above it closes to that user.
@@ -50,9 +50,10 @@ int cli_spill_check_dir(const char *dir, struct gs_err *err);
  */
 int cli_spill_begin(const char *dir, pid_t pid, struct cli_spill *sp, struct gs_err *err);
 /*
- * After the agent's reply. spilled: the agent wrote its data into the
- * temporary directory: published at sp->image (if that fails the data stays
- * at the temporary name, recorded, and the error says so: nothing is lost).
+ * After the agent's reply. spilled: the agent wrote and sealed its data in
+ * the temporary directory: renamed to sp->image (if that fails the data
+ * stays at the temporary name, which lookup finds, and the error says so:
+ * nothing is lost).
  * Otherwise (the agent took host memory, or the suspend failed) the folder
  * and the record go.
  */

@@ -86,7 +86,7 @@ fi
 if mount -t tmpfs -o size=8m,mode=0700 tmpfs "$small" 2>/dev/null; then
   MNT=$small
   run_gpusnap suspend --spill-only --spill "$small" "$APP"
-  expect "a spill onto a full file system is rolled back" 13 "No space left on device: the spill was rolled back, process $APP runs on with its data on the GPU"
+  expect "a spill onto a full file system is rolled back" 13 "No space left on device: nothing was spilled, process $APP runs on with its data on the GPU"
   check "full: it names the spill directory, not a descriptor" grep -q "holding '$small/gpusnap-$APP-" "$ERR_TXT"
   check "full: nothing left on the small file system" test -z "$(ls -A "$small")"
   spill_saved=$spill spill=$small

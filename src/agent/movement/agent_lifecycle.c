@@ -590,6 +590,20 @@ static int spill_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
 	return 0;
 }
 
+/* The timings and counters of src, added to dst. */
+static void copy_named_fields(struct gs_msg *dst, const struct gs_msg *src)
+{
+	struct gs_msg_field f;
+	for (size_t i = 0; i < gs_msg_field_count(src); i++) {
+		if (!gs_msg_field_at(src, i, &f) || !f.name)
+			continue;
+		if (f.type == GS_FT_NAMED_F64)
+			gs_msg_add_named_f64(dst, f.tag, f.name, f.f64);
+		else if (f.type == GS_FT_NAMED_U64)
+			gs_msg_add_named_u64(dst, f.tag, f.name, f.u64);
+	}
+}
+
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
 {
 	return gs_lc_suspend_spill(a, timeout_s, keep_context, NULL, reply, err);
@@ -618,7 +632,13 @@ int gs_lc_suspend_spill(struct gs_agent *a, double timeout_s, bool keep_context,
 			goto fail;
 		a->held = h;
 		h->keep_context = keep_context;
-		rc = gs_mover_take_pool(a, h, reply, err);
+		/* with a spill to fall back on, the pool's counters wait: the spill's scan would say them again */
+		struct gs_msg trial;
+		gs_msg_init(&trial, GS_MSG_RESULT);
+		rc = gs_mover_take_pool(a, h, sp ? &trial : reply, err);
+		if (!rc && sp)
+			copy_named_fields(reply, &trial);
+		gs_msg_free(&trial);
 		if (rc == GS_E_NO_SPACE && sp) {
 			/* host memory would not hold it: the spill directory will, planned anew in the image's chunks */
 			pr_warn("host memory would not hold this suspend's data, spilling it to disk instead (%s)", err->msg);
