@@ -8,13 +8,18 @@
 # for bit and removes it. GPUSNAP_SPILL_DIR is used only when host memory is
 # short (GPUSNAP_HOST_MEMORY_LIMIT): a suspend that fits stays in memory,
 # one that does not spills, and a rollback after a spill (a fault after the
-# agent's part) reads it back.
+# agent's part) reads it back; a --keep-context spill. The JSON documents
+# validate against docs/json.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
+. "$(dirname "$0")/json_lib.sh"
 
 app=${GPUSNAP_BUILD:?GPUSNAP_BUILD must point at the build directory}/tests/agent/agent_app
 fake_agent_env
 counter() { jget "['processes'][0]['agent']['$1']"; }
+# the documents against docs/json where python3-jsonschema is (json_lib.sh), else said
+schemas=$GPUSNAP_SRC/docs/json
+if (json_lib_init) >/dev/null; then json_lib_init; else valid() { echo "SKIP: no python3-jsonschema: $2 not validated"; }; fi
 spill=$TEST_TMP/spill
 mkdir -m 700 "$spill"
 export AGENT_APP_BIG_MB=24 AGENT_APP_ZERO_MB=64
@@ -26,6 +31,7 @@ folder=$spill/gpusnap-$APP-$(sed 's/.*) //' "/proc/$APP/stat" | awk '{print $20}
 
 # ---- --spill-only: always to disk ----
 run_gpusnap suspend --json --spill-only --spill "$spill" "$APP"; expect "suspend --spill-only" 0
+valid suspend "suspend --spill-only"
 check "the agent spilled (spilled $(counter spilled))" test "$(counter spilled)" = 1
 check "the JSON says where the data went ($(jget "['processes'][0]['data']"))" \
   test "$(jget "['processes'][0]['data']['where']")" = spill -a "$(jget "['processes'][0]['data']['dir']")" = "$spill"
@@ -43,10 +49,12 @@ check "a note says the data is spilled" grep -q "^gpusnap: note: the GPU data of
 run_gpusnap state -v "$APP"; expect "state -v of the spilled process" 0 "suspended"
 check "state -v says the data is spilled to the directory" grep -q "^data: spilled to $spill, " "$OUT_TXT"
 run_gpusnap state --json "$APP"; expect "state --json" 0
+valid state "state --json of the spilled process"
 check "state --json: where spill, dir, bytes" test "$(jget "['data']['where']")" = spill -a "$(jget "['data']['dir']")" = "$spill" -a "$(jget "['data']['bytes']")" = "$held"
 run_gpusnap state; expect "state without a PID" 0
 check "the host summary names the spill directory" grep -q "^host: .* spilled to $spill (1 process)" "$OUT_TXT"
 run_gpusnap state --json; expect "state --json without a PID" 0
+valid state "state --json without a PID"
 check "the JSON summary counts the spill ($(jget "['host']"))" test "$(jget "['host']['spill'][0]['bytes']")" = "$held"
 run_gpusnap resume --json "$APP"; expect "resume from the spill" 0
 check "resume re-created the physical memory" test "$(phys)" = "$phys0"
@@ -54,6 +62,15 @@ check "the driver runs the process again" test "$(fake_state)" = 0
 verify_ok "the data after spill and resume, bit for bit"
 check "the spill folder is removed" test ! -e "$folder"
 check "the spill record is removed" test -z "$(find "$GPUSNAP_RUN_DIR" -name 'spill-*')"
+
+# ---- --keep-context: the data spilled, the context kept (the driver not asked) ----
+run_gpusnap suspend --json --keep-context --spill-only --spill "$spill" "$APP"; expect "suspend --keep-context --spill-only" 0
+check "it spilled" test "$(jget "['processes'][0]['data']['where']")" = spill
+check "the driver still runs the process (context kept)" test "$(fake_state)" = 0
+check "all physical memory released" test "$(phys)" = 0
+run_gpusnap resume "$APP"; expect "resume after --keep-context" 0
+verify_ok "the data after a --keep-context spill"
+check "the spill folder is removed" test ! -e "$folder"
 
 # ---- GPUSNAP_SPILL_DIR: only when host memory is short ----
 export GPUSNAP_SPILL_DIR=$spill
