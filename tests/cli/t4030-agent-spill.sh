@@ -72,11 +72,20 @@ run_gpusnap resume "$APP"; expect "resume after --keep-context" 0
 verify_ok "the data after a --keep-context spill"
 check "the spill folder is removed" test ! -e "$folder"
 
+# ---- the human outcome says where the data went ----
+run_gpusnap suspend --spill-only --spill "$spill" "$APP"; expect "suspend --spill-only (human)" 0
+check "it says how much went to the spill directory ($(cat "$OUT_TXT"))" grep -q "B spilled to $spill (.* zero left out)" "$OUT_TXT"
+run_gpusnap resume "$APP"; expect "resume (human)" 0
+verify_ok "the data after it"
+
 # ---- GPUSNAP_SPILL_DIR: only when host memory is short ----
 export GPUSNAP_SPILL_DIR=$spill
 run_gpusnap suspend --json "$APP"; expect "suspend with GPUSNAP_SPILL_DIR and host memory to spare" 0
 check "it stayed in host memory (spilled $(counter spilled))" test "$(counter spilled)" = 0
 check "the JSON says host memory" test "$(jget "['processes'][0]['data']['where']")" = host-memory
+run_gpusnap resume "$APP"; expect "resume" 0
+run_gpusnap suspend "$APP"; expect "the same, human" 0
+check "it says how much is in host memory ($(cat "$OUT_TXT"))" grep -q "B in host memory (.* zero left out)" "$OUT_TXT"
 check "no spill folder is left" test ! -e "$folder"
 run_gpusnap state -v "$APP"; expect "state -v" 0
 check "state -v says host memory" grep -q "^data: in host memory, " "$OUT_TXT"
