@@ -12,6 +12,8 @@
 #    (exit 11), the app stays suspended and `state` says why, the spill stays;
 #    with the file made whole again resume works; a spill file removed: the
 #    same refusal, still suspended;
+#  - the gpusnap that spilled killed before the driver's part: resume takes
+#    the data from the spill;
 #  - the app killed while spilled: the next gpusnap command removes its
 #    spill folder and record.
 # The read-only and full file systems are tmpfs mounts (root); where none
@@ -96,6 +98,16 @@ if mount -t tmpfs -o size=8m,mode=0700 tmpfs "$small" 2>/dev/null; then
 else
   echo "SKIP: cannot mount a small tmpfs here: the full-disk case is not tested"
 fi
+
+# ---- the gpusnap that spilled is killed before the driver's part: resume takes the data from the spill ----
+bg_gpusnap suspend-after-agent=kill suspend --spill-only --spill "$spill" "$APP"
+bg_wait
+check "the suspend was killed after the agent spilled (rc $BG_RC)" test "$BG_RC" = 137
+check "the spill is there" test -d "$folder/image"
+run_gpusnap state "$APP"; expect "state names the killed suspend" 0 "was left suspended by a gpusnap suspend"
+run_gpusnap resume "$APP"; expect "resume after the killed suspend" 0
+verify_ok "the data from the spill a killed gpusnap left"
+check "the spill folder is removed" test ! -e "$folder"
 
 # ---- a spill file damaged while suspended ----
 run_gpusnap suspend --spill-only --spill "$spill" "$APP"; expect "suspend --spill-only" 0
