@@ -192,8 +192,17 @@ static int suspend_agent(struct suspend_ctx *ctx, pid_t pid, struct cli_agent *a
 	rc = cli_agent_suspend_spill(pid, ag, ctx->timeout, ctx->keep_context, sp.fd, ctx->spill_only, err);
 	bool spilled = !rc && cli_agent_counter(ag, "spilled");
 	struct gs_err e = { 0 };
+	if (rc) {
+		/* an agent whose own rollback failed after it spilled stays suspended with its data there: kept */
+		struct cli_agent now;
+		spilled = !cli_agent_probe(pid, &now, &e) && now.present && now.state != GS_AGENT_RUNNING &&
+			  now.held_image;
+		gs_err_clear(&e);
+	}
 	if (cli_spill_end(&sp, spilled, &e))
 		fprintf(stderr, "gpusnap: %s\n", e.msg); /* suspended all the same: resume finds the data (spill.h) */
+	else if (rc && spilled)
+		cli_err_append(err, "the spill is at '%s' now", sp.image);
 	if (rc && !strstr(err->msg, "stays suspended"))
 		cli_err_append(err, "nothing was spilled, process %d runs on with its data on the GPU", (int)pid);
 	if (spilled) {

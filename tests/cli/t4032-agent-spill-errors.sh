@@ -15,7 +15,9 @@
 #  - the gpusnap that spilled killed before the driver's part: resume takes
 #    the data from the spill;
 #  - the app killed while spilled: the next gpusnap command removes its
-#    spill folder and record.
+#    spill folder and record;
+#  - an agent whose own rollback fails after it spilled (injected): the
+#    spill is kept, the process stays suspended, resume takes it from there.
 # The read-only and full file systems are tmpfs mounts (root); where none
 # can be mounted those cases say SKIP.
 . "$(dirname "$0")/lib.sh"
@@ -146,4 +148,19 @@ run_gpusnap state; expect "the next command" 0
 check "the killed process's spill folder is removed" test ! -e "$folder"
 check "its spill record is removed" test -z "$(find "$GPUSNAP_RUN_DIR" -name 'spill-*')"
 check "the spill directory stays" test -d "$spill"
+
+# ---- the agent's own rollback fails after it spilled: the spill is kept, resume takes the data from it ----
+GPUSNAP_FAULT=agent-reply,agent-recreate start_app
+phys0=$(phys)
+folder=$spill/gpusnap-$APP-$(sed 's/.*) //' "/proc/$APP/stat" | awk '{print $20}')
+run_gpusnap suspend --spill-only --spill "$spill" "$APP"
+expect "a suspend whose agent fails after spilling and cannot put the data back" 16 "the process stays suspended with its GPU data in the spill image at '$folder/"
+check "rollback failed: one line" one_line
+check "rollback failed: the spill is kept" test -d "$folder/image"
+run_gpusnap state "$APP"; expect "state says so" 0 "suspended (rollback failed"
+run_gpusnap resume "$APP"; expect "resume takes the data from the kept spill" 0
+check "the physical memory is back" test "$(phys)" = "$phys0"
+verify_ok "the data after the failed rollback, from the spill"
+check "the spill folder is removed" test ! -e "$folder"
+quit_app "the app exits cleanly"
 test_done
