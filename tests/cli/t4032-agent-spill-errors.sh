@@ -97,8 +97,15 @@ if mount -t tmpfs -o size=8m,mode=0700 tmpfs "$small" 2>/dev/null; then
   untouched "full"
   spill=$spill_saved
   umount "$small" && MNT=
+  # a file system without O_DIRECT (tmpfs) that has room: the writer and the reader go through memory
+  mount -t tmpfs -o size=256m,mode=0700 tmpfs "$small" && MNT=$small
+  run_gpusnap suspend --spill-only --spill "$small" "$APP"; expect "a spill onto tmpfs (no O_DIRECT)" 0
+  run_gpusnap resume "$APP"; expect "resume from tmpfs" 0
+  verify_ok "the data after a spill on tmpfs"
+  check "tmpfs: nothing left" test -z "$(ls -A "$small")"
+  umount "$small" && MNT=
 else
-  echo "SKIP: cannot mount a small tmpfs here: the full-disk case is not tested"
+  echo "SKIP: cannot mount a small tmpfs here: the full-disk and no-O_DIRECT cases are not tested"
 fi
 
 # ---- the gpusnap that spilled is killed before the driver's part: resume takes the data from the spill ----

@@ -281,8 +281,12 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 	double t0 = gs_now();
 	struct gs_ring *ring = gs_agent_image_take_prepared(h);
 	double t_prep = gs_now();
-	/* through the page cache: a restore usually follows a checksum pass (or a dump) that left the data there */
-	gs_image_set_direct_io(img, false);
+	/*
+	 * through the page cache: a restore usually follows a checksum pass (or a
+	 * dump) that left the data there; a spill is read once, cold, where
+	 * O_DIRECT skips the page cache's copy (as dd's iflag=direct)
+	 */
+	gs_image_set_direct_io(img, h->spilled);
 	struct gs_ring_image_end end;
 	gs_ring_image_reader_end(&end, img);
 	struct gs_ring_stats rs;
