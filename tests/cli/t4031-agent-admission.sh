@@ -6,10 +6,12 @@
 #  - a mostly-zero app (24 MiB written, 256 MiB left zero) is admitted under
 #    a GPUSNAP_HOST_MEMORY_LIMIT its full size exceeds; the reply says what it
 #    admitted, held and left zero; resume gives the data back bit for bit;
-#  - the same with a margin that leaves too little: refused, exit 13, one line
-#    naming needed, zero, available and margin; the process runs on, its data
-#    on the GPU; a margin in percent of the host's memory (100%) refuses too;
-#  - a limit below the written data: refused the same way;
+#  - a margin that leaves too little of what the host has: refused, exit 13,
+#    one line naming needed, zero, available and margin; the process runs on,
+#    its data on the GPU; a margin in percent of the host's memory (100%)
+#    refuses too;
+#  - a limit below the written data: refused the same way, naming the limit
+#    (which caps this suspend alone, the margin aside);
 #  - a margin that is neither a size nor a share: refused (exit 2), nothing moved.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -49,13 +51,15 @@ run_gpusnap resume "$APP"; expect "resume" 0
 verify_ok "the data after the admitted suspend, the zero block included"
 quit_app "the app exits"
 
-# ---- a margin that leaves too little ----
-export GPUSNAP_HOST_MEMORY_MARGIN=90M
+# ---- a margin that leaves too little of what the host has (the limit caps this suspend alone) ----
+unset GPUSNAP_HOST_MEMORY_LIMIT
+avail_kib=$(awk '/^(MemAvailable|SwapFree):/ {s += $2} END {print s}' /proc/meminfo)
+margin=$(((avail_kib >> 10) + 4096))M # more than the host has: whatever else runs meanwhile
+export GPUSNAP_HOST_MEMORY_MARGIN=$margin
 start_app
 phys0=$(phys)
-refused "a margin of 90M under a 100M limit" "not enough host memory to hold the GPU data: .* needed (.* more are zero and stay on the GPU), 100.00 MiB available (GPUSNAP_HOST_MEMORY_LIMIT) less a margin of 90.00 MiB (GPUSNAP_HOST_MEMORY_MARGIN=90M); the process keeps running on the GPU"
+refused "a margin of more than the host has" "not enough host memory to hold the GPU data: .* needed (.* more are zero and stay on the GPU), .* available (.*) less a margin of .* (GPUSNAP_HOST_MEMORY_MARGIN=$margin); the process keeps running on the GPU"
 quit_app "the app exits"
-unset GPUSNAP_HOST_MEMORY_LIMIT
 export GPUSNAP_HOST_MEMORY_MARGIN=100%
 start_app
 phys0=$(phys)
@@ -66,7 +70,7 @@ quit_app "the app exits"
 export GPUSNAP_HOST_MEMORY_LIMIT=8M GPUSNAP_HOST_MEMORY_MARGIN=0
 start_app
 phys0=$(phys)
-refused "a limit below the written data" "needed (256.00 MiB more are zero" "8.00 MiB available (GPUSNAP_HOST_MEMORY_LIMIT)"
+refused "a limit below the written data" "needed (256.00 MiB more are zero" "8.00 MiB available (GPUSNAP_HOST_MEMORY_LIMIT); the process keeps running on the GPU"
 quit_app "the app exits"
 
 # ---- a margin that means nothing ----

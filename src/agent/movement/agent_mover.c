@@ -238,33 +238,35 @@ static uint64_t host_memory_total(void)
  * chunks not known to be zero), before any data moves: a lazy pool's pages
  * fault in during the copy, where running out means the OOM killer, not an
  * error (core/hostmem.h). What every other suspended process already holds
- * is out of MemAvailable: the kernel keeps that ledger. GPUSNAP_HOST_MEMORY_LIMIT
- * caps what is available; the margin stays free.
+ * is out of MemAvailable: the kernel keeps that ledger. The margin stays
+ * free of what the host has; GPUSNAP_HOST_MEMORY_LIMIT, where set, caps what
+ * this suspend takes, whatever the host has.
  */
 static int check_host_memory(uint64_t bytes, uint64_t zero_bytes, struct gs_err *err)
 {
 	struct gs_hostmem m;
 	gs_hostmem_read("", &m);
-	uint64_t cap = gs_setting_size(GS_S_HOST_MEMORY_LIMIT);
-	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && cap < m.avail) {
-		m.avail = cap;
-		snprintf(m.limit, sizeof(m.limit), "GPUSNAP_HOST_MEMORY_LIMIT");
-	}
 	uint64_t margin = 0;
-	char said[64];
+	char said[64], need[32], have[32], keep[32], zero[32];
 	int rc = host_memory_margin(host_memory_total(), &margin, said, sizeof(said), err);
 	if (rc)
 		return rc;
+	gs_format_bytes(bytes, need, sizeof(need));
+	gs_format_bytes(zero_bytes, zero, sizeof(zero));
+	uint64_t cap = gs_setting_size(GS_S_HOST_MEMORY_LIMIT);
+	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && bytes > cap)
+		return gs_fail(err, GS_E_NO_SPACE,
+			       "not enough host memory to hold the GPU data: %s needed (%s more are zero and stay on the "
+			       "GPU), %s available (GPUSNAP_HOST_MEMORY_LIMIT); the process keeps running on the GPU",
+			       need, zero, gs_format_bytes(cap, have, sizeof(have)));
 	if (m.avail == UINT64_MAX || (m.avail > margin && bytes <= m.avail - margin))
 		return 0;
-	char need[32], have[32], keep[32], zero[32];
 	return gs_fail(err, GS_E_NO_SPACE,
 		       "not enough host memory to hold the GPU data: %s needed (%s more are zero and stay on the GPU), "
 		       "%s available (%s) less a margin of %s (GPUSNAP_HOST_MEMORY_MARGIN=%s); the process keeps running on "
 		       "the GPU",
-		       gs_format_bytes(bytes, need, sizeof(need)), gs_format_bytes(zero_bytes, zero, sizeof(zero)),
-		       gs_format_bytes(m.avail, have, sizeof(have)), m.limit, gs_format_bytes(margin, keep, sizeof(keep)),
-		       said);
+		       need, zero, gs_format_bytes(m.avail, have, sizeof(have)), m.limit,
+		       gs_format_bytes(margin, keep, sizeof(keep)), said);
 }
 
 /* The reserved pool (GPUSNAP_RESERVE): populated ahead by all staging threads, kept across cycles. */
