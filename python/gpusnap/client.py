@@ -70,9 +70,12 @@ class Gpusnap:
     # ---- the commands ----
 
     def suspend(self, pid: int, *, timeout: Optional[float] = None, tree: bool = False, keep_context: bool = False,
-                driver: bool = False) -> SuspendResult:
-        """Takes the process's GPU state off the GPU (its VRAM to zero); it waits on its next CUDA call."""
-        args = _seconds(timeout) + ["--tree"] * tree + ["--keep-context"] * keep_context + ["--driver"] * driver
+                driver: bool = False, spill: Optional[Union[str, "os.PathLike[str]"]] = None,
+                spill_only: bool = False) -> SuspendResult:
+        """Takes the process's GPU state off the GPU (its VRAM to zero); it waits on its next CUDA call.
+        spill: a spill directory for data host memory would not hold (spill_only: always there)."""
+        args = (_seconds(timeout) + ["--tree"] * tree + ["--keep-context"] * keep_context + ["--driver"] * driver +
+                (["--spill", os.fspath(spill)] if spill else []) + ["--spill-only"] * spill_only)
         return SuspendResult.from_json(self._run("suspend", args + [_pid(pid)]))
 
     def resume(self, pid: int, *, gpu_map: GpuMap = None, tree: bool = False, image: Optional[str] = None
