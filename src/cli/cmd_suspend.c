@@ -67,14 +67,6 @@ const struct cli_doc suspend_doc = {
 
 #define DEFAULT_LOCK_TIMEOUT_S 30.0
 
-struct suspend_ctx {
-	double timeout;
-	bool keep_context;
-	const char *spill_dir; /* --spill DIR, else GPUSNAP_SPILL_DIR; NULL: no storage tier */
-	bool spill_said;       /* --spill or --spill-only: a process that cannot spill is refused */
-	bool spill_only;
-};
-
 /* How long a gate closed by GATE waits for its SUSPEND before the agent reopens it by itself. */
 #define GATE_LEASE_MARGIN_S 120.0
 #define GATE_LEASE_NO_LIMIT_S 3600.0
@@ -174,7 +166,7 @@ static bool gate_first(const struct cli_agent *agents, int n)
  * folder made for it (spill.h), the agent choosing host memory or the spill
  * after its zero scan; else into host memory alone.
  */
-static int suspend_agent(struct suspend_ctx *ctx, pid_t pid, struct cli_agent *ag, int i, struct gs_err *err)
+static int suspend_agent(struct cli_suspend_opts *ctx, pid_t pid, struct cli_agent *ag, int i, struct gs_err *err)
 {
 	/* an older agent cannot spill: without --spill it suspends into host memory as before */
 	bool spill = ctx->spill_dir && !share_set.shared && (ctx->spill_said || (ag->caps & GS_CAP_SPILL));
@@ -219,7 +211,7 @@ static int suspend_agent(struct suspend_ctx *ctx, pid_t pid, struct cli_agent *a
 static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n, void *arg,
 		       struct gs_err *err)
 {
-	struct suspend_ctx *ctx = arg;
+	struct cli_suspend_opts *ctx = arg;
 	for (int i = 0; i < n; i++) {
 		if (ctx->keep_context && !agents[i].present)
 			return gs_fail(err, GS_E_AGENT,
@@ -317,19 +309,45 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 }
 
 int cli_suspend_procs(struct cli_session *s, struct gs_ckpt_proc *procs, struct cli_agent *agents, int n,
-		      double timeout_s, bool keep_context, struct gs_err *err)
+		      const struct cli_suspend_opts *o, struct gs_err *err)
 {
-	struct suspend_ctx ctx = { .timeout = timeout_s, .keep_context = keep_context };
+	struct cli_suspend_opts ctx = *o; /* run_suspend's argument is not const */
 	int rc = run_suspend(s, procs, agents, n, &ctx, err);
 	free(share_set.pids);
+	free(share_set.spilled);
 	share_set.pids = NULL;
+	share_set.spilled = NULL;
 	return rc;
+}
+
+int cli_suspend_opts_settle(const char *cmd, struct cli_suspend_opts *o, bool driver)
+{
+	o->spill_said = o->spill_dir || o->spill_only;
+	if (!o->spill_dir && gs_setting_is_set(GS_S_SPILL_DIR))
+		o->spill_dir = gs_setting_str(GS_S_SPILL_DIR);
+	if (o->spill_only && !o->spill_dir)
+		return cli_usage_error(cmd, "--spill-only needs a spill directory: --spill DIR or GPUSNAP_SPILL_DIR");
+	if (driver && o->spill_said)
+		return cli_usage_error(cmd, "--spill and --driver exclude each other");
+	if (driver)
+		o->spill_dir = NULL;
+	cli_spill_sweep(); /* spills of processes that are gone */
+	if (o->spill_dir) {
+		/* before anything is touched: a spill directory that cannot take spills is said at once */
+		struct gs_err e = { 0 };
+		int rc = cli_spill_check_dir(o->spill_dir, &e);
+		if (rc) {
+			cli_err_append(&e, "nothing was done");
+			return cli_report_error(&e);
+		}
+	}
+	return 0;
 }
 
 int cmd_suspend(int argc, char **argv)
 {
 	bool tree = false, json = false, driver = false;
-	struct suspend_ctx ctx = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
+	struct cli_suspend_opts ctx = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
 	const struct gs_option opts[] = {
 		GS_OPT_SECONDS_(0, "timeout", &ctx.timeout, "SECONDS",
 				"wait at most this long for running GPU work (default 30, 0 = no limit)"),
@@ -352,24 +370,8 @@ int cmd_suspend(int argc, char **argv)
 		return rc;
 	if (driver && ctx.keep_context)
 		return cli_usage_error("suspend", "--keep-context and --driver exclude each other");
-	ctx.spill_said = ctx.spill_dir || ctx.spill_only;
-	if (!ctx.spill_dir && gs_setting_is_set(GS_S_SPILL_DIR))
-		ctx.spill_dir = gs_setting_str(GS_S_SPILL_DIR);
-	if (ctx.spill_only && !ctx.spill_dir)
-		return cli_usage_error("suspend", "--spill-only needs a spill directory: --spill DIR or GPUSNAP_SPILL_DIR");
-	if (driver && ctx.spill_said)
-		return cli_usage_error("suspend", "--spill and --driver exclude each other");
-	if (driver)
-		ctx.spill_dir = NULL;
-	cli_spill_sweep(); /* spills of processes that are gone */
-	if (ctx.spill_dir) {
-		/* before anything is touched: a spill directory that cannot take spills is said at once */
-		struct gs_err e = { 0 };
-		if ((rc = cli_spill_check_dir(ctx.spill_dir, &e))) {
-			cli_err_append(&e, "nothing was done");
-			return cli_report_error(&e);
-		}
-	}
+	if ((rc = cli_suspend_opts_settle("suspend", &ctx, driver)))
+		return rc;
 	struct process_op op = {
 		.action = "suspend", .pid_arg = argv[0], .tree = tree, .json = json, .driver_only = driver,
 		.run = run_suspend, .ctx = &ctx,
