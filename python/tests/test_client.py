@@ -51,6 +51,12 @@ def test_switch(fake):
     assert (fake.driver_state(a), fake.driver_state(b)) == (0, 2)
     with pytest.raises(ValueError):
         gpusnap.switch(a, b, overlap="sometimes")
+    # --spill needs the agent: refused for these driver-path processes before anything moves
+    spill = fake.tmp / "spill"
+    spill.mkdir(mode=0o700)
+    with pytest.raises(gpusnap.AgentError):
+        gpusnap.switch(a, b, spill=spill, spill_only=True)
+    assert (fake.driver_state(a), fake.driver_state(b)) == (0, 2)
 
 
 def test_state_list(fake):
