@@ -70,9 +70,12 @@ class Gpusnap:
     # ---- the commands ----
 
     def suspend(self, pid: int, *, timeout: Optional[float] = None, tree: bool = False, keep_context: bool = False,
-                driver: bool = False) -> SuspendResult:
-        """Takes the process's GPU state off the GPU (its VRAM to zero); it waits on its next CUDA call."""
-        args = _seconds(timeout) + ["--tree"] * tree + ["--keep-context"] * keep_context + ["--driver"] * driver
+                driver: bool = False, spill: Optional[Union[str, "os.PathLike[str]"]] = None,
+                spill_only: bool = False) -> SuspendResult:
+        """Takes the process's GPU state off the GPU (its VRAM to zero); it waits on its next CUDA call.
+        spill: a spill directory for data host memory would not hold (spill_only: always there)."""
+        args = (_seconds(timeout) + ["--tree"] * tree + ["--keep-context"] * keep_context + ["--driver"] * driver +
+                (["--spill", os.fspath(spill)] if spill else []) + ["--spill-only"] * spill_only)
         return SuspendResult.from_json(self._run("suspend", args + [_pid(pid)]))
 
     def resume(self, pid: int, *, gpu_map: GpuMap = None, tree: bool = False, image: Optional[str] = None
@@ -82,12 +85,16 @@ class Gpusnap:
         return ResumeResult.from_json(self._run("resume", args + [_pid(pid)]))
 
     def switch(self, out_pid: int, in_pid: int, *, timeout: Optional[float] = None, keep_context: bool = False,
-               driver: bool = False, overlap: str = "auto") -> SwitchResult:
+               driver: bool = False, overlap: str = "auto", spill: Optional[Union[str, "os.PathLike[str]"]] = None,
+               spill_only: bool = False) -> SwitchResult:
         """Suspends out_pid and resumes the suspended in_pid as one command (two jobs taking turns on a GPU);
-        on a failure both are put back (out_pid runs, in_pid stays suspended) and the exception says so."""
+        on a failure both are put back (out_pid runs, in_pid stays suspended) and the exception says so.
+        spill, spill_only: where out_pid's data goes when host memory would not hold it, as suspend()."""
         if overlap not in ("auto", "always", "never"):
             raise ValueError(f"overlap is auto, always or never, not {overlap!r}")
-        args = _seconds(timeout) + ["--keep-context"] * keep_context + ["--driver"] * driver + ["--overlap", overlap]
+        args = (_seconds(timeout) + ["--keep-context"] * keep_context + ["--driver"] * driver +
+                ["--overlap", overlap] + (["--spill", os.fspath(spill)] if spill else []) +
+                ["--spill-only"] * spill_only)
         return SwitchResult.from_json(self._run("switch", args + [_pid(out_pid), _pid(in_pid)]))
 
     def state(self, pid: Optional[int] = None) -> Union[ProcessState, StateList]:

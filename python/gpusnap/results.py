@@ -27,13 +27,17 @@ class ProcessOutcome:
     agent: Optional[Dict[str, float]] = None  # the agent's timings (..._s) and counters (bytes, zero_bytes, ...)
     vram_before_bytes: Optional[int] = None   # where NVML answers
     vram_after_bytes: Optional[int] = None
+    # a suspend on the agent path: where the data went, {"where": "host-memory" or "spill", "held_bytes",
+    # "zero_bytes", "dir" (spill)}
+    data: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "ProcessOutcome":
         return cls(pid=d["pid"], comm=d["comm"], path=d["path"], state_before=d["state_before"],
                    state_after=d["state_after"], times=dict(d["times"]), agent=d.get("agent"),
-                   vram_before_bytes=d.get("vram_before_bytes"), vram_after_bytes=d.get("vram_after_bytes"), raw=d)
+                   vram_before_bytes=d.get("vram_before_bytes"), vram_after_bytes=d.get("vram_after_bytes"),
+                   data=d.get("data"), raw=d)
 
 
 @dataclass
@@ -150,6 +154,8 @@ class ProcessState:
     stopped: Optional[str] = None       # why neither driver nor agent can answer for it now
     fault: Optional[str] = None         # why the agent keeps it suspended
     operation: Optional[Operation] = None
+    # suspended with the agent: where its data is, {"where": "host-memory", "spill" or "image", "bytes", "dir"}
+    data: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -162,7 +168,7 @@ class ProcessState:
         return cls(pid=d["pid"], comm=d["comm"], state=d["state"], gpus=list(d["gpus"]), path=d.get("path"),
                    driver_state=d.get("driver_state"), agent=AgentState(**_known(AgentState, ag)) if ag else None,
                    vram_bytes=d.get("vram_bytes"), stopped=d.get("stopped"), fault=d.get("fault"),
-                   operation=Operation(**_known(Operation, op)) if op else None, raw=d)
+                   operation=Operation(**_known(Operation, op)) if op else None, data=d.get("data"), raw=d)
 
 
 @dataclass
@@ -179,13 +185,16 @@ class StateList:
     processes: List[ProcessState]
     unreadable: List[Unreadable]
     not_looked_at: int                  # processes whose memory maps this user may not read
+    # what the suspended processes keep, for the host: {"memory_bytes", "memory_processes", "spill": [{"dir",
+    # "bytes", "processes"}]}
+    host: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "StateList":
         procs = [ProcessState.from_json(p) for p in d["processes"] if "error" not in p]
         bad = [Unreadable(pid=p["pid"], comm=p["comm"], error=p["error"]) for p in d["processes"] if "error" in p]
-        return cls(processes=procs, unreadable=bad, not_looked_at=d["not_looked_at"], raw=d)
+        return cls(processes=procs, unreadable=bad, not_looked_at=d["not_looked_at"], host=d.get("host"), raw=d)
 
     def __iter__(self):
         return iter(self.processes)

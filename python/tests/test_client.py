@@ -51,6 +51,12 @@ def test_switch(fake):
     assert (fake.driver_state(a), fake.driver_state(b)) == (0, 2)
     with pytest.raises(ValueError):
         gpusnap.switch(a, b, overlap="sometimes")
+    # --spill needs the agent: refused for these driver-path processes before anything moves
+    spill = fake.tmp / "spill"
+    spill.mkdir(mode=0o700)
+    with pytest.raises(gpusnap.AgentError):
+        gpusnap.switch(a, b, spill=spill, spill_only=True)
+    assert (fake.driver_state(a), fake.driver_state(b)) == (0, 2)
 
 
 def test_state_list(fake):
@@ -58,6 +64,20 @@ def test_state_list(fake):
     assert isinstance(lst, gpusnap.StateList)
     assert lst.not_looked_at >= 0
     assert all(isinstance(p, gpusnap.ProcessState) for p in lst)
+    assert lst.host is not None and lst.host["spill"] == []
+
+
+def test_suspend_spill_options_reach_the_command(fake, tmp_path):
+    # the driver path has no agent to spill: refused before anything is touched, as the command says
+    pid = fake.cuda_process()
+    spill = tmp_path / "spill"
+    spill.mkdir(mode=0o700)
+    with pytest.raises(gpusnap.GpusnapError) as e:
+        gpusnap.suspend(pid, spill=spill, spill_only=True)
+    assert "--spill needs the gpusnap agent" in str(e.value)
+    assert fake.driver_state(pid) == 0
+    with pytest.raises(gpusnap.UsageError):
+        gpusnap.suspend(pid, spill=tmp_path / "none")
 
 
 def test_suspended_context_manager(fake):

@@ -3,7 +3,7 @@
  * memory, movement): the constructor (load the settings, register the
  * listeners and the memory kinds, install the replacements, start the
  * control server), and the control handler that serves gpusnap's requests
- * (HELLO, STATUS, SUSPEND, RESUME, DUMP, PREPARE, GATE, OPEN) on the
+ * (HELLO, STATUS, SUSPEND, RESUME, DUMP, PREPARE, GATE, OPEN, the _FD ones) on the
  * server's thread from a table of request type to handler, each handing its
  * decoded request (struct gs_request) to the lifecycle (agent_lifecycle.h).
  *
@@ -65,7 +65,7 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
 	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_DUMP_CACHED | GS_CAP_PREPARE |
-			GS_CAP_GATE | GS_CAP_DIR_FD | GS_CAP_GATED_FD | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
+			GS_CAP_GATE | GS_CAP_DIR_FD | GS_CAP_GATED_FD | GS_CAP_SPILL | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
 	/*
 	 * For tests: answer as the agents before the streamed dump did, so the
 	 * command line's path for them (suspend into staging, then DUMP of the
@@ -129,7 +129,7 @@ static int on_dump(struct gs_agent *a, const struct gs_request *r, struct gs_msg
 	return gs_lc_dump(a, r->dir, NULL, r->timeout_s, &r->dump, reply, err);
 }
 
-/* DUMP_FD, RESUME_FD: the image directory came as a descriptor: reached through it, whatever our mount namespace */
+/* DUMP_FD, RESUME_FD, SUSPEND_FD: the image directory came as a descriptor: reached through it, whatever our mount namespace */
 static int on_dir_fd(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
 {
 	int dirfd = gs_ctl_take_passed_fd();
@@ -139,7 +139,11 @@ static int on_dir_fd(struct gs_agent *a, const struct gs_request *r, struct gs_m
 	const char *name = dirfd >= 0 ? dir_fd_name(dirfd, real, sizeof(real)) : NULL;
 	int rc = dirfd < 0 ? gs_fail(err, GS_E_USAGE, "%s request without a directory descriptor", gs_msg_type_name(r->type))
 		 : r->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, name, r->stay_gated, reply, err)
-					       : gs_lc_dump(a, dir, name, r->timeout_s, &r->dump, reply, err);
+		 : r->type == GS_MSG_SUSPEND_FD
+			 ? gs_lc_suspend_spill(a, r->timeout_s, r->keep_context,
+					       &(struct gs_lc_spill){ .dir = dir, .dir_name = name, .only = r->spill_only }, reply,
+					       err)
+			 : gs_lc_dump(a, dir, name, r->timeout_s, &r->dump, reply, err);
 	if (dirfd >= 0)
 		close(dirfd);
 	return rc;
@@ -178,6 +182,7 @@ static const struct {
 	{ GS_MSG_DUMP, on_dump, false },
 	{ GS_MSG_DUMP_FD, on_dir_fd, false },
 	{ GS_MSG_RESUME_FD, on_dir_fd, false },
+	{ GS_MSG_SUSPEND_FD, on_dir_fd, false },
 	{ GS_MSG_PREPARE, on_prepare, false },
 	{ GS_MSG_RESUME, on_resume, false },
 	{ GS_MSG_GATE, on_gate, false },

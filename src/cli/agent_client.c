@@ -117,6 +117,8 @@ static int probe_finish(pid_t pid, struct cli_agent *ag, int rc, struct gs_err *
 	gs_msg_get_u64(reply, GS_F_ALLOC_BYTES, &ag->alloc_bytes);
 	gs_msg_get_u64(reply, GS_F_UNMANAGED_COUNT, &ag->unmanaged_count);
 	gs_msg_get_u64(reply, GS_F_UNMANAGED_BYTES, &ag->unmanaged_bytes);
+	gs_msg_get_u64(reply, GS_F_HELD_MEMORY, &ag->held_memory);
+	gs_msg_get_u64(reply, GS_F_HELD_IMAGE, &ag->held_image);
 	const char *fault = gs_msg_get_str(reply, GS_F_FAULT);
 	if (fault)
 		gs_printable(ag->fault, sizeof(ag->fault), fault);
@@ -231,6 +233,20 @@ int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool ke
 {
 	struct gs_request r = { .type = GS_MSG_SUSPEND, .timeout_s = timeout_s, .keep_context = keep_context };
 	int rc = request_bounded(pid, ag, r, -1, err);
+	if (rc)
+		gs_err_wrap(err, "agent of process %d", (int)pid);
+	return rc;
+}
+
+int cli_agent_suspend_spill(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, int spill_fd,
+			    bool spill_only, struct gs_err *err)
+{
+	struct gs_request r = { .type = GS_MSG_SUSPEND_FD, .timeout_s = timeout_s, .keep_context = keep_context,
+				.spill_only = spill_only };
+	int rc = !(ag->caps & GS_CAP_SPILL)
+			 ? gs_fail(err, GS_E_AGENT, "the agent cannot spill to disk (an older agent): restart the process "
+				   "with this gpusnap's run")
+			 : request_bounded(pid, ag, r, spill_fd, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

@@ -14,7 +14,7 @@
 #include "common/err.h"
 #include "core/protocol.h"
 
-#define CLI_AGENT_MAX_FIELDS 16
+#define CLI_AGENT_MAX_FIELDS 32
 
 struct cli_agent_reply {
 	int ntimings, ncounters;
@@ -30,6 +30,10 @@ struct cli_agent {
 	uint64_t state; /* enum gs_agent_state */
 	uint64_t caps, alloc_count, alloc_bytes, unmanaged_count, unmanaged_bytes;
 	char fault[512]; /* why it stays suspended: an undo of its own failed ("" when none); made printable */
+	/* suspended: bytes of its data in host memory, in an image (a spill); INFO's GS_F_HELD_* */
+	uint64_t held_memory, held_image;
+	/* where the last suspend put the data, for the report: "" (host memory) or the spill directory */
+	char spill_dir[512];
 	struct cli_agent_reply last; /* of the last suspend/resume */
 };
 
@@ -62,6 +66,14 @@ void cli_agent_probe_all(struct cli_agent_ask *asks, size_t n, double bound_s);
 /* SUSPEND (keep_context: data only) and RESUME; timeout_s bounds the wait for GPU work (<= 0: no limit). */
 int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, struct gs_err *err);
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err);
+/*
+ * SUSPEND_FD (agents with GS_CAP_SPILL; GS_E_AGENT otherwise): as
+ * cli_agent_suspend, with spill_fd an empty temporary image directory the
+ * agent streams the data into when host memory would not hold it, or always
+ * (spill_only). Its counter "spilled" says which it did.
+ */
+int cli_agent_suspend_spill(pid_t pid, struct cli_agent *ag, double timeout_s, bool keep_context, int spill_fd,
+			    bool spill_only, struct gs_err *err);
 /*
  * PREPARE (agents that offer it; others: 0 at once): the agent starts getting
  * its copy ring ready for a RESUME from an image, without any CUDA call, so

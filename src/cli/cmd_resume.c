@@ -12,6 +12,7 @@
 
 #include "cli/process_op.h"
 #include "cli/share_tree.h"
+#include "cli/spill.h"
 #include "cli/suspend_resume.h"
 #include "common/fault.h"
 #include "core/protocol.h"
@@ -28,12 +29,16 @@ const struct cli_doc resume_doc = {
 		"Puts the GPU state of a process that gpusnap suspend took off the GPU back, on the same GPUs or, "
 		"with --map, on others of the same type; the process carries on from its next CUDA call.\n\n"
 		"A process that a killed gpusnap, or a failed dump, left suspended is resumed the same way: gpusnap "
-		"state names the command that puts it back.",
+		"state names the command that puts it back.\n\n"
+		"Data a suspend spilled to disk (suspend --spill) is read back from its spill directory, which is "
+		"removed afterwards; a spill that is damaged or gone is refused, naming what, and the process stays "
+		"suspended.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
 						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" },
 						{ GS_E_STATE, "not suspended, or another gpusnap is at work on it (named)" },
 						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" }, { GS_E_GPU_MAP, "" },
-						{ GS_E_IMAGE, "--image: the image is missing or damaged" },
+						{ GS_E_IMAGE, "--image, or the spill the data is in: missing or damaged (the "
+							     "chunk named); the process stays suspended" },
 						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
 						{ GS_E_AGENT, "the agent failed; or --image for a process without the agent" },
 						{ GS_E_PARTIAL, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
@@ -117,6 +122,7 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	int ndrv = 0, nagent = 0, nunlocked = 0, rc = 0;
 	pid_t *pids = NULL;
 	const char **images = NULL;
+	char (*spilled)[PATH_MAX] = NULL; /* per process: the spill its data is in ("" when none) */
 	if (!drv || !drv_index) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
@@ -202,7 +208,8 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	 */
 	pids = calloc((size_t)n, sizeof(pid_t));
 	images = calloc((size_t)n, sizeof(char *));
-	if (!pids || !images) {
+	spilled = calloc((size_t)n, sizeof(*spilled));
+	if (!pids || !images || !spilled) {
 		rc = gs_fail(err, GS_E_FAILURE, "out of memory");
 		goto out;
 	}
@@ -214,10 +221,21 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 			images[i] = ctx->left_image;
 			fprintf(stderr, "gpusnap: note: process %d's GPU data is taken from '%s', where a gpusnap that did not "
 				"finish left it\n", (int)procs[i].pid, images[i]);
+		} else if (!ctx->image && agents[i].present && agents[i].state != GS_AGENT_RUNNING &&
+			   cli_spill_lookup(procs[i].pid, spilled[i], sizeof(spilled[i]), NULL, 0)) {
+			images[i] = spilled[i]; /* a suspend spilled it (spill.h): read back, then removed */
 		}
 	}
 	rc = cli_share_resume(pids, agents, n, images, err);
+	/* each spill that was read back goes (--tree: also where another process's resume failed) */
+	for (int i = 0; i < n; i++) {
+		struct gs_err e = { 0 };
+		if ((spilled[i][0] || (ctx->image && agents[i].present)) &&
+		    (!rc || (cli_agent_probe(procs[i].pid, &agents[i], &e) == 0 && agents[i].state == GS_AGENT_RUNNING)))
+			cli_spill_forget(procs[i].pid);
+	}
 out:
+	free(spilled);
 	free(pids);
 	free(images);
 	free(drv);
@@ -262,6 +280,7 @@ int cmd_resume(int argc, char **argv)
 		}
 	}
 	if (rc == 0) {
+		cli_spill_sweep(); /* spills of processes that are gone */
 		struct process_op op = {
 			.action = "resume", .pid_arg = argv[0], .tree = tree, .json = json, .run = run_resume, .ctx = &ctx,
 			.found_left = found_left,

@@ -8,6 +8,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/op_lock.h"
 #include "cli/report.h"
+#include "cli/spill.h"
 #include "core/control_socket.h"
 #include "core/protocol.h"
 #include "common/proc.h"
@@ -36,7 +38,10 @@ const struct cli_doc state_doc = {
 		"path (agent or driver), and what an operation at work, or one that was killed, left to do.\n\n"
 		"Without PID, lists every CUDA process this user can see, one line each: PID, state, path, GPU "
 		"memory, GPUs and command. It finds them by what they map (libcuda or the agent), so suspended "
-		"processes, which hold no GPU memory, are listed too.",
+		"processes, which hold no GPU memory, are listed too.\n\n"
+		"For a suspended process with the agent, -v and --json say where its GPU data is: in host memory, or "
+		"spilled to a spill directory (suspend --spill), and how many bytes (a spill is noted without -v too); "
+		"the list ends with a line summing that up for the host.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
 						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" }, { GS_E_NO_DRIVER, "" },
 						{ GS_E_DRIVER_OLD, "" }, { 0, NULL } },
@@ -63,7 +68,20 @@ struct state_view {
 	bool ask_agent;            /* its agent is to be asked (look_at_rest takes the answer) */
 	bool silent;               /* its agent did not answer within the list's bound */
 	char why_silent[GS_ERR_MSG_MAX];
+	char spill_dir[PATH_MAX]; /* the spill directory its data is in (suspend --spill), "" when none */
 };
+
+/* Where v's agent keeps its data while suspended: "host-memory", "spill", "image" (a dump's), or NULL. */
+static const char *data_where(const struct state_view *v)
+{
+	if (!v->ag.present)
+		return NULL;
+	if (v->ag.held_memory)
+		return "host-memory";
+	if (v->ag.held_image)
+		return v->spill_dir[0] ? "spill" : "image";
+	return NULL;
+}
 
 /* How long the list of every CUDA process waits for all their agents together (each `state PID` waits 5 s). */
 #define LIST_AGENTS_S 2.0
@@ -131,6 +149,8 @@ static int look_at_rest(int pid, struct state_view *v, int rc, bool silent, cons
 		   : v->silent	      ? "not-answering"
 				      : cli_process_state_name(v->st, v->ag.present, v->ag.state);
 	gs_proc_comm(pid, v->comm, sizeof(v->comm));
+	if (v->ag.present && v->ag.held_image)
+		cli_spill_lookup(pid, NULL, 0, v->spill_dir, sizeof(v->spill_dir));
 	struct gs_proc_stat ps;
 	/* a killed operation left nothing to say on a process that runs, unless it is held stopped */
 	bool stopped = gs_proc_read_stat(pid, &ps) == 0 && ps.state == 'T';
@@ -180,6 +200,15 @@ static void json_view(struct gs_json *j, const struct cli_session *s, const stru
 		gs_json_kv_uint(j, "unmanaged_bytes", v->ag.unmanaged_bytes);
 		gs_json_object_end(j);
 	}
+	if (data_where(v)) {
+		gs_json_key(j, "data");
+		gs_json_object_begin(j);
+		gs_json_kv_string(j, "where", data_where(v));
+		if (v->spill_dir[0])
+			gs_json_kv_string(j, "dir", v->spill_dir);
+		gs_json_kv_uint(j, "bytes", v->ag.held_memory ? v->ag.held_memory : v->ag.held_image);
+		gs_json_object_end(j);
+	}
 	if (s->nvml)
 		gs_json_kv_uint(j, "vram_bytes", v->vram);
 	gs_json_key(j, "gpus");
@@ -222,12 +251,102 @@ static void print_notes(const struct state_view *v, bool verbose)
 		print_note(v->why_stopped);
 	if (v->silent)
 		print_note(v->why_silent);
+	if (v->spill_dir[0] && v->ag.held_image && !verbose) {
+		/* the first line stays the state word (scripts read it); data on disk is worth a word */
+		char note[GS_ERR_MSG_MAX], b[32];
+		snprintf(note, sizeof(note), "the GPU data of process %d is spilled to %s (%s)", v->pid, v->spill_dir,
+			 gs_format_bytes(v->ag.held_image, b, sizeof(b)));
+		print_note(note);
+	}
 	if (v->ag.present && !verbose && v->ag.unmanaged_count) {
 		char b[32];
 		fprintf(stderr, "gpusnap: note: %llu allocation%s (%s) of process %d cannot be released by the agent; the driver moves them\n",
 			(unsigned long long)v->ag.unmanaged_count, v->ag.unmanaged_count == 1 ? "" : "s",
 			gs_format_bytes(v->ag.unmanaged_bytes, b, sizeof(b)), v->pid);
 	}
+}
+
+/* Where a suspended process's data is, a line of its own: "data: in host memory, 1.00 GiB". */
+static void print_data_line(const struct state_view *v, const char *prefix)
+{
+	const char *where = data_where(v);
+	char b[32], shown[PATH_MAX];
+	if (!where)
+		return;
+	if (v->ag.held_memory)
+		printf("%sdata: in host memory, %s\n", prefix, gs_format_bytes(v->ag.held_memory, b, sizeof(b)));
+	else if (v->spill_dir[0])
+		printf("%sdata: spilled to %s, %s\n", prefix, gs_printable(shown, sizeof(shown), v->spill_dir),
+		       gs_format_bytes(v->ag.held_image, b, sizeof(b)));
+	else
+		printf("%sdata: in an image, %s\n", prefix, gs_format_bytes(v->ag.held_image, b, sizeof(b)));
+}
+
+/* The host's sum of what suspended processes keep: in host memory, and per spill directory. */
+#define MAX_SPILL_DIRS 16
+struct host_sum {
+	uint64_t memory_bytes;
+	int memory_procs;
+	int ndirs;
+	struct {
+		const char *dir;
+		uint64_t bytes;
+		int procs;
+	} spill[MAX_SPILL_DIRS];
+};
+
+static void host_sum_add(struct host_sum *h, const struct state_view *v)
+{
+	const char *where = data_where(v);
+	if (!where)
+		return;
+	if (v->ag.held_memory) {
+		h->memory_bytes += v->ag.held_memory;
+		h->memory_procs++;
+		return;
+	}
+	if (!v->spill_dir[0])
+		return;
+	int k = 0;
+	while (k < h->ndirs && strcmp(h->spill[k].dir, v->spill_dir))
+		k++;
+	if (k == h->ndirs) {
+		if (h->ndirs == MAX_SPILL_DIRS)
+			return;
+		h->spill[h->ndirs++].dir = v->spill_dir;
+	}
+	h->spill[k].bytes += v->ag.held_image;
+	h->spill[k].procs++;
+}
+
+static void print_host_sum(const struct host_sum *h)
+{
+	char b[32], shown[PATH_MAX];
+	printf("host: %s of suspended GPU data in host memory (%d process%s)", gs_format_bytes(h->memory_bytes, b, sizeof(b)),
+	       h->memory_procs, h->memory_procs == 1 ? "" : "es");
+	for (int k = 0; k < h->ndirs; k++)
+		printf("; %s spilled to %s (%d process%s)", gs_format_bytes(h->spill[k].bytes, b, sizeof(b)),
+		       gs_printable(shown, sizeof(shown), h->spill[k].dir), h->spill[k].procs, h->spill[k].procs == 1 ? "" : "es");
+	printf("\n");
+}
+
+static void json_host_sum(struct gs_json *j, const struct host_sum *h)
+{
+	gs_json_key(j, "host");
+	gs_json_object_begin(j);
+	gs_json_kv_uint(j, "memory_bytes", h->memory_bytes);
+	gs_json_kv_int(j, "memory_processes", h->memory_procs);
+	gs_json_key(j, "spill");
+	gs_json_array_begin(j);
+	for (int k = 0; k < h->ndirs; k++) {
+		gs_json_object_begin(j);
+		gs_json_kv_string(j, "dir", h->spill[k].dir);
+		gs_json_kv_uint(j, "bytes", h->spill[k].bytes);
+		gs_json_kv_int(j, "processes", h->spill[k].procs);
+		gs_json_object_end(j);
+	}
+	gs_json_array_end(j);
+	gs_json_object_end(j);
 }
 
 static void print_agent_line(const struct state_view *v, const char *prefix)
@@ -268,8 +387,10 @@ static int state_of_one(struct cli_session *s, int pid, bool json, bool verbose)
 		else
 			printf("%s\n", v->state);
 		print_notes(v, verbose);
-		if (v->ag.present && verbose)
+		if (v->ag.present && verbose) {
 			print_agent_line(v, "");
+			print_data_line(v, "");
+		}
 	}
 	free(v);
 	return 0;
@@ -397,10 +518,13 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 		gs_json_array_begin(&j);
 	}
 	size_t shown = 0;
+	struct host_sum sum = { 0 };
 	for (size_t i = 0; i < n; i++) {
 		const struct state_view *v = &entries[i].v;
 		const struct gs_err e = entries[i].err;
 		rc = entries[i].rc;
+		if (!rc)
+			host_sum_add(&sum, v);
 		/* gone meanwhile, or the agent is loaded but CUDA is not in use: not a CUDA process to list */
 		if (rc == GS_E_NO_PROCESS || rc == GS_E_NOT_CUDA)
 			continue;
@@ -437,16 +561,21 @@ static int state_of_all(struct cli_session *s, bool json, bool verbose)
 				g += snprintf(g, (size_t)(gpus + sizeof(gpus) - g), "%s%d", g == gpus ? "" : ",", k);
 		print_row(pid_text, v->state, view_path(v) ? view_path(v) : "-", vram, gpus[0] ? gpus : "-", v->comm);
 		print_notes(v, verbose);
-		if (v->ag.present && verbose)
+		if (v->ag.present && verbose) {
 			print_agent_line(v, "         ");
+			print_data_line(v, "         ");
+		}
 	}
 	if (json) {
 		gs_json_array_end(&j);
+		json_host_sum(&j, &sum);
 		gs_json_kv_uint(&j, "not_looked_at", unreadable); /* processes whose memory maps this user may not read */
 		gs_json_object_end(&j);
 		cli_json_print(&j);
 	} else if (!shown) {
 		printf("no CUDA process found\n");
+	} else if (sum.memory_procs || sum.ndirs) {
+		print_host_sum(&sum);
 	}
 	if (unreadable)
 		fprintf(stderr, "gpusnap: note: %zu process%s whose memory map%s this user may not read %s not looked at\n",
@@ -483,6 +612,7 @@ int cmd_state(int argc, char **argv)
 			return cli_report_error(&err);
 		}
 	}
+	cli_spill_sweep(); /* spills of processes that are gone */
 	struct cli_session s;
 	if ((rc = cli_session_open(&s, &err))) {
 		cli_session_close(&s);

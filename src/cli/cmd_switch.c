@@ -39,7 +39,8 @@
 #include "cuda/checkpoint.h"
 
 static const char *const switch_usage[] = {
-	"gpusnap switch [--timeout SECONDS] [--keep-context] [--driver] [--overlap WHEN] [--json] OUT_PID IN_PID",
+	"gpusnap switch [--timeout SECONDS] [--keep-context] [--spill DIR [--spill-only]] [--driver] [--overlap WHEN] "
+	"[--json] OUT_PID IN_PID",
 	NULL,
 };
 
@@ -59,18 +60,21 @@ const struct cli_doc switch_doc = {
 		"that puts it right, and gpusnap state says the same.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" },
 						{ GS_E_USAGE, "bad command line, or OUT_PID and IN_PID are the same process" },
-						{ GS_E_NO_PROCESS, "" }, { GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "" },
+						{ GS_E_NO_PROCESS, "" }, { GS_E_NOT_CUDA, "" },
+						{ GS_E_PERMISSION, "the spill directory is another user's, or others can write "
+								   "into it; nothing was done" },
 						{ GS_E_STATE, "OUT_PID is not running or IN_PID is not suspended, or another "
 							      "gpusnap is at work on one of them (named); nothing was done" },
 						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" },
 						{ GS_E_TIMEOUT, "OUT_PID's GPU work did not finish within --timeout; undone" },
-						{ GS_E_NO_SPACE, "not enough host memory for OUT_PID's GPU data; undone" },
+						{ GS_E_NO_SPACE, "not enough host memory for OUT_PID's GPU data (and no spill directory), "
+								 "or the spill directory is full; undone" },
 						{ GS_E_NO_VRAM, "no room on the GPU for IN_PID's data within --timeout; undone" },
 						{ GS_E_AGENT, "" },
 						{ GS_E_PARTIAL, "a half failed and its undo failed too: the line says what each "
 								"process is and the command that puts it right" },
 						{ GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
-	.env = "GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.env = "GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR GPUSNAP_SPILL_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap switch 1234 5678", "Take process 1234 off the GPU and put suspended process 5678 back on it." },
 		{ "while :; do gpusnap switch $A $B && sleep 600 && gpusnap switch $B $A && sleep 600; done",
@@ -108,6 +112,7 @@ struct switch_run {
 	struct half out, in;
 	double timeout;
 	bool keep_context, driver_only, json;
+	struct cli_suspend_opts suspend; /* how OUT is suspended (and IN again by an undo): --spill, --spill-only */
 	enum overlap_when when;
 	bool together; /* the halves ran at once */
 	char order_why[160];
@@ -129,9 +134,26 @@ static const char *state_now(struct switch_run *w, struct half *h, CUprocessStat
 	return cli_process_state_name(st, h->agent.present, h->agent.state);
 }
 
+/*
+ * A suspend as the switch's options say, keep_context for this process. An
+ * undo suspending IN again (undo) puts it back where a suspend would: into
+ * host memory, the spill directory only when memory is short (not
+ * --spill-only, which was asked of OUT), and is never refused for --spill:
+ * IN may be a process without the agent.
+ */
+static int suspend_as_asked(struct switch_run *w, struct half *h, bool keep_context, bool undo, struct gs_err *err)
+{
+	struct cli_suspend_opts o = w->suspend;
+	o.timeout = w->timeout;
+	o.keep_context = keep_context;
+	if (undo)
+		o.spill_said = o.spill_only = false;
+	return cli_suspend_procs(&w->s, &h->proc, &h->agent, 1, &o, err);
+}
+
 static void suspend_half(struct switch_run *w, struct half *h, bool keep_context)
 {
-	h->rc = cli_suspend_procs(&w->s, &h->proc, &h->agent, 1, w->timeout, keep_context, &h->err);
+	h->rc = suspend_as_asked(w, h, keep_context, false, &h->err);
 	h->data_bytes = h->agent.present ? cli_agent_counter(&h->agent, "bytes") : 0;
 }
 
@@ -297,7 +319,7 @@ static void undo(struct switch_run *w)
 		state_now(w, in, NULL);
 		bool kept = in->driver_before == CU_PROCESS_STATE_RUNNING;
 		struct gs_err e = { 0 };
-		if (!cli_suspend_procs(&w->s, &in->proc, &in->agent, 1, w->timeout, kept && in->agent.present, &e))
+		if (!suspend_as_asked(w, in, kept && in->agent.present, true, &e))
 			in->moved = false;
 		else
 			fprintf(stderr, "gpusnap: cannot suspend process %d again: %s\n", (int)in->proc.pid, e.msg);
@@ -624,6 +646,11 @@ int cmd_switch(int argc, char **argv)
 		GS_OPT_BOOL_(0, "keep-context", &w.keep_context,
 			     "agent only: OUT releases its data but keeps its CUDA context (faster both ways)"),
 		GS_OPT_BOOL_(0, "driver", &w.driver_only, "use the driver path even where the gpusnap agent runs"),
+		GS_OPT_STRING_(0, "spill", &w.suspend.spill_dir, "DIR",
+			       "agent only: OUT's GPU data goes to DIR when host memory would not hold it (default "
+			       "GPUSNAP_SPILL_DIR)"),
+		GS_OPT_BOOL_(0, "spill-only", &w.suspend.spill_only, "agent only: OUT's GPU data always goes to the spill "
+								     "directory"),
 		GS_OPT_STRING_(0, "overlap", &overlap, "WHEN",
 			       "auto (default): IN's resume runs during OUT's suspend when the GPU has room for it; always; "
 			       "never (OUT first)"),
@@ -646,5 +673,7 @@ int cmd_switch(int argc, char **argv)
 		w.when = OVERLAP_NEVER;
 	else
 		return cli_usage_error("switch", "--overlap takes auto, always or never, not '%s'", overlap);
+	if ((rc = cli_suspend_opts_settle("switch", &w.suspend, w.driver_only)))
+		return rc;
 	return execute(&w, argv);
 }

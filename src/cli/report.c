@@ -72,6 +72,17 @@ static void print_json(struct cli_session *s, const struct cli_outcome *o)
 			gs_json_kv_uint(&j, "unmanaged_bytes", ag->unmanaged_bytes);
 			gs_json_object_end(&j);
 		}
+		if (ag->present && !o->rc && !strcmp(o->action, "suspend")) {
+			/* where the agent put the data: host memory or the spill directory, all but the zero chunks */
+			gs_json_key(&j, "data");
+			gs_json_object_begin(&j);
+			gs_json_kv_string(&j, "where", ag->spill_dir[0] ? "spill" : "host-memory");
+			if (ag->spill_dir[0])
+				gs_json_kv_string(&j, "dir", ag->spill_dir);
+			gs_json_kv_uint(&j, "held_bytes", cli_agent_counter(ag, "held_bytes"));
+			gs_json_kv_uint(&j, "zero_bytes", cli_agent_counter(ag, "zero_bytes"));
+			gs_json_object_end(&j);
+		}
 		if (o->gpus_before.known) {
 			gs_json_kv_uint(&j, "vram_before_bytes", o->vram_before[i]);
 			gs_json_kv_uint(&j, "vram_after_bytes", o->vram_after[i]);
@@ -121,6 +132,14 @@ static void print_human(struct cli_session *s, const struct cli_outcome *o)
 					printf(" (%.1f GB/s)", (double)bytes / data / 1e9);
 				printf(suspend ? ", release %.2f s" : ", map %.2f s",
 				       cli_agent_timing(ag, suspend ? "release" : "map"));
+				if (suspend) {
+					char h[32], z[32];
+					printf(ag->spill_dir[0] ? ", %s spilled to %s (%s zero left out)" : ", %s%s in host memory "
+					       "(%s zero left out)",
+					       gs_format_bytes(cli_agent_counter(ag, "held_bytes"), h, sizeof(h)),
+					       ag->spill_dir[0] ? ag->spill_dir : "",
+					       gs_format_bytes(cli_agent_counter(ag, "zero_bytes"), z, sizeof(z)));
+				}
 			} else {
 				printf(":");
 			}

@@ -70,6 +70,11 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 			       "in the app: 0 copies all-zero GPU memory like any other" },
 	[GS_S_HOST_MEMORY_LIMIT] = { "GPUSNAP_HOST_MEMORY_LIMIT", NULL, GS_SET_SIZE, AGENT, NULL, 0, NOLIMIT, NULL, false,
 				     "in the app: the most host memory a suspend without --reserve may take" },
+	[GS_S_HOST_MEMORY_MARGIN] = { "GPUSNAP_HOST_MEMORY_MARGIN", NULL, GS_SET_STRING, AGENT, "1G", 0, 0, NULL, false,
+				      "in the app: host memory a suspend leaves free, a size (2G) or a share of the "
+				      "host's memory (10%)" },
+	[GS_S_SPILL_DIR] = { "GPUSNAP_SPILL_DIR", NULL, GS_SET_PATH, CLI, NULL, 0, 0, NULL, false,
+			     "where a suspend spills GPU data that host memory cannot hold (suspend --spill DIR)" },
 	[GS_S_CHUNK_SIZE] = { "GPUSNAP_CHUNK_SIZE", NULL, GS_SET_SIZE, AGENT, NULL, 1 * MiB, 256 * MiB, NULL, false,
 			      "in the app: the unit a suspend copies in (default 4M bounce, 64M pinned)" },
 	[GS_S_HOST_COPY] = { "GPUSNAP_HOST_COPY", NULL, GS_SET_ENUM, AGENT, "auto", 0, 0, "auto|memcpy|stream", false,

@@ -518,6 +518,8 @@ static uint64_t known_flags(uint16_t type)
 		return 0;
 	case GS_MSG_SUSPEND:
 		return GS_SUSPEND_FLAGS_KNOWN;
+	case GS_MSG_SUSPEND_FD:
+		return GS_SUSPEND_FD_FLAGS_KNOWN;
 	case GS_MSG_DUMP:
 	case GS_MSG_DUMP_FD:
 		return GS_DUMP_FLAGS_KNOWN;
@@ -564,6 +566,7 @@ void gs_request_decode(const struct gs_msg *m, struct gs_request *r)
 	/* the bits of each type are distinct, and gs_msg_check_request let only the type's own through */
 	r->keep_context = (flags & GS_SUSPEND_KEEP_CONTEXT) != 0;
 	r->stay_gated = (flags & GS_RESUME_STAY_GATED) != 0;
+	r->spill_only = (flags & GS_SUSPEND_SPILL_ONLY) != 0;
 	r->dump.running = (flags & GS_DUMP_RUNNING) != 0;
 	r->dump.cached = (flags & GS_DUMP_CACHED) != 0;
 	r->dump.drop_staging = (flags & GS_DUMP_DROP_STAGING) != 0;
@@ -575,6 +578,9 @@ void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
 	switch (r->type) {
 	case GS_MSG_SUSPEND:
 		flags = r->keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0;
+		break;
+	case GS_MSG_SUSPEND_FD:
+		flags = (r->keep_context ? GS_SUSPEND_KEEP_CONTEXT : 0) | (r->spill_only ? GS_SUSPEND_SPILL_ONLY : 0);
 		break;
 	case GS_MSG_RESUME:
 	case GS_MSG_RESUME_FD:
@@ -602,7 +608,7 @@ bool gs_msg_is_operation(uint16_t type)
 	return type == GS_MSG_SUSPEND || type == GS_MSG_RESUME || type == GS_MSG_DUMP || type == GS_MSG_PREPARE ||
 	       type == GS_MSG_GATE || type == GS_MSG_OPEN || type == GS_MSG_SHARE_LINK || type == GS_MSG_SHARE_EXPORT ||
 	       type == GS_MSG_SHARE_IMPORT || type == GS_MSG_SHARE_RELEASE || type == GS_MSG_DUMP_FD ||
-	       type == GS_MSG_RESUME_FD;
+	       type == GS_MSG_RESUME_FD || type == GS_MSG_SUSPEND_FD;
 }
 
 const char *gs_msg_type_name(uint16_t type)
@@ -620,6 +626,7 @@ const char *gs_msg_type_name(uint16_t type)
 	case GS_MSG_OPEN: return "open";
 	case GS_MSG_DUMP_FD: return "dump";
 	case GS_MSG_RESUME_FD: return "resume";
+	case GS_MSG_SUSPEND_FD: return "suspend";
 	case GS_MSG_SHARES: return "shares";
 	case GS_MSG_SHARE_LINK: return "share-link";
 	case GS_MSG_SHARE_EXPORT: return "share-export";

@@ -89,6 +89,15 @@ enum gs_msg_type {
 	GS_MSG_DUMP_FD = 20,
 	GS_MSG_RESUME_FD = 21,
 	/*
+	 * SUSPEND_FD: as SUSPEND (TIMEOUT, FLAGS GS_SUSPEND_*), with a spill
+	 * directory passed as a descriptor: an empty temporary image directory
+	 * (the storage tier, issue 24). After the zero scan the agent holds the
+	 * data in host memory if it fits there (and GS_SUSPEND_SPILL_ONLY is not
+	 * set), else streams it into that directory as a sealed image; the reply's
+	 * counter "spilled" says which. Agents with GS_CAP_SPILL.
+	 */
+	GS_MSG_SUSPEND_FD = 22,
+	/*
 	 * 30-39: GPU memory shared between processes as file descriptors
 	 * (core/share_plan.h; records GS_F_SHARE_*). SHARES: the agent's
 	 * exports and imports (RESULT with the records). SHARE_LINK: before a
@@ -132,6 +141,8 @@ enum gs_msg_tag {
 	GS_F_DEVICE_COUNT = 17,     /* u64: GPUs the app uses */
 	GS_F_LEASE = 18,            /* f64: GATE: seconds the gate may stay closed waiting for the SUSPEND */
 	GS_F_FAULT = 19,            /* str: INFO: why the process stays suspended (an undo failed); absent if none */
+	GS_F_HELD_MEMORY = 20,      /* u64: INFO, suspended: bytes of GPU data the agent holds in host memory */
+	GS_F_HELD_IMAGE = 21,       /* u64: INFO, suspended: bytes of GPU data in an image (spilled or dumped) */
 };
 
 enum gs_msg_field_type {
@@ -154,6 +165,7 @@ enum gs_agent_caps {
 	GS_CAP_DUMP_CACHED = 1u << 7,   /* DUMP with GS_DUMP_CACHED */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
+	GS_CAP_SPILL = 1u << 22,        /* SUSPEND_FD: a suspend that may spill into an image (the storage tier) */
 };
 
 enum gs_suspend_flags {
@@ -166,6 +178,7 @@ enum gs_suspend_flags {
 	 * files' fsync to the publish, which comes once the process runs again.
 	 */
 	GS_DUMP_CACHED = 1u << 3,
+	GS_SUSPEND_SPILL_ONLY = 1u << 4, /* SUSPEND_FD: into the passed directory even if host memory would hold it */
 };
 /* RESUME: memory shared between processes (GS_MSG_SHARES): leave the gate closed (GATED) until OPEN. */
 #define GS_RESUME_STAY_GATED (1u << 8)
@@ -174,6 +187,7 @@ enum gs_suspend_flags {
 #define GS_SHARE_RELEASE_CLOSE (1u << 0)
 /* The FLAGS each request may carry (gs_msg_check_request refuses others): add a new flag here too. */
 #define GS_SUSPEND_FLAGS_KNOWN ((uint64_t)GS_SUSPEND_KEEP_CONTEXT)
+#define GS_SUSPEND_FD_FLAGS_KNOWN ((uint64_t)(GS_SUSPEND_KEEP_CONTEXT | GS_SUSPEND_SPILL_ONLY))
 #define GS_DUMP_FLAGS_KNOWN ((uint64_t)(GS_DUMP_DROP_STAGING | GS_DUMP_RUNNING | GS_DUMP_CACHED))
 
 enum gs_agent_state {
@@ -303,6 +317,7 @@ struct gs_request {
 	const char *dir;            /* GS_F_DIR (DUMP, RESUME): the image directory; NULL: absent. Decoded: into the message */
 	bool keep_context;          /* SUSPEND: GS_SUSPEND_KEEP_CONTEXT */
 	bool stay_gated;            /* RESUME, RESUME_FD: GS_RESUME_STAY_GATED */
+	bool spill_only;            /* SUSPEND_FD: GS_SUSPEND_SPILL_ONLY */
 	struct gs_dump_opts dump;   /* DUMP, DUMP_FD */
 };
 /* The timeout a request without GS_F_TIMEOUT gets, in seconds. */

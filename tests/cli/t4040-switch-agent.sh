@@ -14,7 +14,11 @@
 #    (agent-recreate in IN's app): tried again until --timeout, then OUT runs
 #    again with its data and IN stays suspended (its context off the GPU
 #    again), and a later switch brings IN back whole;
-#  - SIGINT after both halves: undone, both apps' data intact.
+#  - SIGINT after both halves: undone, both apps' data intact;
+#  - the storage tier: OUT spilled (--spill-only, and GPUSNAP_SPILL_DIR with
+#    host memory short) and brought back from the spill by the next switch,
+#    the spill removed; a switch undone after OUT spilled takes OUT's data
+#    back from the spill.
 # Needs GPUSNAP_BUILD (set by ctest).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -132,4 +136,32 @@ check "... one line says so" grep -q "interrupted by SIGINT: undone, process $B 
 data_ok B "... B's data after the undo"
 run_gpusnap switch "$B" "$A"; expect "the switch afterwards" 0
 data_ok A "... A's data after a switch, its undo and a switch"
+
+# ---- the storage tier: OUT goes to a spill directory, the next switch brings it back from there ----
+spill=$TEST_TMP/spill
+mkdir -m 700 "$spill"
+run_gpusnap switch --spill-only --spill "$spill" --json "$A" "$B"; expect "switch --spill-only: A spilled, B in" 0
+check "... A's data is in the spill directory" test -n "$(find "$spill" -name 'gpusnap-'"$A"'-*' -maxdepth 1)"
+run_gpusnap state -v "$A"; expect "state of the spilled A" 0 "suspended"
+check "... says where its data is" grep -q "^data: spilled to $spill, " "$OUT_TXT"
+data_ok B "... B's data"
+run_gpusnap switch "$B" "$A"; expect "switch back: A from its spill" 0
+check "... the spill is removed" test -z "$(find "$spill" -mindepth 1 -maxdepth 1)"
+data_ok A "... A's data bit for bit after the spill"
+# host memory short for A (its agent reads the limit): GPUSNAP_SPILL_DIR is used by itself
+kill -9 "$A" 2>/dev/null
+start_named A GPUSNAP_HOST_MEMORY_LIMIT=1M
+data_ok A "A, restarted with 1 MiB of host memory for its suspends"
+GPUSNAP_SPILL_DIR=$spill run_gpusnap switch "$A" "$B"
+expect "GPUSNAP_SPILL_DIR with host memory short: A spilled by itself" 0
+check "... into the spill directory" test -n "$(find "$spill" -name 'gpusnap-'"$A"'-*' -maxdepth 1)"
+run_gpusnap switch "$B" "$A"; expect "and back from it" 0
+data_ok A "... A's data after the spill the setting chose"
+GPUSNAP_FAULT=switch-after-both run_gpusnap switch --spill-only --spill "$spill" "$A" "$B"
+expect "a failure after A spilled and B came in: undone" 1 "undone, process $A runs on, process $B stays suspended"
+check "... A's spill is removed by the undo, and B is back in host memory, not spilled" \
+  test -z "$(find "$spill" -mindepth 1 -maxdepth 1)"
+data_ok A "... A's data, taken back from its spill"
+run_gpusnap switch --spill "$TEST_TMP/none" "$A" "$B"; expect "a missing spill directory: refused" 2 "nothing was done"
+check "... nothing moved: A runs, B suspended" [ "$(st "$A") $(st "$B")" = "0 2" ]
 test_done

@@ -57,6 +57,13 @@ struct gs_agent_held {
 	 */
 	uint8_t *zero_chunks;
 	uint64_t zero_bytes;
+	/*
+	 * The bytes the holder keeps (the data less its zero chunks): in host
+	 * memory, or in the image at image_dir; spilled: that image is a
+	 * suspend's spill (issue 24), resumed from by gpusnap resume.
+	 */
+	uint64_t held_bytes;
+	bool spilled;
 	/* bounce, on demand: this suspend's own copy ring, made before its pool so both set up at once */
 	struct gs_ring *ring;
 	double ring_setup_s;

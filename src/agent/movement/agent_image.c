@@ -84,6 +84,13 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
 int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, const struct gs_dump_opts *o,
 			       struct gs_image_writer **w, struct gs_err *err)
 {
+	return gs_agent_image_open_writer_named(a, h, gpu_dir, NULL, o, w, err);
+}
+
+int gs_agent_image_open_writer_named(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir,
+				     const char *name, const struct gs_dump_opts *o, struct gs_image_writer **w,
+				     struct gs_err *err)
+{
 	char comm[64] = "";
 	FILE *f = fopen("/proc/self/comm", "r");
 	if (f) {
@@ -96,7 +103,8 @@ int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, cons
 					   .how = "agent",
 					   .no_direct_io = o->cached,
 					   .no_data_sync = o->cached,
-					   .parallel_data_files = gs_ring_image_threads(true) };
+					   .parallel_data_files = gs_ring_image_threads(true),
+					   .target = name };
 	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
 	return rc ? rc : describe(a, h, *w, err);
 }

@@ -28,6 +28,10 @@
  */
 int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir, const struct gs_dump_opts *o,
 			       struct gs_image_writer **w, struct gs_err *err);
+/* The same, name (if not NULL) naming the directory in messages instead of gpu_dir (a descriptor's path). */
+int gs_agent_image_open_writer_named(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir,
+				     const char *name, const struct gs_dump_opts *o, struct gs_image_writer **w,
+				     struct gs_err *err);
 /* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */
 int gs_agent_image_seal(struct gs_image_writer **w, struct gs_image_writer_stats *st, struct gs_err *err);
 /* Opens the agent image at gpu_dir and checks that it holds exactly h's regions and plan (GS_E_IMAGE if not). */

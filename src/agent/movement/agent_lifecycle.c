@@ -257,6 +257,8 @@ static const char *holder_name(const struct gs_agent_held *h, char *buf, size_t 
 {
 	if (h && h->pool)
 		snprintf(buf, n, "host memory");
+	else if (h && h->spilled && h->image_dir)
+		snprintf(buf, n, "the spill image at '%s'", h->image_dir);
 	else if (h && h->image_dir)
 		snprintf(buf, n, "the image at '%s'", h->image_dir);
 	else
@@ -279,8 +281,12 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 	double t0 = gs_now();
 	struct gs_ring *ring = gs_agent_image_take_prepared(h);
 	double t_prep = gs_now();
-	/* through the page cache: a restore usually follows a checksum pass (or a dump) that left the data there */
-	gs_image_set_direct_io(img, false);
+	/*
+	 * through the page cache: a restore usually follows a checksum pass (or a
+	 * dump) that left the data there; a spill is read once, cold, where
+	 * O_DIRECT skips the page cache's copy (as dd's iflag=direct)
+	 */
+	gs_image_set_direct_io(img, h->spilled);
 	struct gs_ring_image_end end;
 	gs_ring_image_reader_end(&end, img);
 	struct gs_ring_stats rs;
@@ -304,6 +310,23 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 }
 
 /*
+ * A message about the directory that came as a descriptor (dir, "/proc/self/fd/N/.")
+ * names it by its real path, dir_name, where there is one: the descriptor is
+ * closed once the request ends and means nothing to the user.
+ */
+static void name_passed_dir(struct gs_err *err, const char *dir, const char *dir_name)
+{
+	if (!dir || !dir_name || strncmp(dir, "/proc/self/fd/", 14))
+		return;
+	char *at = strstr(err->msg, dir);
+	if (!at)
+		return;
+	char msg[GS_ERR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%.*s%s%s", (int)(at - err->msg), err->msg, dir_name, at + strlen(dir));
+	snprintf(err->msg, sizeof(err->msg), "%s", msg);
+}
+
+/*
  * RELEASED -> COPIED: the physical memory is re-created (all or nothing) and
  * refilled from the image at dir, else from the holder. The image is checked
  * before anything is touched. On failure the state stays RELEASED: what was
@@ -323,6 +346,9 @@ static int back_bring(struct gs_agent *a, const char *dir, const char *dir_name,
 		return 0;
 	}
 	const char *from = dir ? dir : h->pool ? NULL : h->image_dir;
+	if (!from && !h->pool && h->plan.nchunks && h->spilled)
+		return gs_fail(err, GS_E_STATE, "the process's GPU data was spilled into an image this agent cannot name: "
+			       "gpusnap resume --image DIR names it");
 	if (!from && !h->pool && h->plan.nchunks)
 		return gs_fail(err, GS_E_STATE, "the process's GPU data is in an image: restore it with gpusnap restore");
 	double t0 = gs_now();
@@ -521,7 +547,74 @@ static int leave_running(struct gs_agent *a, const char *what, double timeout_s,
 
 /* ---- the requests ---- */
 
+/*
+ * The spill of a suspend (issue 24): h's data streamed into a sealed image
+ * in sp->dir through the engine's image-writer end, as a running dump does
+ * (O_DIRECT where the file system takes it, checksummed), then h is released
+ * as by any suspend. h is planned in the image's chunks; the zero scan makes
+ * zero records of what is zero, without crossing PCIe. On failure (ENOSPC
+ * included) nothing is released: the caller walks back, the data on the GPU.
+ */
+static int spill_out(struct gs_agent *a, struct gs_agent_held *h, const struct gs_lc_spill *sp, struct gs_msg *reply,
+		     struct gs_err *err)
+{
+	struct gs_image_writer *w = NULL;
+	int rc = gs_agent_image_open_writer_named(a, h, sp->dir, sp->dir_name, &(struct gs_dump_opts){ .running = true },
+						  &w, err);
+	if (rc)
+		return rc;
+	double t0 = gs_now();
+	struct gs_ring_stats rs = { 0 };
+	struct gs_ring_image_end end;
+	gs_ring_image_writer_end(&end, w);
+	uint8_t *known_zero = h->plan.nchunks ? calloc(h->plan.nchunks, 1) : NULL;
+	gs_zero_scan(a, h, known_zero, reply);
+	end.known_zero = known_zero;
+	rc = h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	free(known_zero);
+	if (rc) {
+		gs_image_writer_abort(w); /* the command discards the directory */
+		return rc;
+	}
+	struct gs_image_writer_stats st;
+	if ((rc = gs_agent_image_seal(&w, &st, err)))
+		return rc;
+	const char *rec = record_name(sp->dir, sp->dir_name);
+	free(h->image_dir);
+	h->image_dir = rec ? strdup(rec) : NULL;
+	h->spilled = true;
+	h->zero_bytes = st.zero_bytes;
+	h->held_bytes = st.payload_bytes;
+	gs_ring_stats_report(&rs, reply);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "spill_write", gs_now() - t0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_direct_bytes", st.direct_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", st.zero_bytes);
+	pr_info("spilled %llu bytes of GPU data into '%s' in %.2f s", (unsigned long long)st.payload_bytes,
+		rec ? rec : "a passed directory", gs_now() - t0);
+	return 0;
+}
+
+/* The timings and counters of src, added to dst. */
+static void copy_named_fields(struct gs_msg *dst, const struct gs_msg *src)
+{
+	struct gs_msg_field f;
+	for (size_t i = 0; i < gs_msg_field_count(src); i++) {
+		if (!gs_msg_field_at(src, i, &f) || !f.name)
+			continue;
+		if (f.type == GS_FT_NAMED_F64)
+			gs_msg_add_named_f64(dst, f.tag, f.name, f.f64);
+		else if (f.type == GS_FT_NAMED_U64)
+			gs_msg_add_named_u64(dst, f.tag, f.name, f.u64);
+	}
+}
+
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err)
+{
+	return gs_lc_suspend_spill(a, timeout_s, keep_context, NULL, reply, err);
+}
+
+int gs_lc_suspend_spill(struct gs_agent *a, double timeout_s, bool keep_context, const struct gs_lc_spill *sp,
+			struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
@@ -536,14 +629,39 @@ int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struc
 		goto out;
 	}
 	struct gs_agent_held *h;
-	if ((rc = gs_mover_plan(a, 0, &h, err)))
-		goto fail;
-	a->held = h;
-	h->keep_context = keep_context;
+	bool spill = sp && sp->only;
 	double t_pool = gs_now();
-	if ((rc = gs_mover_take_pool(a, h, reply, err)) ||
-	    (rc = gs_mover_stage_out(a, h, timeout_s, !keep_context, reply, err)))
-		goto fail;
+	if (!spill) {
+		if ((rc = gs_mover_plan(a, 0, &h, err)))
+			goto fail;
+		a->held = h;
+		h->keep_context = keep_context;
+		/* with a spill to fall back on, the pool's counters wait: the spill's scan would say them again */
+		struct gs_msg trial;
+		gs_msg_init(&trial, GS_MSG_RESULT);
+		rc = gs_mover_take_pool(a, h, sp ? &trial : reply, err);
+		if (!rc && sp)
+			copy_named_fields(reply, &trial);
+		gs_msg_free(&trial);
+		if (rc == GS_E_NO_SPACE && sp) {
+			/* host memory would not hold it: the spill directory will, planned anew in the image's chunks */
+			pr_warn("host memory would not hold this suspend's data, spilling it to disk instead (%s)", err->msg);
+			gs_err_clear(err);
+			gs_mover_free_held(a, h);
+			a->held = NULL;
+			spill = true;
+		} else if (rc || (rc = gs_mover_stage_out(a, h, timeout_s, !keep_context, reply, err))) {
+			goto fail;
+		}
+	}
+	if (spill) {
+		if ((rc = gs_mover_plan(a, GS_MOVER_IMAGE_CHUNK_BYTES, &h, err)))
+			goto fail;
+		a->held = h;
+		h->keep_context = keep_context;
+		if ((rc = spill_out(a, h, sp, reply, err)))
+			goto fail;
+	}
 	set_state(a, LC_COPIED);
 	double t_copy = gs_now();
 	if ((rc = step_release(a, err)) || (rc = reply_fault(err)))
@@ -555,6 +673,9 @@ int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struc
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "release", t_release - t_copy);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", h->nregions);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "spilled", h->spilled);
+	if (h->spilled)
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "held_bytes", h->held_bytes);
 	goto out;
 fail:
 	rc = fail_back(a, rc, reply, err);
@@ -598,6 +719,8 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 	if ((rc = gs_agent_image_seal(&w, &st, err)))
 		goto fail;
 	const char *rec = record_name(gpu_dir, dir_name);
+	if (h)
+		h->held_bytes = st.payload_bytes;
 	if (h && rec && !(h->image_dir = strdup(rec))) {
 		rc = gs_fail(err, GS_E_AGENT, "out of memory");
 		goto fail;
@@ -724,6 +847,8 @@ int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_
 		gs_image_close(img);
 	}
 	rc = unwind_to(a, gpu_dir, dir_name, stay_gated, reply, err);
+	if (rc)
+		name_passed_dir(err, gpu_dir, dir_name);
 	if (rc && lc.state == LC_RELEASED && !fault_is_rollback()) {
 		/*
 		 * `state` says so until a resume succeeds (back_open, back_gate clear
@@ -802,4 +927,14 @@ void gs_lc_info(struct gs_agent *a, struct gs_msg *reply)
 	pthread_mutex_unlock(&lc.fault_lock);
 	if (fault[0])
 		gs_msg_add_str(reply, GS_F_FAULT, fault);
+	/* where the data is: read without a->lock (STATUS is answered while an operation runs), so only when settled */
+	uint64_t st = __atomic_load_n(&a->state, __ATOMIC_ACQUIRE);
+	if ((st == GS_AGENT_SUSPENDED || st == GS_AGENT_DATA_RELEASED) && pthread_mutex_trylock(&a->lock) == 0) {
+		const struct gs_agent_held *h = a->held;
+		if (h && h->pool)
+			gs_msg_add_u64(reply, GS_F_HELD_MEMORY, gs_mover_held_bytes(h));
+		else if (h && h->plan.nchunks)
+			gs_msg_add_u64(reply, GS_F_HELD_IMAGE, h->held_bytes);
+		pthread_mutex_unlock(&a->lock);
+	}
 }

@@ -41,6 +41,21 @@
 /* SUSPEND: to RELEASED through a staging pool; keep_context: the driver is not asked to checkpoint. */
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
 /*
+ * SUSPEND_FD: as SUSPEND, with a spill directory (issue 24): dir, an empty
+ * temporary image directory (dir_name as below). After the zero scan the
+ * data goes into a staging pool if the host admits it and !only, else it is
+ * streamed into a sealed image in dir (the reply's counter "spilled" is 1);
+ * the process is suspended either way, RESUME_FD with that directory brings
+ * it back. A spill that fails (a full disk) walks back: the process runs on.
+ */
+struct gs_lc_spill {
+	const char *dir;
+	const char *dir_name;
+	bool only; /* spill even where host memory would hold it */
+};
+int gs_lc_suspend_spill(struct gs_agent *a, double timeout_s, bool keep_context, const struct gs_lc_spill *sp,
+			struct gs_msg *reply, struct gs_err *err);
+/*
  * dir_name, below: what gpu_dir is called where it came as a descriptor
  * (gpu_dir then /proc/self/fd/N/.): the directory's real path as this
  * process sees it, or NULL when it has none. It, never a descriptor's path,

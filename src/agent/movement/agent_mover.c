@@ -193,27 +193,80 @@ static int make_pool(struct gs_agent *a, uint64_t bytes, int workers, bool lazy,
 }
 
 /*
- * Refuses a pool the host cannot hold, before any data moves: a lazy pool's
- * pages fault in during the copy, where running out means the OOM killer, not
- * an error (core/hostmem.h). GPUSNAP_HOST_MEMORY_LIMIT caps it further, for
- * hosts that keep memory for other work.
+ * GPUSNAP_HOST_MEMORY_MARGIN: host memory a suspend leaves free, a size
+ * ("2G") or a share of the host's total memory ("10%"). The driver's copy of
+ * a context, other work starting meanwhile and the page cache come out of it.
  */
-static int check_host_memory(uint64_t bytes, struct gs_err *err)
+#define DEFAULT_MARGIN "1G"
+
+static int host_memory_margin(uint64_t total, uint64_t *margin, char *said, size_t n, struct gs_err *err)
+{
+	const char *v = gs_setting_str(GS_S_HOST_MEMORY_MARGIN);
+	if (!v || !*v)
+		v = DEFAULT_MARGIN;
+	snprintf(said, n, "%s", v);
+	size_t len = strlen(v);
+	if (len > 1 && v[len - 1] == '%') {
+		char *end = NULL;
+		double pct = strtod(v, &end);
+		if (end == v + len - 1 && pct >= 0 && pct <= 100) {
+			*margin = total == UINT64_MAX ? 0 : (uint64_t)((double)total * pct / 100.0);
+			return 0;
+		}
+	} else if (!gs_parse_size(v, margin)) {
+		return 0;
+	}
+	return gs_fail(err, GS_E_USAGE, "GPUSNAP_HOST_MEMORY_MARGIN='%s' is neither a size (2G) nor a share (10%%)", v);
+}
+
+/* MemTotal of /proc/meminfo in bytes, UINT64_MAX when unreadable: what a margin in percent is of. */
+static uint64_t host_memory_total(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	unsigned long long kib = 0;
+	char line[128];
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "MemTotal: %llu kB", &kib) == 1;
+	if (f)
+		fclose(f);
+	return found ? (uint64_t)kib * 1024 : UINT64_MAX;
+}
+
+/*
+ * Admission of a pool that will hold `bytes` (what it will really touch: the
+ * chunks not known to be zero), before any data moves: a lazy pool's pages
+ * fault in during the copy, where running out means the OOM killer, not an
+ * error (core/hostmem.h). What every other suspended process already holds
+ * is out of MemAvailable: the kernel keeps that ledger. The margin stays
+ * free of what the host has; GPUSNAP_HOST_MEMORY_LIMIT, where set, caps what
+ * this suspend takes, whatever the host has.
+ */
+static int check_host_memory(uint64_t bytes, uint64_t zero_bytes, struct gs_err *err)
 {
 	struct gs_hostmem m;
 	gs_hostmem_read("", &m);
+	uint64_t margin = 0;
+	char said[64], need[32], have[32], keep[32], zero[32];
+	int rc = host_memory_margin(host_memory_total(), &margin, said, sizeof(said), err);
+	if (rc)
+		return rc;
+	gs_format_bytes(bytes, need, sizeof(need));
+	gs_format_bytes(zero_bytes, zero, sizeof(zero));
 	uint64_t cap = gs_setting_size(GS_S_HOST_MEMORY_LIMIT);
-	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && cap < m.avail) {
-		m.avail = cap;
-		snprintf(m.limit, sizeof(m.limit), "GPUSNAP_HOST_MEMORY_LIMIT");
-	}
-	if (m.avail == UINT64_MAX || bytes <= m.avail)
+	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && bytes > cap)
+		return gs_fail(err, GS_E_NO_SPACE,
+			       "not enough host memory to hold the GPU data: %s needed (%s more are zero and stay on the "
+			       "GPU), %s available (GPUSNAP_HOST_MEMORY_LIMIT); the process keeps running on the GPU",
+			       need, zero, gs_format_bytes(cap, have, sizeof(have)));
+	if (m.avail == UINT64_MAX || (m.avail > margin && bytes <= m.avail - margin))
 		return 0;
-	char need[32], have[32];
 	return gs_fail(err, GS_E_NO_SPACE,
-		       "not enough host memory to hold the GPU data: %s needed, %s available (%s); the process keeps "
-		       "running on the GPU",
-		       gs_format_bytes(bytes, need, sizeof(need)), gs_format_bytes(m.avail, have, sizeof(have)), m.limit);
+		       "not enough host memory to hold the GPU data: %s needed (%s more are zero and stay on the GPU), "
+		       "%s available (%s) less a margin of %s (GPUSNAP_HOST_MEMORY_MARGIN=%s); the process keeps running on "
+		       "the GPU",
+		       need, zero, gs_format_bytes(m.avail, have, sizeof(have)), m.limit,
+		       gs_format_bytes(margin, keep, sizeof(keep)), said);
 }
 
 /* The reserved pool (GPUSNAP_RESERVE): populated ahead by all staging threads, kept across cycles. */
@@ -222,11 +275,10 @@ static int make_reserve(struct gs_agent *a, struct gs_err *err)
 	return make_pool(a, mover.reserve_bytes, staging_threads(), false, &mover.reserve, err);
 }
 
-/* An on-demand pool of bytes (host memory checked first). */
+/* An on-demand pool of bytes (admitted by the caller). */
 static int make_on_demand_pool(struct gs_agent *a, uint64_t bytes, struct gs_staging **out, struct gs_err *err)
 {
-	int rc = check_host_memory(bytes, err);
-	return rc ? rc : make_pool(a, bytes, on_demand_threads(), on_demand_lazy(), out, err);
+	return make_pool(a, bytes, on_demand_threads(), on_demand_lazy(), out, err);
 }
 
 /*
@@ -636,20 +688,66 @@ static struct gs_ring *ring_before_pool(struct gs_agent *a, const struct gs_agen
 	return r;
 }
 
+/*
+ * The zero scan of a bounce suspend, before its pool is chosen: what it finds
+ * all zero never crosses PCIe and takes no host memory (agent_zero_scan.h).
+ * A pinned pool is copied into directly, every chunk: nothing to scan for.
+ */
+static void scan_zero_chunks(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply)
+{
+	free(h->zero_chunks);
+	h->zero_chunks = NULL;
+	h->zero_bytes = 0;
+	if (mover.mode != MODE_BOUNCE || mover.no_zero_chunks || !h->plan.nchunks)
+		return;
+	if (!(h->zero_chunks = calloc(h->plan.nchunks, 1))) {
+		pr_warn("no memory to track zero chunks: every chunk is copied");
+		return;
+	}
+	gs_zero_scan(a, h, h->zero_chunks, reply);
+}
+
+/*
+ * The host memory a pool for h will take: a lazy pool's pages fault in only
+ * where a chunk is copied, so the chunks not known zero (each rounded up to
+ * the page, as the plan lays them out); a pool populated ahead or pinned, all
+ * of it.
+ */
+static uint64_t pool_needs(const struct gs_agent_held *h, uint64_t *zero)
+{
+	*zero = 0;
+	if (!on_demand_lazy() || !h->zero_chunks)
+		return h->plan.staging_bytes;
+	uint64_t need = 0;
+	for (size_t k = 0; k < h->plan.nchunks; k++) {
+		uint64_t size = h->plan.chunks[k].size;
+		if (h->zero_chunks[k])
+			*zero += size;
+		else
+			need += (size + 4095) & ~(uint64_t)4095;
+	}
+	return need < h->plan.staging_bytes ? need : h->plan.staging_bytes;
+}
+
 int gs_mover_take_pool(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err)
 {
 	if (h->pool || !h->plan.staging_bytes)
 		return 0;
+	scan_zero_chunks(a, h, reply);
 	if (mover.reserve && gs_staging_size(mover.reserve) >= h->plan.staging_bytes) {
 		h->pool = mover.reserve;
 		h->pool_is_reserve = true;
 		return 0;
 	}
+	uint64_t zero = 0, need = pool_needs(h, &zero);
+	int rc = check_host_memory(need, zero, err);
+	if (rc)
+		return rc;
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "admitted_bytes", need);
 	if (mover.mode == MODE_BOUNCE && !h->ring)
 		h->ring = ring_before_pool(a, h, &h->ring_setup_s);
 	double t = gs_now();
-	int rc = make_on_demand_pool(a, h->plan.staging_bytes, &h->pool, err);
-	if (rc)
+	if ((rc = make_on_demand_pool(a, h->plan.staging_bytes, &h->pool, err)))
 		return rc;
 	h->pool_is_reserve = false;
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "pool_create", gs_now() - t);
@@ -662,13 +760,7 @@ int gs_mover_stage_out(struct gs_agent *a, struct gs_agent_held *h, double timeo
 	if (!h->pool)
 		return 0;
 	bool direct = gs_staging_registers(h->pool);
-	free(h->zero_chunks);
-	h->zero_chunks = NULL;
-	h->zero_bytes = 0;
-	if (!direct && !mover.no_zero_chunks && h->plan.nchunks && !(h->zero_chunks = calloc(h->plan.nchunks, 1)))
-		pr_warn("no memory to track zero chunks: every chunk is copied");
-	/* what is all zero on the GPU never crosses PCIe (agent_zero_scan.h) */
-	gs_zero_scan(a, h, h->zero_chunks, reply);
+	/* the zero scan ran before the pool was chosen (gs_mover_take_pool): its finds are in h->zero_chunks */
 	struct gs_ring_staging_end end;
 	int rc = gs_ring_staging_end(&end, h, h->pool, timeout_s, h->zero_chunks, unpin && mover.unpin, err);
 	if (rc)
@@ -706,7 +798,16 @@ int gs_mover_stage_out(struct gs_agent *a, struct gs_agent_held *h, double timeo
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", st.ring_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", h->zero_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "reserved_pool", h->pool_is_reserve);
+	h->held_bytes = gs_mover_held_bytes(h);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "held_bytes", h->held_bytes);
 	return 0;
+}
+
+uint64_t gs_mover_held_bytes(const struct gs_agent_held *h)
+{
+	if (!h || h->bytes < h->zero_bytes)
+		return 0;
+	return h->bytes - h->zero_bytes;
 }
 
 int gs_mover_stage_in(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err)

@@ -58,10 +58,15 @@ int gs_mover_release(struct gs_agent *a, struct gs_agent_held *h, struct gs_err 
 int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err *err);
 
 /*
- * The staging pool for h: the reserved one when it holds h's plan, else one
- * made for it (host memory checked first: GS_E_NO_SPACE). Timings go to reply.
+ * The staging pool for h: the zero scan first (bounce mode), then the
+ * reserved pool when it holds h's plan, else one made for it once admitted:
+ * the host memory it will take (the chunks not found zero) fits in what is
+ * available less GPUSNAP_HOST_MEMORY_MARGIN, else GS_E_NO_SPACE, nothing
+ * taken. Timings and counters go to reply.
  */
 int gs_mover_take_pool(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err);
+/* The bytes of h's data its holder keeps: all but the zero chunks. */
+uint64_t gs_mover_held_bytes(const struct gs_agent_held *h);
 /* Frees h's staging pool now (a reserved one too: a dump must not carry it; it is made again after a resume). */
 void gs_mover_drop_pool(struct gs_agent *a, struct gs_agent_held *h);
 /*
