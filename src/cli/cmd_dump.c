@@ -42,6 +42,7 @@
 #include "common/proc.h"
 #include "common/settings.h"
 #include "common/util.h"
+#include "core/hostmem.h"
 #include "core/protocol.h"
 #include "criu/criu.h"
 #include "cuda/checkpoint.h"
@@ -408,8 +409,19 @@ static void open_stage(struct dump_run *r)
 		need = r->agent.alloc_bytes;
 	const char *mem = gs_setting_str(GS_S_STAGE_DIR);
 	struct gs_err e = { 0 };
+	/*
+	 * tmpfs pages are charged to the process whose agent writes them (its
+	 * cgroup) and taken from the host's memory, whatever the tmpfs's size
+	 * says: both must have room, or the copy would push the process out
+	 */
+	struct gs_hostmem hm;
+	gs_hostmem_read_pid("", r->pid, &hm);
 	if (!(r->agent.caps & GS_CAP_DIR_FD))
 		snprintf(r->no_stage, sizeof(r->no_stage), "the agent takes no image directory as a descriptor");
+	else if (hm.avail != UINT64_MAX && hm.avail < need + (need >> 3) + (256u << 20))
+		snprintf(r->no_stage, sizeof(r->no_stage), "the process has %llu MiB of host memory left (%s), the GPU "
+			 "data needs %llu MiB", (unsigned long long)(hm.avail >> 20), hm.limit,
+			 (unsigned long long)(need >> 20));
 	else if (!gs_image_stage_create(mem ? mem : "/dev/shm", need, &r->stage, &e))
 		return;
 	else
