@@ -63,6 +63,10 @@ const struct cli_doc dump_doc = {
 		"The image is written under a temporary name and published (fsync, checksums, rename) only when it "
 		"is complete, so DIR holds the previous image or the new one, never half of one. A dump that fails "
 		"before CRIU took the process is undone: the process runs on.\n\n"
+		"With --leave-running, a process under the gpusnap agent stands still only while its GPU data is "
+		"copied into memory of the dump's own (GPUSNAP_STAGE_DIR, a tmpfs, where it has room), the driver "
+		"and CRIU take it and it gets its data back; the image is written from that copy after it runs "
+		"again, and the command returns once the image is published.\n\n"
 		"CRIU 4.2 or later must be installed (or named by GPUSNAP_CRIU), and dumping needs root or "
 		"CAP_CHECKPOINT_RESTORE.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing the image; DIR stays as it was" },
@@ -79,7 +83,7 @@ const struct cli_doc dump_doc = {
 							     "tree holds what CRIU cannot dump: an io_uring, a TCP connection "
 							     "to outside it without --tcp-close or --tcp-established" },
 						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
-	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_STAGE_DIR GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap dump -D /ckpt/job 1234", "Dump process 1234 into /ckpt/job; it is gone afterwards." },
 		{ "gpusnap dump --tree --leave-running -D /ckpt/job $JOB_PID",
@@ -648,7 +652,10 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		printf(" (%s written in %.2f s)", gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agent_write_s);
 	}
 	printf(", CRIU part %.2f s, total %.2f s\n", r->criu_s, r->total_s);
-	if (o->leave_running)
+	if (o->leave_running && r->stage)
+		printf("process %d keeps running (it stood still for %.2f s; the image was written in %.2f s after)\n",
+		       (int)r->pid, r->paused_s, r->stage_write_s);
+	else if (o->leave_running)
 		printf("process %d keeps running (it stood still for %.2f s)\n", (int)r->pid, r->paused_s);
 	else
 		printf("process %d is gone; gpusnap restore -D %s brings it back\n", (int)r->pid, o->dir);

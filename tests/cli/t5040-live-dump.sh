@@ -106,6 +106,7 @@ check "nothing is left in memory" stage_empty
 left=$(tmp_dirs "$img")
 check "the unfinished directory holds no manifest" test -n "$left" -a ! -e "$left/manifest.img"
 run_gpusnap dump --leave-running -D "$img" "$PID"; expect "the next dump" 0
+check "... which says the image was written after the pause" grep -q "stood still for .* s; the image was written in .* s after" "$OUT_TXT"
 check "... removed it" test -z "$(tmp_dirs "$img")"
 check "... and published" "$GPUSNAP_BIN" inspect --verify "$img"
 
