@@ -41,11 +41,12 @@
 #include "core/protocol.h"
 #include "criu/criu.h"
 #include "cuda/checkpoint.h"
+#include "image/codec.h"
 #include "image/image.h"
 
 static const char *const dump_usage[] = {
 	"gpusnap dump [--tree] [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] "
-	"[--replace] [--json] -D DIR PID",
+	"[--replace] [--compress CODEC[:LEVEL]] [--json] -D DIR PID",
 	NULL,
 };
 
@@ -88,6 +89,8 @@ struct dump_opts {
 	const char *dir;
 	double timeout;
 	bool tree, leave_running, driver_only, json, tcp_close, tcp_established, replace;
+	const char *compress_arg; /* --compress, parsed into compress */
+	struct gs_compress compress;
 };
 
 struct dump_run {
@@ -355,7 +358,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		record_step(r, o, STEP_AGENT);
 		double t = r->stopped_at = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
-		struct gs_dump_opts d = { .running = true, .cached = o->leave_running };
+		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress.codec,
+					  .compress_level = o->compress.level };
 		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, &d, err))) {
 			/*
 			 * The agent walked back and the process runs on, unless putting its
@@ -391,7 +395,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->data_in_tmp = true; /* the agent drops its staging copy once the image is written */
 		record_step(r, o, STEP_AGENT);
 		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), 0,
-					 &(struct gs_dump_opts){ .drop_staging = true }, err)))
+					 &(struct gs_dump_opts){ .drop_staging = true, .compress_codec = o->compress.codec,
+								 .compress_level = o->compress.level }, err)))
 			return rc;
 		r->agent_dumped = true;
 		r->agent_write_s = gs_now() - t;
@@ -531,6 +536,9 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
 			     "dump established TCP connections and restore them (needs iptables)"),
 		GS_OPT_BOOL_(0, "replace", &o.replace, "replace DIR even if it holds the image of another process"),
+		GS_OPT_STRING_(0, "compress", &o.compress_arg, "CODEC[:LEVEL]",
+			       "compress the GPU data the agent writes, chunk by chunk: lz4 (levels 1-12, default 1) or "
+			       "zstd (levels 1-22, default 3)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -544,6 +552,11 @@ int cmd_dump(int argc, char **argv)
 		return cli_usage_error("dump", "-D DIR is required");
 	if (o.tcp_close && o.tcp_established)
 		return cli_usage_error("dump", "--tcp-close and --tcp-established exclude each other");
+	if (o.compress_arg) {
+		struct gs_err ce = { 0 };
+		if (gs_compress_parse(o.compress_arg, &o.compress, &ce))
+			return cli_usage_error("dump", "--compress: %s", ce.msg);
+	}
 
 	/* the agent writes into the image from its own working directory: give it an absolute path */
 	char absdir[4096];
@@ -558,7 +571,7 @@ int cmd_dump(int argc, char **argv)
 	struct dump_tree_opts to = {
 		.dir = o.dir, .timeout = o.timeout, .leave_running = o.leave_running, .driver_only = o.driver_only,
 		.json = o.json, .replace = o.replace,
-		.tcp = tcp_asked(&o),
+		.tcp = tcp_asked(&o), .compress_codec = o.compress.codec, .compress_level = o.compress.level,
 	};
 	if (o.tree)
 		return dump_tree(&to, argv[0]);

@@ -567,6 +567,11 @@ void gs_request_decode(const struct gs_msg *m, struct gs_request *r)
 	r->dump.running = (flags & GS_DUMP_RUNNING) != 0;
 	r->dump.cached = (flags & GS_DUMP_CACHED) != 0;
 	r->dump.drop_staging = (flags & GS_DUMP_DROP_STAGING) != 0;
+	uint64_t compress = 0;
+	if (gs_msg_get_u64(m, GS_F_COMPRESS, &compress)) {
+		r->dump.compress_codec = (uint8_t)(compress & 0xff);
+		r->dump.compress_level = (int)((compress >> 8) & 0xff);
+	}
 }
 
 void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
@@ -595,6 +600,8 @@ void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
 		gs_msg_add_str(m, GS_F_DIR, r->dir);
 	if (r->lease_s > 0)
 		gs_msg_add_f64(m, GS_F_LEASE, r->lease_s);
+	if ((r->type == GS_MSG_DUMP || r->type == GS_MSG_DUMP_FD) && r->dump.compress_codec)
+		gs_msg_add_u64(m, GS_F_COMPRESS, r->dump.compress_codec | (uint64_t)(r->dump.compress_level & 0xff) << 8);
 }
 
 bool gs_msg_is_operation(uint16_t type)

@@ -132,6 +132,7 @@ enum gs_msg_tag {
 	GS_F_DEVICE_COUNT = 17,     /* u64: GPUs the app uses */
 	GS_F_LEASE = 18,            /* f64: GATE: seconds the gate may stay closed waiting for the SUSPEND */
 	GS_F_FAULT = 19,            /* str: INFO: why the process stays suspended (an undo failed); absent if none */
+	GS_F_COMPRESS = 40,         /* u64: DUMP, DUMP_FD: codec (enum gs_fmt_codec) | level << 8; absent: none */
 };
 
 enum gs_msg_field_type {
@@ -152,6 +153,7 @@ enum gs_agent_caps {
 	GS_CAP_PREPARE = 1u << 5,       /* PREPARE: maps the copy ring while the driver restores the process */
 	GS_CAP_GATE = 1u << 6,          /* GATE and OPEN; TIMEOUT <= 0 means no limit */
 	GS_CAP_DUMP_CACHED = 1u << 7,   /* DUMP with GS_DUMP_CACHED */
+	GS_CAP_DUMP_COMPRESS = 1u << 12, /* DUMP, DUMP_FD with GS_F_COMPRESS: compressed chunks */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
 };
@@ -289,6 +291,8 @@ struct gs_dump_opts {
 	bool running;      /* GS_DUMP_RUNNING: quiesce, stream the running process's data into the image, release */
 	bool cached;       /* GS_DUMP_CACHED: the image is read back right after; data files' fsync left to the publish */
 	bool drop_staging; /* GS_DUMP_DROP_STAGING: (of a suspended process) free the staging once the image is written */
+	uint8_t compress_codec; /* GS_F_COMPRESS: compress the image's chunks (enum gs_fmt_codec, image/format.h) */
+	int compress_level;     /* 0: the codec's default */
 };
 
 /*

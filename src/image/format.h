@@ -25,7 +25,16 @@
 #error "gpusnap images are little-endian and copied with memcpy: add byte swapping for this host"
 #endif
 
-#define GS_FMT_VERSION 1u
+/*
+ * The newest version this build writes and reads. A writer writes the lowest
+ * version that holds what the image uses: version 1 unless a chunk is
+ * compressed (GS_FMT_VERSION_COMPRESS), so older readers still read every
+ * image that needs nothing newer. Readers read versions GS_FMT_VERSION_MIN
+ * to GS_FMT_VERSION.
+ */
+#define GS_FMT_VERSION 2u
+#define GS_FMT_VERSION_MIN 1u
+#define GS_FMT_VERSION_COMPRESS 2u /* compressed chunks: the 64-byte chunk record */
 
 /* ---- names inside an image directory ---- */
 #define GS_FMT_MANIFEST_NAME "manifest.img"
@@ -146,9 +155,27 @@ struct gs_fmt_allocation {
 	struct gs_fmt_ref blob; /* opaque bytes for the agent, <= GS_FMT_BLOB_MAX; length 0 if none */
 };
 
-#define GS_CHUNK_F_ZERO 0x1u /* all bytes are zero; nothing stored (file_index, file_offset, crc32c are 0) */
-#define GS_CHUNK_F_KNOWN GS_CHUNK_F_ZERO
+#define GS_CHUNK_F_ZERO 0x1u       /* all bytes are zero; nothing stored (file_index, file_offset, crc32c are 0) */
+#define GS_CHUNK_F_COMPRESSED 0x2u /* version 2: the payload is `stored_length` bytes of `codec` output */
+#define GS_CHUNK_F_KNOWN_V1 GS_CHUNK_F_ZERO
+#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED)
 
+/* Compression codecs of a chunk (version 2). */
+enum gs_fmt_codec {
+	GS_CODEC_NONE = 0,
+	GS_CODEC_LZ4 = 1,  /* one LZ4 block (LZ4_decompress_safe), no frame */
+	GS_CODEC_ZSTD = 2, /* one zstd frame with its content size */
+};
+#define GS_CODEC_MAX GS_CODEC_ZSTD
+
+/* What is done to a chunk's bytes before its codec (version 2). */
+enum gs_fmt_transform {
+	GS_XFORM_NONE = 0,
+	GS_XFORM_SPLIT2 = 1, /* byte-plane split of 16-bit words: even bytes, then odd bytes (FORMAT.md 4.8.1) */
+};
+#define GS_XFORM_MAX GS_XFORM_SPLIT2
+
+/* The version 1 chunk record is the first 48 bytes of this one (up to and including `reserved`). */
 struct gs_fmt_chunk {
 	uint64_t alloc_id;    /* a gs_fmt_allocation.id */
 	uint64_t offset;      /* within the allocation */
@@ -156,9 +183,16 @@ struct gs_fmt_chunk {
 	uint64_t file_offset; /* within the data file, a multiple of GS_FMT_ALIGN, >= GS_FMT_ALIGN */
 	uint32_t file_index;  /* a gs_fmt_data_file.index */
 	uint32_t flags;       /* GS_CHUNK_F_* */
-	uint32_t crc32c;      /* CRC-32C of the payload's `length` bytes */
+	uint32_t crc32c;      /* CRC-32C of the chunk's `length` bytes (uncompressed) */
 	uint32_t reserved;
+	/* version 2 */
+	uint64_t stored_length; /* payload bytes in the data file: `length` unless COMPRESSED; 0 for ZERO */
+	uint32_t stored_crc32c; /* CRC-32C of those stored bytes: `crc32c` unless COMPRESSED; 0 for ZERO */
+	uint8_t codec;          /* enum gs_fmt_codec: NONE unless COMPRESSED */
+	uint8_t transform;      /* enum gs_fmt_transform: NONE unless COMPRESSED */
+	uint16_t reserved2;
 };
+#define GS_FMT_CHUNK_V1_SIZE 48u
 
 struct gs_fmt_metadata {
 	struct gs_fmt_ref key;   /* 1..GS_FMT_STRING_MAX bytes */
@@ -209,7 +243,7 @@ struct gs_fmt_cpu_piece {
 /* First bytes of every data file; the rest of its first GS_FMT_ALIGN bytes are zero. */
 struct gs_fmt_data_header {
 	char magic[8];         /* GS_FMT_DATA_MAGIC */
-	uint32_t version;      /* GS_FMT_VERSION */
+	uint32_t version;      /* the manifest's version */
 	uint32_t header_size;  /* sizeof(struct gs_fmt_data_header) */
 	uint8_t image_id[16];  /* the manifest's image_id: a data file of another image is refused */
 	uint32_t file_index;   /* the index its name says */
@@ -226,7 +260,8 @@ _Static_assert(sizeof(struct gs_fmt_info) == 88, "info layout");
 _Static_assert(sizeof(struct gs_fmt_data_file) == 32, "data file record layout");
 _Static_assert(sizeof(struct gs_fmt_gpu) == 56, "gpu record layout");
 _Static_assert(sizeof(struct gs_fmt_allocation) == 56, "allocation record layout");
-_Static_assert(sizeof(struct gs_fmt_chunk) == 48, "chunk record layout");
+_Static_assert(sizeof(struct gs_fmt_chunk) == 64, "chunk record layout");
+_Static_assert(offsetof(struct gs_fmt_chunk, stored_length) == GS_FMT_CHUNK_V1_SIZE, "version 1 chunk record prefix");
 _Static_assert(sizeof(struct gs_fmt_metadata) == 32, "metadata record layout");
 _Static_assert(sizeof(struct gs_fmt_manifest_trailer) == 16, "trailer layout");
 _Static_assert(sizeof(struct gs_fmt_data_header) == 64, "data header layout");

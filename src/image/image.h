@@ -61,8 +61,12 @@ struct gs_image_chunk {
 	uint64_t length;
 	uint64_t file_offset; /* within the data file */
 	uint32_t file_index;
-	uint32_t flags;       /* GS_CHUNK_F_ZERO: nothing stored, the bytes are zero */
-	uint32_t crc32c;
+	uint32_t flags;       /* GS_CHUNK_F_ZERO: nothing stored, the bytes are zero; GS_CHUNK_F_COMPRESSED */
+	uint32_t crc32c;      /* of the `length` bytes (uncompressed) */
+	uint64_t stored_length; /* bytes in the data file (== length unless COMPRESSED; 0 for ZERO) */
+	uint32_t stored_crc32c; /* CRC-32C of the stored bytes (== crc32c unless COMPRESSED) */
+	uint8_t codec;          /* enum gs_fmt_codec */
+	uint8_t transform;      /* enum gs_fmt_transform */
 };
 
 struct gs_image_data_file {
@@ -111,6 +115,14 @@ struct gs_image_writer_opts {
 	 * number of threads that write chunks; 0 or 1: one file at a time.
 	 */
 	unsigned parallel_data_files;
+	/*
+	 * Compress each stored chunk with this codec (enum gs_fmt_codec; NONE:
+	 * not at all) at this level (0: the codec's default; image/codec.h),
+	 * on the thread that writes it. A compressing writer writes format
+	 * version 2; a chunk that does not shrink is stored as it is.
+	 */
+	uint8_t compress_codec;
+	int compress_level;
 };
 
 /*
@@ -161,7 +173,9 @@ const char *gs_image_writer_tmp_path(const struct gs_image_writer *w);
 struct gs_image_writer_stats {
 	uint64_t chunks, zero_chunks;
 	uint64_t zero_bytes;       /* bytes recorded as ZERO chunks */
-	uint64_t payload_bytes;    /* bytes written as chunk payloads */
+	uint64_t payload_bytes;    /* bytes written as chunk payloads (compressed where they are) */
+	uint64_t data_bytes;       /* the uncompressed bytes of the stored (non-ZERO) chunks */
+	uint64_t compressed_chunks;
 	uint64_t direct_bytes;     /* of those, written with O_DIRECT */
 	uint32_t data_files;
 };
@@ -386,7 +400,9 @@ struct gs_image_totals {
 	uint64_t alloc_bytes;     /* sum of allocation sizes */
 	uint64_t chunks, zero_chunks;
 	uint64_t zero_bytes;      /* bytes in ZERO chunks */
-	uint64_t stored_bytes;    /* payload bytes in data files */
+	uint64_t stored_bytes;    /* payload bytes in data files (compressed where chunks are) */
+	uint64_t data_bytes;      /* uncompressed bytes of the stored (non-ZERO) chunks: data_bytes / stored_bytes is the ratio */
+	uint64_t compressed_chunks;
 	uint64_t data_file_bytes; /* sum of data file sizes */
 };
 void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t);

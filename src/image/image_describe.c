@@ -11,6 +11,7 @@
 
 #include "common/printable.h"
 #include "common/util.h"
+#include "image/codec.h"
 #include "image/manifest.h"
 
 const char *gs_image_alloc_kind_name(uint32_t kind)
@@ -43,11 +44,34 @@ void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t)
 			t->zero_chunks++;
 			t->zero_bytes += c->length;
 		} else {
-			t->stored_bytes += c->length;
+			t->stored_bytes += c->stored_length;
+			t->data_bytes += c->length;
+			t->compressed_chunks += (c->flags & GS_CHUNK_F_COMPRESSED) != 0;
 		}
 	}
 	for (size_t i = 0; i < gs_image_data_file_count(img); i++)
 		t->data_file_bytes += gs_image_data_file_at(img, i)->size;
+}
+
+/* The codec of the image's compressed chunks: "none", a codec's name, or "mixed" (a writer uses one, a reader takes any). */
+static const char *image_codec(const struct gs_image *img)
+{
+	unsigned codec = GS_CODEC_NONE;
+	for (size_t i = 0; i < gs_image_chunk_count(img); i++) {
+		const struct gs_image_chunk *c = gs_image_chunk_at(img, i);
+		if (!(c->flags & GS_CHUNK_F_COMPRESSED))
+			continue;
+		if (codec != GS_CODEC_NONE && codec != c->codec)
+			return "mixed";
+		codec = c->codec;
+	}
+	return gs_codec_name(codec);
+}
+
+/* Uncompressed bytes per stored byte of the stored chunks; 1 where nothing is stored. */
+static double ratio(const struct gs_image_totals *t)
+{
+	return t->stored_bytes ? (double)t->data_bytes / (double)t->stored_bytes : 1.0;
 }
 
 static const char *checksum_name(uint32_t algo)
@@ -155,6 +179,10 @@ void gs_image_describe_json(const struct gs_image *img, struct gs_json *j)
 	gs_json_kv_uint(j, "zero_bytes", t.zero_bytes);
 	gs_json_kv_uint(j, "stored_bytes", t.stored_bytes);
 	gs_json_kv_string(j, "checksum", checksum_name(in->checksum_algo));
+	gs_json_kv_uint(j, "data_bytes", t.data_bytes);
+	gs_json_kv_uint(j, "compressed", t.compressed_chunks);
+	gs_json_kv_string(j, "codec", image_codec(img));
+	gs_json_kv_double(j, "ratio", ratio(&t));
 	gs_json_object_end(j);
 
 	gs_json_key(j, "data_files");
@@ -230,6 +258,12 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 	fprintf(out, "%s\n", strcmp(sep, ", ") ? "" : ")");
 	fprintf(out, "chunks       %" PRIu64 ", %" PRIu64 " zero (%s not stored), checksum %s\n", t.chunks, t.zero_chunks,
 		gs_format_bytes(t.zero_bytes, c, sizeof(c)), checksum_name(in->checksum_algo));
+	if (t.compressed_chunks)
+		fprintf(out, "compression  %s, %" PRIu64 " of %" PRIu64 " stored chunks: %s in %s, ratio %.2f\n",
+			image_codec(img), t.compressed_chunks, t.chunks - t.zero_chunks,
+			gs_format_bytes(t.data_bytes, c, sizeof(c)), gs_format_bytes(t.stored_bytes, d, sizeof(d)), ratio(&t));
+	else
+		fprintf(out, "compression  none\n");
 	fprintf(out, "data         %s stored in %zu file%s (%s on disk)\n", gs_format_bytes(t.stored_bytes, c, sizeof(c)),
 		gs_image_data_file_count(img), gs_image_data_file_count(img) == 1 ? "" : "s",
 		gs_format_bytes(t.data_file_bytes, d, sizeof(d)));

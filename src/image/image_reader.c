@@ -28,9 +28,11 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "image/codec.h"
 #include "image/cpu_list.h"
 #include "image/crc32c.h"
 #include "image/image_fs.h"
+#include "image/image_tmp.h"
 #include "image/manifest.h"
 
 #define VERIFY_PIECE (8 * GS_MiB) /* read size of gs_image_verify; chunks are checked piece by piece */
@@ -144,7 +146,8 @@ static int open_data_file(struct gs_image *img, size_t i, struct gs_err *err)
 	int e = gs_fs_pread_full(rf->fd, header, sizeof(header), 0);
 	if (e)
 		return gs_fail_errno(err, GS_E_FAILURE, -e, "cannot read '%s'", path);
-	if ((rc = gs_fmt_data_header_check(header, sizeof(header), img->m.info.image_id, f->index, f->name, err)))
+	if ((rc = gs_fmt_data_header_check(header, sizeof(header), img->m.info.format_version, img->m.info.image_id,
+					   f->index, f->name, err)))
 		return gs_err_wrap(err, "image '%s'", img->path);
 
 	rf->direct_fd = openat(img->dir_fd, f->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_DIRECT | O_CLOEXEC);
@@ -512,6 +515,45 @@ static int crc_mismatch(const struct gs_image *img, size_t i, uint32_t crc, stru
 		       crc, c->crc32c);
 }
 
+static int stored_crc_mismatch(const struct gs_image *img, size_t i, uint32_t crc, struct gs_err *err)
+{
+	const struct gs_image_chunk *c = &img->m.chunks[i];
+	return gs_fail(err, GS_E_IMAGE, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ", %" PRIu64
+		       " bytes, %s-compressed into %" PRIu64 ") in '%s' at %" PRIu64 " is corrupt: checksum of the stored bytes"
+		       " 0x%08" PRIx32 ", expected 0x%08" PRIx32, img->path, i, c->alloc_id, c->offset, c->length,
+		       gs_codec_name(c->codec), c->stored_length, img->m.files[c->file_index].name, c->file_offset, crc,
+		       c->stored_crc32c);
+}
+
+/*
+ * A compressed chunk: its stored bytes are read and checked against their
+ * own checksum first (damage is named before any decompressor sees it),
+ * then decompressed into buf and the result checked against the chunk's.
+ */
+static int read_compressed(struct gs_image *img, size_t i, void *buf, struct gs_err *err)
+{
+	const struct gs_image_chunk *c = &img->m.chunks[i];
+	void *st = gs_codec_stored_buffer(c->stored_length);
+	if (!st)
+		return gs_image_oom(err, "a compressed chunk");
+	int rc = read_range(img, c->file_index, c->file_offset, st, c->stored_length, err);
+	if (rc)
+		return rc;
+	uint32_t crc = gs_crc32c(0, st, c->stored_length);
+	if (crc != c->stored_crc32c)
+		return stored_crc_mismatch(img, i, crc, err);
+	const char *why;
+	int d = gs_chunk_decompress(c->codec, c->transform, st, c->stored_length, buf, c->length, &why);
+	if (d == -2)
+		return gs_image_oom(err, "decompressing a chunk");
+	if (d)
+		return gs_fail(err, GS_E_IMAGE, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ", %" PRIu64
+			       " bytes) in '%s' at %" PRIu64 " does not decompress: %s", img->path, i, c->alloc_id,
+			       c->offset, c->length, img->m.files[c->file_index].name, c->file_offset, why);
+	crc = gs_crc32c(0, buf, c->length);
+	return crc == c->crc32c ? 0 : crc_mismatch(img, i, crc, err);
+}
+
 int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err *err)
 {
 	if (i >= img->m.nchunks)
@@ -521,6 +563,8 @@ int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err
 		memset(buf, 0, c->length);
 		return 0;
 	}
+	if (c->flags & GS_CHUNK_F_COMPRESSED)
+		return read_compressed(img, i, buf, err);
 	/*
 	 * Piece by piece: each piece is checksummed right after it lands, while
 	 * it is still in the CPU's cache, instead of a second pass over the whole
@@ -560,6 +604,15 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 	const struct gs_image_chunk *c = &img->m.chunks[i];
 	if (c->flags & GS_CHUNK_F_ZERO)
 		return 0;
+	if (c->flags & GS_CHUNK_F_COMPRESSED) {
+		/* both checksums: the stored bytes', then the decompressed chunk's */
+		void *out = NULL;
+		if (posix_memalign(&out, GS_FMT_ALIGN, gs_round_up(c->length, GS_FMT_ALIGN)))
+			return gs_image_oom(err, "verifying a compressed chunk");
+		int rc = read_compressed(img, i, out, err);
+		free(out);
+		return rc;
+	}
 	uint32_t crc = 0;
 	for (uint64_t done = 0; done < c->length; done += VERIFY_PIECE) {
 		size_t n = (size_t)(c->length - done < VERIFY_PIECE ? c->length - done : VERIFY_PIECE);

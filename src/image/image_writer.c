@@ -4,9 +4,9 @@
  * and the publishing of it at DIR are image_tmp.c's (see image.h).
  *
  * Concurrency: one mutex guards the writer's tables and the offset
- * reservation in data files; checksums, zero detection and the payload
- * pwrite happen outside it, so writer threads only meet for a few
- * instructions per chunk. Data files live behind stable pointers so a thread
+ * reservation in data files; checksums, zero detection, compression
+ * (codec.h) and the payload pwrite happen outside it, so writer threads
+ * only meet for a few instructions per chunk and compress in parallel. Data files live behind stable pointers so a thread
  * keeps using its file while another one appends the next.
  *
  * Crash safety: the files are written in a temporary directory that holds
@@ -39,6 +39,7 @@
 #include "common/proc.h"
 #include "common/printable.h"
 #include "common/util.h"
+#include "image/codec.h"
 #include "image/cpu_list.h"
 #include "image/crc32c.h"
 #include "image/image_fs.h"
@@ -70,6 +71,7 @@ struct gs_image_writer {
 	uint64_t max_file_size;
 	bool no_direct_io, no_data_sync, store_zero_chunks;
 	bool memory_fs; /* the image's file system keeps files in memory (tmpfs): O_DIRECT, if taken, is buffered there */
+	struct gs_compress compress; /* codec NONE: chunks are stored as they are */
 
 	struct data_file **files;
 	size_t nfiles, cap_files;
@@ -90,7 +92,7 @@ struct gs_image_writer {
 	int failed; /* sticky: a write failed, the image can only be aborted */
 	struct gs_err failure;
 
-	atomic_uint_fast64_t payload_bytes, direct_bytes;
+	atomic_uint_fast64_t payload_bytes, direct_bytes, data_bytes, compressed_chunks;
 	uint64_t zero_chunks, zero_bytes;
 };
 
@@ -289,7 +291,13 @@ static int writer_new(const char *tmp_path, const char *dir, const struct gs_ima
 		host[0] = '\0';
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	w->info.format_version = GS_FMT_VERSION;
+	if (opts->compress_codec > GS_CODEC_MAX) {
+		rc = gs_fail(err, GS_E_USAGE, "unknown compression codec %u", opts->compress_codec);
+		goto fail;
+	}
+	w->compress = (struct gs_compress){ .codec = opts->compress_codec, .level = opts->compress_level };
+	/* the lowest version that holds the image: older readers read every image written without compression */
+	w->info.format_version = w->compress.codec != GS_CODEC_NONE ? GS_FMT_VERSION_COMPRESS : 1;
 	gs_image_random_id(w->info.image_id);
 	w->info.created_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
 	w->info.gpusnap_version = strdup(GPUSNAP_VERSION);
@@ -502,6 +510,8 @@ void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_sta
 	pthread_mutex_unlock(&w->lock);
 	st->payload_bytes = atomic_load(&w->payload_bytes);
 	st->direct_bytes = atomic_load(&w->direct_bytes);
+	st->data_bytes = atomic_load(&w->data_bytes);
+	st->compressed_chunks = atomic_load(&w->compressed_chunks);
 }
 
 /* --------------------------------------------------------------- chunks */
@@ -527,7 +537,7 @@ static int create_data_file_locked(struct gs_image_writer *w, struct data_file *
 		rc = io_fail(w, "creating", f->name, errno, err);
 		goto fail;
 	}
-	gs_fmt_data_header_build(block, w->info.image_id, (uint32_t)w->nfiles);
+	gs_fmt_data_header_build(block, w->info.format_version, w->info.image_id, (uint32_t)w->nfiles);
 	int e = gs_image_write_all(f->fd, block, GS_FMT_ALIGN, 0);
 	if (e) {
 		rc = io_fail(w, "writing", f->name, -e, err);
@@ -641,6 +651,13 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 			       alloc_id, len, GS_FMT_CHUNK_DATA_MAX / GS_MiB);
 	if (!zero && !have_crc)
 		crc = gs_crc32c(0, data, len);
+	/* compressed on this thread, before the lock: the writer's threads compress in parallel */
+	const void *stored = data;
+	size_t stored_len = len;
+	uint8_t transform = 0;
+	bool compressed = !zero && w->compress.codec != GS_CODEC_NONE &&
+			  gs_chunk_compress(&w->compress, data, len, &stored, &stored_len, &transform) == 1;
+	uint32_t stored_crc = compressed ? gs_crc32c(0, stored, stored_len) : crc;
 
 	struct data_file *f = NULL;
 	uint64_t file_offset = 0;
@@ -680,22 +697,32 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 		goto out;
 	}
 	size_t file_index;
-	if ((rc = pick_data_file_locked(w, len, &file_index, err))) {
+	if ((rc = pick_data_file_locked(w, stored_len, &file_index, err))) {
 		pthread_mutex_unlock(&w->lock);
 		return set_failed(w, err, rc);
 	}
 	f = w->files[file_index];
 	file_offset = f->next;
-	f->next = gs_round_up(file_offset + len, GS_FMT_ALIGN);
+	f->next = gs_round_up(file_offset + stored_len, GS_FMT_ALIGN);
 	c->file_index = (uint32_t)file_index;
 	c->file_offset = file_offset;
 	c->crc32c = crc;
+	c->stored_length = stored_len;
+	c->stored_crc32c = stored_crc;
+	if (compressed) {
+		c->flags = GS_CHUNK_F_COMPRESSED;
+		c->codec = w->compress.codec;
+		c->transform = transform;
+	}
 	w->nchunks++;
 out:
 	pthread_mutex_unlock(&w->lock);
 	if (rc || !f)
 		return rc;
-	rc = write_payload(w, f, data, len, file_offset, err);
+	atomic_fetch_add(&w->data_bytes, len);
+	if (compressed)
+		atomic_fetch_add(&w->compressed_chunks, 1);
+	rc = write_payload(w, f, stored, stored_len, file_offset, err);
 	if (rc)
 		set_failed(w, err, rc);
 	return rc;

@@ -53,12 +53,12 @@ bool gs_fmt_data_file_name_parse(const char *name, uint32_t *index)
 	return true;
 }
 
-void gs_fmt_data_header_build(void *block, const uint8_t image_id[16], uint32_t file_index)
+void gs_fmt_data_header_build(void *block, uint32_t version, const uint8_t image_id[16], uint32_t file_index)
 {
 	struct gs_fmt_data_header h;
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, GS_FMT_DATA_MAGIC, GS_FMT_MAGIC_LEN);
-	h.version = GS_FMT_VERSION;
+	h.version = version;
 	h.header_size = sizeof(h);
 	memcpy(h.image_id, image_id, 16);
 	h.file_index = file_index;
@@ -68,8 +68,8 @@ void gs_fmt_data_header_build(void *block, const uint8_t image_id[16], uint32_t 
 	memcpy(block, &h, sizeof(h));
 }
 
-int gs_fmt_data_header_check(const void *block, size_t len, const uint8_t image_id[16], uint32_t file_index,
-			     const char *name, struct gs_err *err)
+int gs_fmt_data_header_check(const void *block, size_t len, uint32_t version, const uint8_t image_id[16],
+			     uint32_t file_index, const char *name, struct gs_err *err)
 {
 	struct gs_fmt_data_header h;
 	if (len < sizeof(h))
@@ -77,9 +77,9 @@ int gs_fmt_data_header_check(const void *block, size_t len, const uint8_t image_
 	memcpy(&h, block, sizeof(h));
 	if (memcmp(h.magic, GS_FMT_DATA_MAGIC, GS_FMT_MAGIC_LEN) != 0)
 		return gs_fail(err, GS_E_IMAGE, "data file '%s' has a bad magic: not a gpusnap data file", name);
-	if (h.version != GS_FMT_VERSION)
-		return gs_fail(err, GS_E_IMAGE, "data file '%s' is of format version %" PRIu32
-			       " (this gpusnap reads version %u)", name, h.version, GS_FMT_VERSION);
+	if (h.version != version)
+		return gs_fail(err, GS_E_IMAGE, "data file '%s' is of format version %" PRIu32 ", its manifest of version %"
+			       PRIu32, name, h.version, version);
 	uint32_t crc = gs_crc32c(0, &h, offsetof(struct gs_fmt_data_header, crc32c));
 	if (crc != h.crc32c)
 		return gs_fail(err, GS_E_IMAGE, "data file '%s' has a corrupt header (checksum 0x%08" PRIx32
@@ -164,13 +164,16 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 	entry[GS_SEC_DATA_FILES] = sizeof(struct gs_fmt_data_file);
 	entry[GS_SEC_GPUS] = sizeof(struct gs_fmt_gpu);
 	entry[GS_SEC_ALLOCATIONS] = sizeof(struct gs_fmt_allocation);
-	entry[GS_SEC_CHUNKS] = sizeof(struct gs_fmt_chunk);
+	/* the lowest version that holds the image (format.h): version 1's chunk records are a prefix of version 2's */
+	const uint32_t version = m->info.format_version >= GS_FMT_VERSION_COMPRESS ? m->info.format_version : 1;
+	const size_t chunk_size = version >= GS_FMT_VERSION_COMPRESS ? sizeof(struct gs_fmt_chunk) : GS_FMT_CHUNK_V1_SIZE;
+	entry[GS_SEC_CHUNKS] = (uint32_t)chunk_size;
 	entry[GS_SEC_METADATA] = sizeof(struct gs_fmt_metadata);
 	over |= add_bytes(&length[GS_SEC_INFO], 1, sizeof(struct gs_fmt_info));
 	over |= add_bytes(&length[GS_SEC_DATA_FILES], m->nfiles, sizeof(struct gs_fmt_data_file));
 	over |= add_bytes(&length[GS_SEC_GPUS], m->ngpus, sizeof(struct gs_fmt_gpu));
 	over |= add_bytes(&length[GS_SEC_ALLOCATIONS], m->nallocs, sizeof(struct gs_fmt_allocation));
-	over |= add_bytes(&length[GS_SEC_CHUNKS], m->nchunks, sizeof(struct gs_fmt_chunk));
+	over |= add_bytes(&length[GS_SEC_CHUNKS], m->nchunks, chunk_size);
 	over |= add_bytes(&length[GS_SEC_METADATA], m->nmeta, sizeof(struct gs_fmt_metadata));
 	length[GS_SEC_HEAP] = heap;
 
@@ -193,7 +196,7 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 
 	struct gs_fmt_manifest_header h = { 0 };
 	memcpy(h.magic, GS_FMT_MANIFEST_MAGIC, GS_FMT_MAGIC_LEN);
-	h.version = GS_FMT_VERSION;
+	h.version = version;
 	h.header_size = sizeof(h);
 	h.manifest_size = total;
 	h.section_table_offset = sizeof(h);
@@ -245,12 +248,21 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		memcpy(p, &r, sizeof(r));
 	}
 	p = buf + offset[GS_SEC_CHUNKS];
-	for (size_t i = 0; i < m->nchunks; i++, p += sizeof(struct gs_fmt_chunk)) {
+	for (size_t i = 0; i < m->nchunks; i++, p += chunk_size) {
 		const struct gs_image_chunk *c = &m->chunks[i];
 		struct gs_fmt_chunk r = { .alloc_id = c->alloc_id, .offset = c->offset, .length = c->length,
 					  .file_offset = c->file_offset, .file_index = c->file_index,
 					  .flags = c->flags, .crc32c = c->crc32c };
-		memcpy(p, &r, sizeof(r));
+		if (c->flags & GS_CHUNK_F_COMPRESSED) {
+			r.stored_length = c->stored_length;
+			r.stored_crc32c = c->stored_crc32c;
+			r.codec = c->codec;
+			r.transform = c->transform;
+		} else if (!(c->flags & GS_CHUNK_F_ZERO)) {
+			r.stored_length = c->length;
+			r.stored_crc32c = c->crc32c;
+		}
+		memcpy(p, &r, chunk_size);
 	}
 	p = buf + offset[GS_SEC_METADATA];
 	for (size_t i = 0; i < m->nmeta; i++, p += sizeof(struct gs_fmt_metadata)) {
@@ -356,9 +368,9 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 	memcpy(&tr, buf + body_end, sizeof(tr));
 	const bool framed = h.manifest_size == len && memcmp(tr.magic, GS_FMT_TRAILER_MAGIC, GS_FMT_MAGIC_LEN) == 0;
 	const uint32_t crc = gs_crc32c(0, buf, len - sizeof(tr.crc32c));
-	if (h.version != GS_FMT_VERSION && !(framed && crc != tr.crc32c))
-		return gs_fail(err, GS_E_IMAGE, "image format version %" PRIu32 " is not supported (this gpusnap reads version %u)",
-			       h.version, GS_FMT_VERSION);
+	if ((h.version < GS_FMT_VERSION_MIN || h.version > GS_FMT_VERSION) && !(framed && crc != tr.crc32c))
+		return gs_fail(err, GS_E_IMAGE, "image format version %" PRIu32 " is not supported (this gpusnap reads "
+			       "versions %u to %u)", h.version, GS_FMT_VERSION_MIN, GS_FMT_VERSION);
 	if (h.manifest_size != len) {
 		if (len < h.manifest_size)
 			return gs_fail(err, GS_E_IMAGE, "manifest is truncated: %zu of %" PRIu64 " bytes", len, h.manifest_size);
@@ -501,17 +513,37 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 	}
 
 	/* chunks */
-	if ((rc = records(buf, &sec[GS_SEC_CHUNKS], sizeof(struct gs_fmt_chunk), &n, &rec, err)))
+	const bool v2 = h.version >= GS_FMT_VERSION_COMPRESS;
+	const size_t chunk_size = v2 ? sizeof(struct gs_fmt_chunk) : GS_FMT_CHUNK_V1_SIZE;
+	if ((rc = records(buf, &sec[GS_SEC_CHUNKS], chunk_size, &n, &rec, err)))
 		return rc;
 	if ((rc = alloc_array((void **)&m->chunks, n, sizeof(*m->chunks), err)))
 		return rc;
 	m->nchunks = n;
 	for (size_t i = 0; i < n; i++, rec += sec[GS_SEC_CHUNKS].entry_size) {
-		struct gs_fmt_chunk r;
-		memcpy(&r, rec, sizeof(r));
-		m->chunks[i] = (struct gs_image_chunk){ .alloc_id = r.alloc_id, .offset = r.offset, .length = r.length,
-							.file_offset = r.file_offset, .file_index = r.file_index,
-							.flags = r.flags, .crc32c = r.crc32c };
+		struct gs_fmt_chunk r = { 0 };
+		memcpy(&r, rec, chunk_size); /* version 1: the fields after `reserved` are not there */
+		struct gs_image_chunk *c = &m->chunks[i];
+		*c = (struct gs_image_chunk){ .alloc_id = r.alloc_id, .offset = r.offset, .length = r.length,
+					      .file_offset = r.file_offset, .file_index = r.file_index,
+					      .flags = r.flags, .crc32c = r.crc32c };
+		if (!v2 && (r.flags & ~GS_CHUNK_F_KNOWN_V1))
+			return gs_fail(err, GS_E_IMAGE, "chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") has flags 0x%"
+				       PRIx32 ", unknown in format version %" PRIu32, i, r.alloc_id, r.offset, r.flags, h.version);
+		if (r.flags & GS_CHUNK_F_COMPRESSED) {
+			c->stored_length = r.stored_length;
+			c->stored_crc32c = r.stored_crc32c;
+			c->codec = r.codec;
+			c->transform = r.transform;
+			continue;
+		}
+		if (r.flags & GS_CHUNK_F_ZERO)
+			continue;
+		if (v2 && (r.stored_length != r.length || r.stored_crc32c != r.crc32c || r.codec || r.transform))
+			return gs_fail(err, GS_E_IMAGE, "chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") is stored "
+				       "uncompressed but its record says otherwise", i, r.alloc_id, r.offset);
+		c->stored_length = c->length;
+		c->stored_crc32c = c->crc32c;
 	}
 
 	/* metadata */
@@ -602,9 +634,24 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 	if (c->flags & ~GS_CHUNK_F_KNOWN)
 		return CHUNK_FAIL("unknown flags 0x%" PRIx32, c->flags);
 	if (c->flags & GS_CHUNK_F_ZERO) {
+		if (c->flags & GS_CHUNK_F_COMPRESSED)
+			return CHUNK_FAIL("both ZERO and COMPRESSED");
 		if (c->file_index || c->file_offset || c->crc32c)
 			return CHUNK_FAIL("a ZERO chunk with a file position or checksum");
 		return 0;
+	}
+	uint64_t stored = c->length;
+	if (c->flags & GS_CHUNK_F_COMPRESSED) {
+		if (m->info.format_version < GS_FMT_VERSION_COMPRESS)
+			return CHUNK_FAIL("compressed in an image of format version %" PRIu32, m->info.format_version);
+		if (c->codec == GS_CODEC_NONE || c->codec > GS_CODEC_MAX)
+			return CHUNK_FAIL("compressed with unknown codec %u (written by a newer gpusnap?)", c->codec);
+		if (c->transform > GS_XFORM_MAX)
+			return CHUNK_FAIL("unknown transform %u before compression (written by a newer gpusnap?)",
+					  c->transform);
+		if (c->stored_length == 0 || c->stored_length >= c->length)
+			return CHUNK_FAIL("compressed into %" PRIu64 " bytes: not between 1 and its length", c->stored_length);
+		stored = c->stored_length;
 	}
 	if (c->length > GS_FMT_CHUNK_DATA_MAX)
 		return CHUNK_FAIL("longer than the %llu MiB a stored chunk may be", GS_FMT_CHUNK_DATA_MAX / GS_MiB);
@@ -614,7 +661,7 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 	if (c->file_offset % GS_FMT_ALIGN || c->file_offset < GS_FMT_ALIGN)
 		return CHUNK_FAIL("payload offset %" PRIu64 " is not a multiple of %u past the header", c->file_offset,
 				  GS_FMT_ALIGN);
-	if (c->file_offset > f->size || c->length > f->size - c->file_offset)
+	if (c->file_offset > f->size || stored > f->size - c->file_offset)
 		return CHUNK_FAIL("payload at %" PRIu64 " lies past the end of '%s' (%" PRIu64 " bytes)", c->file_offset,
 				  f->name, f->size);
 	return 0;

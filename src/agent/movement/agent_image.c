@@ -96,7 +96,9 @@ int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, cons
 					   .how = "agent",
 					   .no_direct_io = o->cached,
 					   .no_data_sync = o->cached,
-					   .parallel_data_files = gs_ring_image_threads(true) };
+					   .parallel_data_files = gs_ring_image_threads(true),
+					   .compress_codec = o->compress_codec,
+					   .compress_level = o->compress_level };
 	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
 	return rc ? rc : describe(a, h, *w, err);
 }

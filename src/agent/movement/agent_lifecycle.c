@@ -655,7 +655,8 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const char *dir_name, co
 		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
 		goto out;
 	}
-	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ 0 }, &w, err)))
+	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ .compress_codec = o->compress_codec,
+				.compress_level = o->compress_level }, &w, err)))
 		goto out;
 	struct gs_ring_stats rs = { 0 };
 	if (h && h->plan.nchunks) {
