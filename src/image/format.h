@@ -34,7 +34,7 @@
  */
 #define GS_FMT_VERSION 2u
 #define GS_FMT_VERSION_MIN 1u
-#define GS_FMT_VERSION_COMPRESS 2u /* compressed chunks: the 64-byte chunk record */
+#define GS_FMT_VERSION_COMPRESS 2u /* compressed chunks: chunk records of at least 64 bytes */
 
 /* ---- names inside an image directory ---- */
 #define GS_FMT_MANIFEST_NAME "manifest.img"
@@ -175,7 +175,13 @@ enum gs_fmt_transform {
 };
 #define GS_XFORM_MAX GS_XFORM_SPLIT2
 
-/* The version 1 chunk record is the first 48 bytes of this one (up to and including `reserved`). */
+/*
+ * The chunk record as this build writes it (80 bytes). A reader takes the
+ * fields its entry_size covers: version 1 records of 48 bytes (gpusnap before
+ * version 2) end at `reserved`; from 64 bytes on the stored_* fields are
+ * there (required in version 2), from 80 the fingerprint. Writers of either
+ * version write all 80; readers of version 1 alone use the first 48.
+ */
 struct gs_fmt_chunk {
 	uint64_t alloc_id;    /* a gs_fmt_allocation.id */
 	uint64_t offset;      /* within the allocation */
@@ -191,8 +197,10 @@ struct gs_fmt_chunk {
 	uint8_t codec;          /* enum gs_fmt_codec: NONE unless COMPRESSED */
 	uint8_t transform;      /* enum gs_fmt_transform: NONE unless COMPRESSED */
 	uint16_t reserved2;
+	uint64_t fp_lo, fp_hi;  /* the chunk's fingerprint (FORMAT.md 4.8.2, core/fingerprint.h); 0, 0: none (ZERO: always) */
 };
-#define GS_FMT_CHUNK_V1_SIZE 48u
+#define GS_FMT_CHUNK_V1_SIZE 48u      /* the version 1 record: up to `reserved` */
+#define GS_FMT_CHUNK_STORED_SIZE 64u  /* with the stored_* fields: version 2's minimum */
 
 struct gs_fmt_metadata {
 	struct gs_fmt_ref key;   /* 1..GS_FMT_STRING_MAX bytes */
@@ -260,7 +268,8 @@ _Static_assert(sizeof(struct gs_fmt_info) == 88, "info layout");
 _Static_assert(sizeof(struct gs_fmt_data_file) == 32, "data file record layout");
 _Static_assert(sizeof(struct gs_fmt_gpu) == 56, "gpu record layout");
 _Static_assert(sizeof(struct gs_fmt_allocation) == 56, "allocation record layout");
-_Static_assert(sizeof(struct gs_fmt_chunk) == 64, "chunk record layout");
+_Static_assert(sizeof(struct gs_fmt_chunk) == 80, "chunk record layout");
+_Static_assert(offsetof(struct gs_fmt_chunk, fp_lo) == GS_FMT_CHUNK_STORED_SIZE, "fingerprint position");
 _Static_assert(offsetof(struct gs_fmt_chunk, stored_length) == GS_FMT_CHUNK_V1_SIZE, "version 1 chunk record prefix");
 _Static_assert(sizeof(struct gs_fmt_metadata) == 32, "metadata record layout");
 _Static_assert(sizeof(struct gs_fmt_manifest_trailer) == 16, "trailer layout");

@@ -67,6 +67,7 @@ struct gs_image_chunk {
 	uint32_t stored_crc32c; /* CRC-32C of the stored bytes (== crc32c unless COMPRESSED) */
 	uint8_t codec;          /* enum gs_fmt_codec */
 	uint8_t transform;      /* enum gs_fmt_transform */
+	uint64_t fp_lo, fp_hi;  /* fingerprint of the `length` bytes (core/fingerprint.h); 0, 0: none recorded */
 };
 
 struct gs_image_data_file {
@@ -157,6 +158,13 @@ int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t 
 /* Same, with the payload's CRC-32C already computed by the caller (e.g. while copying); zeros still become ZERO. */
 int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			     size_t len, uint32_t crc32c, struct gs_err *err);
+/*
+ * gs_image_write_chunk with the chunk's fingerprint (core/fingerprint.h,
+ * computed by the caller: the agent's GPU kernel) recorded in the manifest;
+ * 0, 0: none. A chunk found all zero is ZERO and gets none.
+ */
+int gs_image_write_chunk_fp(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
+			    size_t len, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err);
 /* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err);

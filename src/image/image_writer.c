@@ -641,7 +641,7 @@ static int write_payload(struct gs_image_writer *w, struct data_file *f, const v
 }
 
 static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, uint64_t len,
-		       bool known_zero, bool have_crc, uint32_t crc, struct gs_err *err)
+		       bool known_zero, bool have_crc, uint32_t crc, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
 {
 	if (len == 0)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
@@ -709,6 +709,8 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 	c->crc32c = crc;
 	c->stored_length = stored_len;
 	c->stored_crc32c = stored_crc;
+	c->fp_lo = fp_lo;
+	c->fp_hi = fp_hi;
 	if (compressed) {
 		c->flags = GS_CHUNK_F_COMPRESSED;
 		c->codec = w->compress.codec;
@@ -731,19 +733,25 @@ out:
 int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, size_t len,
 			 struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, data, len, false, false, 0, err);
+	return write_chunk(w, alloc_id, offset, data, len, false, false, 0, 0, 0, err);
 }
 
 int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			     size_t len, uint32_t crc32c, struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, data, len, false, true, crc32c, err);
+	return write_chunk(w, alloc_id, offset, data, len, false, true, crc32c, 0, 0, err);
 }
 
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, NULL, len, true, false, 0, err);
+	return write_chunk(w, alloc_id, offset, NULL, len, true, false, 0, 0, 0, err);
+}
+
+int gs_image_write_chunk_fp(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
+			    size_t len, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
+{
+	return write_chunk(w, alloc_id, offset, data, len, false, false, 0, fp_lo, fp_hi, err);
 }
 
 /* --------------------------------------------------------------- commit */

@@ -164,9 +164,9 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 	entry[GS_SEC_DATA_FILES] = sizeof(struct gs_fmt_data_file);
 	entry[GS_SEC_GPUS] = sizeof(struct gs_fmt_gpu);
 	entry[GS_SEC_ALLOCATIONS] = sizeof(struct gs_fmt_allocation);
-	/* the lowest version that holds the image (format.h): version 1's chunk records are a prefix of version 2's */
+	/* the lowest version that holds the image (format.h); the chunk record is the same 80 bytes in both */
 	const uint32_t version = m->info.format_version >= GS_FMT_VERSION_COMPRESS ? m->info.format_version : 1;
-	const size_t chunk_size = version >= GS_FMT_VERSION_COMPRESS ? sizeof(struct gs_fmt_chunk) : GS_FMT_CHUNK_V1_SIZE;
+	const size_t chunk_size = sizeof(struct gs_fmt_chunk);
 	entry[GS_SEC_CHUNKS] = (uint32_t)chunk_size;
 	entry[GS_SEC_METADATA] = sizeof(struct gs_fmt_metadata);
 	over |= add_bytes(&length[GS_SEC_INFO], 1, sizeof(struct gs_fmt_info));
@@ -261,6 +261,10 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		} else if (!(c->flags & GS_CHUNK_F_ZERO)) {
 			r.stored_length = c->length;
 			r.stored_crc32c = c->crc32c;
+		}
+		if (!(c->flags & GS_CHUNK_F_ZERO)) {
+			r.fp_lo = c->fp_lo;
+			r.fp_hi = c->fp_hi;
 		}
 		memcpy(p, &r, chunk_size);
 	}
@@ -514,15 +518,18 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 
 	/* chunks */
 	const bool v2 = h.version >= GS_FMT_VERSION_COMPRESS;
-	const size_t chunk_size = v2 ? sizeof(struct gs_fmt_chunk) : GS_FMT_CHUNK_V1_SIZE;
-	if ((rc = records(buf, &sec[GS_SEC_CHUNKS], chunk_size, &n, &rec, err)))
+	if ((rc = records(buf, &sec[GS_SEC_CHUNKS], v2 ? GS_FMT_CHUNK_STORED_SIZE : GS_FMT_CHUNK_V1_SIZE, &n, &rec, err)))
 		return rc;
+	/* the fields the records hold (format.h): stored_* from 64 bytes on, the fingerprint from 80 */
+	const uint32_t entry = sec[GS_SEC_CHUNKS].entry_size;
+	const size_t chunk_size = entry < sizeof(struct gs_fmt_chunk) ? entry : sizeof(struct gs_fmt_chunk);
+	const bool stored_fields = entry >= GS_FMT_CHUNK_STORED_SIZE;
 	if ((rc = alloc_array((void **)&m->chunks, n, sizeof(*m->chunks), err)))
 		return rc;
 	m->nchunks = n;
 	for (size_t i = 0; i < n; i++, rec += sec[GS_SEC_CHUNKS].entry_size) {
 		struct gs_fmt_chunk r = { 0 };
-		memcpy(&r, rec, chunk_size); /* version 1: the fields after `reserved` are not there */
+		memcpy(&r, rec, chunk_size); /* fields past entry_size stay 0 */
 		struct gs_image_chunk *c = &m->chunks[i];
 		*c = (struct gs_image_chunk){ .alloc_id = r.alloc_id, .offset = r.offset, .length = r.length,
 					      .file_offset = r.file_offset, .file_index = r.file_index,
@@ -530,6 +537,11 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		if (!v2 && (r.flags & ~GS_CHUNK_F_KNOWN_V1))
 			return gs_fail(err, GS_E_IMAGE, "chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") has flags 0x%"
 				       PRIx32 ", unknown in format version %" PRIu32, i, r.alloc_id, r.offset, r.flags, h.version);
+		if ((r.flags & GS_CHUNK_F_ZERO) && (r.fp_lo || r.fp_hi))
+			return gs_fail(err, GS_E_IMAGE, "chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") is ZERO but has a "
+				       "fingerprint", i, r.alloc_id, r.offset);
+		c->fp_lo = r.fp_lo;
+		c->fp_hi = r.fp_hi;
 		if (r.flags & GS_CHUNK_F_COMPRESSED) {
 			c->stored_length = r.stored_length;
 			c->stored_crc32c = r.stored_crc32c;
@@ -539,11 +551,15 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		}
 		if (r.flags & GS_CHUNK_F_ZERO)
 			continue;
-		if (v2 && (r.stored_length != r.length || r.stored_crc32c != r.crc32c || r.codec || r.transform))
-			return gs_fail(err, GS_E_IMAGE, "chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") is stored "
-				       "uncompressed but its record says otherwise", i, r.alloc_id, r.offset);
-		c->stored_length = c->length;
-		c->stored_crc32c = c->crc32c;
+		if (stored_fields) { /* checked against length and crc32c by validate */
+			c->stored_length = r.stored_length;
+			c->stored_crc32c = r.stored_crc32c;
+			c->codec = r.codec;
+			c->transform = r.transform;
+		} else {
+			c->stored_length = c->length;
+			c->stored_crc32c = c->crc32c;
+		}
 	}
 
 	/* metadata */
@@ -652,6 +668,9 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 		if (c->stored_length == 0 || c->stored_length >= c->length)
 			return CHUNK_FAIL("compressed into %" PRIu64 " bytes: not between 1 and its length", c->stored_length);
 		stored = c->stored_length;
+	} else if (c->stored_length != c->length || c->stored_crc32c != c->crc32c || c->codec || c->transform) {
+		return CHUNK_FAIL("is stored uncompressed but its record says otherwise (stored %" PRIu64 " bytes, codec %u)",
+				  c->stored_length, c->codec);
 	}
 	if (c->length > GS_FMT_CHUNK_DATA_MAX)
 		return CHUNK_FAIL("longer than the %llu MiB a stored chunk may be", GS_FMT_CHUNK_DATA_MAX / GS_MiB);
