@@ -401,6 +401,14 @@ void gs_image_set_direct_io(struct gs_image *img, bool on);
  * be checked. Fault point GS_FI_IMAGE_READ (each read).
  */
 int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err);
+/*
+ * With on, gs_image_verify also checks each stored chunk's fingerprint
+ * (FORMAT.md 4.8.2, core/fingerprint.h) where the image records one, on the
+ * CPU: a mismatch is GS_E_IMAGE naming the chunk. For inspect --verify;
+ * restore's checksum pass leaves it to --verify-gpu (several times slower
+ * than the CRC on a CPU). Default: off.
+ */
+void gs_image_set_verify_fingerprints(struct gs_image *img, bool on);
 
 /* ---------------------------------------------------------------- describe */
 
@@ -411,6 +419,7 @@ struct gs_image_totals {
 	uint64_t stored_bytes;    /* payload bytes in data files (compressed where chunks are) */
 	uint64_t data_bytes;      /* uncompressed bytes of the stored (non-ZERO) chunks: data_bytes / stored_bytes is the ratio */
 	uint64_t compressed_chunks;
+	uint64_t fingerprinted;   /* stored chunks whose record holds a fingerprint */
 	uint64_t data_file_bytes; /* sum of data file sizes */
 };
 void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t);

@@ -47,6 +47,7 @@ void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t)
 			t->stored_bytes += c->stored_length;
 			t->data_bytes += c->length;
 			t->compressed_chunks += (c->flags & GS_CHUNK_F_COMPRESSED) != 0;
+			t->fingerprinted += (c->fp_lo || c->fp_hi) != 0;
 		}
 	}
 	for (size_t i = 0; i < gs_image_data_file_count(img); i++)
@@ -183,6 +184,7 @@ void gs_image_describe_json(const struct gs_image *img, struct gs_json *j)
 	gs_json_kv_uint(j, "compressed", t.compressed_chunks);
 	gs_json_kv_string(j, "codec", image_codec(img));
 	gs_json_kv_double(j, "ratio", ratio(&t));
+	gs_json_kv_uint(j, "fingerprinted", t.fingerprinted);
 	gs_json_object_end(j);
 
 	gs_json_key(j, "data_files");
@@ -256,8 +258,9 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 	if (other)
 		fprintf(out, "%sother %zu", sep, other);
 	fprintf(out, "%s\n", strcmp(sep, ", ") ? "" : ")");
-	fprintf(out, "chunks       %" PRIu64 ", %" PRIu64 " zero (%s not stored), checksum %s\n", t.chunks, t.zero_chunks,
-		gs_format_bytes(t.zero_bytes, c, sizeof(c)), checksum_name(in->checksum_algo));
+	fprintf(out, "chunks       %" PRIu64 ", %" PRIu64 " zero (%s not stored), checksum %s, %" PRIu64 " fingerprinted\n",
+		t.chunks, t.zero_chunks, gs_format_bytes(t.zero_bytes, c, sizeof(c)), checksum_name(in->checksum_algo),
+		t.fingerprinted);
 	if (t.compressed_chunks)
 		fprintf(out, "compression  %s, %" PRIu64 " of %" PRIu64 " stored chunks: %s in %s, ratio %.2f\n",
 			image_codec(img), t.compressed_chunks, t.chunks - t.zero_chunks,

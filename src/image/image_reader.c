@@ -28,6 +28,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "core/fingerprint.h"
 #include "image/codec.h"
 #include "image/cpu_list.h"
 #include "image/crc32c.h"
@@ -56,6 +57,7 @@ struct gs_image {
 	struct gs_manifest m;
 	struct reader_file *files;
 	atomic_bool direct_io;
+	bool verify_fp;              /* gs_image_verify checks fingerprints too */
 	bool cpu_listed;             /* cpu-files.img lists cpu/'s files (else: an image from before the list) */
 	struct gs_cpu_list cpu_list; /* its contents */
 };
@@ -459,6 +461,11 @@ int gs_image_require_cpu_list(const struct gs_image *img, struct gs_err *err)
 		       GS_FMT_CPU_LIST_NAME, GS_FMT_CPU_DIR_NAME);
 }
 
+void gs_image_set_verify_fingerprints(struct gs_image *img, bool on)
+{
+	img->verify_fp = on;
+}
+
 void gs_image_set_direct_io(struct gs_image *img, bool on)
 {
 	atomic_store(&img->direct_io, on);
@@ -587,6 +594,18 @@ int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err
 
 /* ---------------------------------------------------------------- verify */
 
+/* A chunk whose bytes passed their CRC but whose fingerprint is not the recorded one (a writer's or a GPU's fault). */
+static int check_fp(const struct gs_image *img, size_t i, struct gs_fp_sums sums, struct gs_err *err)
+{
+	const struct gs_image_chunk *c = &img->m.chunks[i];
+	struct gs_fp f = gs_fp_final(sums, c->length);
+	if (f.lo == c->fp_lo && f.hi == c->fp_hi)
+		return 0;
+	return gs_fail(err, GS_E_IMAGE, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ", %" PRIu64
+		       " bytes) has fingerprint %016" PRIx64 "%016" PRIx64 ", its record says %016" PRIx64 "%016" PRIx64,
+		       img->path, i, c->alloc_id, c->offset, c->length, f.hi, f.lo, c->fp_hi, c->fp_lo);
+}
+
 /* Item i of the checksum pass: stored chunk i, or (from nchunks on) piece i - nchunks of CRIU's files. */
 static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 {
@@ -604,14 +623,18 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 	const struct gs_image_chunk *c = &img->m.chunks[i];
 	if (c->flags & GS_CHUNK_F_ZERO)
 		return 0;
+	bool fp = img->verify_fp && (c->fp_lo || c->fp_hi);
+	struct gs_fp_sums sums = { 0, 0 };
 	if (c->flags & GS_CHUNK_F_COMPRESSED) {
 		/* both checksums: the stored bytes', then the decompressed chunk's */
 		void *out = NULL;
 		if (posix_memalign(&out, GS_FMT_ALIGN, gs_round_up(c->length, GS_FMT_ALIGN)))
 			return gs_image_oom(err, "verifying a compressed chunk");
 		int rc = read_compressed(img, i, out, err);
+		if (!rc && fp)
+			gs_fp_add(&sums, out, c->length, 0);
 		free(out);
-		return rc;
+		return rc ? rc : fp ? check_fp(img, i, sums, err) : 0;
 	}
 	uint32_t crc = 0;
 	for (uint64_t done = 0; done < c->length; done += VERIFY_PIECE) {
@@ -620,8 +643,12 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 		if (rc)
 			return rc;
 		crc = gs_crc32c(crc, buf, n);
+		if (fp) /* pieces are multiples of 16 bytes: word done / 16 comes first */
+			gs_fp_add(&sums, buf, n, done / 16);
 	}
-	return crc == c->crc32c ? 0 : crc_mismatch(img, i, crc, err);
+	if (crc != c->crc32c)
+		return crc_mismatch(img, i, crc, err);
+	return fp ? check_fp(img, i, sums, err) : 0;
 }
 
 int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err)

@@ -1255,7 +1255,8 @@ static void test_describe(void)
 	CHECK_CONTAINS(s, "{\"id\":3,\"gpu\":1,\"va\":\"0x7f0000400000\",\"size\":197608,\"kind\":\"app-vmm\"");
 	CHECK_CONTAINS(s, "\"has_data\":false");
 	CHECK_CONTAINS(s, "\"chunks\":{\"count\":13,\"zero\":8,\"zero_bytes\":462144,\"stored_bytes\":197609,"
-			  "\"checksum\":\"crc32c\",\"data_bytes\":197609,\"compressed\":0,\"codec\":\"none\",\"ratio\":1}");
+			  "\"checksum\":\"crc32c\",\"data_bytes\":197609,\"compressed\":0,\"codec\":\"none\",\"ratio\":1,"
+			  "\"fingerprinted\":0}");
 	CHECK_CONTAINS(s, "\"metadata\":{\"model\":\"llama-3\",\"note\":\"\"}");
 	CHECK_CONTAINS(s, "\"created\":\"20");
 	CHECK_CONTAINS(s, "\"created_unix\":17");

@@ -28,6 +28,7 @@
 #include "agent/intercept/agent_contexts.h"
 #include "agent/intercept/gate.h"
 #include "agent/memory/memkind.h"
+#include "agent/movement/agent_fingerprint.h"
 #include "agent/movement/agent_image.h"
 #include "agent/movement/agent_mover.h"
 #include "agent/movement/agent_ring.h"
@@ -590,7 +591,12 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 	uint8_t *known_zero = h && h->plan.nchunks ? calloc(h->plan.nchunks, 1) : NULL;
 	gs_zero_scan(a, h, known_zero, reply);
 	end.known_zero = known_zero;
+	/* and the others' fingerprints, where they lie (agent_fingerprint.h) */
+	struct gs_fp *fp = known_zero ? calloc(h->plan.nchunks, sizeof(*fp)) : NULL;
+	gs_fingerprint_gpu(a, h, known_zero, fp, reply);
+	end.fp = fp;
 	rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	free(fp);
 	free(known_zero);
 	if (rc)
 		goto fail;

@@ -862,8 +862,12 @@ static int image_put(struct gs_ring_end *end, const struct gs_agent_held *h, siz
 	struct gs_ring_image_end *s = (struct gs_ring_image_end *)end;
 	const struct gs_copy_chunk *c = &h->plan.chunks[k];
 	uint64_t off = c->va - h->regions[c->region].va;
-	return buf ? gs_image_write_chunk(s->w, c->region, off, buf, c->size, e)
-		   : gs_image_write_zero_chunk(s->w, c->region, off, c->size, e);
+	if (!buf)
+		return gs_image_write_zero_chunk(s->w, c->region, off, c->size, e);
+	struct gs_fp fp = s->fp ? s->fp[k] : (struct gs_fp){ 0, 0 };
+	if (gs_fp_none(fp))
+		fp = gs_fp_of(buf, c->size);
+	return gs_image_write_chunk_fp(s->w, c->region, off, buf, c->size, fp.lo, fp.hi, e);
 }
 
 static int image_get(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, void *buf, struct gs_err *e)

@@ -41,6 +41,7 @@
 #include "agent/base/agent.h"
 #include "agent/base/held.h"
 #include "common/err.h"
+#include "core/fingerprint.h"
 #include "core/protocol.h"
 #include "core/staging.h"
 #include "image/image.h"
@@ -143,6 +144,13 @@ struct gs_ring_image_end {
 	struct gs_image *img;
 	/* a writer's chunks known all zero before the transfer (found on the GPU; NULL: none): written as zero records */
 	const uint8_t *known_zero;
+	/*
+	 * A writer's chunk fingerprints computed on the GPU before the transfer
+	 * (agent_fingerprint.h; NULL, or {0, 0} for a chunk: none), recorded in
+	 * the manifest; a chunk without one gets it computed from the bytes the
+	 * transfer brought (core/fingerprint.h), on the IO thread that writes it.
+	 */
+	const struct gs_fp *fp;
 };
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w);
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);
