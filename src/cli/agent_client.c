@@ -238,12 +238,16 @@ int cli_agent_suspend(pid_t pid, struct cli_agent *ag, double timeout_s, bool ke
 
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
-	return cli_agent_resume_from(pid, ag, NULL, err);
+	return cli_agent_resume_from(pid, ag, NULL, false, err);
 }
 
-int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err)
+int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, bool verify_gpu, struct gs_err *err)
 {
-	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_RESUME, .dir = image_dir }, err);
+	if (verify_gpu && !(ag->caps & GS_CAP_VERIFY_GPU))
+		return gs_fail(err, GS_E_AGENT, "the agent of process %d cannot check fingerprints on the GPU (an older "
+			       "agent): restore without --verify-gpu", (int)pid);
+	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_RESUME, .dir = image_dir, .verify_gpu = verify_gpu },
+			 err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

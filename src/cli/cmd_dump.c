@@ -176,7 +176,7 @@ static void undo(struct dump_run *r)
 	if (r->agent_suspended) {
 		/* the staging memory was freed after the agent wrote the image: it reads the data back from there */
 		const char *from = r->agent_dumped ? gs_image_tmp_path(r->tmp) : NULL;
-		if (cli_agent_resume_from(r->pid, &r->agent, from, &e)) {
+		if (cli_agent_resume_from(r->pid, &r->agent, from, false, &e)) {
 			fprintf(stderr, "gpusnap: %s\n", e.msg);
 			/* the process stays suspended; the image is where its GPU data is: keep it */
 			r->keep_tmp = from != NULL;
@@ -295,7 +295,7 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 	if (!rc)
 		r->driver_suspended = false;
 	if (!rc && r->agent_suspended &&
-	    !(rc = cli_agent_resume_from(r->pid, &r->agent, gs_image_tmp_path(r->tmp), err)))
+	    !(rc = cli_agent_resume_from(r->pid, &r->agent, gs_image_tmp_path(r->tmp), false, err)))
 		r->agent_suspended = false;
 	r->resume_s = gs_now() - t;
 	if (!rc) {

@@ -564,6 +564,7 @@ void gs_request_decode(const struct gs_msg *m, struct gs_request *r)
 	/* the bits of each type are distinct, and gs_msg_check_request let only the type's own through */
 	r->keep_context = (flags & GS_SUSPEND_KEEP_CONTEXT) != 0;
 	r->stay_gated = (flags & GS_RESUME_STAY_GATED) != 0;
+	r->verify_gpu = (flags & GS_RESUME_VERIFY_GPU) != 0;
 	r->dump.running = (flags & GS_DUMP_RUNNING) != 0;
 	r->dump.cached = (flags & GS_DUMP_CACHED) != 0;
 	r->dump.drop_staging = (flags & GS_DUMP_DROP_STAGING) != 0;
@@ -583,7 +584,7 @@ void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
 		break;
 	case GS_MSG_RESUME:
 	case GS_MSG_RESUME_FD:
-		flags = r->stay_gated ? GS_RESUME_STAY_GATED : 0;
+		flags = (r->stay_gated ? GS_RESUME_STAY_GATED : 0) | (r->verify_gpu ? GS_RESUME_VERIFY_GPU : 0);
 		break;
 	case GS_MSG_DUMP:
 	case GS_MSG_DUMP_FD:

@@ -154,6 +154,7 @@ enum gs_agent_caps {
 	GS_CAP_GATE = 1u << 6,          /* GATE and OPEN; TIMEOUT <= 0 means no limit */
 	GS_CAP_DUMP_CACHED = 1u << 7,   /* DUMP with GS_DUMP_CACHED */
 	GS_CAP_DUMP_COMPRESS = 1u << 12, /* DUMP, DUMP_FD with GS_F_COMPRESS: compressed chunks */
+	GS_CAP_VERIFY_GPU = 1u << 13,    /* RESUME, RESUME_FD with GS_RESUME_VERIFY_GPU */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
 };
@@ -171,7 +172,9 @@ enum gs_suspend_flags {
 };
 /* RESUME: memory shared between processes (GS_MSG_SHARES): leave the gate closed (GATED) until OPEN. */
 #define GS_RESUME_STAY_GATED (1u << 8)
-#define GS_RESUME_FLAGS_KNOWN ((uint64_t)GS_RESUME_STAY_GATED)
+/* RESUME from an image: check every chunk's fingerprint on the GPU once it is loaded (restore --verify-gpu). */
+#define GS_RESUME_VERIFY_GPU (1u << 9)
+#define GS_RESUME_FLAGS_KNOWN ((uint64_t)(GS_RESUME_STAY_GATED | GS_RESUME_VERIFY_GPU))
 /* SHARE_RELEASE: the second step, closing the agent's duplicates of shared descriptors. */
 #define GS_SHARE_RELEASE_CLOSE (1u << 0)
 /* The FLAGS each request may carry (gs_msg_check_request refuses others): add a new flag here too. */
@@ -307,6 +310,7 @@ struct gs_request {
 	const char *dir;            /* GS_F_DIR (DUMP, RESUME): the image directory; NULL: absent. Decoded: into the message */
 	bool keep_context;          /* SUSPEND: GS_SUSPEND_KEEP_CONTEXT */
 	bool stay_gated;            /* RESUME, RESUME_FD: GS_RESUME_STAY_GATED */
+	bool verify_gpu;            /* RESUME, RESUME_FD: GS_RESUME_VERIFY_GPU */
 	struct gs_dump_opts dump;   /* DUMP, DUMP_FD */
 };
 /* The timeout a request without GS_F_TIMEOUT gets, in seconds. */

@@ -6,12 +6,14 @@
 #define LOG_PREFIX "agent: movement: "
 #include "agent/movement/agent_fingerprint.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/util.h"
+#include "image/image.h"
 
 #define FP_THREADS 256       /* per block */
 #define FP_BLOCKS_WANTED 2048 /* blocks of a pass, over all chunks: enough to fill a GPU's SMs several times */
@@ -237,4 +239,59 @@ uint64_t gs_fingerprint_gpu(struct gs_agent *a, const struct gs_agent_held *h, c
 	if (reply)
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "fingerprint", gs_now() - t0);
 	return done;
+}
+
+int gs_fingerprint_verify(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img, struct gs_msg *reply,
+			  struct gs_err *err)
+{
+	double t0 = gs_now();
+	size_t n = h ? h->plan.nchunks : 0, want = 0;
+	uint8_t *skip = calloc(n ? n : 1, 1);
+	struct gs_fp *fp = calloc(n ? n : 1, sizeof(*fp));
+	if (!skip || !fp) {
+		free(skip);
+		free(fp);
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	}
+	for (size_t k = 0; k < n; k++) {
+		const struct gs_image_chunk *c = gs_image_chunk_at(img, k);
+		skip[k] = !c || (c->flags & GS_CHUNK_F_ZERO) || (!c->fp_lo && !c->fp_hi);
+		want += !skip[k];
+	}
+	int rc = 0;
+	uint64_t bytes = 0;
+	if (!want && gs_image_chunk_count(img) > 0) {
+		size_t zero = 0;
+		for (size_t k = 0; k < n; k++)
+			zero += (gs_image_chunk_at(img, k)->flags & GS_CHUNK_F_ZERO) != 0;
+		if (zero < n)
+			rc = gs_fail(err, GS_E_IMAGE, "image '%s' records no chunk fingerprints (written before them): "
+				     "--verify-gpu cannot check it", gs_image_path(img));
+	}
+	if (!rc && want)
+		bytes = gs_fingerprint_gpu(a, h, skip, fp, NULL);
+	for (size_t k = 0; k < n && !rc; k++) {
+		if (skip[k])
+			continue;
+		const struct gs_image_chunk *c = gs_image_chunk_at(img, k);
+		const struct held_region *r = &h->regions[h->plan.chunks[k].region];
+		if (gs_fp_none(fp[k]))
+			rc = gs_fail(err, GS_E_AGENT, "--verify-gpu: chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") could "
+				     "not be fingerprinted on GPU %d (its kernel did not run: the agent's log says why)", k,
+				     c->alloc_id, c->offset, r->device);
+		else if (fp[k].lo != c->fp_lo || fp[k].hi != c->fp_hi)
+			rc = gs_fail(err, GS_E_IMAGE, "--verify-gpu: chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ", %"
+				     PRIu64 " bytes) on GPU %d after loading has fingerprint %016" PRIx64 "%016" PRIx64
+				     ", the image '%s' says %016" PRIx64 "%016" PRIx64, k, c->alloc_id, c->offset, c->length,
+				     r->device, fp[k].hi, fp[k].lo, gs_image_path(img), c->fp_hi, c->fp_lo);
+	}
+	free(skip);
+	free(fp);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "verify_gpu", gs_now() - t0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "verify_gpu_chunks", rc ? 0 : want);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "verify_gpu_bytes", rc ? 0 : bytes);
+	if (!rc)
+		pr_info("--verify-gpu: %zu chunks (%llu bytes) match the image's fingerprints on the GPU", want,
+			(unsigned long long)bytes);
+	return rc;
 }

@@ -37,4 +37,18 @@
 uint64_t gs_fingerprint_gpu(struct gs_agent *a, const struct gs_agent_held *h, const uint8_t *skip, struct gs_fp *fp,
 			    struct gs_msg *reply);
 
+/*
+ * restore --verify-gpu: with h's data just loaded from img (its chunks in
+ * the plan's order, gs_agent_image_open_matching), every chunk the image
+ * records a fingerprint for is fingerprinted on its GPU and compared.
+ * GS_E_IMAGE naming the first chunk that differs, or for an image that
+ * records no fingerprints; GS_E_AGENT where a GPU's pass could not run (the
+ * check was asked for and cannot be made). The time and the chunks and
+ * bytes checked go to reply (verify_gpu, verify_gpu_chunks,
+ * verify_gpu_bytes).
+ */
+struct gs_image;
+int gs_fingerprint_verify(struct gs_agent *a, const struct gs_agent_held *h, struct gs_image *img, struct gs_msg *reply,
+			  struct gs_err *err);
+
 #endif

@@ -47,6 +47,7 @@ static const char *const lc_names[] = { "running", "gated", "quiesced", "copied"
 static struct {
 	enum lc_state state;
 	bool keep_context; /* of the suspend that left RUNNING: the driver is not asked to checkpoint */
+	bool verify_gpu;   /* of the RESUME under way: fill_from_image checks the fingerprints on the GPU */
 	/*
 	 * GATED's lease: a thread that reopens the gate if neither SUSPEND nor
 	 * OPEN comes in time (gpusnap killed between its GATE and SUSPEND). Owned
@@ -301,7 +302,7 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "io_threads", rs.threads);
 	pr_info("brought %llu bytes of GPU data back from an image in %.2f s (ring of %llu bytes, %u threads)",
 		(unsigned long long)tot.stored_bytes, gs_now() - t0, (unsigned long long)rs.ring_bytes, rs.threads);
-	return 0;
+	return lc.verify_gpu ? gs_fingerprint_verify(a, h, img, reply, err) : 0;
 }
 
 /*
@@ -713,12 +714,13 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, const char *dir_name, do
 			  : gs_lc_save(a, gpu_dir, dir_name, o, reply, err);
 }
 
-int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated,
+int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated, bool verify_gpu,
 		       struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
+	lc.verify_gpu = verify_gpu;
 	if (lc.state != LC_RELEASED) {
 		rc = gs_fail(err, GS_E_STATE, "the process is not suspended");
 		goto out;
@@ -743,6 +745,7 @@ int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_
 		set_fault(why);
 	}
 out:
+	lc.verify_gpu = false;
 	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
