@@ -573,6 +573,8 @@ void gs_request_decode(const struct gs_msg *m, struct gs_request *r)
 		r->dump.compress_codec = (uint8_t)(compress & 0xff);
 		r->dump.compress_level = (int)((compress >> 8) & 0xff);
 	}
+	r->dump.parent = gs_msg_get_str(m, GS_F_PARENT);
+	r->dump.parent_rec = gs_msg_get_str(m, GS_F_PARENT_REC);
 }
 
 void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
@@ -603,6 +605,11 @@ void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
 		gs_msg_add_f64(m, GS_F_LEASE, r->lease_s);
 	if ((r->type == GS_MSG_DUMP || r->type == GS_MSG_DUMP_FD) && r->dump.compress_codec)
 		gs_msg_add_u64(m, GS_F_COMPRESS, r->dump.compress_codec | (uint64_t)(r->dump.compress_level & 0xff) << 8);
+	if ((r->type == GS_MSG_DUMP || r->type == GS_MSG_DUMP_FD) && r->dump.parent) {
+		gs_msg_add_str(m, GS_F_PARENT, r->dump.parent);
+		if (r->dump.parent_rec)
+			gs_msg_add_str(m, GS_F_PARENT_REC, r->dump.parent_rec);
+	}
 }
 
 bool gs_msg_is_operation(uint16_t type)

@@ -133,6 +133,8 @@ enum gs_msg_tag {
 	GS_F_LEASE = 18,            /* f64: GATE: seconds the gate may stay closed waiting for the SUSPEND */
 	GS_F_FAULT = 19,            /* str: INFO: why the process stays suspended (an undo failed); absent if none */
 	GS_F_COMPRESS = 40,         /* u64: DUMP, DUMP_FD: codec (enum gs_fmt_codec) | level << 8; absent: none */
+	GS_F_PARENT = 41,           /* str: DUMP, DUMP_FD: the parent image to open (dump --parent); absent: a full image */
+	GS_F_PARENT_REC = 42,       /* str: with GS_F_PARENT: the parent's path as the image records it */
 };
 
 enum gs_msg_field_type {
@@ -155,6 +157,7 @@ enum gs_agent_caps {
 	GS_CAP_DUMP_CACHED = 1u << 7,   /* DUMP with GS_DUMP_CACHED */
 	GS_CAP_DUMP_COMPRESS = 1u << 12, /* DUMP, DUMP_FD with GS_F_COMPRESS: compressed chunks */
 	GS_CAP_VERIFY_GPU = 1u << 13,    /* RESUME, RESUME_FD with GS_RESUME_VERIFY_GPU */
+	GS_CAP_DUMP_PARENT = 1u << 14,   /* DUMP, DUMP_FD (running) with GS_F_PARENT: incremental images */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
 };
@@ -296,6 +299,8 @@ struct gs_dump_opts {
 	bool drop_staging; /* GS_DUMP_DROP_STAGING: (of a suspended process) free the staging once the image is written */
 	uint8_t compress_codec; /* GS_F_COMPRESS: compress the image's chunks (enum gs_fmt_codec, image/format.h) */
 	int compress_level;     /* 0: the codec's default */
+	const char *parent;     /* GS_F_PARENT: an incremental image against this one; NULL: full. Decoded: into the message */
+	const char *parent_rec; /* GS_F_PARENT_REC: the parent's path as recorded (NULL: parent) */
 };
 
 /*

@@ -35,6 +35,8 @@
 #define GS_FMT_VERSION 2u
 #define GS_FMT_VERSION_MIN 1u
 #define GS_FMT_VERSION_COMPRESS 2u /* compressed chunks: chunk records of at least 64 bytes */
+#define GS_FMT_VERSION_PARENT 2u   /* incremental images: a parent section, PARENT chunks */
+#define GS_FMT_CHAIN_MAX 64u       /* images in a chain, the image itself included */
 
 /* ---- names inside an image directory ---- */
 #define GS_FMT_MANIFEST_NAME "manifest.img"
@@ -89,7 +91,9 @@ enum gs_fmt_section_type {
 	GS_SEC_ALLOCATIONS = 5, /* struct gs_fmt_allocation[], ascending unique id */
 	GS_SEC_CHUNKS = 6,      /* struct gs_fmt_chunk[], ascending (alloc_id, offset) */
 	GS_SEC_METADATA = 7,    /* struct gs_fmt_metadata[], unique keys */
+	GS_SEC_PARENT = 8,      /* version 2, only in an incremental image: one struct gs_fmt_parent */
 };
+#define GS_SEC_TYPE_MAX GS_SEC_PARENT
 #define GS_SEC_F_OPTIONAL 0x1u /* a reader that does not know the type may skip the section */
 
 struct gs_fmt_section {
@@ -158,7 +162,8 @@ struct gs_fmt_allocation {
 #define GS_CHUNK_F_ZERO 0x1u       /* all bytes are zero; nothing stored (file_index, file_offset, crc32c are 0) */
 #define GS_CHUNK_F_COMPRESSED 0x2u /* version 2: the payload is `stored_length` bytes of `codec` output */
 #define GS_CHUNK_F_KNOWN_V1 GS_CHUNK_F_ZERO
-#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED)
+#define GS_CHUNK_F_PARENT 0x4u     /* version 2: the bytes are chunk `file_offset` of the parent image; nothing stored */
+#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT)
 
 /* Compression codecs of a chunk (version 2). */
 enum gs_fmt_codec {
@@ -201,6 +206,14 @@ struct gs_fmt_chunk {
 };
 #define GS_FMT_CHUNK_V1_SIZE 48u      /* the version 1 record: up to `reserved` */
 #define GS_FMT_CHUNK_STORED_SIZE 64u  /* with the stored_* fields: version 2's minimum */
+
+/* The image an incremental one was taken against (its PARENT chunks are there). */
+struct gs_fmt_parent {
+	uint8_t image_id[16];     /* the parent's image_id */
+	uint32_t manifest_crc32c; /* the parent manifest trailer's crc32c: that exact manifest */
+	uint32_t flags;           /* none defined: must be 0 */
+	struct gs_fmt_ref path;   /* string: absolute, or relative to the directory that holds this image's directory */
+};
 
 struct gs_fmt_metadata {
 	struct gs_fmt_ref key;   /* 1..GS_FMT_STRING_MAX bytes */
@@ -272,6 +285,7 @@ _Static_assert(sizeof(struct gs_fmt_chunk) == 80, "chunk record layout");
 _Static_assert(offsetof(struct gs_fmt_chunk, fp_lo) == GS_FMT_CHUNK_STORED_SIZE, "fingerprint position");
 _Static_assert(offsetof(struct gs_fmt_chunk, stored_length) == GS_FMT_CHUNK_V1_SIZE, "version 1 chunk record prefix");
 _Static_assert(sizeof(struct gs_fmt_metadata) == 32, "metadata record layout");
+_Static_assert(sizeof(struct gs_fmt_parent) == 40, "parent record layout");
 _Static_assert(sizeof(struct gs_fmt_manifest_trailer) == 16, "trailer layout");
 _Static_assert(sizeof(struct gs_fmt_data_header) == 64, "data header layout");
 _Static_assert(offsetof(struct gs_fmt_data_header, crc32c) == 60, "data header crc position");

@@ -81,6 +81,13 @@ struct gs_image_kv {
 	const char *value;
 };
 
+/* An incremental image's parent (FORMAT.md 4.11): the image its PARENT chunks are in. */
+struct gs_image_parent {
+	uint8_t image_id[16];
+	uint32_t manifest_crc32c;
+	const char *path; /* as recorded: absolute, or relative to the directory holding the image's directory */
+};
+
 struct gs_image_info {
 	uint32_t format_version;
 	uint8_t image_id[16];
@@ -124,6 +131,11 @@ struct gs_image_writer_opts {
 	 */
 	uint8_t compress_codec;
 	int compress_level;
+	/*
+	 * An incremental image (format version 2): the image its PARENT chunks
+	 * (gs_image_write_parent_chunk) are in, copied; NULL: a full image.
+	 */
+	const struct gs_image_parent *parent;
 };
 
 /*
@@ -165,6 +177,20 @@ int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint6
  */
 int gs_image_write_chunk_fp(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			    size_t len, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err);
+/*
+ * Records [offset, offset+len) of allocation alloc_id as equal to chunk
+ * parent_index of the parent image (opts->parent): nothing is stored; the
+ * record keeps that chunk's crc32c and fingerprint (fp, not 0), which a
+ * reader checks it against (FORMAT.md 4.11).
+ */
+int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				uint64_t parent_index, uint32_t crc32c, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err);
+/*
+ * Makes w an incremental image of parent (copied) after it was opened
+ * without one (gs_image_writer_opts.parent), before its first chunk:
+ * GS_E_FAILURE once a chunk was written.
+ */
+int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_parent *parent, struct gs_err *err);
 /* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err);
@@ -184,6 +210,7 @@ struct gs_image_writer_stats {
 	uint64_t payload_bytes;    /* bytes written as chunk payloads (compressed where they are) */
 	uint64_t data_bytes;       /* the uncompressed bytes of the stored (non-ZERO) chunks */
 	uint64_t compressed_chunks;
+	uint64_t parent_chunks, parent_bytes; /* PARENT chunks: in the parent image, not written */
 	uint64_t direct_bytes;     /* of those, written with O_DIRECT */
 	uint32_t data_files;
 };
@@ -409,6 +436,16 @@ int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err)
  * than the CRC on a CPU). Default: off.
  */
 void gs_image_set_verify_fingerprints(struct gs_image *img, bool on);
+/*
+ * An incremental image's parent (FORMAT.md 4.11), opened and checked by
+ * gs_image_open with the image: its whole chain is present, readable, free
+ * of loops, of the same process and GPUs, and holds every chunk the image
+ * refers to (GS_E_IMAGE naming the broken link otherwise). Reads of the
+ * image's PARENT chunks go there. NULL for a full image.
+ */
+const struct gs_image *gs_image_parent(const struct gs_image *img);
+/* The CRC-32C in the image's manifest trailer: what an incremental image records of its parent. */
+uint32_t gs_image_manifest_crc32c(const struct gs_image *img);
 
 /* ---------------------------------------------------------------- describe */
 
@@ -420,6 +457,7 @@ struct gs_image_totals {
 	uint64_t data_bytes;      /* uncompressed bytes of the stored (non-ZERO) chunks: data_bytes / stored_bytes is the ratio */
 	uint64_t compressed_chunks;
 	uint64_t fingerprinted;   /* stored chunks whose record holds a fingerprint */
+	uint64_t parent_chunks, parent_bytes; /* PARENT chunks: their bytes are in the parent image */
 	uint64_t data_file_bytes; /* sum of data file sizes */
 };
 void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t);

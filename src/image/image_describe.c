@@ -43,6 +43,9 @@ void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t)
 		if (c->flags & GS_CHUNK_F_ZERO) {
 			t->zero_chunks++;
 			t->zero_bytes += c->length;
+		} else if (c->flags & GS_CHUNK_F_PARENT) {
+			t->parent_chunks++;
+			t->parent_bytes += c->length;
 		} else {
 			t->stored_bytes += c->stored_length;
 			t->data_bytes += c->length;
@@ -187,6 +190,23 @@ void gs_image_describe_json(const struct gs_image *img, struct gs_json *j)
 	gs_json_kv_uint(j, "fingerprinted", t.fingerprinted);
 	gs_json_object_end(j);
 
+	/* an incremental image: where its unchanged chunks are */
+	gs_json_key(j, "parent");
+	const struct gs_image *p = gs_image_parent(img);
+	if (p) {
+		size_t depth = 0;
+		for (const struct gs_image *q = p; q; q = gs_image_parent(q))
+			depth++;
+		gs_json_object_begin(j);
+		gs_json_kv_string(j, "path", gs_image_path(p));
+		gs_json_kv_uint(j, "chunks", t.parent_chunks);
+		gs_json_kv_uint(j, "bytes", t.parent_bytes);
+		gs_json_kv_uint(j, "chain", depth);
+		gs_json_object_end(j);
+	} else {
+		gs_json_null(j);
+	}
+
 	gs_json_key(j, "data_files");
 	gs_json_array_begin(j);
 	for (size_t i = 0; i < gs_image_data_file_count(img); i++) {
@@ -261,6 +281,14 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 	fprintf(out, "chunks       %" PRIu64 ", %" PRIu64 " zero (%s not stored), checksum %s, %" PRIu64 " fingerprinted\n",
 		t.chunks, t.zero_chunks, gs_format_bytes(t.zero_bytes, c, sizeof(c)), checksum_name(in->checksum_algo),
 		t.fingerprinted);
+	if (gs_image_parent(img)) {
+		size_t depth = 0;
+		for (const struct gs_image *q = gs_image_parent(img); q; q = gs_image_parent(q))
+			depth++;
+		fprintf(out, "parent       %s (%zu image%s up the chain): %" PRIu64 " chunks, %s not stored here\n",
+			gs_printable(a, sizeof(a), gs_image_path(gs_image_parent(img))), depth, depth == 1 ? "" : "s",
+			t.parent_chunks, gs_format_bytes(t.parent_bytes, c, sizeof(c)));
+	}
 	if (t.compressed_chunks)
 		fprintf(out, "compression  %s, %" PRIu64 " of %" PRIu64 " stored chunks: %s in %s, ratio %.2f\n",
 			image_codec(img), t.compressed_chunks, t.chunks - t.zero_chunks,

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@ struct gs_image {
 	struct reader_file *files;
 	atomic_bool direct_io;
 	bool verify_fp;              /* gs_image_verify checks fingerprints too */
+	struct gs_image *parent;     /* an incremental image's parent, opened and checked with it (its chain) */
 	bool cpu_listed;             /* cpu-files.img lists cpu/'s files (else: an image from before the list) */
 	struct gs_cpu_list cpu_list; /* its contents */
 };
@@ -256,18 +258,111 @@ static int hold_dir(struct gs_image *img, const char *dir, struct gs_err *err)
 	return 0;
 }
 
-static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct gs_err *err);
+/* The images of a chain being opened, the newest first: their ids, to find a loop. */
+struct chain {
+	uint8_t ids[GS_FMT_CHAIN_MAX][16];
+	size_t n;
+	bool link_failed; /* the error is a broken link's, already naming it */
+};
+
+static int image_open(const char *dir, bool hold, struct chain *ch, struct gs_image **imgp, struct gs_err *err);
 
 int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
 {
-	return image_open(dir, false, imgp, err);
+	struct chain ch = { .n = 0 };
+	return image_open(dir, false, &ch, imgp, err);
+}
+
+/* A broken link of img's chain: one line naming the image and its parent. */
+#define LINK_FAIL(ch, ...) ((ch)->link_failed = true, gs_fail(err, GS_E_IMAGE, __VA_ARGS__))
+
+static bool same_gpus(const struct gs_manifest *a, const struct gs_manifest *b)
+{
+	if (a->ngpus != b->ngpus)
+		return false;
+	for (size_t i = 0; i < a->ngpus; i++) {
+		const struct gs_image_gpu *x = &a->gpus[i], *y = &b->gpus[i];
+		if (x->index != y->index || memcmp(x->uuid, y->uuid, 16) || x->cc_major != y->cc_major ||
+		    x->cc_minor != y->cc_minor || x->total_memory != y->total_memory)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Opens and checks img's parent (FORMAT.md 4.11) and, through it, the rest
+ * of the chain: present and readable, not a loop, of the same process and
+ * GPUs, the very image img was taken against, and holding every chunk img
+ * refers to with the same length, checksum and fingerprint.
+ */
+static int open_parent(struct gs_image *img, struct chain *ch, struct gs_err *err)
+{
+	const struct gs_image_parent *pr = &img->m.parent;
+	char path[PATH_MAX];
+	if (pr->path[0] == '/') {
+		snprintf(path, sizeof(path), "%s", pr->path);
+	} else {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", img->path);
+		char *slash = strrchr(dir, '/');
+		while (slash && slash > dir && slash[1] == '\0') { /* "a/b/" */
+			*slash = '\0';
+			slash = strrchr(dir, '/');
+		}
+		if (slash)
+			slash[slash == dir ? 1 : 0] = '\0';
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", slash ? dir : ".", pr->path) >= sizeof(path))
+			return LINK_FAIL(ch, "image '%s': the path of its parent '%s' is too long", img->path, pr->path);
+	}
+	if (ch->n >= GS_FMT_CHAIN_MAX)
+		return LINK_FAIL(ch, "image '%s': its chain of parents is longer than %u images (at '%s')", img->path,
+				 GS_FMT_CHAIN_MAX, path);
+	struct stat st;
+	if (lstat(path, &st) < 0 && errno == ENOENT)
+		return LINK_FAIL(ch, "image '%s': its parent '%s' is missing", img->path, path);
+	struct gs_image *p = NULL;
+	int rc = image_open(path, false, ch, &p, err);
+	if (rc) {
+		if (!ch->link_failed) {
+			gs_err_wrap(err, "image '%s': its parent '%s' cannot be read", img->path, path);
+			if (err)
+				err->code = GS_E_IMAGE;
+			ch->link_failed = true;
+			rc = GS_E_IMAGE;
+		}
+		return rc;
+	}
+	img->parent = p;
+	const struct gs_image_info *a = &img->m.info, *b = &p->m.info;
+	if (a->source_pid != b->source_pid || strcmp(a->source_comm, b->source_comm))
+		return LINK_FAIL(ch, "image '%s': its parent '%s' is an image of process %d (%s), this one of process %d (%s)",
+				 img->path, path, (int)b->source_pid, b->source_comm, (int)a->source_pid, a->source_comm);
+	if (!same_gpus(&img->m, &p->m))
+		return LINK_FAIL(ch, "image '%s': its parent '%s' was taken on other GPUs (%zu listed, this one %zu)",
+				 img->path, path, p->m.ngpus, img->m.ngpus);
+	if (memcmp(pr->image_id, b->image_id, 16) || pr->manifest_crc32c != gs_manifest_crc32c(&p->m))
+		return LINK_FAIL(ch, "image '%s': its parent '%s' is not the image it was taken against (replaced or changed "
+				 "since)", img->path, path);
+	for (size_t k = 0; k < img->m.nchunks; k++) {
+		const struct gs_image_chunk *c = &img->m.chunks[k];
+		if (!(c->flags & GS_CHUNK_F_PARENT))
+			continue;
+		const struct gs_image_chunk *q = c->file_offset < p->m.nchunks ? &p->m.chunks[c->file_offset] : NULL;
+		if (!q || (q->flags & GS_CHUNK_F_ZERO) || q->length != c->length || q->crc32c != c->crc32c ||
+		    q->fp_lo != c->fp_lo || q->fp_hi != c->fp_hi)
+			return LINK_FAIL(ch, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") refers to "
+					 "chunk %" PRIu64 " of its parent '%s', which %s", img->path, k, c->alloc_id, c->offset,
+					 c->file_offset, path, q ? "holds other data" : "does not exist");
+	}
+	return 0;
 }
 
 int gs_image_open_held(const char *dir, struct gs_image **imgp, struct gs_err *err)
 {
 	/* each round a publish replaced the image between the open and the lock: the new one is opened */
 	for (int round = 0;; round++) {
-		int rc = image_open(dir, true, imgp, err);
+		struct chain ch = { .n = 0 };
+		int rc = image_open(dir, true, &ch, imgp, err);
 		if (rc != -1)
 			return rc;
 		if (round >= HOLD_ROUNDS)
@@ -277,7 +372,7 @@ int gs_image_open_held(const char *dir, struct gs_image **imgp, struct gs_err *e
 }
 
 /* -1 (hold only): the directory was replaced before it was locked, nothing is open. */
-static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct gs_err *err)
+static int image_open(const char *dir, bool hold, struct chain *ch, struct gs_image **imgp, struct gs_err *err)
 {
 	*imgp = NULL;
 	struct gs_image *img = calloc(1, sizeof(*img));
@@ -327,6 +422,16 @@ static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct
 	}
 	if (img->m.info.cpu_state && (rc = check_cpu_state(img, err)))
 		goto fail;
+	/* a chain: a loop is found by the ids before anything of it is opened twice */
+	for (size_t i = 0; i < ch->n; i++)
+		if (!memcmp(ch->ids[i], img->m.info.image_id, 16)) {
+			rc = LINK_FAIL(ch, "the chain of parents loops back to image '%s'", dir);
+			goto fail;
+		}
+	if (ch->n < GS_FMT_CHAIN_MAX)
+		memcpy(ch->ids[ch->n++], img->m.info.image_id, 16);
+	if (img->m.has_parent && (rc = open_parent(img, ch, err)))
+		goto fail;
 	*imgp = img;
 	return 0;
 fail:
@@ -352,6 +457,7 @@ void gs_image_close(struct gs_image *img)
 	if (img->cpu_fd >= 0)
 		close(img->cpu_fd);
 	gs_cpu_list_free(&img->cpu_list);
+	gs_image_close(img->parent);
 	gs_manifest_free(&img->m);
 	free(img->path);
 	free(img);
@@ -463,11 +569,24 @@ int gs_image_require_cpu_list(const struct gs_image *img, struct gs_err *err)
 
 void gs_image_set_verify_fingerprints(struct gs_image *img, bool on)
 {
-	img->verify_fp = on;
+	for (; img; img = img->parent)
+		img->verify_fp = on;
+}
+
+const struct gs_image *gs_image_parent(const struct gs_image *img)
+{
+	return img->parent;
+}
+
+uint32_t gs_image_manifest_crc32c(const struct gs_image *img)
+{
+	return gs_manifest_crc32c(&img->m);
 }
 
 void gs_image_set_direct_io(struct gs_image *img, bool on)
 {
+	if (img->parent)
+		gs_image_set_direct_io(img->parent, on);
 	atomic_store(&img->direct_io, on);
 }
 
@@ -572,6 +691,8 @@ int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err
 	}
 	if (c->flags & GS_CHUNK_F_COMPRESSED)
 		return read_compressed(img, i, buf, err);
+	if (c->flags & GS_CHUNK_F_PARENT) /* checked at open to be that chunk: same length, checksum, fingerprint */
+		return gs_image_read_chunk(img->parent, c->file_offset, buf, err);
 	/*
 	 * Piece by piece: each piece is checksummed right after it lands, while
 	 * it is still in the CPU's cache, instead of a second pass over the whole
@@ -625,6 +746,17 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 		return 0;
 	bool fp = img->verify_fp && (c->fp_lo || c->fp_hi);
 	struct gs_fp_sums sums = { 0, 0 };
+	if (c->flags & GS_CHUNK_F_PARENT) {
+		/* the parent's bytes, through the chain, checked as the parent's chunk (and its fingerprint, ours) */
+		void *out = NULL;
+		if (posix_memalign(&out, GS_FMT_ALIGN, gs_round_up(c->length, GS_FMT_ALIGN)))
+			return gs_image_oom(err, "verifying a parent chunk");
+		int rc = gs_image_read_chunk(img->parent, c->file_offset, out, err);
+		if (!rc && fp)
+			gs_fp_add(&sums, out, c->length, 0);
+		free(out);
+		return rc ? rc : fp ? check_fp(img, i, sums, err) : 0;
+	}
 	if (c->flags & GS_CHUNK_F_COMPRESSED) {
 		/* both checksums: the stored bytes', then the decompressed chunk's */
 		void *out = NULL;

@@ -72,6 +72,8 @@ struct gs_image_writer {
 	bool no_direct_io, no_data_sync, store_zero_chunks;
 	bool memory_fs; /* the image's file system keeps files in memory (tmpfs): O_DIRECT, if taken, is buffered there */
 	struct gs_compress compress; /* codec NONE: chunks are stored as they are */
+	bool has_parent;             /* an incremental image: parent (path owned) */
+	struct gs_image_parent parent;
 
 	struct data_file **files;
 	size_t nfiles, cap_files;
@@ -94,6 +96,7 @@ struct gs_image_writer {
 
 	atomic_uint_fast64_t payload_bytes, direct_bytes, data_bytes, compressed_chunks;
 	uint64_t zero_chunks, zero_bytes;
+	uint64_t parent_chunks, parent_bytes;
 };
 
 /* -------------------------------------------------------------- helpers */
@@ -251,6 +254,7 @@ static void writer_free(struct gs_image_writer *w)
 	free((char *)w->info.hostname);
 	free((char *)w->info.source_comm);
 	free((char *)w->info.how);
+	free((char *)w->parent.path);
 	if (w->tmp_fd >= 0)
 		close(w->tmp_fd);
 	free(w->dir);
@@ -298,6 +302,8 @@ static int writer_new(const char *tmp_path, const char *dir, const struct gs_ima
 	w->compress = (struct gs_compress){ .codec = opts->compress_codec, .level = opts->compress_level };
 	/* the lowest version that holds the image: older readers read every image written without compression */
 	w->info.format_version = w->compress.codec != GS_CODEC_NONE ? GS_FMT_VERSION_COMPRESS : 1;
+	if (opts->parent && (rc = gs_image_writer_set_parent(w, opts->parent, err)))
+		goto fail;
 	gs_image_random_id(w->info.image_id);
 	w->info.created_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
 	w->info.gpusnap_version = strdup(GPUSNAP_VERSION);
@@ -511,6 +517,10 @@ void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_sta
 	st->payload_bytes = atomic_load(&w->payload_bytes);
 	st->direct_bytes = atomic_load(&w->direct_bytes);
 	st->data_bytes = atomic_load(&w->data_bytes);
+	pthread_mutex_lock(&w->lock);
+	st->parent_chunks = w->parent_chunks;
+	st->parent_bytes = w->parent_bytes;
+	pthread_mutex_unlock(&w->lock);
 	st->compressed_chunks = atomic_load(&w->compressed_chunks);
 }
 
@@ -748,6 +758,66 @@ int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint
 	return write_chunk(w, alloc_id, offset, NULL, len, true, false, 0, 0, 0, err);
 }
 
+int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_parent *parent, struct gs_err *err)
+{
+	if (!parent->path || !*parent->path || strlen(parent->path) > GS_FMT_STRING_MAX)
+		return gs_fail(err, GS_E_USAGE, "the parent image's path is empty or longer than %u bytes", GS_FMT_STRING_MAX);
+	char *path = strdup(parent->path);
+	if (!path)
+		return gs_image_oom(err, "parent");
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->nchunks || w->nfiles) {
+		rc = gs_fail(err, GS_E_FAILURE, "an image's parent is set before its first chunk");
+	} else {
+		free((char *)w->parent.path);
+		w->has_parent = true;
+		w->parent = *parent;
+		w->parent.path = path;
+		path = NULL;
+		w->info.format_version = GS_FMT_VERSION_PARENT; /* its data files are made with the first chunk */
+	}
+	pthread_mutex_unlock(&w->lock);
+	free(path);
+	return rc;
+}
+
+int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				uint64_t parent_index, uint32_t crc32c, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
+{
+	if (!w->has_parent)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": a parent chunk in an image without a parent",
+			       alloc_id);
+	if (len == 0 || len > GS_FMT_CHUNK_DATA_MAX || (!fp_lo && !fp_hi))
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": parent chunk at %" PRIu64 " of %" PRIu64
+			       " bytes without a fingerprint or of a bad length", alloc_id, offset, len);
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->failed) {
+		rc = get_failed_locked(w, err);
+		goto out;
+	}
+	ptrdiff_t ai = find_alloc_locked(w, alloc_id);
+	if (ai < 0 || (w->allocs[ai].flags & GS_ALLOC_F_NO_DATA) || offset > w->allocs[ai].size ||
+	    len > w->allocs[ai].size - offset) {
+		rc = gs_fail(err, GS_E_FAILURE, "parent chunk %" PRIu64 "+%" PRIu64 " of allocation %" PRIu64
+			     ", which was not added, holds no data or is smaller", offset, len, alloc_id);
+		goto out;
+	}
+	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks))) {
+		rc = gs_image_oom(err, "chunks");
+		goto out;
+	}
+	w->chunks[w->nchunks++] = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
+							   .file_offset = parent_index, .flags = GS_CHUNK_F_PARENT,
+							   .crc32c = crc32c, .fp_lo = fp_lo, .fp_hi = fp_hi };
+	w->parent_chunks++;
+	w->parent_bytes += len;
+out:
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
 int gs_image_write_chunk_fp(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			    size_t len, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
 {
@@ -803,6 +873,8 @@ static int build_manifest(struct gs_image_writer *w, struct gs_manifest *m, stru
 	m->nchunks = w->nchunks;
 	m->meta = w->meta;
 	m->nmeta = w->nmeta;
+	m->has_parent = w->has_parent;
+	m->parent = w->parent;
 	int rc = gs_manifest_validate(m, err);
 	if (rc) {
 		gs_err_wrap(err, "refusing to commit an inconsistent image");

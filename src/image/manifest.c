@@ -130,9 +130,9 @@ static struct gs_fmt_ref put_blob(struct heap_writer *h, const void *p, size_t n
 
 /* Section order in the file; the heap goes last so records are written before the strings they point to. */
 static const uint32_t encode_order[] = {
-	GS_SEC_INFO, GS_SEC_DATA_FILES, GS_SEC_GPUS, GS_SEC_ALLOCATIONS, GS_SEC_CHUNKS, GS_SEC_METADATA, GS_SEC_HEAP,
+	GS_SEC_INFO, GS_SEC_DATA_FILES, GS_SEC_GPUS, GS_SEC_ALLOCATIONS, GS_SEC_CHUNKS, GS_SEC_METADATA, GS_SEC_PARENT,
+	GS_SEC_HEAP,
 };
-#define NSECTIONS GS_ARRAY_SIZE(encode_order)
 
 /* a * b + *total, failing past GS_FMT_MANIFEST_MAX (so nothing below can overflow). */
 static int add_bytes(uint64_t *total, uint64_t count, uint64_t size)
@@ -157,9 +157,17 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		over |= add_bytes(&heap, 1, m->allocs[i].blob ? m->allocs[i].blob_len : 0);
 	for (size_t i = 0; i < m->nmeta && !over; i++)
 		over |= add_bytes(&heap, 1, str_cost(m->meta[i].key) + str_cost(m->meta[i].value));
+	if (m->has_parent)
+		over |= add_bytes(&heap, 1, str_cost(m->parent.path));
+	/* the parent section only in an incremental image (version 2); the others always */
+	const size_t nsections = GS_ARRAY_SIZE(encode_order) - (m->has_parent ? 0 : 1);
+	uint32_t order[GS_ARRAY_SIZE(encode_order)];
+	for (size_t i = 0, o = 0; i < GS_ARRAY_SIZE(encode_order); i++)
+		if (encode_order[i] != GS_SEC_PARENT || m->has_parent)
+			order[o++] = encode_order[i];
 
-	uint64_t length[GS_SEC_METADATA + 1] = { 0 };
-	uint32_t entry[GS_SEC_METADATA + 1] = { 0 };
+	uint64_t length[GS_SEC_TYPE_MAX + 1] = { 0 };
+	uint32_t entry[GS_SEC_TYPE_MAX + 1] = { 0 };
 	entry[GS_SEC_INFO] = sizeof(struct gs_fmt_info);
 	entry[GS_SEC_DATA_FILES] = sizeof(struct gs_fmt_data_file);
 	entry[GS_SEC_GPUS] = sizeof(struct gs_fmt_gpu);
@@ -175,12 +183,14 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 	over |= add_bytes(&length[GS_SEC_ALLOCATIONS], m->nallocs, sizeof(struct gs_fmt_allocation));
 	over |= add_bytes(&length[GS_SEC_CHUNKS], m->nchunks, chunk_size);
 	over |= add_bytes(&length[GS_SEC_METADATA], m->nmeta, sizeof(struct gs_fmt_metadata));
+	entry[GS_SEC_PARENT] = sizeof(struct gs_fmt_parent);
+	length[GS_SEC_PARENT] = m->has_parent ? sizeof(struct gs_fmt_parent) : 0;
 	length[GS_SEC_HEAP] = heap;
 
-	uint64_t offset[GS_SEC_METADATA + 1] = { 0 };
-	uint64_t total = sizeof(struct gs_fmt_manifest_header) + NSECTIONS * sizeof(struct gs_fmt_section);
-	for (size_t i = 0; i < NSECTIONS && !over; i++) {
-		uint32_t t = encode_order[i];
+	uint64_t offset[GS_SEC_TYPE_MAX + 1] = { 0 };
+	uint64_t total = sizeof(struct gs_fmt_manifest_header) + nsections * sizeof(struct gs_fmt_section);
+	for (size_t i = 0; i < nsections && !over; i++) {
+		uint32_t t = order[i];
 		total = gs_round_up(total, GS_FMT_SECTION_ALIGN);
 		offset[t] = total;
 		over |= add_bytes(&total, 1, length[t]);
@@ -200,12 +210,12 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 	h.header_size = sizeof(h);
 	h.manifest_size = total;
 	h.section_table_offset = sizeof(h);
-	h.section_count = NSECTIONS;
+	h.section_count = (uint32_t)nsections;
 	h.section_entry_size = sizeof(struct gs_fmt_section);
 	memcpy(h.image_id, m->info.image_id, 16);
 	memcpy(buf, &h, sizeof(h));
-	for (size_t i = 0; i < NSECTIONS; i++) {
-		uint32_t t = encode_order[i];
+	for (size_t i = 0; i < nsections; i++) {
+		uint32_t t = order[i];
 		struct gs_fmt_section s = { .type = t, .offset = offset[t], .length = length[t], .entry_size = entry[t] };
 		memcpy(buf + sizeof(h) + i * sizeof(s), &s, sizeof(s));
 	}
@@ -258,7 +268,7 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 			r.stored_crc32c = c->stored_crc32c;
 			r.codec = c->codec;
 			r.transform = c->transform;
-		} else if (!(c->flags & GS_CHUNK_F_ZERO)) {
+		} else if (!(c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_PARENT))) {
 			r.stored_length = c->length;
 			r.stored_crc32c = c->crc32c;
 		}
@@ -274,6 +284,12 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		r.key = put_string(&hw, m->meta[i].key);
 		r.value = put_string(&hw, m->meta[i].value);
 		memcpy(p, &r, sizeof(r));
+	}
+	if (m->has_parent) {
+		struct gs_fmt_parent r = { .manifest_crc32c = m->parent.manifest_crc32c };
+		memcpy(r.image_id, m->parent.image_id, 16);
+		r.path = put_string(&hw, m->parent.path);
+		memcpy(buf + offset[GS_SEC_PARENT], &r, sizeof(r));
 	}
 
 	struct gs_fmt_manifest_trailer tr = { 0 };
@@ -323,6 +339,7 @@ static const char *section_name(uint32_t type)
 	case GS_SEC_ALLOCATIONS: return "allocations";
 	case GS_SEC_CHUNKS: return "chunks";
 	case GS_SEC_METADATA: return "metadata";
+	case GS_SEC_PARENT: return "parent";
 	default: return "unknown";
 	}
 }
@@ -396,8 +413,10 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		return gs_fail(err, GS_E_IMAGE, "manifest section table is invalid (%" PRIu32 " entries of %" PRIu32
 			       " bytes at %" PRIu64 ")", h.section_count, h.section_entry_size, h.section_table_offset);
 
-	struct gs_fmt_section sec[GS_SEC_METADATA + 1];
-	bool have[GS_SEC_METADATA + 1] = { false };
+	struct gs_fmt_section sec[GS_SEC_TYPE_MAX + 1];
+	bool have[GS_SEC_TYPE_MAX + 1] = { false };
+	/* the section types this version has: version 1's seven, version 2 the parent section too */
+	const uint32_t type_max = h.version >= GS_FMT_VERSION_PARENT ? GS_SEC_PARENT : GS_SEC_METADATA;
 	for (uint32_t i = 0; i < h.section_count; i++) {
 		struct gs_fmt_section s;
 		memcpy(&s, buf + h.section_table_offset + (uint64_t)i * h.section_entry_size, sizeof(s));
@@ -408,7 +427,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 				       i, s.type, s.offset, s.length, len);
 		if (s.flags & ~GS_SEC_F_OPTIONAL)
 			return gs_fail(err, GS_E_IMAGE, "manifest section %" PRIu32 " has unknown flags 0x%" PRIx32, i, s.flags);
-		if (s.type < GS_SEC_INFO || s.type > GS_SEC_METADATA) {
+		if (s.type < GS_SEC_INFO || s.type > type_max) {
 			if (s.flags & GS_SEC_F_OPTIONAL)
 				continue;
 			return gs_fail(err, GS_E_IMAGE, "manifest has a required section of unknown type %" PRIu32
@@ -419,7 +438,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		have[s.type] = true;
 		sec[s.type] = s;
 	}
-	for (uint32_t t = GS_SEC_INFO; t <= GS_SEC_METADATA; t++)
+	for (uint32_t t = GS_SEC_INFO; t <= GS_SEC_METADATA; t++) /* the parent section is the only optional one */
 		if (!have[t])
 			return gs_fail(err, GS_E_IMAGE, "manifest section '%s' is missing", section_name(t));
 
@@ -542,7 +561,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 				       "fingerprint", i, r.alloc_id, r.offset);
 		c->fp_lo = r.fp_lo;
 		c->fp_hi = r.fp_hi;
-		if (r.flags & GS_CHUNK_F_COMPRESSED) {
+		if (r.flags & (GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT)) { /* as recorded: validate checks them */
 			c->stored_length = r.stored_length;
 			c->stored_crc32c = r.stored_crc32c;
 			c->codec = r.codec;
@@ -578,6 +597,24 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		m->meta[i].value = get_string(&heap, r.value, GS_FMT_META_VALUE_MAX);
 		if (!m->meta[i].key || !m->meta[i].value)
 			return gs_fail(err, GS_E_IMAGE, "metadata entry %zu has an invalid key or value", i);
+	}
+
+	/* parent (an incremental image) */
+	if (have[GS_SEC_PARENT]) {
+		if ((rc = records(buf, &sec[GS_SEC_PARENT], sizeof(struct gs_fmt_parent), &n, &rec, err)))
+			return rc;
+		if (n != 1)
+			return gs_fail(err, GS_E_IMAGE, "manifest section 'parent' holds %zu records, expected 1", n);
+		struct gs_fmt_parent r;
+		memcpy(&r, rec, sizeof(r));
+		if (r.flags)
+			return gs_fail(err, GS_E_IMAGE, "manifest parent record has unknown flags 0x%" PRIx32, r.flags);
+		m->has_parent = true;
+		memcpy(m->parent.image_id, r.image_id, 16);
+		m->parent.manifest_crc32c = r.manifest_crc32c;
+		m->parent.path = get_string(&heap, r.path, GS_FMT_STRING_MAX);
+		if (!m->parent.path || !*m->parent.path)
+			return gs_fail(err, GS_E_IMAGE, "manifest parent record has an invalid path");
 	}
 	return 0;
 }
@@ -654,6 +691,19 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 			return CHUNK_FAIL("both ZERO and COMPRESSED");
 		if (c->file_index || c->file_offset || c->crc32c)
 			return CHUNK_FAIL("a ZERO chunk with a file position or checksum");
+		return 0;
+	}
+	if (c->flags & GS_CHUNK_F_PARENT) {
+		if (m->info.format_version < GS_FMT_VERSION_PARENT || !m->has_parent)
+			return CHUNK_FAIL("refers to a parent image the image does not name");
+		if (c->flags & GS_CHUNK_F_COMPRESSED)
+			return CHUNK_FAIL("both PARENT and COMPRESSED");
+		if (c->file_index || c->stored_length || c->stored_crc32c || c->codec || c->transform)
+			return CHUNK_FAIL("a PARENT chunk with a stored payload");
+		if (!c->fp_lo && !c->fp_hi)
+			return CHUNK_FAIL("a PARENT chunk without a fingerprint");
+		if (c->length > GS_FMT_CHUNK_DATA_MAX)
+			return CHUNK_FAIL("longer than the %llu MiB a stored chunk may be", GS_FMT_CHUNK_DATA_MAX / GS_MiB);
 		return 0;
 	}
 	uint64_t stored = c->length;

@@ -30,6 +30,8 @@ struct gs_manifest {
 	size_t nchunks;
 	struct gs_image_kv *meta;
 	size_t nmeta;
+	bool has_parent; /* an incremental image: parent is set (version 2) */
+	struct gs_image_parent parent;
 	/* Set by validate: chunks of allocs[i] are [alloc_chunk_start[i], alloc_chunk_start[i + 1]). */
 	size_t *alloc_chunk_start;
 	/* Set by decode: the manifest bytes that strings and blobs point into. */

@@ -596,7 +596,13 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 	struct gs_fp *fp = known_zero ? calloc(h->plan.nchunks, sizeof(*fp)) : NULL;
 	gs_fingerprint_gpu(a, h, known_zero, fp, reply);
 	end.fp = fp;
-	rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	/* dump --parent: the chunks whose fingerprint is the parent's stay there, uncopied (agent_image.h) */
+	struct gs_ring_parent_ref *pref = NULL;
+	rc = gs_agent_image_parent(w, h, o, known_zero, fp, &pref, reply, err);
+	end.parent_ref = pref;
+	if (!rc)
+		rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	free(pref);
 	free(fp);
 	free(known_zero);
 	if (rc)

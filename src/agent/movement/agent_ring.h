@@ -138,6 +138,12 @@ int gs_ring_staging_end_finish(struct gs_ring_staging_end *e);
  * (towards the GPU; its chunks must match h's plan one to one: check that
  * first; every chunk's checksum is verified as it is read).
  */
+/* A chunk an incremental dump leaves in its parent image (agent_image.h): its index there + 1 (0: none), its CRC. */
+struct gs_ring_parent_ref {
+	uint64_t index1;
+	uint32_t crc32c;
+};
+
 struct gs_ring_image_end {
 	struct gs_ring_end end;
 	struct gs_image_writer *w;
@@ -151,6 +157,12 @@ struct gs_ring_image_end {
 	 * transfer brought (core/fingerprint.h), on the IO thread that writes it.
 	 */
 	const struct gs_fp *fp;
+	/*
+	 * An incremental dump's chunks equal to the parent's (NULL: none): not
+	 * copied (as known_zero ones), recorded as PARENT chunks with fp's
+	 * fingerprint and the parent chunk's CRC.
+	 */
+	const struct gs_ring_parent_ref *parent_ref;
 };
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w);
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);
