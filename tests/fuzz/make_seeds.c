@@ -215,6 +215,36 @@ fail:
 	return rc;
 }
 
+/*
+ * An incremental image (format version 2) of an allocation in two chunks: one stored, one left in a
+ * parent named "parent" (which the fuzzer's directory lacks: the chain's refusal is what it reaches).
+ */
+static int write_incremental_image(const char *dir, struct gs_err *err)
+{
+	static const struct gs_image_parent parent = { .image_id = { 1, 2, 3 }, .manifest_crc32c = 0x1234,
+						       .path = "parent" };
+	struct gs_image_writer_opts o = { .source_pid = 4242, .source_comm = "python3", .how = "agent",
+					  .no_direct_io = true, .parent = &parent };
+	struct gs_image_writer *w;
+	int rc = image_test_writer_open(dir, &o, &w, err);
+	if (rc)
+		return rc;
+	uint8_t data[4096];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 5 + 3);
+	struct gs_image_gpu g = { .index = 0, .name = "NVIDIA H200", .cc_major = 9, .total_memory = 141ULL << 30 };
+	struct gs_image_allocation a = { .id = 1, .va = 0x7f0000000000ULL, .size = 2 * sizeof(data),
+					 .kind = GS_ALLOC_KIND_DEVICE };
+	if ((rc = gs_image_writer_add_gpu(w, &g, err)) || (rc = gs_image_writer_add_allocation(w, &a, err)) ||
+	    (rc = gs_image_write_parent_chunk(w, 1, 0, sizeof(data), 0, 0xabcdef01u, 0x1111, 0x2222, err)) ||
+	    (rc = gs_image_write_chunk_fp(w, 1, sizeof(data), data, sizeof(data), 0x3333, 0x4444, err)))
+		goto fail;
+	return image_test_writer_commit(w, err);
+fail:
+	image_test_writer_abort(w);
+	return rc;
+}
+
 static int write_empty_image(const char *dir, struct gs_err *err)
 {
 	struct gs_image_writer *w;
@@ -262,6 +292,9 @@ static void seed_images(void)
 	const char *zstd = image_path("zstd");
 	check_written(write_compressed_image(zstd, GS_CODEC_ZSTD, &err), "zstd-compressed image", &err);
 	seed_image(zstd, "compressed-zstd", 0);
+	const char *incr = image_path("incremental");
+	check_written(write_incremental_image(incr, &err), "incremental image", &err);
+	seed_image(incr, "incremental", 0);
 	const char *empty = image_path("empty");
 	check_written(write_empty_image(empty, &err), "empty image", &err);
 	seed_image(empty, "empty", 0);
