@@ -302,16 +302,12 @@ static int open_parent(struct gs_image *img, struct chain *ch, struct gs_err *er
 	if (pr->path[0] == '/') {
 		snprintf(path, sizeof(path), "%s", pr->path);
 	} else {
-		char dir[PATH_MAX];
-		snprintf(dir, sizeof(dir), "%s", img->path);
-		char *slash = strrchr(dir, '/');
-		while (slash && slash > dir && slash[1] == '\0') { /* "a/b/" */
-			*slash = '\0';
-			slash = strrchr(dir, '/');
-		}
-		if (slash)
-			slash[slash == dir ? 1 : 0] = '\0';
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", slash ? dir : ".", pr->path) >= sizeof(path))
+		/* the directory holding img's: through "..", which also resolves a /proc/self/fd/N/. the agent is given */
+		char up[PATH_MAX], base[PATH_MAX];
+		snprintf(up, sizeof(up), "%s/..", img->path);
+		if (!realpath(up, base))
+			snprintf(base, sizeof(base), "%s", up);
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", strcmp(base, "/") ? base : "", pr->path) >= sizeof(path))
 			return LINK_FAIL(ch, "image '%s': the path of its parent '%s' is too long", img->path, pr->path);
 	}
 	if (ch->n >= GS_FMT_CHAIN_MAX)
