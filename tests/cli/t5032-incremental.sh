@@ -6,8 +6,9 @@
 # img1 (full) <- img2 <- img3 and restored from each. Checked here:
 #  - img2 stores about the changed block only; the rest is left in img1
 #    (dump --json parent_bytes, inspect's parent), uncopied; img3 likewise on
-#    img2; restores from img3 (a chain of three) and img2 bring every byte
-#    back; inspect --verify checks through the chain;
+#    img2, compressed too; restores from img3 (a chain of three, with
+#    --verify-gpu) and img2 bring every byte back; inspect --verify checks
+#    through the chain;
 #  - the series moves as a directory (parents beside DIR are recorded by name);
 #  - each broken link refused in one line naming it (exit 11), before any
 #    process runs: a damaged parent (its data: the checksum pass names its
@@ -94,7 +95,8 @@ check "img2's parent is img1, a chain of one" \
   test "$(jget "['image']['parent']['path']")" = "$S/img1" -a "$(jget "['image']['parent']['chain']")" = 1
 check "img2 is of format version 2" test "$(jget "['image']['format_version']")" = 2
 check "the app zeroes its block again" test "$(flip)" = "ZERO 0"
-run_gpusnap dump --leave-running --parent "$S/img2" -D "$S/img3" "$PID"; expect "incremental dump img3 on img2" 0
+run_gpusnap dump --leave-running --compress zstd --parent "$S/img2" -D "$S/img3" "$PID"
+expect "incremental and compressed dump img3 on img2" 0
 run_gpusnap inspect --verify --json "$S/img3"; expect "inspect --verify img3 (through the chain)" 0
 check "img3's chain is two long, and verifies" \
   test "$(jget "['image']['parent']['chain']")" = 2 -a "$(jget "['verify']['ok']")" = True
@@ -102,7 +104,9 @@ run_gpusnap inspect "$S/img3"; expect "inspect img3" 0
 check "inspect names the parent" grep -q "^parent       $S/img2 (2 images up the chain)" "$OUT_TXT"
 kill -9 "$PID"; wait_gone "$PID"
 s1=$(sums "$S/img1")
-run_gpusnap restore -D "$S/img3"; expect "restore from img3 (a chain of three)" 0
+run_gpusnap restore --verify-gpu --json -D "$S/img3"; expect "restore --verify-gpu from img3 (a chain of three)" 0
+check "every chunk with a fingerprint was checked on the GPU, those left in the parents too ($(jget "['verify_gpu_chunks']"))" \
+  test "$(jget "['verify_gpu_chunks']")" -gt 0
 verify_ok "every byte is back from img3 (zero block zero)"
 kill -9 "$PID"; wait_gone "$PID"
 run_gpusnap restore -D "$S/img2"; expect "restore from img2" 0
