@@ -349,8 +349,9 @@ struct gs_image;
  * bounds), each data file present, of the recorded size, with a header of
  * this image; with CPU state, cpu/ holding exactly the files cpu-files.img
  * lists, of the listed sizes (images written before that list: cpu/ as it
- * is, gs_image_cpu_files says so). Payload checksums are checked by
- * gs_image_read_chunk and gs_image_verify, not here. Nothing is opened in a
+ * is, gs_image_cpu_files says so); an incremental image's whole chain of
+ * parents, opened and checked with it (gs_image_parent). Payload checksums
+ * are checked by gs_image_read_chunk and gs_image_verify, not here. Nothing is opened in a
  * way that can block (a FIFO fails at once).
  * Errors: GS_E_IMAGE (not an image, corrupt, unknown version, a FIFO),
  * GS_E_PERMISSION (untrusted owner or mode, a link, an unsafe directory above).

@@ -11,6 +11,9 @@
  * reader look outside it or wait. All data files stay open for the image's
  * life: an image replaced by a new dump meanwhile is still read whole, from
  * the old files. cpu/ stays open too, for CRIU (gs_image_cpu_dir_fd_path).
+ * An incremental image holds its parent open (and so the whole chain, each
+ * link checked by open_parent); its PARENT chunks are read there. Compressed
+ * chunks are checked as stored, decompressed (codec.h), checked again.
  */
 #define LOG_PREFIX "image: "
 #include "image/image.h"

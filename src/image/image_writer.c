@@ -6,8 +6,9 @@
  * Concurrency: one mutex guards the writer's tables and the offset
  * reservation in data files; checksums, zero detection, compression
  * (codec.h) and the payload pwrite happen outside it, so writer threads
- * only meet for a few instructions per chunk and compress in parallel. Data files live behind stable pointers so a thread
- * keeps using its file while another one appends the next.
+ * only meet for a few instructions per chunk and compress in parallel. Data
+ * files live behind stable pointers so a thread keeps using its file while
+ * another one appends the next.
  *
  * Crash safety: the files are written in a temporary directory that holds
  * no manifest until every payload is on disk (image_tmp.c).
@@ -513,14 +514,12 @@ void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_sta
 	st->zero_chunks = w->zero_chunks;
 	st->zero_bytes = w->zero_bytes;
 	st->data_files = (uint32_t)w->nfiles;
+	st->parent_chunks = w->parent_chunks;
+	st->parent_bytes = w->parent_bytes;
 	pthread_mutex_unlock(&w->lock);
 	st->payload_bytes = atomic_load(&w->payload_bytes);
 	st->direct_bytes = atomic_load(&w->direct_bytes);
 	st->data_bytes = atomic_load(&w->data_bytes);
-	pthread_mutex_lock(&w->lock);
-	st->parent_chunks = w->parent_chunks;
-	st->parent_bytes = w->parent_bytes;
-	pthread_mutex_unlock(&w->lock);
 	st->compressed_chunks = atomic_load(&w->compressed_chunks);
 }
 
