@@ -12,8 +12,9 @@
 #  - a record whose fingerprint is not its data's: inspect --verify and
 #    restore --verify-gpu refuse it in one line naming the chunk (exit 11),
 #    no process left; a restore without --verify-gpu does not look;
-#  - a kernel that computes something else (FAKE_CUDA_FP_FLIP): what the dump
-#    recorded came from it, so inspect --verify finds every chunk wrong;
+#  - a kernel that computes something else (FAKE_CUDA_FP_FLIP): its self-check
+#    (its own table, fingerprinted on both sides) fails, the dump computes
+#    them on the host, and they verify;
 #  - a driver that refuses the module (FAKE_CUDA_NO_FP_MODULE): the dump
 #    computes the fingerprints on its IO threads instead (the log says so),
 #    they verify; restore --verify-gpu there cannot check and refuses (16).
@@ -103,12 +104,15 @@ verify_ok "its data (only the record was changed)"
 kill -9 "$PID"; wait_gone "$PID"
 check "the good image is unchanged" test "$(sums "$img")" = "$good"
 
-# ---- a kernel that computes something else: the dump records what it computed ----
+# ---- a kernel that computes something else: its self-check fails, the host computes them ----
 FAKE_CUDA_FP_FLIP=1 start_app
 img2=$TEST_TMP/flip
+: >"$GPUSNAP_AGENT_LOG"
 run_gpusnap dump -D "$img2" "$PID"; expect "dump with a kernel computing other sums" 0
 wait_gone "$PID" 5
-run_gpusnap inspect --verify "$img2"; expect "inspect --verify finds the kernel's fingerprints wrong" 11 "has fingerprint"
+check "the agent found the kernel wrong and computed on the host" \
+  grep -q "computed on the host instead of on GPU .*self-check" "$GPUSNAP_AGENT_LOG"
+run_gpusnap inspect --verify "$img2"; expect "inspect --verify: what was recorded is right" 0
 
 # ---- a driver that refuses the module: the IO threads compute them ----
 FAKE_CUDA_NO_FP_MODULE=1 start_app

@@ -37,7 +37,8 @@ static uint64_t pass_device(struct gs_agent *a, struct gs_agent_device *d, const
 {
 	struct gs_cuda *cu = &a->cu;
 	CUstream stream = d->lanes[0];
-	size_t table_bytes = n * sizeof(struct fp_chunk), sums_bytes = n * 2 * sizeof(uint64_t);
+	/* entry n: the table itself, whose bytes the host knows: the kernel's self-check */
+	size_t table_bytes = (n + 1) * sizeof(struct fp_chunk), sums_bytes = (n + 1) * 2 * sizeof(uint64_t);
 	struct fp_chunk *table = malloc(table_bytes);
 	uint64_t *sums = malloc(sums_bytes);
 	CUmodule mod = NULL;
@@ -57,19 +58,25 @@ static uint64_t pass_device(struct gs_agent *a, struct gs_agent_device *d, const
 		const struct gs_copy_chunk *c = &h->plan.chunks[idx[i]];
 		table[i] = (struct fp_chunk){ .va = c->va, .bytes = c->size };
 	}
-	unsigned slices = gs_fingerprint_slices(n);
+	unsigned slices = gs_fingerprint_slices(n + 1);
 	STEP("making the context current", cu->cuCtxSetCurrent(d->ctx));
 	STEP("loading its kernel", cu->cuModuleLoadData(&mod, gs_fingerprint_ptx));
 	STEP("finding its kernel", cu->cuModuleGetFunction(&fn, mod, "gs_fingerprint"));
 	STEP("cuMemAlloc", cu->cuMemAlloc(&buf, table_bytes + sums_bytes));
+	table[n] = (struct fp_chunk){ .va = buf, .bytes = table_bytes };
 	STEP("copying its table", cu->cuMemcpyHtoDAsync(buf, table, table_bytes, stream));
 	memset(sums, 0, sums_bytes);
 	STEP("clearing its sums", cu->cuMemcpyHtoDAsync(buf + table_bytes, sums, sums_bytes, stream));
 	CUdeviceptr chunks = buf, out = buf + table_bytes;
 	void *args[] = { &chunks, &out };
-	STEP("launching it", cu->cuLaunchKernel(fn, (unsigned)n, slices, 1, GS_FP_THREADS, 1, 1, 0, stream, args, NULL));
+	STEP("launching it", cu->cuLaunchKernel(fn, (unsigned)(n + 1), slices, 1, GS_FP_THREADS, 1, 1, 0, stream, args,
+						NULL));
 	STEP("copying its sums", cu->cuMemcpyDtoHAsync(sums, out, sums_bytes, stream));
 	STEP("waiting for it", cu->cuStreamSynchronize(stream));
+	/* a kernel that computes anything but the CPU's function on known bytes is not trusted with the chunks */
+	STEP("its self-check (the CPU's fingerprint of its table differs)",
+	     gs_fp_equal(gs_fp_final((struct gs_fp_sums){ sums[2 * n], sums[2 * n + 1] }, table_bytes),
+			 gs_fp_of(table, table_bytes)) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
 #undef STEP
 	for (size_t i = 0; i < n; i++) {
 		const struct gs_copy_chunk *c = &h->plan.chunks[idx[i]];

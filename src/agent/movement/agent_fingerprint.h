@@ -11,9 +11,11 @@
  * sums with atomic adds (the sums do not depend on the order: the
  * fingerprint is defined that way), and the host finalizes each chunk's
  * sums with its length. What is read is what the copy reads (the zero
- * scan's rule); a chunk's last partial word is masked to its length. A GPU
- * whose pass cannot run (no module support, a launch refused) gets no
- * fingerprints, with a log line: the caller computes them on the CPU from
+ * scan's rule); a chunk's last partial word is masked to its length. Each
+ * pass also fingerprints its own table, whose bytes the host knows, and
+ * compares with the CPU: a kernel that computes anything else is not
+ * trusted. A GPU whose pass cannot run (no module support, a launch
+ * refused, that self-check failed) gets no fingerprints, with a log line: the caller computes them on the CPU from
  * the bytes it copies (the dump), or says the check did not run (restore).
  */
 #ifndef GPUSNAP_AGENT_AGENT_FINGERPRINT_H
