@@ -28,12 +28,14 @@
 #include "agent/intercept/agent_contexts.h"
 #include "agent/intercept/gate.h"
 #include "agent/memory/memkind.h"
+#include "agent/movement/agent_fingerprint.h"
 #include "agent/movement/agent_image.h"
 #include "agent/movement/agent_mover.h"
 #include "agent/movement/agent_ring.h"
 #include "agent/movement/agent_zero_scan.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "image/codec.h"
 #include "common/util.h"
 #include "image/image.h"
 
@@ -46,6 +48,7 @@ static const char *const lc_names[] = { "running", "gated", "quiesced", "copied"
 static struct {
 	enum lc_state state;
 	bool keep_context; /* of the suspend that left RUNNING: the driver is not asked to checkpoint */
+	bool verify_gpu;   /* of the RESUME under way: fill_from_image checks the fingerprints on the GPU */
 	/*
 	 * GATED's lease: a thread that reopens the gate if neither SUSPEND nor
 	 * OPEN comes in time (gpusnap killed between its GATE and SUSPEND). Owned
@@ -306,7 +309,7 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "io_threads", rs.threads);
 	pr_info("brought %llu bytes of GPU data back from an image in %.2f s (ring of %llu bytes, %u threads)",
 		(unsigned long long)tot.stored_bytes, gs_now() - t0, (unsigned long long)rs.ring_bytes, rs.threads);
-	return 0;
+	return lc.verify_gpu ? gs_fingerprint_verify(a, h, img, reply, err) : 0;
 }
 
 /*
@@ -711,7 +714,18 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 	uint8_t *known_zero = h && h->plan.nchunks ? calloc(h->plan.nchunks, 1) : NULL;
 	gs_zero_scan(a, h, known_zero, reply);
 	end.known_zero = known_zero;
-	rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	/* and the others' fingerprints, where they lie (agent_fingerprint.h) */
+	struct gs_fp *fp = known_zero ? calloc(h->plan.nchunks, sizeof(*fp)) : NULL;
+	gs_fingerprint_gpu(a, h, known_zero, fp, reply);
+	end.fp = fp;
+	/* dump --parent: the chunks whose fingerprint is the parent's stay there, uncopied (agent_image.h) */
+	struct gs_ring_parent_ref *pref = NULL;
+	rc = gs_agent_image_parent(w, h, o, known_zero, fp, &pref, reply, err);
+	end.parent_ref = pref;
+	if (!rc)
+		rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	free(pref);
+	free(fp);
 	free(known_zero);
 	if (rc)
 		goto fail;
@@ -778,7 +792,8 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const char *dir_name, co
 		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
 		goto out;
 	}
-	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ 0 }, &w, err)))
+	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ .compress_codec = o->compress_codec,
+				.compress_level = o->compress_level }, &w, err)))
 		goto out;
 	struct gs_ring_stats rs = { 0 };
 	if (h && h->plan.nchunks) {
@@ -825,16 +840,22 @@ out:
 int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, const char *dir_name, double timeout_s,
 	       const struct gs_dump_opts *o, struct gs_msg *reply, struct gs_err *err)
 {
+	/* a codec whose library this process lacks is said before anything moves (image/codec.h) */
+	const char *why = o->compress_codec ? gs_codec_unavailable(o->compress_codec) : NULL;
+	if (why)
+		return gs_fail(err, GS_E_AGENT, "cannot compress with %s in this process: %s",
+			       gs_codec_name(o->compress_codec), why);
 	return o->running ? dump_running(a, gpu_dir, dir_name, timeout_s, o, reply, err)
 			  : gs_lc_save(a, gpu_dir, dir_name, o, reply, err);
 }
 
-int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated,
+int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated, bool verify_gpu,
 		       struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
+	lc.verify_gpu = verify_gpu;
 	if (lc.state != LC_RELEASED) {
 		rc = gs_fail(err, GS_E_STATE, "the process is not suspended");
 		goto out;
@@ -861,6 +882,7 @@ int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_
 		set_fault(why);
 	}
 out:
+	lc.verify_gpu = false;
 	pthread_mutex_unlock(&a->lock);
 	return rc;
 }
