@@ -16,9 +16,10 @@
 #  - storage full after the process ran again (a small tmpfs as DIR's
 #    parent): exit 13 naming it, the process runs on with its data, nothing
 #    left on the storage or in memory;
-#  - no room for the stage in memory (a tiny tmpfs) or a stage directory that
-#    is not in memory: the image is written inside the pause as before, and
-#    --json says why;
+#  - no room for the stage in memory (a tiny tmpfs), a stage directory that
+#    is not in memory, or an incremental dump (--parent, written beside its
+#    parent): the image is written inside the pause as before, and --json
+#    says why;
 #  - gpusnap killed during the pause: the process stays suspended with its
 #    data in the stage, state says so, gpusnap resume puts it back;
 #  - the stage filling up while the agent writes into it: the agent walks
@@ -141,6 +142,13 @@ GPUSNAP_STAGE_DIR=$TEST_TMP run_gpusnap dump --leave-running --json -D "$img" "$
 expect "a live dump whose GPUSNAP_STAGE_DIR is on a disk" 0
 check "... not staged: not a memory file system" python3 -c 'import json,sys
 d=json.load(open(sys.argv[1])); sys.exit(not (d["staged"] is False and "not a memory file system" in d["no_stage"]))' "$OUT_TXT"
+
+# ---- an incremental live dump is written beside its parent, not staged ----
+run_gpusnap dump --leave-running --json --parent "$img" -D "$TEST_TMP/img-inc" "$PID"
+expect "an incremental live dump (--parent)" 0
+check "... not staged: it is written beside its parent" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); sys.exit(not (d["staged"] is False and "--parent" in d["no_stage"]))' "$OUT_TXT"
+check "... its image verifies" "$GPUSNAP_BIN" inspect --verify "$TEST_TMP/img-inc"
 
 # ---- gpusnap killed during the pause: the data is in the stage, resume takes it from there ----
 GPUSNAP_FAULT=dump-after-driver=kill run_gpusnap dump --leave-running -D "$img" "$PID"
