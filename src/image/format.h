@@ -147,7 +147,13 @@ struct gs_fmt_allocation {
 };
 
 #define GS_CHUNK_F_ZERO 0x1u /* all bytes are zero; nothing stored (file_index, file_offset, crc32c are 0) */
-#define GS_CHUNK_F_KNOWN GS_CHUNK_F_ZERO
+/*
+ * the payload is not in this image: a partial image (a suspend's spill whose
+ * other part stayed in the process's host memory); nothing stored, file_index,
+ * file_offset, crc32c are 0. Only gs_image_open_partial opens such an image.
+ */
+#define GS_CHUNK_F_ELSEWHERE 0x2u
+#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE)
 
 struct gs_fmt_chunk {
 	uint64_t alloc_id;    /* a gs_fmt_allocation.id */

@@ -148,6 +148,12 @@ int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint6
 /* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err);
+/*
+ * Records [offset, offset+len) as held outside this image (GS_CHUNK_F_ELSEWHERE):
+ * the image becomes partial, opened only by gs_image_open_partial.
+ */
+int gs_image_write_elsewhere_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				   struct gs_err *err);
 
 /*
  * Creates cpu/ (0700) inside the temporary directory, marks the image as
@@ -307,6 +313,13 @@ struct gs_image;
  * GS_E_PERMISSION (untrusted owner or mode, a link, an unsafe directory above).
  */
 int gs_image_open(const char *dir, struct gs_image **img, struct gs_err *err);
+/*
+ * gs_image_open refuses a partial image (chunks flagged ELSEWHERE: a suspend's
+ * spill whose other part is in the process's host memory), so restore and
+ * inspect never take one for a whole image; this opens one too (the agent's
+ * resume of a split suspend). Reading an ELSEWHERE chunk fails.
+ */
+int gs_image_open_partial(const char *dir, struct gs_image **img, struct gs_err *err);
 /*
  * gs_image_open holding the image for reading until gs_image_close: a shared
  * flock() on DIR's directory, taken before anything in it is read. A publish

@@ -251,18 +251,23 @@ static int hold_dir(struct gs_image *img, const char *dir, struct gs_err *err)
 	return 0;
 }
 
-static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct gs_err *err);
+static int image_open(const char *dir, bool hold, bool partial, struct gs_image **imgp, struct gs_err *err);
 
 int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
 {
-	return image_open(dir, false, imgp, err);
+	return image_open(dir, false, false, imgp, err);
+}
+
+int gs_image_open_partial(const char *dir, struct gs_image **imgp, struct gs_err *err)
+{
+	return image_open(dir, false, true, imgp, err);
 }
 
 int gs_image_open_held(const char *dir, struct gs_image **imgp, struct gs_err *err)
 {
 	/* each round a publish replaced the image between the open and the lock: the new one is opened */
 	for (int round = 0;; round++) {
-		int rc = image_open(dir, true, imgp, err);
+		int rc = image_open(dir, true, false, imgp, err);
 		if (rc != -1)
 			return rc;
 		if (round >= HOLD_ROUNDS)
@@ -272,7 +277,7 @@ int gs_image_open_held(const char *dir, struct gs_image **imgp, struct gs_err *e
 }
 
 /* -1 (hold only): the directory was replaced before it was locked, nothing is open. */
-static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct gs_err *err)
+static int image_open(const char *dir, bool hold, bool partial, struct gs_image **imgp, struct gs_err *err)
 {
 	*imgp = NULL;
 	struct gs_image *img = calloc(1, sizeof(*img));
@@ -308,6 +313,16 @@ static int image_open(const char *dir, bool hold, struct gs_image **imgp, struct
 	if ((rc = gs_fs_check_trusted(&st, dir, err)) || (rc = gs_fs_check_tree_trusted(img->dir_fd, ".", dir, err)) ||
 	    (rc = gs_manifest_read_at(img->dir_fd, dir, &img->m, err)) || (rc = read_cpu_list(img, err)))
 		goto fail;
+	size_t elsewhere = 0;
+	for (size_t i = 0; i < img->m.nchunks; i++)
+		elsewhere += (img->m.chunks[i].flags & GS_CHUNK_F_ELSEWHERE) != 0;
+	if (elsewhere && !partial) {
+		/* a suspend's spill whose other part stayed in the process's memory: never to be taken for a whole image */
+		rc = gs_fail(err, GS_E_IMAGE, "'%s' holds only part of a process's GPU data (%zu of its %zu chunks are "
+			     "elsewhere: a suspend's spill whose rest is in the process's host memory); only "
+			     "gpusnap resume of that process reads it", dir, elsewhere, img->m.nchunks);
+		goto fail;
+	}
 	if (img->m.nfiles) {
 		img->files = calloc(img->m.nfiles, sizeof(*img->files));
 		if (!img->files) {
@@ -521,6 +536,9 @@ int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err
 		memset(buf, 0, c->length);
 		return 0;
 	}
+	if (c->flags & GS_CHUNK_F_ELSEWHERE)
+		return gs_fail(err, GS_E_IMAGE, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64
+			       ") is not in this image", img->path, i, c->alloc_id, c->offset);
 	/*
 	 * Piece by piece: each piece is checksummed right after it lands, while
 	 * it is still in the CPU's cache, instead of a second pass over the whole
@@ -558,7 +576,7 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 		return rc;
 	}
 	const struct gs_image_chunk *c = &img->m.chunks[i];
-	if (c->flags & GS_CHUNK_F_ZERO)
+	if (c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE))
 		return 0;
 	uint32_t crc = 0;
 	for (uint64_t done = 0; done < c->length; done += VERIFY_PIECE) {

@@ -631,11 +631,12 @@ static int write_payload(struct gs_image_writer *w, struct data_file *f, const v
 }
 
 static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, uint64_t len,
-		       bool known_zero, bool have_crc, uint32_t crc, struct gs_err *err)
+		       uint32_t known, bool have_crc, uint32_t crc, struct gs_err *err)
 {
+	bool known_zero = known == GS_CHUNK_F_ZERO, elsewhere = known == GS_CHUNK_F_ELSEWHERE;
 	if (len == 0)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
-	bool zero = known_zero || (!w->store_zero_chunks && gs_all_zero(data, len));
+	bool zero = known_zero || elsewhere || (!w->store_zero_chunks && gs_all_zero(data, len));
 	if (!zero && len > GS_FMT_CHUNK_DATA_MAX)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": chunk of %" PRIu64 " bytes, more than %llu MiB",
 			       alloc_id, len, GS_FMT_CHUNK_DATA_MAX / GS_MiB);
@@ -672,6 +673,11 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 	}
 	struct gs_image_chunk *c = &w->chunks[w->nchunks];
 	*c = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len };
+	if (elsewhere) {
+		c->flags = GS_CHUNK_F_ELSEWHERE;
+		w->nchunks++;
+		goto out;
+	}
 	if (zero) {
 		c->flags = GS_CHUNK_F_ZERO;
 		w->nchunks++;
@@ -704,19 +710,25 @@ out:
 int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, size_t len,
 			 struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, data, len, false, false, 0, err);
+	return write_chunk(w, alloc_id, offset, data, len, 0, false, 0, err);
 }
 
 int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			     size_t len, uint32_t crc32c, struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, data, len, false, true, crc32c, err);
+	return write_chunk(w, alloc_id, offset, data, len, 0, true, crc32c, err);
 }
 
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err)
 {
 	return write_chunk(w, alloc_id, offset, NULL, len, true, false, 0, err);
+}
+
+int gs_image_write_elsewhere_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				   struct gs_err *err)
+{
+	return write_chunk(w, alloc_id, offset, NULL, len, GS_CHUNK_F_ELSEWHERE, false, 0, err);
 }
 
 /* --------------------------------------------------------------- commit */

@@ -601,9 +601,12 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 		return CHUNK_FAIL("extends past the allocation's %" PRIu64 " bytes", a->size);
 	if (c->flags & ~GS_CHUNK_F_KNOWN)
 		return CHUNK_FAIL("unknown flags 0x%" PRIx32, c->flags);
-	if (c->flags & GS_CHUNK_F_ZERO) {
+	if ((c->flags & GS_CHUNK_F_ZERO) && (c->flags & GS_CHUNK_F_ELSEWHERE))
+		return CHUNK_FAIL("both ZERO and ELSEWHERE");
+	if (c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE)) {
 		if (c->file_index || c->file_offset || c->crc32c)
-			return CHUNK_FAIL("a ZERO chunk with a file position or checksum");
+			return CHUNK_FAIL("a %s chunk with a file position or checksum",
+					  c->flags & GS_CHUNK_F_ZERO ? "ZERO" : "ELSEWHERE");
 		return 0;
 	}
 	if (c->length > GS_FMT_CHUNK_DATA_MAX)
