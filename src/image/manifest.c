@@ -605,8 +605,8 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 		return CHUNK_FAIL("both ZERO and ELSEWHERE");
 	if (c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE)) {
 		if (c->file_index || c->file_offset || c->crc32c)
-			return CHUNK_FAIL("a %s chunk with a file position or checksum",
-					  c->flags & GS_CHUNK_F_ZERO ? "ZERO" : "ELSEWHERE");
+			return CHUNK_FAIL("%s chunk with a file position or checksum",
+					  c->flags & GS_CHUNK_F_ZERO ? "a ZERO" : "an ELSEWHERE");
 		return 0;
 	}
 	if (c->length > GS_FMT_CHUNK_DATA_MAX)
