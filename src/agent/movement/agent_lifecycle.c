@@ -5,7 +5,7 @@
  * writer of the state, and the gate opens only in back_open.
  *
  * What each request walks:
- *   SUSPEND   quiesce, plan, copy into staging, release             -> RELEASED
+ *   SUSPEND   quiesce, plan, copy to staging and/or spill, release  -> RELEASED
  *   DUMP      quiesce, plan, stream into a sealed image, release    -> RELEASED
  *   RESUME    bring back (from the holder or an image), drop, open  -> RUNNING
  *   GATE/OPEN close the gate / open it again                        <-> GATED
@@ -343,7 +343,6 @@ static int fill_split(struct gs_agent *a, struct gs_agent_held *h, struct gs_ima
 	gs_ring_stats_report(&rs, reply);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "split_read", gs_now() - t0);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", h->spilled_bytes);
-	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
 	pr_info("brought %llu bytes of GPU data back from host memory and %llu from a spill in %.2f s",
 		(unsigned long long)(h->held_bytes - h->spilled_bytes), (unsigned long long)h->spilled_bytes,
@@ -389,7 +388,7 @@ static int back_bring(struct gs_agent *a, const char *dir, const char *dir_name,
 	}
 	bool split = h->pool && h->spilled;
 	const char *from = dir ? dir : h->pool && !split ? NULL : h->image_dir;
-	if (!from && !h->pool && h->plan.nchunks && h->spilled)
+	if (!from && (!h->pool || split) && h->plan.nchunks && h->spilled)
 		return gs_fail(err, GS_E_STATE, "the process's GPU data was spilled into an image this agent cannot name: "
 			       "gpusnap resume --image DIR names it");
 	if (!from && !h->pool && h->plan.nchunks)
@@ -643,9 +642,9 @@ static int spill_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
  * pass: what host memory admits (the plan's first chunks, after the zero
  * scan, less the margin) into the pool, the rest into a sealed image in
  * sp->dir that records the pool's chunks as ELSEWHERE. *split false: none
- * was made (nothing taken; the caller spills the whole). On failure (ENOSPC included)
- * nothing is released: the caller walks back, the data on the GPU, and the
- * pool goes with the holder.
+ * was made (nothing taken; the caller spills the whole). On failure (ENOSPC
+ * included) nothing is released: the caller walks back, the data on the
+ * GPU, and the pool goes with the holder.
  */
 static int split_out(struct gs_agent *a, struct gs_agent_held *h, const struct gs_lc_spill *sp, double timeout_s,
 		     bool *split, struct gs_msg *reply, struct gs_err *err)
