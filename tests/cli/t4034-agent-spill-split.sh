@@ -12,7 +12,8 @@
 # not fit on its file system rolls the whole suspend back (exit 13, nothing
 # left); a damaged spilled chunk is refused on resume naming the chunk, the
 # process stays suspended with both parts kept, and resumes once the file is
-# whole; a switch whose OUT splits, and back. The JSON documents validate
+# whole; a switch whose OUT splits, and back; the process killed while
+# split: the next command removes its spill. The JSON documents validate
 # against docs/json.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -164,4 +165,14 @@ check "A's spill folder is removed" test ! -e "$folder"
 run_gpusnap resume "$B"; expect "B resumed" 0
 use B
 verify_ok "B's data after the switches"
+
+# ---- killed while split: the next command removes the spill (the host memory part went with the process) ----
+run_gpusnap suspend --spill "$spill" "$A"; expect "split once more" 0
+check "A's spill folder is there" test -d "$folder/image"
+kill -9 "$A"
+for _ in $(seq 100); do kill -0 "$A" 2>/dev/null || break; sleep 0.1; done
+run_gpusnap state; expect "the next command" 0
+check "the killed process's spill folder is removed" test ! -e "$folder"
+check "its spill record is removed" test -z "$(find "$GPUSNAP_RUN_DIR" -name 'spill-*')"
+check "the spill directory stays" test -d "$spill"
 test_done
