@@ -2,7 +2,8 @@
 # install-deps.sh [build|test] - makes sure what gpusnap needs is here, installing
 # what is missing with apt-get when run as root on Debian/Ubuntu. Idempotent.
 #
-#   build   cmake, a C compiler, make: what `make` and `make demo` need. Missing
+#   build   cmake, a C compiler, make, pkg-config, liblz4-dev and libzstd-dev:
+#           what `make` and `make demo` need. Missing
 #           ones are an error. Quiet when all are present.
 #   test    (the default; `make test`) the build tools, then each group of
 #           test_groups below, one line per group: present, installed, or not
@@ -75,9 +76,13 @@ missing=()
 have cmake || missing+=(cmake)
 have cc || missing+=(gcc)
 have make || missing+=(make)
+have pkg-config || missing+=(pkg-config)
+# chunk compression (src/image/codec.c) builds against Debian's liblz4 and libzstd
+have_pkgs liblz4-dev || missing+=(liblz4-dev)
+have_pkgs libzstd-dev || missing+=(libzstd-dev)
 if [ ${#missing[@]} -ne 0 ]; then
   if ! can_install; then
-    echo "gpusnap: missing build tools: ${missing[*]} (install them, then run make again)" >&2
+    echo "gpusnap: missing build tools or libraries: ${missing[*]} (install them, then run make again)" >&2
     exit 1
   fi
   say "build tools: installing ${missing[*]} (apt-get)"

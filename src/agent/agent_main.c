@@ -64,8 +64,9 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_str(reply, GS_F_VERSION, GPUSNAP_VERSION);
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
-	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_DUMP_CACHED | GS_CAP_PREPARE |
-			GS_CAP_GATE | GS_CAP_DIR_FD | GS_CAP_GATED_FD | GS_CAP_SPILL | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
+	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_DUMP_CACHED |
+			GS_CAP_DUMP_COMPRESS | GS_CAP_VERIFY_GPU | GS_CAP_DUMP_PARENT | GS_CAP_PREPARE | GS_CAP_GATE |
+			GS_CAP_DIR_FD | GS_CAP_GATED_FD | GS_CAP_SPILL | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
 	/*
 	 * For tests: answer as the agents before the streamed dump did, so the
 	 * command line's path for them (suspend into staging, then DUMP of the
@@ -138,7 +139,7 @@ static int on_dir_fd(struct gs_agent *a, const struct gs_request *r, struct gs_m
 	/* its name, resolved while we hold it: what is recorded and said, never the descriptor's path */
 	const char *name = dirfd >= 0 ? dir_fd_name(dirfd, real, sizeof(real)) : NULL;
 	int rc = dirfd < 0 ? gs_fail(err, GS_E_USAGE, "%s request without a directory descriptor", gs_msg_type_name(r->type))
-		 : r->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, name, r->stay_gated, reply, err)
+		 : r->type == GS_MSG_RESUME_FD ? gs_lc_resume_gated(a, dir, name, r->stay_gated, r->verify_gpu, reply, err)
 		 : r->type == GS_MSG_SUSPEND_FD
 			 ? gs_lc_suspend_spill(a, r->timeout_s, r->keep_context,
 					       &(struct gs_lc_spill){ .dir = dir, .dir_name = name, .only = r->spill_only }, reply,
@@ -157,7 +158,7 @@ static int on_prepare(struct gs_agent *a, const struct gs_request *r, struct gs_
 
 static int on_resume(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)
 {
-	return gs_lc_resume_gated(a, r->dir, NULL, r->stay_gated, reply, err);
+	return gs_lc_resume_gated(a, r->dir, NULL, r->stay_gated, r->verify_gpu, reply, err);
 }
 
 static int on_gate(struct gs_agent *a, const struct gs_request *r, struct gs_msg *reply, struct gs_err *err)

@@ -254,12 +254,16 @@ int cli_agent_suspend_spill(pid_t pid, struct cli_agent *ag, double timeout_s, b
 
 int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 {
-	return cli_agent_resume_from(pid, ag, NULL, err);
+	return cli_agent_resume_from(pid, ag, NULL, false, err);
 }
 
-int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err)
+int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, bool verify_gpu, struct gs_err *err)
 {
-	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_RESUME, .dir = image_dir }, err);
+	if (verify_gpu && !(ag->caps & GS_CAP_VERIFY_GPU))
+		return gs_fail(err, GS_E_AGENT, "the agent of process %d cannot check fingerprints on the GPU (an older "
+			       "agent): restore without --verify-gpu", (int)pid);
+	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_RESUME, .dir = image_dir, .verify_gpu = verify_gpu },
+			 err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -283,13 +287,25 @@ static struct gs_dump_opts dump_opts_for(const struct cli_agent *ag, const struc
 	return sent;
 }
 
+/* An agent that does not know GS_F_COMPRESS would write the image uncompressed: refused instead. */
+static int compress_offered(pid_t pid, const struct cli_agent *ag, const struct gs_dump_opts *o, struct gs_err *err)
+{
+	if (!o->compress_codec || (ag->caps & GS_CAP_DUMP_COMPRESS))
+		return 0;
+	return gs_fail(err, GS_E_AGENT, "the agent of process %d does not compress images (an older agent): dump without "
+		       "--compress", (int)pid);
+}
+
 int cli_agent_dump(pid_t pid, struct cli_agent *ag, const char *image_dir, double timeout_s,
 		   const struct gs_dump_opts *o, struct gs_err *err)
 {
+	int rc = compress_offered(pid, ag, o, err);
+	if (rc)
+		return rc;
 	struct gs_request r = { .type = GS_MSG_DUMP, .dir = image_dir, .dump = dump_opts_for(ag, o) };
 	if (o->running)
 		r.timeout_s = timeout_s;
-	int rc = o->running ? request_bounded(pid, ag, r, -1, err) : request(pid, ag, &r, err);
+	rc = o->running ? request_bounded(pid, ag, r, -1, err) : request(pid, ag, &r, err);
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;
@@ -299,7 +315,7 @@ int cli_agent_dump_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeou
 		      struct gs_err *err)
 {
 	struct gs_request r = { .type = GS_MSG_DUMP_FD, .timeout_s = timeout_s, .dump = dump_opts_for(ag, o) };
-	int rc = !(ag->caps & GS_CAP_DIR_FD)
+	int rc = compress_offered(pid, ag, o, err) ? GS_E_AGENT : !(ag->caps & GS_CAP_DIR_FD)
 			 ? gs_fail(err, GS_E_AGENT, "the agent takes no image directory as a descriptor (an older agent)")
 			 : request_bounded(pid, ag, r, dir_fd, err);
 	if (rc)

@@ -80,8 +80,13 @@ int cli_agent_suspend_spill(pid_t pid, struct cli_agent *ag, double timeout_s, b
  * it may be sent before the driver restores the process. Replies at once.
  */
 int cli_agent_prepare(pid_t pid, struct cli_agent *ag, struct gs_err *err);
-/* RESUME after loading the GPU data from the image at image_dir (NULL: from the agent's staging memory). */
-int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, struct gs_err *err);
+/*
+ * RESUME after loading the GPU data from the image at image_dir (NULL: from
+ * the agent's staging memory); verify_gpu: the agent checks the loaded data
+ * against the image's fingerprints on the GPU first (restore --verify-gpu;
+ * an agent without GS_CAP_VERIFY_GPU is refused, GS_E_AGENT).
+ */
+int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, bool verify_gpu, struct gs_err *err);
 /*
  * DUMP into the image directory image_dir (a temporary one from
  * gs_image_tmp_create), as o says (struct gs_dump_opts, core/protocol.h: the

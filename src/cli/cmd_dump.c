@@ -22,6 +22,7 @@
  * process: its image must be published).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +42,12 @@
 #include "core/protocol.h"
 #include "criu/criu.h"
 #include "cuda/checkpoint.h"
+#include "image/codec.h"
 #include "image/image.h"
 
 static const char *const dump_usage[] = {
 	"gpusnap dump [--tree] [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] "
-	"[--replace] [--json] -D DIR PID",
+	"[--replace] [--compress CODEC[:LEVEL]] [--parent PARENT_DIR] [--json] -D DIR PID",
 	NULL,
 };
 
@@ -88,6 +90,10 @@ struct dump_opts {
 	const char *dir;
 	double timeout;
 	bool tree, leave_running, driver_only, json, tcp_close, tcp_established, replace;
+	const char *compress_arg; /* --compress, parsed into compress */
+	struct gs_compress compress;
+	const char *parent;     /* --parent, absolute */
+	char parent_rec[4096];  /* the parent's path as the image records it: relative when beside DIR */
 };
 
 struct dump_run {
@@ -117,6 +123,7 @@ struct dump_run {
 	double stopped_at, paused_s;
 	uint64_t gpu_bytes, ring_bytes;
 	uint64_t gpu_zero_bytes; /* streamed dump: bytes the agent found all zero on the GPU (never copied) */
+	uint64_t parent_bytes;   /* dump --parent: bytes equal to the parent's, left there (never copied) */
 };
 
 /*
@@ -173,7 +180,7 @@ static void undo(struct dump_run *r)
 	if (r->agent_suspended) {
 		/* the staging memory was freed after the agent wrote the image: it reads the data back from there */
 		const char *from = r->agent_dumped ? gs_image_tmp_path(r->tmp) : NULL;
-		if (cli_agent_resume_from(r->pid, &r->agent, from, &e)) {
+		if (cli_agent_resume_from(r->pid, &r->agent, from, false, &e)) {
 			fprintf(stderr, "gpusnap: %s\n", e.msg);
 			/* the process stays suspended; the image is where its GPU data is: keep it */
 			r->keep_tmp = from != NULL;
@@ -292,7 +299,7 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 	if (!rc)
 		r->driver_suspended = false;
 	if (!rc && r->agent_suspended &&
-	    !(rc = cli_agent_resume_from(r->pid, &r->agent, gs_image_tmp_path(r->tmp), err)))
+	    !(rc = cli_agent_resume_from(r->pid, &r->agent, gs_image_tmp_path(r->tmp), false, err)))
 		r->agent_suspended = false;
 	r->resume_s = gs_now() - t;
 	if (!rc) {
@@ -349,13 +356,19 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 	if ((rc = stop_if_signalled(r, err)))
 		return rc;
 
+	if (o->parent && !(r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING) && (r->agent.caps & GS_CAP_DUMP_PARENT)))
+		return gs_fail(err, r->agent.present ? GS_E_AGENT : GS_E_USAGE, "--parent needs the gpusnap agent's streamed "
+			       "dump, which process %d %s", (int)r->pid, r->agent.present ? "lacks (an older agent)" :
+			       "cannot take (no agent)");
 	if (r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING)) {
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
 		r->data_in_tmp = true;
 		record_step(r, o, STEP_AGENT);
 		double t = r->stopped_at = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
-		struct gs_dump_opts d = { .running = true, .cached = o->leave_running };
+		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress.codec,
+					  .compress_level = o->compress.level, .parent = o->parent,
+					  .parent_rec = o->parent ? o->parent_rec : NULL };
 		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, &d, err))) {
 			/*
 			 * The agent walked back and the process runs on, unless putting its
@@ -375,6 +388,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->gpu_bytes = cli_agent_counter(&r->agent, "bytes");
 		r->ring_bytes = cli_agent_counter(&r->agent, "ring_bytes");
 		r->gpu_zero_bytes = cli_agent_counter(&r->agent, "gpu_zero_bytes");
+		r->parent_bytes = cli_agent_counter(&r->agent, "parent_bytes");
 	} else if (r->agent.present) {
 		/* data part (agents without the streamed dump): staging, image, free the staging memory */
 		record_step(r, o, STEP_AGENT);
@@ -391,7 +405,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->data_in_tmp = true; /* the agent drops its staging copy once the image is written */
 		record_step(r, o, STEP_AGENT);
 		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), 0,
-					 &(struct gs_dump_opts){ .drop_staging = true }, err)))
+					 &(struct gs_dump_opts){ .drop_staging = true, .compress_codec = o->compress.codec,
+								 .compress_level = o->compress.level }, err)))
 			return rc;
 		r->agent_dumped = true;
 		r->agent_write_s = gs_now() - t;
@@ -478,6 +493,8 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_bool(&j, "streamed", r->streamed);
 		gs_json_kv_uint(&j, "ring_bytes", r->ring_bytes);
 		gs_json_kv_uint(&j, "gpu_zero_bytes", r->gpu_zero_bytes);
+		if (o->parent)
+			gs_json_kv_uint(&j, "parent_bytes", r->parent_bytes);
 		gs_json_kv_uint(&j, "cpu_bytes", rc ? 0 : dump_dir_bytes(o->dir, "cpu"));
 		gs_json_key(&j, "times");
 		gs_json_object_begin(&j);
@@ -516,6 +533,56 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		printf("process %d is gone; gpusnap restore -D %s brings it back\n", (int)r->pid, o->dir);
 }
 
+/*
+ * --parent: an image that opens with its whole chain checked (image.h), of
+ * process pid_arg as the agent dumps it, and not DIR itself (which the dump
+ * replaces). Sets o->parent to its absolute path (in abs) and o->parent_rec
+ * to what the image records: its name alone when it lies beside DIR (a
+ * series moves as one directory), else the absolute path. The exit code.
+ */
+static int parent_check(struct dump_opts *o, char *abs, const char *pid_arg)
+{
+	struct gs_err err = { 0 };
+	int pid = 0;
+	if (o->tree || o->driver_only)
+		return cli_usage_error("dump", "--parent takes neither --tree nor --driver (only the agent's streamed dump "
+				       "writes incremental images)");
+	if (!realpath(o->parent, abs)) {
+		gs_fail_errno(&err, GS_E_IMAGE, errno, "the parent image '%s' is missing", o->parent);
+		return cli_report_error(&err);
+	}
+	char dir_parent[PATH_MAX], abs_parent[PATH_MAX];
+	snprintf(dir_parent, sizeof(dir_parent), "%s", o->dir);
+	snprintf(abs_parent, sizeof(abs_parent), "%s", abs);
+	char *ds = strrchr(dir_parent, '/'), *ps = strrchr(abs_parent, '/');
+	char real_dir[PATH_MAX];
+	if (realpath(o->dir, real_dir) && !strcmp(real_dir, abs))
+		return cli_usage_error("dump", "--parent '%s' is DIR itself, which the dump replaces", o->parent);
+	struct gs_image *img;
+	if (gs_image_open(abs, &img, &err)) {
+		gs_err_wrap(&err, "the parent image");
+		return cli_report_error(&err);
+	}
+	const struct gs_image_info *in = gs_image_get_info(img);
+	int rc = 0;
+	if (gs_parse_pid(pid_arg, &pid) == 0 && (in->source_pid != pid || strcmp(in->how, "agent")))
+		rc = gs_fail(&err, GS_E_IMAGE, "the parent image '%s' is %s of process %d, not an agent image of process %d",
+			     abs, strcmp(in->how, "agent") ? "not an agent image" : "an image", (int)in->source_pid, pid);
+	gs_image_close(img);
+	if (rc)
+		return cli_report_error(&err);
+	if (ds && ps) {
+		*ds = *ps = '\0';
+		char real_dp[PATH_MAX];
+		bool beside = realpath(*dir_parent ? dir_parent : "/", real_dp) && !strcmp(real_dp, *abs_parent ? abs_parent : "/");
+		snprintf(o->parent_rec, sizeof(o->parent_rec), "%s", beside ? ps + 1 : abs);
+	} else {
+		snprintf(o->parent_rec, sizeof(o->parent_rec), "%s", abs);
+	}
+	o->parent = abs;
+	return 0;
+}
+
 int cmd_dump(int argc, char **argv)
 {
 	struct dump_opts o = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
@@ -531,6 +598,12 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
 			     "dump established TCP connections and restore them (needs iptables)"),
 		GS_OPT_BOOL_(0, "replace", &o.replace, "replace DIR even if it holds the image of another process"),
+		GS_OPT_STRING_(0, "compress", &o.compress_arg, "CODEC[:LEVEL]",
+			       "compress the GPU data the agent writes, chunk by chunk: lz4 (levels 1-12, default 1) or "
+			       "zstd (levels 1-22, default 3)"),
+		GS_OPT_STRING_(0, "parent", &o.parent, "PARENT_DIR",
+			       "an incremental image: only chunks that differ from PARENT_DIR's (an image of this process) "
+			       "are written, the rest is read from there"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -544,6 +617,11 @@ int cmd_dump(int argc, char **argv)
 		return cli_usage_error("dump", "-D DIR is required");
 	if (o.tcp_close && o.tcp_established)
 		return cli_usage_error("dump", "--tcp-close and --tcp-established exclude each other");
+	if (o.compress_arg) {
+		struct gs_err ce = { 0 };
+		if (gs_compress_parse(o.compress_arg, &o.compress, &ce))
+			return cli_usage_error("dump", "--compress: %s", ce.msg);
+	}
 
 	/* the agent writes into the image from its own working directory: give it an absolute path */
 	char absdir[4096];
@@ -558,8 +636,14 @@ int cmd_dump(int argc, char **argv)
 	struct dump_tree_opts to = {
 		.dir = o.dir, .timeout = o.timeout, .leave_running = o.leave_running, .driver_only = o.driver_only,
 		.json = o.json, .replace = o.replace,
-		.tcp = tcp_asked(&o),
+		.tcp = tcp_asked(&o), .compress_codec = o.compress.codec, .compress_level = o.compress.level,
 	};
+	char parent_abs[PATH_MAX];
+	if (o.parent) {
+		int prc = parent_check(&o, parent_abs, argv[0]);
+		if (prc)
+			return prc;
+	}
 	if (o.tree)
 		return dump_tree(&to, argv[0]);
 	struct gs_err err = { 0 };

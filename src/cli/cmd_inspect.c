@@ -69,8 +69,10 @@ static int open_tree_parts(const char *dir, struct gs_image *img, bool verify, s
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s/%d", dir, DUMP_TREE_PROCS_DIR, (int)pids[i]);
 		(*parts)[i].pid = pids[i];
-		if (!(rc = gs_image_open(path, &(*parts)[i].img, err)) && verify)
+		if (!(rc = gs_image_open(path, &(*parts)[i].img, err)) && verify) {
+			gs_image_set_verify_fingerprints((*parts)[i].img, true);
 			rc = gs_image_verify((*parts)[i].img, 0, err);
+		}
 		if ((*parts)[i].img)
 			gs_image_totals((*parts)[i].img, &(*parts)[i].tot);
 	}
@@ -84,7 +86,8 @@ int cmd_inspect(int argc, char **argv)
 	const char *dir = NULL;
 	const struct gs_option opts[] = {
 		GS_OPT_STRING_('D', "dir", &dir, "DIR", "the image directory (or give it as the argument)"),
-		GS_OPT_BOOL_(0, "verify", &verify, "read every stored chunk and CRIU file and check its checksum"),
+		GS_OPT_BOOL_(0, "verify", &verify,
+			     "read every stored chunk and CRIU file and check its checksum (and each chunk's fingerprint)"),
 		GS_OPT_BOOL_(0, "allow-unverified-cpu", &allow_unverified_cpu,
 			     "--verify passes an image without checksums of CRIU's files (its GPU data checked only)"),
 		GS_OPT_BOOL_(0, "json", &json, "print as JSON"),
@@ -113,6 +116,7 @@ int cmd_inspect(int argc, char **argv)
 		cli_err_append(&err, "gpusnap inspect --verify --allow-unverified-cpu checks the rest");
 	} else if (verify) {
 		gs_err_clear(&err);
+		gs_image_set_verify_fingerprints(img, true); /* and the chunks' fingerprints, where recorded */
 		rc = gs_image_verify(img, 0, &err);
 	}
 	struct tree_part *parts = NULL;

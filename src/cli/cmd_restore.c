@@ -67,7 +67,8 @@
 #include "image/image.h"
 
 static const char *const restore_usage[] = {
-	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--allow-unverified-cpu] [--json] -D DIR",
+	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--verify-gpu] [--allow-unverified-cpu] [--json] "
+	"-D DIR",
 	NULL,
 };
 
@@ -102,6 +103,7 @@ struct restore_opts {
 	const char *dir;
 	struct gs_string_list maps;
 	bool no_verify, verify_first, json, allow_unverified_cpu;
+	bool verify_gpu; /* the agent checks the loaded data's fingerprints on the GPU */
 };
 
 struct restore_run {
@@ -481,6 +483,12 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	if (!agent && !r->tree && strcmp(r->info->how, "driver"))
 		return gs_fail(err, GS_E_IMAGE, "'%s' was taken in a way this gpusnap does not restore ('%s')", o->dir,
 			       r->info->how);
+	if (o->verify_gpu && r->tree)
+		return gs_fail(err, GS_E_USAGE, "--verify-gpu takes the image of one process, not of a process tree ('%s')",
+			       o->dir);
+	if (o->verify_gpu && !agent)
+		return gs_fail(err, GS_E_USAGE, "--verify-gpu needs an image written by the gpusnap agent: '%s' was taken by "
+			       "the driver, its GPU data is in CRIU's images", o->dir);
 	if (r->tree && (rc = open_tree(r, o, err)))
 		return rc;
 	/* one restore of the PID at a time: the checks below hold only while no other gpusnap restores it */
@@ -796,7 +804,7 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		struct gs_err e = { 0 };
 		if (cli_agent_prepare(r->pid, &r->agent, &e))
 			pr_debug("%s", e.msg);
-		if ((rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, err)))
+		if ((rc = cli_agent_resume_from(r->pid, &r->agent, o->dir, o->verify_gpu, err)))
 			goto fail;
 	}
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
@@ -827,6 +835,8 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 			gs_json_kv_bool(&j, "ring_prepared", cli_agent_counter(&r->agent, "ring_prepared") != 0);
 			/* the image's zero chunks, set on the GPU rather than read and copied */
 			gs_json_kv_uint(&j, "zero_bytes", cli_agent_counter(&r->agent, "image_zero_bytes"));
+			/* restore --verify-gpu: the chunks whose fingerprints were checked on the GPU */
+			gs_json_kv_uint(&j, "verify_gpu_chunks", cli_agent_counter(&r->agent, "verify_gpu_chunks"));
 		}
 		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
 		gs_json_kv_bool(&j, "verified_first", o->verify_first && !o->no_verify);
@@ -884,6 +894,9 @@ int cmd_restore(int argc, char **argv)
 			     "skip the checksum pass before restoring (a bad chunk is still found while loading)"),
 		GS_OPT_BOOL_(0, "verify-first", &o.verify_first,
 			     "finish the checksum pass before CRIU starts (default: alongside, the process held stopped)"),
+		GS_OPT_BOOL_(0, "verify-gpu", &o.verify_gpu,
+			     "once the agent loaded the data, check every chunk's fingerprint on the GPU before the process "
+			     "goes on"),
 		GS_OPT_BOOL_(0, "allow-unverified-cpu", &o.allow_unverified_cpu,
 			     "restore an image without checksums of CRIU's files (a kept image of a dump killed in CRIU)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),

@@ -274,7 +274,8 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 	for (int i = 0; i < r->n && !rc; i++) {
 		if (!r->agents[i].present)
 			continue;
-		struct gs_dump_opts d = { .running = true, .cached = o->leave_running };
+		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress_codec,
+					  .compress_level = o->compress_level };
 		rc = cli_agent_dump(r->pids[i], &r->agents[i], r->images[i], o->timeout, &d, err);
 		if (rc) {
 			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays

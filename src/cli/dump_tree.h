@@ -9,6 +9,7 @@
 #define GPUSNAP_CLI_DUMP_TREE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -25,6 +26,8 @@ struct dump_tree_opts {
 	double timeout;
 	bool leave_running, driver_only, json, replace;
 	enum gs_criu_tcp tcp;
+	uint8_t compress_codec; /* --compress (image/codec.h) */
+	int compress_level;
 };
 
 /* `gpusnap dump --tree`: the exit code, everything said on stdout/stderr. */

@@ -19,6 +19,8 @@ const struct cli_command cli_commands[] = {
 	{ "dump", cmd_dump, "write a CUDA process's GPU and CPU state into an image directory (CRIU)", &dump_doc },
 	{ "restore", cmd_restore, "bring a dumped process back from an image, on the same or another GPU", &restore_doc },
 	{ "inspect", cmd_inspect, "show what an image holds; --verify checks every checksum", &inspect_doc },
+	{ "export", cmd_export, "write an image into one self-contained directory (its chain of parents read in)",
+	  &export_doc },
 	{ "container-spec", cmd_container_spec, "print a CDI spec (or engine flags) that puts the agent into containers",
 	  &container_spec_doc },
 	{ "help", cmd_help, "show a command's manual page (its usage where man or the page is missing)", &help_doc },

@@ -567,9 +567,17 @@ void gs_request_decode(const struct gs_msg *m, struct gs_request *r)
 	r->keep_context = (flags & GS_SUSPEND_KEEP_CONTEXT) != 0;
 	r->stay_gated = (flags & GS_RESUME_STAY_GATED) != 0;
 	r->spill_only = (flags & GS_SUSPEND_SPILL_ONLY) != 0;
+	r->verify_gpu = (flags & GS_RESUME_VERIFY_GPU) != 0;
 	r->dump.running = (flags & GS_DUMP_RUNNING) != 0;
 	r->dump.cached = (flags & GS_DUMP_CACHED) != 0;
 	r->dump.drop_staging = (flags & GS_DUMP_DROP_STAGING) != 0;
+	uint64_t compress = 0;
+	if (gs_msg_get_u64(m, GS_F_COMPRESS, &compress)) {
+		r->dump.compress_codec = (uint8_t)(compress & 0xff);
+		r->dump.compress_level = (int)((compress >> 8) & 0xff);
+	}
+	r->dump.parent = gs_msg_get_str(m, GS_F_PARENT);
+	r->dump.parent_rec = gs_msg_get_str(m, GS_F_PARENT_REC);
 }
 
 void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
@@ -584,7 +592,7 @@ void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
 		break;
 	case GS_MSG_RESUME:
 	case GS_MSG_RESUME_FD:
-		flags = r->stay_gated ? GS_RESUME_STAY_GATED : 0;
+		flags = (r->stay_gated ? GS_RESUME_STAY_GATED : 0) | (r->verify_gpu ? GS_RESUME_VERIFY_GPU : 0);
 		break;
 	case GS_MSG_DUMP:
 	case GS_MSG_DUMP_FD:
@@ -601,6 +609,13 @@ void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
 		gs_msg_add_str(m, GS_F_DIR, r->dir);
 	if (r->lease_s > 0)
 		gs_msg_add_f64(m, GS_F_LEASE, r->lease_s);
+	if ((r->type == GS_MSG_DUMP || r->type == GS_MSG_DUMP_FD) && r->dump.compress_codec)
+		gs_msg_add_u64(m, GS_F_COMPRESS, r->dump.compress_codec | (uint64_t)(r->dump.compress_level & 0xff) << 8);
+	if ((r->type == GS_MSG_DUMP || r->type == GS_MSG_DUMP_FD) && r->dump.parent) {
+		gs_msg_add_str(m, GS_F_PARENT, r->dump.parent);
+		if (r->dump.parent_rec)
+			gs_msg_add_str(m, GS_F_PARENT_REC, r->dump.parent_rec);
+	}
 }
 
 bool gs_msg_is_operation(uint16_t type)

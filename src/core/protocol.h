@@ -143,6 +143,9 @@ enum gs_msg_tag {
 	GS_F_FAULT = 19,            /* str: INFO: why the process stays suspended (an undo failed); absent if none */
 	GS_F_HELD_MEMORY = 20,      /* u64: INFO, suspended: bytes of GPU data the agent holds in host memory */
 	GS_F_HELD_IMAGE = 21,       /* u64: INFO, suspended: bytes of GPU data in an image (spilled or dumped) */
+	GS_F_COMPRESS = 40,         /* u64: DUMP, DUMP_FD: codec (enum gs_fmt_codec) | level << 8; absent: none */
+	GS_F_PARENT = 41,           /* str: DUMP, DUMP_FD: the parent image to open (dump --parent); absent: a full image */
+	GS_F_PARENT_REC = 42,       /* str: with GS_F_PARENT: the parent's path as the image records it */
 };
 
 enum gs_msg_field_type {
@@ -163,6 +166,9 @@ enum gs_agent_caps {
 	GS_CAP_PREPARE = 1u << 5,       /* PREPARE: maps the copy ring while the driver restores the process */
 	GS_CAP_GATE = 1u << 6,          /* GATE and OPEN; TIMEOUT <= 0 means no limit */
 	GS_CAP_DUMP_CACHED = 1u << 7,   /* DUMP with GS_DUMP_CACHED */
+	GS_CAP_DUMP_COMPRESS = 1u << 12, /* DUMP, DUMP_FD with GS_F_COMPRESS: compressed chunks */
+	GS_CAP_VERIFY_GPU = 1u << 13,    /* RESUME, RESUME_FD with GS_RESUME_VERIFY_GPU */
+	GS_CAP_DUMP_PARENT = 1u << 14,   /* DUMP, DUMP_FD (running) with GS_F_PARENT: incremental images */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
 	GS_CAP_SPILL = 1u << 22,        /* SUSPEND_FD: a suspend that may spill into an image (the storage tier) */
@@ -182,7 +188,9 @@ enum gs_suspend_flags {
 };
 /* RESUME: memory shared between processes (GS_MSG_SHARES): leave the gate closed (GATED) until OPEN. */
 #define GS_RESUME_STAY_GATED (1u << 8)
-#define GS_RESUME_FLAGS_KNOWN ((uint64_t)GS_RESUME_STAY_GATED)
+/* RESUME from an image: check every chunk's fingerprint on the GPU once it is loaded (restore --verify-gpu). */
+#define GS_RESUME_VERIFY_GPU (1u << 9)
+#define GS_RESUME_FLAGS_KNOWN ((uint64_t)(GS_RESUME_STAY_GATED | GS_RESUME_VERIFY_GPU))
 /* SHARE_RELEASE: the second step, closing the agent's duplicates of shared descriptors. */
 #define GS_SHARE_RELEASE_CLOSE (1u << 0)
 /* The FLAGS each request may carry (gs_msg_check_request refuses others): add a new flag here too. */
@@ -303,6 +311,10 @@ struct gs_dump_opts {
 	bool running;      /* GS_DUMP_RUNNING: quiesce, stream the running process's data into the image, release */
 	bool cached;       /* GS_DUMP_CACHED: the image is read back right after; data files' fsync left to the publish */
 	bool drop_staging; /* GS_DUMP_DROP_STAGING: (of a suspended process) free the staging once the image is written */
+	uint8_t compress_codec; /* GS_F_COMPRESS: compress the image's chunks (enum gs_fmt_codec, image/format.h) */
+	int compress_level;     /* 0: the codec's default */
+	const char *parent;     /* GS_F_PARENT: an incremental image against this one; NULL: full. Decoded: into the message */
+	const char *parent_rec; /* GS_F_PARENT_REC: the parent's path as recorded (NULL: parent) */
 };
 
 /*
@@ -318,6 +330,7 @@ struct gs_request {
 	bool keep_context;          /* SUSPEND: GS_SUSPEND_KEEP_CONTEXT */
 	bool stay_gated;            /* RESUME, RESUME_FD: GS_RESUME_STAY_GATED */
 	bool spill_only;            /* SUSPEND_FD: GS_SUSPEND_SPILL_ONLY */
+	bool verify_gpu;            /* RESUME, RESUME_FD: GS_RESUME_VERIFY_GPU */
 	struct gs_dump_opts dump;   /* DUMP, DUMP_FD */
 };
 /* The timeout a request without GS_F_TIMEOUT gets, in seconds. */

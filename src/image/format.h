@@ -25,7 +25,19 @@
 #error "gpusnap images are little-endian and copied with memcpy: add byte swapping for this host"
 #endif
 
-#define GS_FMT_VERSION 1u
+/*
+ * The newest version this build writes and reads. A writer writes the lowest
+ * version that holds what the image uses: version 1 unless a chunk is
+ * compressed (GS_FMT_VERSION_COMPRESS), so older readers still read every
+ * image that needs nothing newer. Readers read versions GS_FMT_VERSION_MIN
+ * to GS_FMT_VERSION.
+ */
+#define GS_FMT_VERSION 2u
+#define GS_FMT_VERSION_MIN 1u
+#define GS_FMT_VERSION_COMPRESS 2u /* compressed chunks: chunk records of at least 64 bytes */
+#define GS_FMT_VERSION_PARENT 2u   /* incremental images: a parent section, PARENT chunks */
+#define GS_FMT_VERSION_PARTIAL 2u  /* partial images: ELSEWHERE chunks */
+#define GS_FMT_CHAIN_MAX 64u       /* images in a chain, the image itself included */
 
 /* ---- names inside an image directory ---- */
 #define GS_FMT_MANIFEST_NAME "manifest.img"
@@ -80,7 +92,9 @@ enum gs_fmt_section_type {
 	GS_SEC_ALLOCATIONS = 5, /* struct gs_fmt_allocation[], ascending unique id */
 	GS_SEC_CHUNKS = 6,      /* struct gs_fmt_chunk[], ascending (alloc_id, offset) */
 	GS_SEC_METADATA = 7,    /* struct gs_fmt_metadata[], unique keys */
+	GS_SEC_PARENT = 8,      /* version 2, only in an incremental image: one struct gs_fmt_parent */
 };
+#define GS_SEC_TYPE_MAX GS_SEC_PARENT
 #define GS_SEC_F_OPTIONAL 0x1u /* a reader that does not know the type may skip the section */
 
 struct gs_fmt_section {
@@ -146,15 +160,40 @@ struct gs_fmt_allocation {
 	struct gs_fmt_ref blob; /* opaque bytes for the agent, <= GS_FMT_BLOB_MAX; length 0 if none */
 };
 
-#define GS_CHUNK_F_ZERO 0x1u /* all bytes are zero; nothing stored (file_index, file_offset, crc32c are 0) */
+#define GS_CHUNK_F_ZERO 0x1u       /* all bytes are zero; nothing stored (file_index, file_offset, crc32c are 0) */
+#define GS_CHUNK_F_COMPRESSED 0x2u /* version 2: the payload is `stored_length` bytes of `codec` output */
+#define GS_CHUNK_F_KNOWN_V1 GS_CHUNK_F_ZERO
+#define GS_CHUNK_F_PARENT 0x4u     /* version 2: the bytes are chunk `file_offset` of the parent image; nothing stored */
 /*
- * the payload is not in this image: a partial image (a suspend's spill whose
- * other part stayed in the process's host memory); nothing stored, file_index,
- * file_offset, crc32c are 0. Only gs_image_open_partial opens such an image.
+ * version 2: the bytes are not in this image, nothing stored (a partial image:
+ * a suspend's spill whose other part stayed in the process's host memory);
+ * only gs_image_open_partial opens an image with such chunks
  */
-#define GS_CHUNK_F_ELSEWHERE 0x2u
-#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE)
+#define GS_CHUNK_F_ELSEWHERE 0x8u
+#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE)
 
+/* Compression codecs of a chunk (version 2). */
+enum gs_fmt_codec {
+	GS_CODEC_NONE = 0,
+	GS_CODEC_LZ4 = 1,  /* one LZ4 block (LZ4_decompress_safe), no frame */
+	GS_CODEC_ZSTD = 2, /* one zstd frame with its content size */
+};
+#define GS_CODEC_MAX GS_CODEC_ZSTD
+
+/* What is done to a chunk's bytes before its codec (version 2). */
+enum gs_fmt_transform {
+	GS_XFORM_NONE = 0,
+	GS_XFORM_SPLIT2 = 1, /* byte-plane split of 16-bit words: even bytes, then odd bytes (FORMAT.md 4.8.1) */
+};
+#define GS_XFORM_MAX GS_XFORM_SPLIT2
+
+/*
+ * The chunk record as this build writes it (80 bytes). A reader takes the
+ * fields its entry_size covers: version 1 records of 48 bytes (gpusnap before
+ * version 2) end at `reserved`; from 64 bytes on the stored_* fields are
+ * there (required in version 2), from 80 the fingerprint. Writers of either
+ * version write all 80; readers of version 1 alone use the first 48.
+ */
 struct gs_fmt_chunk {
 	uint64_t alloc_id;    /* a gs_fmt_allocation.id */
 	uint64_t offset;      /* within the allocation */
@@ -162,8 +201,25 @@ struct gs_fmt_chunk {
 	uint64_t file_offset; /* within the data file, a multiple of GS_FMT_ALIGN, >= GS_FMT_ALIGN */
 	uint32_t file_index;  /* a gs_fmt_data_file.index */
 	uint32_t flags;       /* GS_CHUNK_F_* */
-	uint32_t crc32c;      /* CRC-32C of the payload's `length` bytes */
+	uint32_t crc32c;      /* CRC-32C of the chunk's `length` bytes (uncompressed) */
 	uint32_t reserved;
+	/* version 2 */
+	uint64_t stored_length; /* payload bytes in the data file: `length` unless COMPRESSED; 0 for ZERO */
+	uint32_t stored_crc32c; /* CRC-32C of those stored bytes: `crc32c` unless COMPRESSED; 0 for ZERO */
+	uint8_t codec;          /* enum gs_fmt_codec: NONE unless COMPRESSED */
+	uint8_t transform;      /* enum gs_fmt_transform: NONE unless COMPRESSED */
+	uint16_t reserved2;
+	uint64_t fp_lo, fp_hi;  /* the chunk's fingerprint (FORMAT.md 4.8.2, core/fingerprint.h); 0, 0: none (ZERO: always) */
+};
+#define GS_FMT_CHUNK_V1_SIZE 48u      /* the version 1 record: up to `reserved` */
+#define GS_FMT_CHUNK_STORED_SIZE 64u  /* with the stored_* fields: version 2's minimum */
+
+/* The image an incremental one was taken against (its PARENT chunks are there). */
+struct gs_fmt_parent {
+	uint8_t image_id[16];     /* the parent's image_id */
+	uint32_t manifest_crc32c; /* the parent manifest trailer's crc32c: that exact manifest */
+	uint32_t flags;           /* none defined: must be 0 */
+	struct gs_fmt_ref path;   /* string: absolute, or relative to the directory that holds this image's directory */
 };
 
 struct gs_fmt_metadata {
@@ -215,7 +271,7 @@ struct gs_fmt_cpu_piece {
 /* First bytes of every data file; the rest of its first GS_FMT_ALIGN bytes are zero. */
 struct gs_fmt_data_header {
 	char magic[8];         /* GS_FMT_DATA_MAGIC */
-	uint32_t version;      /* GS_FMT_VERSION */
+	uint32_t version;      /* the manifest's version */
 	uint32_t header_size;  /* sizeof(struct gs_fmt_data_header) */
 	uint8_t image_id[16];  /* the manifest's image_id: a data file of another image is refused */
 	uint32_t file_index;   /* the index its name says */
@@ -232,8 +288,11 @@ _Static_assert(sizeof(struct gs_fmt_info) == 88, "info layout");
 _Static_assert(sizeof(struct gs_fmt_data_file) == 32, "data file record layout");
 _Static_assert(sizeof(struct gs_fmt_gpu) == 56, "gpu record layout");
 _Static_assert(sizeof(struct gs_fmt_allocation) == 56, "allocation record layout");
-_Static_assert(sizeof(struct gs_fmt_chunk) == 48, "chunk record layout");
+_Static_assert(sizeof(struct gs_fmt_chunk) == 80, "chunk record layout");
+_Static_assert(offsetof(struct gs_fmt_chunk, fp_lo) == GS_FMT_CHUNK_STORED_SIZE, "fingerprint position");
+_Static_assert(offsetof(struct gs_fmt_chunk, stored_length) == GS_FMT_CHUNK_V1_SIZE, "version 1 chunk record prefix");
 _Static_assert(sizeof(struct gs_fmt_metadata) == 32, "metadata record layout");
+_Static_assert(sizeof(struct gs_fmt_parent) == 40, "parent record layout");
 _Static_assert(sizeof(struct gs_fmt_manifest_trailer) == 16, "trailer layout");
 _Static_assert(sizeof(struct gs_fmt_data_header) == 64, "data header layout");
 _Static_assert(offsetof(struct gs_fmt_data_header, crc32c) == 60, "data header crc position");

@@ -61,8 +61,13 @@ struct gs_image_chunk {
 	uint64_t length;
 	uint64_t file_offset; /* within the data file */
 	uint32_t file_index;
-	uint32_t flags;       /* GS_CHUNK_F_ZERO: nothing stored, the bytes are zero */
-	uint32_t crc32c;
+	uint32_t flags;       /* GS_CHUNK_F_ZERO: nothing stored, the bytes are zero; GS_CHUNK_F_COMPRESSED */
+	uint32_t crc32c;      /* of the `length` bytes (uncompressed) */
+	uint64_t stored_length; /* bytes in the data file (== length unless COMPRESSED; 0 for ZERO) */
+	uint32_t stored_crc32c; /* CRC-32C of the stored bytes (== crc32c unless COMPRESSED) */
+	uint8_t codec;          /* enum gs_fmt_codec */
+	uint8_t transform;      /* enum gs_fmt_transform */
+	uint64_t fp_lo, fp_hi;  /* fingerprint of the `length` bytes (core/fingerprint.h); 0, 0: none recorded */
 };
 
 struct gs_image_data_file {
@@ -74,6 +79,13 @@ struct gs_image_data_file {
 struct gs_image_kv {
 	const char *key;
 	const char *value;
+};
+
+/* An incremental image's parent (FORMAT.md 4.11): the image its PARENT chunks are in. */
+struct gs_image_parent {
+	uint8_t image_id[16];
+	uint32_t manifest_crc32c;
+	const char *path; /* as recorded: absolute, or relative to the directory holding the image's directory */
 };
 
 struct gs_image_info {
@@ -111,6 +123,19 @@ struct gs_image_writer_opts {
 	 * number of threads that write chunks; 0 or 1: one file at a time.
 	 */
 	unsigned parallel_data_files;
+	/*
+	 * Compress each stored chunk with this codec (enum gs_fmt_codec; NONE:
+	 * not at all) at this level (0: the codec's default; image/codec.h),
+	 * on the thread that writes it. A compressing writer writes format
+	 * version 2; a chunk that does not shrink is stored as it is.
+	 */
+	uint8_t compress_codec;
+	int compress_level;
+	/*
+	 * An incremental image (format version 2): the image its PARENT chunks
+	 * (gs_image_write_parent_chunk) are in, copied; NULL: a full image.
+	 */
+	const struct gs_image_parent *parent;
 };
 
 /*
@@ -145,12 +170,39 @@ int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t 
 /* Same, with the payload's CRC-32C already computed by the caller (e.g. while copying); zeros still become ZERO. */
 int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			     size_t len, uint32_t crc32c, struct gs_err *err);
+/*
+ * gs_image_write_chunk with the chunk's fingerprint (core/fingerprint.h,
+ * computed by the caller: the agent's GPU kernel) recorded in the manifest;
+ * 0, 0: none. A chunk found all zero is ZERO and gets none.
+ */
+int gs_image_write_chunk_fp(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
+			    size_t len, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err);
+/*
+ * Records [offset, offset+len) of allocation alloc_id as equal to chunk
+ * parent_index of the parent image (opts->parent): nothing is stored; the
+ * record keeps that chunk's crc32c and fingerprint (fp, not 0), which a
+ * reader checks it against (FORMAT.md 4.11).
+ */
+int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				uint64_t parent_index, uint32_t crc32c, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err);
+/*
+ * Makes w an incremental image of parent (copied) after it was opened
+ * without one (gs_image_writer_opts.parent), before its first chunk:
+ * GS_E_FAILURE once a chunk was written.
+ */
+int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_parent *parent, struct gs_err *err);
 /* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err);
 /*
- * Records [offset, offset+len) as held outside this image (GS_CHUNK_F_ELSEWHERE):
- * the image becomes partial, opened only by gs_image_open_partial.
+ * Makes w a partial image (format version 2) before its first chunk:
+ * gs_image_write_elsewhere_chunk may then record chunks held outside it.
+ * GS_E_FAILURE once a chunk was written.
+ */
+int gs_image_writer_set_partial(struct gs_image_writer *w, struct gs_err *err);
+/*
+ * Records [offset, offset+len) of a partial image as held outside it
+ * (GS_CHUNK_F_ELSEWHERE); only gs_image_open_partial opens the image.
  */
 int gs_image_write_elsewhere_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 				   struct gs_err *err);
@@ -167,7 +219,10 @@ const char *gs_image_writer_tmp_path(const struct gs_image_writer *w);
 struct gs_image_writer_stats {
 	uint64_t chunks, zero_chunks;
 	uint64_t zero_bytes;       /* bytes recorded as ZERO chunks */
-	uint64_t payload_bytes;    /* bytes written as chunk payloads */
+	uint64_t payload_bytes;    /* bytes written as chunk payloads (compressed where they are) */
+	uint64_t data_bytes;       /* the uncompressed bytes of the stored (non-ZERO) chunks */
+	uint64_t compressed_chunks;
+	uint64_t parent_chunks, parent_bytes; /* PARENT chunks: in the parent image, not written */
 	uint64_t direct_bytes;     /* of those, written with O_DIRECT */
 	uint32_t data_files;
 };
@@ -306,8 +361,9 @@ struct gs_image;
  * bounds), each data file present, of the recorded size, with a header of
  * this image; with CPU state, cpu/ holding exactly the files cpu-files.img
  * lists, of the listed sizes (images written before that list: cpu/ as it
- * is, gs_image_cpu_files says so). Payload checksums are checked by
- * gs_image_read_chunk and gs_image_verify, not here. Nothing is opened in a
+ * is, gs_image_cpu_files says so); an incremental image's whole chain of
+ * parents, opened and checked with it (gs_image_parent). Payload checksums
+ * are checked by gs_image_read_chunk and gs_image_verify, not here. Nothing is opened in a
  * way that can block (a FIFO fails at once).
  * Errors: GS_E_IMAGE (not an image, corrupt, unknown version, a FIFO),
  * GS_E_PERMISSION (untrusted owner or mode, a link, an unsafe directory above).
@@ -392,6 +448,24 @@ void gs_image_set_direct_io(struct gs_image *img, bool on);
  * be checked. Fault point GS_FI_IMAGE_READ (each read).
  */
 int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err);
+/*
+ * With on, gs_image_verify also checks each stored chunk's fingerprint
+ * (FORMAT.md 4.8.2, core/fingerprint.h) where the image records one, on the
+ * CPU: a mismatch is GS_E_IMAGE naming the chunk. For inspect --verify;
+ * restore's checksum pass leaves it to --verify-gpu (several times slower
+ * than the CRC on a CPU). Default: off.
+ */
+void gs_image_set_verify_fingerprints(struct gs_image *img, bool on);
+/*
+ * An incremental image's parent (FORMAT.md 4.11), opened and checked by
+ * gs_image_open with the image: its whole chain is present, readable, free
+ * of loops, of the same process and GPUs, and holds every chunk the image
+ * refers to (GS_E_IMAGE naming the broken link otherwise). Reads of the
+ * image's PARENT chunks go there. NULL for a full image.
+ */
+const struct gs_image *gs_image_parent(const struct gs_image *img);
+/* The CRC-32C in the image's manifest trailer: what an incremental image records of its parent. */
+uint32_t gs_image_manifest_crc32c(const struct gs_image *img);
 
 /* ---------------------------------------------------------------- describe */
 
@@ -399,7 +473,11 @@ struct gs_image_totals {
 	uint64_t alloc_bytes;     /* sum of allocation sizes */
 	uint64_t chunks, zero_chunks;
 	uint64_t zero_bytes;      /* bytes in ZERO chunks */
-	uint64_t stored_bytes;    /* payload bytes in data files */
+	uint64_t stored_bytes;    /* payload bytes in data files (compressed where chunks are) */
+	uint64_t data_bytes;      /* uncompressed bytes of the stored (non-ZERO) chunks: data_bytes / stored_bytes is the ratio */
+	uint64_t compressed_chunks;
+	uint64_t fingerprinted;   /* stored chunks whose record holds a fingerprint */
+	uint64_t parent_chunks, parent_bytes; /* PARENT chunks: their bytes are in the parent image */
 	uint64_t data_file_bytes; /* sum of data file sizes */
 };
 void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t);

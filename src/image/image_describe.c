@@ -11,6 +11,7 @@
 
 #include "common/printable.h"
 #include "common/util.h"
+#include "image/codec.h"
 #include "image/manifest.h"
 
 const char *gs_image_alloc_kind_name(uint32_t kind)
@@ -42,12 +43,39 @@ void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t)
 		if (c->flags & GS_CHUNK_F_ZERO) {
 			t->zero_chunks++;
 			t->zero_bytes += c->length;
+		} else if (c->flags & GS_CHUNK_F_PARENT) {
+			t->parent_chunks++;
+			t->parent_bytes += c->length;
 		} else {
-			t->stored_bytes += c->length;
+			t->stored_bytes += c->stored_length;
+			t->data_bytes += c->length;
+			t->compressed_chunks += (c->flags & GS_CHUNK_F_COMPRESSED) != 0;
+			t->fingerprinted += (c->fp_lo || c->fp_hi) != 0;
 		}
 	}
 	for (size_t i = 0; i < gs_image_data_file_count(img); i++)
 		t->data_file_bytes += gs_image_data_file_at(img, i)->size;
+}
+
+/* The codec of the image's compressed chunks: "none", a codec's name, or "mixed" (a writer uses one, a reader takes any). */
+static const char *image_codec(const struct gs_image *img)
+{
+	unsigned codec = GS_CODEC_NONE;
+	for (size_t i = 0; i < gs_image_chunk_count(img); i++) {
+		const struct gs_image_chunk *c = gs_image_chunk_at(img, i);
+		if (!(c->flags & GS_CHUNK_F_COMPRESSED))
+			continue;
+		if (codec != GS_CODEC_NONE && codec != c->codec)
+			return "mixed";
+		codec = c->codec;
+	}
+	return gs_codec_name(codec);
+}
+
+/* Uncompressed bytes per stored byte of the stored chunks; 1 where nothing is stored. */
+static double ratio(const struct gs_image_totals *t)
+{
+	return t->stored_bytes ? (double)t->data_bytes / (double)t->stored_bytes : 1.0;
 }
 
 static const char *checksum_name(uint32_t algo)
@@ -155,7 +183,29 @@ void gs_image_describe_json(const struct gs_image *img, struct gs_json *j)
 	gs_json_kv_uint(j, "zero_bytes", t.zero_bytes);
 	gs_json_kv_uint(j, "stored_bytes", t.stored_bytes);
 	gs_json_kv_string(j, "checksum", checksum_name(in->checksum_algo));
+	gs_json_kv_uint(j, "data_bytes", t.data_bytes);
+	gs_json_kv_uint(j, "compressed", t.compressed_chunks);
+	gs_json_kv_string(j, "codec", image_codec(img));
+	gs_json_kv_double(j, "ratio", ratio(&t));
+	gs_json_kv_uint(j, "fingerprinted", t.fingerprinted);
 	gs_json_object_end(j);
+
+	/* an incremental image: where its unchanged chunks are */
+	gs_json_key(j, "parent");
+	const struct gs_image *p = gs_image_parent(img);
+	if (p) {
+		size_t depth = 0;
+		for (const struct gs_image *q = p; q; q = gs_image_parent(q))
+			depth++;
+		gs_json_object_begin(j);
+		gs_json_kv_string(j, "path", gs_image_path(p));
+		gs_json_kv_uint(j, "chunks", t.parent_chunks);
+		gs_json_kv_uint(j, "bytes", t.parent_bytes);
+		gs_json_kv_uint(j, "chain", depth);
+		gs_json_object_end(j);
+	} else {
+		gs_json_null(j);
+	}
 
 	gs_json_key(j, "data_files");
 	gs_json_array_begin(j);
@@ -228,8 +278,23 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 	if (other)
 		fprintf(out, "%sother %zu", sep, other);
 	fprintf(out, "%s\n", strcmp(sep, ", ") ? "" : ")");
-	fprintf(out, "chunks       %" PRIu64 ", %" PRIu64 " zero (%s not stored), checksum %s\n", t.chunks, t.zero_chunks,
-		gs_format_bytes(t.zero_bytes, c, sizeof(c)), checksum_name(in->checksum_algo));
+	fprintf(out, "chunks       %" PRIu64 ", %" PRIu64 " zero (%s not stored), checksum %s, %" PRIu64 " fingerprinted\n",
+		t.chunks, t.zero_chunks, gs_format_bytes(t.zero_bytes, c, sizeof(c)), checksum_name(in->checksum_algo),
+		t.fingerprinted);
+	if (gs_image_parent(img)) {
+		size_t depth = 0;
+		for (const struct gs_image *q = gs_image_parent(img); q; q = gs_image_parent(q))
+			depth++;
+		fprintf(out, "parent       %s (%zu image%s up the chain): %" PRIu64 " chunks, %s not stored here\n",
+			gs_printable(a, sizeof(a), gs_image_path(gs_image_parent(img))), depth, depth == 1 ? "" : "s",
+			t.parent_chunks, gs_format_bytes(t.parent_bytes, c, sizeof(c)));
+	}
+	if (t.compressed_chunks)
+		fprintf(out, "compression  %s, %" PRIu64 " of %" PRIu64 " stored chunks: %s in %s, ratio %.2f\n",
+			image_codec(img), t.compressed_chunks, t.chunks - t.zero_chunks,
+			gs_format_bytes(t.data_bytes, c, sizeof(c)), gs_format_bytes(t.stored_bytes, d, sizeof(d)), ratio(&t));
+	else
+		fprintf(out, "compression  none\n");
 	fprintf(out, "data         %s stored in %zu file%s (%s on disk)\n", gs_format_bytes(t.stored_bytes, c, sizeof(c)),
 		gs_image_data_file_count(img), gs_image_data_file_count(img) == 1 ? "" : "s",
 		gs_format_bytes(t.data_file_bytes, d, sizeof(d)));

@@ -4,10 +4,11 @@
  * and the publishing of it at DIR are image_tmp.c's (see image.h).
  *
  * Concurrency: one mutex guards the writer's tables and the offset
- * reservation in data files; checksums, zero detection and the payload
- * pwrite happen outside it, so writer threads only meet for a few
- * instructions per chunk. Data files live behind stable pointers so a thread
- * keeps using its file while another one appends the next.
+ * reservation in data files; checksums, zero detection, compression
+ * (codec.h) and the payload pwrite happen outside it, so writer threads
+ * only meet for a few instructions per chunk and compress in parallel. Data
+ * files live behind stable pointers so a thread keeps using its file while
+ * another one appends the next.
  *
  * Crash safety: the files are written in a temporary directory that holds
  * no manifest until every payload is on disk (image_tmp.c).
@@ -39,6 +40,7 @@
 #include "common/proc.h"
 #include "common/printable.h"
 #include "common/util.h"
+#include "image/codec.h"
 #include "image/cpu_list.h"
 #include "image/crc32c.h"
 #include "image/image_fs.h"
@@ -70,6 +72,10 @@ struct gs_image_writer {
 	uint64_t max_file_size;
 	bool no_direct_io, no_data_sync, store_zero_chunks;
 	bool memory_fs; /* the image's file system keeps files in memory (tmpfs): O_DIRECT, if taken, is buffered there */
+	struct gs_compress compress; /* codec NONE: chunks are stored as they are */
+	bool has_parent;             /* an incremental image: parent (path owned) */
+	bool partial;                /* a partial image: ELSEWHERE chunks allowed (gs_image_writer_set_partial) */
+	struct gs_image_parent parent;
 
 	struct data_file **files;
 	size_t nfiles, cap_files;
@@ -90,8 +96,9 @@ struct gs_image_writer {
 	int failed; /* sticky: a write failed, the image can only be aborted */
 	struct gs_err failure;
 
-	atomic_uint_fast64_t payload_bytes, direct_bytes;
+	atomic_uint_fast64_t payload_bytes, direct_bytes, data_bytes, compressed_chunks;
 	uint64_t zero_chunks, zero_bytes;
+	uint64_t parent_chunks, parent_bytes;
 };
 
 /* -------------------------------------------------------------- helpers */
@@ -249,6 +256,7 @@ static void writer_free(struct gs_image_writer *w)
 	free((char *)w->info.hostname);
 	free((char *)w->info.source_comm);
 	free((char *)w->info.how);
+	free((char *)w->parent.path);
 	if (w->tmp_fd >= 0)
 		close(w->tmp_fd);
 	free(w->dir);
@@ -289,7 +297,15 @@ static int writer_new(const char *tmp_path, const char *dir, const struct gs_ima
 		host[0] = '\0';
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	w->info.format_version = GS_FMT_VERSION;
+	if (opts->compress_codec > GS_CODEC_MAX) {
+		rc = gs_fail(err, GS_E_USAGE, "unknown compression codec %u", opts->compress_codec);
+		goto fail;
+	}
+	w->compress = (struct gs_compress){ .codec = opts->compress_codec, .level = opts->compress_level };
+	/* the lowest version that holds the image: older readers read every image written without compression */
+	w->info.format_version = w->compress.codec != GS_CODEC_NONE ? GS_FMT_VERSION_COMPRESS : 1;
+	if (opts->parent && (rc = gs_image_writer_set_parent(w, opts->parent, err)))
+		goto fail;
 	gs_image_random_id(w->info.image_id);
 	w->info.created_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
 	w->info.gpusnap_version = strdup(GPUSNAP_VERSION);
@@ -499,9 +515,13 @@ void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_sta
 	st->zero_chunks = w->zero_chunks;
 	st->zero_bytes = w->zero_bytes;
 	st->data_files = (uint32_t)w->nfiles;
+	st->parent_chunks = w->parent_chunks;
+	st->parent_bytes = w->parent_bytes;
 	pthread_mutex_unlock(&w->lock);
 	st->payload_bytes = atomic_load(&w->payload_bytes);
 	st->direct_bytes = atomic_load(&w->direct_bytes);
+	st->data_bytes = atomic_load(&w->data_bytes);
+	st->compressed_chunks = atomic_load(&w->compressed_chunks);
 }
 
 /* --------------------------------------------------------------- chunks */
@@ -527,7 +547,7 @@ static int create_data_file_locked(struct gs_image_writer *w, struct data_file *
 		rc = io_fail(w, "creating", f->name, errno, err);
 		goto fail;
 	}
-	gs_fmt_data_header_build(block, w->info.image_id, (uint32_t)w->nfiles);
+	gs_fmt_data_header_build(block, w->info.format_version, w->info.image_id, (uint32_t)w->nfiles);
 	int e = gs_image_write_all(f->fd, block, GS_FMT_ALIGN, 0);
 	if (e) {
 		rc = io_fail(w, "writing", f->name, -e, err);
@@ -631,17 +651,23 @@ static int write_payload(struct gs_image_writer *w, struct data_file *f, const v
 }
 
 static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, uint64_t len,
-		       uint32_t known, bool have_crc, uint32_t crc, struct gs_err *err)
+		       bool known_zero, bool have_crc, uint32_t crc, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
 {
-	bool known_zero = known == GS_CHUNK_F_ZERO, elsewhere = known == GS_CHUNK_F_ELSEWHERE;
 	if (len == 0)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
-	bool zero = known_zero || elsewhere || (!w->store_zero_chunks && gs_all_zero(data, len));
+	bool zero = known_zero || (!w->store_zero_chunks && gs_all_zero(data, len));
 	if (!zero && len > GS_FMT_CHUNK_DATA_MAX)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": chunk of %" PRIu64 " bytes, more than %llu MiB",
 			       alloc_id, len, GS_FMT_CHUNK_DATA_MAX / GS_MiB);
 	if (!zero && !have_crc)
 		crc = gs_crc32c(0, data, len);
+	/* compressed on this thread, before the lock: the writer's threads compress in parallel */
+	const void *stored = data;
+	size_t stored_len = len;
+	uint8_t transform = 0;
+	bool compressed = !zero && w->compress.codec != GS_CODEC_NONE &&
+			  gs_chunk_compress(&w->compress, data, len, &stored, &stored_len, &transform) == 1;
+	uint32_t stored_crc = compressed ? gs_crc32c(0, stored, stored_len) : crc;
 
 	struct data_file *f = NULL;
 	uint64_t file_offset = 0;
@@ -673,11 +699,6 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 	}
 	struct gs_image_chunk *c = &w->chunks[w->nchunks];
 	*c = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len };
-	if (elsewhere) {
-		c->flags = GS_CHUNK_F_ELSEWHERE;
-		w->nchunks++;
-		goto out;
-	}
 	if (zero) {
 		c->flags = GS_CHUNK_F_ZERO;
 		w->nchunks++;
@@ -686,22 +707,34 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 		goto out;
 	}
 	size_t file_index;
-	if ((rc = pick_data_file_locked(w, len, &file_index, err))) {
+	if ((rc = pick_data_file_locked(w, stored_len, &file_index, err))) {
 		pthread_mutex_unlock(&w->lock);
 		return set_failed(w, err, rc);
 	}
 	f = w->files[file_index];
 	file_offset = f->next;
-	f->next = gs_round_up(file_offset + len, GS_FMT_ALIGN);
+	f->next = gs_round_up(file_offset + stored_len, GS_FMT_ALIGN);
 	c->file_index = (uint32_t)file_index;
 	c->file_offset = file_offset;
 	c->crc32c = crc;
+	c->stored_length = stored_len;
+	c->stored_crc32c = stored_crc;
+	c->fp_lo = fp_lo;
+	c->fp_hi = fp_hi;
+	if (compressed) {
+		c->flags = GS_CHUNK_F_COMPRESSED;
+		c->codec = w->compress.codec;
+		c->transform = transform;
+	}
 	w->nchunks++;
 out:
 	pthread_mutex_unlock(&w->lock);
 	if (rc || !f)
 		return rc;
-	rc = write_payload(w, f, data, len, file_offset, err);
+	atomic_fetch_add(&w->data_bytes, len);
+	if (compressed)
+		atomic_fetch_add(&w->compressed_chunks, 1);
+	rc = write_payload(w, f, stored, stored_len, file_offset, err);
 	if (rc)
 		set_failed(w, err, rc);
 	return rc;
@@ -710,25 +743,132 @@ out:
 int gs_image_write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data, size_t len,
 			 struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, data, len, 0, false, 0, err);
+	return write_chunk(w, alloc_id, offset, data, len, false, false, 0, 0, 0, err);
 }
 
 int gs_image_write_chunk_crc(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
 			     size_t len, uint32_t crc32c, struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, data, len, 0, true, crc32c, err);
+	return write_chunk(w, alloc_id, offset, data, len, false, true, crc32c, 0, 0, err);
 }
 
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, NULL, len, true, false, 0, err);
+	return write_chunk(w, alloc_id, offset, NULL, len, true, false, 0, 0, 0, err);
+}
+
+int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_parent *parent, struct gs_err *err)
+{
+	if (!parent->path || !*parent->path || strlen(parent->path) > GS_FMT_STRING_MAX)
+		return gs_fail(err, GS_E_USAGE, "the parent image's path is empty or longer than %u bytes", GS_FMT_STRING_MAX);
+	char *path = strdup(parent->path);
+	if (!path)
+		return gs_image_oom(err, "parent");
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->nchunks || w->nfiles) {
+		rc = gs_fail(err, GS_E_FAILURE, "an image's parent is set before its first chunk");
+	} else {
+		free((char *)w->parent.path);
+		w->has_parent = true;
+		w->parent = *parent;
+		w->parent.path = path;
+		path = NULL;
+		w->info.format_version = GS_FMT_VERSION_PARENT; /* its data files are made with the first chunk */
+	}
+	pthread_mutex_unlock(&w->lock);
+	free(path);
+	return rc;
+}
+
+int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				uint64_t parent_index, uint32_t crc32c, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
+{
+	if (!w->has_parent)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": a parent chunk in an image without a parent",
+			       alloc_id);
+	if (len == 0 || len > GS_FMT_CHUNK_DATA_MAX || (!fp_lo && !fp_hi))
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": parent chunk at %" PRIu64 " of %" PRIu64
+			       " bytes without a fingerprint or of a bad length", alloc_id, offset, len);
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->failed) {
+		rc = get_failed_locked(w, err);
+		goto out;
+	}
+	ptrdiff_t ai = find_alloc_locked(w, alloc_id);
+	if (ai < 0 || (w->allocs[ai].flags & GS_ALLOC_F_NO_DATA) || offset > w->allocs[ai].size ||
+	    len > w->allocs[ai].size - offset) {
+		rc = gs_fail(err, GS_E_FAILURE, "parent chunk %" PRIu64 "+%" PRIu64 " of allocation %" PRIu64
+			     ", which was not added, holds no data or is smaller", offset, len, alloc_id);
+		goto out;
+	}
+	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks))) {
+		rc = gs_image_oom(err, "chunks");
+		goto out;
+	}
+	w->chunks[w->nchunks++] = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
+							   .file_offset = parent_index, .flags = GS_CHUNK_F_PARENT,
+							   .crc32c = crc32c, .fp_lo = fp_lo, .fp_hi = fp_hi };
+	w->parent_chunks++;
+	w->parent_bytes += len;
+out:
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+int gs_image_writer_set_partial(struct gs_image_writer *w, struct gs_err *err)
+{
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->nchunks || w->nfiles) {
+		rc = gs_fail(err, GS_E_FAILURE, "an image is made partial before its first chunk");
+	} else {
+		w->partial = true;
+		if (w->info.format_version < GS_FMT_VERSION_PARTIAL)
+			w->info.format_version = GS_FMT_VERSION_PARTIAL; /* its data files are made with the first chunk */
+	}
+	pthread_mutex_unlock(&w->lock);
+	return rc;
 }
 
 int gs_image_write_elsewhere_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 				   struct gs_err *err)
 {
-	return write_chunk(w, alloc_id, offset, NULL, len, GS_CHUNK_F_ELSEWHERE, false, 0, err);
+	if (!w->partial)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": a chunk held elsewhere in an image not made "
+			       "partial", alloc_id);
+	if (len == 0)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->failed) {
+		rc = get_failed_locked(w, err);
+		goto out;
+	}
+	ptrdiff_t ai = find_alloc_locked(w, alloc_id);
+	if (ai < 0 || (w->allocs[ai].flags & GS_ALLOC_F_NO_DATA) || offset > w->allocs[ai].size ||
+	    len > w->allocs[ai].size - offset) {
+		rc = gs_fail(err, GS_E_FAILURE, "chunk %" PRIu64 "+%" PRIu64 " held elsewhere of allocation %" PRIu64
+			     ", which was not added, holds no data or is smaller", offset, len, alloc_id);
+		goto out;
+	}
+	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks))) {
+		rc = gs_image_oom(err, "chunks");
+		goto out;
+	}
+	w->chunks[w->nchunks++] = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
+							   .flags = GS_CHUNK_F_ELSEWHERE };
+out:
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+int gs_image_write_chunk_fp(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, const void *data,
+			    size_t len, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
+{
+	return write_chunk(w, alloc_id, offset, data, len, false, false, 0, fp_lo, fp_hi, err);
 }
 
 /* --------------------------------------------------------------- commit */
@@ -780,6 +920,8 @@ static int build_manifest(struct gs_image_writer *w, struct gs_manifest *m, stru
 	m->nchunks = w->nchunks;
 	m->meta = w->meta;
 	m->nmeta = w->nmeta;
+	m->has_parent = w->has_parent;
+	m->parent = w->parent;
 	int rc = gs_manifest_validate(m, err);
 	if (rc) {
 		gs_err_wrap(err, "refusing to commit an inconsistent image");

@@ -53,12 +53,12 @@ bool gs_fmt_data_file_name_parse(const char *name, uint32_t *index)
 	return true;
 }
 
-void gs_fmt_data_header_build(void *block, const uint8_t image_id[16], uint32_t file_index)
+void gs_fmt_data_header_build(void *block, uint32_t version, const uint8_t image_id[16], uint32_t file_index)
 {
 	struct gs_fmt_data_header h;
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, GS_FMT_DATA_MAGIC, GS_FMT_MAGIC_LEN);
-	h.version = GS_FMT_VERSION;
+	h.version = version;
 	h.header_size = sizeof(h);
 	memcpy(h.image_id, image_id, 16);
 	h.file_index = file_index;
@@ -68,8 +68,8 @@ void gs_fmt_data_header_build(void *block, const uint8_t image_id[16], uint32_t 
 	memcpy(block, &h, sizeof(h));
 }
 
-int gs_fmt_data_header_check(const void *block, size_t len, const uint8_t image_id[16], uint32_t file_index,
-			     const char *name, struct gs_err *err)
+int gs_fmt_data_header_check(const void *block, size_t len, uint32_t version, const uint8_t image_id[16],
+			     uint32_t file_index, const char *name, struct gs_err *err)
 {
 	struct gs_fmt_data_header h;
 	if (len < sizeof(h))
@@ -77,9 +77,9 @@ int gs_fmt_data_header_check(const void *block, size_t len, const uint8_t image_
 	memcpy(&h, block, sizeof(h));
 	if (memcmp(h.magic, GS_FMT_DATA_MAGIC, GS_FMT_MAGIC_LEN) != 0)
 		return gs_fail(err, GS_E_IMAGE, "data file '%s' has a bad magic: not a gpusnap data file", name);
-	if (h.version != GS_FMT_VERSION)
-		return gs_fail(err, GS_E_IMAGE, "data file '%s' is of format version %" PRIu32
-			       " (this gpusnap reads version %u)", name, h.version, GS_FMT_VERSION);
+	if (h.version != version)
+		return gs_fail(err, GS_E_IMAGE, "data file '%s' is of format version %" PRIu32 ", its manifest of version %"
+			       PRIu32, name, h.version, version);
 	uint32_t crc = gs_crc32c(0, &h, offsetof(struct gs_fmt_data_header, crc32c));
 	if (crc != h.crc32c)
 		return gs_fail(err, GS_E_IMAGE, "data file '%s' has a corrupt header (checksum 0x%08" PRIx32
@@ -130,9 +130,9 @@ static struct gs_fmt_ref put_blob(struct heap_writer *h, const void *p, size_t n
 
 /* Section order in the file; the heap goes last so records are written before the strings they point to. */
 static const uint32_t encode_order[] = {
-	GS_SEC_INFO, GS_SEC_DATA_FILES, GS_SEC_GPUS, GS_SEC_ALLOCATIONS, GS_SEC_CHUNKS, GS_SEC_METADATA, GS_SEC_HEAP,
+	GS_SEC_INFO, GS_SEC_DATA_FILES, GS_SEC_GPUS, GS_SEC_ALLOCATIONS, GS_SEC_CHUNKS, GS_SEC_METADATA, GS_SEC_PARENT,
+	GS_SEC_HEAP,
 };
-#define NSECTIONS GS_ARRAY_SIZE(encode_order)
 
 /* a * b + *total, failing past GS_FMT_MANIFEST_MAX (so nothing below can overflow). */
 static int add_bytes(uint64_t *total, uint64_t count, uint64_t size)
@@ -157,27 +157,40 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		over |= add_bytes(&heap, 1, m->allocs[i].blob ? m->allocs[i].blob_len : 0);
 	for (size_t i = 0; i < m->nmeta && !over; i++)
 		over |= add_bytes(&heap, 1, str_cost(m->meta[i].key) + str_cost(m->meta[i].value));
+	if (m->has_parent)
+		over |= add_bytes(&heap, 1, str_cost(m->parent.path));
+	/* the parent section only in an incremental image (version 2); the others always */
+	const size_t nsections = GS_ARRAY_SIZE(encode_order) - (m->has_parent ? 0 : 1);
+	uint32_t order[GS_ARRAY_SIZE(encode_order)];
+	for (size_t i = 0, o = 0; i < GS_ARRAY_SIZE(encode_order); i++)
+		if (encode_order[i] != GS_SEC_PARENT || m->has_parent)
+			order[o++] = encode_order[i];
 
-	uint64_t length[GS_SEC_METADATA + 1] = { 0 };
-	uint32_t entry[GS_SEC_METADATA + 1] = { 0 };
+	uint64_t length[GS_SEC_TYPE_MAX + 1] = { 0 };
+	uint32_t entry[GS_SEC_TYPE_MAX + 1] = { 0 };
 	entry[GS_SEC_INFO] = sizeof(struct gs_fmt_info);
 	entry[GS_SEC_DATA_FILES] = sizeof(struct gs_fmt_data_file);
 	entry[GS_SEC_GPUS] = sizeof(struct gs_fmt_gpu);
 	entry[GS_SEC_ALLOCATIONS] = sizeof(struct gs_fmt_allocation);
-	entry[GS_SEC_CHUNKS] = sizeof(struct gs_fmt_chunk);
+	/* the lowest version that holds the image (format.h); the chunk record is the same 80 bytes in both */
+	const uint32_t version = m->info.format_version >= GS_FMT_VERSION_COMPRESS ? m->info.format_version : 1;
+	const size_t chunk_size = sizeof(struct gs_fmt_chunk);
+	entry[GS_SEC_CHUNKS] = (uint32_t)chunk_size;
 	entry[GS_SEC_METADATA] = sizeof(struct gs_fmt_metadata);
 	over |= add_bytes(&length[GS_SEC_INFO], 1, sizeof(struct gs_fmt_info));
 	over |= add_bytes(&length[GS_SEC_DATA_FILES], m->nfiles, sizeof(struct gs_fmt_data_file));
 	over |= add_bytes(&length[GS_SEC_GPUS], m->ngpus, sizeof(struct gs_fmt_gpu));
 	over |= add_bytes(&length[GS_SEC_ALLOCATIONS], m->nallocs, sizeof(struct gs_fmt_allocation));
-	over |= add_bytes(&length[GS_SEC_CHUNKS], m->nchunks, sizeof(struct gs_fmt_chunk));
+	over |= add_bytes(&length[GS_SEC_CHUNKS], m->nchunks, chunk_size);
 	over |= add_bytes(&length[GS_SEC_METADATA], m->nmeta, sizeof(struct gs_fmt_metadata));
+	entry[GS_SEC_PARENT] = sizeof(struct gs_fmt_parent);
+	length[GS_SEC_PARENT] = m->has_parent ? sizeof(struct gs_fmt_parent) : 0;
 	length[GS_SEC_HEAP] = heap;
 
-	uint64_t offset[GS_SEC_METADATA + 1] = { 0 };
-	uint64_t total = sizeof(struct gs_fmt_manifest_header) + NSECTIONS * sizeof(struct gs_fmt_section);
-	for (size_t i = 0; i < NSECTIONS && !over; i++) {
-		uint32_t t = encode_order[i];
+	uint64_t offset[GS_SEC_TYPE_MAX + 1] = { 0 };
+	uint64_t total = sizeof(struct gs_fmt_manifest_header) + nsections * sizeof(struct gs_fmt_section);
+	for (size_t i = 0; i < nsections && !over; i++) {
+		uint32_t t = order[i];
 		total = gs_round_up(total, GS_FMT_SECTION_ALIGN);
 		offset[t] = total;
 		over |= add_bytes(&total, 1, length[t]);
@@ -193,16 +206,16 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 
 	struct gs_fmt_manifest_header h = { 0 };
 	memcpy(h.magic, GS_FMT_MANIFEST_MAGIC, GS_FMT_MAGIC_LEN);
-	h.version = GS_FMT_VERSION;
+	h.version = version;
 	h.header_size = sizeof(h);
 	h.manifest_size = total;
 	h.section_table_offset = sizeof(h);
-	h.section_count = NSECTIONS;
+	h.section_count = (uint32_t)nsections;
 	h.section_entry_size = sizeof(struct gs_fmt_section);
 	memcpy(h.image_id, m->info.image_id, 16);
 	memcpy(buf, &h, sizeof(h));
-	for (size_t i = 0; i < NSECTIONS; i++) {
-		uint32_t t = encode_order[i];
+	for (size_t i = 0; i < nsections; i++) {
+		uint32_t t = order[i];
 		struct gs_fmt_section s = { .type = t, .offset = offset[t], .length = length[t], .entry_size = entry[t] };
 		memcpy(buf + sizeof(h) + i * sizeof(s), &s, sizeof(s));
 	}
@@ -245,12 +258,25 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		memcpy(p, &r, sizeof(r));
 	}
 	p = buf + offset[GS_SEC_CHUNKS];
-	for (size_t i = 0; i < m->nchunks; i++, p += sizeof(struct gs_fmt_chunk)) {
+	for (size_t i = 0; i < m->nchunks; i++, p += chunk_size) {
 		const struct gs_image_chunk *c = &m->chunks[i];
 		struct gs_fmt_chunk r = { .alloc_id = c->alloc_id, .offset = c->offset, .length = c->length,
 					  .file_offset = c->file_offset, .file_index = c->file_index,
 					  .flags = c->flags, .crc32c = c->crc32c };
-		memcpy(p, &r, sizeof(r));
+		if (c->flags & GS_CHUNK_F_COMPRESSED) {
+			r.stored_length = c->stored_length;
+			r.stored_crc32c = c->stored_crc32c;
+			r.codec = c->codec;
+			r.transform = c->transform;
+		} else if (!(c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE))) {
+			r.stored_length = c->length;
+			r.stored_crc32c = c->crc32c;
+		}
+		if (!(c->flags & GS_CHUNK_F_ZERO)) {
+			r.fp_lo = c->fp_lo;
+			r.fp_hi = c->fp_hi;
+		}
+		memcpy(p, &r, chunk_size);
 	}
 	p = buf + offset[GS_SEC_METADATA];
 	for (size_t i = 0; i < m->nmeta; i++, p += sizeof(struct gs_fmt_metadata)) {
@@ -258,6 +284,12 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		r.key = put_string(&hw, m->meta[i].key);
 		r.value = put_string(&hw, m->meta[i].value);
 		memcpy(p, &r, sizeof(r));
+	}
+	if (m->has_parent) {
+		struct gs_fmt_parent r = { .manifest_crc32c = m->parent.manifest_crc32c };
+		memcpy(r.image_id, m->parent.image_id, 16);
+		r.path = put_string(&hw, m->parent.path);
+		memcpy(buf + offset[GS_SEC_PARENT], &r, sizeof(r));
 	}
 
 	struct gs_fmt_manifest_trailer tr = { 0 };
@@ -307,6 +339,7 @@ static const char *section_name(uint32_t type)
 	case GS_SEC_ALLOCATIONS: return "allocations";
 	case GS_SEC_CHUNKS: return "chunks";
 	case GS_SEC_METADATA: return "metadata";
+	case GS_SEC_PARENT: return "parent";
 	default: return "unknown";
 	}
 }
@@ -356,9 +389,9 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 	memcpy(&tr, buf + body_end, sizeof(tr));
 	const bool framed = h.manifest_size == len && memcmp(tr.magic, GS_FMT_TRAILER_MAGIC, GS_FMT_MAGIC_LEN) == 0;
 	const uint32_t crc = gs_crc32c(0, buf, len - sizeof(tr.crc32c));
-	if (h.version != GS_FMT_VERSION && !(framed && crc != tr.crc32c))
-		return gs_fail(err, GS_E_IMAGE, "image format version %" PRIu32 " is not supported (this gpusnap reads version %u)",
-			       h.version, GS_FMT_VERSION);
+	if ((h.version < GS_FMT_VERSION_MIN || h.version > GS_FMT_VERSION) && !(framed && crc != tr.crc32c))
+		return gs_fail(err, GS_E_IMAGE, "image format version %" PRIu32 " is not supported (this gpusnap reads "
+			       "versions %u to %u)", h.version, GS_FMT_VERSION_MIN, GS_FMT_VERSION);
 	if (h.manifest_size != len) {
 		if (len < h.manifest_size)
 			return gs_fail(err, GS_E_IMAGE, "manifest is truncated: %zu of %" PRIu64 " bytes", len, h.manifest_size);
@@ -380,8 +413,10 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		return gs_fail(err, GS_E_IMAGE, "manifest section table is invalid (%" PRIu32 " entries of %" PRIu32
 			       " bytes at %" PRIu64 ")", h.section_count, h.section_entry_size, h.section_table_offset);
 
-	struct gs_fmt_section sec[GS_SEC_METADATA + 1];
-	bool have[GS_SEC_METADATA + 1] = { false };
+	struct gs_fmt_section sec[GS_SEC_TYPE_MAX + 1];
+	bool have[GS_SEC_TYPE_MAX + 1] = { false };
+	/* the section types this version has: version 1's seven, version 2 the parent section too */
+	const uint32_t type_max = h.version >= GS_FMT_VERSION_PARENT ? GS_SEC_PARENT : GS_SEC_METADATA;
 	for (uint32_t i = 0; i < h.section_count; i++) {
 		struct gs_fmt_section s;
 		memcpy(&s, buf + h.section_table_offset + (uint64_t)i * h.section_entry_size, sizeof(s));
@@ -392,7 +427,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 				       i, s.type, s.offset, s.length, len);
 		if (s.flags & ~GS_SEC_F_OPTIONAL)
 			return gs_fail(err, GS_E_IMAGE, "manifest section %" PRIu32 " has unknown flags 0x%" PRIx32, i, s.flags);
-		if (s.type < GS_SEC_INFO || s.type > GS_SEC_METADATA) {
+		if (s.type < GS_SEC_INFO || s.type > type_max) {
 			if (s.flags & GS_SEC_F_OPTIONAL)
 				continue;
 			return gs_fail(err, GS_E_IMAGE, "manifest has a required section of unknown type %" PRIu32
@@ -403,7 +438,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		have[s.type] = true;
 		sec[s.type] = s;
 	}
-	for (uint32_t t = GS_SEC_INFO; t <= GS_SEC_METADATA; t++)
+	for (uint32_t t = GS_SEC_INFO; t <= GS_SEC_METADATA; t++) /* the parent section is the only optional one */
 		if (!have[t])
 			return gs_fail(err, GS_E_IMAGE, "manifest section '%s' is missing", section_name(t));
 
@@ -501,17 +536,49 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 	}
 
 	/* chunks */
-	if ((rc = records(buf, &sec[GS_SEC_CHUNKS], sizeof(struct gs_fmt_chunk), &n, &rec, err)))
+	const bool v2 = h.version >= GS_FMT_VERSION_COMPRESS;
+	if ((rc = records(buf, &sec[GS_SEC_CHUNKS], v2 ? GS_FMT_CHUNK_STORED_SIZE : GS_FMT_CHUNK_V1_SIZE, &n, &rec, err)))
 		return rc;
+	/* the fields the records hold (format.h): stored_* from 64 bytes on, the fingerprint from 80 */
+	const uint32_t entry = sec[GS_SEC_CHUNKS].entry_size;
+	const size_t chunk_size = entry < sizeof(struct gs_fmt_chunk) ? entry : sizeof(struct gs_fmt_chunk);
+	const bool stored_fields = entry >= GS_FMT_CHUNK_STORED_SIZE;
 	if ((rc = alloc_array((void **)&m->chunks, n, sizeof(*m->chunks), err)))
 		return rc;
 	m->nchunks = n;
 	for (size_t i = 0; i < n; i++, rec += sec[GS_SEC_CHUNKS].entry_size) {
-		struct gs_fmt_chunk r;
-		memcpy(&r, rec, sizeof(r));
-		m->chunks[i] = (struct gs_image_chunk){ .alloc_id = r.alloc_id, .offset = r.offset, .length = r.length,
-							.file_offset = r.file_offset, .file_index = r.file_index,
-							.flags = r.flags, .crc32c = r.crc32c };
+		struct gs_fmt_chunk r = { 0 };
+		memcpy(&r, rec, chunk_size); /* fields past entry_size stay 0 */
+		struct gs_image_chunk *c = &m->chunks[i];
+		*c = (struct gs_image_chunk){ .alloc_id = r.alloc_id, .offset = r.offset, .length = r.length,
+					      .file_offset = r.file_offset, .file_index = r.file_index,
+					      .flags = r.flags, .crc32c = r.crc32c };
+		if (!v2 && (r.flags & ~GS_CHUNK_F_KNOWN_V1))
+			return gs_fail(err, GS_E_IMAGE, "chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") has flags 0x%"
+				       PRIx32 ", unknown in format version %" PRIu32, i, r.alloc_id, r.offset, r.flags, h.version);
+		if ((r.flags & GS_CHUNK_F_ZERO) && (r.fp_lo || r.fp_hi))
+			return gs_fail(err, GS_E_IMAGE, "chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ") is ZERO but has a "
+				       "fingerprint", i, r.alloc_id, r.offset);
+		c->fp_lo = r.fp_lo;
+		c->fp_hi = r.fp_hi;
+		if (r.flags & (GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT)) { /* as recorded: validate checks them */
+			c->stored_length = r.stored_length;
+			c->stored_crc32c = r.stored_crc32c;
+			c->codec = r.codec;
+			c->transform = r.transform;
+			continue;
+		}
+		if (r.flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE))
+			continue;
+		if (stored_fields) { /* checked against length and crc32c by validate */
+			c->stored_length = r.stored_length;
+			c->stored_crc32c = r.stored_crc32c;
+			c->codec = r.codec;
+			c->transform = r.transform;
+		} else {
+			c->stored_length = c->length;
+			c->stored_crc32c = c->crc32c;
+		}
 	}
 
 	/* metadata */
@@ -530,6 +597,24 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		m->meta[i].value = get_string(&heap, r.value, GS_FMT_META_VALUE_MAX);
 		if (!m->meta[i].key || !m->meta[i].value)
 			return gs_fail(err, GS_E_IMAGE, "metadata entry %zu has an invalid key or value", i);
+	}
+
+	/* parent (an incremental image) */
+	if (have[GS_SEC_PARENT]) {
+		if ((rc = records(buf, &sec[GS_SEC_PARENT], sizeof(struct gs_fmt_parent), &n, &rec, err)))
+			return rc;
+		if (n != 1)
+			return gs_fail(err, GS_E_IMAGE, "manifest section 'parent' holds %zu records, expected 1", n);
+		struct gs_fmt_parent r;
+		memcpy(&r, rec, sizeof(r));
+		if (r.flags)
+			return gs_fail(err, GS_E_IMAGE, "manifest parent record has unknown flags 0x%" PRIx32, r.flags);
+		m->has_parent = true;
+		memcpy(m->parent.image_id, r.image_id, 16);
+		m->parent.manifest_crc32c = r.manifest_crc32c;
+		m->parent.path = get_string(&heap, r.path, GS_FMT_STRING_MAX);
+		if (!m->parent.path || !*m->parent.path)
+			return gs_fail(err, GS_E_IMAGE, "manifest parent record has an invalid path");
 	}
 	return 0;
 }
@@ -601,13 +686,48 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 		return CHUNK_FAIL("extends past the allocation's %" PRIu64 " bytes", a->size);
 	if (c->flags & ~GS_CHUNK_F_KNOWN)
 		return CHUNK_FAIL("unknown flags 0x%" PRIx32, c->flags);
-	if ((c->flags & GS_CHUNK_F_ZERO) && (c->flags & GS_CHUNK_F_ELSEWHERE))
-		return CHUNK_FAIL("both ZERO and ELSEWHERE");
-	if (c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE)) {
-		if (c->file_index || c->file_offset || c->crc32c)
-			return CHUNK_FAIL("%s chunk with a file position or checksum",
-					  c->flags & GS_CHUNK_F_ZERO ? "a ZERO" : "an ELSEWHERE");
+	if (c->flags & GS_CHUNK_F_ELSEWHERE) {
+		if (c->flags != GS_CHUNK_F_ELSEWHERE)
+			return CHUNK_FAIL("ELSEWHERE with other flags (0x%" PRIx32 ")", c->flags);
+		if (c->file_index || c->file_offset || c->crc32c || c->fp_lo || c->fp_hi)
+			return CHUNK_FAIL("an ELSEWHERE chunk with a file position, checksum or fingerprint");
 		return 0;
+	}
+	if (c->flags & GS_CHUNK_F_ZERO) {
+		if (c->flags & GS_CHUNK_F_COMPRESSED)
+			return CHUNK_FAIL("both ZERO and COMPRESSED");
+		if (c->file_index || c->file_offset || c->crc32c)
+			return CHUNK_FAIL("a ZERO chunk with a file position or checksum");
+		return 0;
+	}
+	if (c->flags & GS_CHUNK_F_PARENT) {
+		if (m->info.format_version < GS_FMT_VERSION_PARENT || !m->has_parent)
+			return CHUNK_FAIL("refers to a parent image the image does not name");
+		if (c->flags & GS_CHUNK_F_COMPRESSED)
+			return CHUNK_FAIL("both PARENT and COMPRESSED");
+		if (c->file_index || c->stored_length || c->stored_crc32c || c->codec || c->transform)
+			return CHUNK_FAIL("a PARENT chunk with a stored payload");
+		if (!c->fp_lo && !c->fp_hi)
+			return CHUNK_FAIL("a PARENT chunk without a fingerprint");
+		if (c->length > GS_FMT_CHUNK_DATA_MAX)
+			return CHUNK_FAIL("longer than the %llu MiB a stored chunk may be", GS_FMT_CHUNK_DATA_MAX / GS_MiB);
+		return 0;
+	}
+	uint64_t stored = c->length;
+	if (c->flags & GS_CHUNK_F_COMPRESSED) {
+		if (m->info.format_version < GS_FMT_VERSION_COMPRESS)
+			return CHUNK_FAIL("compressed in an image of format version %" PRIu32, m->info.format_version);
+		if (c->codec == GS_CODEC_NONE || c->codec > GS_CODEC_MAX)
+			return CHUNK_FAIL("compressed with unknown codec %u (written by a newer gpusnap?)", c->codec);
+		if (c->transform > GS_XFORM_MAX)
+			return CHUNK_FAIL("unknown transform %u before compression (written by a newer gpusnap?)",
+					  c->transform);
+		if (c->stored_length == 0 || c->stored_length >= c->length)
+			return CHUNK_FAIL("compressed into %" PRIu64 " bytes: not between 1 and its length", c->stored_length);
+		stored = c->stored_length;
+	} else if (c->stored_length != c->length || c->stored_crc32c != c->crc32c || c->codec || c->transform) {
+		return CHUNK_FAIL("is stored uncompressed but its record says otherwise (stored %" PRIu64 " bytes, codec %u)",
+				  c->stored_length, c->codec);
 	}
 	if (c->length > GS_FMT_CHUNK_DATA_MAX)
 		return CHUNK_FAIL("longer than the %llu MiB a stored chunk may be", GS_FMT_CHUNK_DATA_MAX / GS_MiB);
@@ -617,7 +737,7 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 	if (c->file_offset % GS_FMT_ALIGN || c->file_offset < GS_FMT_ALIGN)
 		return CHUNK_FAIL("payload offset %" PRIu64 " is not a multiple of %u past the header", c->file_offset,
 				  GS_FMT_ALIGN);
-	if (c->file_offset > f->size || c->length > f->size - c->file_offset)
+	if (c->file_offset > f->size || stored > f->size - c->file_offset)
 		return CHUNK_FAIL("payload at %" PRIu64 " lies past the end of '%s' (%" PRIu64 " bytes)", c->file_offset,
 				  f->name, f->size);
 	return 0;

@@ -30,6 +30,8 @@ struct gs_manifest {
 	size_t nchunks;
 	struct gs_image_kv *meta;
 	size_t nmeta;
+	bool has_parent; /* an incremental image: parent is set (version 2) */
+	struct gs_image_parent parent;
 	/* Set by validate: chunks of allocs[i] are [alloc_chunk_start[i], alloc_chunk_start[i + 1]). */
 	size_t *alloc_chunk_start;
 	/* Set by decode: the manifest bytes that strings and blobs point into. */
@@ -38,7 +40,8 @@ struct gs_manifest {
 };
 
 /*
- * Serializes m (strings NULL are written as ""). Checks only what encoding
+ * Serializes m (strings NULL are written as "") in format version
+ * m->info.format_version (below 2, 0 included: version 1). Checks only what encoding
  * needs (the size limit), so tests can craft hostile manifests with it; the
  * writer validates first. *buf is malloc'd.
  */
@@ -71,10 +74,10 @@ int gs_manifest_read_at(int dir_fd, const char *dir_path, struct gs_manifest *m,
 void gs_fmt_data_file_name(uint32_t index, char name[GS_FMT_DATA_NAME_MAX]);
 /* True if name is exactly a generated data file name; its index in *index. Rejects '/', "..", NUL, anything else. */
 bool gs_fmt_data_file_name_parse(const char *name, uint32_t *index);
-/* Fills the first GS_FMT_ALIGN bytes of a data file (zero-padded header). */
-void gs_fmt_data_header_build(void *block, const uint8_t image_id[16], uint32_t file_index);
-/* Checks a data file header read from disk; GS_E_IMAGE naming `name` on failure. */
-int gs_fmt_data_header_check(const void *block, size_t len, const uint8_t image_id[16], uint32_t file_index,
-			     const char *name, struct gs_err *err);
+/* Fills the first GS_FMT_ALIGN bytes of a data file (zero-padded header) of format `version`. */
+void gs_fmt_data_header_build(void *block, uint32_t version, const uint8_t image_id[16], uint32_t file_index);
+/* Checks a data file header read from disk (of format `version`, the manifest's); GS_E_IMAGE naming `name` on failure. */
+int gs_fmt_data_header_check(const void *block, size_t len, uint32_t version, const uint8_t image_id[16],
+			     uint32_t file_index, const char *name, struct gs_err *err);
 
 #endif

@@ -16,7 +16,7 @@
  *              zeroes it again -> "ZERO 0" (now zero) / "ZERO 1" (now filled)
  *   quit       exits
  * With --signals (for dumps by CRIU, tests/cli/t4004-agent-image.sh) it reads
- * no stdin: SIGUSR1 runs verify, SIGTERM ends it; stdout is the test's log.
+ * no stdin: SIGUSR1 runs verify, SIGUSR2 zero-flip, SIGTERM ends it; stdout is the test's log.
  * AGENT_APP_BIG_MB=N makes the second large block N MiB (several copy chunks).
  * AGENT_APP_ZERO_MB=N adds a block of N MiB that the app leaves zero (as a
  * framework's reserved but unused memory), checked to be zero by verify.

@@ -83,10 +83,19 @@ static void fake_app_register(const char *app_name)
 
 static volatile sig_atomic_t verify_asked;
 
+static volatile sig_atomic_t flip_asked;
+
 static void on_usr1(int sig)
 {
 	(void)sig;
 	verify_asked = 1;
+}
+
+/* SIGUSR2 (signals mode): runs the app's "zero-flip" command, where it has one (an incremental dump's change) */
+static void on_usr2(int sig)
+{
+	(void)sig;
+	flip_asked = 1;
 }
 
 int fake_app_signals_setup(void)
@@ -94,6 +103,9 @@ int fake_app_signals_setup(void)
 	struct sigaction sa = { .sa_handler = on_usr1 };
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGUSR1, &sa, NULL);
+	struct sigaction sa2 = { .sa_handler = on_usr2 };
+	sigemptyset(&sa2.sa_mask);
+	sigaction(SIGUSR2, &sa2, NULL);
 	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (null < 0 || dup2(null, 0) < 0)
 		return -1;
@@ -161,6 +173,13 @@ int fake_app_serve(const char *app_name, int signals, void (*verify)(void), cons
 		if (verify_asked) {
 			verify_asked = 0;
 			verify();
+			fflush(stdout);
+		}
+		if (flip_asked) {
+			flip_asked = 0;
+			for (const struct fake_app_command *c = commands; c && c->name; c++)
+				if (!strcmp(c->name, "zero-flip"))
+					c->fn();
 			fflush(stdout);
 		}
 		struct timespec ts = { 0, 10 * 1000 * 1000 };

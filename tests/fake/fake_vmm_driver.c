@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "fake_cuda.c"
+#include "core/fingerprint.h"
 
 typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
@@ -583,7 +584,13 @@ EXPORT CUresult cuEventQuery(CUevent e) { return cuEventSynchronize(e); }
  * instead: its context's later synchronizes return CUDA_ERROR_ILLEGAL_ADDRESS,
  * as on a GPU.
  */
-enum { FAKE_KERNEL_TIMED = 1, FAKE_KERNEL_HANG = 2, FAKE_KERNEL_COLLECTIVE = 3, FAKE_KERNEL_ZERO_SCAN = 4 };
+enum {
+	FAKE_KERNEL_TIMED = 1,
+	FAKE_KERNEL_HANG = 2,
+	FAKE_KERNEL_COLLECTIVE = 3,
+	FAKE_KERNEL_ZERO_SCAN = 4,
+	FAKE_KERNEL_FINGERPRINT = 5,
+};
 
 /*
  * The agent's own kernel (src/agent/movement/agent_zero_scan.c): cuModuleLoadData
@@ -595,6 +602,13 @@ enum { FAKE_KERNEL_TIMED = 1, FAKE_KERNEL_HANG = 2, FAKE_KERNEL_COLLECTIVE = 3, 
  * its first parameter and writes 1 to the u32 flags[b] of its second when
  * those bytes are all zero, else 0. Loaded modules are counted in
  * FAKE_CUDA_DIR/<pid>.modules, so a test sees the agent unloads its own.
+ * The same for the entry gs_fingerprint (src/agent/movement/agent_fingerprint.c,
+ * FAKE_KERNEL_FINGERPRINT): its launch adds, for each chunk b of the {va,
+ * bytes} table of its first parameter, the chunk's two word sums
+ * (src/core/fingerprint.c, the C twin of the PTX) into the u64 sums[2b] and
+ * sums[2b + 1] of its second. FAKE_CUDA_FP_FLIP=1 flips bit 0 of every A sum,
+ * as a kernel computing something else would: the tests see the agent
+ * compare. FAKE_CUDA_NO_FP_MODULE=1 refuses that module alone.
  */
 #define FAKE_INVALID_IMAGE 200
 static int live_modules;
@@ -610,19 +624,27 @@ EXPORT CUresult cuModuleLoadData(void **mod, const void *image)
 	const char *no = getenv("FAKE_CUDA_NO_MODULES");
 	if (no && !strcmp(no, "1"))
 		return FAKE_NOT_SUPPORTED;
-	if (!mod || !image || !strstr((const char *)image, ".entry gs_zero_scan("))
+	const char *no_fp = getenv("FAKE_CUDA_NO_FP_MODULE");
+	bool fp = image && strstr((const char *)image, ".entry gs_fingerprint(");
+	if (fp && no_fp && !strcmp(no_fp, "1"))
+		return FAKE_NOT_SUPPORTED;
+	if (!mod || !image || (!fp && !strstr((const char *)image, ".entry gs_zero_scan(")))
 		return FAKE_INVALID_IMAGE;
 	CUresult forbidden = capture_forbids();
 	if (forbidden)
 		return forbidden;
 	if (!ctx_alive(current_ctx))
 		return FAKE_INVALID_CONTEXT;
-	*mod = (void *)(uintptr_t)0x5ca9;
+	*mod = (void *)(uintptr_t)(fp ? 0x5cab : 0x5ca9);
 	publish_modules(1);
 	return 0;
 }
 EXPORT CUresult cuModuleGetFunction(void **fn, void *mod, const char *name)
 {
+	if (mod == (void *)(uintptr_t)0x5cab && fn && name && !strcmp(name, "gs_fingerprint")) {
+		*fn = (void *)(uintptr_t)FAKE_KERNEL_FINGERPRINT;
+		return 0;
+	}
 	if (mod != (void *)(uintptr_t)0x5ca9 || !fn || !name || strcmp(name, "gs_zero_scan"))
 		return FAKE_NOT_FOUND;
 	*fn = (void *)(uintptr_t)FAKE_KERNEL_ZERO_SCAN;
@@ -630,7 +652,7 @@ EXPORT CUresult cuModuleGetFunction(void **fn, void *mod, const char *name)
 }
 EXPORT CUresult cuModuleUnload(void *mod)
 {
-	if (mod != (void *)(uintptr_t)0x5ca9)
+	if (mod != (void *)(uintptr_t)0x5ca9 && mod != (void *)(uintptr_t)0x5cab)
 		return FAKE_INVALID_HANDLE;
 	publish_modules(-1);
 	return 0;
@@ -652,6 +674,23 @@ static CUresult run_zero_scan(unsigned blocks, CUstream h, void **params)
 	uint32_t *flags = (uint32_t *)(uintptr_t)*(CUdeviceptr *)params[1];
 	for (unsigned b = 0; b < blocks; b++)
 		flags[b] = all_zero_bytes((const unsigned char *)(uintptr_t)table[2 * b], table[2 * b + 1]);
+	return 0;
+}
+static CUresult run_fingerprint(unsigned blocks, CUstream h, void **params)
+{
+	bool dead;
+	flush_stream(h, &dead); /* the table's and the sums' copies queued before it */
+	if (dead || !params || !params[0] || !params[1])
+		return FAKE_INVALID_VALUE;
+	const uint64_t *table = (const uint64_t *)(uintptr_t)*(CUdeviceptr *)params[0];
+	uint64_t *sums = (uint64_t *)(uintptr_t)*(CUdeviceptr *)params[1];
+	const char *flip = getenv("FAKE_CUDA_FP_FLIP");
+	for (unsigned b = 0; b < blocks; b++) {
+		struct gs_fp_sums s = { 0, 0 };
+		gs_fp_add(&s, (const void *)(uintptr_t)table[2 * b], table[2 * b + 1], 0);
+		sums[2 * b] += s.a ^ (flip && !strcmp(flip, "1"));
+		sums[2 * b + 1] += s.b;
+	}
 	return 0;
 }
 struct fake_kernel {
@@ -798,12 +837,14 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 {
 	(void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)extra;
 	int kind = (int)(uintptr_t)f;
-	if (kind < FAKE_KERNEL_TIMED || kind > FAKE_KERNEL_ZERO_SCAN)
+	if (kind < FAKE_KERNEL_TIMED || kind > FAKE_KERNEL_FINGERPRINT)
 		return FAKE_INVALID_VALUE;
 	if (!ctx_alive(current_ctx))
 		return FAKE_INVALID_CONTEXT;
 	if (kind == FAKE_KERNEL_ZERO_SCAN)
 		return run_zero_scan(gx, h, params);
+	if (kind == FAKE_KERNEL_FINGERPRINT)
+		return run_fingerprint(gx, h, params);
 	struct fake_kernel *k = calloc(1, sizeof(*k));
 	if (!k)
 		return FAKE_OUT_OF_MEMORY;

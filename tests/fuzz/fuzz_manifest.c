@@ -47,10 +47,15 @@ static void check_index(const struct gs_manifest *m)
 		for (size_t c = first; c < end; c++) {
 			const struct gs_image_chunk *ch = &m->chunks[c];
 			FUZZ_ASSERT(ch->alloc_id == a->id && ch->offset == covered && ch->length > 0);
-			if (!(ch->flags & GS_CHUNK_F_ZERO)) {
+			if (ch->flags & GS_CHUNK_F_PARENT) {
+				/* its bytes are in the parent (file_offset: the parent's chunk index) */
+				FUZZ_ASSERT(m->has_parent && ch->file_index == 0 && ch->stored_length == 0);
+				FUZZ_ASSERT(ch->fp_lo || ch->fp_hi);
+			} else if (!(ch->flags & GS_CHUNK_F_ZERO)) {
 				FUZZ_ASSERT(ch->file_index < m->nfiles);
 				FUZZ_ASSERT(ch->file_offset >= GS_FMT_ALIGN && ch->file_offset % GS_FMT_ALIGN == 0);
-				FUZZ_ASSERT(ch->file_offset + ch->length <= m->files[ch->file_index].size);
+				FUZZ_ASSERT(ch->stored_length > 0 && ch->stored_length <= ch->length);
+				FUZZ_ASSERT(ch->file_offset + ch->stored_length <= m->files[ch->file_index].size);
 			}
 			covered += ch->length;
 		}
@@ -99,10 +104,16 @@ static void check_round_trip(const struct gs_manifest *m)
 		const struct gs_image_chunk *x = &d.chunks[i], *y = &m->chunks[i];
 		FUZZ_ASSERT(x->alloc_id == y->alloc_id && x->offset == y->offset && x->length == y->length &&
 			    x->file_offset == y->file_offset && x->file_index == y->file_index && x->flags == y->flags &&
-			    x->crc32c == y->crc32c);
+			    x->crc32c == y->crc32c && x->stored_length == y->stored_length &&
+			    x->stored_crc32c == y->stored_crc32c && x->codec == y->codec && x->transform == y->transform &&
+			    x->fp_lo == y->fp_lo && x->fp_hi == y->fp_hi);
 	}
 	for (size_t i = 0; i < d.nmeta; i++)
 		FUZZ_ASSERT(same_str(d.meta[i].key, m->meta[i].key) && same_str(d.meta[i].value, m->meta[i].value));
+	FUZZ_ASSERT(d.has_parent == m->has_parent);
+	FUZZ_ASSERT(!d.has_parent || (!memcmp(d.parent.image_id, m->parent.image_id, 16) &&
+				      d.parent.manifest_crc32c == m->parent.manifest_crc32c &&
+				      same_str(d.parent.path, m->parent.path)));
 	gs_manifest_free(&d);
 }
 

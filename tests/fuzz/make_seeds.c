@@ -173,6 +173,78 @@ fail:
 	return rc;
 }
 
+/*
+ * A compressed image (format version 2) with codec: a chunk of text (compressed as it is), two of
+ * bf16-like data (byte-plane split), one of noise (stored raw) and a ZERO chunk.
+ */
+static int write_compressed_image(const char *dir, uint8_t codec, struct gs_err *err)
+{
+	struct gs_image_writer_opts o = { .source_pid = 4242, .source_comm = "python3", .how = "agent",
+					  .no_direct_io = true, .compress_codec = codec };
+	struct gs_image_writer *w;
+	int rc = image_test_writer_open(dir, &o, &w, err);
+	if (rc)
+		return rc;
+	enum { CH = 64 << 10 };
+	static uint8_t data[4 * CH];
+	static const char text[] = "weights of layer 7, head 3; ";
+	uint64_t x = 0x2545f4914f6cdd1dULL;
+	for (size_t i = 0; i < CH; i++)
+		data[i] = (uint8_t)text[(i + i / 509) % (sizeof(text) - 1)];
+	for (size_t i = CH; i < 3 * CH; i += 2) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		data[i] = (uint8_t)x;
+		data[i + 1] = (uint8_t)(0x3c + (x >> 8) % 3);
+	}
+	for (size_t i = 3 * CH; i < 4 * CH; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		data[i] = (uint8_t)x;
+	}
+	struct gs_image_gpu g = { .index = 0, .name = "NVIDIA H200", .cc_major = 9, .total_memory = 141ULL << 30 };
+	struct gs_image_allocation a = { .id = 1, .va = 0x7f0000000000ULL, .size = 5 * CH, .kind = GS_ALLOC_KIND_DEVICE };
+	if ((rc = gs_image_writer_add_gpu(w, &g, err)) || (rc = gs_image_writer_add_allocation(w, &a, err)))
+		goto fail;
+	for (uint64_t k = 0; k < 4; k++)
+		if ((rc = gs_image_write_chunk(w, 1, k * CH, data + k * CH, CH, err)))
+			goto fail;
+	if ((rc = gs_image_write_zero_chunk(w, 1, 4 * CH, CH, err)))
+		goto fail;
+	return image_test_writer_commit(w, err);
+fail:
+	image_test_writer_abort(w);
+	return rc;
+}
+
+/*
+ * An incremental image (format version 2) of an allocation in two chunks: one stored, one left in a
+ * parent named "parent" (which the fuzzer's directory lacks: the chain's refusal is what it reaches).
+ */
+static int write_incremental_image(const char *dir, struct gs_err *err)
+{
+	static const struct gs_image_parent parent = { .image_id = { 1, 2, 3 }, .manifest_crc32c = 0x1234,
+						       .path = "parent" };
+	struct gs_image_writer_opts o = { .source_pid = 4242, .source_comm = "python3", .how = "agent",
+					  .no_direct_io = true, .parent = &parent };
+	struct gs_image_writer *w;
+	int rc = image_test_writer_open(dir, &o, &w, err);
+	if (rc)
+		return rc;
+	uint8_t data[4096];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 5 + 3);
+	struct gs_image_gpu g = { .index = 0, .name = "NVIDIA H200", .cc_major = 9, .total_memory = 141ULL << 30 };
+	struct gs_image_allocation a = { .id = 1, .va = 0x7f0000000000ULL, .size = 2 * sizeof(data),
+					 .kind = GS_ALLOC_KIND_DEVICE };
+	if ((rc = gs_image_writer_add_gpu(w, &g, err)) || (rc = gs_image_writer_add_allocation(w, &a, err)) ||
+	    (rc = gs_image_write_parent_chunk(w, 1, 0, sizeof(data), 0, 0xabcdef01u, 0x1111, 0x2222, err)) ||
+	    (rc = gs_image_write_chunk_fp(w, 1, sizeof(data), data, sizeof(data), 0x3333, 0x4444, err)))
+		goto fail;
+	return image_test_writer_commit(w, err);
+fail:
+	image_test_writer_abort(w);
+	return rc;
+}
+
 static int write_empty_image(const char *dir, struct gs_err *err)
 {
 	struct gs_image_writer *w;
@@ -214,6 +286,15 @@ static void seed_images(void)
 	seed_image(cpu, "small-cpu-untrusted", 0x4 | 0x10 | 0x20);
 	seed_image(small, "small-data-untrusted", 0x40);
 	seed_image(small, "small-data-symlink", 0x80);
+	const char *lz4 = image_path("lz4");
+	check_written(write_compressed_image(lz4, GS_CODEC_LZ4, &err), "lz4-compressed image", &err);
+	seed_image(lz4, "compressed-lz4", 0);
+	const char *zstd = image_path("zstd");
+	check_written(write_compressed_image(zstd, GS_CODEC_ZSTD, &err), "zstd-compressed image", &err);
+	seed_image(zstd, "compressed-zstd", 0);
+	const char *incr = image_path("incremental");
+	check_written(write_incremental_image(incr, &err), "incremental image", &err);
+	seed_image(incr, "incremental", 0);
 	const char *empty = image_path("empty");
 	check_written(write_empty_image(empty, &err), "empty image", &err);
 	seed_image(empty, "empty", 0);

@@ -67,7 +67,7 @@ static void test_roundtrip(void)
 	struct gs_image *img;
 	CHECK_INT(gs_image_open(path, &img, &err), 0);
 	const struct gs_image_info *in = gs_image_get_info(img);
-	CHECK_INT(in->format_version, GS_FMT_VERSION);
+	CHECK_INT(in->format_version, 1); /* nothing compressed: the lowest version */
 	CHECK_STR(in->gpusnap_version, GPUSNAP_VERSION);
 	CHECK_STR(in->how, "agent");
 	CHECK_STR(in->source_comm, "python3");
@@ -775,12 +775,12 @@ static void test_unknown_version_and_bad_magic(void)
 	struct gs_err err = { 0 };
 	struct gs_image *img;
 
-	uint32_t v = 2;
+	uint32_t v = GS_FMT_VERSION + 1;
 	memcpy(buf + 8, &v, 4);
 	manifest_fix_crc(buf, len);
 	spit(f, buf, len);
 	CHECK_INT(gs_image_open(path, &img, &err), GS_E_IMAGE);
-	CHECK_CONTAINS(err.msg, "format version 2 is not supported (this gpusnap reads version 1)");
+	CHECK_CONTAINS(err.msg, "format version 3 is not supported (this gpusnap reads versions 1 to 2)");
 	/* A newer version with a different framing is still named by its version. */
 	v = 7;
 	memcpy(buf + 8, &v, 4);
@@ -892,7 +892,7 @@ static int open_with_data_file_name(const char *dir, const char *name, struct gs
 	free(buf);
 	/* The real data file, under the only valid name. */
 	uint8_t block[8192];
-	gs_fmt_data_header_build(block, m.info.image_id, 0);
+	gs_fmt_data_header_build(block, 1, m.info.image_id, 0);
 	memcpy(block + 4096, payload, 4096);
 	file_in(f, sizeof(f), path, "gpu-data-0000.img");
 	spit(f, block, sizeof(block));
@@ -1255,7 +1255,8 @@ static void test_describe(void)
 	CHECK_CONTAINS(s, "{\"id\":3,\"gpu\":1,\"va\":\"0x7f0000400000\",\"size\":197608,\"kind\":\"app-vmm\"");
 	CHECK_CONTAINS(s, "\"has_data\":false");
 	CHECK_CONTAINS(s, "\"chunks\":{\"count\":13,\"zero\":8,\"zero_bytes\":462144,\"stored_bytes\":197609,"
-			  "\"checksum\":\"crc32c\"}");
+			  "\"checksum\":\"crc32c\",\"data_bytes\":197609,\"compressed\":0,\"codec\":\"none\",\"ratio\":1,"
+			  "\"fingerprinted\":0}");
 	CHECK_CONTAINS(s, "\"metadata\":{\"model\":\"llama-3\",\"note\":\"\"}");
 	CHECK_CONTAINS(s, "\"created\":\"20");
 	CHECK_CONTAINS(s, "\"created_unix\":17");

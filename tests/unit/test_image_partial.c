@@ -3,8 +3,9 @@
  * and a spill, issue 24): chunks recorded ELSEWHERE keep the coverage rule,
  * gs_image_open refuses such an image (restore, inspect and verify never take
  * it for a whole one), gs_image_open_partial opens it, its stored chunks read
- * and its ELSEWHERE ones do not; the manifest refuses ELSEWHERE with ZERO or
- * with a file position.
+ * and its ELSEWHERE ones do not; a partial image is of format version 2; a
+ * writer not made partial refuses ELSEWHERE chunks; the manifest refuses
+ * ELSEWHERE with another flag or with a file position.
  */
 #include "image/manifest.h"
 #include "image_test_util.h"
@@ -17,6 +18,7 @@ static void write_partial(const char *path, uint8_t *data)
 	struct gs_err err = { 0 };
 	struct gs_image_writer *w;
 	CHECK_INT(image_test_writer_open(path, &opts, &w, &err), 0);
+	CHECK_INT(gs_image_writer_set_partial(w, &err), 0);
 	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
 	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
 	struct gs_image_allocation a = { .id = 1, .va = 0x100000000ULL, .size = 3 << 16 };
@@ -51,6 +53,7 @@ static void test_partial_open_and_read(void)
 	if (!img)
 		return;
 	CHECK_INT(gs_image_chunk_count(img), 3);
+	CHECK_INT(gs_image_get_info(img)->format_version, GS_FMT_VERSION_PARTIAL);
 	CHECK(gs_image_chunk_at(img, 1)->flags == GS_CHUNK_F_ELSEWHERE);
 	CHECK_INT(gs_image_read_chunk(img, 0, out, &err), 0);
 	CHECK(!memcmp(out, data, sizeof(out)));
@@ -92,13 +95,32 @@ static void test_manifest_refuses_bad_elsewhere(void)
 	write_partial(path, data);
 	patch_chunk(path, 1, GS_CHUNK_F_ELSEWHERE | GS_CHUNK_F_ZERO, 0);
 	CHECK(gs_image_open_partial(path, &img, &err) != 0);
-	CHECK_CONTAINS(err.msg, "both ZERO and ELSEWHERE");
+	CHECK_CONTAINS(err.msg, "ELSEWHERE with other flags");
 	gs_err_clear(&err);
 	path_join(path, sizeof(path), scratch_dir("positioned"), "img");
 	write_partial(path, data);
 	patch_chunk(path, 1, GS_CHUNK_F_ELSEWHERE, 1);
 	CHECK(gs_image_open_partial(path, &img, &err) != 0);
-	CHECK_CONTAINS(err.msg, "an ELSEWHERE chunk with a file position or checksum");
+	CHECK_CONTAINS(err.msg, "an ELSEWHERE chunk with a file position, checksum or fingerprint");
+}
+
+static void test_writer_not_partial(void)
+{
+	char path[800];
+	path_join(path, sizeof(path), scratch_dir("whole"), "img");
+	struct gs_err err = { 0 };
+	struct gs_image_writer *w;
+	CHECK_INT(image_test_writer_open(path, &opts, &w, &err), 0);
+	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
+	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
+	struct gs_image_allocation a = { .id = 1, .va = 0x100000000ULL, .size = 1 << 16 };
+	CHECK_INT(gs_image_writer_add_allocation(w, &a, &err), 0);
+	CHECK_INT(gs_image_write_elsewhere_chunk(w, 1, 0, 1 << 16, &err), GS_E_FAILURE);
+	CHECK_CONTAINS(err.msg, "an image not made partial");
+	gs_err_clear(&err);
+	CHECK_INT(gs_image_write_zero_chunk(w, 1, 0, 1 << 16, &err), 0);
+	CHECK_INT(gs_image_writer_set_partial(w, &err), GS_E_FAILURE);
+	image_test_writer_abort(w);
 }
 
 int main(void)
@@ -106,6 +128,7 @@ int main(void)
 	scratch_init("partial");
 	RUN(test_partial_open_and_read);
 	RUN(test_manifest_refuses_bad_elsewhere);
+	RUN(test_writer_not_partial);
 	scratch_cleanup();
 	return TEST_SUMMARY();
 }

@@ -104,9 +104,109 @@ int gs_agent_image_open_writer_named(struct gs_agent *a, struct gs_agent_held *h
 					   .no_direct_io = o->cached,
 					   .no_data_sync = o->cached,
 					   .parallel_data_files = gs_ring_image_threads(true),
-					   .target = name };
+					   .target = name,
+					   .compress_codec = o->compress_codec,
+					   .compress_level = o->compress_level };
 	int rc = gs_image_writer_open_in(gpu_dir, &wo, w, err);
 	return rc ? rc : describe(a, h, *w, err);
+}
+
+/* An open-addressing table of the parent's chunks by (device address, length): index + 1, 0 empty. */
+struct parent_table {
+	uint64_t *slots;
+	size_t mask;
+};
+
+static uint64_t key_hash(uint64_t va, uint64_t len)
+{
+	uint64_t x = va * 0x9E3779B97F4A7C15ULL ^ len;
+	x ^= x >> 31;
+	x *= 0xBF58476D1CE4E5B9ULL;
+	return x ^ (x >> 29);
+}
+
+int gs_agent_image_parent(struct gs_image_writer *w, const struct gs_agent_held *h, const struct gs_dump_opts *o,
+			  const uint8_t *zero, const struct gs_fp *fp, struct gs_ring_parent_ref **refs, struct gs_msg *reply,
+			  struct gs_err *err)
+{
+	*refs = NULL;
+	if (!o->parent)
+		return 0;
+	struct gs_image *p;
+	int rc = gs_image_open(o->parent, &p, err);
+	if (rc) {
+		gs_err_wrap(err, "the parent image");
+		return rc;
+	}
+	const struct gs_image_info *pi = gs_image_get_info(p);
+	char comm[64] = "";
+	FILE *f = fopen("/proc/self/comm", "r");
+	if (f) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	struct parent_table t = { 0 };
+	size_t n = h ? h->plan.nchunks : 0, np = gs_image_chunk_count(p), cap = 16;
+	uint64_t same = 0, bytes = 0;
+	if (strcmp(pi->how, "agent") || pi->source_pid != (int32_t)getpid() || strcmp(pi->source_comm, comm)) {
+		rc = gs_fail(err, GS_E_IMAGE, "the parent image '%s' is not an agent image of this process (%d, %s): it is of "
+			     "process %d (%s), taken by '%s'", o->parent, (int)getpid(), comm, (int)pi->source_pid,
+			     pi->source_comm, pi->how);
+		goto out;
+	}
+	struct gs_image_parent rec = { .manifest_crc32c = gs_image_manifest_crc32c(p),
+				       .path = o->parent_rec ? o->parent_rec : o->parent };
+	memcpy(rec.image_id, pi->image_id, 16);
+	if ((rc = gs_image_writer_set_parent(w, &rec, err)))
+		goto out;
+	while (cap < np * 2)
+		cap *= 2;
+	*refs = calloc(n ? n : 1, sizeof(**refs));
+	t.slots = calloc(cap, sizeof(*t.slots));
+	t.mask = cap - 1;
+	if (!*refs || !t.slots) {
+		rc = gs_fail(err, GS_E_AGENT, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < np; i++) {
+		const struct gs_image_chunk *c = gs_image_chunk_at(p, i);
+		ptrdiff_t ai = gs_image_find_allocation(p, c->alloc_id);
+		if ((c->flags & GS_CHUNK_F_ZERO) || (!c->fp_lo && !c->fp_hi) || ai < 0)
+			continue;
+		uint64_t va = gs_image_allocation_at(p, (size_t)ai)->va + c->offset;
+		size_t s = key_hash(va, c->length) & t.mask;
+		while (t.slots[s])
+			s = (s + 1) & t.mask;
+		t.slots[s] = i + 1;
+	}
+	for (size_t k = 0; k < n; k++) {
+		const struct gs_copy_chunk *c = &h->plan.chunks[k];
+		if ((zero && zero[k]) || !fp || gs_fp_none(fp[k]))
+			continue;
+		for (size_t s = key_hash(c->va, c->size) & t.mask; t.slots[s]; s = (s + 1) & t.mask) {
+			const struct gs_image_chunk *q = gs_image_chunk_at(p, t.slots[s] - 1);
+			uint64_t qva = gs_image_allocation_at(p, (size_t)gs_image_find_allocation(p, q->alloc_id))->va + q->offset;
+			if (qva == c->va && q->length == c->size && q->fp_lo == fp[k].lo && q->fp_hi == fp[k].hi) {
+				(*refs)[k] = (struct gs_ring_parent_ref){ .index1 = t.slots[s], .crc32c = q->crc32c };
+				same++;
+				bytes += c->size;
+				break;
+			}
+		}
+	}
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "parent_chunks", same);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "parent_bytes", bytes);
+	pr_info("incremental dump against '%s': %llu of %zu chunks (%llu bytes) unchanged, left there", o->parent,
+		(unsigned long long)same, n, (unsigned long long)bytes);
+out:
+	free(t.slots);
+	if (rc) {
+		free(*refs);
+		*refs = NULL;
+	}
+	gs_image_close(p);
+	return rc;
 }
 
 /* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */

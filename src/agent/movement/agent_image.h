@@ -16,6 +16,7 @@
 
 #include "agent/base/agent.h"
 #include "agent/base/held.h"
+#include "core/fingerprint.h"
 #include "core/protocol.h"
 #include "image/image.h"
 
@@ -32,6 +33,19 @@ int gs_agent_image_open_writer(struct gs_agent *a, struct gs_agent_held *h, cons
 int gs_agent_image_open_writer_named(struct gs_agent *a, struct gs_agent_held *h, const char *gpu_dir,
 				     const char *name, const struct gs_dump_opts *o, struct gs_image_writer **w,
 				     struct gs_err *err);
+/*
+ * An incremental dump (o->parent, dump --parent): opens the parent image
+ * (its chain checked, image.h), makes w an image of it, and sets refs[k]
+ * (h's plan order, calloc'd here; NULL when o->parent is NULL) for every
+ * chunk not in zero whose GPU fingerprint fp[k] equals the parent's chunk at
+ * the same address and length: such chunks are not copied (agent_ring.h,
+ * parent_ref). A parent of another process is GS_E_IMAGE. The chunks and
+ * bytes left in the parent go to reply (parent_chunks, parent_bytes).
+ */
+struct gs_ring_parent_ref;
+int gs_agent_image_parent(struct gs_image_writer *w, const struct gs_agent_held *h, const struct gs_dump_opts *o,
+			  const uint8_t *zero, const struct gs_fp *fp, struct gs_ring_parent_ref **refs, struct gs_msg *reply,
+			  struct gs_err *err);
 /* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */
 int gs_agent_image_seal(struct gs_image_writer **w, struct gs_image_writer_stats *st, struct gs_err *err);
 /* Opens the agent image at gpu_dir and checks that it holds exactly h's regions and plan (GS_E_IMAGE if not). */

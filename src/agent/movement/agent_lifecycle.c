@@ -28,6 +28,7 @@
 #include "agent/intercept/agent_contexts.h"
 #include "agent/intercept/gate.h"
 #include "agent/memory/memkind.h"
+#include "agent/movement/agent_fingerprint.h"
 #include "agent/movement/agent_image.h"
 #include "agent/movement/agent_mover.h"
 #include "agent/movement/agent_ring.h"
@@ -46,6 +47,7 @@ static const char *const lc_names[] = { "running", "gated", "quiesced", "copied"
 static struct {
 	enum lc_state state;
 	bool keep_context; /* of the suspend that left RUNNING: the driver is not asked to checkpoint */
+	bool verify_gpu;   /* of the RESUME under way: fill_from_image checks the fingerprints on the GPU */
 	/*
 	 * GATED's lease: a thread that reopens the gate if neither SUSPEND nor
 	 * OPEN comes in time (gpusnap killed between its GATE and SUSPEND). Owned
@@ -308,7 +310,7 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "io_threads", rs.threads);
 	pr_info("brought %llu bytes of GPU data back from an image in %.2f s (ring of %llu bytes, %u threads)",
 		(unsigned long long)tot.stored_bytes, gs_now() - t0, (unsigned long long)rs.ring_bytes, rs.threads);
-	return 0;
+	return lc.verify_gpu ? gs_fingerprint_verify(a, h, img, reply, err) : 0;
 }
 
 /*
@@ -656,7 +658,10 @@ static int split_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
 		return rc;
 	struct gs_image_writer *w = NULL;
 	if ((rc = gs_agent_image_open_writer_named(a, h, sp->dir, sp->dir_name,
-						   &(struct gs_dump_opts){ .running = true }, &w, err))) {
+						   &(struct gs_dump_opts){ .running = true }, &w, err)) ||
+	    (rc = gs_image_writer_set_partial(w, err))) {
+		if (w)
+			gs_image_writer_abort(w);
 		free(to_image);
 		return rc;
 	}
@@ -839,7 +844,18 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 	uint8_t *known_zero = h && h->plan.nchunks ? calloc(h->plan.nchunks, 1) : NULL;
 	gs_zero_scan(a, h, known_zero, reply);
 	end.known_zero = known_zero;
-	rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	/* and the others' fingerprints, where they lie (agent_fingerprint.h) */
+	struct gs_fp *fp = known_zero ? calloc(h->plan.nchunks, sizeof(*fp)) : NULL;
+	gs_fingerprint_gpu(a, h, known_zero, fp, reply);
+	end.fp = fp;
+	/* dump --parent: the chunks whose fingerprint is the parent's stay there, uncopied (agent_image.h) */
+	struct gs_ring_parent_ref *pref = NULL;
+	rc = gs_agent_image_parent(w, h, o, known_zero, fp, &pref, reply, err);
+	end.parent_ref = pref;
+	if (!rc)
+		rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	free(pref);
+	free(fp);
 	free(known_zero);
 	if (rc)
 		goto fail;
@@ -911,7 +927,8 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const char *dir_name, co
 			     "its image");
 		goto out;
 	}
-	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ 0 }, &w, err)))
+	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ .compress_codec = o->compress_codec,
+				.compress_level = o->compress_level }, &w, err)))
 		goto out;
 	struct gs_ring_stats rs = { 0 };
 	if (h && h->plan.nchunks) {
@@ -962,12 +979,13 @@ int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, const char *dir_name, do
 			  : gs_lc_save(a, gpu_dir, dir_name, o, reply, err);
 }
 
-int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated,
+int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated, bool verify_gpu,
 		       struct gs_msg *reply, struct gs_err *err)
 {
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	int rc = 0;
+	lc.verify_gpu = verify_gpu;
 	if (lc.state != LC_RELEASED) {
 		rc = gs_fail(err, GS_E_STATE, "the process is not suspended");
 		goto out;
@@ -994,6 +1012,7 @@ int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_
 		set_fault(why);
 	}
 out:
+	lc.verify_gpu = false;
 	pthread_mutex_unlock(&a->lock);
 	return rc;
 }

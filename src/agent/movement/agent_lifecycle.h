@@ -84,11 +84,14 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const char *dir_name, co
  * an image at gpu_dir that matched is where the data is said to be from then
  * on (a plugin's dump publishes its image under another name than the one
  * it was written to), and the agent's INFO says that the resume failed
- * (GS_F_FAULT) until one succeeds. stay_gated leaves the gate closed
+ * (GS_F_FAULT) until one succeeds. verify_gpu: the data loaded from an
+ * image is checked against the image's fingerprints on the GPU
+ * (agent_fingerprint.h) before the process goes on; a mismatch fails the
+ * resume (GS_E_IMAGE naming the chunk). stay_gated leaves the gate closed
  * (GATED, with a lease) until OPEN: processes that share memory
  * (agent_share.h).
  */
-int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated,
+int gs_lc_resume_gated(struct gs_agent *a, const char *gpu_dir, const char *dir_name, bool stay_gated, bool verify_gpu,
 		       struct gs_msg *reply, struct gs_err *err);
 /* PREPARE: with the data in an image, gets the restore's copy ring ready (no CUDA call); replies at once. */
 int gs_lc_prepare(struct gs_agent *a, struct gs_msg *reply, struct gs_err *err);

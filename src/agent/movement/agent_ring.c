@@ -862,8 +862,15 @@ static int image_put(struct gs_ring_end *end, const struct gs_agent_held *h, siz
 	struct gs_ring_image_end *s = (struct gs_ring_image_end *)end;
 	const struct gs_copy_chunk *c = &h->plan.chunks[k];
 	uint64_t off = c->va - h->regions[c->region].va;
-	return buf ? gs_image_write_chunk(s->w, c->region, off, buf, c->size, e)
-		   : gs_image_write_zero_chunk(s->w, c->region, off, c->size, e);
+	if (!buf && s->parent_ref && s->parent_ref[k].index1)
+		return gs_image_write_parent_chunk(s->w, c->region, off, c->size, s->parent_ref[k].index1 - 1,
+						   s->parent_ref[k].crc32c, s->fp[k].lo, s->fp[k].hi, e);
+	if (!buf)
+		return gs_image_write_zero_chunk(s->w, c->region, off, c->size, e);
+	struct gs_fp fp = s->fp ? s->fp[k] : (struct gs_fp){ 0, 0 };
+	if (gs_fp_none(fp))
+		fp = gs_fp_of(buf, c->size);
+	return gs_image_write_chunk_fp(s->w, c->region, off, buf, c->size, fp.lo, fp.hi, e);
 }
 
 static int image_get(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, void *buf, struct gs_err *e)
@@ -874,8 +881,9 @@ static int image_get(struct gs_ring_end *end, const struct gs_agent_held *h, siz
 
 static bool image_known_zero(struct gs_ring_end *end, size_t k)
 {
-	const uint8_t *z = ((struct gs_ring_image_end *)end)->known_zero;
-	return z && z[k];
+	const struct gs_ring_image_end *s = (const struct gs_ring_image_end *)end;
+	/* nothing crosses PCIe for it: all zero on the GPU, or equal to the parent's chunk */
+	return (s->known_zero && s->known_zero[k]) || (s->parent_ref && s->parent_ref[k].index1);
 }
 
 /* A chunk the image records as ZERO: set on the GPU, neither read nor carried over PCIe. */

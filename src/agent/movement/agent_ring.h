@@ -41,6 +41,7 @@
 #include "agent/base/agent.h"
 #include "agent/base/held.h"
 #include "common/err.h"
+#include "core/fingerprint.h"
 #include "core/protocol.h"
 #include "core/staging.h"
 #include "image/image.h"
@@ -137,12 +138,31 @@ int gs_ring_staging_end_finish(struct gs_ring_staging_end *e);
  * (towards the GPU; its chunks must match h's plan one to one: check that
  * first; every chunk's checksum is verified as it is read).
  */
+/* A chunk an incremental dump leaves in its parent image (agent_image.h): its index there + 1 (0: none), its CRC. */
+struct gs_ring_parent_ref {
+	uint64_t index1;
+	uint32_t crc32c;
+};
+
 struct gs_ring_image_end {
 	struct gs_ring_end end;
 	struct gs_image_writer *w;
 	struct gs_image *img;
 	/* a writer's chunks known all zero before the transfer (found on the GPU; NULL: none): written as zero records */
 	const uint8_t *known_zero;
+	/*
+	 * A writer's chunk fingerprints computed on the GPU before the transfer
+	 * (agent_fingerprint.h; NULL, or {0, 0} for a chunk: none), recorded in
+	 * the manifest; a chunk without one gets it computed from the bytes the
+	 * transfer brought (core/fingerprint.h), on the IO thread that writes it.
+	 */
+	const struct gs_fp *fp;
+	/*
+	 * An incremental dump's chunks equal to the parent's (NULL: none): not
+	 * copied (as known_zero ones), recorded as PARENT chunks with fp's
+	 * fingerprint and the parent chunk's CRC.
+	 */
+	const struct gs_ring_parent_ref *parent_ref;
 };
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w);
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);

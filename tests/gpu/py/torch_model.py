@@ -8,8 +8,13 @@ stdin, one per line, like the C test apps (the loop is check_loop.py's):
              to the references (and a training step runs), else "CHECK FAIL <why>"
   churn   -> allocates and frees tensors of many sizes (exercises the allocator)
 With --held-mib N it also keeps N MiB of seeded random data on the GPU (in 1 GiB
-tensors, real non-zero data for the time-slicing tests) that check compares
-bit for bit, tensor by tensor, with the same data generated again.
+tensors, or --held-tensor-mib, real non-zero data for the time-slicing tests)
+that check compares bit for bit, tensor by tensor, with the same data generated
+again.
+  touch   -> with --touch-mib M: new random data, in place, in the first held
+             tensors holding M MiB (what changed between two checkpoints of a
+             job: bench/incremental.sh) -> "TOUCH OK <MiB>"; check compares them
+             with their new data
   quit    -> "BYE 0"
 With --bench N it instead times N training steps and N inference steps and prints
 "BENCH train_ms=<median> infer_ms=<median> gpu_train_ms=<median> gpu_infer_ms=<median>"
@@ -54,14 +59,16 @@ def build(seed, dim, layers, batch=8, seq=128):
     return model, x
 
 
-def held_sizes(mib):
-    """--held-mib split in tensors of at most 1 GiB (MiB each)."""
-    return [min(1024, mib - i) for i in range(0, mib, 1024)]
+def held_sizes(mib, part=1024):
+    """--held-mib split in tensors of at most part MiB (MiB each)."""
+    return [min(part, mib - i) for i in range(0, mib, part)]
 
 
-def held_part(seed, i, mib):
-    """Tensor i of the held data: mib MiB of random bytes from a generator seeded by (seed, i)."""
+def held_part(seed, i, mib, out=None):
+    """Tensor i of the held data: mib MiB of random bytes from a generator seeded by (seed, i) (into out, in place)."""
     g = torch.Generator("cuda").manual_seed(seed * 100003 + i)
+    if out is not None:
+        return torch.randint(0, 256, (mib << 20,), dtype=torch.uint8, device="cuda", generator=g, out=out)
     return torch.randint(0, 256, (mib << 20,), dtype=torch.uint8, device="cuda", generator=g)
 
 
@@ -89,6 +96,8 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--bench", type=int, default=0)
     ap.add_argument("--held-mib", type=int, default=0, help="MiB of seeded random data kept on the GPU")
+    ap.add_argument("--held-tensor-mib", type=int, default=1024, help="MiB of each held tensor")
+    ap.add_argument("--touch-mib", type=int, default=0, help="MiB that the touch command gives new data")
     args = ap.parse_args()
     torch.backends.cudnn.deterministic = True
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -151,7 +160,8 @@ def main():
     # a copy of the model to train, so the reference model's weights never change
     trainee, _ = build(args.seed, args.dim, args.layers)
     opt = torch.optim.SGD(trainee.parameters(), lr=1e-6)
-    held = [held_part(args.seed, i, n) for i, n in enumerate(held_sizes(args.held_mib))]
+    held = [held_part(args.seed, i, n) for i, n in enumerate(held_sizes(args.held_mib, args.held_tensor_mib))]
+    rounds = [0] * len(held)  # times each held tensor was touched: its data is seed + 7919 * rounds
 
     def check():
         out = forward(model, x)
@@ -164,12 +174,23 @@ def main():
             why.append("graph replay differs")
         for i, t in enumerate(held):
             # generated again one tensor at a time: never a second copy of all of it on the GPU
-            if not torch.equal(t, held_part(args.seed, i, t.numel() >> 20)):
+            if not torch.equal(t, held_part(args.seed + 7919 * rounds[i], i, t.numel() >> 20)):
                 why.append("held data tensor %d differs" % i)
         loss = train_step(trainee, opt, x)
         if loss != loss:
             why.append("training step gave NaN")
         return why
+
+    def touch():
+        done = 0
+        for i, t in enumerate(held):
+            if done >= args.touch_mib:
+                break
+            rounds[i] += 1
+            held_part(args.seed + 7919 * rounds[i], i, t.numel() >> 20, out=t)  # in place: same addresses
+            done += t.numel() >> 20
+        torch.cuda.synchronize()
+        print("TOUCH OK %d" % done, flush=True)
 
     def churn():
         keep = []
@@ -181,7 +202,7 @@ def main():
         torch.cuda.synchronize()
         print("CHURN OK", flush=True)
 
-    return check_loop.serve(check, os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"), {"churn": churn})
+    return check_loop.serve(check, os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"), {"churn": churn, "touch": touch})
 
 
 if __name__ == "__main__":
