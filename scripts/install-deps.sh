@@ -2,7 +2,7 @@
 # install-deps.sh [build|test] - makes sure what gpusnap needs is here, installing
 # what is missing with apt-get when run as root on Debian/Ubuntu. Idempotent.
 #
-#   build   cmake, a C compiler, make, pkg-config, liblz4-dev and libzstd-dev:
+#   build   cmake, a C compiler, make, liblz4-dev and libzstd-dev (headers only):
 #           what `make` and `make demo` need. Missing
 #           ones are an error. Quiet when all are present.
 #   test    (the default; `make test`) the build tools, then each group of
@@ -76,7 +76,6 @@ missing=()
 have cmake || missing+=(cmake)
 have cc || missing+=(gcc)
 have make || missing+=(make)
-have pkg-config || missing+=(pkg-config)
 # chunk compression (src/image/codec.c) builds against Debian's liblz4 and libzstd
 have_pkgs liblz4-dev || missing+=(liblz4-dev)
 have_pkgs libzstd-dev || missing+=(libzstd-dev)

@@ -2,13 +2,22 @@
  * codec.c - chunk compression through liblz4 and libzstd, the byte-plane
  * split, the per-chunk choice between them, and the thread's scratch buffers
  * (see codec.h).
+ *
+ * The libraries are loaded with dlopen when a codec is first used, not
+ * linked: this code runs inside the agent too, which is preloaded into
+ * applications and containers that may lack them, and a link-time
+ * dependency would keep the agent from loading there at all (ld.so ignores
+ * a preload it cannot resolve). Without the library only that codec is
+ * missing, and says so.
  */
 #include "image/codec.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +26,98 @@
 #include <zstd.h>
 
 #include "common/util.h"
+
+/* ------------------------------------------------------ the libraries */
+
+#define LZ4_SONAME "liblz4.so.1"
+#define ZSTD_SONAME "libzstd.so.1"
+
+/* The functions used, typed by the libraries' own headers. */
+static struct {
+	bool lz4_ok, zstd_ok;
+	char lz4_why[160], zstd_why[160];
+	__typeof__(LZ4_compressBound) *lz4_bound;
+	__typeof__(LZ4_sizeofState) *lz4_state_size;
+	__typeof__(LZ4_compress_fast_extState) *lz4_compress;
+	__typeof__(LZ4_sizeofStateHC) *lz4hc_state_size;
+	__typeof__(LZ4_compress_HC_extStateHC) *lz4hc_compress;
+	__typeof__(LZ4_decompress_safe) *lz4_decompress;
+	__typeof__(ZSTD_maxCLevel) *zstd_max_level;
+	__typeof__(ZSTD_compressBound) *zstd_bound;
+	__typeof__(ZSTD_createCCtx) *zstd_create_cctx;
+	__typeof__(ZSTD_freeCCtx) *zstd_free_cctx;
+	__typeof__(ZSTD_compressCCtx) *zstd_compress;
+	__typeof__(ZSTD_isError) *zstd_is_error;
+	__typeof__(ZSTD_findFrameCompressedSize) *zstd_frame_size;
+	__typeof__(ZSTD_getFrameContentSize) *zstd_content_size;
+	__typeof__(ZSTD_createDCtx) *zstd_create_dctx;
+	__typeof__(ZSTD_freeDCtx) *zstd_free_dctx;
+	__typeof__(ZSTD_decompressDCtx) *zstd_decompress;
+} lib;
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+
+/* dlsym into a function pointer (POSIX guarantees the conversion dlsym's users rely on). */
+#define SYM(h, field, name, ok) \
+	do { \
+		*(void **)(&lib.field) = dlsym(h, name); \
+		if (!lib.field) \
+			ok = false; \
+	} while (0)
+
+static void *open_lib(const char *soname, char *why, size_t n)
+{
+	void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *e = dlerror();
+		snprintf(why, n, "%s cannot be loaded here (%s)", soname, e ? e : "no reason given");
+	}
+	return h;
+}
+
+static void lib_load(void)
+{
+	void *h = open_lib(LZ4_SONAME, lib.lz4_why, sizeof(lib.lz4_why));
+	if (h) {
+		bool ok = true;
+		SYM(h, lz4_bound, "LZ4_compressBound", ok);
+		SYM(h, lz4_state_size, "LZ4_sizeofState", ok);
+		SYM(h, lz4_compress, "LZ4_compress_fast_extState", ok);
+		SYM(h, lz4hc_state_size, "LZ4_sizeofStateHC", ok);
+		SYM(h, lz4hc_compress, "LZ4_compress_HC_extStateHC", ok);
+		SYM(h, lz4_decompress, "LZ4_decompress_safe", ok);
+		lib.lz4_ok = ok;
+		if (!ok)
+			snprintf(lib.lz4_why, sizeof(lib.lz4_why), "%s lacks a function gpusnap uses (too old)", LZ4_SONAME);
+	}
+	h = open_lib(ZSTD_SONAME, lib.zstd_why, sizeof(lib.zstd_why));
+	if (h) {
+		bool ok = true;
+		SYM(h, zstd_max_level, "ZSTD_maxCLevel", ok);
+		SYM(h, zstd_bound, "ZSTD_compressBound", ok);
+		SYM(h, zstd_create_cctx, "ZSTD_createCCtx", ok);
+		SYM(h, zstd_free_cctx, "ZSTD_freeCCtx", ok);
+		SYM(h, zstd_compress, "ZSTD_compressCCtx", ok);
+		SYM(h, zstd_is_error, "ZSTD_isError", ok);
+		SYM(h, zstd_frame_size, "ZSTD_findFrameCompressedSize", ok);
+		SYM(h, zstd_content_size, "ZSTD_getFrameContentSize", ok);
+		SYM(h, zstd_create_dctx, "ZSTD_createDCtx", ok);
+		SYM(h, zstd_free_dctx, "ZSTD_freeDCtx", ok);
+		SYM(h, zstd_decompress, "ZSTD_decompressDCtx", ok);
+		lib.zstd_ok = ok;
+		if (!ok)
+			snprintf(lib.zstd_why, sizeof(lib.zstd_why), "%s lacks a function gpusnap uses (too old)", ZSTD_SONAME);
+	}
+}
+
+const char *gs_codec_unavailable(unsigned codec)
+{
+	pthread_once(&lib_once, lib_load);
+	if (codec == GS_CODEC_LZ4)
+		return lib.lz4_ok ? NULL : lib.lz4_why;
+	if (codec == GS_CODEC_ZSTD)
+		return lib.zstd_ok ? NULL : lib.zstd_why;
+	return codec == GS_CODEC_NONE ? NULL : "unknown codec";
+}
 
 /* The sample a chunk's transform is chosen on: this much from its start, middle and end. */
 #define SAMPLE_PIECE (32u << 10)
@@ -52,8 +153,10 @@ static void scratch_free(void *v)
 	free(s->stored.p);
 	free(s->lz4_state);
 	free(s->lz4hc_state);
-	ZSTD_freeCCtx(s->cctx);
-	ZSTD_freeDCtx(s->dctx);
+	if (s->cctx)
+		lib.zstd_free_cctx(s->cctx); /* made only through the library, so it is loaded */
+	if (s->dctx)
+		lib.zstd_free_dctx(s->dctx);
 	free(s);
 }
 
@@ -114,7 +217,10 @@ const char *gs_transform_name(unsigned transform)
 
 static int level_max(unsigned codec)
 {
-	return codec == GS_CODEC_LZ4 ? GS_LZ4_LEVEL_MAX : codec == GS_CODEC_ZSTD ? ZSTD_maxCLevel() : 0;
+	/* zstd's own maximum where the library is here, else the one of the version gpusnap was built with */
+	if (codec == GS_CODEC_ZSTD)
+		return gs_codec_unavailable(codec) ? GS_ZSTD_LEVEL_MAX : lib.zstd_max_level();
+	return codec == GS_CODEC_LZ4 ? GS_LZ4_LEVEL_MAX : 0;
 }
 
 int gs_compress_level(const struct gs_compress *c)
@@ -182,7 +288,7 @@ void gs_unsplit2(const void *src, void *dst, size_t len)
 
 static size_t bound(unsigned codec, size_t len)
 {
-	return codec == GS_CODEC_LZ4 ? (size_t)LZ4_compressBound((int)len) : ZSTD_compressBound(len);
+	return codec == GS_CODEC_LZ4 ? (size_t)lib.lz4_bound((int)len) : lib.zstd_bound(len);
 }
 
 /* Compresses len bytes of src into dst (cap bytes); the compressed size, or 0 on failure. */
@@ -194,20 +300,20 @@ static size_t encode(struct scratch *s, const struct gs_compress *c, const void 
 			return 0;
 		int r;
 		if (level <= 1) {
-			if (!s->lz4_state && !(s->lz4_state = malloc((size_t)LZ4_sizeofState())))
+			if (!s->lz4_state && !(s->lz4_state = malloc((size_t)lib.lz4_state_size())))
 				return 0;
-			r = LZ4_compress_fast_extState(s->lz4_state, src, dst, (int)len, (int)cap, 1);
+			r = lib.lz4_compress(s->lz4_state, src, dst, (int)len, (int)cap, 1);
 		} else {
-			if (!s->lz4hc_state && !(s->lz4hc_state = malloc((size_t)LZ4_sizeofStateHC())))
+			if (!s->lz4hc_state && !(s->lz4hc_state = malloc((size_t)lib.lz4hc_state_size())))
 				return 0;
-			r = LZ4_compress_HC_extStateHC(s->lz4hc_state, src, dst, (int)len, (int)cap, level);
+			r = lib.lz4hc_compress(s->lz4hc_state, src, dst, (int)len, (int)cap, level);
 		}
 		return r > 0 ? (size_t)r : 0;
 	}
-	if (!s->cctx && !(s->cctx = ZSTD_createCCtx()))
+	if (!s->cctx && !(s->cctx = lib.zstd_create_cctx()))
 		return 0;
-	size_t r = ZSTD_compressCCtx(s->cctx, dst, cap, src, len, level);
-	return ZSTD_isError(r) ? 0 : r;
+	size_t r = lib.zstd_compress(s->cctx, dst, cap, src, len, level);
+	return lib.zstd_is_error(r) ? 0 : r;
 }
 
 /* At most SAMPLE_MAX bytes of src, from its start, middle and end (even offsets and lengths), into dst. */
@@ -233,7 +339,8 @@ static bool shrinks(size_t out, size_t len)
 int gs_chunk_compress(const struct gs_compress *c, const void *src, size_t len, const void **out, size_t *out_len,
 		      uint8_t *transform)
 {
-	if (c->codec == GS_CODEC_NONE || c->codec > GS_CODEC_MAX || len == 0 || len > GS_FMT_CHUNK_DATA_MAX)
+	if (c->codec == GS_CODEC_NONE || c->codec > GS_CODEC_MAX || len == 0 || len > GS_FMT_CHUNK_DATA_MAX ||
+	    gs_codec_unavailable(c->codec))
 		return 0;
 	struct scratch *s = scratch_get();
 	size_t sb = bound(c->codec, SAMPLE_MAX);
@@ -280,7 +387,7 @@ static int decode(struct scratch *s, unsigned codec, const void *src, size_t sto
 			*why = "longer than an lz4 block may be";
 			return -1;
 		}
-		int r = LZ4_decompress_safe(src, dst, (int)stored_len, (int)len);
+		int r = lib.lz4_decompress(src, dst, (int)stored_len, (int)len);
 		if (r < 0) {
 			*why = "the lz4 block is damaged";
 			return -1;
@@ -295,19 +402,19 @@ static int decode(struct scratch *s, unsigned codec, const void *src, size_t sto
 		*why = "unknown codec";
 		return -1;
 	}
-	if (ZSTD_findFrameCompressedSize(src, stored_len) != stored_len) {
+	if (lib.zstd_frame_size(src, stored_len) != stored_len) {
 		*why = "the stored bytes are not exactly one zstd frame";
 		return -1;
 	}
-	unsigned long long content = ZSTD_getFrameContentSize(src, stored_len);
+	unsigned long long content = lib.zstd_content_size(src, stored_len);
 	if (content != len) {
 		*why = "the zstd frame's content size is not the chunk's length";
 		return -1;
 	}
-	if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
+	if (!s->dctx && !(s->dctx = lib.zstd_create_dctx()))
 		return -2;
-	size_t r = ZSTD_decompressDCtx(s->dctx, dst, len, src, stored_len);
-	if (ZSTD_isError(r)) {
+	size_t r = lib.zstd_decompress(s->dctx, dst, len, src, stored_len);
+	if (lib.zstd_is_error(r)) {
 		*why = "the zstd frame is damaged";
 		return -1;
 	}
@@ -326,6 +433,9 @@ int gs_chunk_decompress(unsigned codec, unsigned transform, const void *src, siz
 		*why = "unknown transform";
 		return -1;
 	}
+	if (codec != GS_CODEC_NONE && codec <= GS_CODEC_MAX && (*why = gs_codec_unavailable(codec)) != NULL)
+		return -3;
+	*why = "";
 	struct scratch *s = scratch_get();
 	if (!s)
 		return -2;

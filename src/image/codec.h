@@ -10,7 +10,10 @@
  * barely; mixed in one stream neither does). A chunk that would not shrink
  * by at least 1/32 is stored as it is. All calls are thread-safe: each
  * thread keeps its own scratch buffers and codec contexts, freed when it
- * exits, so the writer threads that call this compress in parallel.
+ * exits, so the writer threads that call this compress in parallel. The
+ * libraries are loaded when first needed (codec.c says why): a codec whose
+ * library is missing compresses nothing and decompresses nothing, and
+ * gs_codec_unavailable says why.
  */
 #ifndef GPUSNAP_IMAGE_CODEC_H
 #define GPUSNAP_IMAGE_CODEC_H
@@ -29,6 +32,7 @@ struct gs_compress {
 /* Levels: lz4 1 (its fast mode) to 12 (2 and up: LZ4HC), default 1; zstd 1 to 22, default 3. */
 #define GS_LZ4_LEVEL_MAX 12
 #define GS_ZSTD_LEVEL_DEFAULT 3
+#define GS_ZSTD_LEVEL_MAX 22 /* where libzstd is not here to say its own */
 
 /*
  * Parses "lz4", "zstd", "lz4:LEVEL", "zstd:LEVEL" or "none". GS_E_USAGE with
@@ -39,6 +43,8 @@ int gs_compress_parse(const char *s, struct gs_compress *c, struct gs_err *err);
 const char *gs_codec_name(unsigned codec);
 /* "none", "split2"; "unknown" for other values. */
 const char *gs_transform_name(unsigned transform);
+/* NULL where codec can be used here; else why not (its library cannot be loaded), a static string. */
+const char *gs_codec_unavailable(unsigned codec);
 /* The level c stands for (its default filled in). */
 int gs_compress_level(const struct gs_compress *c);
 
@@ -56,7 +62,8 @@ int gs_chunk_compress(const struct gs_compress *c, const void *src, size_t len, 
  * Decompresses stored_len bytes of a chunk written with codec and transform
  * into dst, which takes exactly len bytes. 0, or -1 with *why (a static
  * string) where the bytes are not what the codec makes of len bytes
- * (damaged), -2 where memory for the scratch buffer is lacking.
+ * (damaged), -2 where memory for the scratch buffer is lacking, -3 with *why
+ * where the codec's library cannot be loaded here.
  */
 int gs_chunk_decompress(unsigned codec, unsigned transform, const void *src, size_t stored_len, void *dst, size_t len,
 			const char **why);

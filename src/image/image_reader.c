@@ -688,6 +688,9 @@ static int read_compressed(struct gs_image *img, size_t i, void *buf, struct gs_
 	int d = gs_chunk_decompress(c->codec, c->transform, st, c->stored_length, buf, c->length, &why);
 	if (d == -2)
 		return gs_image_oom(err, "decompressing a chunk");
+	if (d == -3)
+		return gs_fail(err, GS_E_IMAGE, "image '%s': chunk %zu is %s-compressed, and %s", img->path, i,
+			       gs_codec_name(c->codec), why);
 	if (d)
 		return gs_fail(err, GS_E_IMAGE, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ", %" PRIu64
 			       " bytes) in '%s' at %" PRIu64 " does not decompress: %s", img->path, i, c->alloc_id,

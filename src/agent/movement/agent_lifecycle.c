@@ -35,6 +35,7 @@
 #include "agent/movement/agent_zero_scan.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "image/codec.h"
 #include "common/util.h"
 #include "image/image.h"
 
@@ -975,6 +976,11 @@ out:
 int gs_lc_dump(struct gs_agent *a, const char *gpu_dir, const char *dir_name, double timeout_s,
 	       const struct gs_dump_opts *o, struct gs_msg *reply, struct gs_err *err)
 {
+	/* a codec whose library this process lacks is said before anything moves (image/codec.h) */
+	const char *why = o->compress_codec ? gs_codec_unavailable(o->compress_codec) : NULL;
+	if (why)
+		return gs_fail(err, GS_E_AGENT, "cannot compress with %s in this process: %s",
+			       gs_codec_name(o->compress_codec), why);
 	return o->running ? dump_running(a, gpu_dir, dir_name, timeout_s, o, reply, err)
 			  : gs_lc_save(a, gpu_dir, dir_name, o, reply, err);
 }
