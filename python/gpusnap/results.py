@@ -27,8 +27,8 @@ class ProcessOutcome:
     agent: Optional[Dict[str, float]] = None  # the agent's timings (..._s) and counters (bytes, zero_bytes, ...)
     vram_before_bytes: Optional[int] = None   # where NVML answers
     vram_after_bytes: Optional[int] = None
-    # a suspend on the agent path: where the data went, {"where": "host-memory" or "spill", "held_bytes",
-    # "zero_bytes", "dir" (spill)}
+    # a suspend on the agent path: where the data went, {"where": "host-memory", "spill" or "split" (part
+    # in each), "held_bytes", "memory_bytes", "spilled_bytes", "zero_bytes", "dir" (spill, split)}
     data: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -154,7 +154,8 @@ class ProcessState:
     stopped: Optional[str] = None       # why neither driver nor agent can answer for it now
     fault: Optional[str] = None         # why the agent keeps it suspended
     operation: Optional[Operation] = None
-    # suspended with the agent: where its data is, {"where": "host-memory", "spill" or "image", "bytes", "dir"}
+    # suspended with the agent: where its data is, {"where": "host-memory", "spill", "split" or "image", "bytes",
+    # "memory_bytes", "spilled_bytes", "dir"}
     data: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 

@@ -76,6 +76,8 @@ static const char *data_where(const struct state_view *v)
 {
 	if (!v->ag.present)
 		return NULL;
+	if (v->ag.held_memory && v->ag.held_image && v->spill_dir[0])
+		return "split"; /* host memory held part of a suspend, the spill the rest */
 	if (v->ag.held_memory)
 		return "host-memory";
 	if (v->ag.held_image)
@@ -206,7 +208,9 @@ static void json_view(struct gs_json *j, const struct cli_session *s, const stru
 		gs_json_kv_string(j, "where", data_where(v));
 		if (v->spill_dir[0])
 			gs_json_kv_string(j, "dir", v->spill_dir);
-		gs_json_kv_uint(j, "bytes", v->ag.held_memory ? v->ag.held_memory : v->ag.held_image);
+		gs_json_kv_uint(j, "bytes", v->ag.held_memory + v->ag.held_image);
+		gs_json_kv_uint(j, "memory_bytes", v->ag.held_memory);
+		gs_json_kv_uint(j, "spilled_bytes", v->ag.held_image);
 		gs_json_object_end(j);
 	}
 	if (s->nvml)
@@ -273,7 +277,12 @@ static void print_data_line(const struct state_view *v, const char *prefix)
 	char b[32], shown[PATH_MAX];
 	if (!where)
 		return;
-	if (v->ag.held_memory)
+	char b2[32];
+	if (!strcmp(where, "split"))
+		printf("%sdata: in host memory, %s, and spilled to %s, %s\n", prefix,
+		       gs_format_bytes(v->ag.held_memory, b, sizeof(b)), gs_printable(shown, sizeof(shown), v->spill_dir),
+		       gs_format_bytes(v->ag.held_image, b2, sizeof(b2)));
+	else if (v->ag.held_memory)
 		printf("%sdata: in host memory, %s\n", prefix, gs_format_bytes(v->ag.held_memory, b, sizeof(b)));
 	else if (v->spill_dir[0])
 		printf("%sdata: spilled to %s, %s\n", prefix, gs_printable(shown, sizeof(shown), v->spill_dir),
@@ -303,8 +312,9 @@ static void host_sum_add(struct host_sum *h, const struct state_view *v)
 	if (v->ag.held_memory) {
 		h->memory_bytes += v->ag.held_memory;
 		h->memory_procs++;
-		return;
 	}
+	if (!v->ag.held_image)
+		return;
 	if (!v->spill_dir[0])
 		return;
 	int k = 0;

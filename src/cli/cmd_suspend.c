@@ -42,8 +42,9 @@ const struct cli_doc suspend_doc = {
 		"takes the driver path. A failure or a timeout anywhere rolls the suspend back: the process runs on.\n\n"
 		"The agent asks for host memory only for the data it will hold: all-zero chunks stay on the GPU. Where "
 		"host memory would not hold it (less GPUSNAP_HOST_MEMORY_MARGIN), the suspend is refused, or with a "
-		"spill directory (--spill DIR, or GPUSNAP_SPILL_DIR) the agent streams the data into an image there "
-		"instead; --spill-only always does. Resume reads it back and removes it.",
+		"spill directory (--spill DIR, or GPUSNAP_SPILL_DIR) the agent keeps in host memory what fits and "
+		"streams the rest into an image there, in one pass; --spill-only streams all of it. Resume reads it "
+		"back and removes it.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" }, { GS_E_NO_PROCESS, "" },
 						{ GS_E_NOT_CUDA, "" }, { GS_E_PERMISSION, "the spill directory is another user's, "
 							"writable by others, or read-only" },

@@ -76,10 +76,14 @@ static void print_json(struct cli_session *s, const struct cli_outcome *o)
 			/* where the agent put the data: host memory or the spill directory, all but the zero chunks */
 			gs_json_key(&j, "data");
 			gs_json_object_begin(&j);
-			gs_json_kv_string(&j, "where", ag->spill_dir[0] ? "spill" : "host-memory");
+			uint64_t held = cli_agent_counter(ag, "held_bytes");
+			uint64_t mem = ag->spill_dir[0] ? cli_agent_counter(ag, "memory_bytes") : held;
+			gs_json_kv_string(&j, "where", !ag->spill_dir[0] ? "host-memory" : mem ? "split" : "spill");
 			if (ag->spill_dir[0])
 				gs_json_kv_string(&j, "dir", ag->spill_dir);
-			gs_json_kv_uint(&j, "held_bytes", cli_agent_counter(ag, "held_bytes"));
+			gs_json_kv_uint(&j, "held_bytes", held);
+			gs_json_kv_uint(&j, "memory_bytes", mem);
+			gs_json_kv_uint(&j, "spilled_bytes", held - mem);
 			gs_json_kv_uint(&j, "zero_bytes", cli_agent_counter(ag, "zero_bytes"));
 			gs_json_object_end(&j);
 		}
@@ -133,10 +137,14 @@ static void print_human(struct cli_session *s, const struct cli_outcome *o)
 				printf(suspend ? ", release %.2f s" : ", map %.2f s",
 				       cli_agent_timing(ag, suspend ? "release" : "map"));
 				if (suspend) {
-					char h[32], z[32];
+					char h[32], z[32], m[32];
+					uint64_t mem = cli_agent_counter(ag, "memory_bytes");
+					if (ag->spill_dir[0] && mem)
+						printf(", %s in host memory", gs_format_bytes(mem, m, sizeof(m)));
 					printf(ag->spill_dir[0] ? ", %s spilled to %s (%s zero left out)" : ", %s%s in host memory "
 					       "(%s zero left out)",
-					       gs_format_bytes(cli_agent_counter(ag, "held_bytes"), h, sizeof(h)),
+					       gs_format_bytes(cli_agent_counter(ag, "held_bytes") - (ag->spill_dir[0] ? mem : 0), h,
+							       sizeof(h)),
 					       ag->spill_dir[0] ? ag->spill_dir : "",
 					       gs_format_bytes(cli_agent_counter(ag, "zero_bytes"), z, sizeof(z)));
 				}

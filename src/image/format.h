@@ -36,6 +36,7 @@
 #define GS_FMT_VERSION_MIN 1u
 #define GS_FMT_VERSION_COMPRESS 2u /* compressed chunks: chunk records of at least 64 bytes */
 #define GS_FMT_VERSION_PARENT 2u   /* incremental images: a parent section, PARENT chunks */
+#define GS_FMT_VERSION_PARTIAL 2u  /* partial images: ELSEWHERE chunks */
 #define GS_FMT_CHAIN_MAX 64u       /* images in a chain, the image itself included */
 
 /* ---- names inside an image directory ---- */
@@ -163,7 +164,13 @@ struct gs_fmt_allocation {
 #define GS_CHUNK_F_COMPRESSED 0x2u /* version 2: the payload is `stored_length` bytes of `codec` output */
 #define GS_CHUNK_F_KNOWN_V1 GS_CHUNK_F_ZERO
 #define GS_CHUNK_F_PARENT 0x4u     /* version 2: the bytes are chunk `file_offset` of the parent image; nothing stored */
-#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT)
+/*
+ * version 2: the bytes are not in this image, nothing stored (a partial image:
+ * a suspend's spill whose other part stayed in the process's host memory);
+ * only gs_image_open_partial opens an image with such chunks
+ */
+#define GS_CHUNK_F_ELSEWHERE 0x8u
+#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE)
 
 /* Compression codecs of a chunk (version 2). */
 enum gs_fmt_codec {

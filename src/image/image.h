@@ -194,6 +194,18 @@ int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_
 /* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err);
+/*
+ * Makes w a partial image (format version 2) before its first chunk:
+ * gs_image_write_elsewhere_chunk may then record chunks held outside it.
+ * GS_E_FAILURE once a chunk was written.
+ */
+int gs_image_writer_set_partial(struct gs_image_writer *w, struct gs_err *err);
+/*
+ * Records [offset, offset+len) of a partial image as held outside it
+ * (GS_CHUNK_F_ELSEWHERE); only gs_image_open_partial opens the image.
+ */
+int gs_image_write_elsewhere_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				   struct gs_err *err);
 
 /*
  * Creates cpu/ (0700) inside the temporary directory, marks the image as
@@ -391,6 +403,13 @@ struct gs_image;
  * GS_E_PERMISSION (untrusted owner or mode, a link, an unsafe directory above).
  */
 int gs_image_open(const char *dir, struct gs_image **img, struct gs_err *err);
+/*
+ * gs_image_open refuses a partial image (chunks flagged ELSEWHERE: a suspend's
+ * spill whose other part is in the process's host memory), so restore and
+ * inspect never take one for a whole image; this opens one too (the agent's
+ * resume of a split suspend). Reading an ELSEWHERE chunk fails.
+ */
+int gs_image_open_partial(const char *dir, struct gs_image **img, struct gs_err *err);
 /*
  * gs_image_open holding the image for reading until gs_image_close: a shared
  * flock() on DIR's directory, taken before anything in it is read. A publish

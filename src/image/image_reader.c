@@ -266,6 +266,7 @@ struct chain {
 	uint8_t ids[GS_FMT_CHAIN_MAX][16];
 	size_t n;
 	bool link_failed; /* the error is a broken link's, already naming it */
+	bool partial;     /* the caller reads a partial image (gs_image_open_partial); never its parents */
 };
 
 static int image_open(const char *dir, bool hold, struct chain *ch, struct gs_image **imgp, struct gs_err *err);
@@ -273,6 +274,12 @@ static int image_open(const char *dir, bool hold, struct chain *ch, struct gs_im
 int gs_image_open(const char *dir, struct gs_image **imgp, struct gs_err *err)
 {
 	struct chain ch = { .n = 0 };
+	return image_open(dir, false, &ch, imgp, err);
+}
+
+int gs_image_open_partial(const char *dir, struct gs_image **imgp, struct gs_err *err)
+{
+	struct chain ch = { .n = 0, .partial = true };
 	return image_open(dir, false, &ch, imgp, err);
 }
 
@@ -407,6 +414,16 @@ static int image_open(const char *dir, bool hold, struct chain *ch, struct gs_im
 	if ((rc = gs_fs_check_trusted(&st, dir, err)) || (rc = gs_fs_check_tree_trusted(img->dir_fd, ".", dir, err)) ||
 	    (rc = gs_manifest_read_at(img->dir_fd, dir, &img->m, err)) || (rc = read_cpu_list(img, err)))
 		goto fail;
+	size_t elsewhere = 0;
+	for (size_t i = 0; i < img->m.nchunks; i++)
+		elsewhere += (img->m.chunks[i].flags & GS_CHUNK_F_ELSEWHERE) != 0;
+	if (elsewhere && !(ch->partial && ch->n == 0)) {
+		/* a suspend's spill whose other part stayed in the process's memory: never to be taken for a whole image */
+		rc = gs_fail(err, GS_E_IMAGE, "'%s' holds only part of a process's GPU data (%zu of its %zu chunks are "
+			     "elsewhere: a suspend's spill whose rest is in the process's host memory); only "
+			     "gpusnap resume of that process reads it", dir, elsewhere, img->m.nchunks);
+		goto fail;
+	}
 	if (img->m.nfiles) {
 		img->files = calloc(img->m.nfiles, sizeof(*img->files));
 		if (!img->files) {
@@ -691,6 +708,9 @@ int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err
 		memset(buf, 0, c->length);
 		return 0;
 	}
+	if (c->flags & GS_CHUNK_F_ELSEWHERE)
+		return gs_fail(err, GS_E_IMAGE, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64
+			       ") is not in this image", img->path, i, c->alloc_id, c->offset);
 	if (c->flags & GS_CHUNK_F_COMPRESSED)
 		return read_compressed(img, i, buf, err);
 	if (c->flags & GS_CHUNK_F_PARENT) /* checked at open to be that chunk: same length, checksum, fingerprint */
@@ -744,7 +764,7 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 		return rc;
 	}
 	const struct gs_image_chunk *c = &img->m.chunks[i];
-	if (c->flags & GS_CHUNK_F_ZERO)
+	if (c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE))
 		return 0;
 	bool fp = img->verify_fp && (c->fp_lo || c->fp_hi);
 	struct gs_fp_sums sums = { 0, 0 };

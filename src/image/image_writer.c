@@ -74,6 +74,7 @@ struct gs_image_writer {
 	bool memory_fs; /* the image's file system keeps files in memory (tmpfs): O_DIRECT, if taken, is buffered there */
 	struct gs_compress compress; /* codec NONE: chunks are stored as they are */
 	bool has_parent;             /* an incremental image: parent (path owned) */
+	bool partial;                /* a partial image: ELSEWHERE chunks allowed (gs_image_writer_set_partial) */
 	struct gs_image_parent parent;
 
 	struct data_file **files;
@@ -812,6 +813,53 @@ int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, ui
 							   .crc32c = crc32c, .fp_lo = fp_lo, .fp_hi = fp_hi };
 	w->parent_chunks++;
 	w->parent_bytes += len;
+out:
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+int gs_image_writer_set_partial(struct gs_image_writer *w, struct gs_err *err)
+{
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->nchunks || w->nfiles) {
+		rc = gs_fail(err, GS_E_FAILURE, "an image is made partial before its first chunk");
+	} else {
+		w->partial = true;
+		if (w->info.format_version < GS_FMT_VERSION_PARTIAL)
+			w->info.format_version = GS_FMT_VERSION_PARTIAL; /* its data files are made with the first chunk */
+	}
+	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+int gs_image_write_elsewhere_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				   struct gs_err *err)
+{
+	if (!w->partial)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": a chunk held elsewhere in an image not made "
+			       "partial", alloc_id);
+	if (len == 0)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->failed) {
+		rc = get_failed_locked(w, err);
+		goto out;
+	}
+	ptrdiff_t ai = find_alloc_locked(w, alloc_id);
+	if (ai < 0 || (w->allocs[ai].flags & GS_ALLOC_F_NO_DATA) || offset > w->allocs[ai].size ||
+	    len > w->allocs[ai].size - offset) {
+		rc = gs_fail(err, GS_E_FAILURE, "chunk %" PRIu64 "+%" PRIu64 " held elsewhere of allocation %" PRIu64
+			     ", which was not added, holds no data or is smaller", offset, len, alloc_id);
+		goto out;
+	}
+	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks))) {
+		rc = gs_image_oom(err, "chunks");
+		goto out;
+	}
+	w->chunks[w->nchunks++] = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
+							   .flags = GS_CHUNK_F_ELSEWHERE };
 out:
 	pthread_mutex_unlock(&w->lock);
 	return rc;

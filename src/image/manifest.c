@@ -268,7 +268,7 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 			r.stored_crc32c = c->stored_crc32c;
 			r.codec = c->codec;
 			r.transform = c->transform;
-		} else if (!(c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_PARENT))) {
+		} else if (!(c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE))) {
 			r.stored_length = c->length;
 			r.stored_crc32c = c->crc32c;
 		}
@@ -568,7 +568,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 			c->transform = r.transform;
 			continue;
 		}
-		if (r.flags & GS_CHUNK_F_ZERO)
+		if (r.flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_ELSEWHERE))
 			continue;
 		if (stored_fields) { /* checked against length and crc32c by validate */
 			c->stored_length = r.stored_length;
@@ -686,6 +686,13 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 		return CHUNK_FAIL("extends past the allocation's %" PRIu64 " bytes", a->size);
 	if (c->flags & ~GS_CHUNK_F_KNOWN)
 		return CHUNK_FAIL("unknown flags 0x%" PRIx32, c->flags);
+	if (c->flags & GS_CHUNK_F_ELSEWHERE) {
+		if (c->flags != GS_CHUNK_F_ELSEWHERE)
+			return CHUNK_FAIL("ELSEWHERE with other flags (0x%" PRIx32 ")", c->flags);
+		if (c->file_index || c->file_offset || c->crc32c || c->fp_lo || c->fp_hi)
+			return CHUNK_FAIL("an ELSEWHERE chunk with a file position, checksum or fingerprint");
+		return 0;
+	}
 	if (c->flags & GS_CHUNK_F_ZERO) {
 		if (c->flags & GS_CHUNK_F_COMPRESSED)
 			return CHUNK_FAIL("both ZERO and COMPRESSED");

@@ -102,15 +102,15 @@ folder=$spill/gpusnap-$APP-$(sed 's/.*) //' "/proc/$APP/stat" | awk '{print $20}
 run_gpusnap suspend --json "$APP"; expect "suspend with GPUSNAP_SPILL_DIR when host memory is short" 0
 check "it spilled (spilled $(counter spilled))" test "$(counter spilled)" = 1
 check "the image is in the spill directory" test -d "$folder/image"
-check "the agent's log says why" grep -q "spilling it to disk instead (not enough host memory to hold the GPU data" "$GPUSNAP_AGENT_LOG"
+check "the agent's log says why" grep -q "spilling to disk what it does not hold (not enough host memory to hold the GPU data" "$GPUSNAP_AGENT_LOG"
 run_gpusnap resume "$APP"; expect "resume from the spill" 0
 verify_ok "the data after a spill for want of memory"
 check "the spill folder is removed" test ! -e "$folder"
 # a rollback after the agent spilled (a fault after its part): the data comes back from the spill
 GPUSNAP_FAULT=suspend-after-agent run_gpusnap suspend "$APP"
 check "a suspend failing after the agent spilled fails (rc $RC)" test "$RC" -ne 0
-check "the agent had spilled ($(grep -c "spilling it to disk" "$GPUSNAP_AGENT_LOG") spills logged)" \
-  test "$(grep -c "spilling it to disk" "$GPUSNAP_AGENT_LOG")" = 2
+check "the agent had spilled ($(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG") spills logged)" \
+  test "$(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG")" = 2
 check "it was undone: the driver runs the process" test "$(fake_state)" = 0
 check "the physical memory is back" test "$(phys)" = "$phys0"
 verify_ok "the data after the rolled back spill"

@@ -25,6 +25,8 @@
 #                         against gpusnap restore, agent and driver path) with this Llama shape: 1b, 3b or 8b
 #   GPUSNAP_BENCH_SWITCH  also run bench/switch.sh (gpusnap switch of two processes of this size each, e.g.
 #                         16G, against each half alone, a suspend and a resume, and the driver path)
+#   GPUSNAP_BENCH_SPILL   also run bench/spill.sh (suspend --spill-only and a cold resume of a process of
+#                         this size, e.g. 16G, against dd with O_DIRECT in the same directory)
 #   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240; a test's "# gpu-test-limit: N" line raises it)
 #   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
 #                         10-minute device call still ends with a summary; tests not run are SKIP rows
@@ -331,5 +333,9 @@ fi
 if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_SWITCH:-}" ]; then
   optional_bench bench-switch bench/switch.sh 120 "data verified after every resume and switch" \
     GPUSNAP_BENCH_SWITCH_SIZE="$GPUSNAP_BENCH_SWITCH"
+fi
+if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ] && [ -n "${GPUSNAP_BENCH_SPILL:-}" ]; then
+  optional_bench bench-spill bench/spill.sh 120 "data verified after every resume" \
+    GPUSNAP_BENCH_SPILL_SIZE="$GPUSNAP_BENCH_SPILL"
 fi
 final

@@ -6,7 +6,9 @@
 # `state` say where the data is and how much), resume reads it back and
 # every byte verifies, the spill is removed. Then GPUSNAP_SPILL_DIR with an
 # app whose host memory is short (GPUSNAP_HOST_MEMORY_LIMIT=1G): it spills
-# by itself; a spill file damaged while suspended: resume refuses naming the
+# what does not fit by itself, the 1G that fits staying in host memory (a
+# split: `state` shows both parts, resume brings both back); a spill file
+# damaged while suspended: resume refuses naming the
 # chunk (exit 11), the process stays suspended, and once the file is whole
 # again resume brings every byte back. The rates are logged next to what dd
 # reads and writes in the same directory (O_DIRECT).
@@ -28,13 +30,17 @@ dd_rates() {
   log "dd in $spill: write: $w; read: $r"
 }
 
-spill_cycle() { # NAME WHAT [SUSPEND ARGS...]
-  local name=$1 what=$2 pid=${APP_PID[$1]} held folder
+spill_cycle() { # NAME WHAT [SUSPEND ARGS...]; WHERE=split: host memory holds part of it
+  local name=$1 what=$2 pid=${APP_PID[$1]} held folder where=${WHERE:-spill} line
   shift 2
   gs_run suspend "$pid" --json "$@"
   expect_rc 0 "$what: suspend" || return 1
   check "$what: the data went to the spill directory ($(jget processes.0.data))" \
-    [ "$(jget processes.0.data.where)" == spill ] && [ "$(jget processes.0.data.dir)" == "$spill" ]
+    [ "$(jget processes.0.data.where)" == "$where" ] && [ "$(jget processes.0.data.dir)" == "$spill" ]
+  if [ "$where" = split ]; then
+    check "$what: host memory holds part, at most its 1G ($(jget processes.0.data.memory_bytes) bytes)" \
+      [ "$(jget processes.0.data.memory_bytes)" -gt 0 ] && [ "$(jget processes.0.data.memory_bytes)" -le $((1 << 30)) ]
+  fi
   held=$(jget processes.0.data.held_bytes)
   check "$what: it holds the 8 GiB written ($held bytes)" [ "${held:-0}" -ge $((8 << 30)) ]
   log "$what: spill write $(jget processes.0.agent.spill_write_s) s for $held bytes, suspend total $(jget total_s) s"
@@ -43,7 +49,9 @@ spill_cycle() { # NAME WHAT [SUSPEND ARGS...]
   folder=$(find "$spill" -maxdepth 1 -name "gpusnap-$pid-*" -type d)
   check "$what: its spill folder holds the image ($(du -sh "$folder" 2>/dev/null | cut -f1))" [ -d "$folder/image" ]
   gs_run state -v "$pid"
-  check "$what: state -v says where the data is" grep -q "^data: spilled to $spill, " <<<"$GS_OUT"
+  line="^data: spilled to $spill, "
+  [ "$where" = split ] && line="^data: in host memory, .*, and spilled to $spill, "
+  check "$what: state -v says where the data is" grep -q "$line" <<<"$GS_OUT"
   gs_run state
   check "$what: the list sums it up for the host" grep -q "spilled to $spill (1 process)" <<<"$GS_OUT"
   drop_caches
@@ -64,7 +72,7 @@ app_quit p
 # host memory short: GPUSNAP_SPILL_DIR takes the data by itself
 export GPUSNAP_SPILL_DIR=$spill
 GPUSNAP_HOST_MEMORY_LIMIT=1G app_start s 180 "$GPUSNAP" run -- "$GS_APPS/pattern" --size 8G --alloc-size 1G --seed 32 || finish
-spill_cycle s "a suspend whose host memory is short" || finish
+WHERE=split spill_cycle s "a suspend whose host memory is short (split)" || finish
 
 # a damaged spill: refused naming the chunk, still suspended, whole again: every byte back
 pid=${APP_PID[s]}

@@ -64,6 +64,11 @@ struct gs_agent_held {
 	 */
 	uint64_t held_bytes;
 	bool spilled;
+	/*
+	 * Of held_bytes, those in the spill image: all of them for a whole
+	 * spill; for a split (pool and spilled both set) the rest is in the pool.
+	 */
+	uint64_t spilled_bytes;
 	/* bounce, on demand: this suspend's own copy ring, made before its pool so both set up at once */
 	struct gs_ring *ring;
 	double ring_setup_s;

@@ -247,7 +247,8 @@ static int check_match(const struct gs_agent_held *h, const struct gs_image *img
 /* Opens the agent image at gpu_dir and checks that it is h's (same regions, same chunks). */
 int gs_agent_image_open_matching(const struct gs_agent_held *h, const char *gpu_dir, struct gs_image **img, struct gs_err *err)
 {
-	int rc = gs_image_open(gpu_dir, img, err);
+	/* a split suspend's spill holds only its part (the rest in the pool): opened as the partial image it is */
+	int rc = h && h->pool && h->spilled ? gs_image_open_partial(gpu_dir, img, err) : gs_image_open(gpu_dir, img, err);
 	if (!rc && strcmp(gs_image_get_info(*img)->how, "agent"))
 		rc = gs_fail(err, GS_E_IMAGE, "'%s' was not written by the gpusnap agent", gpu_dir);
 	if (!rc)

@@ -5,7 +5,7 @@
  * writer of the state, and the gate opens only in back_open.
  *
  * What each request walks:
- *   SUSPEND   quiesce, plan, copy into staging, release             -> RELEASED
+ *   SUSPEND   quiesce, plan, copy to staging and/or spill, release  -> RELEASED
  *   DUMP      quiesce, plan, stream into a sealed image, release    -> RELEASED
  *   RESUME    bring back (from the holder or an image), drop, open  -> RUNNING
  *   GATE/OPEN close the gate / open it again                        <-> GATED
@@ -258,7 +258,9 @@ static void step_shrink_stacks(struct gs_agent *a, struct gs_msg *reply)
 /* Where the holder keeps the data, for messages. */
 static const char *holder_name(const struct gs_agent_held *h, char *buf, size_t n)
 {
-	if (h && h->pool)
+	if (h && h->pool && h->spilled && h->image_dir)
+		snprintf(buf, n, "host memory and the spill image at '%s'", h->image_dir);
+	else if (h && h->pool)
 		snprintf(buf, n, "host memory");
 	else if (h && h->spilled && h->image_dir)
 		snprintf(buf, n, "the spill image at '%s'", h->image_dir);
@@ -313,6 +315,45 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 }
 
 /*
+ * A split suspend's data back (issue 24): the image's chunks from the spill
+ * (O_DIRECT, read once, cold), the ELSEWHERE ones from the pool, in one
+ * transfer. The pool is kept until the caller drops the holder.
+ */
+static int fill_split(struct gs_agent *a, struct gs_agent_held *h, struct gs_image *img, struct gs_msg *reply,
+		      struct gs_err *err)
+{
+	double t0 = gs_now();
+	uint8_t *to_image = gs_ring_split_from_image(img);
+	if (!to_image)
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	gs_image_set_direct_io(img, true);
+	struct gs_ring_staging_end mem;
+	int rc = gs_ring_staging_end(&mem, h, h->pool, -1, h->zero_chunks, false, err);
+	if (rc) {
+		free(to_image);
+		return rc;
+	}
+	struct gs_ring_image_end im;
+	gs_ring_image_reader_end(&im, img);
+	struct gs_ring_split_end end;
+	gs_ring_split_end(&end, &mem, &im, to_image);
+	struct gs_ring_stats rs = { 0 };
+	rc = gs_ring_in(a, h, &end.end, NULL, gs_ring_image_threads(false), &rs, err);
+	gs_ring_staging_end_finish(&mem);
+	free(to_image);
+	if (rc)
+		return rc;
+	gs_ring_stats_report(&rs, reply);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "split_read", gs_now() - t0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_bytes", h->spilled_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "ring_bytes", rs.ring_bytes);
+	pr_info("brought %llu bytes of GPU data back from host memory and %llu from a spill in %.2f s",
+		(unsigned long long)(h->held_bytes - h->spilled_bytes), (unsigned long long)h->spilled_bytes,
+		gs_now() - t0);
+	return 0;
+}
+
+/*
  * A message about the directory that came as a descriptor (dir, "/proc/self/fd/N/.")
  * names it by its real path, dir_name, where there is one: the descriptor is
  * closed once the request ends and means nothing to the user.
@@ -348,8 +389,9 @@ static int back_bring(struct gs_agent *a, const char *dir, const char *dir_name,
 		set_state(a, LC_COPIED);
 		return 0;
 	}
-	const char *from = dir ? dir : h->pool ? NULL : h->image_dir;
-	if (!from && !h->pool && h->plan.nchunks && h->spilled)
+	bool split = h->pool && h->spilled;
+	const char *from = dir ? dir : h->pool && !split ? NULL : h->image_dir;
+	if (!from && (!h->pool || split) && h->plan.nchunks && h->spilled)
 		return gs_fail(err, GS_E_STATE, "the process's GPU data was spilled into an image this agent cannot name: "
 			       "gpusnap resume --image DIR names it");
 	if (!from && !h->pool && h->plan.nchunks)
@@ -366,7 +408,7 @@ static int back_bring(struct gs_agent *a, const char *dir, const char *dir_name,
 	 * The image named matches: it is where the data is said to be should
 	 * this load fail (the one the dump wrote may have another name by now).
 	 */
-	const char *rec = dir && !h->pool ? record_name(dir, dir_name) : NULL;
+	const char *rec = dir && (!h->pool || split) ? record_name(dir, dir_name) : NULL;
 	char *copy = rec && rec != h->image_dir ? strdup(rec) : NULL;
 	if (copy) {
 		free(h->image_dir);
@@ -379,7 +421,8 @@ static int back_bring(struct gs_agent *a, const char *dir, const char *dir_name,
 		return rc;
 	}
 	double t_map = gs_now();
-	rc = img ? fill_from_image(a, h, img, reply, err) : gs_mover_stage_in(a, h, reply, err);
+	rc = split ? fill_split(a, h, img, reply, err)
+	     : img ? fill_from_image(a, h, img, reply, err) : gs_mover_stage_in(a, h, reply, err);
 	gs_image_close(img);
 	if (rc) {
 		/* back to "data only in the holder", the GPU memory free again */
@@ -388,7 +431,7 @@ static int back_bring(struct gs_agent *a, const char *dir, const char *dir_name,
 			pr_warn("GPU memory stays mapped after a failed copy back (the gate stays closed): %s", e2.msg);
 		return rc;
 	}
-	if (img) {
+	if (img && !split) {
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "image_open", t_open - t0);
 		gs_msg_add_named_f64(reply, GS_F_TIMING, "recreate", t_map - t_open);
 	} else {
@@ -587,12 +630,83 @@ static int spill_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
 	h->image_dir = rec ? strdup(rec) : NULL;
 	h->spilled = true;
 	h->zero_bytes = st.zero_bytes;
-	h->held_bytes = st.payload_bytes;
+	h->held_bytes = h->spilled_bytes = st.payload_bytes;
 	gs_ring_stats_report(&rs, reply);
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "spill_write", gs_now() - t0);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_direct_bytes", st.direct_bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", st.zero_bytes);
 	pr_info("spilled %llu bytes of GPU data into '%s' in %.2f s", (unsigned long long)st.payload_bytes,
+		rec ? rec : "a passed directory", gs_now() - t0);
+	return 0;
+}
+
+/*
+ * A suspend split between host memory and the spill (issue 24), in one
+ * pass: what host memory admits (the plan's first chunks, after the zero
+ * scan, less the margin) into the pool, the rest into a sealed image in
+ * sp->dir that records the pool's chunks as ELSEWHERE. *split false: none
+ * was made (nothing taken; the caller spills the whole). On failure (ENOSPC
+ * included) nothing is released: the caller walks back, the data on the
+ * GPU, and the pool goes with the holder.
+ */
+static int split_out(struct gs_agent *a, struct gs_agent_held *h, const struct gs_lc_spill *sp, double timeout_s,
+		     bool *split, struct gs_msg *reply, struct gs_err *err)
+{
+	uint8_t *to_image = NULL;
+	int rc = gs_mover_take_pool_split(a, h, &to_image, reply, err);
+	*split = to_image != NULL;
+	if (rc || !to_image)
+		return rc;
+	struct gs_image_writer *w = NULL;
+	if ((rc = gs_agent_image_open_writer_named(a, h, sp->dir, sp->dir_name,
+						   &(struct gs_dump_opts){ .running = true }, &w, err)) ||
+	    (rc = gs_image_writer_set_partial(w, err))) {
+		if (w)
+			gs_image_writer_abort(w);
+		free(to_image);
+		return rc;
+	}
+	double t0 = gs_now();
+	struct gs_ring_staging_end mem;
+	if ((rc = gs_ring_staging_end(&mem, h, h->pool, timeout_s, h->zero_chunks, false, err))) {
+		gs_image_writer_abort(w);
+		free(to_image);
+		return rc;
+	}
+	struct gs_ring_image_end im;
+	gs_ring_image_writer_end(&im, w);
+	im.known_zero = h->zero_chunks;
+	struct gs_ring_split_end end;
+	gs_ring_split_end(&end, &mem, &im, to_image);
+	struct gs_ring_stats rs = { 0 };
+	rc = gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err);
+	gs_ring_staging_end_finish(&mem);
+	uint64_t mem_zero = atomic_load(&mem.zero_bytes), mem_bytes = 0;
+	for (size_t k = 0; k < h->plan.nchunks; k++)
+		if (!to_image[k])
+			mem_bytes += h->plan.chunks[k].size;
+	free(to_image);
+	if (rc) {
+		gs_image_writer_abort(w); /* the command discards the directory */
+		return rc;
+	}
+	struct gs_image_writer_stats st;
+	if ((rc = gs_agent_image_seal(&w, &st, err)))
+		return rc;
+	const char *rec = record_name(sp->dir, sp->dir_name);
+	free(h->image_dir);
+	h->image_dir = rec ? strdup(rec) : NULL;
+	h->spilled = true;
+	/* the pool's zero chunks (ELSEWHERE in the image) and the image's (ZERO there) */
+	h->zero_bytes = mem_zero + st.zero_bytes;
+	h->spilled_bytes = st.payload_bytes;
+	h->held_bytes = mem_bytes - mem_zero + st.payload_bytes;
+	gs_ring_stats_report(&rs, reply);
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "spill_write", gs_now() - t0);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "image_direct_bytes", st.direct_bytes);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "zero_bytes", h->zero_bytes);
+	pr_info("kept %llu bytes of GPU data in host memory and spilled %llu into '%s' in %.2f s",
+		(unsigned long long)(h->held_bytes - h->spilled_bytes), (unsigned long long)st.payload_bytes,
 		rec ? rec : "a passed directory", gs_now() - t0);
 	return 0;
 }
@@ -647,21 +761,35 @@ int gs_lc_suspend_spill(struct gs_agent *a, double timeout_s, bool keep_context,
 			copy_named_fields(reply, &trial);
 		gs_msg_free(&trial);
 		if (rc == GS_E_NO_SPACE && sp) {
-			/* host memory would not hold it: the spill directory will, planned anew in the image's chunks */
-			pr_warn("host memory would not hold this suspend's data, spilling it to disk instead (%s)", err->msg);
+			/*
+			 * host memory would not hold it: what it holds stays there, the
+			 * spill directory takes the rest (or all), planned anew in the
+			 * image's chunks (a later RESUME's image must match the plan)
+			 */
+			pr_warn("host memory would not hold this suspend's data, spilling to disk what it does not hold (%s)",
+				err->msg);
 			gs_err_clear(err);
 			gs_mover_free_held(a, h);
 			a->held = NULL;
-			spill = true;
+			if ((rc = gs_mover_plan(a, GS_MOVER_IMAGE_CHUNK_BYTES, &h, err)))
+				goto fail;
+			a->held = h;
+			h->keep_context = keep_context;
+			bool split = false;
+			if ((rc = split_out(a, h, sp, timeout_s, &split, reply, err)))
+				goto fail;
+			spill = !split; /* no split: the whole goes to the image, as planned */
 		} else if (rc || (rc = gs_mover_stage_out(a, h, timeout_s, !keep_context, reply, err))) {
 			goto fail;
 		}
 	}
 	if (spill) {
-		if ((rc = gs_mover_plan(a, GS_MOVER_IMAGE_CHUNK_BYTES, &h, err)))
-			goto fail;
-		a->held = h;
-		h->keep_context = keep_context;
+		if (!a->held) {
+			if ((rc = gs_mover_plan(a, GS_MOVER_IMAGE_CHUNK_BYTES, &h, err)))
+				goto fail;
+			a->held = h;
+			h->keep_context = keep_context;
+		}
 		if ((rc = spill_out(a, h, sp, reply, err)))
 			goto fail;
 	}
@@ -677,8 +805,11 @@ int gs_lc_suspend_spill(struct gs_agent *a, double timeout_s, bool keep_context,
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "bytes", h->bytes);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "regions", h->nregions);
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "spilled", h->spilled);
-	if (h->spilled)
+	if (h->spilled) {
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "held_bytes", h->held_bytes);
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "spilled_bytes", h->spilled_bytes);
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "memory_bytes", h->held_bytes - h->spilled_bytes);
+	}
 	goto out;
 fail:
 	rc = fail_back(a, rc, reply, err);
@@ -790,6 +921,11 @@ int gs_lc_save(struct gs_agent *a, const char *gpu_dir, const char *dir_name, co
 	}
 	if (h && !h->pool && h->plan.nchunks) {
 		rc = gs_fail(err, GS_E_STATE, "the process's GPU data is no longer in memory (already written to an image)");
+		goto out;
+	}
+	if (h && h->spilled) {
+		rc = gs_fail(err, GS_E_STATE, "part of the process's GPU data is spilled to disk: resume it before writing "
+			     "its image");
 		goto out;
 	}
 	if ((rc = gs_agent_image_open_writer(a, h, gpu_dir, &(struct gs_dump_opts){ .compress_codec = o->compress_codec,
@@ -953,10 +1089,14 @@ void gs_lc_info(struct gs_agent *a, struct gs_msg *reply)
 	uint64_t st = __atomic_load_n(&a->state, __ATOMIC_ACQUIRE);
 	if ((st == GS_AGENT_SUSPENDED || st == GS_AGENT_DATA_RELEASED) && pthread_mutex_trylock(&a->lock) == 0) {
 		const struct gs_agent_held *h = a->held;
-		if (h && h->pool)
+		if (h && h->pool && h->spilled) { /* split: both parts */
+			gs_msg_add_u64(reply, GS_F_HELD_MEMORY, h->held_bytes - h->spilled_bytes);
+			gs_msg_add_u64(reply, GS_F_HELD_IMAGE, h->spilled_bytes);
+		} else if (h && h->pool) {
 			gs_msg_add_u64(reply, GS_F_HELD_MEMORY, gs_mover_held_bytes(h));
-		else if (h && h->plan.nchunks)
+		} else if (h && h->plan.nchunks) {
 			gs_msg_add_u64(reply, GS_F_HELD_IMAGE, h->held_bytes);
+		}
 		pthread_mutex_unlock(&a->lock);
 	}
 }

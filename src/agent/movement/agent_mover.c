@@ -269,6 +269,23 @@ static int check_host_memory(uint64_t bytes, uint64_t zero_bytes, struct gs_err 
 		       gs_format_bytes(margin, keep, sizeof(keep)), said);
 }
 
+/* What a suspend may take of host memory now: available less the margin, at most GPUSNAP_HOST_MEMORY_LIMIT. */
+static int host_memory_room(uint64_t *room, struct gs_err *err)
+{
+	struct gs_hostmem m;
+	gs_hostmem_read("", &m);
+	uint64_t margin = 0;
+	char said[64];
+	int rc = host_memory_margin(host_memory_total(), &margin, said, sizeof(said), err);
+	if (rc)
+		return rc;
+	*room = m.avail == UINT64_MAX ? UINT64_MAX : m.avail > margin ? m.avail - margin : 0;
+	uint64_t cap = gs_setting_size(GS_S_HOST_MEMORY_LIMIT);
+	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && cap < *room)
+		*room = cap;
+	return 0;
+}
+
 /* The reserved pool (GPUSNAP_RESERVE): populated ahead by all staging threads, kept across cycles. */
 static int make_reserve(struct gs_agent *a, struct gs_err *err)
 {
@@ -751,6 +768,59 @@ int gs_mover_take_pool(struct gs_agent *a, struct gs_agent_held *h, struct gs_ms
 		return rc;
 	h->pool_is_reserve = false;
 	gs_msg_add_named_f64(reply, GS_F_TIMING, "pool_create", gs_now() - t);
+	return 0;
+}
+
+int gs_mover_take_pool_split(struct gs_agent *a, struct gs_agent_held *h, uint8_t **to_image, struct gs_msg *reply,
+			     struct gs_err *err)
+{
+	*to_image = NULL;
+	/* the split goes through the ring into a pool whose pages fault in where a chunk lands: bounce, lazy */
+	if (h->pool || !h->plan.nchunks || !on_demand_lazy() || mover.no_zero_chunks)
+		return 0;
+	scan_zero_chunks(a, h, reply);
+	uint64_t room = 0;
+	int rc = host_memory_room(&room, err);
+	if (rc || !h->zero_chunks)
+		return rc;
+	uint8_t *where = calloc(h->plan.nchunks, 1);
+	if (!where)
+		return gs_fail(err, GS_E_AGENT, "out of memory");
+	/*
+	 * The plan's first chunks while they fit, the rest to the image: the
+	 * plan follows the regions in order, so each part is a few long runs
+	 * (the image's reads stay sequential, the pool's pages a prefix), and
+	 * only the cut depends on what the host has.
+	 */
+	uint64_t need = 0, zero = 0;
+	size_t k = 0;
+	for (; k < h->plan.nchunks; k++) {
+		uint64_t size = h->plan.chunks[k].size, page = (size + 4095) & ~(uint64_t)4095;
+		if (h->zero_chunks[k]) {
+			zero += size;
+			continue;
+		}
+		if (page > room - need)
+			break;
+		need += page;
+	}
+	for (size_t i = k; i < h->plan.nchunks; i++)
+		where[i] = 1;
+	if (!need) {
+		free(where); /* not one chunk fits: the whole of it goes to the image */
+		return 0;
+	}
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "admitted_bytes", need);
+	double t = gs_now();
+	if ((rc = make_on_demand_pool(a, h->plan.staging_bytes, &h->pool, err))) {
+		free(where);
+		return rc;
+	}
+	h->pool_is_reserve = false;
+	gs_msg_add_named_f64(reply, GS_F_TIMING, "pool_create", gs_now() - t);
+	pr_info("host memory holds %llu bytes of this suspend's data (%llu more are zero), the rest goes to the spill",
+		(unsigned long long)need, (unsigned long long)zero);
+	*to_image = where;
 	return 0;
 }
 

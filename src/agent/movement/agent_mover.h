@@ -65,6 +65,17 @@ int gs_mover_recreate(struct gs_agent *a, struct gs_agent_held *h, struct gs_err
  * taken. Timings and counters go to reply.
  */
 int gs_mover_take_pool(struct gs_agent *a, struct gs_agent_held *h, struct gs_msg *reply, struct gs_err *err);
+/*
+ * A pool for part of h (planned in the image's chunks) when host memory would
+ * not hold all of it and a spill takes the rest: the zero scan, then the
+ * plan's first chunks while they fit in what is available less the margin
+ * (and GPUSNAP_HOST_MEMORY_LIMIT). *to_image (malloc'd, one byte per chunk):
+ * 1 where the chunk goes to the spill. *to_image stays NULL, nothing taken,
+ * when no split is made (pinned or populated-ahead staging, or not one chunk
+ * fits): the caller spills the whole.
+ */
+int gs_mover_take_pool_split(struct gs_agent *a, struct gs_agent_held *h, uint8_t **to_image, struct gs_msg *reply,
+			     struct gs_err *err);
 /* The bytes of h's data its holder keeps: all but the zero chunks. */
 uint64_t gs_mover_held_bytes(const struct gs_agent_held *h);
 /* Frees h's staging pool now (a reserved one too: a dump must not carry it; it is made again after a resume). */

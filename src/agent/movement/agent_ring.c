@@ -906,6 +906,51 @@ void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img)
 	*e = (struct gs_ring_image_end){ .end = { .ops = &image_reader_ops }, .img = img };
 }
 
+/* ---- a suspend split between host memory and a spill ---- */
+
+static int split_put(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, const void *buf,
+		     struct gs_err *e)
+{
+	struct gs_ring_split_end *s = (struct gs_ring_split_end *)end;
+	if (s->to_image[k])
+		return image_put(&s->img->end, h, k, buf, e);
+	int rc = staging_put(&s->mem->end, h, k, buf, e);
+	if (rc)
+		return rc;
+	const struct gs_copy_chunk *c = &h->plan.chunks[k];
+	return gs_image_write_elsewhere_chunk(s->img->w, c->region, c->va - h->regions[c->region].va, c->size, e);
+}
+
+static int split_get(struct gs_ring_end *end, const struct gs_agent_held *h, size_t k, void *buf, struct gs_err *e)
+{
+	struct gs_ring_split_end *s = (struct gs_ring_split_end *)end;
+	return s->to_image[k] ? image_get(&s->img->end, h, k, buf, e) : staging_get(&s->mem->end, h, k, buf, e);
+}
+
+static bool split_zero(struct gs_ring_end *end, size_t k)
+{
+	struct gs_ring_split_end *s = (struct gs_ring_split_end *)end;
+	struct gs_ring_end *to = s->to_image[k] ? &s->img->end : &s->mem->end;
+	return to->ops->zero && to->ops->zero(to, k);
+}
+
+static const struct gs_ring_end_ops split_ops = { .put = split_put, .get = split_get, .zero = split_zero };
+
+void gs_ring_split_end(struct gs_ring_split_end *e, struct gs_ring_staging_end *mem, struct gs_ring_image_end *img,
+		       const uint8_t *to_image)
+{
+	*e = (struct gs_ring_split_end){ .end = { .ops = &split_ops }, .mem = mem, .img = img, .to_image = to_image };
+}
+
+uint8_t *gs_ring_split_from_image(const struct gs_image *img)
+{
+	size_t n = gs_image_chunk_count(img);
+	uint8_t *to_image = malloc(n ? n : 1);
+	for (size_t k = 0; to_image && k < n; k++)
+		to_image[k] = !(gs_image_chunk_at(img, k)->flags & GS_CHUNK_F_ELSEWHERE);
+	return to_image;
+}
+
 /* ---- kept and prepared rings ---- */
 
 /*

@@ -168,6 +168,26 @@ void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_write
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);
 
 /*
+ * A suspend split between host memory and a spill (issue 24): each chunk goes
+ * to (comes from) the staging end or the image end, as to_image[k] says
+ * (decided at admission: gs_mover_take_pool_split). Towards the host the
+ * image records the memory's chunks as ELSEWHERE, so it describes the whole
+ * plan and is never taken for a whole image; towards the GPU to_image is
+ * the image's chunks not flagged ELSEWHERE (gs_ring_split_from_image).
+ * Through the ring only: the staging end must not be direct.
+ */
+struct gs_ring_split_end {
+	struct gs_ring_end end;
+	struct gs_ring_staging_end *mem;
+	struct gs_ring_image_end *img;
+	const uint8_t *to_image;
+};
+void gs_ring_split_end(struct gs_ring_split_end *e, struct gs_ring_staging_end *mem, struct gs_ring_image_end *img,
+		       const uint8_t *to_image);
+/* to_image (one byte per chunk of img) from an image's ELSEWHERE flags; malloc'd, NULL when out of memory */
+uint8_t *gs_ring_split_from_image(const struct gs_image *img);
+
+/*
  * A ring kept across transfers: `threads` sets of RING_DEPTH pinned buffers
  * of buf_size bytes (rounded up to 2 MiB), set up by `threads` threads in
  * parallel (their signals blocked). Needs a device in use (its context makes
