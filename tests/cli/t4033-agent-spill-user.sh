@@ -27,8 +27,15 @@ mkdir -m 700 "$spill"
 
 rm -f "$TEST_TMP/app.in" "$TEST_TMP/app.out"
 mkfifo "$TEST_TMP/app.in"
+# as start_app does: in a sanitizer build the sanitizer's runtime is preloaded before the agent
+asan=$(ldd "$app" | awk '/libasan/ {print $3; exit}')
+if [ -n "$asan" ]; then
+  launch=(env LD_PRELOAD="$asan $GPUSNAP_BUILD/libgpusnap.so" "$app")
+else
+  launch=("$GPUSNAP_BIN" run -- "$app")
+fi
 setpriv --reuid=$nobody --regid=$nobody --clear-groups env GPUSNAP_RUN_DIR="$home/run" \
-  "$GPUSNAP_BIN" run -- "$app" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
+  "${launch[@]}" <"$TEST_TMP/app.in" >"$TEST_TMP/app.out" 2>"$TEST_TMP/app.err" &
 APP=$!
 PID=$APP
 TEST_PIDS+=("$APP")
