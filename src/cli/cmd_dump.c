@@ -21,7 +21,9 @@
  * dump is undone, after that it is finished (CRIU may have killed the
  * process: its image must be published).
  */
+#define LOG_PREFIX "dump: "
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +39,11 @@
 #include "cli/interrupt.h"
 #include "cli/op_lock.h"
 #include "common/fault.h"
+#include "common/log.h"
 #include "common/proc.h"
+#include "common/settings.h"
 #include "common/util.h"
+#include "core/hostmem.h"
 #include "core/protocol.h"
 #include "criu/criu.h"
 #include "cuda/checkpoint.h"
@@ -60,6 +65,10 @@ const struct cli_doc dump_doc = {
 		"The image is written under a temporary name and published (fsync, checksums, rename) only when it "
 		"is complete, so DIR holds the previous image or the new one, never half of one. A dump that fails "
 		"before CRIU took the process is undone: the process runs on.\n\n"
+		"With --leave-running, a process under the gpusnap agent stands still only while its GPU data is "
+		"copied into memory of the dump's own (GPUSNAP_STAGE_DIR, a tmpfs, where it has room), the driver "
+		"and CRIU take it and it gets its data back; the image is written from that copy after it runs "
+		"again, and the command returns once the image is published.\n\n"
 		"CRIU 4.2 or later must be installed (or named by GPUSNAP_CRIU), and dumping needs root or "
 		"CAP_CHECKPOINT_RESTORE.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing the image; DIR stays as it was" },
@@ -76,7 +85,7 @@ const struct cli_doc dump_doc = {
 							     "tree holds what CRIU cannot dump: an io_uring, a TCP connection "
 							     "to outside it without --tcp-close or --tcp-established" },
 						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
-	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_STAGE_DIR GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap dump -D /ckpt/job 1234", "Dump process 1234 into /ckpt/job; it is gone afterwards." },
 		{ "gpusnap dump --tree --leave-running -D /ckpt/job $JOB_PID",
@@ -123,8 +132,32 @@ struct dump_run {
 	double stopped_at, paused_s;
 	uint64_t gpu_bytes, ring_bytes;
 	uint64_t gpu_zero_bytes; /* streamed dump: bytes the agent found all zero on the GPU (never copied) */
+	/*
+	 * --leave-running: the dump's own copy of the GPU data in memory (the
+	 * stage, image.h), written into the image once the process runs again;
+	 * NULL where there was no room for it (the data goes into the image
+	 * inside the pause, as before the stage)
+	 */
+	struct gs_image_stage *stage;
+	char no_stage[GS_ERR_MSG_MAX]; /* why there is no stage, for --json */
+	uint64_t stage_bytes;          /* written into the image from the stage */
+	bool keep_stage;               /* the stage holds a suspended process's only copy of its data */
+	double stage_write_s;
 	uint64_t parent_bytes;   /* dump --parent: bytes equal to the parent's, left there (never copied) */
 };
+
+/* Where the agent's GPU data is once it dumped it: the stage or the temporary image. */
+static const char *data_dir(const struct dump_run *r)
+{
+	return r->stage ? gs_image_stage_path(r->stage) : gs_image_tmp_path(r->tmp);
+}
+
+/* Resumes the agent with its data read from dir (by descriptor where it takes one). */
+static int agent_resume_from(struct dump_run *r, const char *dir, struct gs_err *err)
+{
+	return r->stage && dir ? cli_agent_resume_image(r->pid, &r->agent, dir, false, err)
+			       : cli_agent_resume_from(r->pid, &r->agent, dir, false, err);
+}
 
 /*
  * Gives up the temporary image under a kept name (gs_image_tmp_keep; where
@@ -179,8 +212,8 @@ static void undo(struct dump_run *r)
 	}
 	if (r->agent_suspended) {
 		/* the staging memory was freed after the agent wrote the image: it reads the data back from there */
-		const char *from = r->agent_dumped ? gs_image_tmp_path(r->tmp) : NULL;
-		if (cli_agent_resume_from(r->pid, &r->agent, from, false, &e)) {
+		const char *from = r->agent_dumped ? data_dir(r) : NULL;
+		if (agent_resume_from(r, from, &e)) {
 			fprintf(stderr, "gpusnap: %s\n", e.msg);
 			/* the process stays suspended; the image is where its GPU data is: keep it */
 			r->keep_tmp = from != NULL;
@@ -212,7 +245,7 @@ static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump
 	char alive[GS_ERR_MSG_MAX], gone[GS_ERR_MSG_MAX];
 	const char *tmp = gs_image_tmp_path(r->tmp);
 	/* where the agent's GPU data is should gpusnap die here: the image being written, then the published one */
-	const char *data = r->data_in_tmp ? tmp : NULL;
+	const char *data = r->data_in_tmp ? data_dir(r) : NULL;
 	int me = (int)getpid(), pid = (int)r->pid;
 	gone[0] = '\0';
 	switch (step) {
@@ -298,12 +331,15 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 	int rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, NULL, 0, err);
 	if (!rc)
 		r->driver_suspended = false;
-	if (!rc && r->agent_suspended &&
-	    !(rc = cli_agent_resume_from(r->pid, &r->agent, gs_image_tmp_path(r->tmp), false, err)))
+	if (!rc && r->agent_suspended && !(rc = agent_resume_from(r, data_dir(r), err)))
 		r->agent_suspended = false;
 	r->resume_s = gs_now() - t;
+	int drc = 0;
 	if (!rc) {
 		r->paused_s = gs_now() - r->stopped_at;
+		/* the stage's memory is gpusnap's alone from here: nothing is left of it should gpusnap die */
+		if (r->stage && (drc = gs_image_stage_detach(r->stage, err)))
+			gs_err_wrap(err, "process %d runs on, but its image was not written at '%s'", (int)r->pid, o->dir);
 		/*
 		 * It runs: the publish touches only the image (whose directory stays
 		 * locked by r->tmp), so the process is let go for other commands now
@@ -313,9 +349,25 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 		cli_op_end(r->lock, true);
 		r->lock = NULL;
 	}
+	if (drc) /* it runs on; no image */
+		return drc;
 	t = gs_now();
 	struct gs_err pe = { 0 };
-	int prc = gs_image_publish(r->tmp, &r->published, &pe);
+	int prc = 0;
+	if (r->stage && !r->agent_suspended) {
+		/* the image from the dump's copy, on the storage, while the process runs */
+		prc = gs_image_stage_write(r->stage, r->tmp, &r->stage_bytes, &pe);
+		r->stage_write_s = gs_now() - t;
+	} else if (r->stage) {
+		/*
+		 * It did not resume: its data is in the stage alone, which stays
+		 * (kept, named below) and does not go into the image: an image
+		 * without the GPU data would be no image.
+		 */
+		prc = gs_fail(&pe, GS_E_AGENT, "the GPU data stayed in '%s'", gs_image_stage_path(r->stage));
+	}
+	if (!prc)
+		prc = gs_image_publish(r->tmp, &r->published, &pe);
 	r->publish_s = gs_now() - t;
 	gs_fault(GS_FI_DUMP_AFTER_PUBLISH); /* kill or a signal as the dump ends */
 	if (!rc) {
@@ -333,6 +385,14 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 		cli_op_leave(r->lock, r->agent.present ? o->dir : NULL, alive, NULL);
 		gs_err_wrap(err, "the image at '%s' is complete, but process %d did not resume (gpusnap resume %d)",
 			    o->dir, (int)r->pid, (int)r->pid);
+	} else if (r->stage) {
+		const char *at = gs_image_stage_path(r->stage);
+		snprintf(alive, sizeof(alive), "process %d stays suspended after a failed dump; its GPU data is kept in '%s': "
+			 "gpusnap resume %d puts it back", (int)r->pid, at, (int)r->pid);
+		cli_op_leave(r->lock, at, alive, NULL);
+		gs_err_wrap(err, "process %d did not resume after its dump and no image was published; its data is kept "
+			    "at '%s' (gpusnap resume %d)", (int)r->pid, at, (int)r->pid);
+		r->keep_stage = true;
 	} else {
 		char kept[4096];
 		keep_tmp_image(r, o->dir, false, kept, sizeof(kept));
@@ -340,6 +400,65 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 			    "data is kept at '%s' (gpusnap resume %d)", (int)r->pid, pe.msg, kept, (int)r->pid);
 	}
 	r->driver_suspended = r->agent_suspended = false; /* the image is the holder: no undo */
+	return rc;
+}
+
+/*
+ * --leave-running on the agent path: the stage, in memory only gpusnap owns
+ * (not the process's: CRIU would carry it; not the GPU's context: the
+ * driver would copy it), sized for the process's GPU memory. Where there is
+ * no room the data goes into the image inside the pause (r->no_stage says
+ * why, in --json).
+ */
+static void open_stage(struct dump_run *r)
+{
+	/* what the agent manages is what it copies; the driver's count of the process's memory where larger */
+	uint64_t need = 0;
+	for (int i = 0; i < CLI_MAX_GPUS; i++)
+		need += r->vram[i];
+	if (r->agent.alloc_bytes > need)
+		need = r->agent.alloc_bytes;
+	const char *mem = gs_setting_str(GS_S_STAGE_DIR);
+	struct gs_err e = { 0 };
+	/*
+	 * tmpfs pages are charged to the process whose agent writes them (its
+	 * cgroup) and taken from the host's memory, whatever the tmpfs's size
+	 * says: both must have room, or the copy would push the process out
+	 */
+	struct gs_hostmem hm;
+	gs_hostmem_read_pid("", r->pid, &hm);
+	if (!(r->agent.caps & GS_CAP_DIR_FD))
+		snprintf(r->no_stage, sizeof(r->no_stage), "the agent takes no image directory as a descriptor");
+	else if (hm.avail != UINT64_MAX && hm.avail < need + (need >> 3) + (256u << 20))
+		snprintf(r->no_stage, sizeof(r->no_stage), "the process has %llu MiB of host memory left (%s), the GPU "
+			 "data needs %llu MiB", (unsigned long long)(hm.avail >> 20), hm.limit,
+			 (unsigned long long)(need >> 20));
+	else if (!gs_image_stage_create(mem ? mem : "/dev/shm", need, &r->stage, &e))
+		return;
+	else
+		snprintf(r->no_stage, sizeof(r->no_stage), "%s", e.msg);
+	pr_info("no copy in memory for --leave-running (%s): the image is written inside the pause", r->no_stage);
+}
+
+/* Whether the agent runs (a failed dump walked back), as its HELLO says now. */
+static bool agent_runs(struct dump_run *r)
+{
+	struct cli_agent now;
+	struct gs_err e = { 0 };
+	return !cli_agent_probe(r->pid, &now, &e) && now.present && now.state == GS_AGENT_RUNNING;
+}
+
+/* The agent's dump into dir, by descriptor where it takes one (the stage: always). */
+static int agent_dump_into(struct dump_run *r, const char *dir, double timeout, const struct gs_dump_opts *d,
+			   struct gs_err *err)
+{
+	if (!r->stage)
+		return cli_agent_dump(r->pid, &r->agent, dir, timeout, d, err);
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", dir);
+	int rc = cli_agent_dump_fd(r->pid, &r->agent, fd, timeout, d, err);
+	close(fd);
 	return rc;
 }
 
@@ -362,6 +481,10 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 			       "cannot take (no agent)");
 	if (r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING)) {
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
+		if (o->leave_running && o->parent) /* its chunks name the parent by a path relative to DIR */
+			snprintf(r->no_stage, sizeof(r->no_stage), "an incremental dump (--parent) is written beside its parent");
+		else if (o->leave_running)
+			open_stage(r);
 		r->data_in_tmp = true;
 		record_step(r, o, STEP_AGENT);
 		double t = r->stopped_at = gs_now();
@@ -369,7 +492,17 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress.codec,
 					  .compress_level = o->compress.level, .parent = o->parent,
 					  .parent_rec = o->parent ? o->parent_rec : NULL };
-		if ((rc = cli_agent_dump(r->pid, &r->agent, gs_image_tmp_path(r->tmp), o->timeout, &d, err))) {
+		rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
+		if (rc == GS_E_NO_SPACE && r->stage && agent_runs(r)) {
+			/* the memory filled up after all (others use it too): into the image inside the pause, as without it */
+			snprintf(r->no_stage, sizeof(r->no_stage), "%s", err->msg);
+			pr_info("the copy in memory filled up (%s): the image is written inside the pause", err->msg);
+			gs_image_stage_free(r->stage, false);
+			r->stage = NULL;
+			*err = (struct gs_err){ 0 };
+			rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
+		}
+		if (rc) {
 			/*
 			 * The agent walked back and the process runs on, unless putting its
 			 * data back failed: then it stays suspended with the data only in
@@ -496,6 +629,15 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		if (o->parent)
 			gs_json_kv_uint(&j, "parent_bytes", r->parent_bytes);
 		gs_json_kv_uint(&j, "cpu_bytes", rc ? 0 : dump_dir_bytes(o->dir, "cpu"));
+		if (o->leave_running && r->agent.present) {
+			/* what the pause copied, and where to: memory (written to DIR after it) or DIR itself */
+			gs_json_kv_bool(&j, "staged", r->stage != NULL);
+			gs_json_kv_uint(&j, "stop_copy_bytes", r->gpu_bytes > r->gpu_zero_bytes ? r->gpu_bytes - r->gpu_zero_bytes : 0);
+			if (r->stage)
+				gs_json_kv_uint(&j, "stage_written_bytes", r->stage_bytes);
+			else
+				gs_json_kv_string(&j, "no_stage", r->no_stage);
+		}
 		gs_json_key(&j, "times");
 		gs_json_object_begin(&j);
 		gs_json_kv_double(&j, "total_s", r->total_s);
@@ -507,6 +649,8 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_double(&j, "criu_s", r->criu_s);
 		gs_json_kv_double(&j, "publish_s", r->publish_s);
 		gs_json_kv_double(&j, "resume_s", r->resume_s);
+		if (r->stage)
+			gs_json_kv_double(&j, "stage_write_s", r->stage_write_s);
 		if (o->leave_running)
 			gs_json_kv_double(&j, "paused_s", r->paused_s);
 		gs_json_object_end(&j);
@@ -527,7 +671,10 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		printf(" (%s written in %.2f s)", gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agent_write_s);
 	}
 	printf(", CRIU part %.2f s, total %.2f s\n", r->criu_s, r->total_s);
-	if (o->leave_running)
+	if (o->leave_running && r->stage)
+		printf("process %d keeps running (it stood still for %.2f s; the image was written in %.2f s after)\n",
+		       (int)r->pid, r->paused_s, r->stage_write_s);
+	else if (o->leave_running)
 		printf("process %d keeps running (it stood still for %.2f s)\n", (int)r->pid, r->paused_s);
 	else
 		printf("process %d is gone; gpusnap restore -D %s brings it back\n", (int)r->pid, o->dir);
@@ -731,7 +878,18 @@ int cmd_dump(int argc, char **argv)
 	snprintf(what, sizeof(what), "dump of process %d", (int)r->pid);
 	snprintf(runs_on, sizeof(runs_on), "process %d runs on", (int)r->pid);
 	rc = cli_dump_failed_by_signal(rc, r->published, r->undo_failed, what, runs_on, o.dir, &err);
-	if (r->tmp && r->keep_tmp) {
+	if (r->stage && r->keep_tmp) {
+		/* the undo could not resume it: the stage holds its data, the temporary image none of it */
+		r->keep_stage = true;
+		char how[GS_ERR_MSG_MAX];
+		snprintf(how, sizeof(how), "process %d stays suspended after a failed dump; its GPU data is kept in '%s': "
+			 "gpusnap resume %d puts it back", (int)r->pid, gs_image_stage_path(r->stage), (int)r->pid);
+		cli_op_leave(r->lock, gs_image_stage_path(r->stage), how, NULL);
+		fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
+			"'%s' %d puts it back)\n", (int)r->pid, gs_image_stage_path(r->stage), gs_image_stage_path(r->stage),
+			(int)r->pid);
+		gs_image_tmp_discard(r->tmp);
+	} else if (r->tmp && r->keep_tmp) {
 		char kept[4096];
 		keep_tmp_image(r, o.dir, false, kept, sizeof(kept));
 		fprintf(stderr, "gpusnap: process %d stays suspended; its GPU data is kept in '%s' (gpusnap resume --image "
@@ -743,6 +901,7 @@ int cmd_dump(int argc, char **argv)
 			gs_image_tmp_discard(r->tmp);
 	}
 	print_outcome(r, &o, rc, &err);
+	gs_image_stage_free(r->stage, r->keep_stage);
 	if (rc)
 		cli_report_error(&err);
 	else if (cli_signal_caught())

@@ -70,6 +70,7 @@
 	X(DUMP_AFTER_DRIVER, "dump-after-driver", "the driver checkpointed the process, before CRIU") \
 	X(DUMP_AFTER_CRIU, "dump-after-criu", "CRIU dumped the process, before the image is published") \
 	X(DUMP_AFTER_PUBLISH, "dump-after-publish", "the image is published, before the dump ends")  \
+	X(DUMP_STAGE_WRITE, "dump-stage-write", "dump --leave-running: the process runs again, before each write of the image from the dump's copy (ENOSPC, EIO; hold: a slow disk)") \
 	/* --- the restore command (src/cli/cmd_restore.c) --- */                                     \
 	X(RESTORE_AFTER_CRIU, "restore-after-criu", "CRIU restored the process (held), before the GPU part") \
 	X(RESTORE_BEFORE_CONT, "restore-before-cont", "the process is restored and held, before it continues") \

@@ -118,14 +118,14 @@ static uint64_t cgroup_headroom(const char *root, const char *rel)
 	return best;
 }
 
-void gs_hostmem_read(const char *root, struct gs_hostmem *m)
+static void read_for(const char *root, const char *proc, struct gs_hostmem *m)
 {
 	char text[8192], path[PATH_MAX], rel[PATH_MAX];
 	m->system = m->cgroup = UINT64_MAX;
 	snprintf(path, sizeof(path), "%s/proc/meminfo", root);
 	if (gs_read_small_file(path, text, sizeof(text)) > 0)
 		gs_hostmem_parse_meminfo(text, &m->system);
-	snprintf(path, sizeof(path), "%s/proc/self/cgroup", root);
+	snprintf(path, sizeof(path), "%s/proc/%s/cgroup", root, proc);
 	if (gs_read_small_file(path, text, sizeof(text)) > 0 && !gs_hostmem_parse_cgroup_path(text, rel, sizeof(rel)))
 		m->cgroup = cgroup_headroom(root, strcmp(rel, "/") ? rel : "");
 	m->avail = m->system < m->cgroup ? m->system : m->cgroup;
@@ -133,4 +133,16 @@ void gs_hostmem_read(const char *root, struct gs_hostmem *m)
 		 m->avail == UINT64_MAX	     ? "unknown"
 		 : m->cgroup < m->system ? "cgroup memory.max"
 					 : "MemAvailable + SwapFree");
+}
+
+void gs_hostmem_read(const char *root, struct gs_hostmem *m)
+{
+	read_for(root, "self", m);
+}
+
+void gs_hostmem_read_pid(const char *root, pid_t pid, struct gs_hostmem *m)
+{
+	char proc[32];
+	snprintf(proc, sizeof(proc), "%d", (int)pid);
+	read_for(root, proc, m);
 }

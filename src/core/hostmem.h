@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* MemAvailable + SwapFree of /proc/meminfo text, in bytes; -1 if MemAvailable is missing. */
 int gs_hostmem_parse_meminfo(const char *text, uint64_t *avail);
@@ -37,5 +38,10 @@ struct gs_hostmem {
 
 /* Reads this process's view (root is /, or a test folder standing in for it). */
 void gs_hostmem_read(const char *root, struct gs_hostmem *m);
+/*
+ * The same for process pid's cgroups: memory written on its behalf (a tmpfs
+ * file its agent fills, as dump --leave-running's copy) is charged to them.
+ */
+void gs_hostmem_read_pid(const char *root, pid_t pid, struct gs_hostmem *m);
 
 #endif

@@ -347,6 +347,40 @@ int gs_image_writer_open_in(const char *tmp_path, const struct gs_image_writer_o
  */
 int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err);
 
+/* ------------------------------------------------------------------ stage */
+
+/*
+ * dump --leave-running's own copy of the GPU data (image_stage.c): the agent
+ * writes its image into a private directory of a memory file system while
+ * the process stands still and reads it back on resume; then it goes into
+ * the temporary image while the process runs.
+ */
+struct gs_image_stage;
+/*
+ * Makes <mem_dir>/.gpusnap-live-<pid>-XXXXXX (0700, with an empty cpu/).
+ * mem_dir must be an absolute path on tmpfs (or ramfs) with room for need
+ * bytes and the files' headers: else GS_E_NO_SPACE saying why (the caller
+ * writes into the image instead).
+ */
+int gs_image_stage_create(const char *mem_dir, uint64_t need, struct gs_image_stage **s, struct gs_err *err);
+const char *gs_image_stage_path(const struct gs_image_stage *s);
+/*
+ * Opens the stage's files and removes its directory: from here its memory
+ * lives as long as s (freed should this process die). The manifest is
+ * written last by gs_image_stage_write.
+ */
+int gs_image_stage_detach(struct gs_image_stage *s, struct gs_err *err);
+/*
+ * Writes the detached stage's files into t's temporary directory (each
+ * through O_DIRECT where the file system takes it, fdatasync'ed; the
+ * manifest last, then the directory's fsync): t is then sealed as if the
+ * agent had written it there, ready for gs_image_publish. *bytes gets what
+ * was written. Fault point GS_FI_DUMP_STAGE_WRITE before each write.
+ */
+int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, uint64_t *bytes, struct gs_err *err);
+/* Closes s; its directory, if not detached, is removed unless keep (it holds a suspended process's data). */
+void gs_image_stage_free(struct gs_image_stage *s, bool keep);
+
 /* ------------------------------------------------------------------ reader */
 
 struct gs_image;

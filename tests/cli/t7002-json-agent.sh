@@ -5,7 +5,8 @@
 # the agent's part), suspend (the agent's timings and counters), a refused
 # second suspend, suspend --keep-context (gated, then suspended), resume,
 # switch with a process without the agent, both ways;
-# with CRIU a dump and restore on the agent path (its ring and timings).
+# with CRIU a dump and restore on the agent path (its ring and timings), and
+# dump --leave-running through the dump's copy in memory and without it.
 # Skips (77) without python3-jsonschema or the agent.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -70,6 +71,14 @@ if have_criu; then
   valid restore "... the agent's load"
   check "... ring and agent timings" [ "$(json_get "$OUT_TXT" '["path"],"ring_prepared" in d')" = "('agent', True)" ]
   verify_ok "the app's data after the restore"
+  # --leave-running: through the dump's copy in memory, then without room for it
+  run_gpusnap dump --json --leave-running -D "$TEST_TMP/img" "$PID"; expect "dump --json --leave-running (agent)" 0
+  valid dump "... staged"
+  check "... staged, what the pause copied" [ "$(json_get "$OUT_TXT" '["staged"],d["stop_copy_bytes"]>0,"stage_write_s" in d["times"]')" = "(True, True, True)" ]
+  GPUSNAP_STAGE_DIR=$TEST_TMP run_gpusnap dump --json --leave-running -D "$TEST_TMP/img" "$PID"
+  expect "dump --json --leave-running, no memory for the copy" 0
+  valid dump "... not staged"
+  check "... not staged, and why" [ "$(json_get "$OUT_TXT" '["staged"],"no_stage" in d')" = "(False, True)" ]
 else
   echo "SKIP: no usable CRIU here: the agent's dump and restore documents are not checked"
 fi

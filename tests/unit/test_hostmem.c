@@ -2,7 +2,8 @@
  * test_hostmem.c - host memory headroom: the meminfo and cgroup parsers on
  * good and bad text, and gs_hostmem_read over a fake root (proc and cgroupfs
  * files written into a temporary folder) where a parent cgroup's limit is
- * the tightest; then this machine's own view.
+ * the tightest, and another process's cgroups (gs_hostmem_read_pid); then
+ * this machine's own view.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,17 @@ static void test_fake_root(void)
 	CHECK(m.cgroup == UINT64_MAX);
 	CHECK(m.avail == 8ULL << 30);
 	CHECK_STR(m.limit, "MemAvailable + SwapFree");
+
+	/* another process's cgroups (dump --leave-running's copy is charged to the dumped process's) */
+	put(root, "proc/4321/cgroup", "0::/c\n");
+	put(root, "sys/fs/cgroup/c/memory.max", "2147483648\n");
+	put(root, "sys/fs/cgroup/c/memory.current", "1073741824\n");
+	gs_hostmem_read_pid(root, 4321, &m);
+	CHECK(m.cgroup == 1ULL << 30);
+	CHECK(m.avail == 1ULL << 30);
+	CHECK_STR(m.limit, "cgroup memory.max");
+	gs_hostmem_read(root, &m); /* this process's view is unchanged */
+	CHECK(m.avail == 8ULL << 30);
 
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
