@@ -264,6 +264,15 @@ static void record_step(struct dump_run *r, const struct dump_opts *o, enum dump
 			 pid, me, o->dir, tmp, tmp);
 		break;
 	case STEP_PUBLISH:
+		if (r->stage) {
+			/* the GPU data is in the dump's own copy, not yet in the image: no image to name */
+			snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was "
+				 "killed after CRIU dumped it, before it wrote the image; its GPU data is in '%s'; gpusnap "
+				 "resume %d puts the process back", pid, me, data, pid);
+			snprintf(gone, sizeof(gone), "a gpusnap dump (pid %d) was killed after CRIU dumped process %d, before "
+				 "it wrote the image at '%s': no image was made", me, pid, o->dir);
+			break;
+		}
 		snprintf(alive, sizeof(alive), "process %d was left suspended by a gpusnap dump (pid %d) that was killed "
 			 "after CRIU dumped it; its image is complete at '%s'; gpusnap resume %d puts the process back", pid, me,
 			 tmp, pid);

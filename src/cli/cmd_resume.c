@@ -17,6 +17,7 @@
 #include "common/fault.h"
 #include "core/protocol.h"
 #include "cuda/checkpoint.h"
+#include "image/image.h"
 
 static const char *const resume_usage[] = {
 	"gpusnap resume [--map FROM=TO]... [--tree] [--image DIR] [--json] PID",
@@ -227,6 +228,11 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 		}
 	}
 	rc = cli_share_resume(pids, agents, n, images, err);
+	/* a dump killed inside its pause left the data in a stage of its own: back on the GPU, it goes */
+	for (int i = 0; !rc && i < n; i++)
+		if (images[i] && images[i] == ctx->left_image && gs_image_stage_is_left(images[i]) &&
+		    gs_image_stage_discard(images[i]))
+			fprintf(stderr, "gpusnap: warning: cannot remove '%s': %s\n", images[i], strerror(errno));
 	/* each spill that was read back goes (--tree: also where another process's resume failed) */
 	for (int i = 0; i < n; i++) {
 		struct gs_err e = { 0 };

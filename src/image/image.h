@@ -380,6 +380,13 @@ int gs_image_stage_detach(struct gs_image_stage *s, struct gs_err *err);
 int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, uint64_t *bytes, struct gs_err *err);
 /* Closes s; its directory, if not detached, is removed unless keep (it holds a suspended process's data). */
 void gs_image_stage_free(struct gs_image_stage *s, bool keep);
+/*
+ * Whether path names a stage directory (.gpusnap-live-*) that this user
+ * owns: one a dump killed inside its pause left with a process's data.
+ */
+bool gs_image_stage_is_left(const char *path);
+/* Removes such a directory once its data is back on the GPU (resume); 0, or -1 with errno. */
+int gs_image_stage_discard(const char *path);
 
 /* ------------------------------------------------------------------ reader */
 

@@ -238,3 +238,25 @@ void gs_image_stage_free(struct gs_image_stage *s, bool keep)
 	}
 	free(s);
 }
+
+bool gs_image_stage_is_left(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	struct stat st;
+	return path[0] == '/' && base && !strncmp(base + 1, ".gpusnap-live-", 14) && lstat(path, &st) == 0 &&
+	       S_ISDIR(st.st_mode) && st.st_uid == geteuid();
+}
+
+int gs_image_stage_discard(const char *path)
+{
+	if (!gs_image_stage_is_left(path)) {
+		errno = EINVAL;
+		return -1;
+	}
+	int pfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pfd < 0)
+		return -1;
+	int rc = gs_fs_remove_tree(pfd, path + 1);
+	close(pfd);
+	return rc;
+}

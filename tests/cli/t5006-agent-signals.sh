@@ -94,19 +94,25 @@ run_gpusnap resume "$PID"; expect "the next resume takes the data from the kille
 verify_ok "the data after a killed dump and a killed resume"
 rm -rf "$kept"
 
-# dump --leave-running resumes the process before it publishes the image: killed after CRIU, the process
-# is left suspended with its data in the complete image at the temporary name; killed after the publish,
-# it runs with its data and the image is there
+# dump --leave-running resumes the process before it writes the image: killed after CRIU, the process
+# is left suspended with its GPU data in the dump's own copy (a stage on a tmpfs, GPUSNAP_STAGE_DIR), no
+# image; resume takes the data from there and removes the copy; killed after the publish, it runs with
+# its data and the image is there
 img2=$TEST_TMP/img2
-GPUSNAP_FAULT=dump-after-criu=kill run_gpusnap dump --leave-running -D "$img2" "$PID"
+stage=$TEST_TMP/stage
+mkdir -m 700 "$stage" && mount -t tmpfs -o size=512m,mode=700 gpusnap-t5006 "$stage" || fail "a tmpfs for the stage"
+cleanup_more() { umount "$stage" 2>/dev/null; }
+GPUSNAP_STAGE_DIR=$stage GPUSNAP_FAULT=dump-after-criu=kill run_gpusnap dump --leave-running -D "$img2" "$PID"
 check "kill -9 of dump --leave-running after CRIU (rc $RC)" test "$RC" = 137
-kept=$(tmp_dirs "$img2")
-check "the process is left suspended, the image complete at its temporary name" \
-  test "$(phys)" = 0 -a "$(fake_state)" = 2 -a -f "$kept/manifest.img" -a ! -e "$img2"
-run_gpusnap state "$PID"; expect "state names the killed dump" 0 "its image is complete at '$kept'"
-run_gpusnap resume "$PID"; expect "resume takes the data from that image" 0 "taken from '$kept'"
+left=$(find "$stage" -mindepth 1 -maxdepth 1 -name '.gpusnap-live-*')
+check "the process is left suspended, its GPU data in the dump's copy ($left), no image" \
+  test "$(phys)" = 0 -a "$(fake_state)" = 2 -a -f "$left/manifest.img" -a ! -e "$img2"
+run_gpusnap state "$PID"; expect "state names the killed dump and the copy" 0 "its GPU data is in '$left'"
+check "... and does not call the temporary image complete" sh -c "! grep -q 'image is complete' '$ERR_TXT'"
+run_gpusnap resume "$PID"; expect "resume takes the data from the copy" 0 "taken from '$left'"
+check "... and removes it" test ! -e "$left"
 verify_ok "the data after the dump --leave-running killed after CRIU"
-rm -rf "$kept"
+rm -rf "$(tmp_dirs "$img2")"
 GPUSNAP_FAULT=dump-after-publish=kill run_gpusnap dump --leave-running -D "$img2" "$PID"
 check "kill -9 of dump --leave-running after publishing (rc $RC)" test "$RC" = 137
 check "the image is published" test -f "$img2/manifest.img"
