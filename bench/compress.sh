@@ -46,14 +46,10 @@ JSONL=$OUT/bench-compress.jsonl
 MD=$OUT/bench-compress.md
 : >"$JSONL"
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 require_criu
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
-GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
+bench_device
 B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 PY=$GS_SRC/tests/gpu/py
 MODEL=$DIR/llama-$SIZE
