@@ -96,15 +96,6 @@ same_answer() { # WHAT
   fi
 }
 
-quit_server() { # PORT PID
-  python3 - "$1" <<'EOF' >/dev/null 2>&1
-import http.client, sys
-c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
-c.request("POST", "/quit", b"")
-c.getresponse().read()
-EOF
-  wait_pid_gone "$2" || gs_kill_pid "$2"
-}
 
 record() { # one JSON line from the B_* variables
   python3 -S - >>"$JSONL" <<'EOF'
@@ -180,7 +171,7 @@ measure() { # CODEC
     B_STATUS=failed B_DETAIL="the restored server did not answer as the first start" record
     FAILED=1
   fi
-  quit_server "$port" "$pid"
+  bench_quit_server "$port" "$pid"
   rm -rf "$img"
 }
 

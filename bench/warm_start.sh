@@ -100,16 +100,6 @@ start_server() { # WAY CACHE PORTS LAUNCH...
   record "$way" "$cache"
 }
 
-# Ends the server whose HTTP port is PORT and waits until PID is gone.
-quit_server() { # PORT PID
-  python3 - "$1" <<'EOF' >/dev/null 2>&1
-import http.client, sys
-c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
-c.request("POST", "/quit", b"")
-c.getresponse().read()
-EOF
-  wait_pid_gone "$2" || gs_kill_pid "$2"
-}
 
 # gpusnap restore of IMG, timed to the restored server's first answer on PORT; then it ends.
 restore_server() { # WAY CACHE IMG PORT
@@ -126,7 +116,7 @@ restore_server() { # WAY CACHE IMG PORT
   first_answer "$t0" --port "$4" || { FAILED=1; gs_kill_pid "$pid"; return 1; }
   record "$1" "$2"
   log "  restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, checksums $(json_get "$GS_OUT" times.verify_s) s, total $(json_get "$GS_OUT" times.total_s) s"
-  quit_server "$4" "$pid"
+  bench_quit_server "$4" "$pid"
 }
 
 # Dumps the server PID into IMG (its path: WANT); it is gone after.
@@ -169,16 +159,16 @@ for ((r = 1; r <= REPEAT; r++)); do
   log "== round $r of $REPEAT"
   if [ "$r" -gt 1 ]; then
     warm_files "$MODEL"
-    start_server python warm "$GS_WORK/p.json" && quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+    start_server python warm "$GS_WORK/p.json" && bench_quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
     start_server "python under gpusnap run" warm "$GS_WORK/p.json" "$GPUSNAP" run -- &&
-      quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+      bench_quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
   fi
   warm_files "$DIR/img-agent"
   restore_server "gpusnap restore, agent path" warm "$DIR/img-agent" "$PORT_A"
   warm_files "$DIR/img-driver"
   restore_server "gpusnap restore, driver path" warm "$DIR/img-driver" "$PORT_D"
   drop_caches
-  start_server python cold "$GS_WORK/p.json" && quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+  start_server python cold "$GS_WORK/p.json" && bench_quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
   drop_caches
   restore_server "gpusnap restore, agent path" cold "$DIR/img-agent" "$PORT_A"
   drop_caches

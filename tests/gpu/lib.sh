@@ -172,6 +172,18 @@ EOF
   fi
 }
 
+# For the bench/ scripts: ends the server (tests/gpu/py/server.py) whose HTTP port is PORT and waits until
+# PID is gone (killing it if it does not go).
+bench_quit_server() { # PORT PID
+  python3 - "$1" <<'EOF' >/dev/null 2>&1
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
+c.request("POST", "/quit", b"")
+c.getresponse().read()
+EOF
+  wait_pid_gone "$2" || gs_kill_pid "$2"
+}
+
 # The median of the numbers given; of an even count, the mean of the middle two (to 3 places).
 bench_median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
