@@ -794,6 +794,14 @@ require_criu() {
   log "criu: ${GPUSNAP_CRIU:-$(command -v criu)} ($("${GPUSNAP_CRIU:-criu}" --version 2>&1 | head -n 1))"
 }
 
+# Skips the test visibly without PyTorch that sees a GPU.
+require_torch() {
+  if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    skip "PyTorch with CUDA is not installed here"
+    finish
+  fi
+}
+
 # The last 40 lines of the criu log a failed gpusnap command named ("(log: PATH)" in $GS_ERR).
 log_criu_tail() {
   log_block "  criu log| " "$(sed -n 's/.*(log: \([^)]*\)).*/\1/p' <<<"$GS_ERR" | head -n 1 | xargs -r tail -n 40 2>/dev/null)"
