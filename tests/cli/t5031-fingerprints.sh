@@ -28,7 +28,6 @@ export GPUSNAP_IO_THREADS=2
 
 # flip-fp: tests/cli/manifest_tool.py
 MT=$(dirname "$0")/manifest_tool.py
-gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
 stored_chunks() { python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["image"]["chunks"]; print(c["count"] - c["zero"])' "$OUT_TXT"; }
 
 # ---- a dump records them; inspect --verify agrees; restore --verify-gpu checks them ----

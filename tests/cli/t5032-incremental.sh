@@ -29,7 +29,6 @@ export GPUSNAP_IO_THREADS=2
 cleanup_more() {
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
 }
-gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
 flip() { signal_reply USR2 ZERO; }
 
 # image edits (pid, parent-of, flip-byte): tests/cli/manifest_tool.py
