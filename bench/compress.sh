@@ -46,14 +46,10 @@ JSONL=$OUT/bench-compress.jsonl
 MD=$OUT/bench-compress.md
 : >"$JSONL"
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 require_criu
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
-GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
+bench_device
 B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 PY=$GS_SRC/tests/gpu/py
 MODEL=$DIR/llama-$SIZE
@@ -100,15 +96,6 @@ same_answer() { # WHAT
   fi
 }
 
-quit_server() { # PORT PID
-  python3 - "$1" <<'EOF' >/dev/null 2>&1
-import http.client, sys
-c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
-c.request("POST", "/quit", b"")
-c.getresponse().read()
-EOF
-  wait_pid_gone "$2" || gs_kill_pid "$2"
-}
 
 record() { # one JSON line from the B_* variables
   python3 -S - >>"$JSONL" <<'EOF'
@@ -184,7 +171,7 @@ measure() { # CODEC
     B_STATUS=failed B_DETAIL="the restored server did not answer as the first start" record
     FAILED=1
   fi
-  quit_server "$port" "$pid"
+  bench_quit_server "$port" "$pid"
   rm -rf "$img"
 }
 

@@ -43,9 +43,8 @@ case $NV in /*) ;; *) NV=$SRC/$NV ;; esac
 mkdir -p "$OUT" "$DIR" || exit 1
 MD=$OUT/bench-cuda-plugin.md
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap 'gs_cleanup; rm -rf "$DIR"' EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+# shellcheck disable=SC2016 # $DIR is expanded when the trap runs
+bench_work 'gs_cleanup; rm -rf "$DIR"'
 GS_TEST=bench-cuda-plugin
 require_criu
 GS_MISSING=""

@@ -36,9 +36,7 @@ mkdir -p "$OUT" || exit 1
 JSONL=$OUT/bench-dump.jsonl
 MD=$OUT/bench-dump.md
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 if [ -z "${GPUSNAP_CRIU:-}" ]; then
   if [ ! -x "$SRC/.cache/criu/bin/criu" ] && [ -d "$SRC/.cache/criu-debs" ]; then
     "$SRC/scripts/get-criu.sh" --offline >"$GS_WORK/get-criu.log" 2>&1
@@ -51,9 +49,7 @@ if [ -z "${GPUSNAP_CRIU:-}" ]; then
   fi
 fi
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
-GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
+bench_device
 B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 FAILED=0
 

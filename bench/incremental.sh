@@ -43,15 +43,11 @@ JSONL=$OUT/bench-incremental.jsonl
 MD=$OUT/bench-incremental.md
 : >"$JSONL"
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 require_criu
 export GS_APP_STDERR=null
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
-GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
+bench_device
 B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 FAILED=0
 

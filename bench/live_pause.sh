@@ -39,12 +39,9 @@ mkdir -p "$OUT" "$DIR" || exit 1
 JSONL=$OUT/bench-live-pause.jsonl
 MD=$OUT/bench-live-pause.md
 : >"$JSONL"
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 require_criu
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+bench_device
 PY=$GS_SRC/tests/gpu/py
 MODEL=$DIR/llama-$SIZE
 FAILED=0

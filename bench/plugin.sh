@@ -37,9 +37,8 @@ DIR=${GPUSNAP_BENCH_DIR:-/dev/shm/gpusnap-bench-plugin}
 mkdir -p "$OUT" "$DIR" || exit 1
 MD=$OUT/bench-plugin.md
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap 'gs_cleanup; rm -rf "$DIR"' EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+# shellcheck disable=SC2016 # $DIR is expanded when the trap runs
+bench_work 'gs_cleanup; rm -rf "$DIR"'
 GS_TEST=bench-plugin
 require_criu
 plugin_init

@@ -55,14 +55,10 @@ if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
   fi
 fi
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+bench_device
 VERSION=$("$GPUSNAP" --version 2>/dev/null | head -n 1)
-GITREV=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo unknown)
 B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 export B_DEVICE="$DEVICE" B_DRIVER="$DRIVER" B_VERSION="$VERSION ($GITREV)" B_DATE
 FAILED=0

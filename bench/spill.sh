@@ -57,7 +57,6 @@ if ! [[ $SIZE =~ ^[0-9]+G$ ]]; then
 fi
 gib=${SIZE%G}
 BYTES=$((gib << 30))
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
 cleanup_spill() {
   [ -d "$DIR" ] && find "$DIR" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
   [ -n "$MADE_DIR" ] && rmdir "$DIR" 2>/dev/null
@@ -65,8 +64,7 @@ cleanup_spill() {
 }
 MADE_DIR=
 [ -d "$DIR" ] || MADE_DIR=1
-trap cleanup_spill EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work cleanup_spill
 
 if ! { mkdir -p "$DIR" && chmod 700 "$DIR"; }; then
   echo "ERROR: cannot make the spill directory '$DIR'"
@@ -83,37 +81,12 @@ if [[ $free =~ ^[0-9]+$ ]] && [ "$free" -lt $((gib * 1024 + 2048)) ]; then
   exit 0
 fi
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+bench_device
 VERSION=$("$GPUSNAP" --version 2>/dev/null | head -n 1)
-GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
 DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 FS=$(df -PT "$DIR" | awk 'NR == 2 { print $2 " on " $1 }')
 FAILED=0
 
-# timed PATH WHAT ARGS...: gpusnap ARGS (its --json kept), the wall time in T; a failure fails the bench
-timed() {
-  local path=$1 what=$2
-  shift 2
-  gs_run "$@"
-  T=$GS_SECS
-  python3 - "$JSONL" "$path" "$what" "$GS_RC" "$GS_SECS" "$GS_OUT" "$*" <<'EOF'
-import json, sys
-f, path, what, rc, wall, out, cmd = sys.argv[1:]
-try:
-    doc = json.loads(out)
-except Exception:
-    doc = None
-with open(f, "a") as fh:
-    fh.write(json.dumps({"path": path, "what": what, "rc": int(rc), "wall_s": float(wall), "command": "gpusnap " + cmd,
-                         "gpusnap": doc}) + "\n")
-EOF
-  if [ "$GS_RC" != 0 ]; then
-    echo "FAIL: $path: $what: exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"
-    FAILED=1
-    return 1
-  fi
-}
 verified() { # WHAT
   if app_cmd p verify VERIFY 300 && [[ $REPLY_LINE == "VERIFY OK"* ]]; then
     return 0
@@ -122,7 +95,6 @@ verified() { # WHAT
   FAILED=1
   return 1
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # dd_timed WHAT ARGS...: dd ARGS, its wall time in T (dd's own line logged)
 dd_timed() {
   local what=$1 t0=$EPOCHREALTIME line
@@ -146,7 +118,7 @@ log "== a pattern app of $SIZE under the agent; spill directory $DIR ($FS)"
 app_start p 600 "$GPUSNAP" run -- "$GS_APPS/pattern" --size "$SIZE" --alloc-size 1G --seed 41 || exit 1
 P=${APP_PID[p]}
 # one untimed cycle: the agent's staging is made once, as on a machine that has suspended before
-timed warmup "warm-up suspend" suspend "$P" --json && timed warmup "warm-up resume" resume "$P" --json || exit 1
+bench_timed warmup "warm-up suspend" suspend "$P" --json && bench_timed warmup "warm-up resume" resume "$P" --json || exit 1
 
 ddw=() ddr=() sw=() sr=() sww=() srw=() held=
 declare -A W # PATH.sus / PATH.res: wall times, a list each
@@ -160,7 +132,7 @@ for ((rep = 1; rep <= REPEAT; rep++)); do
   ddr+=("$(rate "$BYTES" "$T")")
   rm -f "$probe"
 
-  timed spill "suspend --spill-only" suspend "$P" --json --spill-only --spill "$DIR" || break
+  bench_timed spill "suspend --spill-only" suspend "$P" --json --spill-only --spill "$DIR" || break
   if [ "$(json_get "$GS_OUT" processes.0.data.where 2>/dev/null)" != spill ]; then
     echo "FAIL: the suspend did not go to the spill directory ($(json_get "$GS_OUT" processes.0.data 2>/dev/null))"
     FAILED=1
@@ -172,7 +144,7 @@ for ((rep = 1; rep <= REPEAT; rep++)); do
   W[spill.sus]+=" $T"
   log "spill: $held bytes, $(jnum processes.0.agent.image_direct_bytes) of them O_DIRECT"
   drop_caches
-  timed spill "resume from the spill (cold)" resume "$P" --json || break
+  bench_timed spill "resume from the spill (cold)" resume "$P" --json || break
   sr+=("$(rate "$held" "$(jnum processes.0.agent.image_read_s)")")
   srw+=("$(rate "$held" "$T")")
   W[spill.res]+=" $T"
@@ -186,9 +158,9 @@ for ((rep = 1; rep <= REPEAT; rep++)); do
   for path in $PATHS; do
     D=()
     [ "$path" = driver ] && D=(--driver)
-    timed "$path" "suspend ($path)" suspend "$P" --json "${D[@]}" || break 2
+    bench_timed "$path" "suspend ($path)" suspend "$P" --json "${D[@]}" || break 2
     W[$path.sus]+=" $T"
-    timed "$path" "resume ($path)" resume "$P" --json || break 2
+    bench_timed "$path" "resume ($path)" resume "$P" --json || break 2
     W[$path.res]+=" $T"
     verified "resume ($path)" || break 2
   done
@@ -203,8 +175,8 @@ pid_alive "$P" && app_quit p 120
   echo "    GPUSNAP_BENCH_SPILL_SIZE=$SIZE GPUSNAP_BENCH_SPILL_DIR=$DIR GPUSNAP_BENCH_SPILL_PATHS='$PATHS' GPUSNAP_BENCH_REPEAT=$REPEAT bench/spill.sh"
   echo
   if [ ${#sr[@]} -gt 0 ]; then
-    m_ddw=$(median "${ddw[@]}") m_ddr=$(median "${ddr[@]}")
-    m_sw=$(median "${sw[@]}") m_sr=$(median "${sr[@]}") m_sww=$(median "${sww[@]}") m_srw=$(median "${srw[@]}")
+    m_ddw=$(bench_median "${ddw[@]}") m_ddr=$(bench_median "${ddr[@]}")
+    m_sw=$(bench_median "${sw[@]}") m_sr=$(bench_median "${sr[@]}") m_sww=$(bench_median "${sww[@]}") m_srw=$(bench_median "${srw[@]}")
     echo "Medians of ${#sr[@]} rounds, GB/s of the $held bytes the spill holds (1 GB = 1e9 bytes):"
     echo
     echo "| direction | dd (O_DIRECT) GB/s | spill, data phase GB/s | ratio | spill, whole command GB/s | ratio | target |"
@@ -217,7 +189,7 @@ pid_alive "$P" && app_quit p 120
     for path in spill $PATHS; do
       [ -n "${W[$path.res]:-}" ] || { echo "| $path | failed | | see the FAIL lines |"; continue; }
       # shellcheck disable=SC2086 # the lists are words
-      awk -v p="$path" -v s="$(median ${W[$path.sus]})" -v r="$(median ${W[$path.res]})" 'BEGIN {
+      awk -v p="$path" -v s="$(bench_median ${W[$path.sus]})" -v r="$(bench_median ${W[$path.res]})" 'BEGIN {
         name = p == "spill" ? "spill (--spill-only, resume cold)" : p == "memory" ? "host memory" : p == "driver" ? "driver (--driver)" : p
         printf "| %s | %.2f | %.2f | verified |\n", name, s, r }'
     done

@@ -46,14 +46,10 @@ if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
   echo "ERROR: build gpusnap and the GPU apps first: cmake -S . -B build -DGPUSNAP_GPU_APPS=ON && cmake --build build -j"
   exit 1
 fi
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+bench_device
 VERSION=$("$GPUSNAP" --version 2>/dev/null | head -n 1)
-GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
 DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 FAILED=0
 
@@ -64,29 +60,6 @@ if [[ $free =~ ^[0-9]+$ ]] && [ "$free" -lt $((2 * gib * 1024 + 4096)) ]; then
   exit 0
 fi
 
-# timed PATH WHAT ARGS...: gpusnap ARGS (its --json kept), the wall time in T; a failure fails the bench
-timed() {
-  local path=$1 what=$2
-  shift 2
-  gs_run "$@"
-  T=$GS_SECS
-  python3 - "$JSONL" "$path" "$what" "$GS_RC" "$GS_SECS" "$GS_OUT" "$*" <<'EOF'
-import json, sys
-f, path, what, rc, wall, out, cmd = sys.argv[1:]
-try:
-    doc = json.loads(out)
-except Exception:
-    doc = None
-with open(f, "a") as fh:
-    fh.write(json.dumps({"path": path, "what": what, "rc": int(rc), "wall_s": float(wall), "command": "gpusnap " + cmd,
-                         "gpusnap": doc}) + "\n")
-EOF
-  if [ "$GS_RC" != 0 ]; then
-    echo "FAIL: $path: $what: exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"
-    FAILED=1
-    return 1
-  fi
-}
 verified() { # NAME WHAT
   if app_cmd "$1" verify VERIFY 300 && [[ $REPLY_LINE == "VERIFY OK"* ]]; then
     return 0
@@ -95,7 +68,6 @@ verified() { # NAME WHAT
   FAILED=1
   return 1
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 log "== two pattern apps of $SIZE under the agent"
 app_start a 600 "$GPUSNAP" run "${RUN_ARGS[@]}" -- "$GS_APPS/pattern" --size "$SIZE" --alloc-size 1G --seed 11 || exit 1
@@ -103,7 +75,7 @@ app_start b 600 "$GPUSNAP" run "${RUN_ARGS[@]}" -- "$GS_APPS/pattern" --size "$S
 A=${APP_PID[a]} B=${APP_PID[b]}
 # one untimed cycle each: the agents' staging is made once, as on a machine that has switched before
 for n in a b; do
-  timed warmup "warm-up suspend $n" suspend "${APP_PID[$n]}" --json && timed warmup "warm-up resume $n" resume "${APP_PID[$n]}" --json ||
+  bench_timed warmup "warm-up suspend $n" suspend "${APP_PID[$n]}" --json && bench_timed warmup "warm-up resume $n" resume "${APP_PID[$n]}" --json ||
     exit 1
 done
 
@@ -112,33 +84,33 @@ for path in $PATHS; do
   D=()
   [ "$path" = driver ] && D=(--driver)
   log "== $path path"
-  timed "$path" "set-up: suspend b" suspend "$B" --json "${D[@]}" || break
+  bench_timed "$path" "set-up: suspend b" suspend "$B" --json "${D[@]}" || break
   sus=() res=() sr=() sw=() swseq=() order=
   for ((rep = 1; rep <= REPEAT; rep++)); do
     # A runs, B is suspended
-    timed "$path" "suspend a alone" suspend "$A" --json "${D[@]}" || break
+    bench_timed "$path" "suspend a alone" suspend "$A" --json "${D[@]}" || break
     sus+=("$T")
-    timed "$path" "resume b alone" resume "$B" --json || break
+    bench_timed "$path" "resume b alone" resume "$B" --json || break
     res+=("$T")
     verified b "$path: resume alone" || break
-    timed "$path" "suspend b, then" suspend "$B" --json "${D[@]}" || break
+    bench_timed "$path" "suspend b, then" suspend "$B" --json "${D[@]}" || break
     t1=$T
-    timed "$path" "resume a" resume "$A" --json || break
+    bench_timed "$path" "resume a" resume "$A" --json || break
     sr+=("$(awk -v a="$t1" -v b="$T" 'BEGIN { printf "%.3f", a + b }')")
     verified a "$path: suspend then resume" || break
-    timed "$path" "switch a b" switch "$A" "$B" --json "${D[@]}" || break
+    bench_timed "$path" "switch a b" switch "$A" "$B" --json "${D[@]}" || break
     sw+=("$T")
     order=$(json_get "$GS_OUT" order)
     verified b "$path: switch" || break
-    timed "$path" "switch b a --overlap never" switch "$B" "$A" --json --overlap never "${D[@]}" || break
+    bench_timed "$path" "switch b a --overlap never" switch "$B" "$A" --json --overlap never "${D[@]}" || break
     swseq+=("$T")
     verified a "$path: switch --overlap never" || break
   done
   [ "$FAILED" = 0 ] || break
-  R[$path.sus]=$(median "${sus[@]}") R[$path.res]=$(median "${res[@]}") R[$path.sr]=$(median "${sr[@]}")
-  R[$path.sw]=$(median "${sw[@]}") R[$path.swseq]=$(median "${swseq[@]}") R[$path.order]=$order
+  R[$path.sus]=$(bench_median "${sus[@]}") R[$path.res]=$(bench_median "${res[@]}") R[$path.sr]=$(bench_median "${sr[@]}")
+  R[$path.sw]=$(bench_median "${sw[@]}") R[$path.swseq]=$(bench_median "${swseq[@]}") R[$path.order]=$order
   # back to both running for the next path
-  timed "$path" "set-down: resume b" resume "$B" --json || break
+  bench_timed "$path" "set-down: resume b" resume "$B" --json || break
 done
 for n in a b; do pid_alive "${APP_PID[$n]}" && app_quit "$n" 120; done
 

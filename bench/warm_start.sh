@@ -42,14 +42,10 @@ JSONL=$OUT/bench-warm-start.jsonl
 MD=$OUT/bench-warm-start.md
 : >"$JSONL"
 
-gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
-trap gs_cleanup EXIT
-trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+bench_work gs_cleanup
 require_criu
 
-DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
-GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
+bench_device
 B_DATE=$(date -u '+%Y-%m-%dT%H:%M:%SZ')
 PY=$GS_SRC/tests/gpu/py
 MODEL=$DIR/llama-$SIZE
@@ -104,16 +100,6 @@ start_server() { # WAY CACHE PORTS LAUNCH...
   record "$way" "$cache"
 }
 
-# Ends the server whose HTTP port is PORT and waits until PID is gone.
-quit_server() { # PORT PID
-  python3 - "$1" <<'EOF' >/dev/null 2>&1
-import http.client, sys
-c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
-c.request("POST", "/quit", b"")
-c.getresponse().read()
-EOF
-  wait_pid_gone "$2" || gs_kill_pid "$2"
-}
 
 # gpusnap restore of IMG, timed to the restored server's first answer on PORT; then it ends.
 restore_server() { # WAY CACHE IMG PORT
@@ -130,7 +116,7 @@ restore_server() { # WAY CACHE IMG PORT
   first_answer "$t0" --port "$4" || { FAILED=1; gs_kill_pid "$pid"; return 1; }
   record "$1" "$2"
   log "  restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, checksums $(json_get "$GS_OUT" times.verify_s) s, total $(json_get "$GS_OUT" times.total_s) s"
-  quit_server "$4" "$pid"
+  bench_quit_server "$4" "$pid"
 }
 
 # Dumps the server PID into IMG (its path: WANT); it is gone after.
@@ -173,16 +159,16 @@ for ((r = 1; r <= REPEAT; r++)); do
   log "== round $r of $REPEAT"
   if [ "$r" -gt 1 ]; then
     warm_files "$MODEL"
-    start_server python warm "$GS_WORK/p.json" && quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+    start_server python warm "$GS_WORK/p.json" && bench_quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
     start_server "python under gpusnap run" warm "$GS_WORK/p.json" "$GPUSNAP" run -- &&
-      quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+      bench_quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
   fi
   warm_files "$DIR/img-agent"
   restore_server "gpusnap restore, agent path" warm "$DIR/img-agent" "$PORT_A"
   warm_files "$DIR/img-driver"
   restore_server "gpusnap restore, driver path" warm "$DIR/img-driver" "$PORT_D"
   drop_caches
-  start_server python cold "$GS_WORK/p.json" && quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
+  start_server python cold "$GS_WORK/p.json" && bench_quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
   drop_caches
   restore_server "gpusnap restore, agent path" cold "$DIR/img-agent" "$PORT_A"
   drop_caches

@@ -177,3 +177,36 @@ reply_ok() {
   app_cmd "$2"
   case $REPLY in "$3 OK"*) pass "$1" ;; *) fail "$1" "$REPLY" "agent log: $(tail -n 3 "$GPUSNAP_AGENT_LOG" 2>/dev/null)" ;; esac
 }
+
+# spill_damaged_resume FOLDER FILE WHAT: the spill tests' damaged chunk (t4032, t4034): FILE, a data file of
+# the spill in FOLDER, is kept as $TEST_TMP/whole and overwritten at 4096; resume must refuse it (11, WHAT)
+# naming the chunk in one line, its memory not back and the spill kept.
+spill_damaged_resume() {
+  local folder=$1 file=$2
+  cp "$file" "$TEST_TMP/whole"
+  printf 'XXXXXXXX' | dd of="$file" bs=1 seek=4096 conv=notrunc 2>/dev/null
+  run_gpusnap resume "$APP"
+  expect "$3" 11
+  # which chunk lies there is the writer threads' order
+  check "it names the chunk ($(cat "$ERR_TXT"))" \
+    grep -q "image '$folder/image': chunk [0-9]* (allocation [0-9]*, offset [0-9]*, [0-9]* bytes) in '$(basename "$file")' at 4096 is corrupt" "$ERR_TXT"
+  check "damaged: one line" one_line
+  check "damaged: its memory is not back" test "$(phys)" = 0
+  check "damaged: the spill stays" test -f "$file"
+}
+
+# spill_rolled_back FOLDER PHYS0 WHAT [SUSPEND_ARGS...]: the spill tests' rollback (t4030, t4034): a suspend
+# failing after the agent spilled (GPUSNAP_FAULT=suspend-after-agent, the second spill the agent logged) is
+# undone: the driver runs the process, its physical memory is PHYS0 again, the data verifies, FOLDER is gone.
+spill_rolled_back() {
+  local folder=$1 phys0=$2 what=$3
+  shift 3
+  GPUSNAP_FAULT=suspend-after-agent run_gpusnap suspend "$@" "$APP"
+  check "a suspend failing after the agent's $what fails (rc $RC)" test "$RC" -ne 0
+  check "the agent had spilled ($(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG") spills logged)" \
+    test "$(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG")" = 2
+  check "undone: the driver runs the process" test "$(fake_state)" = 0
+  check "undone: the physical memory is back" test "$(phys)" = "$phys0"
+  verify_ok "the data after the rolled back $what"
+  check "undone: the spill folder is removed" test ! -e "$folder"
+}

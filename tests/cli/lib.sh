@@ -41,6 +41,8 @@ wait_stopped() {
 }
 # alive PID: PID exists and is not a zombie.
 alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat")" != Z ]; }
+# gone_or_zombie PID: PID ends (or is a zombie) within 5 s
+gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
 
 pass() { TEST_PASSED=$((TEST_PASSED + 1)); echo "ok - $1"; }
 fail() { TEST_FAILED=$((TEST_FAILED + 1)); echo "not ok - $1"; shift; [ $# -gt 0 ] && printf '    %s\n' "$@"; }

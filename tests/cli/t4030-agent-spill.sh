@@ -107,14 +107,7 @@ run_gpusnap resume "$APP"; expect "resume from the spill" 0
 verify_ok "the data after a spill for want of memory"
 check "the spill folder is removed" test ! -e "$folder"
 # a rollback after the agent spilled (a fault after its part): the data comes back from the spill
-GPUSNAP_FAULT=suspend-after-agent run_gpusnap suspend "$APP"
-check "a suspend failing after the agent spilled fails (rc $RC)" test "$RC" -ne 0
-check "the agent had spilled ($(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG") spills logged)" \
-  test "$(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG")" = 2
-check "it was undone: the driver runs the process" test "$(fake_state)" = 0
-check "the physical memory is back" test "$(phys)" = "$phys0"
-verify_ok "the data after the rolled back spill"
-check "the spill folder is removed" test ! -e "$folder"
+spill_rolled_back "$folder" "$phys0" spill
 unset GPUSNAP_SPILL_DIR GPUSNAP_HOST_MEMORY_LIMIT GPUSNAP_HOST_MEMORY_MARGIN
 quit_app "the app exits cleanly"
 test_done

@@ -122,16 +122,7 @@ check "the spill folder is removed" test ! -e "$folder"
 run_gpusnap suspend --spill-only --spill "$spill" "$APP"; expect "suspend --spill-only" 0
 data=$(find "$folder/image" -type f -size +1M | head -n 1)
 check "the spill has a data file ($data)" test -n "$data"
-cp "$data" "$TEST_TMP/whole"
-printf 'XXXXXXXX' | dd of="$data" bs=1 seek=4096 conv=notrunc 2>/dev/null
-run_gpusnap resume "$APP"
-expect "resume from a damaged spill is refused" 11
-# which chunk lies there is the writer threads' order
-check "it names the chunk ($(cat "$ERR_TXT"))" \
-  grep -q "image '$folder/image': chunk [0-9]* (allocation [0-9]*, offset [0-9]*, [0-9]* bytes) in '$(basename "$data")' at 4096 is corrupt" "$ERR_TXT"
-check "damaged: one line" one_line
-check "damaged: its memory is not back" test "$(phys)" = 0
-check "damaged: the spill stays" test -f "$data"
+spill_damaged_resume "$folder" "$data" "resume from a damaged spill is refused"
 run_gpusnap state "$APP"; expect "state after the refused resume" 0 "suspended (the last resume failed"
 check "state names the damaged chunk" grep -q "chunk" "$OUT_TXT"
 check "state says where the data is" grep -q "note: the GPU data of process $APP is spilled to $spill" "$ERR_TXT"

@@ -97,14 +97,7 @@ run_gpusnap suspend "$APP"; expect "a suspend without a spill directory is still
 check "refused: the app runs on" test "$(fake_state)" = 0
 
 # ---- a rollback after a split: both parts come back ----
-GPUSNAP_FAULT=suspend-after-agent run_gpusnap suspend --spill "$spill" "$APP"
-check "a suspend failing after the agent split fails (rc $RC)" test "$RC" -ne 0
-check "the agent had spilled part ($(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG") logged)" \
-  test "$(grep -c "spilling to disk what it does not hold" "$GPUSNAP_AGENT_LOG")" = 2
-check "undone: the driver runs the process" test "$(fake_state)" = 0
-check "undone: the physical memory is back" test "$(phys)" = "$phys0"
-verify_ok "the data after the rolled back split"
-check "undone: the spill folder is removed" test ! -e "$folder"
+spill_rolled_back "$folder" "$phys0" split --spill "$spill"
 
 # ---- the spill part does not fit on its file system: the whole suspend is rolled back ----
 small=$TEST_TMP/small
@@ -129,15 +122,7 @@ run_gpusnap suspend --json --spill "$spill" "$APP"; expect "split again" 0
 check "it split" test "$(data where)" = split
 file=$(find "$folder/image" -type f -name '*.img' ! -name manifest.img -size +1M | head -n 1)
 check "the spill has a data file ($file)" test -n "$file"
-cp "$file" "$TEST_TMP/whole"
-printf 'XXXXXXXX' | dd of="$file" bs=1 seek=4096 conv=notrunc 2>/dev/null
-run_gpusnap resume "$APP"
-expect "resume from a damaged spilled chunk is refused" 11
-check "it names the chunk ($(cat "$ERR_TXT"))" \
-  grep -q "image '$folder/image': chunk [0-9]* (allocation [0-9]*, offset [0-9]*, [0-9]* bytes) in '$(basename "$file")' at 4096 is corrupt" "$ERR_TXT"
-check "damaged: one line" one_line
-check "damaged: its memory is not back" test "$(phys)" = 0
-check "damaged: the spill stays" test -f "$file"
+spill_damaged_resume "$folder" "$file" "resume from a damaged spilled chunk is refused"
 run_gpusnap state -v "$APP"; expect "state after the refused resume" 0 "suspended (the last resume failed"
 check "state says both parts are kept" grep -q "^data: in host memory, .*, and spilled to $spill, " "$OUT_TXT"
 check "the fault says where the data is" grep -q "host memory and the spill image" "$OUT_TXT"

@@ -25,46 +25,9 @@ signals_app_env agent_app criu
 export AGENT_APP_BIG_MB=200
 export GPUSNAP_IO_THREADS=2
 
-# chunks.py MANIFEST: one line per chunk, "index flags file_index file_offset stored_length codec"
-# (FORMAT.md 4.8, version 1 records are read as their own length)
-cat >"$TEST_TMP/chunks.py" <<'EOF'
-import struct, sys
-m = open(sys.argv[1], "rb").read()
-ver, = struct.unpack_from("<I", m, 8)
-tab, cnt, esz = struct.unpack_from("<QII", m, 24)
-for i in range(cnt):
-    typ, fl, off, ln, ent = struct.unpack_from("<IIQQI", m, tab + i * esz)
-    if typ != 6:
-        continue
-    for k in range(ln // ent):
-        r = off + k * ent
-        aid, o, l, fo, fi, flags, crc = struct.unpack_from("<QQQQIII", m, r)
-        stored, scrc, codec = (struct.unpack_from("<QIB", m, r + 48) if ver >= 2 else (l, crc, 0))
-        print(k, flags, fi, fo, stored, codec, aid, o)
-EOF
-# set_codec MANIFEST INDEX CODEC: rewrites a chunk's codec byte and the manifest's CRC-32C (FORMAT.md 4.10)
-cat >"$TEST_TMP/set_codec.py" <<'EOF'
-import struct, sys
-path, idx, codec = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-m = bytearray(open(path, "rb").read())
-tab, cnt, esz = struct.unpack_from("<QII", m, 24)
-for i in range(cnt):
-    typ, fl, off, ln, ent = struct.unpack_from("<IIQQI", m, tab + i * esz)
-    if typ == 6:
-        m[off + idx * ent + 60] = codec
-tbl = []
-for n in range(256):
-    c = n
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    tbl.append(c)
-c = 0xFFFFFFFF
-for b in m[:-4]:
-    c = tbl[(c ^ b) & 0xFF] ^ (c >> 8)
-struct.pack_into("<I", m, len(m) - 4, c ^ 0xFFFFFFFF)
-open(path, "wb").write(m)
-EOF
-chunks() { python3 "$TEST_TMP/chunks.py" "$1/manifest.img"; }
+# the chunk table and its edits: tests/cli/manifest_tool.py
+MT=$(dirname "$0")/manifest_tool.py
+chunks() { python3 "$MT" chunks "$1"; }
 compressed_chunks() { chunks "$1" | awk '$2 == 2' | wc -l; }
 
 start_app
@@ -133,8 +96,7 @@ bad=$TEST_TMP/bad
 cp -a "$img" "$bad"
 read -r idx _ fi fo stored _ aid off < <(chunks "$bad" | awk '$2 == 2 && $5 > 64' | head -1)
 check "the image has a compressed chunk to damage (chunk $idx)" test -n "$idx"
-python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' \
-  "$bad/$(printf 'gpu-data-%04d.img' "$fi")" $((fo + stored / 2))
+python3 "$MT" flip-byte "$bad/$(printf 'gpu-data-%04d.img' "$fi")" $((fo + stored / 2))
 s0=$(sums "$bad")
 want="chunk $idx (allocation $aid, offset $off"
 run_gpusnap inspect --verify "$bad"; expect "inspect --verify of a damaged compressed chunk" 11 "$want"
@@ -143,7 +105,6 @@ check "... in one line" one_line
 run_gpusnap restore -D "$bad"; expect "restore (checksum pass) of a damaged compressed chunk is refused" 11 "$want"
 check "... in one line" one_error
 run_gpusnap restore --no-verify -D "$bad"; expect "restore --no-verify: the agent finds it" 11 "is corrupt"
-gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
 check "no process is left" gone_or_zombie "$PID"
 check "the damaged image is unchanged" test "$(sums "$bad")" = "$s0"
 run_gpusnap restore -D "$img"; expect "restore from the good image after that" 0
@@ -154,7 +115,7 @@ kill -9 "$PID"; wait_gone "$PID"
 # ---- an unknown codec ----
 unk=$TEST_TMP/unknown
 cp -a "$img" "$unk"
-python3 "$TEST_TMP/set_codec.py" "$unk/manifest.img" "$idx" 9
+python3 "$MT" set-codec "$unk" "$idx" 9
 run_gpusnap inspect "$unk"; expect "an unknown codec is refused" 11 "compressed with unknown codec 9"
 check "... in one line" one_line
 run_gpusnap restore -D "$unk"; expect "restore of an image with an unknown codec" 11 "unknown codec 9"

@@ -26,45 +26,8 @@ signals_app_env agent_app criu
 export AGENT_APP_BIG_MB=100 AGENT_APP_ZERO_MB=8
 export GPUSNAP_IO_THREADS=2
 
-# set_fp MANIFEST: flips bit 0 of the first stored chunk's fp_lo, rewrites the manifest's CRC-32C (FORMAT.md
-# 4.8, 4.10) and cpu-files.img's record of it, and prints "INDEX ALLOC_ID OFFSET" of that chunk
-cat >"$TEST_TMP/set_fp.py" <<'EOF'
-import struct, sys
-path = sys.argv[1]
-m = bytearray(open(path, "rb").read())
-tab, cnt, esz = struct.unpack_from("<QII", m, 24)
-for i in range(cnt):
-    typ, fl, off, ln, ent = struct.unpack_from("<IIQQI", m, tab + i * esz)
-    if typ != 6:
-        continue
-    for k in range(ln // ent):
-        aid, o, l, fo, fi, flags = struct.unpack_from("<QQQQII", m, off + k * ent)
-        if not flags & 1:
-            m[off + k * ent + 64] ^= 1
-            print(k, aid, o)
-            break
-tbl = []
-for n in range(256):
-    c = n
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    tbl.append(c)
-def crc(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = tbl[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-mc = crc(m[:-4])
-struct.pack_into("<I", m, len(m) - 4, mc)
-open(path, "wb").write(m)
-# cpu-files.img names its manifest by that CRC (FORMAT.md 11.1): it follows
-lp = path[:-len("manifest.img")] + "cpu-files.img"
-ls = bytearray(open(lp, "rb").read())
-struct.pack_into("<I", ls, 40, mc)
-struct.pack_into("<I", ls, len(ls) - 4, crc(ls[:-4]))
-open(lp, "wb").write(ls)
-EOF
-gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
+# flip-fp: tests/cli/manifest_tool.py
+MT=$(dirname "$0")/manifest_tool.py
 stored_chunks() { python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["image"]["chunks"]; print(c["count"] - c["zero"])' "$OUT_TXT"; }
 
 # ---- a dump records them; inspect --verify agrees; restore --verify-gpu checks them ----
@@ -91,7 +54,7 @@ kill -9 "$PID"; wait_gone "$PID"
 # ---- a record that does not match its data ----
 bad=$TEST_TMP/bad
 cp -a "$img" "$bad"
-read -r idx aid off < <(python3 "$TEST_TMP/set_fp.py" "$bad/manifest.img")
+read -r idx aid off < <(python3 "$MT" flip-fp "$bad")
 want="chunk $idx (allocation $aid, offset $off"
 run_gpusnap inspect --verify "$bad"; expect "inspect --verify of a wrong fingerprint" 11 "$want"
 check "... naming the fingerprint, in one line" grep -q "has fingerprint" "$ERR_TXT"

@@ -29,51 +29,10 @@ export GPUSNAP_IO_THREADS=2
 cleanup_more() {
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
 }
-gone_or_zombie() { local i; for ((i = 0; i < 500; i++)); do alive "$1" || return 0; sleep 0.01; done; return 1; }
 flip() { signal_reply USR2 ZERO; }
 
-# patch.py DIR WHAT [ARG]: edits an image's manifest (FORMAT.md 4) and keeps its CRC and cpu-files.img's
-# record of it right: pid N (the info's source_pid), parent-of IMG (the parent record names IMG: its path's
-# last component and its image id; the path must be as long as the old one)
-cat >"$TEST_TMP/patch.py" <<'EOF'
-import os, struct, sys
-d, what = sys.argv[1], sys.argv[2]
-m = bytearray(open(d + "/manifest.img", "rb").read())
-tab, cnt, esz = struct.unpack_from("<QII", m, 24)
-sec = {}
-for i in range(cnt):
-    typ, fl, off, ln, ent = struct.unpack_from("<IIQQI", m, tab + i * esz)
-    sec[typ] = off
-if what == "pid":
-    struct.pack_into("<i", m, sec[1] + 12, int(sys.argv[3]))
-elif what == "parent-of":
-    other = sys.argv[3]
-    oid = open(other + "/manifest.img", "rb").read()[40:56]
-    m[sec[8]:sec[8] + 16] = oid
-    poff, plen = struct.unpack_from("<QQ", m, sec[8] + 24)
-    name = os.path.basename(other.rstrip("/")).encode()
-    assert len(name) == plen, (name, plen)
-    m[sec[2] + poff:sec[2] + poff + plen] = name
-tbl = []
-for n in range(256):
-    c = n
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    tbl.append(c)
-def crc(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = tbl[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-mc = crc(m[:-4])
-struct.pack_into("<I", m, len(m) - 4, mc)
-open(d + "/manifest.img", "wb").write(m)
-ls = bytearray(open(d + "/cpu-files.img", "rb").read())
-struct.pack_into("<I", ls, 40, mc)
-struct.pack_into("<I", ls, len(ls) - 4, crc(ls[:-4]))
-open(d + "/cpu-files.img", "wb").write(ls)
-EOF
-flip_byte() { python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"; }
+# image edits (pid, parent-of, flip-byte): tests/cli/manifest_tool.py
+MT=$(dirname "$0")/manifest_tool.py
 
 # ---- a series: img1 full, img2 and img3 incremental ----
 S=$TEST_TMP/series
@@ -122,12 +81,12 @@ run_gpusnap inspect --verify "$M/img3"; expect "the moved series verifies (paren
 # ---- broken links ----
 copy() { rm -rf "$TEST_TMP/$1"; cp -a "$M" "$TEST_TMP/$1"; echo "$TEST_TMP/$1"; }
 C=$(copy damaged-data)
-flip_byte "$C/img1/gpu-data-0000.img" $((4096 + 100))
+python3 "$MT" flip-byte "$C/img1/gpu-data-0000.img" $((4096 + 100))
 run_gpusnap restore -D "$C/img3"; expect "restore through a parent with a damaged chunk" 11 "image '$C/img1': chunk"
 check "... in one line" one_error
 check "no process was left" gone_or_zombie "$PID"
 C=$(copy damaged-manifest)
-flip_byte "$C/img1/manifest.img" 300
+python3 "$MT" flip-byte "$C/img1/manifest.img" 300
 run_gpusnap restore -D "$C/img2"; expect "restore with a damaged parent manifest" 11 "image '$C/img2': its parent '$C/img1' cannot be read"
 check "... in one line" one_error
 C=$(copy missing)
@@ -139,10 +98,10 @@ C=$(copy replaced)
 rm -rf "$C/img1" && cp -a "$TEST_TMP/other" "$C/img1"
 run_gpusnap restore -D "$C/img2"; expect "restore with a parent replaced by another image" 11 "its parent '$C/img1' is not the image it was taken against"
 C=$(copy other-process)
-python3 "$TEST_TMP/patch.py" "$C/img1" pid 4242
+python3 "$MT" pid "$C/img1" 4242
 run_gpusnap restore -D "$C/img2"; expect "restore with a parent of another process" 11 "its parent '$C/img1' is an image of process 4242"
 C=$(copy loop)
-python3 "$TEST_TMP/patch.py" "$C/img2" parent-of "$C/img3"
+python3 "$MT" parent-of "$C/img2" "$C/img3"
 run_gpusnap restore -D "$C/img3"; expect "restore of a chain that loops" 11 "the chain of parents loops back to image"
 check "... in one line" one_error
 run_gpusnap dump --parent "$M/img1" -D "$TEST_TMP/never" $$; expect "dump --parent of another process's image" 11 "not an agent image of process $$"

@@ -126,6 +126,67 @@ bench_prologue() { # SCRIPT
   case $OUT in /*) ;; *) OUT=$GS_SRC/$OUT ;; esac
 }
 
+# For the bench/ scripts: the work directory (GPUSNAP_BENCH_WORK, else a fresh one), cleaned up on exit by
+# EXIT_CMD (gs_cleanup, or a function of the script's that calls it), and an interruption reported as one.
+bench_work() { # EXIT_CMD
+  gs_lib_init "${GPUSNAP_BENCH_WORK:-}"
+  # shellcheck disable=SC2064 # EXIT_CMD is the caller's, expanded when the trap runs
+  trap "$1" EXIT
+  trap 'echo "ERROR: interrupted"; exit 143' TERM INT HUP
+}
+
+# For the bench/ scripts' records: GPU 0's name and driver, the source's git revision.
+bench_device() {
+  # shellcheck disable=SC2034 # the caller's records read them
+  DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
+  # shellcheck disable=SC2034
+  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+  # shellcheck disable=SC2034
+  GITREV=$(git -C "$GS_SRC" describe --always --dirty 2>/dev/null || echo unknown)
+}
+
+# For the bench/ scripts: gpusnap ARGS (its --json kept), one JSON line for it in $JSONL, the wall time in
+# T; a failure is said in a FAIL line and sets FAILED=1.
+bench_timed() { # PATH WHAT ARGS...
+  local path=$1 what=$2
+  shift 2
+  gs_run "$@"
+  # shellcheck disable=SC2034 # the caller's
+  T=$GS_SECS
+  python3 - "$JSONL" "$path" "$what" "$GS_RC" "$GS_SECS" "$GS_OUT" "$*" <<'EOF'
+import json, sys
+f, path, what, rc, wall, out, cmd = sys.argv[1:]
+try:
+    doc = json.loads(out)
+except Exception:
+    doc = None
+with open(f, "a") as fh:
+    fh.write(json.dumps({"path": path, "what": what, "rc": int(rc), "wall_s": float(wall), "command": "gpusnap " + cmd,
+                         "gpusnap": doc}) + "\n")
+EOF
+  if [ "$GS_RC" != 0 ]; then
+    echo "FAIL: $path: $what: exit $GS_RC: $(head -n 1 <<<"$GS_ERR")"
+    # shellcheck disable=SC2034 # the caller's
+    FAILED=1
+    return 1
+  fi
+}
+
+# For the bench/ scripts: ends the server (tests/gpu/py/server.py) whose HTTP port is PORT and waits until
+# PID is gone (killing it if it does not go).
+bench_quit_server() { # PORT PID
+  python3 - "$1" <<'EOF' >/dev/null 2>&1
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
+c.request("POST", "/quit", b"")
+c.getresponse().read()
+EOF
+  wait_pid_gone "$2" || gs_kill_pid "$2"
+}
+
+# The median of the numbers given; of an even count, the mean of the middle two (to 3 places).
+bench_median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
 # Empties the page cache (the bench's cold rows); says so where it cannot.
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || log "note: cannot drop the page cache"; }
 
@@ -731,6 +792,14 @@ require_criu() {
     fi
   fi
   log "criu: ${GPUSNAP_CRIU:-$(command -v criu)} ($("${GPUSNAP_CRIU:-criu}" --version 2>&1 | head -n 1))"
+}
+
+# Skips the test visibly without PyTorch that sees a GPU.
+require_torch() {
+  if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    skip "PyTorch with CUDA is not installed here"
+    finish
+  fi
 }
 
 # The last 40 lines of the criu log a failed gpusnap command named ("(log: PATH)" in $GS_ERR).

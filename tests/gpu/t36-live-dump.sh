@@ -17,10 +17,7 @@
 . "$(dirname "$0")/lib.sh"
 gs_test_init t36-live-dump
 export GS_APP_STDERR=null # CRIU restores a process only if its regular files kept their size
-if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  skip "PyTorch with CUDA is not installed here"
-  finish
-fi
+require_torch
 require_criu
 dumps=${GPUSNAP_T36_DUMPS:-5}
 img=$GS_WORK/img

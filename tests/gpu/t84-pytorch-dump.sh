@@ -8,10 +8,7 @@
 gs_test_init t84-pytorch-dump
 export GS_APP_STDERR=null
 py=$(dirname "$0")/py/torch_model.py
-if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  skip "PyTorch with CUDA is not installed here"
-  finish
-fi
+require_torch
 require_criu
 
 img=$GS_WORK/img

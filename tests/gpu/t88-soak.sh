@@ -55,10 +55,7 @@ soak_cleanup() {
 trap soak_cleanup EXIT
 mkdir -p "$(dirname "$img")"
 
-if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  skip "PyTorch with CUDA is not installed here"
-  finish
-fi
+require_torch
 [ "$dumps" -gt 0 ] && require_criu
 log "soak: $cycles suspend/resume cycles (suspend ${suspend_args[*]:-default}), $dumps dump/restore cycles (${dump_args[*]}), image $img, limit ${max_s}s"
 

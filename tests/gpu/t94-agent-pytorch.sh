@@ -8,10 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 gs_test_init t94-agent-pytorch
 py=$(dirname "$0")/py/torch_model.py
-if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  skip "PyTorch with CUDA is not installed here"
-  finish
-fi
+require_torch
 
 for conf in default expandable_segments:True backend:cudaMallocAsync; do
   name=${conf%%:*}
