@@ -56,57 +56,60 @@ static struct {
 } lib;
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 
-/* dlsym into a function pointer (POSIX guarantees the conversion dlsym's users rely on). */
-#define SYM(h, field, name, ok) \
-	do { \
-		*(void **)(&lib.field) = dlsym(h, name); \
-		if (!lib.field) \
-			ok = false; \
-	} while (0)
+/* A function of a library: where its pointer goes and the name dlsym finds it by. */
+struct lib_sym {
+	void **slot;
+	const char *name;
+};
 
-static void *open_lib(const char *soname, char *why, size_t n)
+/* The slot of lib's member field (POSIX guarantees the conversion dlsym's users rely on). */
+#define SLOT(field) ((void **)&lib.field)
+
+static const struct lib_sym lz4_syms[] = {
+	{ SLOT(lz4_bound), "LZ4_compressBound" },
+	{ SLOT(lz4_state_size), "LZ4_sizeofState" },
+	{ SLOT(lz4_compress), "LZ4_compress_fast_extState" },
+	{ SLOT(lz4hc_state_size), "LZ4_sizeofStateHC" },
+	{ SLOT(lz4hc_compress), "LZ4_compress_HC_extStateHC" },
+	{ SLOT(lz4_decompress), "LZ4_decompress_safe" },
+};
+
+static const struct lib_sym zstd_syms[] = {
+	{ SLOT(zstd_max_level), "ZSTD_maxCLevel" },
+	{ SLOT(zstd_bound), "ZSTD_compressBound" },
+	{ SLOT(zstd_create_cctx), "ZSTD_createCCtx" },
+	{ SLOT(zstd_free_cctx), "ZSTD_freeCCtx" },
+	{ SLOT(zstd_compress), "ZSTD_compressCCtx" },
+	{ SLOT(zstd_is_error), "ZSTD_isError" },
+	{ SLOT(zstd_frame_size), "ZSTD_findFrameCompressedSize" },
+	{ SLOT(zstd_content_size), "ZSTD_getFrameContentSize" },
+	{ SLOT(zstd_create_dctx), "ZSTD_createDCtx" },
+	{ SLOT(zstd_free_dctx), "ZSTD_freeDCtx" },
+	{ SLOT(zstd_decompress), "ZSTD_decompressDCtx" },
+};
+
+/* Loads soname and its n functions syms[]; false, with why set, when it or one of them is missing. */
+static bool load_lib(const char *soname, const struct lib_sym *syms, size_t n, char *why, size_t why_size)
 {
 	void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		const char *e = dlerror();
-		snprintf(why, n, "%s cannot be loaded here (%s)", soname, e ? e : "no reason given");
+		snprintf(why, why_size, "%s cannot be loaded here (%s)", soname, e ? e : "no reason given");
+		return false;
 	}
-	return h;
+	bool ok = true;
+	for (size_t i = 0; i < n; i++)
+		if (!(*syms[i].slot = dlsym(h, syms[i].name)))
+			ok = false;
+	if (!ok)
+		snprintf(why, why_size, "%s lacks a function gpusnap uses (too old)", soname);
+	return ok;
 }
 
 static void lib_load(void)
 {
-	void *h = open_lib(LZ4_SONAME, lib.lz4_why, sizeof(lib.lz4_why));
-	if (h) {
-		bool ok = true;
-		SYM(h, lz4_bound, "LZ4_compressBound", ok);
-		SYM(h, lz4_state_size, "LZ4_sizeofState", ok);
-		SYM(h, lz4_compress, "LZ4_compress_fast_extState", ok);
-		SYM(h, lz4hc_state_size, "LZ4_sizeofStateHC", ok);
-		SYM(h, lz4hc_compress, "LZ4_compress_HC_extStateHC", ok);
-		SYM(h, lz4_decompress, "LZ4_decompress_safe", ok);
-		lib.lz4_ok = ok;
-		if (!ok)
-			snprintf(lib.lz4_why, sizeof(lib.lz4_why), "%s lacks a function gpusnap uses (too old)", LZ4_SONAME);
-	}
-	h = open_lib(ZSTD_SONAME, lib.zstd_why, sizeof(lib.zstd_why));
-	if (h) {
-		bool ok = true;
-		SYM(h, zstd_max_level, "ZSTD_maxCLevel", ok);
-		SYM(h, zstd_bound, "ZSTD_compressBound", ok);
-		SYM(h, zstd_create_cctx, "ZSTD_createCCtx", ok);
-		SYM(h, zstd_free_cctx, "ZSTD_freeCCtx", ok);
-		SYM(h, zstd_compress, "ZSTD_compressCCtx", ok);
-		SYM(h, zstd_is_error, "ZSTD_isError", ok);
-		SYM(h, zstd_frame_size, "ZSTD_findFrameCompressedSize", ok);
-		SYM(h, zstd_content_size, "ZSTD_getFrameContentSize", ok);
-		SYM(h, zstd_create_dctx, "ZSTD_createDCtx", ok);
-		SYM(h, zstd_free_dctx, "ZSTD_freeDCtx", ok);
-		SYM(h, zstd_decompress, "ZSTD_decompressDCtx", ok);
-		lib.zstd_ok = ok;
-		if (!ok)
-			snprintf(lib.zstd_why, sizeof(lib.zstd_why), "%s lacks a function gpusnap uses (too old)", ZSTD_SONAME);
-	}
+	lib.lz4_ok = load_lib(LZ4_SONAME, lz4_syms, GS_ARRAY_SIZE(lz4_syms), lib.lz4_why, sizeof(lib.lz4_why));
+	lib.zstd_ok = load_lib(ZSTD_SONAME, zstd_syms, GS_ARRAY_SIZE(zstd_syms), lib.zstd_why, sizeof(lib.zstd_why));
 }
 
 const char *gs_codec_unavailable(unsigned codec)

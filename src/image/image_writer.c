@@ -782,6 +782,28 @@ int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_
 	return rc;
 }
 
+/*
+ * Records c, a chunk whose bytes this image does not hold (its parent's, or
+ * held elsewhere), after checking it lies within an added allocation that
+ * holds data; `what` and `where` name it in the message when it does not.
+ */
+static int add_dataless_chunk_locked(struct gs_image_writer *w, const struct gs_image_chunk *c, const char *what,
+				     const char *where, struct gs_err *err)
+{
+	if (w->failed)
+		return get_failed_locked(w, err);
+	ptrdiff_t ai = find_alloc_locked(w, c->alloc_id);
+	if (ai < 0 || (w->allocs[ai].flags & GS_ALLOC_F_NO_DATA) || c->offset > w->allocs[ai].size ||
+	    c->length > w->allocs[ai].size - c->offset)
+		return gs_fail(err, GS_E_FAILURE, "%s %" PRIu64 "+%" PRIu64 "%s of allocation %" PRIu64
+			       ", which was not added, holds no data or is smaller", what, c->offset, c->length, where,
+			       c->alloc_id);
+	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks)))
+		return gs_image_oom(err, "chunks");
+	w->chunks[w->nchunks++] = *c;
+	return 0;
+}
+
 int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 				uint64_t parent_index, uint32_t crc32c, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
 {
@@ -791,29 +813,16 @@ int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, ui
 	if (len == 0 || len > GS_FMT_CHUNK_DATA_MAX || (!fp_lo && !fp_hi))
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": parent chunk at %" PRIu64 " of %" PRIu64
 			       " bytes without a fingerprint or of a bad length", alloc_id, offset, len);
-	int rc = 0;
 	pthread_mutex_lock(&w->lock);
-	if (w->failed) {
-		rc = get_failed_locked(w, err);
-		goto out;
+	int rc = add_dataless_chunk_locked(w, &(struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
+									 .file_offset = parent_index,
+									 .flags = GS_CHUNK_F_PARENT, .crc32c = crc32c,
+									 .fp_lo = fp_lo, .fp_hi = fp_hi },
+					   "parent chunk", "", err);
+	if (!rc) {
+		w->parent_chunks++;
+		w->parent_bytes += len;
 	}
-	ptrdiff_t ai = find_alloc_locked(w, alloc_id);
-	if (ai < 0 || (w->allocs[ai].flags & GS_ALLOC_F_NO_DATA) || offset > w->allocs[ai].size ||
-	    len > w->allocs[ai].size - offset) {
-		rc = gs_fail(err, GS_E_FAILURE, "parent chunk %" PRIu64 "+%" PRIu64 " of allocation %" PRIu64
-			     ", which was not added, holds no data or is smaller", offset, len, alloc_id);
-		goto out;
-	}
-	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks))) {
-		rc = gs_image_oom(err, "chunks");
-		goto out;
-	}
-	w->chunks[w->nchunks++] = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
-							   .file_offset = parent_index, .flags = GS_CHUNK_F_PARENT,
-							   .crc32c = crc32c, .fp_lo = fp_lo, .fp_hi = fp_hi };
-	w->parent_chunks++;
-	w->parent_bytes += len;
-out:
 	pthread_mutex_unlock(&w->lock);
 	return rc;
 }
@@ -841,26 +850,10 @@ int gs_image_write_elsewhere_chunk(struct gs_image_writer *w, uint64_t alloc_id,
 			       "partial", alloc_id);
 	if (len == 0)
 		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": empty chunk at offset %" PRIu64, alloc_id, offset);
-	int rc = 0;
 	pthread_mutex_lock(&w->lock);
-	if (w->failed) {
-		rc = get_failed_locked(w, err);
-		goto out;
-	}
-	ptrdiff_t ai = find_alloc_locked(w, alloc_id);
-	if (ai < 0 || (w->allocs[ai].flags & GS_ALLOC_F_NO_DATA) || offset > w->allocs[ai].size ||
-	    len > w->allocs[ai].size - offset) {
-		rc = gs_fail(err, GS_E_FAILURE, "chunk %" PRIu64 "+%" PRIu64 " held elsewhere of allocation %" PRIu64
-			     ", which was not added, holds no data or is smaller", offset, len, alloc_id);
-		goto out;
-	}
-	if (grow((void **)&w->chunks, &w->cap_chunks, w->nchunks, sizeof(*w->chunks))) {
-		rc = gs_image_oom(err, "chunks");
-		goto out;
-	}
-	w->chunks[w->nchunks++] = (struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
-							   .flags = GS_CHUNK_F_ELSEWHERE };
-out:
+	int rc = add_dataless_chunk_locked(w, &(struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
+									 .flags = GS_CHUNK_F_ELSEWHERE },
+					   "chunk", " held elsewhere", err);
 	pthread_mutex_unlock(&w->lock);
 	return rc;
 }

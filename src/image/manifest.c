@@ -359,6 +359,21 @@ static int records(const unsigned char *buf, const struct gs_fmt_section *s, siz
 	return 0;
 }
 
+/* The one record of section s (named name), its first size bytes copied to out. */
+static int one_record(const unsigned char *buf, const struct gs_fmt_section *s, const char *name, void *out,
+		      size_t size, struct gs_err *err)
+{
+	const unsigned char *rec = NULL;
+	size_t n = 0;
+	int rc = records(buf, s, size, &n, &rec, err);
+	if (rc)
+		return rc;
+	if (n != 1)
+		return gs_fail(err, GS_E_IMAGE, "manifest section '%s' holds %zu records, expected 1", name, n);
+	memcpy(out, rec, size);
+	return 0;
+}
+
 /* calloc of n records of size sz (n already bounded by the manifest's size); NULL-safe for n == 0. */
 static int alloc_array(void **out, size_t n, size_t sz, struct gs_err *err)
 {
@@ -448,12 +463,9 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 	int rc;
 
 	/* info */
-	if ((rc = records(buf, &sec[GS_SEC_INFO], sizeof(struct gs_fmt_info), &n, &rec, err)))
-		return rc;
-	if (n != 1)
-		return gs_fail(err, GS_E_IMAGE, "manifest section 'info' holds %zu records, expected 1", n);
 	struct gs_fmt_info info;
-	memcpy(&info, rec, sizeof(info));
+	if ((rc = one_record(buf, &sec[GS_SEC_INFO], "info", &info, sizeof(info), err)))
+		return rc;
 	if (info.flags & ~GS_INFO_F_KNOWN)
 		return gs_fail(err, GS_E_IMAGE, "manifest info has unknown flags 0x%" PRIx32, info.flags);
 	if (info.payload_align != GS_FMT_ALIGN)
@@ -601,12 +613,9 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 
 	/* parent (an incremental image) */
 	if (have[GS_SEC_PARENT]) {
-		if ((rc = records(buf, &sec[GS_SEC_PARENT], sizeof(struct gs_fmt_parent), &n, &rec, err)))
-			return rc;
-		if (n != 1)
-			return gs_fail(err, GS_E_IMAGE, "manifest section 'parent' holds %zu records, expected 1", n);
 		struct gs_fmt_parent r;
-		memcpy(&r, rec, sizeof(r));
+		if ((rc = one_record(buf, &sec[GS_SEC_PARENT], "parent", &r, sizeof(r), err)))
+			return rc;
 		if (r.flags)
 			return gs_fail(err, GS_E_IMAGE, "manifest parent record has unknown flags 0x%" PRIx32, r.flags);
 		m->has_parent = true;

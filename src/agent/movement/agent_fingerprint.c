@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "agent/movement/gpu_kernel.h"
 #include "agent/movement/fingerprint_ptx.h"
 #include "common/util.h"
 #include "image/image.h"
@@ -41,43 +42,33 @@ static uint64_t pass_device(struct gs_agent *a, struct gs_agent_device *d, const
 	size_t table_bytes = (n + 1) * sizeof(struct fp_chunk), sums_bytes = (n + 1) * 2 * sizeof(uint64_t);
 	struct fp_chunk *table = malloc(table_bytes);
 	uint64_t *sums = malloc(sums_bytes);
-	CUmodule mod = NULL;
-	CUfunction fn = NULL;
+	struct gs_gpu_kernel k = { 0 };
 	CUdeviceptr buf = 0;
 	uint64_t done = 0;
 	const char *what;
 	CUresult r;
-#define STEP(name, call)                   \
-	do {                               \
-		what = name;               \
-		if ((r = (call)) != CUDA_SUCCESS) \
-			goto out;          \
-	} while (0)
-	STEP("allocating its table", table && sums ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
+	GS_GPU_STEP("allocating its table", table && sums ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
 	for (size_t i = 0; i < n; i++) {
 		const struct gs_copy_chunk *c = &h->plan.chunks[idx[i]];
 		table[i] = (struct fp_chunk){ .va = c->va, .bytes = c->size };
 	}
 	unsigned slices = gs_fingerprint_slices(n + 1);
-	STEP("making the context current", cu->cuCtxSetCurrent(d->ctx));
-	STEP("loading its kernel", cu->cuModuleLoadData(&mod, gs_fingerprint_ptx));
-	STEP("finding its kernel", cu->cuModuleGetFunction(&fn, mod, "gs_fingerprint"));
-	STEP("cuMemAlloc", cu->cuMemAlloc(&buf, table_bytes + sums_bytes));
+	if ((r = gs_gpu_kernel_load(cu, d->ctx, gs_fingerprint_ptx, "gs_fingerprint", &k, &what)) != CUDA_SUCCESS)
+		goto out;
+	GS_GPU_STEP("cuMemAlloc", cu->cuMemAlloc(&buf, table_bytes + sums_bytes));
 	table[n] = (struct fp_chunk){ .va = buf, .bytes = table_bytes };
-	STEP("copying its table", cu->cuMemcpyHtoDAsync(buf, table, table_bytes, stream));
+	GS_GPU_STEP("copying its table", cu->cuMemcpyHtoDAsync(buf, table, table_bytes, stream));
 	memset(sums, 0, sums_bytes);
-	STEP("clearing its sums", cu->cuMemcpyHtoDAsync(buf + table_bytes, sums, sums_bytes, stream));
+	GS_GPU_STEP("clearing its sums", cu->cuMemcpyHtoDAsync(buf + table_bytes, sums, sums_bytes, stream));
 	CUdeviceptr chunks = buf, out = buf + table_bytes;
-	void *args[] = { &chunks, &out };
-	STEP("launching it", cu->cuLaunchKernel(fn, (unsigned)(n + 1), slices, 1, GS_FP_THREADS, 1, 1, 0, stream, args,
-						NULL));
-	STEP("copying its sums", cu->cuMemcpyDtoHAsync(sums, out, sums_bytes, stream));
-	STEP("waiting for it", cu->cuStreamSynchronize(stream));
+	GS_GPU_STEP("launching it",
+		    gs_gpu_kernel_launch(cu, &k, (unsigned)(n + 1), slices, GS_FP_THREADS, stream, chunks, out));
+	GS_GPU_STEP("copying its sums", cu->cuMemcpyDtoHAsync(sums, out, sums_bytes, stream));
+	GS_GPU_STEP("waiting for it", cu->cuStreamSynchronize(stream));
 	/* a kernel that computes anything but the CPU's function on known bytes is not trusted with the chunks */
-	STEP("its self-check (the CPU's fingerprint of its table differs)",
-	     gs_fp_equal(gs_fp_final((struct gs_fp_sums){ sums[2 * n], sums[2 * n + 1] }, table_bytes),
-			 gs_fp_of(table, table_bytes)) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
-#undef STEP
+	GS_GPU_STEP("its self-check (the CPU's fingerprint of its table differs)",
+		    gs_fp_equal(gs_fp_final((struct gs_fp_sums){ sums[2 * n], sums[2 * n + 1] }, table_bytes),
+				gs_fp_of(table, table_bytes)) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
 	for (size_t i = 0; i < n; i++) {
 		const struct gs_copy_chunk *c = &h->plan.chunks[idx[i]];
 		fp[idx[i]] = gs_fp_final((struct gs_fp_sums){ sums[2 * i], sums[2 * i + 1] }, c->size);
@@ -88,8 +79,7 @@ out:
 		pass_failed(what, d->ordinal, r);
 	if (buf)
 		cu->cuMemFree(buf);
-	if (mod)
-		cu->cuModuleUnload(mod);
+	gs_gpu_kernel_unload(cu, &k);
 	free(table);
 	free(sums);
 	return done;

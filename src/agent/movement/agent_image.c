@@ -76,6 +76,18 @@ static int describe(struct gs_agent *a, struct gs_agent_held *h, struct gs_image
 	return gs_memkind_save_image(w, err); /* memory shared with other processes: what a restore must find */
 }
 
+/* This process's name (/proc/self/comm), the source an agent image names; "" when unknown. */
+static void self_comm(char *comm, size_t size)
+{
+	comm[0] = '\0';
+	FILE *f = fopen("/proc/self/comm", "r");
+	if (f) {
+		if (fgets(comm, (int)size, f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+}
+
 /*
  * A writer of an agent image into gpu_dir, naming this process as its
  * source, with the GPUs and h's regions described. On failure *w may be set:
@@ -91,13 +103,8 @@ int gs_agent_image_open_writer_named(struct gs_agent *a, struct gs_agent_held *h
 				     const char *name, const struct gs_dump_opts *o, struct gs_image_writer **w,
 				     struct gs_err *err)
 {
-	char comm[64] = "";
-	FILE *f = fopen("/proc/self/comm", "r");
-	if (f) {
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-	}
+	char comm[64];
+	self_comm(comm, sizeof(comm));
 	struct gs_image_writer_opts wo = { .source_pid = (int32_t)getpid(),
 					   .source_comm = comm,
 					   .how = "agent",
@@ -139,13 +146,8 @@ int gs_agent_image_parent(struct gs_image_writer *w, const struct gs_agent_held 
 		return rc;
 	}
 	const struct gs_image_info *pi = gs_image_get_info(p);
-	char comm[64] = "";
-	FILE *f = fopen("/proc/self/comm", "r");
-	if (f) {
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-	}
+	char comm[64];
+	self_comm(comm, sizeof(comm));
 	struct parent_table t = { 0 };
 	size_t n = h ? h->plan.nchunks : 0, np = gs_image_chunk_count(p), cap = 16;
 	uint64_t same = 0, bytes = 0;

@@ -594,6 +594,27 @@ static int leave_running(struct gs_agent *a, const char *what, double timeout_s,
 /* ---- the requests ---- */
 
 /*
+ * The end of a spill's write: w aborted when the pass failed (rc; the
+ * command discards the directory), else sealed and the image recorded as h's
+ * (*rec: the name it is recorded under, NULL for a passed directory).
+ */
+static int spill_seal(struct gs_agent_held *h, const struct gs_lc_spill *sp, struct gs_image_writer *w, int rc,
+		      struct gs_image_writer_stats *st, const char **rec, struct gs_err *err)
+{
+	if (rc) {
+		gs_image_writer_abort(w);
+		return rc;
+	}
+	if ((rc = gs_agent_image_seal(&w, st, err)))
+		return rc;
+	*rec = record_name(sp->dir, sp->dir_name);
+	free(h->image_dir);
+	h->image_dir = *rec ? strdup(*rec) : NULL;
+	h->spilled = true;
+	return 0;
+}
+
+/*
  * The spill of a suspend (issue 24): h's data streamed into a sealed image
  * in sp->dir through the engine's image-writer end, as a running dump does
  * (O_DIRECT where the file system takes it, checksummed), then h is released
@@ -618,17 +639,10 @@ static int spill_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
 	end.known_zero = known_zero;
 	rc = h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
 	free(known_zero);
-	if (rc) {
-		gs_image_writer_abort(w); /* the command discards the directory */
-		return rc;
-	}
 	struct gs_image_writer_stats st;
-	if ((rc = gs_agent_image_seal(&w, &st, err)))
+	const char *rec = NULL;
+	if ((rc = spill_seal(h, sp, w, rc, &st, &rec, err)))
 		return rc;
-	const char *rec = record_name(sp->dir, sp->dir_name);
-	free(h->image_dir);
-	h->image_dir = rec ? strdup(rec) : NULL;
-	h->spilled = true;
 	h->zero_bytes = st.zero_bytes;
 	h->held_bytes = h->spilled_bytes = st.payload_bytes;
 	gs_ring_stats_report(&rs, reply);
@@ -686,17 +700,10 @@ static int split_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
 		if (!to_image[k])
 			mem_bytes += h->plan.chunks[k].size;
 	free(to_image);
-	if (rc) {
-		gs_image_writer_abort(w); /* the command discards the directory */
-		return rc;
-	}
 	struct gs_image_writer_stats st;
-	if ((rc = gs_agent_image_seal(&w, &st, err)))
+	const char *rec = NULL;
+	if ((rc = spill_seal(h, sp, w, rc, &st, &rec, err)))
 		return rc;
-	const char *rec = record_name(sp->dir, sp->dir_name);
-	free(h->image_dir);
-	h->image_dir = rec ? strdup(rec) : NULL;
-	h->spilled = true;
 	/* the pool's zero chunks (ELSEWHERE in the image) and the image's (ZERO there) */
 	h->zero_bytes = mem_zero + st.zero_bytes;
 	h->spilled_bytes = st.payload_bytes;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "agent/movement/gpu_kernel.h"
 #include "common/util.h"
 #include "common/settings.h"
 
@@ -98,34 +99,24 @@ static uint64_t scan_device(struct gs_agent *a, struct gs_agent_device *d, const
 	size_t table_bytes = n * sizeof(struct scan_chunk), flags_bytes = n * sizeof(uint32_t);
 	struct scan_chunk *table = malloc(table_bytes);
 	uint32_t *flags = malloc(flags_bytes);
-	CUmodule mod = NULL;
-	CUfunction fn = NULL;
+	struct gs_gpu_kernel k = { 0 };
 	CUdeviceptr buf = 0;
 	uint64_t found = 0;
 	const char *what;
 	CUresult r;
-#define STEP(name, call)                   \
-	do {                               \
-		what = name;               \
-		if ((r = (call)) != CUDA_SUCCESS) \
-			goto out;          \
-	} while (0)
-	STEP("allocating its table", table && flags ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
+	GS_GPU_STEP("allocating its table", table && flags ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
 	for (size_t i = 0; i < n; i++) {
 		const struct gs_copy_chunk *c = &h->plan.chunks[idx[i]];
 		table[i] = (struct scan_chunk){ .va = c->va, .bytes = (c->size + 15) & ~(uint64_t)15 };
 	}
-	STEP("making the context current", cu->cuCtxSetCurrent(d->ctx));
-	STEP("loading its kernel", cu->cuModuleLoadData(&mod, zero_scan_ptx));
-	STEP("finding its kernel", cu->cuModuleGetFunction(&fn, mod, "gs_zero_scan"));
-	STEP("cuMemAlloc", cu->cuMemAlloc(&buf, table_bytes + flags_bytes));
-	STEP("copying its table", cu->cuMemcpyHtoDAsync(buf, table, table_bytes, stream));
+	if ((r = gs_gpu_kernel_load(cu, d->ctx, zero_scan_ptx, "gs_zero_scan", &k, &what)) != CUDA_SUCCESS)
+		goto out;
+	GS_GPU_STEP("cuMemAlloc", cu->cuMemAlloc(&buf, table_bytes + flags_bytes));
+	GS_GPU_STEP("copying its table", cu->cuMemcpyHtoDAsync(buf, table, table_bytes, stream));
 	CUdeviceptr chunks = buf, out = buf + table_bytes;
-	void *args[] = { &chunks, &out };
-	STEP("launching it", cu->cuLaunchKernel(fn, (unsigned)n, 1, 1, SCAN_THREADS, 1, 1, 0, stream, args, NULL));
-	STEP("copying its flags", cu->cuMemcpyDtoHAsync(flags, out, flags_bytes, stream));
-	STEP("waiting for it", cu->cuStreamSynchronize(stream));
-#undef STEP
+	GS_GPU_STEP("launching it", gs_gpu_kernel_launch(cu, &k, (unsigned)n, 1, SCAN_THREADS, stream, chunks, out));
+	GS_GPU_STEP("copying its flags", cu->cuMemcpyDtoHAsync(flags, out, flags_bytes, stream));
+	GS_GPU_STEP("waiting for it", cu->cuStreamSynchronize(stream));
 	/* marked only once the whole scan has succeeded */
 	for (size_t i = 0; i < n; i++)
 		if (flags[i] == 1) {
@@ -137,8 +128,7 @@ out:
 		scan_failed(what, d->ordinal, r);
 	if (buf)
 		cu->cuMemFree(buf);
-	if (mod)
-		cu->cuModuleUnload(mod);
+	gs_gpu_kernel_unload(cu, &k);
 	free(table);
 	free(flags);
 	return found;
