@@ -1,5 +1,5 @@
 /*
- * spill.h - the storage tier of suspend (issue 24): where a suspend's GPU
+ * spill.h - the storage tier of suspend: where a suspend's GPU
  * data goes when host memory would not hold it (suspend --spill DIR,
  * GPUSNAP_SPILL_DIR, --spill-only), and where resume finds it again.
  *

@@ -91,7 +91,7 @@ enum gs_msg_type {
 	/*
 	 * SUSPEND_FD: as SUSPEND (TIMEOUT, FLAGS GS_SUSPEND_*), with a spill
 	 * directory passed as a descriptor: an empty temporary image directory
-	 * (the storage tier, issue 24). After the zero scan the agent holds the
+	 * (the storage tier). After the zero scan the agent holds the
 	 * data in host memory if it fits there (and GS_SUSPEND_SPILL_ONLY is not
 	 * set), else streams it into that directory as a sealed image; the reply's
 	 * counter "spilled" says which. Agents with GS_CAP_SPILL.

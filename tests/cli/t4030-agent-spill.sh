@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t4030 - the storage tier of suspend (issue 24) on the host-memory fake
+# t4030 - the storage tier of suspend on the host-memory fake
 # driver: `suspend --spill-only DIR` streams the app's GPU data into an image
 # in DIR/gpusnap-PID-START/image (the agent writes through a passed
 # descriptor into a folder that is the process owner's only below a 0700

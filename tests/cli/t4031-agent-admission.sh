@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# t4031 - admission of a suspend into host memory counts what will move
-# (issue 24), on the host-memory fake driver: the agent's zero scan runs
+# t4031 - admission of a suspend into host memory counts what will move,
+# on the host-memory fake driver: the agent's zero scan runs
 # before the pool is asked for, and only the chunks not found zero are
 # counted (a lazy pool touches no others), less GPUSNAP_HOST_MEMORY_MARGIN.
 #  - a mostly-zero app (24 MiB written, 256 MiB left zero) is admitted under

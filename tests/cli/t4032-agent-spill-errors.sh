@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t4032 - what can go wrong with the storage tier (issue 24), each a one-line
+# t4032 - what can go wrong with the storage tier, each a one-line
 # error with its documented exit code, nothing lost, on the host-memory fake
 # driver:
 #  - a spill directory that is missing or not a directory (exit 2), another

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t4033 - the storage tier for a process of another user (issue 24), on the
+# t4033 - the storage tier for a process of another user, on the
 # host-memory fake driver: root suspends an app that runs as nobody with
 # --spill-only. The process's spill folder is root's and 0700, so nobody
 # cannot reach the spill by path; only the image inside is nobody's (its

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t4034 - a suspend split between host memory and the spill directory
-# (issue 24) on the host-memory fake driver: an app whose host memory holds
+# on the host-memory fake driver: an app whose host memory holds
 # only part of its data (GPUSNAP_HOST_MEMORY_LIMIT in the app's environment:
 # the agent reads it) suspended with --spill keeps the plan's first chunks
 # in host memory and streams the rest into the spill image in one pass.

@@ -60,7 +60,7 @@ struct gs_agent_held {
 	/*
 	 * The bytes the holder keeps (the data less its zero chunks): in host
 	 * memory, or in the image at image_dir; spilled: that image is a
-	 * suspend's spill (issue 24), resumed from by gpusnap resume.
+	 * suspend's spill, resumed from by gpusnap resume.
 	 */
 	uint64_t held_bytes;
 	bool spilled;

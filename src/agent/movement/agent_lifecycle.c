@@ -315,7 +315,7 @@ static int fill_from_image(struct gs_agent *a, struct gs_agent_held *h, struct g
 }
 
 /*
- * A split suspend's data back (issue 24): the image's chunks from the spill
+ * A split suspend's data back: the image's chunks from the spill
  * (O_DIRECT, read once, cold), the ELSEWHERE ones from the pool, in one
  * transfer. The pool is kept until the caller drops the holder.
  */
@@ -615,7 +615,7 @@ static int spill_seal(struct gs_agent_held *h, const struct gs_lc_spill *sp, str
 }
 
 /*
- * The spill of a suspend (issue 24): h's data streamed into a sealed image
+ * The spill of a suspend: h's data streamed into a sealed image
  * in sp->dir through the engine's image-writer end, as a running dump does
  * (O_DIRECT where the file system takes it, checksummed), then h is released
  * as by any suspend. h is planned in the image's chunks; the zero scan makes
@@ -655,7 +655,7 @@ static int spill_out(struct gs_agent *a, struct gs_agent_held *h, const struct g
 }
 
 /*
- * A suspend split between host memory and the spill (issue 24), in one
+ * A suspend split between host memory and the spill, in one
  * pass: what host memory admits (the plan's first chunks, after the zero
  * scan, less the margin) into the pool, the rest into a sealed image in
  * sp->dir that records the pool's chunks as ELSEWHERE. *split false: none

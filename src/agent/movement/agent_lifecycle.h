@@ -41,7 +41,7 @@
 /* SUSPEND: to RELEASED through a staging pool; keep_context: the driver is not asked to checkpoint. */
 int gs_lc_suspend(struct gs_agent *a, double timeout_s, bool keep_context, struct gs_msg *reply, struct gs_err *err);
 /*
- * SUSPEND_FD: as SUSPEND, with a spill directory (issue 24): dir, an empty
+ * SUSPEND_FD: as SUSPEND, with a spill directory: dir, an empty
  * temporary image directory (dir_name as below). After the zero scan the
  * data goes into a staging pool if the host admits it and !only, else it is
  * streamed into a sealed image in dir (the reply's counter "spilled" is 1);

@@ -168,7 +168,7 @@ void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_write
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);
 
 /*
- * A suspend split between host memory and a spill (issue 24): each chunk goes
+ * A suspend split between host memory and a spill: each chunk goes
  * to (comes from) the staging end or the image end, as to_image[k] says
  * (decided at admission: gs_mover_take_pool_split). Towards the host the
  * image records the memory's chunks as ELSEWHERE, so it describes the whole
