@@ -76,9 +76,20 @@ missing=()
 have cmake || missing+=(cmake)
 have cc || missing+=(gcc)
 have make || missing+=(make)
-# chunk compression (src/image/codec.c) builds against Debian's liblz4 and libzstd
-have_pkgs liblz4-dev || missing+=(liblz4-dev)
-have_pkgs libzstd-dev || missing+=(libzstd-dev)
+# chunk compression (src/image/codec.c) builds against the headers of Debian's liblz4 and libzstd. Where
+# they are missing and .cache/build-debs holds their .debs (scripts/get-build-debs.sh, carried to a machine
+# without a network), they are unpacked into .cache/build-deps, where CMake looks after the system's.
+root=$(cd "$(dirname "$0")/.." && pwd)
+headers() { [ -f /usr/include/lz4.h ] && [ -f /usr/include/zstd.h ] ||
+  { [ -f "$root/.cache/build-deps/usr/include/lz4.h" ] && [ -f "$root/.cache/build-deps/usr/include/zstd.h" ]; }; }
+if ! headers && ls "$root"/.cache/build-debs/*.deb >/dev/null 2>&1 && have dpkg-deb; then
+  for deb in "$root"/.cache/build-debs/*.deb; do dpkg-deb -x "$deb" "$root/.cache/build-deps" || true; done
+  headers && say "codec headers: unpacked from .cache/build-debs into .cache/build-deps"
+fi
+if ! headers; then
+  have_pkgs liblz4-dev || missing+=(liblz4-dev)
+  have_pkgs libzstd-dev || missing+=(libzstd-dev)
+fi
 if [ ${#missing[@]} -ne 0 ]; then
   if ! can_install; then
     echo "gpusnap: missing build tools or libraries: ${missing[*]} (install them, then run make again)" >&2

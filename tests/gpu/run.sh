@@ -164,12 +164,8 @@ nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used -
 echo "  kernel $(uname -r), $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'no nvcc'), $(cmake --version 2>/dev/null | head -n 1)"
 echo "  logs: $LOGS   results: $OUT"
 
-# the codecs' headers (liblz4-dev, libzstd-dev) where the system has none: unpacked from the carried
-# .debs of scripts/get-build-debs.sh into .cache/build-deps, where CMake looks after the system's
-if { [ ! -f /usr/include/lz4.h ] || [ ! -f /usr/include/zstd.h ]; } && ls "$SRC"/.cache/build-debs/*.deb >/dev/null 2>&1; then
-  for deb in "$SRC"/.cache/build-debs/*.deb; do dpkg-deb -x "$deb" "$SRC/.cache/build-deps" || echo "  cannot unpack $deb"; done
-  echo "  codec headers unpacked from .cache/build-debs into .cache/build-deps"
-fi
+# the codecs' headers where the system has none: unpacked from carried .debs (scripts/install-deps.sh)
+scripts/install-deps.sh build || { add_row build FAIL "build tools or headers missing"; final; }
 
 if [ "${GPUSNAP_NO_BUILD:-0}" != 1 ]; then
   echo "== Build ($BUILD, Release, GPU apps on)"
