@@ -105,18 +105,23 @@ class Gpusnap:
 
     def dump(self, pid: int, directory: Union[str, "os.PathLike[str]"], *, leave_running: bool = False,
              tree: bool = False, timeout: Optional[float] = None, driver: bool = False, replace: bool = False,
-             tcp_close: bool = False, tcp_established: bool = False) -> DumpResult:
-        """Writes the process's GPU and CPU state into an image directory (CRIU); it is gone unless leave_running."""
+             tcp_close: bool = False, tcp_established: bool = False, compress: Optional[str] = None,
+             parent: Optional[Union[str, "os.PathLike[str]"]] = None) -> DumpResult:
+        """Writes the process's GPU and CPU state into an image directory (CRIU); it is gone unless leave_running.
+        compress: "lz4", "zstd" or "zstd:LEVEL" (the agent path's chunks); parent: an earlier image of the
+        process, so that only the chunks that changed since are written (an incremental image)."""
         args = (["-D", os.fspath(directory)] + ["--leave-running"] * leave_running + ["--tree"] * tree +
                 _seconds(timeout) + ["--driver"] * driver + ["--replace"] * replace + ["--tcp-close"] * tcp_close +
-                ["--tcp-established"] * tcp_established)
+                ["--tcp-established"] * tcp_established + (["--compress", compress] if compress else []) +
+                (["--parent", os.fspath(parent)] if parent else []))
         return DumpResult.from_json(self._run("dump", args + [_pid(pid)]))
 
     def restore(self, directory: Union[str, "os.PathLike[str]"], *, gpu_map: GpuMap = None, no_verify: bool = False,
-                verify_first: bool = False) -> RestoreResult:
-        """Brings a dumped process back from its image, with its PID."""
+                verify_first: bool = False, verify_gpu: bool = False) -> RestoreResult:
+        """Brings a dumped process back from its image, with its PID; verify_gpu: the chunks' fingerprints
+        are checked on the GPU once loaded."""
         args = ["-D", os.fspath(directory)] + _map_args(gpu_map) + ["--no-verify"] * no_verify + \
-            ["--verify-first"] * verify_first
+            ["--verify-first"] * verify_first + ["--verify-gpu"] * verify_gpu
         return RestoreResult.from_json(self._run("restore", args))
 
     def inspect(self, directory: Union[str, "os.PathLike[str]"], *, verify: bool = False) -> InspectResult:

@@ -269,5 +269,13 @@ def test_dump_inspect_restore(fake, tmp_path, monkeypatch):
         assert wait_for(lambda: len(log.read_text().splitlines()) > n + 5)  # counts on
         with pytest.raises(gpusnap.CriuError):
             gpusnap.restore(img)  # its PID is taken: the process runs
+        # an unknown codec is the command line's error, before anything of the process is touched
+        with pytest.raises(gpusnap.UsageError):
+            gpusnap.dump(pid, tmp_path / "img2", compress="gzip")
+        assert not (tmp_path / "img2").exists()
+        with pytest.raises(gpusnap.ImageError):
+            gpusnap.dump(pid, tmp_path / "img3", leave_running=True, parent=tmp_path / "no-such-parent")
+        assert not (tmp_path / "img3").exists()
+        assert wait_for(lambda: len(log.read_text().splitlines()) > n + 10)  # and it still counts
     finally:
         subprocess.run(["kill", "-9", str(pid)], stderr=subprocess.DEVNULL)
