@@ -29,7 +29,7 @@
 #include "image/image_fs.h"
 
 static const char *const export_usage[] = {
-	"gpusnap export [--compress CODEC[:LEVEL]] [--replace] SRC DEST",
+	"gpusnap export [--compress CODEC[:LEVEL]] [--replace] [--json] SRC DEST",
 	NULL,
 };
 
@@ -174,7 +174,14 @@ static int copy_gpu_part(struct gs_image *src, struct gs_image_writer *w, struct
 	return rc;
 }
 
-static int export_image(const char *src_dir, const char *dest, const struct gs_compress *cz, bool replace, struct gs_err *err)
+/* What an export wrote, for its report. */
+struct export_done {
+	int32_t pid;
+	struct gs_image_writer_stats st;
+};
+
+static int export_image(const char *src_dir, const char *dest, const struct gs_compress *cz, bool replace,
+			struct export_done *done, struct gs_err *err)
 {
 	struct gs_image *src = NULL;
 	struct gs_image_tmp *t = NULL;
@@ -213,6 +220,8 @@ static int export_image(const char *src_dir, const char *dest, const struct gs_c
 					   .compress_level = cz->level };
 	if ((rc = gs_image_writer_open_in(gs_image_tmp_path(t), &wo, &w, err)) || (rc = copy_gpu_part(src, w, err)))
 		goto out;
+	done->pid = in->source_pid;
+	gs_image_writer_stats(w, &done->st);
 	rc = gs_image_writer_seal(w, err);
 	w = NULL;
 	if (rc)
@@ -232,11 +241,12 @@ out:
 int cmd_export(int argc, char **argv)
 {
 	const char *compress_arg = NULL;
-	bool replace = false;
+	bool replace = false, json = false;
 	const struct gs_option opts[] = {
 		GS_OPT_STRING_(0, "compress", &compress_arg, "CODEC[:LEVEL]",
 			       "store DEST's chunks compressed: lz4 (levels 1-12) or zstd (levels 1-22)"),
 		GS_OPT_BOOL_(0, "replace", &replace, "replace DEST even if it holds the image of another process"),
+		GS_OPT_BOOL_(0, "json", &json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
 	int nargs;
@@ -261,8 +271,27 @@ int cmd_export(int argc, char **argv)
 	}
 	if (!strcmp(src, dest))
 		return cli_usage_error("export", "SRC and DEST are the same directory");
-	if ((rc = export_image(src, dest, &cz, replace, &err)))
+	struct export_done done = { 0 };
+	double t0 = gs_now();
+	if ((rc = export_image(src, dest, &cz, replace, &done, &err)))
 		return cli_report_error(&err);
-	printf("exported '%s' into '%s'\n", src, dest);
+	if (!json) {
+		printf("exported '%s' into '%s'\n", src, dest);
+		return 0;
+	}
+	struct gs_json j;
+	cli_json_begin_outcome(&j, "export", 0, NULL);
+	gs_json_kv_string(&j, "src", src);
+	gs_json_kv_string(&j, "dest", dest);
+	gs_json_kv_int(&j, "pid", done.pid);
+	gs_json_kv_string(&j, "compress", gs_codec_name(cz.codec));
+	gs_json_kv_uint(&j, "chunks", done.st.chunks);
+	gs_json_kv_uint(&j, "zero_chunks", done.st.zero_chunks);
+	gs_json_kv_uint(&j, "data_bytes", done.st.data_bytes);
+	gs_json_kv_uint(&j, "stored_bytes", done.st.payload_bytes);
+	gs_json_kv_uint(&j, "compressed_chunks", done.st.compressed_chunks);
+	gs_json_kv_double(&j, "total_s", gs_now() - t0);
+	gs_json_object_end(&j);
+	cli_json_print(&j);
 	return 0;
 }
