@@ -14,12 +14,13 @@ import subprocess
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BinaryNotFound, GpusnapError, Interrupted, UnsupportedSchema
-from .results import (DumpResult, InspectResult, ProcessState, RestoreResult, ResumeResult, StateList, SwitchResult,
+from .results import (DumpResult, ExportResult, InspectResult, ProcessState, RestoreResult, ResumeResult, StateList, SwitchResult,
                       SuspendResult)
 
 # The versions of docs/json/<command>.json this client reads (README.md, "JSON output": a new
 # version removed or retyped a field, so a document of another version is refused, not misread).
-SCHEMA_VERSIONS = {"suspend": 1, "resume": 1, "switch": 1, "state": 1, "dump": 1, "restore": 1, "inspect": 1}
+SCHEMA_VERSIONS = {"suspend": 1, "resume": 1, "switch": 1, "state": 1, "dump": 1, "restore": 1, "inspect": 1,
+                   "export": 1}
 
 GpuMap = Union[Mapping[Any, Any], Iterable[Union[str, Tuple[Any, Any]]], None]
 
@@ -123,6 +124,12 @@ class Gpusnap:
         args = ["-D", os.fspath(directory)] + _map_args(gpu_map) + ["--no-verify"] * no_verify + \
             ["--verify-first"] * verify_first + ["--verify-gpu"] * verify_gpu
         return RestoreResult.from_json(self._run("restore", args))
+
+    def export(self, src: Union[str, "os.PathLike[str]"], dest: Union[str, "os.PathLike[str]"], *,
+               compress: Optional[str] = None, replace: bool = False) -> ExportResult:
+        """Writes image src (an incremental one included) into dest as one self-contained image."""
+        args = (["--compress", compress] if compress else []) + ["--replace"] * replace
+        return ExportResult.from_json(self._run("export", args + [os.fspath(src), os.fspath(dest)]))
 
     def inspect(self, directory: Union[str, "os.PathLike[str]"], *, verify: bool = False) -> InspectResult:
         """What an image holds; verify=True reads every chunk and CRIU file and checks its checksum."""

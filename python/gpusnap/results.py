@@ -232,6 +232,26 @@ class DumpResult:
 
 
 @dataclass
+class ExportResult:
+    """`gpusnap export --json`: the self-contained image written at ``dest`` and what it holds."""
+    src: str
+    dest: str
+    pid: int
+    compress: str             # "none", "lz4" or "zstd"
+    chunks: int
+    zero_chunks: int
+    data_bytes: int           # uncompressed bytes of the stored chunks
+    stored_bytes: int         # bytes written for them
+    compressed_chunks: int
+    total_s: float
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ExportResult":
+        return cls(raw=d, **_known(cls, {k: v for k, v in d.items() if k != "raw"}))
+
+
+@dataclass
 class RestoreResult:
     """`gpusnap restore --json`: the restored process and where its GPUs went."""
     pid: int

@@ -262,6 +262,10 @@ def test_dump_inspect_restore(fake, tmp_path, monkeypatch):
         assert "criu_s" in d.times and "gpu_s" in d.times
         i = gpusnap.inspect(img, verify=True)
         assert (i.pid, i.how, i.verify["ok"]) == (pid, "driver", True)
+        e = gpusnap.export(img, tmp_path / "exported")
+        assert isinstance(e, gpusnap.ExportResult)
+        assert (e.pid, e.dest, e.compress) == (pid, str(tmp_path / "exported"), "none")
+        assert gpusnap.inspect(tmp_path / "exported", verify=True).verify["ok"]
         r = gpusnap.restore(img)
         assert isinstance(r, gpusnap.RestoreResult)
         assert (r.pid, r.path, r.gpu_map) == (pid, "driver", {0: 0})
