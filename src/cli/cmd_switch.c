@@ -125,6 +125,8 @@ static const char *state_now(struct switch_run *w, struct half *h, CUprocessStat
 {
 	struct gs_err e = { 0 };
 	CUprocessState st;
+	if (driver)
+		*driver = CU_PROCESS_STATE_FAILED; /* what a caller sees when the driver could not be asked */
 	if (gs_ckpt_get_state(&w->s.cu, h->proc.pid, &st, &e))
 		return "unknown";
 	if (driver)
@@ -288,7 +290,7 @@ static void record_working(struct switch_run *w)
 static void settle_in(struct switch_run *w)
 {
 	struct half *in = &w->in;
-	CUprocessState st;
+	CUprocessState st = CU_PROCESS_STATE_FAILED;
 	const char *now = state_now(w, in, &st);
 	if (!strcmp(now, "running")) {
 		in->moved = true;

@@ -68,6 +68,10 @@ check() { # DESC COND... : pass if the command COND succeeds
   if "$@"; then pass "$desc"; else fail "$desc"; fi
 }
 
+# between VALUE LO HI: VALUE is a whole number from LO to HI ("check DESC between ..."; a chain
+# "check DESC [ A ] && [ B ]" would check A alone: lint-check-chains.sh refuses it)
+between() { [ "$1" -ge "$2" ] 2>/dev/null && [ "$1" -le "$3" ]; }
+
 check_eq() { # DESC GOT WANT
   if [ "$2" == "$3" ]; then pass "$1: $2"; else fail "$1: got '$2', wanted '$3'"; fi
 }
@@ -862,10 +866,12 @@ dump_checked() { # PID DIR WANT_PATH [EXTRA ARGS...]
 
 # gpusnap restore --json from DIR (EXTRA ARGS: --map ...), then: exit 0, the PID it
 # had (WANT_PID), running, `state` says running.
+# The restore's --json answer stays in RESTORE_OUT (the state check after it replaces GS_OUT).
 restore_checked() { # DIR WANT_PID [EXTRA ARGS...]
   local dir=$1 want=$2
   shift 2
   gs_run restore --json -D "$dir" "$@"
+  RESTORE_OUT=$GS_OUT
   expect_rc 0 "restore from $dir" || return 1
   check_eq "restored pid" "$(json_get "$GS_OUT" pid)" "$want"
   log "restore: checksums $(json_get "$GS_OUT" times.verify_s) s, CRIU part $(json_get "$GS_OUT" times.criu_s) s, GPU part $(json_get "$GS_OUT" times.gpu_s) s, total $(json_get "$GS_OUT" times.total_s) s"

@@ -44,8 +44,8 @@ stored=$(python3 -c 'import json,sys; c=json.loads(sys.argv[1])["image"]["chunks
 check_eq "every stored chunk has a fingerprint" "$(json_get "$GS_OUT" image.chunks.fingerprinted)" "$stored"
 check_eq "and the CPU agrees with every one the GPU computed" "$(json_get "$GS_OUT" verify.ok)" true
 restore_checked "$img" "$pid" --verify-gpu || finish
-check_eq "restore --verify-gpu checked every fingerprinted chunk on the GPU" "$(json_get "$GS_OUT" verify_gpu_chunks)" "$stored"
-log "restore --verify-gpu: $(json_get "$GS_OUT" times.agent_verify_gpu_s) s"
+check_eq "restore --verify-gpu checked every fingerprinted chunk on the GPU" "$(json_get "$RESTORE_OUT" verify_gpu_chunks)" "$stored"
+log "restore --verify-gpu: $(json_get "$RESTORE_OUT" times.agent_verify_gpu_s) s"
 app_verify p "8 GiB pattern after restore --verify-gpu" || finish
 gs_kill_pid "$pid"
 check "the restored process is gone" wait_pid_gone "$pid"

@@ -29,8 +29,8 @@ for cycle in 1 2; do
   after=$(avail)
   admitted=$(jget processes.0.agent.admitted_bytes) held=$(jget processes.0.data.held_bytes) zero=$(jget processes.0.data.zero_bytes)
   log "cycle $cycle: admitted $admitted, held $held, zero $zero, MemAvailable $before -> $after"
-  check "cycle $cycle: admitted about the written bytes ($admitted)" [ "${admitted:-0}" -ge "$written" ] && [ "${admitted:-0}" -le $((written + slack)) ]
-  check "cycle $cycle: held about the written bytes ($held)" [ "${held:-0}" -ge "$written" ] && [ "${held:-0}" -le $((written + slack)) ]
+  check "cycle $cycle: admitted about the written bytes ($admitted)" between "${admitted:-0}" "$written" $((written + slack))
+  check "cycle $cycle: held about the written bytes ($held)" between "${held:-0}" "$written" $((written + slack))
   check "cycle $cycle: 29 GiB left zero on the GPU ($zero)" [ "${zero:-0}" -ge $((29 << 30)) ]
   check "cycle $cycle: the data stayed in host memory" [ "$(jget processes.0.data.where)" == host-memory ]
   check "cycle $cycle: host memory fell by about the written bytes ($((before - after)) bytes)" \
@@ -50,7 +50,9 @@ gs_run suspend "$pid"
 expect_rc 13 "the same under a 2 GiB limit is refused"
 check "one line naming needed, zero and the limit" \
   [ "$(wc -l <<<"$GS_ERR")" = 1 ] && grep -q "needed (.* more are zero and stay on the GPU), 2.00 GiB available (GPUSNAP_HOST_MEMORY_LIMIT)" <<<"$GS_ERR"
-check "its VRAM stayed ($(pid_vram_mib "$pid") MiB, was $vram)" [ "$(pid_vram_mib "$pid")" == "$vram" ]
+# nothing was released: the VRAM is what it was, or a little more (the zero scan's kernel module stays loaded)
+now=$(pid_vram_mib "$pid")
+check "its VRAM stayed ($now MiB, was $vram)" between "${now:-0}" "$vram" $((vram + 64))
 expect_state "$pid" running "state after the refusal"
 app_verify r "32 GiB after the refused suspend"
 app_quit r

@@ -33,7 +33,7 @@ gs_run inspect "$img"
 
 restore_checked "$img" "$pid" || finish
 expect_vram_at_least p "$pid" 8192
-log "restore, agent: re-create $(json_get "$GS_OUT" times.agent_recreate_s) s, read + copy to the GPU $(json_get "$GS_OUT" times.agent_image_read_s) s"
+log "restore, agent: re-create $(json_get "$RESTORE_OUT" times.agent_recreate_s) s, read + copy to the GPU $(json_get "$RESTORE_OUT" times.agent_image_read_s) s"
 app_verify p "8 GiB pattern after an agent-path restore" || finish
 
 gs_kill_pid "$pid"

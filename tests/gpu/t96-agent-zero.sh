@@ -22,7 +22,7 @@ cycle() { # NAME WHAT MIN_ZERO_BYTES MAX_ZERO_BYTES [SUSPEND ARGS...]
   expect_rc 0 "suspend $what" || return 1
   check "$what took the agent path" grep -q '"path":"agent"' <<<"$GS_OUT"
   z=$(zero_bytes)
-  check "$what: $z bytes were zero and not copied (want $lo to $hi)" [ "$z" -ge "$lo" ] && [ "$z" -le "$hi" ]
+  check "$what: $z bytes were zero and not copied (want $lo to $hi)" between "$z" "$lo" "$hi"
   g=$(zero_bytes gpu_zero_bytes)
   if [ "${GPUSNAP_GPU_ZERO_SCAN:-1}" = 0 ] || [ "$hi" = 0 ]; then
     check "$what: none found on the GPU ($g bytes)" [ "$g" -le 0 ]
@@ -33,7 +33,7 @@ cycle() { # NAME WHAT MIN_ZERO_BYTES MAX_ZERO_BYTES [SUSPEND ARGS...]
   gs_run resume "$pid" --json
   expect_rc 0 "resume after $what" || return 1
   z=$(zero_bytes)
-  check "$what: resume set $z zero bytes (want $lo to $hi)" [ "$z" -ge "$lo" ] && [ "$z" -le "$hi" ]
+  check "$what: resume set $z zero bytes (want $lo to $hi)" between "$z" "$lo" "$hi"
   expect_state "$pid" running "state after resuming from $what"
   app_verify "$name" "8 GiB, 75% zero, after $what"
 }

@@ -92,7 +92,9 @@ int main(int argc, char **argv)
 	CUmodule mod;
 	CK(cuInit(0));
 	CK(cuDeviceGet(&dev, device));
-	CK(cuCtxCreate(&ctx, 0, dev));
+	/* the primary context: cuCtxCreate's signature differs between CUDA 12 and 13 headers */
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
 	CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 	CK(cuModuleLoadData(&mod, gs_fingerprint_ptx));
 	CK(cuModuleGetFunction(&fn, mod, "gs_fingerprint"));
@@ -181,6 +183,6 @@ int main(int argc, char **argv)
 	       (double)bytes / (best / 1e3) / 1e9, bytes, m, best);
 	CK(cuMemFree(big));
 	cuModuleUnload(mod);
-	cuCtxDestroy(ctx);
+	cuDevicePrimaryCtxRelease(dev);
 	return 0;
 }
