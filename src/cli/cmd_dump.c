@@ -49,10 +49,11 @@
 #include "cuda/checkpoint.h"
 #include "image/codec.h"
 #include "image/image.h"
+#include "image/store.h"
 
 static const char *const dump_usage[] = {
 	"gpusnap dump [--tree] [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] "
-	"[--replace] [--compress CODEC[:LEVEL]] [--parent PARENT_DIR] [--json] -D DIR PID",
+	"[--replace] [--compress CODEC[:LEVEL]] [--parent PARENT_DIR | --store STORE] [--json] -D DIR PID",
 	NULL,
 };
 
@@ -85,11 +86,13 @@ const struct cli_doc dump_doc = {
 							     "tree holds what CRIU cannot dump: an io_uring, a TCP connection "
 							     "to outside it without --tcp-close or --tcp-established" },
 						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
-	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_STAGE_DIR GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_STAGE_DIR GPUSNAP_STORE GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap dump -D /ckpt/job 1234", "Dump process 1234 into /ckpt/job; it is gone afterwards." },
 		{ "gpusnap dump --tree --leave-running -D /ckpt/job $JOB_PID",
 		  "A periodic checkpoint of a whole job, which keeps running." },
+		{ "gpusnap dump --leave-running --store /ckpt/store -D /ckpt/series/$(date -u +%Y%m%dT%H%M%SZ) 1234",
+		  "One checkpoint of a series whose images share their equal chunks in /ckpt/store (gpusnap gc)." },
 		{ NULL, NULL } },
 };
 
@@ -103,6 +106,10 @@ struct dump_opts {
 	struct gs_compress compress;
 	const char *parent;     /* --parent, absolute */
 	char parent_rec[4096];  /* the parent's path as the image records it: relative when beside DIR */
+	const char *store;      /* --store (or GPUSNAP_STORE), absolute once checked */
+	char store_rec[4096];   /* the store's path as the image records it: relative when beside DIR */
+	char store_ref[64];     /* the dump's ref in the store */
+	struct gs_store *st;    /* open, holding the ref, from the checks to the end */
 };
 
 struct dump_run {
@@ -144,6 +151,10 @@ struct dump_run {
 	bool keep_stage;               /* the stage holds a suspended process's only copy of its data */
 	double stage_write_s;
 	uint64_t parent_bytes;   /* dump --parent: bytes equal to the parent's, left there (never copied) */
+	uint64_t store_bytes;    /* dump --store: bytes whose object the store held, left there (never copied) */
+	uint64_t store_new_objects; /* dump --store: objects this dump wrote into the store */
+	struct gs_store *store;  /* dump --store: its ref names the kept image should one be kept */
+	bool kept;               /* the image was kept under another name */
 };
 
 /* Where the agent's GPU data is once it dumped it: the stage or the temporary image. */
@@ -171,9 +182,14 @@ static void keep_tmp_image(struct dump_run *r, const char *dir, bool process_gon
 {
 	struct gs_err ke = { 0 };
 	r->kept_listed = gs_image_tmp_cpu_listed(r->tmp);
+	r->kept = true;
 	if (gs_image_tmp_keep(r->tmp, kept, n, &ke))
 		fprintf(stderr, "gpusnap: %s\n", ke.msg);
 	r->tmp = NULL; /* freed by gs_image_tmp_keep */
+	struct gs_err se = { 0 };
+	/* its STORED chunks' objects stay for the kept image: the dump's ref names it from now on */
+	if (r->store && gs_store_ref_set_image(r->store, kept, &se))
+		fprintf(stderr, "gpusnap: %s\n", se.msg);
 	char how[GS_ERR_MSG_MAX];
 	if (process_gone)
 		snprintf(how, sizeof(how), "process %d was dumped, but its image could not be put at '%s' and is kept at "
@@ -488,10 +504,16 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		return gs_fail(err, r->agent.present ? GS_E_AGENT : GS_E_USAGE, "--parent needs the gpusnap agent's streamed "
 			       "dump, which process %d %s", (int)r->pid, r->agent.present ? "lacks (an older agent)" :
 			       "cannot take (no agent)");
+	if (o->store && !(r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING) && (r->agent.caps & GS_CAP_DUMP_STORE)))
+		return gs_fail(err, r->agent.present ? GS_E_AGENT : GS_E_USAGE, "--store needs the gpusnap agent's streamed "
+			       "dump, which process %d %s", (int)r->pid, r->agent.present ? "lacks (an older agent)" :
+			       "cannot take (no agent)");
 	if (r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING)) {
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
 		if (o->leave_running && o->parent) /* its chunks name the parent by a path relative to DIR */
 			snprintf(r->no_stage, sizeof(r->no_stage), "an incremental dump (--parent) is written beside its parent");
+		else if (o->leave_running && o->store) /* its manifest names the store by a path relative to DIR */
+			snprintf(r->no_stage, sizeof(r->no_stage), "a dump into a chunk store (--store) writes into the store");
 		else if (o->leave_running)
 			open_stage(r);
 		r->data_in_tmp = true;
@@ -500,7 +522,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
 		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress.codec,
 					  .compress_level = o->compress.level, .parent = o->parent,
-					  .parent_rec = o->parent ? o->parent_rec : NULL };
+					  .parent_rec = o->parent ? o->parent_rec : NULL, .store = o->store,
+					  .store_rec = o->store ? o->store_rec : NULL, .store_ref = o->store ? o->store_ref : NULL };
 		rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
 		if (rc == GS_E_NO_SPACE && r->stage && agent_runs(r)) {
 			/* the memory filled up after all (others use it too): into the image inside the pause, as without it */
@@ -531,6 +554,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->ring_bytes = cli_agent_counter(&r->agent, "ring_bytes");
 		r->gpu_zero_bytes = cli_agent_counter(&r->agent, "gpu_zero_bytes");
 		r->parent_bytes = cli_agent_counter(&r->agent, "parent_bytes");
+		r->store_bytes = cli_agent_counter(&r->agent, "store_bytes");
+		r->store_new_objects = cli_agent_counter(&r->agent, "store_new_objects");
 	} else if (r->agent.present) {
 		/* data part (agents without the streamed dump): staging, image, free the staging memory */
 		record_step(r, o, STEP_AGENT);
@@ -637,6 +662,11 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_uint(&j, "gpu_zero_bytes", r->gpu_zero_bytes);
 		if (o->parent)
 			gs_json_kv_uint(&j, "parent_bytes", r->parent_bytes);
+		if (o->store) {
+			gs_json_kv_string(&j, "store", o->store);
+			gs_json_kv_uint(&j, "store_bytes", r->store_bytes);
+			gs_json_kv_uint(&j, "store_new_objects", r->store_new_objects);
+		}
 		gs_json_kv_uint(&j, "cpu_bytes", rc ? 0 : dump_dir_bytes(o->dir, "cpu"));
 		if (o->leave_running && r->agent.present) {
 			/* what the pause copied, and where to: memory (written to DIR after it) or DIR itself */
@@ -739,6 +769,55 @@ static int parent_check(struct dump_opts *o, char *abs, const char *pid_arg)
 	return 0;
 }
 
+/*
+ * --store: not with --parent, --tree or --driver (only the agent's streamed
+ * dump of one process writes into a store); STORE made absolute, opened
+ * (created if missing or empty, image/store.h) and the dump registered in
+ * it (its ref, naming DIR) before anything is written. o->store_rec is what
+ * the image records: the store's name alone when it lies beside DIR (a
+ * series with its store moves as one directory), else its absolute path.
+ * The exit code.
+ */
+static int store_check(struct dump_opts *o, char *abs)
+{
+	if (o->parent || o->tree || o->driver_only)
+		return cli_usage_error("dump", "--store takes neither --parent, --tree nor --driver (only the agent's streamed "
+				       "dump of one process writes into a chunk store)");
+	struct gs_err err = { 0 };
+	if (o->store[0] != '/') {
+		char cwd[PATH_MAX / 2];
+		if (!getcwd(cwd, sizeof(cwd)) || (size_t)snprintf(abs, PATH_MAX, "%s/%s", cwd, o->store) >= PATH_MAX)
+			return cli_usage_error("dump", "cannot make '%s' an absolute path", o->store);
+	} else {
+		snprintf(abs, PATH_MAX, "%s", o->store);
+	}
+	size_t n = strlen(abs);
+	while (n > 1 && abs[n - 1] == '/')
+		abs[--n] = '\0';
+	if (gs_store_open(abs, true, &o->st, &err))
+		return cli_report_error(&err);
+	char real[PATH_MAX];
+	if (realpath(abs, real))
+		snprintf(abs, PATH_MAX, "%s", real);
+	char dir_parent[PATH_MAX], store_parent[PATH_MAX], real_dp[PATH_MAX];
+	snprintf(dir_parent, sizeof(dir_parent), "%s", o->dir);
+	snprintf(store_parent, sizeof(store_parent), "%s", abs);
+	char *ds = strrchr(dir_parent, '/'), *ss = strrchr(store_parent, '/');
+	bool beside = false;
+	if (ds && ss) {
+		*ds = *ss = '\0';
+		beside = realpath(*dir_parent ? dir_parent : "/", real_dp) && !strcmp(real_dp, *store_parent ? store_parent : "/");
+	}
+	snprintf(o->store_rec, sizeof(o->store_rec), "%s", beside ? ss + 1 : abs);
+	if (gs_store_ref_create(o->st, o->dir, o->store_ref, sizeof(o->store_ref), &err)) {
+		gs_store_close(o->st);
+		o->st = NULL;
+		return cli_report_error(&err);
+	}
+	o->store = abs;
+	return 0;
+}
+
 int cmd_dump(int argc, char **argv)
 {
 	struct dump_opts o = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
@@ -760,6 +839,10 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_STRING_(0, "parent", &o.parent, "PARENT_DIR",
 			       "an incremental image: only chunks that differ from PARENT_DIR's (an image of this process) "
 			       "are written, the rest is read from there"),
+		GS_OPT_STRING_(0, "store", &o.store, "STORE",
+			       "keep the GPU data's chunks in the chunk store STORE (created if missing), shared with the "
+			       "other images written into it: a chunk the store holds is neither copied nor written again "
+			       "(gpusnap gc removes what no image uses)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -794,11 +877,19 @@ int cmd_dump(int argc, char **argv)
 		.json = o.json, .replace = o.replace,
 		.tcp = tcp_asked(&o), .compress_codec = o.compress.codec, .compress_level = o.compress.level,
 	};
-	char parent_abs[PATH_MAX];
+	char parent_abs[PATH_MAX], store_abs[PATH_MAX];
 	if (o.parent) {
 		int prc = parent_check(&o, parent_abs, argv[0]);
 		if (prc)
 			return prc;
+	}
+	if (!o.store && gs_setting_str(GS_S_STORE) && *gs_setting_str(GS_S_STORE) && !o.parent && !o.tree &&
+	    !o.driver_only)
+		o.store = gs_setting_str(GS_S_STORE);
+	if (o.store) {
+		int src = store_check(&o, store_abs);
+		if (src)
+			return src;
 	}
 	if (o.tree)
 		return dump_tree(&to, argv[0]);
@@ -806,6 +897,7 @@ int cmd_dump(int argc, char **argv)
 	struct dump_run *r = calloc(1, sizeof(*r));
 	if (!r)
 		return cli_report_error(&(struct gs_err){ GS_E_FAILURE, "out of memory" });
+	r->store = o.st;
 	int pid;
 	/* checks before anything is touched: the process, the driver, the process's state, CRIU, the agent */
 	rc = gs_parse_pid(argv[0], &pid) ? gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0])
@@ -829,6 +921,11 @@ int cmd_dump(int argc, char **argv)
 		 * started): only the tree dump handles its GPU state; CRIU alone
 		 * would fail on its device mappings after the GPU part was done.
 		 */
+		if (o.st) {
+			rc = gs_fail(&err, GS_E_USAGE, "process %d under %d uses CUDA too: only --tree dumps it, which "
+				     "takes no --store", (int)other, pid);
+			goto checks_failed;
+		}
 		fprintf(stderr, "gpusnap: process %d under %d uses CUDA too: dumping the whole tree, as --tree does\n",
 			(int)other, pid);
 		cli_op_end(r->lock, false);
@@ -868,10 +965,14 @@ int cmd_dump(int argc, char **argv)
 		rc = gs_fail(&err, GS_E_PERMISSION,
 			     "process %d runs as user %u and its agent would write the image: run gpusnap dump as that user, or "
 			     "use --driver", (int)r->pid, (unsigned)pst.st_uid);
+checks_failed:
 	if (rc) {
 		cli_op_end(r->lock, false);
 		cli_session_close(&r->s);
 		free(r);
+		if (o.st)
+			gs_store_ref_remove(o.st);
+		gs_store_close(o.st);
 		return cli_report_error(&err);
 	}
 	cli_process_vram_per_gpu(&r->s, r->pid, r->vram, &r->gpu_mask); /* r is zeroed: vram[] gets each GPU's bytes */
@@ -909,6 +1010,9 @@ int cmd_dump(int argc, char **argv)
 		else
 			gs_image_tmp_discard(r->tmp);
 	}
+	/* the ref names what the store's objects are kept for: the image, a kept one; nothing published, none */
+	if (o.st && !r->published && !r->kept)
+		gs_store_ref_remove(o.st);
 	print_outcome(r, &o, rc, &err);
 	gs_image_stage_free(r->stage, r->keep_stage);
 	if (rc)
@@ -919,5 +1023,6 @@ int cmd_dump(int argc, char **argv)
 	cli_op_end(r->lock, rc == 0);
 	cli_session_close(&r->s);
 	free(r);
+	gs_store_close(o.st);
 	return rc;
 }
