@@ -151,6 +151,7 @@ struct dump_run {
 	bool keep_stage;               /* the stage holds a suspended process's only copy of its data */
 	double stage_write_s;
 	uint64_t parent_bytes;   /* dump --parent: bytes equal to the parent's, left there (never copied) */
+	uint64_t copied_bytes;   /* streamed dump: bytes the agent copied from the GPU (counted as they arrived) */
 	uint64_t store_bytes;    /* dump --store: bytes whose object the store held, left there (never copied) */
 	uint64_t store_new_objects; /* dump --store: objects this dump wrote into the store */
 	struct gs_store *store;  /* dump --store: its ref names the kept image should one be kept */
@@ -555,6 +556,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->gpu_zero_bytes = cli_agent_counter(&r->agent, "gpu_zero_bytes");
 		r->parent_bytes = cli_agent_counter(&r->agent, "parent_bytes");
 		r->store_bytes = cli_agent_counter(&r->agent, "store_bytes");
+		r->copied_bytes = cli_agent_counter(&r->agent, "copied_bytes");
 		r->store_new_objects = cli_agent_counter(&r->agent, "store_new_objects");
 	} else if (r->agent.present) {
 		/* data part (agents without the streamed dump): staging, image, free the staging memory */
@@ -660,6 +662,8 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_bool(&j, "streamed", r->streamed);
 		gs_json_kv_uint(&j, "ring_bytes", r->ring_bytes);
 		gs_json_kv_uint(&j, "gpu_zero_bytes", r->gpu_zero_bytes);
+		if (r->streamed)
+			gs_json_kv_uint(&j, "gpu_copied_bytes", r->copied_bytes);
 		if (o->parent)
 			gs_json_kv_uint(&j, "parent_bytes", r->parent_bytes);
 		if (o->store) {

@@ -883,6 +883,7 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 		goto fail;
 	if (o->store)
 		gs_msg_add_named_u64(reply, GS_F_COUNTER, "store_new_objects", st.store_new_objects);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "copied_bytes", __atomic_load_n(&end.copied_bytes, __ATOMIC_RELAXED));
 	const char *rec = record_name(gpu_dir, dir_name);
 	if (h)
 		h->held_bytes = st.payload_bytes;

@@ -870,6 +870,7 @@ static int image_put(struct gs_ring_end *end, const struct gs_agent_held *h, siz
 						   s->fp[k].lo, s->fp[k].hi, e);
 	if (!buf)
 		return gs_image_write_zero_chunk(s->w, c->region, off, c->size, e);
+	__atomic_fetch_add(&s->copied_bytes, c->size, __ATOMIC_RELAXED);
 	struct gs_fp fp = s->fp ? s->fp[k] : (struct gs_fp){ 0, 0 };
 	if (gs_fp_none(fp))
 		fp = gs_fp_of(buf, c->size);

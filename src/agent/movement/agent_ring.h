@@ -170,6 +170,8 @@ struct gs_ring_image_end {
 	 * fingerprint.
 	 */
 	const uint64_t *store_ref;
+	/* a writer's bytes that crossed PCIe (chunks the transfer brought; atomic adds): what a dump copied */
+	uint64_t copied_bytes;
 };
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w);
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);
