@@ -827,10 +827,10 @@ static int lock_exclusive(struct gs_store *s, double wait_s, struct gs_err *err)
 		bool ex = false;
 		gs_fs_flock_holder(s->lock_fd, who, sizeof(who), &ex);
 		if (gs_now() >= until)
-			return gs_fail(err, GS_E_STATE, "chunk store '%s' is locked by %s (%s) for more than %.0f s; try again",
+			return gs_fail(err, GS_E_STATE, "chunk store '%s' is locked by %s (%s) for more than %g s; try again",
 				       s->path, who, ex ? "another gc" : "a dump writing into it", wait_s);
 		if (!said) {
-			fprintf(stderr, "gpusnap: chunk store '%s' is locked by %s; waiting up to %.0f s\n", s->path, who,
+			fprintf(stderr, "gpusnap: chunk store '%s' is locked by %s; waiting up to %g s\n", s->path, who,
 				wait_s);
 			said = true;
 		}
