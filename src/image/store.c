@@ -1051,8 +1051,12 @@ int gs_store_gc(const char *path, bool dry_run, double wait_s, struct gs_store_g
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "chunk store '%s': cannot read '%s'", path, GS_STORE_OBJECTS_DIR);
 		goto out;
 	}
-	for (size_t i = 0; !rc && i < subs.n; i++)
-		rc = sweep_dir(s, subs.v[i], &keep, dry_run, r, list, err);
+	for (size_t i = 0; !rc && i < subs.n; i++) {
+		struct stat sst;
+		/* objects live in objects/XX/; anything else there is not gc's */
+		if (fstatat(s->objects_fd, subs.v[i], &sst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sst.st_mode))
+			rc = sweep_dir(s, subs.v[i], &keep, dry_run, r, list, err);
+	}
 	if (!rc && !dry_run) {
 		fsync(s->objects_fd);
 		fsync(s->refs_fd);
