@@ -248,6 +248,32 @@ static bool dir_empty(int fd)
 	return empty;
 }
 
+/* mkdir path (0700) where it is missing, its parent checked first as a writer checks DIR's (FORMAT.md 8). */
+static int make_dir(const char *path, struct gs_err *err)
+{
+	struct stat st;
+	if (lstat(path, &st) == 0 || errno != ENOENT)
+		return 0; /* there (or not ours to make): the open says what it is */
+	char parent[PATH_MAX];
+	snprintf(parent, sizeof(parent), "%s", path);
+	char *slash = strrchr(parent, '/');
+	const char *base = slash ? slash + 1 : parent;
+	if (slash)
+		*slash = '\0';
+	int pfd;
+	int rc = gs_fs_open_dir_checked(slash ? (*parent ? parent : "/") : ".", path, &pfd, &st, err);
+	if (rc < 0)
+		return gs_fail_errno(err, -rc == ENOENT || -rc == ENOTDIR ? GS_E_USAGE : GS_E_FAILURE, -rc,
+				     "cannot create the chunk store '%s'", path);
+	if (rc)
+		return rc;
+	rc = 0;
+	if (mkdirat(pfd, base, 0700) < 0 && errno != EEXIST)
+		rc = gs_fail_errno(err, gs_image_errno_code(errno), errno, "cannot create the chunk store '%s'", path);
+	close(pfd);
+	return rc;
+}
+
 int gs_store_open(const char *path, bool create, struct gs_store **sp, struct gs_err *err)
 {
 	*sp = NULL;
@@ -260,11 +286,8 @@ int gs_store_open(const char *path, bool create, struct gs_store **sp, struct gs
 	pthread_mutex_init(&s->mu, NULL);
 	int rc;
 	struct stat st;
-	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
-		rc = gs_fail_errno(err, errno == ENOENT ? GS_E_USAGE : gs_image_errno_code(errno), errno,
-				   "cannot create the chunk store '%s'", path);
+	if (create && (rc = make_dir(path, err)))
 		goto fail;
-	}
 	rc = gs_fs_open_dir_checked(path, path, &s->dir_fd, &st, err);
 	if (rc < 0) {
 		int e = -rc;
@@ -330,6 +353,31 @@ void gs_store_close(struct gs_store *s)
 const char *gs_store_path(const struct gs_store *s) { return s->path; }
 const uint8_t *gs_store_id(const struct gs_store *s) { return s->id; }
 
+/* ------------------------------------------------------------ the shared lock */
+
+static int lock_shared(struct gs_store *s, struct gs_err *err)
+{
+	if (s->lock_fd < 0)
+		return gs_fail(err, GS_E_FAILURE, "chunk store '%s' was opened for reading", s->path);
+	pthread_mutex_lock(&s->mu);
+	int rc = 0;
+	if (s->lock_holders == 0) {
+		while (flock(s->lock_fd, LOCK_SH) < 0 && errno == EINTR)
+			;
+	}
+	s->lock_holders++;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+static void unlock_shared(struct gs_store *s)
+{
+	pthread_mutex_lock(&s->mu);
+	if (--s->lock_holders == 0)
+		flock(s->lock_fd, LOCK_UN);
+	pthread_mutex_unlock(&s->mu);
+}
+
 /* ------------------------------------------------------------------ refs */
 
 static int ref_append(struct gs_store *s, const char *line, struct gs_err *err)
@@ -357,11 +405,17 @@ int gs_store_ref_create(struct gs_store *s, const char *image, char *name, size_
 	snprintf(s->ref_name, sizeof(s->ref_name), "%d-%016" PRIx64 GS_STORE_REF_SUFFIX, (int)getpid(), r);
 	snprintf(tmp, sizeof(tmp), ".%s", s->ref_name);
 	/* made under a dot name, locked, written and synced, then renamed in: gc never sees a ref unlocked before its dump is gone */
+	/* under the store's shared lock: gc (exclusive) never sees it between its creation and its flock */
+	int rc = lock_shared(s, err);
+	if (rc)
+		return rc;
 	int fd = openat(s->refs_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return gs_fail_errno(err, gs_image_errno_code(errno), errno, "chunk store '%s': cannot create a ref", s->path);
+	if (fd < 0) {
+		rc = gs_fail_errno(err, gs_image_errno_code(errno), errno, "chunk store '%s': cannot create a ref", s->path);
+		unlock_shared(s);
+		return rc;
+	}
 	s->ref_fd = fd;
-	int rc = 0;
 	if (flock(fd, LOCK_SH) < 0)
 		rc = gs_fail_errno(err, GS_E_FAILURE, errno, "chunk store '%s': cannot lock its ref", s->path);
 	char line[PATH_MAX + 16];
@@ -374,6 +428,7 @@ int gs_store_ref_create(struct gs_store *s, const char *image, char *name, size_
 		rc = gs_fail_errno(err, gs_image_errno_code(errno), errno, "chunk store '%s': cannot create a ref", s->path);
 	if (!rc && fsync(s->refs_fd) < 0)
 		rc = gs_fail_errno(err, gs_image_errno_code(errno), errno, "chunk store '%s': cannot sync refs/", s->path);
+	unlock_shared(s);
 	if (rc) {
 		unlinkat(s->refs_fd, tmp, 0);
 		unlinkat(s->refs_fd, s->ref_name, 0);
@@ -417,31 +472,6 @@ void gs_store_ref_remove(struct gs_store *s)
 {
 	if (s->ref_fd >= 0 && unlinkat(s->refs_fd, s->ref_name, 0) == 0)
 		fsync(s->refs_fd);
-}
-
-/* ------------------------------------------------------------ the shared lock */
-
-static int lock_shared(struct gs_store *s, struct gs_err *err)
-{
-	if (s->lock_fd < 0)
-		return gs_fail(err, GS_E_FAILURE, "chunk store '%s' was opened for reading", s->path);
-	pthread_mutex_lock(&s->mu);
-	int rc = 0;
-	if (s->lock_holders == 0) {
-		while (flock(s->lock_fd, LOCK_SH) < 0 && errno == EINTR)
-			;
-	}
-	s->lock_holders++;
-	pthread_mutex_unlock(&s->mu);
-	return rc;
-}
-
-static void unlock_shared(struct gs_store *s)
-{
-	pthread_mutex_lock(&s->mu);
-	if (--s->lock_holders == 0)
-		flock(s->lock_fd, LOCK_UN);
-	pthread_mutex_unlock(&s->mu);
 }
 
 /* ---------------------------------------------------------------- write */

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "core/fingerprint.h"
+#include "image/codec.h"
 #include "image/store.h"
 #include "image_test_util.h"
 
@@ -79,8 +80,8 @@ static void test_names_headers(void)
 }
 
 /* An image at dir of one allocation of two chunks, data[a] and data[b], written into the store at store_path. */
-static int write_stored(const char *store_path, const char *dir, int a, int b, struct gs_image_writer_stats *st,
-			struct gs_err *err)
+static int write_stored_codec(const char *store_path, const char *dir, int a, int b, uint8_t codec,
+			      struct gs_image_writer_stats *st, struct gs_err *err)
 {
 	struct gs_store *s;
 	int rc = gs_store_open(store_path, true, &s, err);
@@ -92,7 +93,7 @@ static int write_stored(const char *store_path, const char *dir, int a, int b, s
 		return rc;
 	}
 	struct gs_image_writer_opts o = { .source_pid = 77, .source_comm = "app", .how = "agent", .store = s,
-					  .store_rec = "store", .replace = true };
+					  .store_rec = "store", .replace = true, .compress_codec = codec };
 	struct gs_image_writer *w;
 	if ((rc = image_test_writer_open(dir, &o, &w, err))) {
 		gs_store_close(s);
@@ -112,6 +113,12 @@ static int write_stored(const char *store_path, const char *dir, int a, int b, s
 	rc = image_test_writer_commit(w, err);
 	gs_store_close(s); /* its ref stays: it names the published image */
 	return rc;
+}
+
+static int write_stored(const char *store_path, const char *dir, int a, int b, struct gs_image_writer_stats *st,
+			struct gs_err *err)
+{
+	return write_stored_codec(store_path, dir, a, b, GS_CODEC_NONE, st, err);
 }
 
 static int objects_in(const char *store)
@@ -251,6 +258,42 @@ static void test_store_images(void)
 	chmod(moved, 0777);
 	gs_err_clear(&err);
 	CHECK_INT(gs_store_open(moved, true, &s2, &err), GS_E_PERMISSION);
+}
+
+/* Objects compressed as a data file's chunks are (FORMAT.md 4.12): written so, read back whole. */
+static void test_store_compressed(void)
+{
+	if (gs_codec_unavailable(GS_CODEC_ZSTD)) {
+		printf("skip test_store_compressed: %s\n", gs_codec_unavailable(GS_CODEC_ZSTD));
+		return;
+	}
+	struct gs_err err = { 0 };
+	char root[700], store[800], img[800];
+	snprintf(root, sizeof(root), "%s", scratch_dir("compressed"));
+	snprintf(store, sizeof(store), "%s/store", root);
+	snprintf(img, sizeof(img), "%s/img", root);
+	struct gs_image_writer_stats st;
+	CHECK_INT(write_stored_codec(store, img, 0, 1, GS_CODEC_ZSTD, &st, &err), 0);
+	CHECK_INT(st.store_new_objects, 2);
+	CHECK_INT(st.compressed_chunks, 2);
+	CHECK(st.payload_bytes < 2 * LEN);
+	char obj[1100];
+	object_file(store, 0, obj, sizeof(obj));
+	int fd = open(obj, O_RDONLY);
+	struct gs_fmt_object_header h;
+	CHECK_INT(read(fd, &h, sizeof(h)), sizeof(h));
+	close(fd);
+	CHECK_INT(h.codec, GS_CODEC_ZSTD);
+	CHECK(h.stored_length < h.length);
+	struct gs_image *im = NULL;
+	CHECK_INT(gs_image_open(img, &im, &err), 0);
+	if (!im)
+		return;
+	static uint8_t buf[LEN];
+	CHECK_INT(gs_image_read_chunk(im, 1, buf, &err), 0);
+	CHECK(!memcmp(buf, data[1], LEN));
+	CHECK_INT(gs_image_verify(im, 2, &err), 0);
+	gs_image_close(im);
 }
 
 static void test_gc(void)
@@ -401,6 +444,7 @@ int main(void)
 	scratch_init("store");
 	RUN(test_names_headers);
 	RUN(test_store_images);
+	RUN(test_store_compressed);
 	RUN(test_gc);
 	scratch_cleanup();
 	return TEST_SUMMARY();
