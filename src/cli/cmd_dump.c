@@ -70,11 +70,17 @@ const struct cli_doc dump_doc = {
 		"copied into memory of the dump's own (GPUSNAP_STAGE_DIR, a tmpfs, where it has room), the driver "
 		"and CRIU take it and it gets its data back; the image is written from that copy after it runs "
 		"again, and the command returns once the image is published.\n\n"
+		"With --store STORE, the GPU data's chunks go into the chunk store STORE, shared by the images "
+		"written into it: a chunk the store holds already (found by its fingerprint, computed on the GPU) is "
+		"neither copied nor written again, and DIR holds only the manifest and CRIU's files. Remove images "
+		"with rm -r and run gpusnap gc STORE to free what no image uses. --store takes neither --parent, "
+		"--tree nor --driver.\n\n"
 		"CRIU 4.2 or later must be installed (or named by GPUSNAP_CRIU), and dumping needs root or "
 		"CAP_CHECKPOINT_RESTORE.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing the image; DIR stays as it was" },
 						{ GS_E_USAGE, "bad options; DIR not an image and not empty; DIR the image of "
-							      "another process without --replace" },
+							      "another process without --replace; --store STORE not a chunk "
+							      "store, or with --parent, --tree or --driver" },
 						{ GS_E_NO_PROCESS, "" }, { GS_E_NOT_CUDA, "" },
 						{ GS_E_PERMISSION, "an image path that others could change (named)" },
 						{ GS_E_STATE, "the process is suspended, or another gpusnap is at work on it or "
