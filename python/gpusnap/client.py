@@ -108,15 +108,16 @@ class Gpusnap:
              tree: bool = False, timeout: Optional[float] = None, driver: bool = False, replace: bool = False,
              tcp_close: bool = False, tcp_established: bool = False, compress: Optional[str] = None,
              parent: Optional[Union[str, "os.PathLike[str]"]] = None,
-             store: Optional[Union[str, "os.PathLike[str]"]] = None) -> DumpResult:
+             store: Optional[Union[str, "os.PathLike[str]"]] = None, keep: Optional[int] = None) -> DumpResult:
         """Writes the process's GPU and CPU state into an image directory (CRIU); it is gone unless leave_running.
         compress: "lz4", "zstd" or "zstd:LEVEL" (the agent path's chunks); parent: an earlier image of the
         process, so that only the chunks that changed since are written (an incremental image); store: a chunk
-        store (created if missing) the image keeps its chunks in, shared with the other images there."""
+        store (created if missing) the image keeps its chunks in, shared with the other images there; keep: with
+        store, the newest images of this process in the store beside directory kept, the older removed (and gc)."""
         args = (["-D", os.fspath(directory)] + ["--leave-running"] * leave_running + ["--tree"] * tree +
                 _seconds(timeout) + ["--driver"] * driver + ["--replace"] * replace + ["--tcp-close"] * tcp_close +
                 ["--tcp-established"] * tcp_established + (["--compress", compress] if compress else []) +
-                (["--parent", os.fspath(parent)] if parent else []) + (["--store", os.fspath(store)] if store else []))
+                (["--parent", os.fspath(parent)] if parent else []) + (["--store", os.fspath(store)] if store else []) + (["--keep", str(int(keep))] if keep is not None else []))
         return DumpResult.from_json(self._run("dump", args + [_pid(pid)]))
 
     def restore(self, directory: Union[str, "os.PathLike[str]"], *, gpu_map: GpuMap = None, no_verify: bool = False,

@@ -22,12 +22,15 @@
  * process: its image must be published).
  */
 #define LOG_PREFIX "dump: "
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,11 +52,13 @@
 #include "cuda/checkpoint.h"
 #include "image/codec.h"
 #include "image/image.h"
+#include "image/image_fs.h"
+#include "image/manifest.h"
 #include "image/store.h"
 
 static const char *const dump_usage[] = {
 	"gpusnap dump [--tree] [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] "
-	"[--replace] [--compress CODEC[:LEVEL]] [--parent PARENT_DIR | --store STORE] [--json] -D DIR PID",
+	"[--replace] [--compress CODEC[:LEVEL]] [--parent PARENT_DIR | --store STORE [--keep K]] [--json] -D DIR PID",
 	NULL,
 };
 
@@ -116,6 +121,7 @@ struct dump_opts {
 	char store_rec[4096];   /* the store's path as the image records it: relative when beside DIR */
 	char store_ref[64];     /* the dump's ref in the store */
 	struct gs_store *st;    /* open, holding the ref, from the checks to the end */
+	int keep;               /* --keep K: with --store, the newest K images of the series beside DIR stay */
 };
 
 struct dump_run {
@@ -162,6 +168,8 @@ struct dump_run {
 	uint64_t store_new_objects; /* dump --store: objects this dump wrote into the store */
 	struct gs_store *store;  /* dump --store: its ref names the kept image should one be kept */
 	bool kept;               /* the image was kept under another name */
+	/* --keep: older images of the series removed, and what the gc after it freed */
+	uint64_t keep_removed, keep_gc_objects, keep_gc_bytes;
 };
 
 /* Where the agent's GPU data is once it dumped it: the stage or the temporary image. */
@@ -672,6 +680,11 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 			gs_json_kv_uint(&j, "gpu_copied_bytes", r->copied_bytes);
 		if (o->parent)
 			gs_json_kv_uint(&j, "parent_bytes", r->parent_bytes);
+		if (o->keep) {
+			gs_json_kv_uint(&j, "keep_removed", r->keep_removed);
+			gs_json_kv_uint(&j, "keep_gc_objects", r->keep_gc_objects);
+			gs_json_kv_uint(&j, "keep_gc_bytes", r->keep_gc_bytes);
+		}
 		if (o->store) {
 			gs_json_kv_string(&j, "store", o->store);
 			gs_json_kv_uint(&j, "store_bytes", r->store_bytes);
@@ -779,6 +792,131 @@ static int parent_check(struct dump_opts *o, char *abs, const char *pid_arg)
 	return 0;
 }
 
+/* An image of the series --keep looks at: its directory's name beside DIR and when it was taken. */
+struct series_image {
+	char name[NAME_MAX + 1];
+	int64_t created_ns;
+};
+
+static int newest_first(const void *a, const void *b)
+{
+	const struct series_image *x = a, *y = b;
+	if (x->created_ns != y->created_ns)
+		return x->created_ns > y->created_ns ? -1 : 1;
+	return -strcmp(x->name, y->name);
+}
+
+/*
+ * --keep K, after DIR was published: the series is the images beside DIR
+ * (directories of DIR's directory holding a manifest) of the same process
+ * (DIR's source_pid and source_comm) written into the same store (its id);
+ * the newest K by creation time stay (DIR always), the others are removed
+ * (manifest first, so a half-removed one is never taken for an image; one a
+ * reader holds is left for the next run), then the store's gc frees what
+ * only they used. The dump is done already: what fails here is said on
+ * stderr, and the exit code stays 0. Images of other processes, other
+ * stores, or without a store are never touched.
+ */
+static void keep_newest(const struct dump_opts *o, struct dump_run *r)
+{
+	char parent[PATH_MAX], self[NAME_MAX + 1];
+	snprintf(parent, sizeof(parent), "%s", o->dir);
+	char *slash = strrchr(parent, '/');
+	snprintf(self, sizeof(self), "%s", slash ? slash + 1 : parent);
+	if (slash)
+		*slash = '\0';
+	struct gs_err err = { 0 };
+	int pfd = -1;
+	struct stat st;
+	struct gs_manifest mine = { 0 };
+	struct series_image *imgs = NULL;
+	size_t n = 0, cap = 0;
+	DIR *d = NULL;
+	int dfd = -1;
+	if (gs_fs_open_dir_checked(*parent ? parent : "/", o->dir, &pfd, &st, &err) != 0 ||
+	    (dfd = openat(pfd, self, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    gs_manifest_read_at(dfd, o->dir, &mine, &err)) {
+		fprintf(stderr, "gpusnap: --keep: cannot read '%s' again (%s): no image removed\n", o->dir,
+			err.msg[0] ? err.msg : strerror(errno));
+		goto out;
+	}
+	close(dfd);
+	dfd = -1;
+	int lfd = dup(pfd);
+	d = lfd >= 0 ? fdopendir(lfd) : NULL;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, self))
+			continue;
+		int fd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct gs_manifest m;
+		struct gs_err me = { 0 };
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", parent, e->d_name);
+		bool ours = fstat(fd, &st) == 0 && !gs_fs_check_trusted(&st, path, &me) &&
+			    faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    !gs_manifest_read_at(fd, path, &m, &me);
+		close(fd);
+		if (!ours)
+			continue;
+		bool series = m.has_store && !memcmp(m.store.store_id, gs_store_id(o->st), 16) &&
+			      m.info.source_pid == mine.info.source_pid && !strcmp(m.info.source_comm, mine.info.source_comm);
+		int64_t created = m.info.created_ns;
+		gs_manifest_free(&m);
+		if (!series)
+			continue;
+		if (n == cap) {
+			struct series_image *v = realloc(imgs, (cap = cap ? cap * 2 : 16) * sizeof(*v));
+			if (!v)
+				break;
+			imgs = v;
+		}
+		snprintf(imgs[n].name, sizeof(imgs[n].name), "%s", e->d_name);
+		imgs[n++].created_ns = created;
+	}
+	if (n)
+		qsort(imgs, n, sizeof(*imgs), newest_first);
+	/* DIR is one of the K kept: the K - 1 newest others stay */
+	for (size_t i = (size_t)o->keep - 1; i < n; i++) {
+		int fd = openat(pfd, imgs[i].name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			fprintf(stderr, "gpusnap: --keep: '%s/%s' is being read: left for the next dump\n", parent, imgs[i].name);
+			close(fd);
+			continue;
+		}
+		int u = unlinkat(fd, GS_FMT_MANIFEST_NAME, 0);
+		close(fd);
+		if (u < 0 || gs_fs_remove_tree(pfd, imgs[i].name)) {
+			fprintf(stderr, "gpusnap: --keep: cannot remove '%s/%s': %s\n", parent, imgs[i].name, strerror(errno));
+			continue;
+		}
+		r->keep_removed++;
+		pr_info("--keep %d: removed '%s/%s'", o->keep, parent, imgs[i].name);
+	}
+	if (r->keep_removed) {
+		fsync(pfd);
+		struct gs_store_gc_result g;
+		if (gs_store_gc(o->store, false, 30.0, &g, NULL, &err))
+			fprintf(stderr, "gpusnap: --keep: the gc after removing %" PRIu64 " images failed: %s\n", r->keep_removed,
+				err.msg);
+		r->keep_gc_objects = g.objects_removed;
+		r->keep_gc_bytes = g.bytes_removed;
+	}
+out:
+	if (d)
+		closedir(d);
+	if (dfd >= 0)
+		close(dfd);
+	if (pfd >= 0)
+		close(pfd);
+	free(imgs);
+	gs_manifest_free(&mine);
+}
+
 /*
  * --store: not with --parent, --tree or --driver (only the agent's streamed
  * dump of one process writes into a store); STORE made absolute, opened
@@ -849,6 +987,9 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_STRING_(0, "parent", &o.parent, "PARENT_DIR",
 			       "an incremental image: only chunks that differ from PARENT_DIR's (an image of this process) "
 			       "are written, the rest is read from there"),
+		GS_OPT_INT_(0, "keep", &o.keep, "K",
+			    "with --store: after DIR is published, keep the newest K images of this process in STORE "
+			    "beside DIR (DIR one of them), remove the older ones and gc STORE"),
 		GS_OPT_STRING_(0, "store", &o.store, "STORE",
 			       "keep the GPU data's chunks in the chunk store STORE (created if missing), shared with the "
 			       "other images written into it: a chunk the store holds is neither copied nor written again "
@@ -896,6 +1037,9 @@ int cmd_dump(int argc, char **argv)
 	if (!o.store && gs_setting_str(GS_S_STORE) && *gs_setting_str(GS_S_STORE) && !o.parent && !o.tree &&
 	    !o.driver_only)
 		o.store = gs_setting_str(GS_S_STORE);
+	if (o.keep && (!o.store || o.keep < 1))
+		return cli_usage_error("dump", "--keep K takes a K of at least 1, and --store (the images of a series "
+				       "that shares a store stand alone)");
 	if (o.store) {
 		int src = store_check(&o, store_abs);
 		if (src)
@@ -1023,6 +1167,8 @@ checks_failed:
 	/* the ref names what the store's objects are kept for: the image, a kept one; nothing published, none */
 	if (o.st && !r->published && !r->kept)
 		gs_store_ref_remove(o.st);
+	if (!rc && r->published && o.keep)
+		keep_newest(&o, r);
 	print_outcome(r, &o, rc, &err);
 	gs_image_stage_free(r->stage, r->keep_stage);
 	if (rc)

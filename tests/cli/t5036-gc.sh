@@ -11,6 +11,9 @@
 #    none of that dump's objects is removed, and its image restores after;
 #  - a dump killed (-9) after its agent wrote into the store: its ref and its
 #    unfinished objects are removed by the next gc, the images' objects kept;
+#  - dump --keep 2: the newest two images of the process in the store beside
+#    DIR stay, the older are removed and the store's gc frees what only they
+#    used; an image of another store beside them is not touched;
 #  - --json validates against docs/json/gc.json (success and refusal);
 #  - refusals in one line: not a store (11), a store others may write (5),
 #    the store's lock held by another gc beyond --wait (6), an image a ref
@@ -95,6 +98,28 @@ check "its ref and its unfinished object are removed" \
 check "... the objects only it used too, img1's kept ($(objects "$ST"))" test "$(objects "$ST")" = "$n1"
 run_gpusnap restore -D "$S/img1"; expect "img1 restores" 0
 verify_ok "every byte is back from img1"
+
+# ---- dump --keep K: the newest K of the series stay, the older go with what only they used ----
+K=$TEST_TMP/keep
+mkdir -p "$K"
+cp -a "$S/img1" "$K/other" # an image of this process in another store: never touched
+run_gpusnap dump --leave-running --json --store "$K/store" --keep 2 -D "$K/a" "$PID"; expect "dump --keep 2: a" 0
+check "... nothing to remove yet" test "$(jget "['keep_removed']")" = 0
+valid dump "dump --json --keep"
+check "the app fills its block" test "$(flip)" = "ZERO 1"
+run_gpusnap dump --leave-running --json --store "$K/store" --keep 2 -D "$K/b" "$PID"; expect "dump --keep 2: b (block filled)" 0
+filled=$(jget "['store_new_objects']")
+check "the app zeroes its block" test "$(flip)" = "ZERO 0"
+run_gpusnap dump --leave-running --json --store "$K/store" --keep 2 -D "$K/c" "$PID"; expect "dump --keep 2: c" 0
+check "a, the oldest, was removed; its objects c uses" \
+  test ! -e "$K/a" -a -e "$K/b" -a "$(jget "['keep_removed']")" = 1 -a "$(jget "['keep_gc_objects']")" = 0
+run_gpusnap dump --leave-running --json --store "$K/store" --keep 2 -D "$K/d" "$PID"; expect "dump --keep 2: d" 0
+check "b was removed, and the filled block's $filled objects only it used" \
+  test ! -e "$K/b" -a "$(jget "['keep_removed']")" = 1 -a "$(jget "['keep_gc_objects']")" = "$filled" -a "$filled" -gt 0
+check "c and d stay, and the image of another store beside them" test -e "$K/c/manifest.img" -a -e "$K/d/manifest.img" -a -e "$K/other/manifest.img"
+check "the store holds what c and d use ($(objects "$K/store") objects, as img1's $n1)" test "$(objects "$K/store")" = "$n1"
+run_gpusnap inspect --verify "$K/c"; expect "c verifies" 0
+run_gpusnap dump --keep 2 -D "$K/e" "$PID"; expect "--keep without --store" 2 "--keep K takes"
 kill -9 "$PID"; wait_gone "$PID"
 
 # ---- refusals ----
