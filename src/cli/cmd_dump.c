@@ -78,8 +78,9 @@ const struct cli_doc dump_doc = {
 		"With --store STORE, the GPU data's chunks go into the chunk store STORE, shared by the images "
 		"written into it: a chunk the store holds already (found by its fingerprint, computed on the GPU) is "
 		"neither copied nor written again, and DIR holds only the manifest and CRIU's files. Remove images "
-		"with rm -r and run gpusnap gc STORE to free what no image uses. --store takes neither --parent, "
-		"--tree nor --driver.\n\n"
+		"with rm -r and run gpusnap gc STORE to free what no image uses, or let --keep K do it: once DIR is "
+		"published, the newest K images of this process in STORE beside DIR stay, the older are removed "
+		"and STORE is collected. --store takes neither --parent, --tree nor --driver.\n\n"
 		"CRIU 4.2 or later must be installed (or named by GPUSNAP_CRIU), and dumping needs root or "
 		"CAP_CHECKPOINT_RESTORE.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing the image; DIR stays as it was" },
