@@ -814,6 +814,8 @@ int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_
 	pthread_mutex_lock(&w->lock);
 	if (w->nchunks || w->nfiles) {
 		rc = gs_fail(err, GS_E_FAILURE, "an image's parent is set before its first chunk");
+	} else if (w->store) {
+		rc = gs_fail(err, GS_E_USAGE, "an image is either incremental or written into a chunk store, not both");
 	} else {
 		free((char *)w->parent.path);
 		w->has_parent = true;

@@ -296,6 +296,30 @@ static void test_store_compressed(void)
 	gs_image_close(im);
 }
 
+/* An image is incremental or stored, not both, whichever is set first. */
+static void test_store_not_with_parent(void)
+{
+	struct gs_err err = { 0 };
+	char root[700], store[800], img[800];
+	snprintf(root, sizeof(root), "%s", scratch_dir("noparent"));
+	snprintf(store, sizeof(store), "%s/store", root);
+	snprintf(img, sizeof(img), "%s/img", root);
+	struct gs_store *st;
+	CHECK_INT(gs_store_open(store, true, &st, &err), 0);
+	if (!st)
+		return;
+	struct gs_image_parent par = { .path = "p" };
+	struct gs_image_writer *w;
+	CHECK_INT(image_test_writer_open(img, &(struct gs_image_writer_opts){ .how = "agent", .store = st }, &w, &err), 0);
+	CHECK_INT(gs_image_writer_set_parent(w, &par, &err), GS_E_USAGE);
+	image_test_writer_abort(w);
+	CHECK_INT(image_test_writer_open(img, &(struct gs_image_writer_opts){ .how = "agent", .parent = &par }, &w, &err), 0);
+	CHECK_INT(gs_image_writer_set_store(w, st, NULL, &err), GS_E_USAGE);
+	CHECK_CONTAINS(err.msg, "not both");
+	image_test_writer_abort(w);
+	gs_store_close(st);
+}
+
 static void test_gc(void)
 {
 	/* the decision */
@@ -445,6 +469,7 @@ int main(void)
 	RUN(test_names_headers);
 	RUN(test_store_images);
 	RUN(test_store_compressed);
+	RUN(test_store_not_with_parent);
 	RUN(test_gc);
 	scratch_cleanup();
 	return TEST_SUMMARY();
