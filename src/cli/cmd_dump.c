@@ -847,7 +847,8 @@ static void keep_newest(const struct dump_opts *o, struct dump_run *r)
 	d = lfd >= 0 ? fdopendir(lfd) : NULL;
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
-		if (e->d_name[0] == '.' || !strcmp(e->d_name, self))
+		/* not DIR, a temporary directory, or an image a failed dump kept (perhaps a process's only copy) */
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, self) || strstr(e->d_name, ".kept-"))
 			continue;
 		int fd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (fd < 0)
