@@ -809,7 +809,8 @@ static int newest_first(const void *a, const void *b)
 
 /*
  * --keep K, after DIR was published: the series is the images beside DIR
- * (directories of DIR's directory holding a manifest) of the same process
+ * (directories of DIR's directory holding a manifest, but not the kept
+ * images of failed dumps, which may be a process's only copy) of the same process
  * (DIR's source_pid and source_comm) written into the same store (its id);
  * the newest K by creation time stay (DIR always), the others are removed
  * (manifest first, so a half-removed one is never taken for an image; one a
