@@ -144,6 +144,10 @@ pid_t cli_tree_other_cuda(struct cli_session *s, pid_t pid);
 int cli_record_suspend(struct cli_session *s, pid_t pid, uint64_t gpu_mask);
 /* Fills used[] (up to max) with the UUIDs recorded at suspend; returns count, or -1 if unknown. */
 int cli_recorded_gpus(pid_t pid, CUuuid *used, int max);
+/* A driver-path resume of pid failed with msg: added to its record (none: -1). */
+int cli_record_resume_failure(pid_t pid, const char *msg);
+/* The last failed resume that pid's record holds, into msg; false when none (or no record of this process). */
+bool cli_recorded_resume_failure(pid_t pid, char *msg, size_t n);
 void cli_forget_suspend(pid_t pid);
 
 /*

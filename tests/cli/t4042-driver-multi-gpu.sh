@@ -11,7 +11,10 @@
 #    asked to lock it; no image directory is left;
 #  - --multi-gpu-driver, or GPUSNAP_MULTI_GPU_DRIVER=1, lets it through (it
 #    suspends and resumes); a bad value of the variable is a usage error;
-#  - a process on one GPU of two is not refused.
+#  - a process on one GPU of two is not refused;
+#  - one let through whose resume the driver then refuses (FAKE_CUDA_FAIL_RESTORE):
+#    resume says it held memory on 2 GPUs and what that likely means, and
+#    `state` (text and JSON `fault`) says its last resume failed and why.
 # Needs root and CRIU for the dump cases (as every dump test).
 . "$(dirname "$0")/lib.sh"
 
@@ -51,6 +54,20 @@ run_gpusnap resume "$PID"; expect "and it resumes" 0
 GPUSNAP_MULTI_GPU_DRIVER=maybe run_gpusnap suspend "$PID"
 expect "a bad GPUSNAP_MULTI_GPU_DRIVER is a usage error" 2 "GPUSNAP_MULTI_GPU_DRIVER='maybe'"
 check "... and it runs on" [ "$(fake_state "$PID")" = 0 ]
+
+# let through, then the driver cannot restore it: resume and state say so
+run_gpusnap suspend --multi-gpu-driver "$PID"; expect "let through again" 0
+FAKE_CUDA_FAIL_RESTORE=$PID run_gpusnap resume "$PID"
+expect "the driver refuses its resume: exit 1, still suspended" 1 "still suspended (resume again)"
+check "... the message names the two GPUs and the likely cause" grep -qF "process $PID held memory on 2 GPUs when suspended: if every resume fails so, the driver cannot restore it (peer access between its GPUs)" "$ERR_TXT"
+check "... in one line" [ "$(wc -l <"$ERR_TXT")" = 1 ]
+run_gpusnap state "$PID"; expect "state: suspended" 0 "suspended"
+check "... with a note: its last resume failed, and why" grep -qF "gpusnap: note: its last resume failed: " "$ERR_TXT"
+run_gpusnap state --json "$PID"; expect "state --json" 0
+check "... fault says the same" bash -c "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d[\"fault\"].startswith(\"its last resume failed: \") and \"CUDA_ERROR_INVALID_VALUE\" in d[\"fault\"] else 1)' '$OUT_TXT'"
+run_gpusnap resume "$PID"; expect "once the driver can, it resumes" 0
+run_gpusnap state --json "$PID"; expect "state after it" 0
+check "... and no fault is left" bash -c "! grep -q '\"fault\"' '$OUT_TXT'"
 
 # a tree whose child is on both GPUs: dump --tree refuses it before CRIU or the driver is asked
 (close_inherited_fds && exec setsid bash -c 'sleep 300 & wait' </dev/null >/dev/null 2>&1) &

@@ -14,6 +14,7 @@
  *   FAKE_CUDA_FAIL_CHECKPOINT=PID   checkpoint of PID fails (CUDA_ERROR_UNKNOWN)
  *   FAKE_CUDA_LOG=PATH          append one line per checkpoint-API call
  *   FAKE_CUDA_REFUSE_REMAP=1    restore with GPU pairs fails (CUDA_ERROR_INVALID_VALUE)
+ *   FAKE_CUDA_FAIL_RESTORE=PID  every restore of PID fails (CUDA_ERROR_INVALID_VALUE)
  *   FAKE_CUDA_NO_VRAM=PID[:N]   the first N restores of PID (default: every one) fail for lack of GPU
  *                               memory (CUDA_ERROR_OUT_OF_MEMORY); counted in $FAKE_CUDA_DIR/<pid>.novram
  *   FAKE_CUDA_CRIU=1            CRIU mode: each state change also records the process's start time
@@ -357,6 +358,8 @@ EXPORT CUresult cuCheckpointProcessRestore(int pid, RestoreArgs *args)
 		rc = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
 	else if (args && args->gpuPairsCount && getenv("FAKE_CUDA_REFUSE_REMAP"))
 		rc = 1;
+	else if (getenv("FAKE_CUDA_FAIL_RESTORE") && atoi(getenv("FAKE_CUDA_FAIL_RESTORE")) == pid)
+		rc = 1; /* CUDA_ERROR_INVALID_VALUE: the driver 580's answer for a process with peer access on two GPUs */
 	else if (args && args->gpuPairsCount) {
 		char copy[64];
 		snprintf(copy, sizeof(copy), "%s", gpus);
