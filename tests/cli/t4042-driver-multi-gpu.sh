@@ -70,13 +70,8 @@ run_gpusnap state --json "$PID"; expect "state after it" 0
 check "... and no fault is left" bash -c "! grep -q '\"fault\"' '$OUT_TXT'"
 
 # a tree whose child is on both GPUs: dump --tree refuses it before CRIU or the driver is asked
-(close_inherited_fds && exec setsid bash -c 'sleep 300 & wait' </dev/null >/dev/null 2>&1) &
-parent=$!
-TEST_PIDS+=("$parent")
-child=""
-for ((i = 0; i < 500; i++)); do child=$(pgrep -P "$parent" -x sleep) && break; sleep 0.01; done
-check "the tree is up ($parent, $child)" [ -n "$child" ]
-TEST_PIDS+=("$child")
+start_sleep_tree
+parent=$TREE_PARENT child=$TREE_CHILD
 echo "0 0,1" >"$FAKE_CUDA_DIR/$child"
 run_gpusnap dump --tree -D "$TEST_TMP/tree-img" "$parent"; refused "dump --tree" "$child"
 check "dump --tree: no image" [ ! -e "$TEST_TMP/tree-img" ]
