@@ -18,7 +18,7 @@ fi
 pattern='^[[:space:]]*check[[:space:]]+("[^"]*"|'"'"'[^'"'"']*'"'"'|[^[:space:]]+)[[:space:]]+(\[|test)[[:space:]].*(&&|\|\|)[[:space:]]*(\[|test[[:space:]])'
 hits=$(git ls-files -z -- 'tests/*.sh' | xargs -0 grep -nE "$pattern" -- 2>/dev/null | grep -vE '(bash|sh) -c ')
 if [ -n "$hits" ]; then
-  echo "lint-check-chains: a check followed by && or ||, which the check does not cover (use between, or one command):"
+  echo "lint-check-chains: a check followed by && or ||, which the check does not cover (use between in tests/gpu, test A -a B, or one command):"
   echo "$hits"
   exit 1
 fi

@@ -114,6 +114,12 @@ struct cli_vram {
 void cli_vram_read(struct cli_session *s, struct cli_vram *v);
 /* Bytes held by pid on all GPUs; *on_gpu gets a bitmask of GPUs where it holds memory. */
 uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mask);
+/*
+ * Before the driver path takes pid (no agent): refused, in one line, where it
+ * holds memory on several GPUs, unless allowed (--multi-gpu-driver) or
+ * GPUSNAP_MULTI_GPU_DRIVER=1 (gs_ckpt_refuse_multi_gpu says why). 0 or GS_E_STATE.
+ */
+int cli_driver_multi_gpu_check(struct cli_session *s, pid_t pid, bool allowed, struct gs_err *err);
 /* The same, each GPU's bytes also added to per_gpu[i] (CLI_MAX_GPUS entries). */
 uint64_t cli_process_vram_per_gpu(struct cli_session *s, pid_t pid, uint64_t *per_gpu, uint64_t *on_gpu_mask);
 
@@ -138,6 +144,10 @@ pid_t cli_tree_other_cuda(struct cli_session *s, pid_t pid);
 int cli_record_suspend(struct cli_session *s, pid_t pid, uint64_t gpu_mask);
 /* Fills used[] (up to max) with the UUIDs recorded at suspend; returns count, or -1 if unknown. */
 int cli_recorded_gpus(pid_t pid, CUuuid *used, int max);
+/* A driver-path resume of pid failed with msg: added to its record (none: -1). */
+int cli_record_resume_failure(pid_t pid, const char *msg);
+/* The last failed resume that pid's record holds, into msg; false when none (or no record of this process). */
+bool cli_recorded_resume_failure(pid_t pid, char *msg, size_t n);
 void cli_forget_suspend(pid_t pid);
 
 /*

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/interrupt.h"
 #include "common/proc.h"
+#include "common/settings.h"
 #include "common/util.h"
 #include "cuda/checkpoint.h"
 
@@ -130,6 +131,13 @@ uint64_t cli_process_vram_per_gpu(struct cli_session *s, pid_t pid, uint64_t *pe
 uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mask)
 {
 	return cli_process_vram_per_gpu(s, pid, NULL, on_gpu_mask);
+}
+
+int cli_driver_multi_gpu_check(struct cli_session *s, pid_t pid, bool allowed, struct gs_err *err)
+{
+	uint64_t mask = 0;
+	cli_process_vram(s, pid, &mask);
+	return gs_ckpt_refuse_multi_gpu(pid, mask, allowed || gs_setting_bool(GS_S_MULTI_GPU_DRIVER), err);
 }
 
 struct cli_progress {

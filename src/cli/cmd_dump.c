@@ -114,6 +114,7 @@ struct dump_opts {
 	const char *dir;
 	double timeout;
 	bool tree, leave_running, driver_only, json, tcp_close, tcp_established, replace;
+	bool multi_gpu_driver; /* --multi-gpu-driver */
 	const char *compress_arg; /* --compress, parsed into compress */
 	struct gs_compress compress;
 	const char *parent;     /* --parent, absolute */
@@ -980,6 +981,7 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_SECONDS_(0, "timeout", &o.timeout, "SECONDS",
 				"wait at most this long for running GPU work (default 30, 0 = no limit)"),
 		GS_OPT_BOOL_(0, "driver", &o.driver_only, "use the driver path even where the gpusnap agent runs"),
+		GS_OPT_BOOL_(0, "multi-gpu-driver", &o.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore one with peer access between them)"),
 		GS_OPT_BOOL_(0, "tcp-close", &o.tcp_close, "dump established TCP connections; they come back closed"),
 		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
 			     "dump established TCP connections and restore them (needs iptables)"),
@@ -1028,7 +1030,7 @@ int cmd_dump(int argc, char **argv)
 	}
 	struct dump_tree_opts to = {
 		.dir = o.dir, .timeout = o.timeout, .leave_running = o.leave_running, .driver_only = o.driver_only,
-		.json = o.json, .replace = o.replace,
+		.json = o.json, .replace = o.replace, .multi_gpu_driver = o.multi_gpu_driver,
 		.tcp = tcp_asked(&o), .compress_codec = o.compress.codec, .compress_level = o.compress.level,
 	};
 	char parent_abs[PATH_MAX], store_abs[PATH_MAX];
@@ -1106,6 +1108,8 @@ int cmd_dump(int argc, char **argv)
 		rc = cli_agent_probe(r->pid, &r->agent, &err);
 	if (!rc && r->agent.present && r->agent.state != GS_AGENT_RUNNING)
 		rc = gs_fail(&err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)r->pid);
+	if (!rc && !r->agent.present)
+		rc = cli_driver_multi_gpu_check(&r->s, r->pid, o.multi_gpu_driver, &err);
 	/* a process a killed gpusnap left suspended: say by whom and what to do */
 	if (rc == GS_E_STATE && r->left.if_alive[0])
 		cli_err_append(&err, "%s", r->left.if_alive);

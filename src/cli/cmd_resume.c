@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/interrupt.h"
 #include "cli/process_op.h"
 #include "cli/share_tree.h"
 #include "cli/spill.h"
@@ -80,6 +81,29 @@ static int unlock_left(struct cli_session *s, struct gs_ckpt_proc *p, struct gs_
 	fprintf(stderr, "gpusnap: note: released the driver lock a gpusnap that did not finish left on process %d\n",
 		(int)p->pid);
 	return gs_ckpt_get_state(&s->cu, p->pid, &p->state_before, err);
+}
+
+/*
+ * The driver could not restore processes it still holds checkpointed: their
+ * records say so for `state`, and one that held memory on several GPUs gets
+ * the likely cause (the driver cannot restore a process with peer access
+ * between its GPUs; gs_ckpt_refuse_multi_gpu), which retrying does not cure.
+ */
+static void note_driver_resume_failed(const struct gs_ckpt_proc *drv, int ndrv, struct gs_err *err)
+{
+	char said[GS_ERR_MSG_MAX];
+	snprintf(said, sizeof(said), "%s", err->msg);
+	for (int k = 0; k < ndrv; k++) {
+		if (!drv[k].state_known || drv[k].state_after != CU_PROCESS_STATE_CHECKPOINTED)
+			continue;
+		cli_record_resume_failure(drv[k].pid, said);
+		CUuuid used[64];
+		int nused = cli_recorded_gpus(drv[k].pid, used, 64);
+		if (nused >= 2)
+			cli_err_append(err, "process %d held memory on %d GPUs when suspended: if every resume fails so, the "
+				       "driver cannot restore it (peer access between its GPUs) and its GPU state is lost: "
+				       "end it and start it again under gpusnap run", (int)drv[k].pid, nused);
+	}
 }
 
 /* Parses the map against every driver-suspended process's recorded GPUs. */
@@ -193,8 +217,11 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 			p->state_after = drv[k].state_after;
 			p->state_known = drv[k].state_known;
 		}
-		if (rc)
+		if (rc) {
+			if (rc == GS_E_FAILURE)
+				note_driver_resume_failed(drv, ndrv, err);
 			goto out;
+		}
 	}
 	if (gs_fault(GS_FI_RESUME_AFTER_DRIVER)) {
 		rc = gs_fail(err, GS_E_FAILURE, "resume of process %d failed at '%s' (injected): the driver part is done; "

@@ -69,6 +69,7 @@ struct state_view {
 	bool silent;               /* its agent did not answer within the list's bound */
 	char why_silent[GS_ERR_MSG_MAX];
 	char spill_dir[PATH_MAX]; /* the spill directory its data is in (suspend --spill), "" when none */
+	char resume_failed[GS_ERR_MSG_MAX]; /* driver path, still checkpointed: why its last resume failed */
 };
 
 /* Where v's agent keeps its data while suspended: "host-memory", "spill", "image" (a dump's), or NULL. */
@@ -153,6 +154,9 @@ static int look_at_rest(int pid, struct state_view *v, int rc, bool silent, cons
 	gs_proc_comm(pid, v->comm, sizeof(v->comm));
 	if (v->ag.present && v->ag.held_image)
 		cli_spill_lookup(pid, NULL, 0, v->spill_dir, sizeof(v->spill_dir));
+	char why[GS_ERR_MSG_MAX - 40];
+	if (!v->ag.present && v->st == CU_PROCESS_STATE_CHECKPOINTED && cli_recorded_resume_failure(pid, why, sizeof(why)))
+		snprintf(v->resume_failed, sizeof(v->resume_failed), "its last resume failed: %s", why);
 	struct gs_proc_stat ps;
 	/* a killed operation left nothing to say on a process that runs, unless it is held stopped */
 	bool stopped = gs_proc_read_stat(pid, &ps) == 0 && ps.state == 'T';
@@ -188,6 +192,8 @@ static void json_view(struct gs_json *j, const struct cli_session *s, const stru
 	gs_json_kv_string(j, "state", v->state);
 	if (v->ag.present && v->ag.fault[0]) /* an undo of the agent failed: why it stays suspended */
 		gs_json_kv_string(j, "fault", v->ag.fault);
+	else if (v->resume_failed[0]) /* the driver could not give it back */
+		gs_json_kv_string(j, "fault", v->resume_failed);
 	if (!v->group_stopped)
 		gs_json_kv_string(j, "driver_state", gs_cuda_state_name(v->st));
 	if (view_path(v))
@@ -251,6 +257,8 @@ static void print_notes(const struct state_view *v, bool verbose)
 {
 	if (v->note[0])
 		print_note(v->note);
+	if (v->resume_failed[0])
+		print_note(v->resume_failed);
 	if (v->held_stopped)
 		print_note(v->why_stopped);
 	if (v->silent)

@@ -222,6 +222,9 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 			return gs_fail(err, GS_E_AGENT,
 				       "--spill needs the gpusnap agent, and process %d runs without it (start it with gpusnap run)",
 				       (int)procs[i].pid);
+		int mrc;
+		if (!agents[i].present && (mrc = cli_driver_multi_gpu_check(s, procs[i].pid, ctx->multi_gpu_driver, err)))
+			return mrc;
 		/* a gate left closed by a gpusnap that died before its suspend is no obstacle: the agent takes it over */
 		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING && agents[i].state != GS_AGENT_GATED)
 			return gs_fail(err, GS_E_STATE, "process %d is already suspended", (int)procs[i].pid);
@@ -360,6 +363,7 @@ int cmd_suspend(int argc, char **argv)
 			       "GPUSNAP_SPILL_DIR)"),
 		GS_OPT_BOOL_(0, "spill-only", &ctx.spill_only, "put the GPU data in the spill directory always"),
 		GS_OPT_BOOL_(0, "driver", &driver, "use the driver path even where the gpusnap agent runs"),
+		GS_OPT_BOOL_(0, "multi-gpu-driver", &ctx.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore one with peer access between them)"),
 		GS_OPT_BOOL_(0, "json", &json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};

@@ -186,6 +186,9 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 				       "the tree", (int)r->pids[i], gs_cuda_state_name(st), (int)r->root);
 		if (!o->driver_only && (rc = cli_agent_probe(r->pids[i], &r->agents[i], err)))
 			return rc;
+		if (!r->agents[i].present &&
+		    (rc = cli_driver_multi_gpu_check(&r->s, r->pids[i], o->multi_gpu_driver, err)))
+			return rc;
 		if (r->agents[i].present && !(r->agents[i].caps & GS_CAP_DUMP_RUNNING))
 			return gs_fail(err, GS_E_AGENT, "the agent of process %d is older than dump --tree (it cannot stream "
 				       "its data into an image): start the job again with this gpusnap's run", (int)r->pids[i]);

@@ -25,6 +25,7 @@ struct dump_tree_opts {
 	const char *dir; /* absolute */
 	double timeout;
 	bool leave_running, driver_only, json, replace;
+	bool multi_gpu_driver; /* --multi-gpu-driver */
 	enum gs_criu_tcp tcp;
 	uint8_t compress_codec; /* --compress (image/codec.h) */
 	int compress_level;

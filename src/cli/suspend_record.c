@@ -3,7 +3,9 @@
  * suspended it, so `resume --map` can tell the user that a map leaves one out
  * before the driver refuses it. The record holds the process start time, so a
  * reused PID never inherits an old record; each suspend removes the records
- * of processes that are gone (sweep_gone).
+ * of processes that are gone (sweep_gone). A driver-path resume that failed
+ * adds a line saying why, so `state` can tell a process the driver cannot
+ * give back from one merely suspended.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/printable.h"
 #include "common/proc.h"
 #include "core/control_socket.h"
 
@@ -121,4 +124,46 @@ void cli_forget_suspend(pid_t pid)
 	char path[600];
 	if (record_path(pid, path, sizeof(path)) == 0)
 		unlink(path);
+}
+
+/* The line that marks a failed resume in a record; the last one is what `state` says. */
+#define RESUME_FAILED "resume-failed "
+
+int cli_record_resume_failure(pid_t pid, const char *msg)
+{
+	char path[600], shown[GS_ERR_MSG_MAX];
+	if (record_path(pid, path, sizeof(path)))
+		return -1;
+	/* a record exists only for a process gpusnap suspended: no record, nothing to add to */
+	int fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	char line[GS_ERR_MSG_MAX + 32];
+	int len = snprintf(line, sizeof(line), RESUME_FAILED "%s\n", gs_printable(shown, sizeof(shown), msg));
+	bool ok = len > 0 && write(fd, line, (size_t)len) == len;
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+bool cli_recorded_resume_failure(pid_t pid, char *msg, size_t n)
+{
+	char path[600], line[GS_ERR_MSG_MAX + 32];
+	if (record_path(pid, path, sizeof(path)))
+		return false;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	unsigned long long st = 0;
+	bool found = false;
+	if (fgets(line, sizeof(line), f) && sscanf(line, "%llu", &st) == 1 && st == gs_proc_start_time(pid)) {
+		while (fgets(line, sizeof(line), f)) {
+			if (strncmp(line, RESUME_FAILED, strlen(RESUME_FAILED)))
+				continue;
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(msg, n, "%s", line + strlen(RESUME_FAILED));
+			found = true;
+		}
+	}
+	fclose(f);
+	return found;
 }

@@ -19,6 +19,7 @@ struct cli_suspend_opts {
 	const char *spill_dir; /* --spill DIR, else GPUSNAP_SPILL_DIR; NULL: no storage tier */
 	bool spill_said;       /* --spill or --spill-only: a process that cannot spill is refused */
 	bool spill_only;       /* --spill-only */
+	bool multi_gpu_driver; /* --multi-gpu-driver: a process without the agent on several GPUs is not refused */
 };
 
 /*

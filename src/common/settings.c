@@ -29,6 +29,8 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 		       "how much gpusnap says on stderr (the agent: in its log)" },
 	[GS_S_LIBCUDA] = { "GPUSNAP_LIBCUDA", NULL, GS_SET_PATH, CLI | AGENT | PLUGIN, NULL, 0, 0, NULL, false,
 			   "the driver library to load instead of libcuda.so.1 (the tests' fake driver)" },
+	[GS_S_LIBNVML] = { "GPUSNAP_LIBNVML", NULL, GS_SET_PATH, CLI | PLUGIN, NULL, 0, 0, NULL, true,
+			   "the NVML library to load instead of libnvidia-ml.so.1 (the tests' fake driver)" },
 	[GS_S_RUN_DIR] = { "GPUSNAP_RUN_DIR", NULL, GS_SET_PATH, CLI | AGENT | PLUGIN, NULL, 0, 0, NULL, false,
 			   "the runtime directory of agent sockets, locks and records (default /run/gpusnap for "
 			   "root, else /tmp/gpusnap-UID)" },
@@ -78,6 +80,11 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 				      "host's memory (10%)" },
 	[GS_S_SPILL_DIR] = { "GPUSNAP_SPILL_DIR", NULL, GS_SET_PATH, CLI, NULL, 0, 0, NULL, false,
 			     "where a suspend spills GPU data that host memory cannot hold (suspend --spill DIR)" },
+	[GS_S_MULTI_GPU_DRIVER] = { "GPUSNAP_MULTI_GPU_DRIVER", "multi_gpu_driver", GS_SET_BOOL, CLI | PLUGIN, "0", 0, 0,
+				    NULL, false,
+				    "driver path (no agent): 1 checkpoints a process with GPU memory on several GPUs, "
+				    "which the driver cannot restore where peer access is enabled between them "
+				    "(default: refused; suspend and dump --multi-gpu-driver)" },
 	[GS_S_CHUNK_SIZE] = { "GPUSNAP_CHUNK_SIZE", NULL, GS_SET_SIZE, AGENT, NULL, 1 * MiB, 256 * MiB, NULL, false,
 			      "in the app: the unit a suspend copies in (default 4M bounce, 64M pinned)" },
 	[GS_S_HOST_COPY] = { "GPUSNAP_HOST_COPY", NULL, GS_SET_ENUM, AGENT, "auto", 0, 0, "auto|memcpy|stream", false,

@@ -53,6 +53,7 @@ enum gs_setting_scope {
 enum gs_setting_id {
 	GS_S_LOG,
 	GS_S_LIBCUDA,
+	GS_S_LIBNVML,
 	GS_S_RUN_DIR,
 	GS_S_DEVICE_PATH_PREFIX,
 	GS_S_FAULT,
@@ -74,6 +75,7 @@ enum gs_setting_id {
 	GS_S_HOST_MEMORY_LIMIT,
 	GS_S_HOST_MEMORY_MARGIN,
 	GS_S_SPILL_DIR,
+	GS_S_MULTI_GPU_DRIVER,
 	GS_S_CHUNK_SIZE,
 	GS_S_HOST_COPY,
 	GS_S_SHRINK_STACK,

@@ -31,6 +31,7 @@ static const struct key_def {
 	[GS_PK_DRIVER] = { GS_S_PLUGIN_DRIVER, T_BOOL },
 	[GS_PK_TIMEOUT] = { GS_S_PLUGIN_TIMEOUT, T_SECONDS },
 	[GS_PK_LEAVE_RUNNING] = { GS_S_PLUGIN_LEAVE_RUNNING, T_TRISTATE },
+	[GS_PK_MULTI_GPU_DRIVER] = { GS_S_MULTI_GPU_DRIVER, T_BOOL },
 };
 #define KEY(k) (gs_setting_def(keys[k].id)->key)
 #define ENV(k) (gs_setting_def(keys[k].id)->name)
@@ -127,6 +128,8 @@ static int set_value(struct gs_plugin_config *c, enum gs_plugin_key k, const cha
 		}
 		if (k == GS_PK_NO_VERIFY)
 			c->no_verify = b;
+		else if (k == GS_PK_MULTI_GPU_DRIVER)
+			c->multi_gpu_driver = b;
 		else
 			c->driver = b;
 		return 0;
@@ -204,10 +207,13 @@ int gs_plugin_config_parse(struct gs_plugin_config *c, const char *text, size_t 
 		if (!*s)
 			return gs_fail(err, GS_E_USAGE, "'%s' line %d has no key before '='", name, no);
 		int k = find_key(s);
-		if (k < 0)
-			return gs_fail(err, GS_E_USAGE,
-				       "'%s' line %d: unknown key '%.64s' (keys: map, no_verify, driver, timeout, leave_running)",
-				       name, no, s);
+		if (k < 0) {
+			char keys_said[256] = "";
+			for (int j = 0, len = 0; j < GS_PK_COUNT && len < (int)sizeof(keys_said); j++)
+				len += snprintf(keys_said + len, sizeof(keys_said) - (size_t)len, "%s%s", j ? ", " : "", KEY(j));
+			return gs_fail(err, GS_E_USAGE, "'%s' line %d: unknown key '%.64s' (keys: %s)", name, no, s,
+				       keys_said);
+		}
 		if (seen[k])
 			return gs_fail(err, GS_E_USAGE, "'%s' line %d: '%s' is set again (first on line %d)", name, no,
 				       KEY(k), seen[k]);

@@ -38,6 +38,7 @@ enum gs_plugin_key {
 	GS_PK_DRIVER,
 	GS_PK_TIMEOUT,
 	GS_PK_LEAVE_RUNNING,
+	GS_PK_MULTI_GPU_DRIVER,
 	GS_PK_COUNT,
 };
 
@@ -47,6 +48,7 @@ struct gs_plugin_config {
 	bool driver;                 /* dump: the driver path even where an agent runs */
 	double timeout_s;            /* dump: how long to wait for running GPU work; 0 no limit */
 	int leave_running;           /* dump: -1 not set (CRIU's own option decides), 0 or 1 */
+	bool multi_gpu_driver;       /* dump: a process without the agent on several GPUs is not refused */
 	/* where each key's value came from: 0 the default, -1 the environment, else the file's line */
 	int line[GS_PK_COUNT];
 	char file[4096]; /* the file read, "" for none */

@@ -380,6 +380,11 @@ static int take_off_gpu(struct gs_err *err)
 		}
 		if (p->agent.present && p->agent.state != GS_AGENT_RUNNING)
 			rc = gs_fail(err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)p->pid);
+		if (!rc && !p->agent.present) {
+			uint64_t vram[CLI_MAX_GPUS] = { 0 }, mask = 0;
+			gsp_driver_vram(p->pid, vram, &mask);
+			rc = gs_ckpt_refuse_multi_gpu(p->pid, mask, gsp.cfg.multi_gpu_driver, err);
+		}
 	}
 	/*
 	 * Memory the agents share: every import linked to its export before any

@@ -5,6 +5,7 @@
 #define LOG_PREFIX "checkpoint: "
 #include "cuda/checkpoint.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -270,4 +271,20 @@ int gs_ckpt_resume(struct gs_cuda *cu, struct gs_ckpt_proc *procs, int n, CUchec
 out:
 	set_phase(GS_PHASE_IDLE);
 	return rc;
+}
+
+int gs_ckpt_refuse_multi_gpu(pid_t pid, uint64_t on_gpu_mask, bool allowed, struct gs_err *err)
+{
+	if (allowed || __builtin_popcountll(on_gpu_mask) < 2)
+		return 0;
+	char gpus[96] = "";
+	size_t len = 0;
+	for (int i = 0; i < 64 && len < sizeof(gpus) - 8; i++)
+		if (on_gpu_mask & (1ULL << i))
+			len += (size_t)snprintf(gpus + len, sizeof(gpus) - len, "%s%d", len ? ", " : "", i);
+	return gs_fail(err, GS_E_STATE,
+		       "process %d holds GPU memory on GPUs %s, and the driver cannot restore a process with peer "
+		       "access between its GPUs (it would stay suspended for good): start it with gpusnap run, or, "
+		       "if it enables no peer access, allow it with --multi-gpu-driver (GPUSNAP_MULTI_GPU_DRIVER=1)",
+		       (int)pid, gpus);
 }

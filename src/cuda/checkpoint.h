@@ -15,6 +15,7 @@
 #define GPUSNAP_CUDA_CHECKPOINT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/err.h"
@@ -26,6 +27,21 @@ struct gs_ckpt_proc {
 	bool state_known;
 	double lock_s, checkpoint_s, restore_s, unlock_s;
 };
+
+/*
+ * The driver path's refusal of a process with GPU memory on several GPUs
+ * (on_gpu_mask: bit i for GPU i): the driver checkpoints such a process, but
+ * cannot restore one with peer access enabled between its contexts (driver
+ * 580: CUDA_ERROR_INVALID_VALUE on every resume, NVIDIA's cuda-checkpoint
+ * alike), so the suspend could never be undone. Nothing outside the process
+ * says whether peer access is on, hence the refusal of every such process,
+ * unless allowed (GPUSNAP_MULTI_GPU_DRIVER, --multi-gpu-driver). A process
+ * with the agent is not refused: its memory is released before the driver
+ * checkpoints the contexts, and such a process on two GPUs with peer access
+ * on resumed (docs/reliability.md). 0, or GS_E_STATE with the one-line
+ * reason in err.
+ */
+int gs_ckpt_refuse_multi_gpu(pid_t pid, uint64_t on_gpu_mask, bool allowed, struct gs_err *err);
 
 /* The phase now running, for progress display; written by the driver path, read by any thread. */
 enum gs_ckpt_phase { GS_PHASE_IDLE, GS_PHASE_LOCK, GS_PHASE_CHECKPOINT, GS_PHASE_RESTORE, GS_PHASE_UNLOCK, GS_PHASE_ROLLBACK };

@@ -129,7 +129,7 @@ static int read_line(char *buf, size_t n)
 static CUdeviceptr import_and_map(int fd)
 {
 	CUhandle h;
-	CUdeviceptr va;
+	CUdeviceptr va = 0;
 	struct fake_mem_access a = { 1, 0, 3 };
 	if (p_import(&h, (void *)(intptr_t)fd, POSIX_FD) || p_reserve(&va, SIZE, 0, 0, 0) || p_map(va, SIZE, 0, h, 0) ||
 	    p_set_access(va, SIZE, &a, 1))

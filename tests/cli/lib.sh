@@ -179,6 +179,19 @@ start_cuda_proc() {
   TEST_PIDS+=("$NEWPID")
   echo "0 ${1:-0}" >"$FAKE_CUDA_DIR/$NEWPID"
 }
+# start_sleep_tree -> TREE_PARENT TREE_CHILD: a shell in a session of its own with one sleeping child (no
+# inherited descriptors, as start_cuda_proc), both killed at the end; the caller registers either in the fake
+# libcuda as it needs. Fails the test if the child does not appear.
+start_sleep_tree() {
+  (close_inherited_fds && exec setsid bash -c 'sleep 300 & wait' </dev/null >/dev/null 2>&1) &
+  TREE_PARENT=$!
+  TEST_PIDS+=("$TREE_PARENT")
+  TREE_CHILD=""
+  local i
+  for ((i = 0; i < 500; i++)); do TREE_CHILD=$(pgrep -P "$TREE_PARENT" -x sleep) && break; sleep 0.01; done
+  check "the tree is up ($TREE_PARENT, $TREE_CHILD)" [ -n "$TREE_CHILD" ]
+  TEST_PIDS+=("$TREE_CHILD")
+}
 # fake_state [PID]: the fake driver's state of PID (default $PID): 0 running, 1 locked, 2 checkpointed.
 # shellcheck disable=SC2120 # PID is optional
 fake_state() { cut -d' ' -f1 "$FAKE_CUDA_DIR/${1:-$PID}"; }

@@ -10,13 +10,8 @@ fake_cuda_env criu
 
 # a parent and its child, both CUDA processes to the fake driver, in a session of their own and with
 # none of the test's descriptors (CRIU would have to dump ctest's log with them)
-(close_inherited_fds && exec setsid bash -c 'sleep 300 & wait' </dev/null >/dev/null 2>&1) &
-parent=$!
-TEST_PIDS+=("$parent")
-child=""
-for ((i = 0; i < 500; i++)); do child=$(pgrep -P "$parent" -x sleep) && break; sleep 0.01; done
-check "the tree is up ($parent, $child)" [ -n "$child" ]
-TEST_PIDS+=("$child")
+start_sleep_tree
+parent=$TREE_PARENT child=$TREE_CHILD
 echo "0 0" >"$FAKE_CUDA_DIR/$parent"
 echo "0 0" >"$FAKE_CUDA_DIR/$child"
 

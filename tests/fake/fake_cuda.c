@@ -14,6 +14,7 @@
  *   FAKE_CUDA_FAIL_CHECKPOINT=PID   checkpoint of PID fails (CUDA_ERROR_UNKNOWN)
  *   FAKE_CUDA_LOG=PATH          append one line per checkpoint-API call
  *   FAKE_CUDA_REFUSE_REMAP=1    restore with GPU pairs fails (CUDA_ERROR_INVALID_VALUE)
+ *   FAKE_CUDA_FAIL_RESTORE=PID  every restore of PID fails (CUDA_ERROR_INVALID_VALUE)
  *   FAKE_CUDA_NO_VRAM=PID[:N]   the first N restores of PID (default: every one) fail for lack of GPU
  *                               memory (CUDA_ERROR_OUT_OF_MEMORY); counted in $FAKE_CUDA_DIR/<pid>.novram
  *   FAKE_CUDA_CRIU=1            CRIU mode: each state change also records the process's start time
@@ -32,6 +33,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +358,8 @@ EXPORT CUresult cuCheckpointProcessRestore(int pid, RestoreArgs *args)
 		rc = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
 	else if (args && args->gpuPairsCount && getenv("FAKE_CUDA_REFUSE_REMAP"))
 		rc = 1;
+	else if (getenv("FAKE_CUDA_FAIL_RESTORE") && atoi(getenv("FAKE_CUDA_FAIL_RESTORE")) == pid)
+		rc = 1; /* CUDA_ERROR_INVALID_VALUE: the driver 580's answer for a process with peer access on two GPUs */
 	else if (args && args->gpuPairsCount) {
 		char copy[64];
 		snprintf(copy, sizeof(copy), "%s", gpus);
@@ -407,3 +411,90 @@ EXPORT CUresult cuCheckpointProcessUnlock(int pid, void *args)
 	return rc;
 }
 #endif
+
+/*
+ * NVML, for GPUSNAP_LIBNVML pointing at this library: the GPUs above, and as
+ * each one's compute processes every PID of $FAKE_CUDA_DIR that is running or
+ * locked on it (a checkpointed process holds no GPU memory), with
+ * FAKE_CUDA_PROC_MIB MiB each (default 256). What the command line reads to
+ * learn which GPUs a process uses.
+ */
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId, computeInstanceId;
+} fake_nvml_process;
+typedef struct {
+	unsigned long long total, free, used;
+} fake_nvml_memory;
+
+static unsigned long long proc_bytes(void)
+{
+	const char *v = getenv("FAKE_CUDA_PROC_MIB");
+	return (v ? strtoull(v, NULL, 10) : 256) << 20;
+}
+
+/* Whether the comma-separated GPU list holds GPU index. */
+static bool list_has(const char *gpus, int index)
+{
+	char copy[64];
+	snprintf(copy, sizeof(copy), "%s", gpus);
+	for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (atoi(tok) == index)
+			return true;
+	return false;
+}
+
+EXPORT int nvmlInit_v2(void) { return 0; }
+EXPORT int nvmlShutdown(void) { return 0; }
+EXPORT int nvmlDeviceGetCount_v2(unsigned *n) { *n = (unsigned)ngpus(); return 0; }
+EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **dev)
+{
+	if ((int)i >= ngpus())
+		return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+	*dev = (void *)(uintptr_t)(i + 1);
+	return 0;
+}
+EXPORT int nvmlDeviceGetUUID(void *dev, char *buf, unsigned len)
+{
+	snprintf(buf, len, "GPU-fake-%u", (unsigned)(uintptr_t)dev - 1);
+	return 0;
+}
+EXPORT int nvmlDeviceGetName(void *dev, char *buf, unsigned len)
+{
+	(void)dev;
+	snprintf(buf, len, "Fake GPU");
+	return 0;
+}
+EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *dev, unsigned *count, fake_nvml_process *infos)
+{
+	int index = (int)(uintptr_t)dev - 1;
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	unsigned n = 0;
+	DIR *d = dir ? opendir(dir) : NULL;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		int st;
+		char gpus[64];
+		if (*end || pid <= 0 || load((int)pid, &st, gpus, sizeof(gpus)) || st == CHECKPOINTED || !list_has(gpus, index))
+			continue;
+		if (n < *count)
+			infos[n] = (fake_nvml_process){ (unsigned)pid, proc_bytes(), 0, 0 };
+		n++;
+	}
+	if (d)
+		closedir(d);
+	bool fits = n <= *count;
+	*count = n;
+	return fits ? 0 : 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+}
+EXPORT int nvmlDeviceGetMemoryInfo(void *dev, fake_nvml_memory *m)
+{
+	unsigned cnt = 0;
+	nvmlDeviceGetComputeRunningProcesses_v3(dev, &cnt, NULL);
+	m->total = 80ULL << 30;
+	m->used = cnt * proc_bytes();
+	m->free = m->total - m->used;
+	return 0;
+}

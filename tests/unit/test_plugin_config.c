@@ -126,6 +126,7 @@ static void test_malformed(void)
 		const char *says;
 	} bad[] = {
 		{ "colour = blue\n", "line 1: unknown key 'colour'" },
+		{ "colour = blue\n", "(keys: map, no_verify, driver, timeout, leave_running, multi_gpu_driver)" },
 		{ "Timeout = 5\n", "unknown key 'Timeout'" },
 		{ "map 0=1\n", "line 1: unknown key 'map 0'" },
 		{ "\n\nno_verify\n", "line 3 is not 'key = value'" },

@@ -41,19 +41,20 @@ static void test_rows(void)
 	CHECK(gs_setting_def(GS_S_COUNT) == NULL);
 }
 
-/* The plugin's keys are rows, with their file key, and its defaults are the rows' */
+/* The plugin's keys are rows, with their file key, read by the plugin (the command line may read one too), and its
+ * defaults are the rows' */
 static void test_plugin_keys(void)
 {
 	for (int k = 0; k < GS_PK_COUNT; k++) {
 		int row = gs_setting_find(gs_plugin_config_env_name((enum gs_plugin_key)k), false);
 		CHECK(row >= 0);
 		CHECK_INT(gs_setting_find(gs_plugin_config_key((enum gs_plugin_key)k), true), row);
-		CHECK(gs_setting_def((enum gs_setting_id)row)->scope == GS_SCOPE_PLUGIN);
+		CHECK(gs_setting_def((enum gs_setting_id)row)->scope & GS_SCOPE_PLUGIN);
 	}
 	struct gs_plugin_config c;
 	gs_plugin_config_defaults(&c);
 	CHECK(c.timeout_s == atof(gs_setting_def(GS_S_PLUGIN_TIMEOUT)->dflt));
-	CHECK(!c.no_verify && !c.driver && c.leave_running == -1);
+	CHECK(!c.no_verify && !c.driver && !c.multi_gpu_driver && c.leave_running == -1);
 	CHECK(gs_setting_def(GS_S_PLUGIN_LEAVE_RUNNING)->dflt == NULL);
 }
 
