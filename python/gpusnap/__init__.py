@@ -17,7 +17,7 @@ from .client import SCHEMA_VERSIONS, Gpusnap, default
 from .errors import (AgentError, BinaryNotFound, CriuError, DriverTooOld, Failure, GpuMapError, GpuMismatch,
                      GpusnapError, ImageError, Interrupted, NoDriver, NoProcess, NoSpace, NotCuda, NoVram, Partial,
                      Permission, StateError, Timeout, UnsupportedSchema, UsageError)
-from .results import (AgentState, DumpResult, ExportResult, GpuMemory, InspectResult, Operation, OperationResult, ProcessOutcome,
+from .results import (AgentState, DumpResult, ExportResult, GcResult, GpuMemory, InspectResult, Operation, OperationResult, ProcessOutcome,
                       ProcessState, RestoreResult, ResumeResult, StateList, SuspendResult, SwitchResult, SwitchSide,
                       Unreadable)
 
@@ -49,6 +49,11 @@ def export(src, dest, **kwargs):
     return default().export(src, dest, **kwargs)
 
 
+def gc(store, **kwargs):
+    """Gpusnap.gc on the default handle."""
+    return default().gc(store, **kwargs)
+
+
 def dump(pid, directory, **kwargs):
     """Gpusnap.dump on the default handle."""
     return default().dump(pid, directory, **kwargs)
@@ -70,10 +75,10 @@ def suspended(pid, **kwargs):
 
 
 __all__ = [
-    "Gpusnap", "SCHEMA_VERSIONS", "default", "suspend", "resume", "switch", "state", "dump", "restore", "inspect", "export", "suspended",
+    "Gpusnap", "SCHEMA_VERSIONS", "default", "suspend", "resume", "switch", "state", "dump", "restore", "inspect", "export", "gc", "suspended",
     "GpusnapError", "BinaryNotFound", "UnsupportedSchema", "Failure", "UsageError", "NoProcess", "NotCuda",
     "Permission", "StateError", "NoDriver", "DriverTooOld", "Timeout", "GpuMapError", "ImageError", "GpuMismatch",
     "NoSpace", "NoVram", "CriuError", "AgentError", "Partial", "Interrupted",
     "OperationResult", "SuspendResult", "ResumeResult", "ProcessOutcome", "GpuMemory", "ProcessState", "AgentState",
-    "Operation", "StateList", "Unreadable", "SwitchResult", "SwitchSide", "DumpResult", "ExportResult", "RestoreResult", "InspectResult",
+    "Operation", "StateList", "Unreadable", "SwitchResult", "SwitchSide", "DumpResult", "ExportResult", "GcResult", "RestoreResult", "InspectResult",
 ]

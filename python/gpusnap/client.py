@@ -14,13 +14,13 @@ import subprocess
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import BinaryNotFound, GpusnapError, Interrupted, UnsupportedSchema
-from .results import (DumpResult, ExportResult, InspectResult, ProcessState, RestoreResult, ResumeResult, StateList, SwitchResult,
+from .results import (DumpResult, ExportResult, GcResult, InspectResult, ProcessState, RestoreResult, ResumeResult, StateList, SwitchResult,
                       SuspendResult)
 
 # The versions of docs/json/<command>.json this client reads (README.md, "JSON output": a new
 # version removed or retyped a field, so a document of another version is refused, not misread).
 SCHEMA_VERSIONS = {"suspend": 1, "resume": 1, "switch": 1, "state": 1, "dump": 1, "restore": 1, "inspect": 1,
-                   "export": 1}
+                   "export": 1, "gc": 1}
 
 GpuMap = Union[Mapping[Any, Any], Iterable[Union[str, Tuple[Any, Any]]], None]
 
@@ -107,14 +107,17 @@ class Gpusnap:
     def dump(self, pid: int, directory: Union[str, "os.PathLike[str]"], *, leave_running: bool = False,
              tree: bool = False, timeout: Optional[float] = None, driver: bool = False, replace: bool = False,
              tcp_close: bool = False, tcp_established: bool = False, compress: Optional[str] = None,
-             parent: Optional[Union[str, "os.PathLike[str]"]] = None) -> DumpResult:
+             parent: Optional[Union[str, "os.PathLike[str]"]] = None,
+             store: Optional[Union[str, "os.PathLike[str]"]] = None, keep: Optional[int] = None) -> DumpResult:
         """Writes the process's GPU and CPU state into an image directory (CRIU); it is gone unless leave_running.
         compress: "lz4", "zstd" or "zstd:LEVEL" (the agent path's chunks); parent: an earlier image of the
-        process, so that only the chunks that changed since are written (an incremental image)."""
+        process, so that only the chunks that changed since are written (an incremental image); store: a chunk
+        store (created if missing) the image keeps its chunks in, shared with the other images there; keep: with
+        store, the newest images of this process in the store beside directory kept, the older removed (and gc)."""
         args = (["-D", os.fspath(directory)] + ["--leave-running"] * leave_running + ["--tree"] * tree +
                 _seconds(timeout) + ["--driver"] * driver + ["--replace"] * replace + ["--tcp-close"] * tcp_close +
                 ["--tcp-established"] * tcp_established + (["--compress", compress] if compress else []) +
-                (["--parent", os.fspath(parent)] if parent else []))
+                (["--parent", os.fspath(parent)] if parent else []) + (["--store", os.fspath(store)] if store else []) + (["--keep", str(int(keep))] if keep is not None else []))
         return DumpResult.from_json(self._run("dump", args + [_pid(pid)]))
 
     def restore(self, directory: Union[str, "os.PathLike[str]"], *, gpu_map: GpuMap = None, no_verify: bool = False,
@@ -130,6 +133,13 @@ class Gpusnap:
         """Writes image src (an incremental one included) into dest as one self-contained image."""
         args = (["--compress", compress] if compress else []) + ["--replace"] * replace
         return ExportResult.from_json(self._run("export", args + [os.fspath(src), os.fspath(dest)]))
+
+    def gc(self, store: Union[str, "os.PathLike[str]"], *, dry_run: bool = False,
+           wait: Optional[float] = None) -> GcResult:
+        """Removes the chunk store's objects no image refers to (a running dump's are kept); dry_run: only counts
+        them. wait: seconds to wait for the store's lock (another gc) before StateError."""
+        args = ["--dry-run"] * dry_run + (["--wait", repr(float(wait))] if wait is not None else [])
+        return GcResult.from_json(self._run("gc", args + [os.fspath(store)]))
 
     def inspect(self, directory: Union[str, "os.PathLike[str]"], *, verify: bool = False) -> InspectResult:
         """What an image holds; verify=True reads every chunk and CRIU file and checks its checksum."""

@@ -252,6 +252,26 @@ class ExportResult:
 
 
 @dataclass
+class GcResult:
+    """`gpusnap gc --json`: what the chunk store held and what was removed (with dry_run: would be)."""
+    store: str
+    dry_run: bool
+    objects: int
+    objects_removed: int
+    bytes_removed: int
+    refs: int
+    refs_removed: int
+    temp_removed: int         # unfinished objects of dumps that died
+    images: int               # images that keep objects
+    total_s: float
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "GcResult":
+        return cls(raw=d, **_known(cls, {k: v for k, v in d.items() if k != "raw"}))
+
+
+@dataclass
 class RestoreResult:
     """`gpusnap restore --json`: the restored process and where its GPUs went."""
     pid: int

@@ -157,6 +157,15 @@ def test_image_error(fake, tmp_path):
         gpusnap.restore(tmp_path / "none")
 
 
+def test_gc_refusals(fake, tmp_path):
+    os.chmod(tmp_path, 0o700)
+    with pytest.raises(gpusnap.ImageError) as e:
+        gpusnap.gc(tmp_path)  # not a chunk store
+    assert "is not a gpusnap chunk store" in str(e.value)
+    with pytest.raises(gpusnap.ImageError):
+        gpusnap.gc(tmp_path / "no-such-store")
+
+
 def test_bad_pid_type(fake):
     with pytest.raises(TypeError):
         gpusnap.suspend("123")
@@ -280,6 +289,12 @@ def test_dump_inspect_restore(fake, tmp_path, monkeypatch):
         with pytest.raises(gpusnap.ImageError):
             gpusnap.dump(pid, tmp_path / "img3", leave_running=True, parent=tmp_path / "no-such-parent")
         assert not (tmp_path / "img3").exists()
+        # a chunk store needs the agent's dump: refused, the store it named made (empty) all the same
+        with pytest.raises(gpusnap.UsageError):
+            gpusnap.dump(pid, tmp_path / "img4", leave_running=True, store=tmp_path / "store")
+        g = gpusnap.gc(tmp_path / "store", dry_run=True)
+        assert isinstance(g, gpusnap.GcResult)
+        assert (g.store, g.dry_run, g.objects, g.refs, g.objects_removed) == (str(tmp_path / "store"), True, 0, 0, 0)
         assert wait_for(lambda: len(log.read_text().splitlines()) > n + 10)  # and it still counts
     finally:
         subprocess.run(["kill", "-9", str(pid)], stderr=subprocess.DEVNULL)

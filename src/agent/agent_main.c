@@ -65,8 +65,8 @@ static void add_info(struct gs_agent *a, struct gs_msg *reply)
 	gs_msg_add_u64(reply, GS_F_ALLOC_COUNT, count);
 	gs_msg_add_u64(reply, GS_F_ALLOC_BYTES, bytes);
 	uint64_t caps = GS_CAP_SUSPEND | GS_CAP_KEEP_CONTEXT | GS_CAP_DUMP | GS_CAP_DUMP_RUNNING | GS_CAP_DUMP_CACHED |
-			GS_CAP_DUMP_COMPRESS | GS_CAP_VERIFY_GPU | GS_CAP_DUMP_PARENT | GS_CAP_PREPARE | GS_CAP_GATE |
-			GS_CAP_DIR_FD | GS_CAP_GATED_FD | GS_CAP_SPILL | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
+			GS_CAP_DUMP_COMPRESS | GS_CAP_VERIFY_GPU | GS_CAP_DUMP_PARENT | GS_CAP_DUMP_STORE | GS_CAP_PREPARE |
+			GS_CAP_GATE | GS_CAP_DIR_FD | GS_CAP_GATED_FD | GS_CAP_SPILL | (gs_mover_has_reserve(a) ? GS_CAP_RESERVED_POOL : 0);
 	/*
 	 * For tests: answer as the agents before the streamed dump did, so the
 	 * command line's path for them (suspend into staging, then DUMP of the

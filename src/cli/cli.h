@@ -166,6 +166,7 @@ int cmd_dump(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 int cmd_container_spec(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 int cmd_completion(int argc, char **argv);
@@ -173,6 +174,6 @@ int cmd_doc(int argc, char **argv);
 
 extern const struct cli_doc suspend_doc, resume_doc, state_doc, run_doc, dump_doc, restore_doc, inspect_doc,
 	container_spec_doc, help_doc, completion_doc;
-extern const struct cli_doc switch_doc, export_doc;
+extern const struct cli_doc switch_doc, export_doc, gc_doc;
 
 #endif

@@ -22,12 +22,15 @@
  * process: its image must be published).
  */
 #define LOG_PREFIX "dump: "
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,10 +52,13 @@
 #include "cuda/checkpoint.h"
 #include "image/codec.h"
 #include "image/image.h"
+#include "image/image_fs.h"
+#include "image/manifest.h"
+#include "image/store.h"
 
 static const char *const dump_usage[] = {
 	"gpusnap dump [--tree] [--leave-running] [--timeout SECONDS] [--driver] [--tcp-close | --tcp-established] "
-	"[--replace] [--compress CODEC[:LEVEL]] [--parent PARENT_DIR] [--json] -D DIR PID",
+	"[--replace] [--compress CODEC[:LEVEL]] [--parent PARENT_DIR | --store STORE [--keep K]] [--json] -D DIR PID",
 	NULL,
 };
 
@@ -69,11 +75,18 @@ const struct cli_doc dump_doc = {
 		"copied into memory of the dump's own (GPUSNAP_STAGE_DIR, a tmpfs, where it has room), the driver "
 		"and CRIU take it and it gets its data back; the image is written from that copy after it runs "
 		"again, and the command returns once the image is published.\n\n"
+		"With --store STORE, the GPU data's chunks go into the chunk store STORE, shared by the images "
+		"written into it: a chunk the store holds already (found by its fingerprint, computed on the GPU) is "
+		"neither copied nor written again, and DIR holds only the manifest and CRIU's files. Remove images "
+		"with rm -r and run gpusnap gc STORE to free what no image uses, or let --keep K do it: once DIR is "
+		"published, the newest K images of this process in STORE beside DIR stay, the older are removed "
+		"and STORE is collected. --store takes neither --parent, --tree nor --driver.\n\n"
 		"CRIU 4.2 or later must be installed (or named by GPUSNAP_CRIU), and dumping needs root or "
 		"CAP_CHECKPOINT_RESTORE.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing the image; DIR stays as it was" },
 						{ GS_E_USAGE, "bad options; DIR not an image and not empty; DIR the image of "
-							      "another process without --replace" },
+							      "another process without --replace; --store STORE not a chunk "
+							      "store, or with --parent, --tree or --driver" },
 						{ GS_E_NO_PROCESS, "" }, { GS_E_NOT_CUDA, "" },
 						{ GS_E_PERMISSION, "an image path that others could change (named)" },
 						{ GS_E_STATE, "the process is suspended, or another gpusnap is at work on it or "
@@ -85,11 +98,13 @@ const struct cli_doc dump_doc = {
 							     "tree holds what CRIU cannot dump: an io_uring, a TCP connection "
 							     "to outside it without --tcp-close or --tcp-established" },
 						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
-	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_STAGE_DIR GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_STAGE_DIR GPUSNAP_STORE GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap dump -D /ckpt/job 1234", "Dump process 1234 into /ckpt/job; it is gone afterwards." },
 		{ "gpusnap dump --tree --leave-running -D /ckpt/job $JOB_PID",
 		  "A periodic checkpoint of a whole job, which keeps running." },
+		{ "gpusnap dump --leave-running --store /ckpt/store -D /ckpt/series/$(date -u +%Y%m%dT%H%M%SZ) 1234",
+		  "One checkpoint of a series whose images share their equal chunks in /ckpt/store (gpusnap gc)." },
 		{ NULL, NULL } },
 };
 
@@ -104,6 +119,11 @@ struct dump_opts {
 	struct gs_compress compress;
 	const char *parent;     /* --parent, absolute */
 	char parent_rec[4096];  /* the parent's path as the image records it: relative when beside DIR */
+	const char *store;      /* --store (or GPUSNAP_STORE), absolute once checked */
+	char store_rec[4096];   /* the store's path as the image records it: relative when beside DIR */
+	char store_ref[64];     /* the dump's ref in the store */
+	struct gs_store *st;    /* open, holding the ref, from the checks to the end */
+	int keep;               /* --keep K: with --store, the newest K images of the series beside DIR stay */
 };
 
 struct dump_run {
@@ -145,6 +165,13 @@ struct dump_run {
 	bool keep_stage;               /* the stage holds a suspended process's only copy of its data */
 	double stage_write_s;
 	uint64_t parent_bytes;   /* dump --parent: bytes equal to the parent's, left there (never copied) */
+	uint64_t copied_bytes;   /* streamed dump: bytes the agent copied from the GPU (counted as they arrived) */
+	uint64_t store_bytes;    /* dump --store: bytes whose object the store held, left there (never copied) */
+	uint64_t store_new_objects; /* dump --store: objects this dump wrote into the store */
+	struct gs_store *store;  /* dump --store: its ref names the kept image should one be kept */
+	bool kept;               /* the image was kept under another name */
+	/* --keep: older images of the series removed, and what the gc after it freed */
+	uint64_t keep_removed, keep_gc_objects, keep_gc_bytes;
 };
 
 /* Where the agent's GPU data is once it dumped it: the stage or the temporary image. */
@@ -172,9 +199,14 @@ static void keep_tmp_image(struct dump_run *r, const char *dir, bool process_gon
 {
 	struct gs_err ke = { 0 };
 	r->kept_listed = gs_image_tmp_cpu_listed(r->tmp);
+	r->kept = true;
 	if (gs_image_tmp_keep(r->tmp, kept, n, &ke))
 		fprintf(stderr, "gpusnap: %s\n", ke.msg);
 	r->tmp = NULL; /* freed by gs_image_tmp_keep */
+	struct gs_err se = { 0 };
+	/* its STORED chunks' objects stay for the kept image: the dump's ref names it from now on */
+	if (r->store && gs_store_ref_set_image(r->store, kept, &se))
+		fprintf(stderr, "gpusnap: %s\n", se.msg);
 	char how[GS_ERR_MSG_MAX];
 	if (process_gone)
 		snprintf(how, sizeof(how), "process %d was dumped, but its image could not be put at '%s' and is kept at "
@@ -489,10 +521,16 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		return gs_fail(err, r->agent.present ? GS_E_AGENT : GS_E_USAGE, "--parent needs the gpusnap agent's streamed "
 			       "dump, which process %d %s", (int)r->pid, r->agent.present ? "lacks (an older agent)" :
 			       "cannot take (no agent)");
+	if (o->store && !(r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING) && (r->agent.caps & GS_CAP_DUMP_STORE)))
+		return gs_fail(err, r->agent.present ? GS_E_AGENT : GS_E_USAGE, "--store needs the gpusnap agent's streamed "
+			       "dump, which process %d %s", (int)r->pid, r->agent.present ? "lacks (an older agent)" :
+			       "cannot take (no agent)");
 	if (r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING)) {
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
 		if (o->leave_running && o->parent) /* its chunks name the parent by a path relative to DIR */
 			snprintf(r->no_stage, sizeof(r->no_stage), "an incremental dump (--parent) is written beside its parent");
+		else if (o->leave_running && o->store) /* its manifest names the store by a path relative to DIR */
+			snprintf(r->no_stage, sizeof(r->no_stage), "a dump into a chunk store (--store) writes into the store");
 		else if (o->leave_running)
 			open_stage(r);
 		r->data_in_tmp = true;
@@ -501,7 +539,8 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
 		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress.codec,
 					  .compress_level = o->compress.level, .parent = o->parent,
-					  .parent_rec = o->parent ? o->parent_rec : NULL };
+					  .parent_rec = o->parent ? o->parent_rec : NULL, .store = o->store,
+					  .store_rec = o->store ? o->store_rec : NULL, .store_ref = o->store ? o->store_ref : NULL };
 		rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
 		if (rc == GS_E_NO_SPACE && r->stage && agent_runs(r)) {
 			/* the memory filled up after all (others use it too): into the image inside the pause, as without it */
@@ -532,6 +571,9 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		r->ring_bytes = cli_agent_counter(&r->agent, "ring_bytes");
 		r->gpu_zero_bytes = cli_agent_counter(&r->agent, "gpu_zero_bytes");
 		r->parent_bytes = cli_agent_counter(&r->agent, "parent_bytes");
+		r->store_bytes = cli_agent_counter(&r->agent, "store_bytes");
+		r->copied_bytes = cli_agent_counter(&r->agent, "copied_bytes");
+		r->store_new_objects = cli_agent_counter(&r->agent, "store_new_objects");
 	} else if (r->agent.present) {
 		/* data part (agents without the streamed dump): staging, image, free the staging memory */
 		record_step(r, o, STEP_AGENT);
@@ -636,8 +678,20 @@ static void print_outcome(const struct dump_run *r, const struct dump_opts *o, i
 		gs_json_kv_bool(&j, "streamed", r->streamed);
 		gs_json_kv_uint(&j, "ring_bytes", r->ring_bytes);
 		gs_json_kv_uint(&j, "gpu_zero_bytes", r->gpu_zero_bytes);
+		if (r->streamed)
+			gs_json_kv_uint(&j, "gpu_copied_bytes", r->copied_bytes);
 		if (o->parent)
 			gs_json_kv_uint(&j, "parent_bytes", r->parent_bytes);
+		if (o->keep) {
+			gs_json_kv_uint(&j, "keep_removed", r->keep_removed);
+			gs_json_kv_uint(&j, "keep_gc_objects", r->keep_gc_objects);
+			gs_json_kv_uint(&j, "keep_gc_bytes", r->keep_gc_bytes);
+		}
+		if (o->store) {
+			gs_json_kv_string(&j, "store", o->store);
+			gs_json_kv_uint(&j, "store_bytes", r->store_bytes);
+			gs_json_kv_uint(&j, "store_new_objects", r->store_new_objects);
+		}
 		gs_json_kv_uint(&j, "cpu_bytes", rc ? 0 : dump_dir_bytes(o->dir, "cpu"));
 		if (o->leave_running && r->agent.present) {
 			/* what the pause copied, and where to: memory (written to DIR after it) or DIR itself */
@@ -740,6 +794,182 @@ static int parent_check(struct dump_opts *o, char *abs, const char *pid_arg)
 	return 0;
 }
 
+/* An image of the series --keep looks at: its directory's name beside DIR and when it was taken. */
+struct series_image {
+	char name[NAME_MAX + 1];
+	int64_t created_ns;
+};
+
+static int newest_first(const void *a, const void *b)
+{
+	const struct series_image *x = a, *y = b;
+	if (x->created_ns != y->created_ns)
+		return x->created_ns > y->created_ns ? -1 : 1;
+	return -strcmp(x->name, y->name);
+}
+
+/*
+ * --keep K, after DIR was published: the series is the images beside DIR
+ * (directories of DIR's directory holding a manifest, but not the kept
+ * images of failed dumps, which may be a process's only copy) of the same process
+ * (DIR's source_pid and source_comm) written into the same store (its id);
+ * the newest K by creation time stay (DIR always), the others are removed
+ * (manifest first, so a half-removed one is never taken for an image; one a
+ * reader holds is left for the next run), then the store's gc frees what
+ * only they used. The dump is done already: what fails here is said on
+ * stderr, and the exit code stays 0. Images of other processes, other
+ * stores, or without a store are never touched.
+ */
+static void keep_newest(const struct dump_opts *o, struct dump_run *r)
+{
+	char parent[PATH_MAX], self[NAME_MAX + 1];
+	snprintf(parent, sizeof(parent), "%s", o->dir);
+	char *slash = strrchr(parent, '/');
+	snprintf(self, sizeof(self), "%s", slash ? slash + 1 : parent);
+	if (slash)
+		*slash = '\0';
+	struct gs_err err = { 0 };
+	int pfd = -1;
+	struct stat st;
+	struct gs_manifest mine = { 0 };
+	struct series_image *imgs = NULL;
+	size_t n = 0, cap = 0;
+	DIR *d = NULL;
+	int dfd = -1;
+	if (gs_fs_open_dir_checked(*parent ? parent : "/", o->dir, &pfd, &st, &err) != 0 ||
+	    (dfd = openat(pfd, self, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    gs_manifest_read_at(dfd, o->dir, &mine, &err)) {
+		fprintf(stderr, "gpusnap: --keep: cannot read '%s' again (%s): no image removed\n", o->dir,
+			err.msg[0] ? err.msg : strerror(errno));
+		goto out;
+	}
+	close(dfd);
+	dfd = -1;
+	int lfd = dup(pfd);
+	d = lfd >= 0 ? fdopendir(lfd) : NULL;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		/* not DIR, a temporary directory, or an image a failed dump kept (perhaps a process's only copy) */
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, self) || strstr(e->d_name, ".kept-"))
+			continue;
+		int fd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct gs_manifest m;
+		struct gs_err me = { 0 };
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", parent, e->d_name);
+		bool ours = fstat(fd, &st) == 0 && !gs_fs_check_trusted(&st, path, &me) &&
+			    faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    !gs_manifest_read_at(fd, path, &m, &me);
+		close(fd);
+		if (!ours)
+			continue;
+		bool series = m.has_store && !memcmp(m.store.store_id, gs_store_id(o->st), 16) &&
+			      m.info.source_pid == mine.info.source_pid && !strcmp(m.info.source_comm, mine.info.source_comm);
+		int64_t created = m.info.created_ns;
+		gs_manifest_free(&m);
+		if (!series)
+			continue;
+		if (n == cap) {
+			struct series_image *v = realloc(imgs, (cap = cap ? cap * 2 : 16) * sizeof(*v));
+			if (!v)
+				break;
+			imgs = v;
+		}
+		snprintf(imgs[n].name, sizeof(imgs[n].name), "%s", e->d_name);
+		imgs[n++].created_ns = created;
+	}
+	if (n)
+		qsort(imgs, n, sizeof(*imgs), newest_first);
+	/* DIR is one of the K kept: the K - 1 newest others stay */
+	for (size_t i = (size_t)o->keep - 1; i < n; i++) {
+		int fd = openat(pfd, imgs[i].name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			fprintf(stderr, "gpusnap: --keep: '%s/%s' is being read: left for the next dump\n", parent, imgs[i].name);
+			close(fd);
+			continue;
+		}
+		int u = unlinkat(fd, GS_FMT_MANIFEST_NAME, 0);
+		close(fd);
+		if (u < 0 || gs_fs_remove_tree(pfd, imgs[i].name)) {
+			fprintf(stderr, "gpusnap: --keep: cannot remove '%s/%s': %s\n", parent, imgs[i].name, strerror(errno));
+			continue;
+		}
+		r->keep_removed++;
+		pr_info("--keep %d: removed '%s/%s'", o->keep, parent, imgs[i].name);
+	}
+	if (r->keep_removed) {
+		fsync(pfd);
+		struct gs_store_gc_result g;
+		if (gs_store_gc(o->store, false, 30.0, &g, NULL, &err))
+			fprintf(stderr, "gpusnap: --keep: the gc after removing %" PRIu64 " images failed: %s\n", r->keep_removed,
+				err.msg);
+		r->keep_gc_objects = g.objects_removed;
+		r->keep_gc_bytes = g.bytes_removed;
+	}
+out:
+	if (d)
+		closedir(d);
+	if (dfd >= 0)
+		close(dfd);
+	if (pfd >= 0)
+		close(pfd);
+	free(imgs);
+	gs_manifest_free(&mine);
+}
+
+/*
+ * --store: not with --parent, --tree or --driver (only the agent's streamed
+ * dump of one process writes into a store); STORE made absolute, opened
+ * (created if missing or empty, image/store.h) and the dump registered in
+ * it (its ref, naming DIR) before anything is written. o->store_rec is what
+ * the image records: the store's name alone when it lies beside DIR (a
+ * series with its store moves as one directory), else its absolute path.
+ * The exit code.
+ */
+static int store_check(struct dump_opts *o, char *abs)
+{
+	if (o->parent || o->tree || o->driver_only)
+		return cli_usage_error("dump", "--store takes neither --parent, --tree nor --driver (only the agent's streamed "
+				       "dump of one process writes into a chunk store)");
+	struct gs_err err = { 0 };
+	if (o->store[0] != '/') {
+		char cwd[PATH_MAX / 2];
+		if (!getcwd(cwd, sizeof(cwd)) || (size_t)snprintf(abs, PATH_MAX, "%s/%s", cwd, o->store) >= PATH_MAX)
+			return cli_usage_error("dump", "cannot make '%s' an absolute path", o->store);
+	} else {
+		snprintf(abs, PATH_MAX, "%s", o->store);
+	}
+	size_t n = strlen(abs);
+	while (n > 1 && abs[n - 1] == '/')
+		abs[--n] = '\0';
+	if (gs_store_open(abs, true, &o->st, &err))
+		return cli_report_error(&err);
+	char real[PATH_MAX];
+	if (realpath(abs, real))
+		snprintf(abs, PATH_MAX, "%s", real);
+	char dir_parent[PATH_MAX], store_parent[PATH_MAX], real_dp[PATH_MAX];
+	snprintf(dir_parent, sizeof(dir_parent), "%s", o->dir);
+	snprintf(store_parent, sizeof(store_parent), "%s", abs);
+	char *ds = strrchr(dir_parent, '/'), *ss = strrchr(store_parent, '/');
+	bool beside = false;
+	if (ds && ss) {
+		*ds = *ss = '\0';
+		beside = realpath(*dir_parent ? dir_parent : "/", real_dp) && !strcmp(real_dp, *store_parent ? store_parent : "/");
+	}
+	snprintf(o->store_rec, sizeof(o->store_rec), "%s", beside ? ss + 1 : abs);
+	if (gs_store_ref_create(o->st, o->dir, o->store_ref, sizeof(o->store_ref), &err)) {
+		gs_store_close(o->st);
+		o->st = NULL;
+		return cli_report_error(&err);
+	}
+	o->store = abs;
+	return 0;
+}
+
 int cmd_dump(int argc, char **argv)
 {
 	struct dump_opts o = { .timeout = DEFAULT_LOCK_TIMEOUT_S };
@@ -762,6 +992,13 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_STRING_(0, "parent", &o.parent, "PARENT_DIR",
 			       "an incremental image: only chunks that differ from PARENT_DIR's (an image of this process) "
 			       "are written, the rest is read from there"),
+		GS_OPT_INT_(0, "keep", &o.keep, "K",
+			    "with --store: after DIR is published, keep the newest K images of this process in STORE "
+			    "beside DIR (DIR one of them), remove the older ones and gc STORE"),
+		GS_OPT_STRING_(0, "store", &o.store, "STORE",
+			       "keep the GPU data's chunks in the chunk store STORE (created if missing), shared with the "
+			       "other images written into it: a chunk the store holds is neither copied nor written again "
+			       "(gpusnap gc removes what no image uses)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};
@@ -796,11 +1033,22 @@ int cmd_dump(int argc, char **argv)
 		.json = o.json, .replace = o.replace, .multi_gpu_driver = o.multi_gpu_driver,
 		.tcp = tcp_asked(&o), .compress_codec = o.compress.codec, .compress_level = o.compress.level,
 	};
-	char parent_abs[PATH_MAX];
+	char parent_abs[PATH_MAX], store_abs[PATH_MAX];
 	if (o.parent) {
 		int prc = parent_check(&o, parent_abs, argv[0]);
 		if (prc)
 			return prc;
+	}
+	if (!o.store && gs_setting_str(GS_S_STORE) && *gs_setting_str(GS_S_STORE) && !o.parent && !o.tree &&
+	    !o.driver_only)
+		o.store = gs_setting_str(GS_S_STORE);
+	if (o.keep && (!o.store || o.keep < 1))
+		return cli_usage_error("dump", "--keep K takes a K of at least 1, and --store (the images of a series "
+				       "that shares a store stand alone)");
+	if (o.store) {
+		int src = store_check(&o, store_abs);
+		if (src)
+			return src;
 	}
 	if (o.tree)
 		return dump_tree(&to, argv[0]);
@@ -808,6 +1056,7 @@ int cmd_dump(int argc, char **argv)
 	struct dump_run *r = calloc(1, sizeof(*r));
 	if (!r)
 		return cli_report_error(&(struct gs_err){ GS_E_FAILURE, "out of memory" });
+	r->store = o.st;
 	int pid;
 	/* checks before anything is touched: the process, the driver, the process's state, CRIU, the agent */
 	rc = gs_parse_pid(argv[0], &pid) ? gs_fail(&err, GS_E_USAGE, "'%s' is not a process ID", argv[0])
@@ -831,6 +1080,11 @@ int cmd_dump(int argc, char **argv)
 		 * started): only the tree dump handles its GPU state; CRIU alone
 		 * would fail on its device mappings after the GPU part was done.
 		 */
+		if (o.st) {
+			rc = gs_fail(&err, GS_E_USAGE, "process %d under %d uses CUDA too: only --tree dumps it, which "
+				     "takes no --store", (int)other, pid);
+			goto checks_failed;
+		}
 		fprintf(stderr, "gpusnap: process %d under %d uses CUDA too: dumping the whole tree, as --tree does\n",
 			(int)other, pid);
 		cli_op_end(r->lock, false);
@@ -872,10 +1126,14 @@ int cmd_dump(int argc, char **argv)
 		rc = gs_fail(&err, GS_E_PERMISSION,
 			     "process %d runs as user %u and its agent would write the image: run gpusnap dump as that user, or "
 			     "use --driver", (int)r->pid, (unsigned)pst.st_uid);
+checks_failed:
 	if (rc) {
 		cli_op_end(r->lock, false);
 		cli_session_close(&r->s);
 		free(r);
+		if (o.st)
+			gs_store_ref_remove(o.st);
+		gs_store_close(o.st);
 		return cli_report_error(&err);
 	}
 	cli_process_vram_per_gpu(&r->s, r->pid, r->vram, &r->gpu_mask); /* r is zeroed: vram[] gets each GPU's bytes */
@@ -913,6 +1171,11 @@ int cmd_dump(int argc, char **argv)
 		else
 			gs_image_tmp_discard(r->tmp);
 	}
+	/* the ref names what the store's objects are kept for: the image, a kept one; nothing published, none */
+	if (o.st && !r->published && !r->kept)
+		gs_store_ref_remove(o.st);
+	if (!rc && r->published && o.keep)
+		keep_newest(&o, r);
 	print_outcome(r, &o, rc, &err);
 	gs_image_stage_free(r->stage, r->keep_stage);
 	if (rc)
@@ -923,5 +1186,6 @@ int cmd_dump(int argc, char **argv)
 	cli_op_end(r->lock, rc == 0);
 	cli_session_close(&r->s);
 	free(r);
+	gs_store_close(o.st);
 	return rc;
 }

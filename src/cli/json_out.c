@@ -21,7 +21,7 @@ static const struct {
 	int version;
 } schema_versions[] = {
 	{ "suspend", 1 }, { "resume", 1 }, { "state", 1 }, { "dump", 1 }, { "restore", 1 }, { "inspect", 1 }, { "switch", 1 },
-	{ "export", 1 },
+	{ "export", 1 }, { "gc", 1 },
 };
 
 /* What this run of gpusnap printed and reported, for the document of a failure (cli_json_end_command). */

@@ -21,6 +21,7 @@ const struct cli_command cli_commands[] = {
 	{ "inspect", cmd_inspect, "show what an image holds; --verify checks every checksum", &inspect_doc },
 	{ "export", cmd_export, "write an image into one self-contained directory (its chain of parents read in)",
 	  &export_doc },
+	{ "gc", cmd_gc, "remove a chunk store's objects that no image refers to", &gc_doc },
 	{ "container-spec", cmd_container_spec, "print a CDI spec (or engine flags) that puts the agent into containers",
 	  &container_spec_doc },
 	{ "help", cmd_help, "show a command's manual page (its usage where man or the page is missing)", &help_doc },

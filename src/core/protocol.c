@@ -578,6 +578,9 @@ void gs_request_decode(const struct gs_msg *m, struct gs_request *r)
 	}
 	r->dump.parent = gs_msg_get_str(m, GS_F_PARENT);
 	r->dump.parent_rec = gs_msg_get_str(m, GS_F_PARENT_REC);
+	r->dump.store = gs_msg_get_str(m, GS_F_STORE);
+	r->dump.store_rec = gs_msg_get_str(m, GS_F_STORE_REC);
+	r->dump.store_ref = gs_msg_get_str(m, GS_F_STORE_REF);
 }
 
 void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
@@ -615,6 +618,13 @@ void gs_request_encode(const struct gs_request *r, struct gs_msg *m)
 		gs_msg_add_str(m, GS_F_PARENT, r->dump.parent);
 		if (r->dump.parent_rec)
 			gs_msg_add_str(m, GS_F_PARENT_REC, r->dump.parent_rec);
+	}
+	if ((r->type == GS_MSG_DUMP || r->type == GS_MSG_DUMP_FD) && r->dump.store) {
+		gs_msg_add_str(m, GS_F_STORE, r->dump.store);
+		if (r->dump.store_rec)
+			gs_msg_add_str(m, GS_F_STORE_REC, r->dump.store_rec);
+		if (r->dump.store_ref)
+			gs_msg_add_str(m, GS_F_STORE_REF, r->dump.store_ref);
 	}
 }
 

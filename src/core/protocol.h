@@ -146,6 +146,9 @@ enum gs_msg_tag {
 	GS_F_COMPRESS = 40,         /* u64: DUMP, DUMP_FD: codec (enum gs_fmt_codec) | level << 8; absent: none */
 	GS_F_PARENT = 41,           /* str: DUMP, DUMP_FD: the parent image to open (dump --parent); absent: a full image */
 	GS_F_PARENT_REC = 42,       /* str: with GS_F_PARENT: the parent's path as the image records it */
+	GS_F_STORE = 43,            /* str: DUMP, DUMP_FD: the chunk store to write into (dump --store); absent: none */
+	GS_F_STORE_REC = 44,        /* str: with GS_F_STORE: the store's path as the image records it */
+	GS_F_STORE_REF = 45,        /* str: with GS_F_STORE: the dump's ref file in the store's refs/ (the command made it) */
 };
 
 enum gs_msg_field_type {
@@ -169,6 +172,7 @@ enum gs_agent_caps {
 	GS_CAP_DUMP_COMPRESS = 1u << 12, /* DUMP, DUMP_FD with GS_F_COMPRESS: compressed chunks */
 	GS_CAP_VERIFY_GPU = 1u << 13,    /* RESUME, RESUME_FD with GS_RESUME_VERIFY_GPU */
 	GS_CAP_DUMP_PARENT = 1u << 14,   /* DUMP, DUMP_FD (running) with GS_F_PARENT: incremental images */
+	GS_CAP_DUMP_STORE = 1u << 15,    /* DUMP, DUMP_FD (running) with GS_F_STORE: chunks into a chunk store */
 	GS_CAP_DIR_FD = 1u << 20,       /* DUMP_FD and RESUME_FD: the image directory passed as a descriptor */
 	GS_CAP_GATED_FD = 1u << 21,     /* RESUME_FD takes GS_RESUME_STAY_GATED as RESUME does */
 	GS_CAP_SPILL = 1u << 22,        /* SUSPEND_FD: a suspend that may spill into an image (the storage tier) */
@@ -315,6 +319,9 @@ struct gs_dump_opts {
 	int compress_level;     /* 0: the codec's default */
 	const char *parent;     /* GS_F_PARENT: an incremental image against this one; NULL: full. Decoded: into the message */
 	const char *parent_rec; /* GS_F_PARENT_REC: the parent's path as recorded (NULL: parent) */
+	const char *store;      /* GS_F_STORE: the chunk store the image's chunks go into; NULL: none. Decoded: into the message */
+	const char *store_rec;  /* GS_F_STORE_REC: the store's path as recorded (NULL: store) */
+	const char *store_ref;  /* GS_F_STORE_REF: the dump's ref in the store (a file name in its refs/) */
 };
 
 /*

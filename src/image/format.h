@@ -19,10 +19,62 @@
 #define GPUSNAP_IMAGE_FORMAT_H
 
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gpusnap images are little-endian and copied with memcpy: add byte swapping for this host"
+/*
+ * A chunk store (FORMAT.md 4.12): a directory shared by images, holding
+ * store.img (its header: magic, version, id), lock (the gc lock), refs/ (one
+ * ref file per dump that used the store), tmp/ (objects being written) and
+ * objects/XX/ (the chunks, one file each, named by content: XX the first two
+ * hex digits of the name, which is GS_STORE_OBJECT_NAME_FMT). Its own
+ * version (GS_FMT_STORE_VERSION), same rules as GS_FMT_VERSION.
+ */
+#define GS_FMT_STORE_MAGIC "GPUSNAPS"
+#define GS_FMT_OBJECT_MAGIC "GPUSNAPO"
+#define GS_FMT_STORE_VERSION 1u
+#define GS_STORE_HEADER_NAME "store.img"
+#define GS_STORE_LOCK_NAME "lock"
+#define GS_STORE_REFS_DIR "refs"
+#define GS_STORE_TMP_DIR "tmp"
+#define GS_STORE_OBJECTS_DIR "objects"
+#define GS_STORE_REF_SUFFIX ".ref"
+/* fp_hi, fp_lo (16 hex digits each), crc32c (8), length (hex, no leading zeros) */
+#define GS_STORE_OBJECT_NAME_FMT "%016" PRIx64 "%016" PRIx64 "-%08" PRIx32 "-%" PRIx64
+#define GS_STORE_OBJECT_NAME_MAX 64 /* 32 + 1 + 8 + 1 + 16 + NUL, with room */
+
+struct gs_fmt_store_header {
+	char magic[8];        /* GS_FMT_STORE_MAGIC */
+	uint32_t version;     /* GS_FMT_STORE_VERSION */
+	uint32_t header_size; /* sizeof(struct gs_fmt_store_header) as written */
+	uint8_t store_id[16]; /* random, made when the store is created; images record it */
+	uint32_t flags;       /* none defined: must be 0 */
+	uint8_t reserved[8];
+	uint32_t crc32c;      /* CRC-32C of the bytes before this field */
+};
+
+/* First bytes of every object; the payload (stored_length bytes) follows at header_size. */
+struct gs_fmt_object_header {
+	char magic[8];          /* GS_FMT_OBJECT_MAGIC */
+	uint32_t version;       /* GS_FMT_STORE_VERSION */
+	uint32_t header_size;   /* sizeof(struct gs_fmt_object_header) as written: where the payload starts */
+	uint64_t length;        /* the chunk's bytes (uncompressed), > 0 */
+	uint64_t stored_length; /* payload bytes: length unless codec is not NONE */
+	uint64_t fp_lo, fp_hi;  /* the chunk's fingerprint (FORMAT.md 4.8.2), not 0, 0 */
+	uint32_t crc32c;        /* CRC-32C of the length bytes */
+	uint32_t stored_crc32c; /* CRC-32C of the payload: crc32c unless compressed */
+	uint8_t codec;          /* enum gs_fmt_codec, as a chunk record's */
+	uint8_t transform;      /* enum gs_fmt_transform */
+	uint16_t reserved;
+	uint32_t header_crc32c; /* CRC-32C of the bytes before this field */
+};
+_Static_assert(sizeof(struct gs_fmt_store_header) == 48, "store header layout");
+_Static_assert(offsetof(struct gs_fmt_store_header, crc32c) == 44, "store header crc position");
+_Static_assert(sizeof(struct gs_fmt_object_header) == 64, "object header layout");
+_Static_assert(offsetof(struct gs_fmt_object_header, header_crc32c) == 60, "object header crc position");
+
 #endif
 
 /*
@@ -37,6 +89,7 @@
 #define GS_FMT_VERSION_COMPRESS 2u /* compressed chunks: chunk records of at least 64 bytes */
 #define GS_FMT_VERSION_PARENT 2u   /* incremental images: a parent section, PARENT chunks */
 #define GS_FMT_VERSION_PARTIAL 2u  /* partial images: ELSEWHERE chunks */
+#define GS_FMT_VERSION_STORE 2u    /* images whose chunks are in a chunk store: a store section, STORED chunks */
 #define GS_FMT_CHAIN_MAX 64u       /* images in a chain, the image itself included */
 
 /* ---- names inside an image directory ---- */
@@ -93,8 +146,9 @@ enum gs_fmt_section_type {
 	GS_SEC_CHUNKS = 6,      /* struct gs_fmt_chunk[], ascending (alloc_id, offset) */
 	GS_SEC_METADATA = 7,    /* struct gs_fmt_metadata[], unique keys */
 	GS_SEC_PARENT = 8,      /* version 2, only in an incremental image: one struct gs_fmt_parent */
+	GS_SEC_STORE = 9,       /* version 2, only in an image with STORED chunks: one struct gs_fmt_store */
 };
-#define GS_SEC_TYPE_MAX GS_SEC_PARENT
+#define GS_SEC_TYPE_MAX GS_SEC_STORE
 #define GS_SEC_F_OPTIONAL 0x1u /* a reader that does not know the type may skip the section */
 
 struct gs_fmt_section {
@@ -170,7 +224,14 @@ struct gs_fmt_allocation {
  * only gs_image_open_partial opens an image with such chunks
  */
 #define GS_CHUNK_F_ELSEWHERE 0x8u
-#define GS_CHUNK_F_KNOWN (GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE)
+/*
+ * version 2: the bytes are in the chunk store the image names (struct
+ * gs_fmt_store), in the object named by the record's fingerprint, crc32c and
+ * length; nothing stored in the image (FORMAT.md 4.12)
+ */
+#define GS_CHUNK_F_STORED 0x10u
+#define GS_CHUNK_F_KNOWN \
+	(GS_CHUNK_F_ZERO | GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE | GS_CHUNK_F_STORED)
 
 /* Compression codecs of a chunk (version 2). */
 enum gs_fmt_codec {
@@ -220,6 +281,14 @@ struct gs_fmt_parent {
 	uint32_t manifest_crc32c; /* the parent manifest trailer's crc32c: that exact manifest */
 	uint32_t flags;           /* none defined: must be 0 */
 	struct gs_fmt_ref path;   /* string: absolute, or relative to the directory that holds this image's directory */
+};
+
+/* The chunk store an image's STORED chunks are in (FORMAT.md 4.12). */
+struct gs_fmt_store {
+	uint8_t store_id[16];   /* the store's id (its store.img): another store at that path is refused */
+	uint32_t flags;         /* none defined: must be 0 */
+	uint32_t reserved;
+	struct gs_fmt_ref path; /* string: absolute, or relative to the directory that holds this image's directory */
 };
 
 struct gs_fmt_metadata {
@@ -293,10 +362,62 @@ _Static_assert(offsetof(struct gs_fmt_chunk, fp_lo) == GS_FMT_CHUNK_STORED_SIZE,
 _Static_assert(offsetof(struct gs_fmt_chunk, stored_length) == GS_FMT_CHUNK_V1_SIZE, "version 1 chunk record prefix");
 _Static_assert(sizeof(struct gs_fmt_metadata) == 32, "metadata record layout");
 _Static_assert(sizeof(struct gs_fmt_parent) == 40, "parent record layout");
+_Static_assert(sizeof(struct gs_fmt_store) == 40, "store record layout");
 _Static_assert(sizeof(struct gs_fmt_manifest_trailer) == 16, "trailer layout");
 _Static_assert(sizeof(struct gs_fmt_data_header) == 64, "data header layout");
 _Static_assert(offsetof(struct gs_fmt_data_header, crc32c) == 60, "data header crc position");
 _Static_assert(sizeof(struct gs_fmt_cpu_list_header) == 64, "cpu list header layout");
 _Static_assert(sizeof(struct gs_fmt_cpu_piece) == 48, "cpu piece record layout");
+
+/*
+ * A chunk store (FORMAT.md 4.12): a directory shared by images, holding
+ * store.img (its header: magic, version, id), lock (the gc lock), refs/ (one
+ * ref file per dump that used the store), tmp/ (objects being written) and
+ * objects/XX/ (the chunks, one file each, named by content: XX the first two
+ * hex digits of the name, which is GS_STORE_OBJECT_NAME_FMT). Its own
+ * version (GS_FMT_STORE_VERSION), same rules as GS_FMT_VERSION.
+ */
+#define GS_FMT_STORE_MAGIC "GPUSNAPS"
+#define GS_FMT_OBJECT_MAGIC "GPUSNAPO"
+#define GS_FMT_STORE_VERSION 1u
+#define GS_STORE_HEADER_NAME "store.img"
+#define GS_STORE_LOCK_NAME "lock"
+#define GS_STORE_REFS_DIR "refs"
+#define GS_STORE_TMP_DIR "tmp"
+#define GS_STORE_OBJECTS_DIR "objects"
+#define GS_STORE_REF_SUFFIX ".ref"
+/* fp_hi, fp_lo (16 hex digits each), crc32c (8), length (hex, no leading zeros) */
+#define GS_STORE_OBJECT_NAME_FMT "%016" PRIx64 "%016" PRIx64 "-%08" PRIx32 "-%" PRIx64
+#define GS_STORE_OBJECT_NAME_MAX 64 /* 32 + 1 + 8 + 1 + 16 + NUL, with room */
+
+struct gs_fmt_store_header {
+	char magic[8];        /* GS_FMT_STORE_MAGIC */
+	uint32_t version;     /* GS_FMT_STORE_VERSION */
+	uint32_t header_size; /* sizeof(struct gs_fmt_store_header) as written */
+	uint8_t store_id[16]; /* random, made when the store is created; images record it */
+	uint32_t flags;       /* none defined: must be 0 */
+	uint8_t reserved[8];
+	uint32_t crc32c;      /* CRC-32C of the bytes before this field */
+};
+
+/* First bytes of every object; the payload (stored_length bytes) follows at header_size. */
+struct gs_fmt_object_header {
+	char magic[8];          /* GS_FMT_OBJECT_MAGIC */
+	uint32_t version;       /* GS_FMT_STORE_VERSION */
+	uint32_t header_size;   /* sizeof(struct gs_fmt_object_header) as written: where the payload starts */
+	uint64_t length;        /* the chunk's bytes (uncompressed), > 0 */
+	uint64_t stored_length; /* payload bytes: length unless codec is not NONE */
+	uint64_t fp_lo, fp_hi;  /* the chunk's fingerprint (FORMAT.md 4.8.2), not 0, 0 */
+	uint32_t crc32c;        /* CRC-32C of the length bytes */
+	uint32_t stored_crc32c; /* CRC-32C of the payload: crc32c unless compressed */
+	uint8_t codec;          /* enum gs_fmt_codec, as a chunk record's */
+	uint8_t transform;      /* enum gs_fmt_transform */
+	uint16_t reserved;
+	uint32_t header_crc32c; /* CRC-32C of the bytes before this field */
+};
+_Static_assert(sizeof(struct gs_fmt_store_header) == 48, "store header layout");
+_Static_assert(offsetof(struct gs_fmt_store_header, crc32c) == 44, "store header crc position");
+_Static_assert(sizeof(struct gs_fmt_object_header) == 64, "object header layout");
+_Static_assert(offsetof(struct gs_fmt_object_header, header_crc32c) == 60, "object header crc position");
 
 #endif

@@ -88,6 +88,12 @@ struct gs_image_parent {
 	const char *path; /* as recorded: absolute, or relative to the directory holding the image's directory */
 };
 
+/* The chunk store an image's STORED chunks are in (FORMAT.md 4.12; image/store.h). */
+struct gs_image_store {
+	uint8_t store_id[16];
+	const char *path; /* as recorded: absolute, or relative to the directory holding the image's directory */
+};
+
 struct gs_image_info {
 	uint32_t format_version;
 	uint8_t image_id[16];
@@ -104,6 +110,7 @@ struct gs_image_info {
 /* ------------------------------------------------------------------ writer */
 
 struct gs_image_writer;
+struct gs_store;
 
 struct gs_image_writer_opts {
 	int32_t source_pid;          /* the dumped process (0 if none) */
@@ -136,6 +143,17 @@ struct gs_image_writer_opts {
 	 * (gs_image_write_parent_chunk) are in, copied; NULL: a full image.
 	 */
 	const struct gs_image_parent *parent;
+	/*
+	 * An image whose chunks go into a chunk store (image/store.h, format
+	 * version 2): every stored (non-ZERO) chunk becomes an object there
+	 * (written where the store lacks it, reused where it has it; the store
+	 * handle holds the dump's ref) and a STORED record here; store_rec is
+	 * the store's path as the image records it (absolute, or relative to
+	 * the directory holding DIR). Not owned: the caller closes it after
+	 * the seal. NULL: a self-contained image.
+	 */
+	struct gs_store *store;
+	const char *store_rec;
 };
 
 /*
@@ -191,6 +209,20 @@ int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, ui
  * GS_E_FAILURE once a chunk was written.
  */
 int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_parent *parent, struct gs_err *err);
+/*
+ * Records [offset, offset+len) of a writer into a store (opts->store) as the
+ * store's object for (crc32c, fp, len), which the caller claimed in the
+ * store (gs_store_claim: the dump's ref lists it, and it is there): nothing
+ * is written. The chunk's bytes never crossed PCIe.
+ */
+int gs_image_write_stored_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				uint32_t crc32c, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err);
+/*
+ * Makes w write into the chunk store s (as opts->store, rec as
+ * opts->store_rec) after it was opened without one, before its first
+ * chunk: GS_E_FAILURE once a chunk was written.
+ */
+int gs_image_writer_set_store(struct gs_image_writer *w, struct gs_store *s, const char *rec, struct gs_err *err);
 /* Records [offset, offset+len) as all zero without looking at any data (the caller knows, e.g. from the GPU). */
 int gs_image_write_zero_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
 			      struct gs_err *err);
@@ -223,6 +255,8 @@ struct gs_image_writer_stats {
 	uint64_t data_bytes;       /* the uncompressed bytes of the stored (non-ZERO) chunks */
 	uint64_t compressed_chunks;
 	uint64_t parent_chunks, parent_bytes; /* PARENT chunks: in the parent image, not written */
+	uint64_t store_chunks, store_bytes;   /* STORED chunks (opts->store): their uncompressed bytes */
+	uint64_t store_new_objects;           /* of those, objects this writer wrote (the others were there) */
 	uint64_t direct_bytes;     /* of those, written with O_DIRECT */
 	uint32_t data_files;
 };
@@ -505,6 +539,12 @@ void gs_image_set_verify_fingerprints(struct gs_image *img, bool on);
  * image's PARENT chunks go there. NULL for a full image.
  */
 const struct gs_image *gs_image_parent(const struct gs_image *img);
+/*
+ * The chunk store of an image with STORED chunks (FORMAT.md 4.12), opened
+ * and checked by gs_image_open: its path as found (the record resolved);
+ * NULL for an image without one. Reads of STORED chunks go there.
+ */
+const char *gs_image_store_path(const struct gs_image *img);
 /* The CRC-32C in the image's manifest trailer: what an incremental image records of its parent. */
 uint32_t gs_image_manifest_crc32c(const struct gs_image *img);
 
@@ -519,6 +559,7 @@ struct gs_image_totals {
 	uint64_t compressed_chunks;
 	uint64_t fingerprinted;   /* stored chunks whose record holds a fingerprint */
 	uint64_t parent_chunks, parent_bytes; /* PARENT chunks: their bytes are in the parent image */
+	uint64_t store_chunks, store_bytes;   /* STORED chunks: their bytes are in the chunk store */
 	uint64_t data_file_bytes; /* sum of data file sizes */
 };
 void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t);

@@ -46,6 +46,10 @@ void gs_image_totals(const struct gs_image *img, struct gs_image_totals *t)
 		} else if (c->flags & GS_CHUNK_F_PARENT) {
 			t->parent_chunks++;
 			t->parent_bytes += c->length;
+		} else if (c->flags & GS_CHUNK_F_STORED) {
+			t->store_chunks++;
+			t->store_bytes += c->length;
+			t->fingerprinted++;
 		} else {
 			t->stored_bytes += c->stored_length;
 			t->data_bytes += c->length;
@@ -207,6 +211,18 @@ void gs_image_describe_json(const struct gs_image *img, struct gs_json *j)
 		gs_json_null(j);
 	}
 
+	/* an image whose chunks are in a chunk store (dump --store) */
+	gs_json_key(j, "store");
+	if (gs_image_store_path(img)) {
+		gs_json_object_begin(j);
+		gs_json_kv_string(j, "path", gs_image_store_path(img));
+		gs_json_kv_uint(j, "chunks", t.store_chunks);
+		gs_json_kv_uint(j, "bytes", t.store_bytes);
+		gs_json_object_end(j);
+	} else {
+		gs_json_null(j);
+	}
+
 	gs_json_key(j, "data_files");
 	gs_json_array_begin(j);
 	for (size_t i = 0; i < gs_image_data_file_count(img); i++) {
@@ -289,6 +305,10 @@ void gs_image_describe_text(const struct gs_image *img, FILE *out)
 			gs_printable(a, sizeof(a), gs_image_path(gs_image_parent(img))), depth, depth == 1 ? "" : "s",
 			t.parent_chunks, gs_format_bytes(t.parent_bytes, c, sizeof(c)));
 	}
+	if (gs_image_store_path(img))
+		fprintf(out, "store        %s: %" PRIu64 " chunks, %s not stored here\n",
+			gs_printable(a, sizeof(a), gs_image_store_path(img)), t.store_chunks,
+			gs_format_bytes(t.store_bytes, c, sizeof(c)));
 	if (t.compressed_chunks)
 		fprintf(out, "compression  %s, %" PRIu64 " of %" PRIu64 " stored chunks: %s in %s, ratio %.2f\n",
 			image_codec(img), t.compressed_chunks, t.chunks - t.zero_chunks,

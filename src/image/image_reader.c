@@ -39,6 +39,7 @@
 #include "image/image_fs.h"
 #include "image/image_tmp.h"
 #include "image/manifest.h"
+#include "image/store.h"
 
 #define VERIFY_PIECE (8 * GS_MiB) /* read size of gs_image_verify; chunks are checked piece by piece */
 #define MAX_IO (1ULL << 30)
@@ -63,6 +64,8 @@ struct gs_image {
 	atomic_bool direct_io;
 	bool verify_fp;              /* gs_image_verify checks fingerprints too */
 	struct gs_image *parent;     /* an incremental image's parent, opened and checked with it (its chain) */
+	struct gs_store *store;      /* the chunk store of its STORED chunks, opened and checked with it */
+	char *store_path;            /* where that store was found (the record resolved) */
 	bool cpu_listed;             /* cpu-files.img lists cpu/'s files (else: an image from before the list) */
 	struct gs_cpu_list cpu_list; /* its contents */
 };
@@ -363,6 +366,66 @@ static int open_parent(struct gs_image *img, struct chain *ch, struct gs_err *er
 	return 0;
 }
 
+/* A path an image records (parent, store): absolute, or relative to the directory holding img's directory. */
+static int resolve_recorded(const struct gs_image *img, const char *rec, char *path, size_t n)
+{
+	if (rec[0] == '/')
+		return (size_t)snprintf(path, n, "%s", rec) >= n ? -1 : 0;
+	/* the directory holding img's: through "..", which also resolves a /proc/self/fd/N/. the agent is given */
+	char up[PATH_MAX], base[PATH_MAX];
+	snprintf(up, sizeof(up), "%s/..", img->path);
+	if (!realpath(up, base))
+		snprintf(base, sizeof(base), "%s", up);
+	return (size_t)snprintf(path, n, "%s/%s", strcmp(base, "/") ? base : "", rec) >= n ? -1 : 0;
+}
+
+static struct gs_store_object chunk_object(const struct gs_image_chunk *c)
+{
+	return (struct gs_store_object){ .length = c->length, .crc32c = c->crc32c, .fp_lo = c->fp_lo, .fp_hi = c->fp_hi };
+}
+
+/*
+ * Opens img's chunk store (FORMAT.md 4.12): there, trusted, the store the
+ * image was written into (its id), and holding an object that agrees with
+ * every STORED chunk's record. A missing or damaged object is named with
+ * its chunk, before any data is used.
+ */
+static int open_store(struct gs_image *img, struct gs_err *err)
+{
+	char path[PATH_MAX];
+	if (resolve_recorded(img, img->m.store.path, path, sizeof(path)))
+		return gs_fail(err, GS_E_IMAGE, "image '%s': the path of its chunk store '%s' is too long", img->path,
+			       img->m.store.path);
+	int rc = gs_store_open(path, false, &img->store, err);
+	if (rc) {
+		gs_err_wrap(err, "image '%s': its chunk store", img->path);
+		return rc;
+	}
+	if (!(img->store_path = strdup(path)))
+		return gs_image_oom(err, "an image's store");
+	if (memcmp(gs_store_id(img->store), img->m.store.store_id, 16))
+		return gs_fail(err, GS_E_IMAGE, "image '%s': '%s' is another chunk store than the one it was written into "
+			       "(its id differs)", img->path, path);
+	for (size_t k = 0; k < img->m.nchunks; k++) {
+		const struct gs_image_chunk *c = &img->m.chunks[k];
+		if (!(c->flags & GS_CHUNK_F_STORED))
+			continue;
+		struct gs_store_object want = chunk_object(c);
+		char obj[PATH_MAX];
+		if ((rc = gs_store_check_object(img->store, &want, obj, sizeof(obj), err))) {
+			gs_err_wrap(err, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ")", img->path, k,
+				    c->alloc_id, c->offset);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+const char *gs_image_store_path(const struct gs_image *img)
+{
+	return img->store_path;
+}
+
 int gs_image_open_held(const char *dir, struct gs_image **imgp, struct gs_err *err)
 {
 	/* each round a publish replaced the image between the open and the lock: the new one is opened */
@@ -446,6 +509,8 @@ static int image_open(const char *dir, bool hold, struct chain *ch, struct gs_im
 		}
 	if (ch->n < GS_FMT_CHAIN_MAX)
 		memcpy(ch->ids[ch->n++], img->m.info.image_id, 16);
+	if (img->m.has_store && (rc = open_store(img, err)))
+		goto fail;
 	if (img->m.has_parent && (rc = open_parent(img, ch, err)))
 		goto fail;
 	*imgp = img;
@@ -474,6 +539,8 @@ void gs_image_close(struct gs_image *img)
 		close(img->cpu_fd);
 	gs_cpu_list_free(&img->cpu_list);
 	gs_image_close(img->parent);
+	gs_store_close(img->store);
+	free(img->store_path);
 	gs_manifest_free(&img->m);
 	free(img->path);
 	free(img);
@@ -715,6 +782,14 @@ int gs_image_read_chunk(struct gs_image *img, size_t i, void *buf, struct gs_err
 		return read_compressed(img, i, buf, err);
 	if (c->flags & GS_CHUNK_F_PARENT) /* checked at open to be that chunk: same length, checksum, fingerprint */
 		return gs_image_read_chunk(img->parent, c->file_offset, buf, err);
+	if (c->flags & GS_CHUNK_F_STORED) {
+		struct gs_store_object want = chunk_object(c);
+		int rc = gs_store_read_object(img->store, &want, buf, err);
+		if (rc)
+			gs_err_wrap(err, "image '%s': chunk %zu (allocation %" PRIu64 ", offset %" PRIu64 ")", img->path, i,
+				    c->alloc_id, c->offset);
+		return rc;
+	}
 	/*
 	 * Piece by piece: each piece is checksummed right after it lands, while
 	 * it is still in the CPU's cache, instead of a second pass over the whole
@@ -768,12 +843,12 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 		return 0;
 	bool fp = img->verify_fp && (c->fp_lo || c->fp_hi);
 	struct gs_fp_sums sums = { 0, 0 };
-	if (c->flags & GS_CHUNK_F_PARENT) {
-		/* the parent's bytes, through the chain, checked as the parent's chunk (and its fingerprint, ours) */
+	if (c->flags & (GS_CHUNK_F_PARENT | GS_CHUNK_F_STORED)) {
+		/* the parent's bytes through the chain, or the store's object, checked as gs_image_read_chunk checks them */
 		void *out = NULL;
 		if (posix_memalign(&out, GS_FMT_ALIGN, gs_round_up(c->length, GS_FMT_ALIGN)))
 			return gs_image_oom(err, "verifying a parent chunk");
-		int rc = gs_image_read_chunk(img->parent, c->file_offset, out, err);
+		int rc = gs_image_read_chunk(img, i, out, err);
 		if (!rc && fp)
 			gs_fp_add(&sums, out, c->length, 0);
 		free(out);

@@ -40,12 +40,14 @@
 #include "common/proc.h"
 #include "common/printable.h"
 #include "common/util.h"
+#include "core/fingerprint.h"
 #include "image/codec.h"
 #include "image/cpu_list.h"
 #include "image/crc32c.h"
 #include "image/image_fs.h"
 #include "image/image_tmp.h"
 #include "image/manifest.h"
+#include "image/store.h"
 
 #ifndef GPUSNAP_VERSION
 #define GPUSNAP_VERSION "unknown"
@@ -76,6 +78,8 @@ struct gs_image_writer {
 	bool has_parent;             /* an incremental image: parent (path owned) */
 	bool partial;                /* a partial image: ELSEWHERE chunks allowed (gs_image_writer_set_partial) */
 	struct gs_image_parent parent;
+	struct gs_store *store;      /* chunks go into this chunk store (not owned); store_rec owned */
+	struct gs_image_store store_rec;
 
 	struct data_file **files;
 	size_t nfiles, cap_files;
@@ -99,6 +103,8 @@ struct gs_image_writer {
 	atomic_uint_fast64_t payload_bytes, direct_bytes, data_bytes, compressed_chunks;
 	uint64_t zero_chunks, zero_bytes;
 	uint64_t parent_chunks, parent_bytes;
+	uint64_t store_chunks, store_bytes;
+	atomic_uint_fast64_t store_new_objects;
 };
 
 /* -------------------------------------------------------------- helpers */
@@ -164,6 +170,14 @@ static int get_failed_locked(struct gs_image_writer *w, struct gs_err *err)
 	if (err)
 		*err = w->failure;
 	return w->failed;
+}
+
+static int get_failed(struct gs_image_writer *w, struct gs_err *err)
+{
+	pthread_mutex_lock(&w->lock);
+	int rc = w->failed ? get_failed_locked(w, err) : 0;
+	pthread_mutex_unlock(&w->lock);
+	return rc;
 }
 
 static uint64_t hash_id(uint64_t x)
@@ -257,6 +271,7 @@ static void writer_free(struct gs_image_writer *w)
 	free((char *)w->info.source_comm);
 	free((char *)w->info.how);
 	free((char *)w->parent.path);
+	free((char *)w->store_rec.path);
 	if (w->tmp_fd >= 0)
 		close(w->tmp_fd);
 	free(w->dir);
@@ -305,6 +320,8 @@ static int writer_new(const char *tmp_path, const char *dir, const struct gs_ima
 	/* the lowest version that holds the image: older readers read every image written without compression */
 	w->info.format_version = w->compress.codec != GS_CODEC_NONE ? GS_FMT_VERSION_COMPRESS : 1;
 	if (opts->parent && (rc = gs_image_writer_set_parent(w, opts->parent, err)))
+		goto fail;
+	if (opts->store && (rc = gs_image_writer_set_store(w, opts->store, opts->store_rec, err)))
 		goto fail;
 	gs_image_random_id(w->info.image_id);
 	w->info.created_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
@@ -517,7 +534,10 @@ void gs_image_writer_stats(struct gs_image_writer *w, struct gs_image_writer_sta
 	st->data_files = (uint32_t)w->nfiles;
 	st->parent_chunks = w->parent_chunks;
 	st->parent_bytes = w->parent_bytes;
+	st->store_chunks = w->store_chunks;
+	st->store_bytes = w->store_bytes;
 	pthread_mutex_unlock(&w->lock);
+	st->store_new_objects = atomic_load(&w->store_new_objects);
 	st->payload_bytes = atomic_load(&w->payload_bytes);
 	st->direct_bytes = atomic_load(&w->direct_bytes);
 	st->data_bytes = atomic_load(&w->data_bytes);
@@ -668,6 +688,31 @@ static int write_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t of
 	bool compressed = !zero && w->compress.codec != GS_CODEC_NONE &&
 			  gs_chunk_compress(&w->compress, data, len, &stored, &stored_len, &transform) == 1;
 	uint32_t stored_crc = compressed ? gs_crc32c(0, stored, stored_len) : crc;
+	if (!zero && w->store) {
+		/* the object, named by content, written unless the store has it; then a record naming it */
+		if (!fp_lo && !fp_hi) {
+			struct gs_fp f = gs_fp_of(data, len);
+			fp_lo = f.lo;
+			fp_hi = f.hi;
+		}
+		struct gs_store_object o = { .length = len, .stored_length = stored_len, .fp_lo = fp_lo, .fp_hi = fp_hi,
+					     .crc32c = crc, .stored_crc32c = stored_crc,
+					     .codec = compressed ? w->compress.codec : GS_CODEC_NONE,
+					     .transform = compressed ? transform : 0 };
+		bool created = false;
+		int prc = get_failed(w, err);
+		if (!prc)
+			prc = gs_store_put(w->store, &o, stored, &created, err);
+		if (prc)
+			return set_failed(w, err, prc);
+		if (created) {
+			atomic_fetch_add(&w->store_new_objects, 1);
+			atomic_fetch_add(&w->payload_bytes, stored_len);
+			if (compressed)
+				atomic_fetch_add(&w->compressed_chunks, 1);
+		}
+		return gs_image_write_stored_chunk(w, alloc_id, offset, len, crc, fp_lo, fp_hi, err);
+	}
 
 	struct data_file *f = NULL;
 	uint64_t file_offset = 0;
@@ -769,6 +814,8 @@ int gs_image_writer_set_parent(struct gs_image_writer *w, const struct gs_image_
 	pthread_mutex_lock(&w->lock);
 	if (w->nchunks || w->nfiles) {
 		rc = gs_fail(err, GS_E_FAILURE, "an image's parent is set before its first chunk");
+	} else if (w->store) {
+		rc = gs_fail(err, GS_E_USAGE, "an image is either incremental or written into a chunk store, not both");
 	} else {
 		free((char *)w->parent.path);
 		w->has_parent = true;
@@ -824,6 +871,58 @@ int gs_image_write_parent_chunk(struct gs_image_writer *w, uint64_t alloc_id, ui
 		w->parent_bytes += len;
 	}
 	pthread_mutex_unlock(&w->lock);
+	return rc;
+}
+
+int gs_image_writer_set_store(struct gs_image_writer *w, struct gs_store *st, const char *rec, struct gs_err *err)
+{
+	if (!rec)
+		rec = gs_store_path(st);
+	if (!*rec || strlen(rec) > GS_FMT_STRING_MAX)
+		return gs_fail(err, GS_E_USAGE, "the chunk store's path is empty or longer than %u bytes", GS_FMT_STRING_MAX);
+	char *path = strdup(rec);
+	if (!path)
+		return gs_image_oom(err, "store");
+	int rc = 0;
+	pthread_mutex_lock(&w->lock);
+	if (w->nchunks || w->nfiles)
+		rc = gs_fail(err, GS_E_FAILURE, "an image's chunk store is set before its first chunk");
+	else if (w->has_parent)
+		rc = gs_fail(err, GS_E_USAGE, "an image is either incremental or written into a chunk store, not both");
+	if (!rc) {
+		free((char *)w->store_rec.path);
+		w->store_rec.path = path;
+		path = NULL;
+		memcpy(w->store_rec.store_id, gs_store_id(st), 16);
+		w->store = st;
+		w->info.format_version = GS_FMT_VERSION_STORE;
+	}
+	pthread_mutex_unlock(&w->lock);
+	free(path);
+	return rc;
+}
+
+int gs_image_write_stored_chunk(struct gs_image_writer *w, uint64_t alloc_id, uint64_t offset, uint64_t len,
+				uint32_t crc32c, uint64_t fp_lo, uint64_t fp_hi, struct gs_err *err)
+{
+	if (!w->store)
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": a stored chunk in an image without a chunk store",
+			       alloc_id);
+	if (len == 0 || len > GS_FMT_CHUNK_DATA_MAX || (!fp_lo && !fp_hi))
+		return gs_fail(err, GS_E_FAILURE, "allocation %" PRIu64 ": stored chunk at %" PRIu64 " of %" PRIu64
+			       " bytes without a fingerprint or of a bad length", alloc_id, offset, len);
+	pthread_mutex_lock(&w->lock);
+	int rc = add_dataless_chunk_locked(w, &(struct gs_image_chunk){ .alloc_id = alloc_id, .offset = offset, .length = len,
+									 .flags = GS_CHUNK_F_STORED, .crc32c = crc32c,
+									 .fp_lo = fp_lo, .fp_hi = fp_hi },
+					   "stored chunk", "", err);
+	if (!rc) {
+		w->store_chunks++;
+		w->store_bytes += len;
+	}
+	pthread_mutex_unlock(&w->lock);
+	if (!rc)
+		atomic_fetch_add(&w->data_bytes, len);
 	return rc;
 }
 
@@ -915,6 +1014,8 @@ static int build_manifest(struct gs_image_writer *w, struct gs_manifest *m, stru
 	m->nmeta = w->nmeta;
 	m->has_parent = w->has_parent;
 	m->parent = w->parent;
+	m->has_store = w->store != NULL;
+	m->store = w->store_rec;
 	int rc = gs_manifest_validate(m, err);
 	if (rc) {
 		gs_err_wrap(err, "refusing to commit an inconsistent image");
@@ -977,6 +1078,9 @@ static int seal(struct gs_image_writer *w, struct gs_err *err)
 	if (!files)
 		return gs_image_oom(err, "manifest");
 	struct gs_manifest m;
+	/* the store's objects durable before a manifest names them (FORMAT.md 9.1) */
+	if (w->store && (rc = gs_store_sync(w->store, err)))
+		return set_failed(w, err, rc);
 	if (!(rc = build_manifest(w, &m, files, err)) && !(rc = sync_data_files(w, err))) {
 		rc = write_manifest(w, &m, err);
 		if (!rc && fsync(w->tmp_fd) < 0)

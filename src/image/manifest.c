@@ -131,7 +131,7 @@ static struct gs_fmt_ref put_blob(struct heap_writer *h, const void *p, size_t n
 /* Section order in the file; the heap goes last so records are written before the strings they point to. */
 static const uint32_t encode_order[] = {
 	GS_SEC_INFO, GS_SEC_DATA_FILES, GS_SEC_GPUS, GS_SEC_ALLOCATIONS, GS_SEC_CHUNKS, GS_SEC_METADATA, GS_SEC_PARENT,
-	GS_SEC_HEAP,
+	GS_SEC_STORE, GS_SEC_HEAP,
 };
 
 /* a * b + *total, failing past GS_FMT_MANIFEST_MAX (so nothing below can overflow). */
@@ -159,12 +159,14 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		over |= add_bytes(&heap, 1, str_cost(m->meta[i].key) + str_cost(m->meta[i].value));
 	if (m->has_parent)
 		over |= add_bytes(&heap, 1, str_cost(m->parent.path));
-	/* the parent section only in an incremental image (version 2); the others always */
-	const size_t nsections = GS_ARRAY_SIZE(encode_order) - (m->has_parent ? 0 : 1);
+	if (m->has_store)
+		over |= add_bytes(&heap, 1, str_cost(m->store.path));
+	/* the parent section only in an incremental image, the store's in a stored one (version 2); the others always */
 	uint32_t order[GS_ARRAY_SIZE(encode_order)];
-	for (size_t i = 0, o = 0; i < GS_ARRAY_SIZE(encode_order); i++)
-		if (encode_order[i] != GS_SEC_PARENT || m->has_parent)
-			order[o++] = encode_order[i];
+	size_t nsections = 0;
+	for (size_t i = 0; i < GS_ARRAY_SIZE(encode_order); i++)
+		if ((encode_order[i] != GS_SEC_PARENT || m->has_parent) && (encode_order[i] != GS_SEC_STORE || m->has_store))
+			order[nsections++] = encode_order[i];
 
 	uint64_t length[GS_SEC_TYPE_MAX + 1] = { 0 };
 	uint32_t entry[GS_SEC_TYPE_MAX + 1] = { 0 };
@@ -185,6 +187,8 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 	over |= add_bytes(&length[GS_SEC_METADATA], m->nmeta, sizeof(struct gs_fmt_metadata));
 	entry[GS_SEC_PARENT] = sizeof(struct gs_fmt_parent);
 	length[GS_SEC_PARENT] = m->has_parent ? sizeof(struct gs_fmt_parent) : 0;
+	entry[GS_SEC_STORE] = sizeof(struct gs_fmt_store);
+	length[GS_SEC_STORE] = m->has_store ? sizeof(struct gs_fmt_store) : 0;
 	length[GS_SEC_HEAP] = heap;
 
 	uint64_t offset[GS_SEC_TYPE_MAX + 1] = { 0 };
@@ -268,7 +272,7 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 			r.stored_crc32c = c->stored_crc32c;
 			r.codec = c->codec;
 			r.transform = c->transform;
-		} else if (!(c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE))) {
+		} else if (!(c->flags & (GS_CHUNK_F_ZERO | GS_CHUNK_F_PARENT | GS_CHUNK_F_ELSEWHERE | GS_CHUNK_F_STORED))) {
 			r.stored_length = c->length;
 			r.stored_crc32c = c->crc32c;
 		}
@@ -290,6 +294,12 @@ int gs_manifest_encode(const struct gs_manifest *m, void **bufp, size_t *lenp, s
 		memcpy(r.image_id, m->parent.image_id, 16);
 		r.path = put_string(&hw, m->parent.path);
 		memcpy(buf + offset[GS_SEC_PARENT], &r, sizeof(r));
+	}
+	if (m->has_store) {
+		struct gs_fmt_store r = { .flags = 0 };
+		memcpy(r.store_id, m->store.store_id, 16);
+		r.path = put_string(&hw, m->store.path);
+		memcpy(buf + offset[GS_SEC_STORE], &r, sizeof(r));
 	}
 
 	struct gs_fmt_manifest_trailer tr = { 0 };
@@ -340,6 +350,7 @@ static const char *section_name(uint32_t type)
 	case GS_SEC_CHUNKS: return "chunks";
 	case GS_SEC_METADATA: return "metadata";
 	case GS_SEC_PARENT: return "parent";
+	case GS_SEC_STORE: return "store";
 	default: return "unknown";
 	}
 }
@@ -430,8 +441,8 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 
 	struct gs_fmt_section sec[GS_SEC_TYPE_MAX + 1];
 	bool have[GS_SEC_TYPE_MAX + 1] = { false };
-	/* the section types this version has: version 1's seven, version 2 the parent section too */
-	const uint32_t type_max = h.version >= GS_FMT_VERSION_PARENT ? GS_SEC_PARENT : GS_SEC_METADATA;
+	/* the section types this version has: version 1's seven, version 2 the parent and store sections too */
+	const uint32_t type_max = h.version >= GS_FMT_VERSION_PARENT ? GS_SEC_STORE : GS_SEC_METADATA;
 	for (uint32_t i = 0; i < h.section_count; i++) {
 		struct gs_fmt_section s;
 		memcpy(&s, buf + h.section_table_offset + (uint64_t)i * h.section_entry_size, sizeof(s));
@@ -453,7 +464,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		have[s.type] = true;
 		sec[s.type] = s;
 	}
-	for (uint32_t t = GS_SEC_INFO; t <= GS_SEC_METADATA; t++) /* the parent section is the only optional one */
+	for (uint32_t t = GS_SEC_INFO; t <= GS_SEC_METADATA; t++) /* the parent and store sections are not always there */
 		if (!have[t])
 			return gs_fail(err, GS_E_IMAGE, "manifest section '%s' is missing", section_name(t));
 
@@ -573,7 +584,7 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 				       "fingerprint", i, r.alloc_id, r.offset);
 		c->fp_lo = r.fp_lo;
 		c->fp_hi = r.fp_hi;
-		if (r.flags & (GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT)) { /* as recorded: validate checks them */
+		if (r.flags & (GS_CHUNK_F_COMPRESSED | GS_CHUNK_F_PARENT | GS_CHUNK_F_STORED)) { /* as recorded: validate checks them */
 			c->stored_length = r.stored_length;
 			c->stored_crc32c = r.stored_crc32c;
 			c->codec = r.codec;
@@ -624,6 +635,20 @@ static int parse(unsigned char *buf, size_t len, struct gs_manifest *m, struct g
 		m->parent.path = get_string(&heap, r.path, GS_FMT_STRING_MAX);
 		if (!m->parent.path || !*m->parent.path)
 			return gs_fail(err, GS_E_IMAGE, "manifest parent record has an invalid path");
+	}
+
+	/* store (an image whose chunks are in a chunk store) */
+	if (have[GS_SEC_STORE]) {
+		struct gs_fmt_store r;
+		if ((rc = one_record(buf, &sec[GS_SEC_STORE], "store", &r, sizeof(r), err)))
+			return rc;
+		if (r.flags)
+			return gs_fail(err, GS_E_IMAGE, "manifest store record has unknown flags 0x%" PRIx32, r.flags);
+		m->has_store = true;
+		memcpy(m->store.store_id, r.store_id, 16);
+		m->store.path = get_string(&heap, r.path, GS_FMT_STRING_MAX);
+		if (!m->store.path || !*m->store.path)
+			return gs_fail(err, GS_E_IMAGE, "manifest store record has an invalid path");
 	}
 	return 0;
 }
@@ -705,8 +730,23 @@ static int validate_chunk(const struct gs_manifest *m, size_t ci, const struct g
 	if (c->flags & GS_CHUNK_F_ZERO) {
 		if (c->flags & GS_CHUNK_F_COMPRESSED)
 			return CHUNK_FAIL("both ZERO and COMPRESSED");
+		if (c->flags & (GS_CHUNK_F_PARENT | GS_CHUNK_F_STORED))
+			return CHUNK_FAIL("ZERO with other flags (0x%" PRIx32 ")", c->flags);
 		if (c->file_index || c->file_offset || c->crc32c)
 			return CHUNK_FAIL("a ZERO chunk with a file position or checksum");
+		return 0;
+	}
+	if (c->flags & GS_CHUNK_F_STORED) {
+		if (m->info.format_version < GS_FMT_VERSION_STORE || !m->has_store)
+			return CHUNK_FAIL("is in a chunk store the image does not name");
+		if (c->flags != GS_CHUNK_F_STORED)
+			return CHUNK_FAIL("STORED with other flags (0x%" PRIx32 ")", c->flags);
+		if (c->file_index || c->file_offset || c->stored_length || c->stored_crc32c || c->codec || c->transform)
+			return CHUNK_FAIL("a STORED chunk with a payload in the image");
+		if (!c->fp_lo && !c->fp_hi)
+			return CHUNK_FAIL("a STORED chunk without a fingerprint");
+		if (c->length > GS_FMT_CHUNK_DATA_MAX)
+			return CHUNK_FAIL("longer than the %llu MiB a stored chunk may be", GS_FMT_CHUNK_DATA_MAX / GS_MiB);
 		return 0;
 	}
 	if (c->flags & GS_CHUNK_F_PARENT) {

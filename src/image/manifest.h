@@ -32,6 +32,8 @@ struct gs_manifest {
 	size_t nmeta;
 	bool has_parent; /* an incremental image: parent is set (version 2) */
 	struct gs_image_parent parent;
+	bool has_store; /* an image with STORED chunks: store is set (version 2) */
+	struct gs_image_store store;
 	/* Set by validate: chunks of allocs[i] are [alloc_chunk_start[i], alloc_chunk_start[i + 1]). */
 	size_t *alloc_chunk_start;
 	/* Set by decode: the manifest bytes that strings and blobs point into. */

@@ -51,6 +51,11 @@ static void check_index(const struct gs_manifest *m)
 				/* its bytes are in the parent (file_offset: the parent's chunk index) */
 				FUZZ_ASSERT(m->has_parent && ch->file_index == 0 && ch->stored_length == 0);
 				FUZZ_ASSERT(ch->fp_lo || ch->fp_hi);
+			} else if (ch->flags & GS_CHUNK_F_STORED) {
+				/* its bytes are the store's object named by length, crc32c and fingerprint */
+				FUZZ_ASSERT(m->has_store && ch->flags == GS_CHUNK_F_STORED && ch->file_index == 0 &&
+					    ch->file_offset == 0 && ch->stored_length == 0 && ch->codec == 0);
+				FUZZ_ASSERT((ch->fp_lo || ch->fp_hi) && ch->length <= GS_FMT_CHUNK_DATA_MAX);
 			} else if (!(ch->flags & GS_CHUNK_F_ZERO)) {
 				FUZZ_ASSERT(ch->file_index < m->nfiles);
 				FUZZ_ASSERT(ch->file_offset >= GS_FMT_ALIGN && ch->file_offset % GS_FMT_ALIGN == 0);
@@ -114,6 +119,9 @@ static void check_round_trip(const struct gs_manifest *m)
 	FUZZ_ASSERT(!d.has_parent || (!memcmp(d.parent.image_id, m->parent.image_id, 16) &&
 				      d.parent.manifest_crc32c == m->parent.manifest_crc32c &&
 				      same_str(d.parent.path, m->parent.path)));
+	FUZZ_ASSERT(d.has_store == m->has_store);
+	FUZZ_ASSERT(!d.has_store || (!memcmp(d.store.store_id, m->store.store_id, 16) &&
+				     same_str(d.store.path, m->store.path)));
 	gs_manifest_free(&d);
 }
 

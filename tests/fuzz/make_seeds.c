@@ -22,6 +22,7 @@
 
 #include "core/protocol.h"
 #include "image/image.h"
+#include "image/store.h"
 #include "image/image_fs.h"
 #include "image/manifest.h"
 #include "image_test_util.h" /* tests/unit: the standard image */
@@ -245,6 +246,48 @@ fail:
 	return rc;
 }
 
+/*
+ * An image written into a chunk store (format version 2: a store section, STORED chunks) at
+ * store_dir: one chunk in the store, one ZERO. The fuzzer's directory holds the image alone, so the
+ * manifest's store record and STORED chunks are parsed and validated, and the store's absence is the
+ * refusal it reaches after that.
+ */
+static int write_stored_image(const char *dir, const char *store_dir, struct gs_err *err)
+{
+	struct gs_store *st;
+	char ref[64];
+	int rc = gs_store_open(store_dir, true, &st, err);
+	if (rc)
+		return rc;
+	if ((rc = gs_store_ref_create(st, dir, ref, sizeof(ref), err))) {
+		gs_store_close(st);
+		return rc;
+	}
+	struct gs_image_writer_opts o = { .source_pid = 4242, .source_comm = "python3", .how = "agent",
+					  .no_direct_io = true, .store = st, .store_rec = "store" };
+	struct gs_image_writer *w;
+	if ((rc = image_test_writer_open(dir, &o, &w, err))) {
+		gs_store_close(st);
+		return rc;
+	}
+	uint8_t data[4096];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 11 + 1);
+	struct gs_image_gpu g = { .index = 0, .name = "NVIDIA H200", .cc_major = 9, .total_memory = 141ULL << 30 };
+	struct gs_image_allocation a = { .id = 1, .va = 0x7f0000000000ULL, .size = 2 * sizeof(data),
+					 .kind = GS_ALLOC_KIND_DEVICE };
+	if ((rc = gs_image_writer_add_gpu(w, &g, err)) || (rc = gs_image_writer_add_allocation(w, &a, err)) ||
+	    (rc = gs_image_write_chunk(w, 1, 0, data, sizeof(data), err)) ||
+	    (rc = gs_image_write_zero_chunk(w, 1, sizeof(data), sizeof(data), err))) {
+		image_test_writer_abort(w);
+		gs_store_close(st);
+		return rc;
+	}
+	rc = image_test_writer_commit(w, err);
+	gs_store_close(st);
+	return rc;
+}
+
 static int write_empty_image(const char *dir, struct gs_err *err)
 {
 	struct gs_image_writer *w;
@@ -295,6 +338,11 @@ static void seed_images(void)
 	const char *incr = image_path("incremental");
 	check_written(write_incremental_image(incr, &err), "incremental image", &err);
 	seed_image(incr, "incremental", 0);
+	const char *stored = image_path("stored");
+	char store_dir[1024];
+	snprintf(store_dir, sizeof(store_dir), "%s/store", scratch_root);
+	check_written(write_stored_image(stored, store_dir, &err), "stored image", &err);
+	seed_image(stored, "stored", 0);
 	const char *empty = image_path("empty");
 	check_written(write_empty_image(empty, &err), "empty image", &err);
 	seed_image(empty, "empty", 0);

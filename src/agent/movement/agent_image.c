@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "core/copy_plan.h"
+#include "image/store.h"
 
 /* Opaque per-allocation bytes: what the agent needs beyond va and size to re-create a region. */
 struct region_blob {
@@ -208,6 +209,67 @@ out:
 		*refs = NULL;
 	}
 	gs_image_close(p);
+	return rc;
+}
+
+int gs_agent_image_store(struct gs_image_writer *w, const struct gs_agent_held *h, const struct gs_dump_opts *o,
+			 const uint8_t *zero, const struct gs_fp *fp, struct gs_store **store, uint64_t **refs,
+			 struct gs_msg *reply, struct gs_err *err)
+{
+	*store = NULL;
+	*refs = NULL;
+	if (!o->store)
+		return 0;
+	if (!o->store_ref)
+		return gs_fail(err, GS_E_USAGE, "a dump into a chunk store without its ref");
+	int rc = gs_store_open(o->store, false, store, err);
+	if (rc || (rc = gs_store_ref_attach(*store, o->store_ref, err)) ||
+	    (rc = gs_image_writer_set_store(w, *store, o->store_rec, err)))
+		return rc;
+	size_t n = h ? h->plan.nchunks : 0, found = 0;
+	uint64_t same = 0, bytes = 0;
+	*refs = calloc(n ? n : 1, sizeof(**refs));
+	char (*names)[GS_STORE_OBJECT_NAME_MAX] = calloc(n ? n : 1, sizeof(*names));
+	size_t *which = calloc(n ? n : 1, sizeof(*which));
+	bool *present = calloc(n ? n : 1, sizeof(*present));
+	if (!*refs || !names || !which || !present) {
+		rc = gs_fail(err, GS_E_AGENT, "out of memory");
+		goto out;
+	}
+	/* found by fingerprint and length: the CRC is in the object's name */
+	for (size_t k = 0; k < n; k++) {
+		const struct gs_copy_chunk *c = &h->plan.chunks[k];
+		uint32_t crc;
+		if ((zero && zero[k]) || !fp || gs_fp_none(fp[k]) || !gs_store_find(*store, fp[k].lo, fp[k].hi, c->size, &crc))
+			continue;
+		gs_store_object_name(fp[k].lo, fp[k].hi, crc, c->size, names[found]);
+		(*refs)[k] = (uint64_t)crc + 1;
+		which[found++] = k;
+	}
+	/* listed in the ref before they count as there: a gc from here on keeps them */
+	if (found && (rc = gs_store_claim(*store, found, names, present, err)))
+		goto out;
+	for (size_t i = 0; i < found; i++) {
+		size_t k = which[i];
+		if (!present[i]) { /* a gc took it between the find and the claim: copied after all */
+			(*refs)[k] = 0;
+			continue;
+		}
+		same++;
+		bytes += h->plan.chunks[k].size;
+	}
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "store_chunks", same);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "store_bytes", bytes);
+	pr_info("dump into the chunk store '%s': %llu of %zu chunks (%llu bytes) there already, not copied", o->store,
+		(unsigned long long)same, n, (unsigned long long)bytes);
+out:
+	free(names);
+	free(which);
+	free(present);
+	if (rc) {
+		free(*refs);
+		*refs = NULL;
+	}
 	return rc;
 }
 

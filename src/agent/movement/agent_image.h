@@ -46,6 +46,22 @@ struct gs_ring_parent_ref;
 int gs_agent_image_parent(struct gs_image_writer *w, const struct gs_agent_held *h, const struct gs_dump_opts *o,
 			  const uint8_t *zero, const struct gs_fp *fp, struct gs_ring_parent_ref **refs, struct gs_msg *reply,
 			  struct gs_err *err);
+/*
+ * A dump into a chunk store (o->store, dump --store; image/store.h): opens
+ * the store (*store, closed by the caller after w is sealed or aborted),
+ * attaches to the dump's ref the command made (o->store_ref), makes w write
+ * into it, and claims in it every chunk not in zero whose GPU fingerprint
+ * fp[k] and length name an object the store holds: its ref lists them
+ * before they are found there (gc keeps them), and refs[k] (h's plan
+ * order, calloc'd here) gets its CRC + 1. Such chunks are not copied
+ * (agent_ring.h, store_ref); the others are copied and written into the
+ * store by w where it lacks them. The chunks and bytes left in the store go
+ * to reply (store_chunks, store_bytes). Without o->store: nothing, NULLs.
+ */
+struct gs_store;
+int gs_agent_image_store(struct gs_image_writer *w, const struct gs_agent_held *h, const struct gs_dump_opts *o,
+			 const uint8_t *zero, const struct gs_fp *fp, struct gs_store **store, uint64_t **refs,
+			 struct gs_msg *reply, struct gs_err *err);
 /* Seals *w (consumed, set to NULL whatever the outcome), with its statistics taken before. */
 int gs_agent_image_seal(struct gs_image_writer **w, struct gs_image_writer_stats *st, struct gs_err *err);
 /* Opens the agent image at gpu_dir and checks that it holds exactly h's regions and plan (GS_E_IMAGE if not). */

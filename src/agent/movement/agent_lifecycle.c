@@ -38,6 +38,7 @@
 #include "image/codec.h"
 #include "common/util.h"
 #include "image/image.h"
+#include "image/store.h"
 
 #define DEFAULT_LEASE_S 60.0
 
@@ -831,6 +832,7 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 	lc_setup();
 	pthread_mutex_lock(&a->lock);
 	struct gs_image_writer *w = NULL;
+	struct gs_store *store = NULL;
 	int rc = leave_running(a, ": a streamed dump starts from a running process", timeout_s, false, reply, err);
 	if (rc)
 		goto out;
@@ -860,16 +862,28 @@ static int dump_running(struct gs_agent *a, const char *gpu_dir, const char *dir
 	struct gs_ring_parent_ref *pref = NULL;
 	rc = gs_agent_image_parent(w, h, o, known_zero, fp, &pref, reply, err);
 	end.parent_ref = pref;
+	/* dump --store: the chunks the store holds already stay there, uncopied (agent_image.h) */
+	uint64_t *sref = NULL;
+	if (!rc)
+		rc = gs_agent_image_store(w, h, o, known_zero, fp, &store, &sref, reply, err);
+	end.store_ref = sref;
 	if (!rc)
 		rc = h && h->plan.nchunks ? gs_ring_out(a, h, &end.end, NULL, gs_ring_image_threads(true), &rs, err) : 0;
+	free(sref);
 	free(pref);
 	free(fp);
 	free(known_zero);
 	if (rc)
 		goto fail;
 	struct gs_image_writer_stats st;
-	if ((rc = gs_agent_image_seal(&w, &st, err)))
+	rc = gs_agent_image_seal(&w, &st, err);
+	gs_store_close(store); /* after the seal: its objects are synced, the ref goes with the command's */
+	store = NULL;
+	if (rc)
 		goto fail;
+	if (o->store)
+		gs_msg_add_named_u64(reply, GS_F_COUNTER, "store_new_objects", st.store_new_objects);
+	gs_msg_add_named_u64(reply, GS_F_COUNTER, "copied_bytes", __atomic_load_n(&end.copied_bytes, __ATOMIC_RELAXED));
 	const char *rec = record_name(gpu_dir, dir_name);
 	if (h)
 		h->held_bytes = st.payload_bytes;
@@ -907,6 +921,7 @@ fail:
 	if (w)
 		gs_image_writer_abort(w); /* the command discards the directory */
 	w = NULL;
+	gs_store_close(store); /* objects it wrote stay: gc removes them once the command's ref is gone */
 	rc = fail_back(a, rc, reply, err);
 out:
 	pthread_mutex_unlock(&a->lock);

@@ -865,8 +865,12 @@ static int image_put(struct gs_ring_end *end, const struct gs_agent_held *h, siz
 	if (!buf && s->parent_ref && s->parent_ref[k].index1)
 		return gs_image_write_parent_chunk(s->w, c->region, off, c->size, s->parent_ref[k].index1 - 1,
 						   s->parent_ref[k].crc32c, s->fp[k].lo, s->fp[k].hi, e);
+	if (!buf && s->store_ref && s->store_ref[k])
+		return gs_image_write_stored_chunk(s->w, c->region, off, c->size, (uint32_t)(s->store_ref[k] - 1),
+						   s->fp[k].lo, s->fp[k].hi, e);
 	if (!buf)
 		return gs_image_write_zero_chunk(s->w, c->region, off, c->size, e);
+	__atomic_fetch_add(&s->copied_bytes, c->size, __ATOMIC_RELAXED);
 	struct gs_fp fp = s->fp ? s->fp[k] : (struct gs_fp){ 0, 0 };
 	if (gs_fp_none(fp))
 		fp = gs_fp_of(buf, c->size);
@@ -882,8 +886,9 @@ static int image_get(struct gs_ring_end *end, const struct gs_agent_held *h, siz
 static bool image_known_zero(struct gs_ring_end *end, size_t k)
 {
 	const struct gs_ring_image_end *s = (const struct gs_ring_image_end *)end;
-	/* nothing crosses PCIe for it: all zero on the GPU, or equal to the parent's chunk */
-	return (s->known_zero && s->known_zero[k]) || (s->parent_ref && s->parent_ref[k].index1);
+	/* nothing crosses PCIe for it: all zero on the GPU, equal to the parent's chunk, or in the chunk store */
+	return (s->known_zero && s->known_zero[k]) || (s->parent_ref && s->parent_ref[k].index1) ||
+	       (s->store_ref && s->store_ref[k]);
 }
 
 /* A chunk the image records as ZERO: set on the GPU, neither read nor carried over PCIe. */

@@ -163,6 +163,15 @@ struct gs_ring_image_end {
 	 * fingerprint and the parent chunk's CRC.
 	 */
 	const struct gs_ring_parent_ref *parent_ref;
+	/*
+	 * A dump into a chunk store: the chunks whose object the store holds
+	 * (claimed in it; agent_image.h), their CRC + 1 (NULL, or 0 for a
+	 * chunk: none): not copied, recorded as STORED chunks with fp's
+	 * fingerprint.
+	 */
+	const uint64_t *store_ref;
+	/* a writer's bytes that crossed PCIe (chunks the transfer brought; atomic adds): what a dump copied */
+	uint64_t copied_bytes;
 };
 void gs_ring_image_writer_end(struct gs_ring_image_end *e, struct gs_image_writer *w);
 void gs_ring_image_reader_end(struct gs_ring_image_end *e, struct gs_image *img);
