@@ -116,6 +116,9 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 	[GS_S_PLUGIN_LEAVE_RUNNING] = { "GPUSNAP_PLUGIN_LEAVE_RUNNING", "leave_running", GS_SET_BOOL, PLUGIN, NULL, 0, 0,
 					NULL, false,
 					"CRIU plugin, dump: whether the process runs on (default: CRIU's own option)" },
+	[GS_S_PLUGIN_COMPRESS] = { "GPUSNAP_PLUGIN_COMPRESS", "compress", GS_SET_STRING, PLUGIN, NULL, 0, 0, NULL, false,
+				   "CRIU plugin, dump: compress the GPU data the agents write, lz4|zstd[:LEVEL] as dump "
+				   "--compress (default none)" },
 };
 
 struct slot {

@@ -15,7 +15,7 @@
 #include "common/options.h"
 #include "common/settings.h"
 
-enum key_type { T_MAP, T_BOOL, T_SECONDS, T_TRISTATE };
+enum key_type { T_MAP, T_BOOL, T_SECONDS, T_TRISTATE, T_COMPRESS };
 
 /*
  * Every setting, once: its row of the settings table (common/settings.c),
@@ -32,6 +32,7 @@ static const struct key_def {
 	[GS_PK_TIMEOUT] = { GS_S_PLUGIN_TIMEOUT, T_SECONDS },
 	[GS_PK_LEAVE_RUNNING] = { GS_S_PLUGIN_LEAVE_RUNNING, T_TRISTATE },
 	[GS_PK_MULTI_GPU_DRIVER] = { GS_S_MULTI_GPU_DRIVER, T_BOOL },
+	[GS_PK_COMPRESS] = { GS_S_PLUGIN_COMPRESS, T_COMPRESS },
 };
 #define KEY(k) (gs_setting_def(keys[k].id)->key)
 #define ENV(k) (gs_setting_def(keys[k].id)->name)
@@ -147,6 +148,14 @@ static int set_value(struct gs_plugin_config *c, enum gs_plugin_key k, const cha
 			return -1;
 		}
 		c->leave_running = b;
+		return 0;
+	}
+	case T_COMPRESS: {
+		struct gs_err e = { 0 };
+		if (gs_compress_parse(v, &c->compress, &e)) {
+			*why = "is not a codec: lz4 or zstd, with an optional :LEVEL (lz4 1-12, zstd 1-22), or none";
+			return -1;
+		}
 		return 0;
 	}
 	}

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "common/err.h"
+#include "image/codec.h"
 
 /* The file read when GPUSNAP_PLUGIN_CONFIG is not set and the plugin's folder holds no gpusnap_criu.conf. */
 #define GS_PLUGIN_CONFIG_ETC "/etc/gpusnap/criu-plugin.conf"
@@ -39,6 +40,7 @@ enum gs_plugin_key {
 	GS_PK_TIMEOUT,
 	GS_PK_LEAVE_RUNNING,
 	GS_PK_MULTI_GPU_DRIVER,
+	GS_PK_COMPRESS,
 	GS_PK_COUNT,
 };
 
@@ -49,6 +51,7 @@ struct gs_plugin_config {
 	double timeout_s;            /* dump: how long to wait for running GPU work; 0 no limit */
 	int leave_running;           /* dump: -1 not set (CRIU's own option decides), 0 or 1 */
 	bool multi_gpu_driver;       /* dump: a process without the agent on several GPUs is not refused */
+	struct gs_compress compress; /* dump: the agents compress their images' chunks; codec 0: none */
 	/* where each key's value came from: 0 the default, -1 the environment, else the file's line */
 	int line[GS_PK_COUNT];
 	char file[4096]; /* the file read, "" for none */

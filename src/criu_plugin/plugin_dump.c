@@ -427,7 +427,9 @@ static int take_off_gpu(struct gs_err *err)
 			continue;
 		const char *tmp = gs_image_tmp_path(p->tmp);
 		double t = gs_now();
-		const struct gs_dump_opts running = { .running = true, .cached = gsp.leave_running };
+		const struct gs_dump_opts running = { .running = true, .cached = gsp.leave_running,
+						      .compress_codec = gsp.cfg.compress.codec,
+						      .compress_level = gsp.cfg.compress.level };
 		if ((p->agent.caps & GS_CAP_DUMP_RUNNING) && (p->agent.caps & GS_CAP_DIR_FD)) {
 			/* the agent may see another file system (a container's): it writes through our descriptor */
 			int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -440,8 +442,9 @@ static int take_off_gpu(struct gs_err *err)
 		} else if (!(rc = cli_agent_suspend(p->pid, &p->agent, gsp.cfg.timeout_s, false, err))) {
 			/* older agents: suspended into staging memory, then the image written from there */
 			p->agent_staged = true;
-			if (!(rc = cli_agent_dump(p->pid, &p->agent, tmp, 0, &(struct gs_dump_opts){ .drop_staging = true },
-						  err)))
+			const struct gs_dump_opts staged = { .drop_staging = true, .compress_codec = gsp.cfg.compress.codec,
+							     .compress_level = gsp.cfg.compress.level };
+			if (!(rc = cli_agent_dump(p->pid, &p->agent, tmp, 0, &staged, err)))
 				p->agent_staged = false;
 		}
 		if (!rc) {

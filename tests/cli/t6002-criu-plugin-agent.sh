@@ -19,6 +19,8 @@
 #  - a tree of two agent processes: every gate closed before either dumps;
 #  - --leave-running: the app runs on with its data back on the GPU; its image is whole when criu
 #    returns, and the resume helper syncs it afterwards;
+#  - GPUSNAP_PLUGIN_COMPRESS=zstd: the agent's image is compressed and restores; an unknown codec
+#    refuses the dump, naming the setting;
 #  - a dump that fails after CRIU froze the tree: the app runs on with its data;
 #  - a tree holding an io_uring (GPUSNAP_ALLOW_IO_URING=1): refused before
 #    the GPU part, naming the process; the app runs on with its data.
@@ -163,6 +165,20 @@ criu_restore "$TEST_TMP/lr"
 check "criu restore of the --leave-running image succeeds" rc_ok
 check "its agent loaded the GPU data" loaded
 verify_ok "the data from the --leave-running image"
+# the agents compress their images' chunks when the plugin is told to (GPUSNAP_PLUGIN_COMPRESS, key compress)
+GPUSNAP_PLUGIN_COMPRESS=zstd criu_dump "$TEST_TMP/z" "$PID" --leave-running
+check "GPUSNAP_PLUGIN_COMPRESS=zstd: criu dump succeeds" rc_ok
+run_gpusnap inspect --json --verify "$TEST_TMP/z/gpusnap/$PID"; expect "inspect --verify of the compressed image" 0
+check "its chunks are zstd's" json_get "$OUT_TXT" "['image']['chunks']['codec'] == 'zstd' or exit(1)"
+GPUSNAP_PLUGIN_COMPRESS=gzip criu_dump "$TEST_TMP/zbad" "$PID" --leave-running
+check "GPUSNAP_PLUGIN_COMPRESS=gzip: the dump is refused" rc_failed
+check "... naming the setting" log_has "$TEST_TMP/zbad/dump.log" "GPUSNAP_PLUGIN_COMPRESS='gzip' is not a codec"
+verify_ok "the data after the refused dump"
+kill -9 "$PID"; wait_gone "$PID"
+criu_restore "$TEST_TMP/z"
+check "criu restore of the compressed image succeeds" rc_ok
+check "its agent loaded the GPU data" loaded
+verify_ok "the data from the compressed image"
 kill -9 "$PID"; wait_gone "$PID"
 
 # ---- a tree of two agent processes: both gated before either waits, both dumped and restored ----

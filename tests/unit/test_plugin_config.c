@@ -17,7 +17,8 @@
 #include "common/settings.h"
 
 static const char *const env_names[] = { "GPUSNAP_PLUGIN_MAP", "GPUSNAP_PLUGIN_NO_VERIFY", "GPUSNAP_PLUGIN_DRIVER",
-					 "GPUSNAP_PLUGIN_TIMEOUT", "GPUSNAP_PLUGIN_LEAVE_RUNNING",
+					 "GPUSNAP_PLUGIN_TIMEOUT", "GPUSNAP_PLUGIN_LEAVE_RUNNING", "GPUSNAP_PLUGIN_COMPRESS",
+					 "GPUSNAP_MULTI_GPU_DRIVER",
 					 "GPUSNAP_PLUGIN_CONFIG" };
 
 static void clear_env(void)
@@ -92,6 +93,15 @@ static void test_every_key(void)
 	CHECK_STR(c.map, "GPU-8f3a2b1c-0000-4000-8000-00000000abcd=1");
 	CHECK(c.timeout_s == 0);
 	CHECK_INT(c.leave_running, 1);
+	/* the agents' compression, as dump --compress: a codec, a level, or none */
+	CHECK_INT(parse(&c, "compress = zstd:9\nmulti_gpu_driver = yes\n", &err), 0);
+	CHECK_INT(c.compress.codec, GS_CODEC_ZSTD);
+	CHECK_INT(c.compress.level, 9);
+	CHECK(c.multi_gpu_driver);
+	CHECK_INT(parse(&c, "compress = lz4\n", &err), 0);
+	CHECK_INT(c.compress.codec, GS_CODEC_LZ4);
+	CHECK_INT(parse(&c, "compress = none\n", &err), 0);
+	CHECK_INT(c.compress.codec, GS_CODEC_NONE);
 	/* an empty file and one of comments only change nothing */
 	CHECK_INT(parse(&c, "", &err), 0);
 	CHECK_INT(parse(&c, "#\n# x = y\n\n   \n", &err), 0);
@@ -126,7 +136,9 @@ static void test_malformed(void)
 		const char *says;
 	} bad[] = {
 		{ "colour = blue\n", "line 1: unknown key 'colour'" },
-		{ "colour = blue\n", "(keys: map, no_verify, driver, timeout, leave_running, multi_gpu_driver)" },
+		{ "colour = blue\n", "(keys: map, no_verify, driver, timeout, leave_running, multi_gpu_driver, compress)" },
+		{ "compress = gzip\n", "line 1: compress 'gzip' is not a codec: lz4 or zstd" },
+		{ "compress = zstd:99\n", "compress 'zstd:99' is not a codec" },
 		{ "Timeout = 5\n", "unknown key 'Timeout'" },
 		{ "map 0=1\n", "line 1: unknown key 'map 0'" },
 		{ "\n\nno_verify\n", "line 3 is not 'key = value'" },
