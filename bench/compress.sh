@@ -74,14 +74,6 @@ storage_speed() { # DIR
   log "disk $1: write $SW GB/s, read $SR GB/s"
 }
 
-first_answer() { # SINCE ARGS...: the first answer's JSON (first_answer.py) in ANSWER
-  local since=$1
-  shift
-  ANSWER=$(python3 "$PY/first_answer.py" --since "$since" "$@" 2>"$GS_WORK/first_answer.err") || {
-    log "no answer: $(cat "$GS_WORK/first_answer.err")"
-    return 1
-  }
-}
 
 # The answer must be the first start's (same weights, greedy decoding).
 same_answer() { # WHAT
@@ -131,7 +123,7 @@ measure() { # CODEC
   disown "$pid"
   gs_track_pid "$pid"
   GS_EXTRA_PIDS+=("$pid")
-  if ! first_answer "$t0" --ports-file "$ports" || ! same_answer "$codec: first start"; then
+  if ! bench_first_answer "$t0" --ports-file "$ports" || ! same_answer "$codec: first start"; then
     B_STATUS=failed B_DETAIL="the server did not answer" record
     FAILED=1
     gs_kill_pid "$pid"
@@ -164,7 +156,7 @@ measure() { # CODEC
   fi
   pid=$(json_get "$GS_OUT" pid)
   GS_EXTRA_PIDS+=("$pid")
-  if first_answer "$t0" --port "$port" && same_answer "$codec: restored"; then
+  if bench_first_answer "$t0" --port "$port" && same_answer "$codec: restored"; then
     B_RES_S=$(json_get "$ANSWER" s) B_STATUS=ok record
     log "  restore to first answer $B_RES_S s (restore $(json_get "$GS_OUT" times.total_s) s)"
   else

@@ -56,16 +56,6 @@ REF_TOKENS='' REF_SUM=''
 # O_DIRECT is not, after its dump).
 warm_files() { find "$1" -type f -print0 | xargs -0 -r cat >/dev/null; }
 
-# The first answer's JSON (first_answer.py) in ANSWER; 1 if none came.
-first_answer() { # SINCE ARGS...
-  local since=$1
-  shift
-  ANSWER=$(python3 "$PY/first_answer.py" --since "$since" "$@" 2>"$GS_WORK/first_answer.err") || {
-    log "no answer: $(cat "$GS_WORK/first_answer.err")"
-    return 1
-  }
-  log "  answer: $ANSWER"
-}
 
 # One start measured: appends a JSON line; fails the bench if the answer differs from the first one.
 record() { # WAY CACHE
@@ -96,7 +86,7 @@ start_server() { # WAY CACHE PORTS LAUNCH...
   disown "$SERVER_PID" # its end (a dump, /quit) is no job of this shell's to report
   gs_track_pid "$SERVER_PID"
   GS_EXTRA_PIDS+=("$SERVER_PID")
-  first_answer "$t0" --ports-file "$ports" || return 1
+  bench_first_answer "$t0" --ports-file "$ports" || return 1
   record "$way" "$cache"
 }
 
@@ -113,7 +103,7 @@ restore_server() { # WAY CACHE IMG PORT
   fi
   pid=$(json_get "$GS_OUT" pid)
   GS_EXTRA_PIDS+=("$pid")
-  first_answer "$t0" --port "$4" || { FAILED=1; gs_kill_pid "$pid"; return 1; }
+  bench_first_answer "$t0" --port "$4" || { FAILED=1; gs_kill_pid "$pid"; return 1; }
   record "$1" "$2"
   log "  restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, checksums $(json_get "$GS_OUT" times.verify_s) s, total $(json_get "$GS_OUT" times.total_s) s"
   bench_quit_server "$4" "$pid"

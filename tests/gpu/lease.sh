@@ -16,6 +16,7 @@
 #        bench-spill=SIZE      bench/spill.sh          bench-switch=SIZE   bench/switch.sh
 #        bench-incremental=MIB bench/incremental.sh    bench-compress=1b|3b|8b   bench/compress.sh
 #        bench-live=1b|3b|8b   bench/live_pause.sh (the pause only)
+#        bench-store=1b|3b|8b  bench/store.sh (snapshots into a chunk store against a full image)
 #        demo                  make demo, in a build folder of its own
 # Other settings of those scripts (GPUSNAP_BENCH_REPEAT, ...) pass through the environment.
 #
@@ -72,6 +73,7 @@ plan() { # STEP...
       bench-switch) run_step "$name" env GPUSNAP_BENCH_SWITCH_SIZE="$arg" bench/switch.sh ;;
       bench-incremental) run_step "$name" env GPUSNAP_BENCH_HELD_MIB="$arg" bench/incremental.sh ;;
       bench-compress) run_step "$name" env GPUSNAP_BENCH_HF_SIZE="$arg" bench/compress.sh ;;
+      bench-store) run_step "$name" env GPUSNAP_BENCH_HF_SIZE="$arg" bench/store.sh ;;
       bench-live) run_step "$name" env GPUSNAP_BENCH_HF_SIZE="$arg" GPUSNAP_BENCH_NO_RESTORE=1 bench/live_pause.sh ;;
       demo) run_step demo make demo BUILD=build-demo ;;
       *) note "unknown step '$step' left out" ;;

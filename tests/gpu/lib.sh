@@ -188,6 +188,18 @@ EOF
   wait_pid_gone "$2" || gs_kill_pid "$2"
 }
 
+# For the bench/ scripts: the first answer of a server (tests/gpu/py/first_answer.py: seconds since SINCE,
+# a Unix time as $EPOCHREALTIME, its tokens and cache sum) as JSON in ANSWER, logged; 1 if none came.
+bench_first_answer() { # SINCE ARGS... (--ports-file FILE or --port P, and first_answer.py's others)
+  local since=$1
+  shift
+  ANSWER=$(python3 "$GS_SRC/tests/gpu/py/first_answer.py" --since "$since" "$@" 2>"$GS_WORK/first_answer.err") || {
+    log "no answer: $(cat "$GS_WORK/first_answer.err")"
+    return 1
+  }
+  log "  answer: $ANSWER"
+}
+
 # The median of the numbers given; of an even count, the mean of the middle two (to 3 places).
 bench_median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
