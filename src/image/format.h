@@ -24,57 +24,6 @@
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gpusnap images are little-endian and copied with memcpy: add byte swapping for this host"
-/*
- * A chunk store (FORMAT.md 4.12): a directory shared by images, holding
- * store.img (its header: magic, version, id), lock (the gc lock), refs/ (one
- * ref file per dump that used the store), tmp/ (objects being written) and
- * objects/XX/ (the chunks, one file each, named by content: XX the first two
- * hex digits of the name, which is GS_STORE_OBJECT_NAME_FMT). Its own
- * version (GS_FMT_STORE_VERSION), same rules as GS_FMT_VERSION.
- */
-#define GS_FMT_STORE_MAGIC "GPUSNAPS"
-#define GS_FMT_OBJECT_MAGIC "GPUSNAPO"
-#define GS_FMT_STORE_VERSION 1u
-#define GS_STORE_HEADER_NAME "store.img"
-#define GS_STORE_LOCK_NAME "lock"
-#define GS_STORE_REFS_DIR "refs"
-#define GS_STORE_TMP_DIR "tmp"
-#define GS_STORE_OBJECTS_DIR "objects"
-#define GS_STORE_REF_SUFFIX ".ref"
-/* fp_hi, fp_lo (16 hex digits each), crc32c (8), length (hex, no leading zeros) */
-#define GS_STORE_OBJECT_NAME_FMT "%016" PRIx64 "%016" PRIx64 "-%08" PRIx32 "-%" PRIx64
-#define GS_STORE_OBJECT_NAME_MAX 64 /* 32 + 1 + 8 + 1 + 16 + NUL, with room */
-
-struct gs_fmt_store_header {
-	char magic[8];        /* GS_FMT_STORE_MAGIC */
-	uint32_t version;     /* GS_FMT_STORE_VERSION */
-	uint32_t header_size; /* sizeof(struct gs_fmt_store_header) as written */
-	uint8_t store_id[16]; /* random, made when the store is created; images record it */
-	uint32_t flags;       /* none defined: must be 0 */
-	uint8_t reserved[8];
-	uint32_t crc32c;      /* CRC-32C of the bytes before this field */
-};
-
-/* First bytes of every object; the payload (stored_length bytes) follows at header_size. */
-struct gs_fmt_object_header {
-	char magic[8];          /* GS_FMT_OBJECT_MAGIC */
-	uint32_t version;       /* GS_FMT_STORE_VERSION */
-	uint32_t header_size;   /* sizeof(struct gs_fmt_object_header) as written: where the payload starts */
-	uint64_t length;        /* the chunk's bytes (uncompressed), > 0 */
-	uint64_t stored_length; /* payload bytes: length unless codec is not NONE */
-	uint64_t fp_lo, fp_hi;  /* the chunk's fingerprint (FORMAT.md 4.8.2), not 0, 0 */
-	uint32_t crc32c;        /* CRC-32C of the length bytes */
-	uint32_t stored_crc32c; /* CRC-32C of the payload: crc32c unless compressed */
-	uint8_t codec;          /* enum gs_fmt_codec, as a chunk record's */
-	uint8_t transform;      /* enum gs_fmt_transform */
-	uint16_t reserved;
-	uint32_t header_crc32c; /* CRC-32C of the bytes before this field */
-};
-_Static_assert(sizeof(struct gs_fmt_store_header) == 48, "store header layout");
-_Static_assert(offsetof(struct gs_fmt_store_header, crc32c) == 44, "store header crc position");
-_Static_assert(sizeof(struct gs_fmt_object_header) == 64, "object header layout");
-_Static_assert(offsetof(struct gs_fmt_object_header, header_crc32c) == 60, "object header crc position");
-
 #endif
 
 /*
