@@ -32,10 +32,7 @@ export LC_ALL=C
 cd "$GS_SRC" || exit 1
 
 bench_prologue bench/compress.sh
-if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
-  echo "SKIP: PyTorch with CUDA and transformers are not installed here (bench/compress.sh)"
-  exit 0
-fi
+bench_require_hf bench/compress.sh
 SIZE=${GPUSNAP_BENCH_HF_SIZE:-8b}
 CODECS=${GPUSNAP_BENCH_CODECS:-none lz4 zstd}
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-compress}
@@ -168,11 +165,7 @@ measure() { # CODEC
 }
 
 log "== bench/compress.sh: llama-$SIZE on $DEVICE (driver $DRIVER), codecs $CODECS, model and images in $DIR"
-if [ ! -f "$MODEL/config.json" ]; then
-  rm -rf "$MODEL"
-  python3 "$PY/server.py" --make-hf-model "$MODEL" --hf-size "$SIZE" --seed 7 >"$GS_WORK/make-model.log" 2>&1 ||
-    { echo "ERROR: cannot write the model: $(tail -n 5 "$GS_WORK/make-model.log")"; exit 1; }
-fi
+bench_hf_model "$MODEL" "$SIZE"
 sync
 storage_speed "$DIR"
 for c in $CODECS; do

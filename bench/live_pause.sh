@@ -27,10 +27,7 @@ export LC_ALL=C
 cd "$GS_SRC" || exit 1
 
 bench_prologue bench/live_pause.sh
-if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
-  echo "SKIP: PyTorch with CUDA and transformers are not installed here (bench/live_pause.sh)"
-  exit 0
-fi
+bench_require_hf bench/live_pause.sh
 export GPUSNAP_BENCH_HF_SIZE=${GPUSNAP_BENCH_HF_SIZE:-8b}
 SIZE=$GPUSNAP_BENCH_HF_SIZE
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-warm}
@@ -46,11 +43,7 @@ PY=$GS_SRC/tests/gpu/py
 MODEL=$DIR/llama-$SIZE
 FAILED=0
 
-if [ ! -f "$MODEL/config.json" ]; then
-  rm -rf "$MODEL"
-  python3 "$PY/server.py" --make-hf-model "$MODEL" --hf-size "$SIZE" --seed 7 >"$GS_WORK/make-model.log" 2>&1 ||
-    { echo "ERROR: cannot write the model: $(tail -n 5 "$GS_WORK/make-model.log")"; exit 1; }
-fi
+bench_hf_model "$MODEL" "$SIZE"
 sync
 
 ports=$GS_WORK/live.json

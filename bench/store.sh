@@ -35,10 +35,7 @@ export LC_ALL=C
 cd "$GS_SRC" || exit 1
 
 bench_prologue bench/store.sh
-if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
-  echo "SKIP: PyTorch with CUDA and transformers are not installed here (bench/store.sh)"
-  exit 0
-fi
+bench_require_hf bench/store.sh
 SIZE=${GPUSNAP_BENCH_HF_SIZE:-8b}
 SNAPSHOTS=${GPUSNAP_BENCH_SNAPSHOTS:-10}
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-store}
@@ -118,11 +115,7 @@ restore_cold() { # IMG PORT WANT WHAT
 }
 
 log "== bench/store.sh: llama-$SIZE on $DEVICE (driver $DRIVER), $SNAPSHOTS snapshots, in $DIR"
-if [ ! -f "$MODEL/config.json" ]; then
-  rm -rf "$MODEL"
-  python3 "$PY/server.py" --make-hf-model "$MODEL" --hf-size "$SIZE" --seed 7 >"$GS_WORK/make-model.log" 2>&1 ||
-    { echo "ERROR: cannot write the model: $(tail -n 5 "$GS_WORK/make-model.log")"; exit 1; }
-fi
+bench_hf_model "$MODEL" "$SIZE"
 rm -rf "$DIR/full" "$DIR"/snap-* "$STORE"
 ports=$GS_WORK/ports.json
 t0=$EPOCHREALTIME

@@ -30,10 +30,7 @@ export LC_ALL=C # $EPOCHREALTIME with a decimal point, for the Python client
 cd "$GS_SRC" || exit 1
 
 bench_prologue bench/warm_start.sh
-if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
-  echo "SKIP: PyTorch with CUDA and transformers are not installed here (bench/warm_start.sh)"
-  exit 0
-fi
+bench_require_hf bench/warm_start.sh
 SIZE=${GPUSNAP_BENCH_HF_SIZE:-3b}
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-warm}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-2}
@@ -125,13 +122,7 @@ dump_server() { # PID IMG WANT
 port_of() { json_get "$(cat "$1")" http; }
 
 log "== bench/warm_start.sh: llama-$SIZE on $DEVICE (driver $DRIVER), model and images in $DIR"
-if [ ! -f "$MODEL/config.json" ]; then
-  t0=$EPOCHREALTIME
-  rm -rf "$MODEL"
-  python3 "$PY/server.py" --make-hf-model "$MODEL" --hf-size "$SIZE" --seed 7 >"$GS_WORK/make-model.log" 2>&1 ||
-    { echo "ERROR: cannot write the model: $(tail -n 5 "$GS_WORK/make-model.log")"; exit 1; }
-  log "wrote $MODEL ($(du -sh "$MODEL" | cut -f1)) in $(gs_elapsed "$t0") s"
-fi
+bench_hf_model "$MODEL" "$SIZE"
 sync
 
 # The two servers to dump, each measured on its way up.

@@ -188,6 +188,26 @@ EOF
   wait_pid_gone "$2" || gs_kill_pid "$2"
 }
 
+# For the bench/ scripts that serve a Hugging Face model: a SKIP line and exit 0 where PyTorch with CUDA or
+# transformers is missing.
+bench_require_hf() { # SCRIPT
+  if ! python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+    echo "SKIP: PyTorch with CUDA and transformers are not installed here ($1)"
+    exit 0
+  fi
+}
+
+# For the bench/ scripts: the Llama-shaped model of SIZE (1b, 3b, 8b; seeded random bf16 weights,
+# tests/gpu/py/server.py --make-hf-model) in DIR, written unless it is there; exits the bench if it cannot.
+bench_hf_model() { # DIR SIZE
+  [ -f "$1/config.json" ] && return 0
+  local t0=$EPOCHREALTIME
+  rm -rf "$1"
+  python3 "$GS_SRC/tests/gpu/py/server.py" --make-hf-model "$1" --hf-size "$2" --seed 7 >"$GS_WORK/make-model.log" 2>&1 ||
+    { echo "ERROR: cannot write the model: $(tail -n 5 "$GS_WORK/make-model.log")"; exit 1; }
+  log "wrote $1 ($(du -sh "$1" | cut -f1)) in $(gs_elapsed "$t0") s"
+}
+
 # For the bench/ scripts: the first answer of a server (tests/gpu/py/first_answer.py: seconds since SINCE,
 # a Unix time as $EPOCHREALTIME, its tokens and cache sum) as JSON in ANSWER, logged; 1 if none came.
 bench_first_answer() { # SINCE ARGS... (--ports-file FILE or --port P, and first_answer.py's others)
