@@ -119,7 +119,7 @@ case ${1:-} in
       tar -C "$LEASE" -czf "$OUT/lease.tgz" --exclude='*.img' --exclude='img*' --exclude='*.safetensors' \
         --exclude=src progress build.log criu.log out 2>/dev/null
       [ "$(stat -c %s "$OUT/lease.tgz" 2>/dev/null || echo 0)" -le $((15 << 20)) ] ||
-        tar -C "$LEASE" -czf "$OUT/lease.tgz" progress build.log $(cd "$LEASE" && ls out/*/summary.txt out/*/bench*.md out/*/bench*.jsonl 2>/dev/null)
+        (cd "$LEASE" && tar -czf "$OUT/lease.tgz" progress build.log out/*/summary.txt out/*/bench*.md out/*/bench*.jsonl 2>/dev/null)
     fi
     ;;
   stop)

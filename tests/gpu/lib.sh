@@ -903,6 +903,7 @@ restore_checked() { # DIR WANT_PID [EXTRA ARGS...]
   local dir=$1 want=$2
   shift 2
   gs_run restore --json -D "$dir" "$@"
+  # shellcheck disable=SC2034 # for the test that called it
   RESTORE_OUT=$GS_OUT
   expect_rc 0 "restore from $dir" || return 1
   check_eq "restored pid" "$(json_get "$GS_OUT" pid)" "$want"
