@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cli/agent_client.h"
@@ -59,6 +60,7 @@
 #include "common/log.h"
 #include "common/lone_thread.h"
 #include "common/proc.h"
+#include "common/settings.h"
 #include "core/control_socket.h"
 #include "core/share_plan.h"
 #include "common/util.h"
@@ -67,7 +69,8 @@
 #include "image/image.h"
 
 static const char *const restore_usage[] = {
-	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--verify-gpu] [--allow-unverified-cpu] [--json] "
+	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--verify-gpu] [--lazy-pages] "
+	"[--allow-unverified-cpu] [--json] "
 	"-D DIR",
 	NULL,
 };
@@ -79,9 +82,14 @@ const struct cli_doc restore_doc = {
 		"had, on the GPUs it used or, with --map, on others of the same type.\n\n"
 		"Every chunk and CRIU file of the image is checked against its checksum while CRIU restores the "
 		"process, which is held stopped until the check passed. Any failure kills the half-restored process: "
-		"a refused restore leaves no process and the image as it was. The image is only read.",
-	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" },
-						{ GS_E_PERMISSION, "an image path that others could change (named)" },
+		"a refused restore leaves no process and the image as it was. The image is only read.\n\n"
+		"With --lazy-pages (or GPUSNAP_RESTORE_LAZY), CRIU brings the process back with its CPU memory empty "
+		"and a `criu lazy-pages` daemon fills it while the driver restores the process and the agent loads "
+		"the GPU data; CRIU's files are checked before the daemon starts, and the restore ends once every "
+		"page is in. A daemon that fails kills the process.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "--lazy-pages for the image of a process tree" },
+						{ GS_E_PERMISSION, "an image path that others could change (named); --lazy-pages "
+								   "where userfaultfd is for root only" },
 						{ GS_E_STATE, "another gpusnap is restoring the image or at work on its PID" },
 						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" },
 						{ GS_E_TIMEOUT, "a criu run took longer than GPUSNAP_CRIU_TIMEOUT" },
@@ -89,10 +97,11 @@ const struct cli_doc restore_doc = {
 						{ GS_E_IMAGE, "image missing, truncated, corrupt or of an unknown version (the "
 							      "file or chunk is named)" },
 						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
-						{ GS_E_CRIU, "CRIU missing, too old or failed, or the PID the image needs is in "
-							     "use" },
+						{ GS_E_CRIU, "CRIU missing, too old or failed, the PID the image needs is in "
+							     "use, --lazy-pages without userfaultfd, or the lazy-pages daemon failed "
+							     "(the process is killed)" },
 						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
-	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_RESTORE_LAZY GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap restore -D /ckpt/job", "Bring the dumped job back." },
 		{ "gpusnap restore -D /ckpt/job --map 0=1", "Bring it back with image GPU 0's state on GPU 1." },
@@ -104,6 +113,7 @@ struct restore_opts {
 	struct gs_string_list maps;
 	bool no_verify, verify_first, json, allow_unverified_cpu;
 	bool verify_gpu; /* the agent checks the loaded data's fingerprints on the GPU */
+	bool lazy_pages; /* --lazy-pages: GPUSNAP_RESTORE_LAZY=on for this restore */
 };
 
 struct restore_run {
@@ -130,6 +140,15 @@ struct restore_run {
 	int verify_rc;
 	struct gs_err verify_err;
 	bool held_restore; /* the driver restored while the app's threads were held stopped */
+	/* lazy pages: CRIU's daemon fills the CPU memory while the GPU part goes on */
+	bool lazy;
+	char lazy_why[GS_ERR_MSG_MAX]; /* why not, when not */
+	struct gs_criu_lazy lazy_d;
+	enum gs_image_part verify_part; /* what the pass alongside checks (a lazy restore checked CRIU's files first) */
+	double t0;                      /* the restore's start */
+	double verify_cpu_s;            /* CRIU's files checked before CRIU ran (lazy) */
+	double ready_s;                 /* from t0: the process runs with its GPU data */
+	double lazy_done_s;             /* from t0: every CPU page in (lazy) */
 	/* an image of a process tree (dump --tree): its CUDA processes, each with its GPU image */
 	bool tree;
 	pid_t *tree_pids;
@@ -303,7 +322,8 @@ static int make_work_dir(struct restore_run *r, struct gs_err *err)
 static void remove_work_dir(struct restore_run *r)
 {
 	char p[PATH_MAX + 32];
-	const char *names[] = { GS_CRIU_RESTORE_LOG, GS_CRIU_RESTORE_PIDFILE, "stats-restore" };
+	const char *names[] = { GS_CRIU_RESTORE_LOG, GS_CRIU_RESTORE_PIDFILE, "stats-restore", GS_CRIU_LAZY_LOG,
+				GS_CRIU_LAZY_SOCKET };
 	for (size_t i = 0; i < GS_ARRAY_SIZE(names); i++) {
 		snprintf(p, sizeof(p), "%s/%s", r->work, names[i]);
 		unlink(p);
@@ -463,6 +483,39 @@ static int open_tree(struct restore_run *r, const struct restore_opts *o, struct
 	return check_tree_shares(r, err);
 }
 
+/*
+ * Whether CRIU restores the CPU memory lazily (GPUSNAP_RESTORE_LAZY,
+ * --lazy-pages): on refuses where it cannot be done, auto falls back to the
+ * whole restore and says why (log at info, --json).
+ */
+static int decide_lazy(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
+{
+	enum { LAZY_AUTO, LAZY_ON, LAZY_OFF }; /* the setting's choices, auto|on|off */
+	int mode = o->lazy_pages ? LAZY_ON : gs_setting_choice(GS_S_RESTORE_LAZY);
+	if (mode == LAZY_OFF) {
+		snprintf(r->lazy_why, sizeof(r->lazy_why), "not asked for (GPUSNAP_RESTORE_LAZY=off)");
+		return 0;
+	}
+	char why[GS_ERR_MSG_MAX - 128];
+	int rc;
+	if (r->tree) {
+		rc = GS_E_USAGE;
+		snprintf(why, sizeof(why), "the image of a process tree (dump --tree) is restored whole");
+	} else {
+		rc = gs_criu_uffd_usable(&r->criu, why, sizeof(why));
+	}
+	if (!rc) {
+		r->lazy = true;
+		return 0;
+	}
+	if (mode == LAZY_ON)
+		return gs_fail(err, rc, "cannot restore '%s' with lazy pages (%s): %s", o->dir,
+			       o->lazy_pages ? "--lazy-pages" : "GPUSNAP_RESTORE_LAZY=on", why);
+	snprintf(r->lazy_why, sizeof(r->lazy_why), "%s", why);
+	pr_info("the CPU memory comes back whole before the process goes on, not lazily: %s", why);
+	return 0;
+}
+
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
 	/* held for reading until the end: a dump replacing DIR meanwhile waits, its claim refuses */
@@ -495,7 +548,7 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	pid_t pid = r->info->source_pid;
 	if ((rc = cli_op_begin(pid, true, "restore", &r->lock, &r->left, err)))
 		return rc;
-	if ((rc = cli_criu_find(&r->criu, err)))
+	if ((rc = cli_criu_find(&r->criu, err)) || (rc = decide_lazy(r, o, err)))
 		return rc;
 	if ((rc = cli_session_open(&r->s, err)))
 		return rc;
@@ -524,10 +577,10 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 static void verify_image(struct restore_run *r)
 {
 	double t = gs_now();
-	r->verify_rc = gs_image_verify(r->img, 0, &r->verify_err);
+	r->verify_rc = gs_image_verify_part(r->img, 0, r->verify_part, &r->verify_err);
 	for (int i = 0; i < r->tree_n && !r->verify_rc; i++)
 		r->verify_rc = gs_image_verify(r->tree_imgs[i], 0, &r->verify_err);
-	r->verify_s = gs_now() - t;
+	r->verify_s += gs_now() - t;
 	for (int i = -1; !r->verify_rc && i < r->tree_n; i++) {
 		struct gs_image_totals tot;
 		gs_image_totals(i < 0 ? r->img : r->tree_imgs[i], &tot);
@@ -708,6 +761,61 @@ out:
 	return rc;
 }
 
+/*
+ * The lazy-pages daemon of a lazy restore: wait, until it has put every
+ * page in; else a look. A daemon that failed fails the restore (its process
+ * has pages that read as zeros: the caller kills it).
+ */
+static int lazy_check(struct restore_run *r, bool wait, struct gs_err *err)
+{
+	if (!r->lazy)
+		return 0;
+	int rc = gs_criu_lazy_check(&r->lazy_d, wait, err);
+	if (rc)
+		cli_err_append(err, "the restored process %d was killed; the image is unchanged", (int)r->pid);
+	return rc;
+}
+
+/*
+ * Brings the restored process's environment strings in ahead of the
+ * daemon's background order (they sit at the top of its stack, served
+ * last). Until then /proc/PID/environ reads as empty, as the kernel's reads
+ * of another process's memory there cannot wait for a userfaultfd page, and
+ * the agent's socket is found through GPUSNAP_RUN_DIR in it.
+ * process_vm_readv can wait: its fault goes to the daemon, which serves
+ * that page first. A failure here is left to the probe that follows.
+ */
+static void lazy_fault_in_environ(pid_t pid)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = '\0';
+	/* env_start and env_end are fields 50 and 51 (proc(5)), counted after the comm's ')' as field 2 */
+	char *p = strrchr(buf, ')');
+	unsigned long long start = 0, end = 0;
+	for (int field = 2; p && *p && field < 51; field++) {
+		p = strchr(p + 1, ' ');
+		if (p && field + 1 == 50)
+			start = strtoull(p + 1, NULL, 10);
+		if (p && field + 1 == 51)
+			end = strtoull(p + 1, NULL, 10);
+	}
+	if (!start || end <= start || end - start > (1u << 20))
+		return;
+	size_t len = (size_t)(end - start);
+	void *to = malloc(len);
+	if (!to)
+		return;
+	struct iovec local = { to, len }, remote = { (void *)(uintptr_t)start, len };
+	if (process_vm_readv(pid, &local, 1, &remote, 1, 0) < 0)
+		pr_debug("cannot read the environment of process %d: %s", (int)pid, strerror(errno));
+	free(to);
+}
+
 static int run_restore(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
 	/* CRIU (root) reads the cpu/ that was checked, through our descriptor of it: no rename can swap it */
@@ -733,13 +841,26 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		remove_work_dir(r);
 		return rc;
 	}
+	if (!o->no_verify && !o->verify_first && r->lazy) {
+		/* the daemon serves CRIU's pages from these files: they are checked before it starts */
+		double tc = gs_now();
+		r->verify_part = GS_IMAGE_PART_CPU;
+		verify_image(r);
+		r->verify_cpu_s = gs_now() - tc;
+		if (r->verify_rc) {
+			*err = r->verify_err;
+			remove_work_dir(r);
+			return r->verify_rc;
+		}
+		r->verify_part = GS_IMAGE_PART_GPU; /* the rest alongside, as for any restore */
+	}
 	if (!o->no_verify && !o->verify_first && (rc = start_verify(r, err))) {
 		remove_work_dir(r);
 		return rc;
 	}
 	const char *extra[] = { "--work-dir", r->work, NULL };
 	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true,
-					   .image_pid = r->info->source_pid };
+					   .image_pid = r->info->source_pid, .lazy = r->lazy ? &r->lazy_d : NULL };
 	record_step(r, o, "criu");
 	double t = gs_now();
 	/* a signal while CRIU runs stops it and kills the task it was making, which never ran */
@@ -761,7 +882,11 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	t = gs_now();
 	bool ran = false; /* let continue (SIGCONT): from then on a failure is visible to the app */
 	int held = 0;
-	if ((rc = stop_held(r, o, GS_FI_RESTORE_AFTER_CRIU, err))) {
+	/* a test's daemon that dies here: then waited for, so its end is seen at once */
+	bool daemon_killed = r->lazy && gs_fault(GS_FI_RESTORE_LAZY_DAEMON);
+	if (daemon_killed)
+		gs_run_kill(&r->lazy_d.proc);
+	if ((rc = stop_held(r, o, GS_FI_RESTORE_AFTER_CRIU, err)) || (rc = lazy_check(r, daemon_killed, err))) {
 		join_verify(r, NULL);
 		goto fail;
 	}
@@ -780,7 +905,7 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	}
 	if ((rc = join_verify(r, err)))
 		goto fail; /* the app never ran: it is killed stopped */
-	if ((rc = stop_held(r, o, GS_FI_RESTORE_BEFORE_CONT, err)))
+	if ((rc = stop_held(r, o, GS_FI_RESTORE_BEFORE_CONT, err)) || (rc = lazy_check(r, false, err)))
 		goto fail;
 	/* the point of no return: the process runs its own code from here, and a signal waits for the end */
 	record_step(r, o, !strcmp(r->info->how, "agent") ? "load" : "resume");
@@ -796,6 +921,8 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	if (held < 0 && (rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err)))
 		goto fail;
 	if (!strcmp(r->info->how, "agent")) {
+		if (r->lazy)
+			lazy_fault_in_environ(r->pid);
 		if (!(rc = cli_agent_probe(r->pid, &r->agent, err)) && !r->agent.present)
 			rc = gs_fail(err, GS_E_AGENT, "the restored process %d has no gpusnap agent answering", (int)r->pid);
 		if (rc)
@@ -808,6 +935,12 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 			goto fail;
 	}
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
+	r->ready_s = gs_now() - r->t0;
+	/* the process runs; its memory is whole once the daemon is done, which the restore waits for */
+	if ((rc = lazy_check(r, true, err)))
+		goto fail;
+	if (r->lazy)
+		r->lazy_done_s = r->lazy_d.ended - r->t0;
 	remove_work_dir(r);
 	return 0;
 fail:
@@ -816,6 +949,7 @@ fail:
 		kill_restored_tree(r->pid, ran);
 	else
 		kill_restored(r->pid, ran);
+	gs_criu_lazy_stop(&r->lazy_d);
 	remove_work_dir(r);
 	return rc;
 }
@@ -841,6 +975,8 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
 		gs_json_kv_bool(&j, "verified_first", o->verify_first && !o->no_verify);
 		gs_json_kv_bool(&j, "driver_restore_held", r->held_restore);
+		gs_json_kv_bool(&j, "lazy_pages", r->lazy);
+		gs_json_kv_string(&j, "lazy_pages_why", r->lazy ? "" : r->lazy_why);
 		gs_json_key(&j, "gpus");
 		gs_json_array_begin(&j);
 		for (size_t k = 0; r->img && r->target && k < gs_image_gpu_count(r->img); k++) {
@@ -856,6 +992,9 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_kv_double(&j, "verify_s", r->verify_s);
 		gs_json_kv_double(&j, "verify_wait_s", r->verify_wait_s);
 		gs_json_kv_double(&j, "criu_s", r->criu_s);
+		gs_json_kv_double(&j, "verify_cpu_s", r->verify_cpu_s);
+		gs_json_kv_double(&j, "ready_s", r->ready_s);
+		gs_json_kv_double(&j, "lazy_pages_done_s", r->lazy_done_s);
 		gs_json_kv_double(&j, "gpu_s", r->gpu_s);
 		gs_json_kv_double(&j, "driver_restore_s", r->proc.restore_s);
 		gs_json_kv_double(&j, "unlock_s", r->proc.unlock_s);
@@ -880,6 +1019,8 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 	       gs_printable(how, sizeof(how), r->info->how), r->criu_s, r->gpu_s);
 	if (!o->no_verify)
 		printf(", checksums %.2f s%s", r->verify_s, o->verify_first ? " first" : " alongside");
+	if (r->lazy)
+		printf(", running after %.2f s, CPU pages in (lazily) after %.2f s", r->ready_s, r->lazy_done_s);
 	printf(", total %.2f s\n", r->total_s);
 }
 
@@ -897,6 +1038,9 @@ int cmd_restore(int argc, char **argv)
 		GS_OPT_BOOL_(0, "verify-gpu", &o.verify_gpu,
 			     "once the agent loaded the data, check every chunk's fingerprint on the GPU before the process "
 			     "goes on"),
+		GS_OPT_BOOL_(0, "lazy-pages", &o.lazy_pages,
+			     "let the process go on before its CPU memory is back: CRIU's lazy-pages daemon fills it "
+			     "meanwhile (GPUSNAP_RESTORE_LAZY=on)"),
 		GS_OPT_BOOL_(0, "allow-unverified-cpu", &o.allow_unverified_cpu,
 			     "restore an image without checksums of CRIU's files (a kept image of a dump killed in CRIU)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
@@ -922,6 +1066,7 @@ int cmd_restore(int argc, char **argv)
 	struct gs_err err = { 0 };
 	struct restore_run r = { 0 };
 	double t0 = gs_now();
+	r.t0 = t0;
 	rc = checks(&r, &o, &err);
 	if (!rc) {
 		struct cli_progress *progress = cli_progress_start("restore");
