@@ -707,6 +707,33 @@ static void test_run_plumbing(void)
 	CHECK_STR(res.output, "0022\n");
 	umask(old);
 
+	/* a helper alongside (criu lazy-pages): looked at while it runs, kept descriptors, waited for */
+	int ready[2];
+	CHECK(pipe2(ready, O_CLOEXEC) == 0);
+	char arg[160];
+	snprintf(arg, sizeof(arg), "echo up >&%d; exec %d>&-; read x </dev/null; echo kept-fd-%d; sleep 30", ready[1],
+		 ready[1], ready[1]);
+	char *along[] = { "/bin/sh", "-c", arg, NULL };
+	struct gs_run_proc p;
+	CHECK_INT(gs_run_spawn(along, GS_RUN_PRIVATE_FILES, &ready[1], 1, &p, &err), 0);
+	close(ready[1]);
+	char up[8] = "";
+	CHECK(read(ready[0], up, sizeof(up) - 1) == 3); /* the descriptor reached it under its number */
+	close(ready[0]);
+	CHECK_STR(up, "up\n");
+	CHECK(p.pid > 0 && gs_run_child() == 0); /* not the child a signal handler would kill */
+	CHECK_INT(gs_run_wait(&p, -1, &res, &err), GS_RUN_STILL);
+	gs_run_kill(&p);
+	CHECK_INT(gs_run_wait(&p, 0, &res, &err), 0);
+	CHECK(WIFSIGNALED(res.status) && WTERMSIG(res.status) == SIGKILL);
+	CHECK_CONTAINS(res.output, "kept-fd-");
+	CHECK_INT(p.pid, 0);
+	/* and one that ends by itself, past its limit: killed */
+	char *slow[] = { "/bin/sh", "-c", "exec sleep 30", NULL };
+	CHECK_INT(gs_run_spawn(slow, 0, NULL, 0, &p, &err), 0);
+	CHECK_INT(gs_run_wait(&p, 0.2, &res, &err), 0);
+	CHECK(res.timed_out);
+
 	char *missing[] = { "/nonexistent/criu", "--version", NULL };
 	CHECK_INT(gs_run(missing, 10, 0, &res, &err), GS_E_FAILURE);
 	CHECK_CONTAINS(err.msg, "No such file or directory");
