@@ -502,7 +502,7 @@ static int decide_lazy(struct restore_run *r, const struct restore_opts *o, stru
 		rc = GS_E_USAGE;
 		snprintf(why, sizeof(why), "the image of a process tree (dump --tree) is restored whole");
 	} else {
-		rc = gs_criu_uffd_usable(&r->criu, why, sizeof(why));
+		rc = gs_criu_uffd_usable(why, sizeof(why));
 	}
 	if (!rc) {
 		r->lazy = true;

@@ -152,14 +152,16 @@ struct gs_criu_restore_opts {
 };
 
 /*
- * Whether userfaultfd can serve a restore's pages here: as another user
- * than root, vm.unprivileged_userfaultfd must be 1 (GS_E_PERMISSION);
- * criu must find the kernel's support (`criu check --feature
- * uffd-noncoop`, GS_E_CRIU with criu's complaint). 0 when it can. The
- * one-line reason, without "gpusnap: ", in why. Fault point GS_FI_CRIU_UFFD
- * makes the check say no, as a kernel without it would.
+ * Whether userfaultfd can serve a restore's pages here, as criu (run as
+ * this user) would open it: GS_E_PERMISSION where it is for root only
+ * (vm.unprivileged_userfaultfd 0, a user without CAP_SYS_PTRACE);
+ * GS_E_CRIU where the kernel lacks it or the events CRIU's lazy restore
+ * needs (fork, remap, remove, unmap: what `criu check --feature
+ * uffd-noncoop` asks). 0 when it can. The one-line reason, without
+ * "gpusnap: ", in why. Fault point GS_FI_CRIU_UFFD makes it say no, as a
+ * kernel without it would.
  */
-int gs_criu_uffd_usable(const struct gs_criu *c, char *why, size_t n);
+int gs_criu_uffd_usable(char *why, size_t n);
 
 /*
  * How the daemon of a lazy restore is doing. wait: until it ends (at most
