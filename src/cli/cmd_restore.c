@@ -581,7 +581,8 @@ static void verify_image(struct restore_run *r)
 	for (int i = 0; i < r->tree_n && !r->verify_rc; i++)
 		r->verify_rc = gs_image_verify(r->tree_imgs[i], 0, &r->verify_err);
 	r->verify_s += gs_now() - t;
-	for (int i = -1; !r->verify_rc && i < r->tree_n; i++) {
+	/* the GPU data's bytes, counted by the pass that checks them (not by a lazy restore's first, of CRIU's files) */
+	for (int i = -1; !r->verify_rc && r->verify_part != GS_IMAGE_PART_CPU && i < r->tree_n; i++) {
 		struct gs_image_totals tot;
 		gs_image_totals(i < 0 ? r->img : r->tree_imgs[i], &tot);
 		r->verified_bytes += tot.stored_bytes;

@@ -65,6 +65,7 @@ good=$(sums "$img")
 # ---- lazy restores ----
 run_gpusnap restore --lazy-pages --json -D "$img"; expect "restore --lazy-pages" 0
 lazy_ok "--lazy-pages"
+lazy_verified=$(jget "['verified_bytes']")
 gone_now
 RC=0; GPUSNAP_RESTORE_LAZY=on "$GPUSNAP_BIN" restore --json -D "$img" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
 expect "restore with GPUSNAP_RESTORE_LAZY=on" 0
@@ -77,6 +78,7 @@ gone_now
 RC=0; GPUSNAP_RESTORE_LAZY=off "$GPUSNAP_BIN" restore --json -D "$img" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
 expect "restore with GPUSNAP_RESTORE_LAZY=off" 0
 check "off: --json says not lazily, and why" test "$(jget "['lazy_pages'],d['lazy_pages_why']")" = "(False, 'not asked for (GPUSNAP_RESTORE_LAZY=off)')"
+check "off: the same bytes verified as lazily ($lazy_verified)" test "$(jget "['verified_bytes']")" = "$lazy_verified"
 check "off: no lazy times" test "$(jget "['times']['lazy_pages_done_s'] == d['times']['verify_cpu_s'] == 0")" = True
 verify_ok "off: every byte back"
 gone_now
