@@ -669,6 +669,11 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
 			 "killed before the driver had put it back on the GPU: gpusnap resume %d finishes it", pid, o->dir, me,
 			 pid);
+	else if (!strcmp(step, "pages"))
+		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
+			 "killed while CRIU's lazy-pages daemon filled its CPU memory: if no 'criu lazy-pages' runs any more "
+			 "and it had not finished, the process's memory is incomplete: kill -9 %d, then %s -D '%s' again",
+			 pid, o->dir, me, pid, again, o->dir);
 	else if (!strcmp(step, "criu"))
 		/* which process CRIU made is not known yet: the user decides */
 		snprintf(alive, sizeof(alive), "process %d may be a copy of the image at '%s' that CRIU made for a gpusnap "
@@ -938,6 +943,8 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
 	r->ready_s = gs_now() - r->t0;
 	/* the process runs; its memory is whole once the daemon is done, which the restore waits for */
+	if (r->lazy)
+		record_step(r, o, "pages");
 	if ((rc = lazy_check(r, true, err)))
 		goto fail;
 	if (r->lazy)
