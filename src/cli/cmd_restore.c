@@ -44,7 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cli/agent_client.h"
@@ -782,46 +781,6 @@ static int lazy_check(struct restore_run *r, bool wait, struct gs_err *err)
 	return rc;
 }
 
-/*
- * Brings the restored process's environment strings in ahead of the
- * daemon's background order (they sit at the top of its stack, served
- * last). Until then /proc/PID/environ reads as empty, as the kernel's reads
- * of another process's memory there cannot wait for a userfaultfd page, and
- * the agent's socket is found through GPUSNAP_RUN_DIR in it.
- * process_vm_readv can wait: its fault goes to the daemon, which serves
- * that page first. A failure here is left to the probe that follows.
- */
-static void lazy_fault_in_environ(pid_t pid)
-{
-	char path[64], buf[4096];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "re");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = '\0';
-	/* env_start and env_end are fields 50 and 51 (proc(5)), counted after the comm's ')' as field 2 */
-	char *p = strrchr(buf, ')');
-	unsigned long long start = 0, end = 0;
-	for (int field = 2; p && *p && field < 51; field++) {
-		p = strchr(p + 1, ' ');
-		if (p && field + 1 == 50)
-			start = strtoull(p + 1, NULL, 10);
-		if (p && field + 1 == 51)
-			end = strtoull(p + 1, NULL, 10);
-	}
-	if (!start || end <= start || end - start > (1u << 20))
-		return;
-	size_t len = (size_t)(end - start);
-	void *to = malloc(len);
-	if (!to)
-		return;
-	struct iovec local = { to, len }, remote = { (void *)(uintptr_t)start, len };
-	if (process_vm_readv(pid, &local, 1, &remote, 1, 0) < 0)
-		pr_debug("cannot read the environment of process %d: %s", (int)pid, strerror(errno));
-	free(to);
-}
-
 static int run_restore(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
 	/* CRIU (root) reads the cpu/ that was checked, through our descriptor of it: no rename can swap it */
@@ -927,8 +886,6 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	if (held < 0 && (rc = gs_ckpt_resume(&r->s.cu, &r->proc, 1, r->pairs, r->npairs, err)))
 		goto fail;
 	if (!strcmp(r->info->how, "agent")) {
-		if (r->lazy)
-			lazy_fault_in_environ(r->pid);
 		if (!(rc = cli_agent_probe(r->pid, &r->agent, err)) && !r->agent.present)
 			rc = gs_fail(err, GS_E_AGENT, "the restored process %d has no gpusnap agent answering", (int)r->pid);
 		if (rc)
