@@ -141,6 +141,7 @@ struct restore_run {
 	bool held_restore; /* the driver restored while the app's threads were held stopped */
 	/* lazy pages: CRIU's daemon fills the CPU memory while the GPU part goes on */
 	bool lazy;
+	bool lazy_auto;                /* GPUSNAP_RESTORE_LAZY=auto: a daemon that does not start means a whole restore */
 	char lazy_why[GS_ERR_MSG_MAX]; /* why not, when not */
 	struct gs_criu_lazy lazy_d;
 	enum gs_image_part verify_part; /* what the pass alongside checks (a lazy restore checked CRIU's files first) */
@@ -482,6 +483,8 @@ static int open_tree(struct restore_run *r, const struct restore_opts *o, struct
 	return check_tree_shares(r, err);
 }
 
+enum { LAZY_AUTO, LAZY_ON, LAZY_OFF }; /* GPUSNAP_RESTORE_LAZY's choices, auto|on|off */
+
 /*
  * Whether CRIU restores the CPU memory lazily (GPUSNAP_RESTORE_LAZY,
  * --lazy-pages): on refuses where it cannot be done, auto falls back to the
@@ -489,8 +492,8 @@ static int open_tree(struct restore_run *r, const struct restore_opts *o, struct
  */
 static int decide_lazy(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
-	enum { LAZY_AUTO, LAZY_ON, LAZY_OFF }; /* the setting's choices, auto|on|off */
 	int mode = o->lazy_pages ? LAZY_ON : gs_setting_choice(GS_S_RESTORE_LAZY);
+	r->lazy_auto = mode == LAZY_AUTO;
 	if (mode == LAZY_OFF) {
 		snprintf(r->lazy_why, sizeof(r->lazy_why), "not asked for (GPUSNAP_RESTORE_LAZY=off)");
 		return 0;
@@ -831,6 +834,15 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	/* a signal while CRIU runs stops it and kills the task it was making, which never ran */
 	cli_signals_on_first(gs_criu_interrupt);
 	rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
+	if (rc && r->lazy && r->lazy_d.start_failed && r->lazy_auto && !cli_signal_caught()) {
+		/* auto: a criu whose lazy-pages daemon does not start restores whole (nothing was restored yet) */
+		snprintf(r->lazy_why, sizeof(r->lazy_why), "%s", err->msg);
+		pr_info("the CPU memory comes back whole, not lazily: %s", err->msg);
+		r->lazy = false;
+		co.lazy = NULL;
+		gs_err_clear(err);
+		rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
+	}
 	cli_signals_on_first(NULL);
 	r->criu_s = gs_now() - t;
 	if (rc) {

@@ -1210,6 +1210,7 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 		 * group of criu's own would be orphaned, stopped, when criu exits.
 		 */
 		if (o->lazy && (rc = lazy_start(c, dir, images_fd, work, limit, o->image_pid, o->lazy, err))) {
+			o->lazy->start_failed = true;
 			restore_failed_cleanup(o, started);
 			gs_argv_free(&args);
 			free(res);

@@ -121,6 +121,7 @@ struct gs_criu_lazy {
 	char log_dir[PATH_MAX];  /* the criu's, where a failed daemon's log is kept */
 	double timeout_s;        /* its limit (the criu's timeout) */
 	pid_t served;            /* the restored root whose pages it serves, for messages */
+	bool start_failed;       /* gs_criu_restore failed because the daemon did not start (nothing was restored) */
 };
 
 struct gs_criu_restore_opts {

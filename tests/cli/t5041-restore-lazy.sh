@@ -15,10 +15,10 @@
 #  - the daemon killed once CRIU restored the process (fault point
 #    restore-lazy-daemon): exit 15 in one line naming the daemon, no process
 #    left, the image unchanged and restoring afterwards;
-#  - no userfaultfd (fault point criu-uffd): --lazy-pages and
-#    GPUSNAP_RESTORE_LAZY=on refuse in one line (exit 15) and start nothing;
-#    auto restores whole and says why in --json; a bad value of the setting
-#    is a usage error.
+#  - no userfaultfd (fault point criu-uffd), or a criu whose lazy-pages
+#    daemon does not start: --lazy-pages and GPUSNAP_RESTORE_LAZY=on refuse
+#    in one line (exit 15) and leave nothing; auto restores whole and says
+#    why in --json; a bad value of the setting is a usage error.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
@@ -126,6 +126,17 @@ expect "GPUSNAP_RESTORE_LAZY=auto without userfaultfd restores whole" 0
 check "auto: --json says not lazily, and why" python3 -c 'import json,sys
 d=json.load(open(sys.argv[1])); sys.exit(not (d["lazy_pages"] is False and "no userfaultfd" in d["lazy_pages_why"]))' "$OUT_TXT"
 verify_ok "auto without userfaultfd: every byte back"
+gone_now
+# a criu whose lazy-pages daemon does not start: on refuses, auto restores whole and says why
+fake_criu criu-nolazy "[ \"\$1\" = lazy-pages ] && { echo 'Error (criu/uffd.c:1): lazy-pages: not here' >&2; exit 1; }
+exec '$GPUSNAP_CRIU' \"\$@\""
+refused "--lazy-pages with a daemon that does not start" 15 "criu lazy-pages failed to start: ended with exit status 1: lazy-pages: not here" \
+  "$img" GPUSNAP_CRIU="$TEST_TMP/criu-nolazy"
+RC=0; GPUSNAP_CRIU="$TEST_TMP/criu-nolazy" GPUSNAP_RESTORE_LAZY=auto "$GPUSNAP_BIN" restore --json -D "$img" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
+expect "GPUSNAP_RESTORE_LAZY=auto with a daemon that does not start restores whole" 0
+check "auto: --json says not lazily, and why" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); sys.exit(not (d["lazy_pages"] is False and "lazy-pages failed to start" in d["lazy_pages_why"]))' "$OUT_TXT"
+verify_ok "auto with a daemon that does not start: every byte back"
 gone_now
 RC=0; GPUSNAP_RESTORE_LAZY=maybe "$GPUSNAP_BIN" restore -D "$img" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
 expect "a bad GPUSNAP_RESTORE_LAZY is a usage error" 2 "GPUSNAP_RESTORE_LAZY='maybe'"
