@@ -19,6 +19,12 @@
  * the process continues after the pass and the driver restores it running,
  * the older order.
  *
+ * With lazy pages (--lazy-pages, GPUSNAP_RESTORE_LAZY) CRIU's own part
+ * shrinks to the process's structure: CRIU's files are checked first, a
+ * `criu lazy-pages` daemon (criu.h, struct gs_criu_lazy) fills the CPU
+ * memory while the driver and the agent do their part, and the restore
+ * ends once it is done; a daemon that fails kills the process.
+ *
  * Any failure after CRIU kills the restored process, so a refused restore
  * leaves no process and the image as it was. The image is only read: CRIU's
  * log and work files go to a folder of their own under the runtime directory.
@@ -871,6 +877,7 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		if ((rc = restore_tree_gpu(r, o, &ran, err)))
 			goto fail;
 		r->gpu_s = gs_now() - t - r->verify_wait_s;
+		r->ready_s = gs_now() - r->t0;
 		remove_work_dir(r);
 		return 0;
 	}
