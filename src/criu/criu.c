@@ -1015,13 +1015,12 @@ static void lazy_ended(struct gs_criu_lazy *l, const struct gs_run_result *res)
 		snprintf(st, sizeof(st), "was killed by signal %d", WTERMSIG(res->status));
 	else
 		snprintf(st, sizeof(st), "ended with %s", gs_run_status_str(res->status, note, sizeof(note)));
-	log_note(kept, note, sizeof(note));
-	snprintf(l->why, sizeof(l->why), "%s%s%s%s", st, cause[0] ? ": " : "", cause, note);
+	const char *shown = log_note(kept, note, sizeof(note));
+	snprintf(l->why, sizeof(l->why), "%s%s%s%s", st, cause[0] ? ": " : "", cause, shown);
 	snprintf(l->msg, sizeof(l->msg), "the lazy-pages daemon (criu lazy-pages, pid %d) %s before every CPU page of "
 		 "process %d was in%s%s%s", (int)l->proc.pid, st, (int)l->served, cause[0] ? " (" : "", cause,
 		 cause[0] ? ")" : "");
-	if (kept[0])
-		snprintf(l->msg + strlen(l->msg), sizeof(l->msg) - strlen(l->msg), "%s", note);
+	snprintf(l->msg + strlen(l->msg), sizeof(l->msg) - strlen(l->msg), "%s", shown);
 }
 
 int gs_criu_lazy_check(struct gs_criu_lazy *l, bool wait, struct gs_err *err)
@@ -1069,11 +1068,6 @@ void gs_criu_lazy_stop(struct gs_criu_lazy *l)
 		l->rc = GS_E_CRIU;
 		snprintf(l->msg, sizeof(l->msg), "the lazy-pages daemon was stopped");
 	}
-}
-
-double gs_criu_lazy_done_s(const struct gs_criu_lazy *l)
-{
-	return l->ended && !l->rc ? l->ended - l->started : 0;
 }
 
 /*

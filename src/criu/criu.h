@@ -174,8 +174,6 @@ int gs_criu_uffd_usable(char *why, size_t n);
 int gs_criu_lazy_check(struct gs_criu_lazy *l, bool wait, struct gs_err *err);
 /* Kills a daemon that still runs and waits for it; nothing when none runs. */
 void gs_criu_lazy_stop(struct gs_criu_lazy *l);
-/* Seconds from the daemon's start to its end (every page in); 0 while it runs or when it failed. */
-double gs_criu_lazy_done_s(const struct gs_criu_lazy *l);
 
 /*
  * Finds criu ($GPUSNAP_CRIU, else PATH), runs `criu --version` and requires the

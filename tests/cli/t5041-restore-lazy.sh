@@ -132,6 +132,7 @@ fake_criu criu-nolazy "[ \"\$1\" = lazy-pages ] && { echo 'Error (criu/uffd.c:1)
 exec '$GPUSNAP_CRIU' \"\$@\""
 refused "--lazy-pages with a daemon that does not start" 15 "criu lazy-pages failed to start: ended with exit status 1: lazy-pages: not here" \
   "$img" GPUSNAP_CRIU="$TEST_TMP/criu-nolazy"
+check "... its cause ends the line (it kept no log to name)" grep -q "lazy-pages: not here$" "$ERR_TXT"
 RC=0; GPUSNAP_CRIU="$TEST_TMP/criu-nolazy" GPUSNAP_RESTORE_LAZY=auto "$GPUSNAP_BIN" restore --json -D "$img" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
 expect "GPUSNAP_RESTORE_LAZY=auto with a daemon that does not start restores whole" 0
 check "auto: --json says not lazily, and why" python3 -c 'import json,sys
