@@ -15,7 +15,7 @@ mib=${2:-1430}
 runs=${3:-3}
 gpusnap=$build/gpusnap
 app=$build/tests/agent/agent_app
-[ -x "$gpusnap" ] && [ -x "$app" ] || { echo "no gpusnap or tests/agent/agent_app in $build" >&2; exit 2; }
+if [ ! -x "$gpusnap" ] || [ ! -x "$app" ]; then echo "no gpusnap or tests/agent/agent_app in $build" >&2; exit 2; fi
 command -v python3 >/dev/null || { echo "python3 is needed to read restore --json" >&2; exit 2; }
 work=$(mktemp -d /var/tmp/gpusnap-restore.XXXXXX)
 chmod 700 "$work"
@@ -30,7 +30,7 @@ trap 'gone; rm -rf "$work"' EXIT
 # the app: a session of its own, no inherited descriptors (CRIU dumps what it holds)
 # (its subshell's end, killed by the dump, is not reported)
 set +m
-(for fd in /proc/$BASHPID/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+(for fd in "/proc/$BASHPID"/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
  exec setsid "$gpusnap" run -- "$app" --signals </dev/null >"$work/app.log" 2>"$work/app.err") &
 for _ in $(seq 600); do pid=$(awk '/^READY/ {print $2; exit}' "$work/app.log"); [ -n "$pid" ] && break; sleep 0.1; done
 [ -n "$pid" ] || { echo "the app did not start: $(cat "$work/app.err")" >&2; exit 1; }
