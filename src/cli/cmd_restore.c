@@ -150,9 +150,11 @@ struct restore_run {
 	bool lazy_auto;                /* GPUSNAP_RESTORE_LAZY=auto: a daemon that does not start means a whole restore */
 	char lazy_why[GS_ERR_MSG_MAX]; /* why not, when not */
 	struct gs_criu_lazy lazy_d;
-	enum gs_image_part verify_part; /* what the pass alongside checks (a lazy restore checked CRIU's files first) */
+	enum gs_image_part verify_part; /* what the pass alongside checks (a lazy restore checks CRIU's files first) */
+	bool cpu_checked;               /* CRIU's files are checked, or need not be before CRIU (cpu_checked()) */
 	double t0;                      /* the restore's start */
 	double verify_cpu_s;            /* CRIU's files checked before CRIU ran (lazy) */
+	double verify_cpu_wait_s;       /* of which after the daemon was ready: CRIU waited (not in criu_s) */
 	double ready_s;                 /* from t0: the process runs with its GPU data */
 	double lazy_done_s;             /* from t0: every CPU page in (lazy) */
 	/* an image of a process tree (dump --tree): its CUDA processes, each with its GPU image */
@@ -776,6 +778,31 @@ out:
 }
 
 /*
+ * A lazy restore's gate before criu restore runs (gs_criu_restore_opts.
+ * before_restore), once: the pass over CRIU's files, started with the
+ * daemon, is waited for (the daemon serves pages from them), then the pass
+ * over the GPU data starts, alongside CRIU as for any restore.
+ */
+static int cpu_checked(void *ctx, struct gs_err *err)
+{
+	struct restore_run *r = ctx;
+	if (r->cpu_checked)
+		return 0;
+	r->cpu_checked = true;
+	double t = gs_now();
+	pthread_join(r->verify_thread, NULL);
+	r->verifying = false;
+	r->verify_cpu_s = r->verify_s;
+	r->verify_cpu_wait_s = gs_now() - t;
+	if (r->verify_rc) {
+		*err = r->verify_err;
+		return r->verify_rc;
+	}
+	r->verify_part = GS_IMAGE_PART_GPU;
+	return start_verify(r, err);
+}
+
+/*
  * The lazy-pages daemon of a lazy restore: wait, until it has put every
  * page in; else a look. A daemon that failed fails the restore (its process
  * has pages that read as zeros: the caller kills it).
@@ -815,26 +842,17 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		remove_work_dir(r);
 		return rc;
 	}
-	if (!o->no_verify && !o->verify_first && r->lazy) {
-		/* the daemon serves CRIU's pages from these files: they are checked before it starts */
-		double tc = gs_now();
-		r->verify_part = GS_IMAGE_PART_CPU;
-		verify_image(r);
-		r->verify_cpu_s = gs_now() - tc;
-		if (r->verify_rc) {
-			*err = r->verify_err;
-			remove_work_dir(r);
-			return r->verify_rc;
-		}
-		r->verify_part = GS_IMAGE_PART_GPU; /* the rest alongside, as for any restore */
-	}
+	/* lazily: CRIU's files first, while the daemon starts (cpu_checked), then the GPU data alongside */
+	r->verify_part = r->lazy ? GS_IMAGE_PART_CPU : GS_IMAGE_PART_ALL;
+	r->cpu_checked = !r->lazy || o->no_verify || o->verify_first;
 	if (!o->no_verify && !o->verify_first && (rc = start_verify(r, err))) {
 		remove_work_dir(r);
 		return rc;
 	}
 	const char *extra[] = { "--work-dir", r->work, NULL };
 	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true,
-					   .image_pid = r->info->source_pid, .lazy = r->lazy ? &r->lazy_d : NULL };
+					   .image_pid = r->info->source_pid, .lazy = r->lazy ? &r->lazy_d : NULL,
+					   .before_restore = cpu_checked, .before_ctx = r };
 	record_step(r, o, "criu");
 	double t = gs_now();
 	/* a signal while CRIU runs stops it and kills the task it was making, which never ran */
@@ -847,10 +865,11 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		r->lazy = false;
 		co.lazy = NULL;
 		gs_err_clear(err);
-		rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
+		if (!(rc = cpu_checked(r, err))) /* the rest of the pass alongside, as for any restore */
+			rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
 	}
 	cli_signals_on_first(NULL);
-	r->criu_s = gs_now() - t;
+	r->criu_s = gs_now() - t - r->verify_cpu_wait_s;
 	if (rc) {
 		struct gs_err verr = { 0 };
 		if (join_verify(r, &verr))

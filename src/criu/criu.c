@@ -1210,6 +1210,13 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 			free(res);
 			return rc;
 		}
+		if (o->lazy && o->before_restore && (rc = o->before_restore(o->before_ctx, err))) {
+			gs_criu_lazy_stop(o->lazy);
+			restore_failed_cleanup(o, started);
+			gs_argv_free(&args);
+			free(res);
+			return rc;
+		}
 		rc = run_criu(args.v, limit, GS_RUN_SHARE_GROUP, images_fd, res, err);
 		if (o->lazy && (rc || res->timed_out || !WIFEXITED(res->status) || WEXITSTATUS(res->status) != 0))
 			gs_criu_lazy_stop(o->lazy); /* a try that failed: the next starts its own */

@@ -150,6 +150,15 @@ struct gs_criu_restore_opts {
 	 * and ends it (gs_criu_lazy_stop); on failure none is left.
 	 */
 	struct gs_criu_lazy *lazy;
+	/*
+	 * A lazy restore: called once its daemon listens, before criu restore
+	 * runs (at each try): what must be done before the daemon may serve a
+	 * page (gpusnap restore's checksum pass over CRIU's files, run while
+	 * the daemon starts). Non-zero fails the restore with err as it set
+	 * it, the daemon stopped. NULL: none.
+	 */
+	int (*before_restore)(void *ctx, struct gs_err *err);
+	void *before_ctx;
 };
 
 /*
