@@ -137,6 +137,7 @@ RC=0; GPUSNAP_CRIU="$TEST_TMP/criu-nolazy" GPUSNAP_RESTORE_LAZY=auto "$GPUSNAP_B
 expect "GPUSNAP_RESTORE_LAZY=auto with a daemon that does not start restores whole" 0
 check "auto: --json says not lazily, and why" python3 -c 'import json,sys
 d=json.load(open(sys.argv[1])); sys.exit(not (d["lazy_pages"] is False and "lazy-pages failed to start" in d["lazy_pages_why"]))' "$OUT_TXT"
+check "auto: the GPU data was verified all the same ($(jget "['verified_bytes']") bytes)" test "$(jget "['verified_bytes']")" = "$lazy_verified"
 verify_ok "auto with a daemon that does not start: every byte back"
 gone_now
 RC=0; GPUSNAP_RESTORE_LAZY=maybe "$GPUSNAP_BIN" restore -D "$img" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
