@@ -20,7 +20,7 @@
  * the older order.
  *
  * With lazy pages (--lazy-pages, GPUSNAP_RESTORE_LAZY) CRIU's own part
- * shrinks to the process's structure: CRIU's files are checked first, a
+ * shrinks to the process's structure: CRIU's files are checked before it, a
  * `criu lazy-pages` daemon (criu.h, struct gs_criu_lazy) fills the CPU
  * memory while the driver and the agent do their part, and the restore
  * ends once it is done; a daemon that fails kills the process.
@@ -90,7 +90,7 @@ const struct cli_doc restore_doc = {
 		"a refused restore leaves no process and the image as it was. The image is only read.\n\n"
 		"With --lazy-pages (or GPUSNAP_RESTORE_LAZY), CRIU brings the process back with its CPU memory empty "
 		"and a `criu lazy-pages` daemon fills it while the driver restores the process and the agent loads "
-		"the GPU data; CRIU's files are checked before the daemon starts, and the restore ends once every "
+		"the GPU data; CRIU's files are checked before the daemon serves a page, and the restore ends once every "
 		"page is in. A daemon that fails kills the process.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "--lazy-pages for the image of a process tree" },
 						{ GS_E_PERMISSION, "an image path that others could change (named); --lazy-pages "
