@@ -28,11 +28,11 @@ export AGENT_APP_HOST_MB=200
 export AGENT_APP_BIG_MB=64
 export GPUSNAP_IO_THREADS=2
 export FAKE_CUDA_LOG=$TEST_TMP/fake.log
-criu_cmd=$GPUSNAP_CRIU
 
 jtrue() { test "$(jget "$1")" = True; }
-# daemons: the `criu lazy-pages` processes of this test's criu that still run
-daemons() { pgrep -f "^$criu_cmd lazy-pages" | wc -l; }
+# daemons: the `criu lazy-pages` processes of this test's restores that still run (their work folders are
+# in its GPUSNAP_RUN_DIR; criu may run through a wrapper that puts a loader first)
+daemons() { pgrep -f "criu lazy-pages --images-dir .* --work-dir $GPUSNAP_RUN_DIR/" | wc -l; }
 no_daemon() { local i; for ((i = 0; i < 500; i++)); do [ "$(daemons)" = 0 ] && return 0; sleep 0.01; done; return 1; }
 flip() { # flip FILE OFFSET: inverts one bit
   python3 -c 'import sys; f=open(sys.argv[1],"r+b"); o=int(sys.argv[2]); f.seek(o); b=f.read(1); f.seek(o); f.write(bytes([b[0]^0x20]))' "$1" "$2"
@@ -66,6 +66,16 @@ good=$(sums "$img")
 run_gpusnap restore --lazy-pages --json -D "$img"; expect "restore --lazy-pages" 0
 lazy_ok "--lazy-pages"
 lazy_verified=$(jget "['verified_bytes']")
+gone_now
+# the daemon, seen: criu restore held (fault point criu-run) once the daemon listens
+bg_gpusnap "criu-run=hold:2" restore --lazy-pages -D "$img"
+check "a lazy restore reaches criu restore" at_fault criu-run 60
+check "... its lazy-pages daemon runs then, one, with its socket in the restore's work folder" \
+  test "$(daemons)" = 1 -a -n "$(find "$GPUSNAP_RUN_DIR" -name lazy-pages.socket -type s)"
+bg_wait
+check "... the restore succeeds (rc $BG_RC)" test "$BG_RC" = 0
+check "... no daemon left, nor its socket" test "$(daemons)" = 0 -a -z "$(find "$GPUSNAP_RUN_DIR" -name 'lazy-pages*')"
+verify_ok "... every byte back"
 gone_now
 RC=0; GPUSNAP_RESTORE_LAZY=on "$GPUSNAP_BIN" restore --json -D "$img" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
 expect "restore with GPUSNAP_RESTORE_LAZY=on" 0
