@@ -6,7 +6,10 @@
 #     weights from the local disk onto the GPU, a first generate, listen;
 #   - restored with `gpusnap restore` from an image of the same server dumped
 #     once it had answered, on the agent path (started with `gpusnap run`) and
-#     on the driver path (started without it), in the same run;
+#     on the driver path (started without it), in the same run, whole and
+#     with `restore --lazy-pages` (CRIU's lazy-pages daemon fills the CPU
+#     memory while the GPU part goes on; the first answer is awaited
+#     alongside the restore, which returns only once every page is in);
 # each with the files in the page cache (warm) and after drop_caches (cold).
 # The time runs from the start (or the restore command) to the first answer
 # of POST /generate (16 tokens; the same request's time once the server is
@@ -88,22 +91,35 @@ start_server() { # WAY CACHE PORTS LAUNCH...
 }
 
 
-# gpusnap restore of IMG, timed to the restored server's first answer on PORT; then it ends.
-restore_server() { # WAY CACHE IMG PORT
-  local t0 pid
+# gpusnap restore of IMG, timed to the restored server's first answer on PORT, asked alongside the
+# restore (a lazy one answers before it returns); then it ends.
+restore_server() { # WAY CACHE IMG PORT [RESTORE OPTIONS...]
+  local way=$1 cache=$2 img=$3 port=$4 t0 pid asker
+  shift 4
   t0=$EPOCHREALTIME
-  GS_CMD_TIMEOUT=600 gs_run restore --json -D "$3"
+  python3 "$PY/first_answer.py" --since "$t0" --port "$port" >"$GS_WORK/answer.json" 2>"$GS_WORK/first_answer.err" &
+  asker=$!
+  GS_CMD_TIMEOUT=600 gs_run restore --json -D "$img" "$@"
   if [ "$GS_RC" != 0 ]; then
-    echo "FAIL: $1 ($2): restore exited $GS_RC: $GS_ERR"
+    echo "FAIL: $way ($cache): restore exited $GS_RC: $GS_ERR"
+    kill "$asker" 2>/dev/null
+    wait "$asker" 2>/dev/null
     FAILED=1
     return 1
   fi
   pid=$(json_get "$GS_OUT" pid)
   GS_EXTRA_PIDS+=("$pid")
-  bench_first_answer "$t0" --port "$4" || { FAILED=1; gs_kill_pid "$pid"; return 1; }
-  record "$1" "$2"
-  log "  restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, checksums $(json_get "$GS_OUT" times.verify_s) s, total $(json_get "$GS_OUT" times.total_s) s"
-  bench_quit_server "$4" "$pid"
+  if ! wait "$asker"; then
+    log "no answer: $(cat "$GS_WORK/first_answer.err")"
+    FAILED=1
+    gs_kill_pid "$pid"
+    return 1
+  fi
+  ANSWER=$(cat "$GS_WORK/answer.json")
+  log "  answer: $ANSWER"
+  record "$way" "$cache"
+  log "  restore: CRIU $(json_get "$GS_OUT" times.criu_s) s, GPU $(json_get "$GS_OUT" times.gpu_s) s, checksums $(json_get "$GS_OUT" times.verify_s) s, ready $(json_get "$GS_OUT" times.ready_s) s, lazily $(json_get "$GS_OUT" lazy_pages) (every CPU page in $(json_get "$GS_OUT" times.lazy_pages_done_s) s), total $(json_get "$GS_OUT" times.total_s) s"
+  bench_quit_server "$port" "$pid"
 }
 
 # Dumps the server PID into IMG (its path: WANT); it is gone after.
@@ -148,12 +164,18 @@ for ((r = 1; r <= REPEAT; r++)); do
   restore_server "gpusnap restore, agent path" warm "$DIR/img-agent" "$PORT_A"
   warm_files "$DIR/img-driver"
   restore_server "gpusnap restore, driver path" warm "$DIR/img-driver" "$PORT_D"
+  warm_files "$DIR/img-agent"
+  restore_server "gpusnap restore --lazy-pages, agent path" warm "$DIR/img-agent" "$PORT_A" --lazy-pages
+  warm_files "$DIR/img-driver"
+  restore_server "gpusnap restore --lazy-pages, driver path" warm "$DIR/img-driver" "$PORT_D" --lazy-pages
   drop_caches
   start_server python cold "$GS_WORK/p.json" && bench_quit_server "$(port_of "$GS_WORK/p.json")" "$SERVER_PID"
   drop_caches
   restore_server "gpusnap restore, agent path" cold "$DIR/img-agent" "$PORT_A"
   drop_caches
   restore_server "gpusnap restore, driver path" cold "$DIR/img-driver" "$PORT_D"
+  drop_caches
+  restore_server "gpusnap restore --lazy-pages, agent path" cold "$DIR/img-agent" "$PORT_A" --lazy-pages
 done
 
 # The table and the run's JSON document (bench/report.py collect)

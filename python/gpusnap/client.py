@@ -121,11 +121,12 @@ class Gpusnap:
         return DumpResult.from_json(self._run("dump", args + [_pid(pid)]))
 
     def restore(self, directory: Union[str, "os.PathLike[str]"], *, gpu_map: GpuMap = None, no_verify: bool = False,
-                verify_first: bool = False, verify_gpu: bool = False) -> RestoreResult:
+                verify_first: bool = False, verify_gpu: bool = False, lazy_pages: bool = False) -> RestoreResult:
         """Brings a dumped process back from its image, with its PID; verify_gpu: the chunks' fingerprints
-        are checked on the GPU once loaded."""
+        are checked on the GPU once loaded; lazy_pages: the process goes on while CRIU's lazy-pages daemon
+        fills its CPU memory (restore --lazy-pages; RestoreResult.lazy_pages says whether it did)."""
         args = ["-D", os.fspath(directory)] + _map_args(gpu_map) + ["--no-verify"] * no_verify + \
-            ["--verify-first"] * verify_first + ["--verify-gpu"] * verify_gpu
+            ["--verify-first"] * verify_first + ["--verify-gpu"] * verify_gpu + ["--lazy-pages"] * lazy_pages
         return RestoreResult.from_json(self._run("restore", args))
 
     def export(self, src: Union[str, "os.PathLike[str]"], dest: Union[str, "os.PathLike[str]"], *,

@@ -279,14 +279,17 @@ class RestoreResult:
     path: Optional[str]          # how the image was taken: agent, driver or tree
     gpu_map: Dict[int, int]      # image GPU -> GPU of this machine
     verified_bytes: int
-    times: Dict[str, float]      # total_s, criu_s, gpu_s, verify_s, ...
+    times: Dict[str, float]      # total_s, criu_s, gpu_s, verify_s, ready_s, lazy_pages_done_s, ...
+    lazy_pages: bool = False     # the CPU memory came back lazily (lazy_pages_why says why not)
+    lazy_pages_why: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "RestoreResult":
         return cls(pid=d["pid"], dir=d["dir"], path=d.get("path"),
                    gpu_map={g["image_gpu"]: g["gpu"] for g in d["gpus"]}, verified_bytes=d["verified_bytes"],
-                   times=dict(d["times"]), raw=d)
+                   times=dict(d["times"]), lazy_pages=d.get("lazy_pages", False),
+                   lazy_pages_why=d.get("lazy_pages_why", ""), raw=d)
 
 
 @dataclass

@@ -280,8 +280,16 @@ def test_dump_inspect_restore(fake, tmp_path, monkeypatch):
         assert (r.pid, r.path, r.gpu_map) == (pid, "driver", {0: 0})
         n = len(log.read_text().splitlines())
         assert wait_for(lambda: len(log.read_text().splitlines()) > n + 5)  # counts on
+        assert (r.lazy_pages, r.lazy_pages_why) == (False, "not asked for (GPUSNAP_RESTORE_LAZY=off)")
         with pytest.raises(gpusnap.CriuError):
             gpusnap.restore(img)  # its PID is taken: the process runs
+        subprocess.run(["kill", "-9", str(pid)], stderr=subprocess.DEVNULL)
+        assert wait_for(lambda: not os.path.exists(f"/proc/{pid}"))
+        n = len(log.read_text().splitlines())
+        r = gpusnap.restore(img, lazy_pages=True)  # CRIU's lazy-pages daemon fills the CPU memory
+        assert (r.pid, r.lazy_pages, r.lazy_pages_why) == (pid, True, "")
+        assert 0 < r.times["lazy_pages_done_s"] <= r.times["total_s"]
+        assert wait_for(lambda: len(log.read_text().splitlines()) > n + 5)  # counts on
         # an unknown codec is the command line's error, before anything of the process is touched
         with pytest.raises(gpusnap.UsageError):
             gpusnap.dump(pid, tmp_path / "img2", compress="gzip")

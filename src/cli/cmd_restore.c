@@ -19,6 +19,12 @@
  * the process continues after the pass and the driver restores it running,
  * the older order.
  *
+ * With lazy pages (--lazy-pages, GPUSNAP_RESTORE_LAZY) CRIU's own part
+ * shrinks to the process's structure: CRIU's files are checked before it, a
+ * `criu lazy-pages` daemon (criu.h, struct gs_criu_lazy) fills the CPU
+ * memory while the driver and the agent do their part, and the restore
+ * ends once it is done; a daemon that fails kills the process.
+ *
  * Any failure after CRIU kills the restored process, so a refused restore
  * leaves no process and the image as it was. The image is only read: CRIU's
  * log and work files go to a folder of their own under the runtime directory.
@@ -59,6 +65,7 @@
 #include "common/log.h"
 #include "common/lone_thread.h"
 #include "common/proc.h"
+#include "common/settings.h"
 #include "core/control_socket.h"
 #include "core/share_plan.h"
 #include "common/util.h"
@@ -67,7 +74,8 @@
 #include "image/image.h"
 
 static const char *const restore_usage[] = {
-	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--verify-gpu] [--allow-unverified-cpu] [--json] "
+	"gpusnap restore [--map FROM=TO]... [--no-verify | --verify-first] [--verify-gpu] [--lazy-pages] "
+	"[--allow-unverified-cpu] [--json] "
 	"-D DIR",
 	NULL,
 };
@@ -79,9 +87,14 @@ const struct cli_doc restore_doc = {
 		"had, on the GPUs it used or, with --map, on others of the same type.\n\n"
 		"Every chunk and CRIU file of the image is checked against its checksum while CRIU restores the "
 		"process, which is held stopped until the check passed. Any failure kills the half-restored process: "
-		"a refused restore leaves no process and the image as it was. The image is only read.",
-	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "" },
-						{ GS_E_PERMISSION, "an image path that others could change (named)" },
+		"a refused restore leaves no process and the image as it was. The image is only read.\n\n"
+		"With --lazy-pages (or GPUSNAP_RESTORE_LAZY), CRIU brings the process back with its CPU memory empty "
+		"and a `criu lazy-pages` daemon fills it while the driver restores the process and the agent loads "
+		"the GPU data; CRIU's files are checked before the daemon serves a page, and the restore ends once every "
+		"page is in. A daemon that fails kills the process.",
+	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "" }, { GS_E_USAGE, "--lazy-pages for the image of a process tree" },
+						{ GS_E_PERMISSION, "an image path that others could change (named); --lazy-pages "
+								   "where userfaultfd is for root only" },
 						{ GS_E_STATE, "another gpusnap is restoring the image or at work on its PID" },
 						{ GS_E_NO_DRIVER, "" }, { GS_E_DRIVER_OLD, "" },
 						{ GS_E_TIMEOUT, "a criu run took longer than GPUSNAP_CRIU_TIMEOUT" },
@@ -89,10 +102,11 @@ const struct cli_doc restore_doc = {
 						{ GS_E_IMAGE, "image missing, truncated, corrupt or of an unknown version (the "
 							      "file or chunk is named)" },
 						{ GS_E_GPU_MISMATCH, "" }, { GS_E_NO_VRAM, "" },
-						{ GS_E_CRIU, "CRIU missing, too old or failed, or the PID the image needs is in "
-							     "use" },
+						{ GS_E_CRIU, "CRIU missing, too old or failed, the PID the image needs is in "
+							     "use, --lazy-pages without userfaultfd, or the lazy-pages daemon failed "
+							     "(the process is killed)" },
 						{ GS_E_AGENT, "" }, { GS_E_INTERRUPTED_BASE, "" }, { 0, NULL } },
-	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
+	.env = "GPUSNAP_CRIU GPUSNAP_CRIU_TIMEOUT GPUSNAP_RESTORE_LAZY GPUSNAP_LOG GPUSNAP_LIBCUDA GPUSNAP_RUN_DIR",
 	.examples = (const struct cli_doc_example[]){
 		{ "gpusnap restore -D /ckpt/job", "Bring the dumped job back." },
 		{ "gpusnap restore -D /ckpt/job --map 0=1", "Bring it back with image GPU 0's state on GPU 1." },
@@ -104,6 +118,7 @@ struct restore_opts {
 	struct gs_string_list maps;
 	bool no_verify, verify_first, json, allow_unverified_cpu;
 	bool verify_gpu; /* the agent checks the loaded data's fingerprints on the GPU */
+	bool lazy_pages; /* --lazy-pages: GPUSNAP_RESTORE_LAZY=on for this restore */
 };
 
 struct restore_run {
@@ -130,6 +145,18 @@ struct restore_run {
 	int verify_rc;
 	struct gs_err verify_err;
 	bool held_restore; /* the driver restored while the app's threads were held stopped */
+	/* lazy pages: CRIU's daemon fills the CPU memory while the GPU part goes on */
+	bool lazy;
+	bool lazy_auto;                /* GPUSNAP_RESTORE_LAZY=auto: a daemon that does not start means a whole restore */
+	char lazy_why[GS_ERR_MSG_MAX]; /* why not, when not */
+	struct gs_criu_lazy lazy_d;
+	enum gs_image_part verify_part; /* what the pass alongside checks (a lazy restore checks CRIU's files first) */
+	bool cpu_checked;               /* CRIU's files are checked, or need not be before CRIU (cpu_checked()) */
+	double t0;                      /* the restore's start */
+	double verify_cpu_s;            /* CRIU's files checked before CRIU ran (lazy) */
+	double verify_cpu_wait_s;       /* of which after the daemon was ready: CRIU waited (not in criu_s) */
+	double ready_s;                 /* from t0: the process runs with its GPU data */
+	double lazy_done_s;             /* from t0: every CPU page in (lazy) */
 	/* an image of a process tree (dump --tree): its CUDA processes, each with its GPU image */
 	bool tree;
 	pid_t *tree_pids;
@@ -303,7 +330,8 @@ static int make_work_dir(struct restore_run *r, struct gs_err *err)
 static void remove_work_dir(struct restore_run *r)
 {
 	char p[PATH_MAX + 32];
-	const char *names[] = { GS_CRIU_RESTORE_LOG, GS_CRIU_RESTORE_PIDFILE, "stats-restore" };
+	const char *names[] = { GS_CRIU_RESTORE_LOG, GS_CRIU_RESTORE_PIDFILE, "stats-restore", GS_CRIU_LAZY_LOG,
+				GS_CRIU_LAZY_SOCKET };
 	for (size_t i = 0; i < GS_ARRAY_SIZE(names); i++) {
 		snprintf(p, sizeof(p), "%s/%s", r->work, names[i]);
 		unlink(p);
@@ -463,6 +491,41 @@ static int open_tree(struct restore_run *r, const struct restore_opts *o, struct
 	return check_tree_shares(r, err);
 }
 
+enum { LAZY_AUTO, LAZY_ON, LAZY_OFF }; /* GPUSNAP_RESTORE_LAZY's choices, auto|on|off */
+
+/*
+ * Whether CRIU restores the CPU memory lazily (GPUSNAP_RESTORE_LAZY,
+ * --lazy-pages): on refuses where it cannot be done, auto falls back to the
+ * whole restore and says why (log at info, --json).
+ */
+static int decide_lazy(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
+{
+	int mode = o->lazy_pages ? LAZY_ON : gs_setting_choice(GS_S_RESTORE_LAZY);
+	r->lazy_auto = mode == LAZY_AUTO;
+	if (mode == LAZY_OFF) {
+		snprintf(r->lazy_why, sizeof(r->lazy_why), "not asked for (GPUSNAP_RESTORE_LAZY=off)");
+		return 0;
+	}
+	char why[GS_ERR_MSG_MAX - 128];
+	int rc;
+	if (r->tree) {
+		rc = GS_E_USAGE;
+		snprintf(why, sizeof(why), "the image of a process tree (dump --tree) is restored whole");
+	} else {
+		rc = gs_criu_uffd_usable(why, sizeof(why));
+	}
+	if (!rc) {
+		r->lazy = true;
+		return 0;
+	}
+	if (mode == LAZY_ON)
+		return gs_fail(err, rc, "cannot restore '%s' with lazy pages (%s): %s", o->dir,
+			       o->lazy_pages ? "--lazy-pages" : "GPUSNAP_RESTORE_LAZY=on", why);
+	snprintf(r->lazy_why, sizeof(r->lazy_why), "%s", why);
+	pr_info("the CPU memory comes back whole before the process goes on, not lazily: %s", why);
+	return 0;
+}
+
 static int checks(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
 	/* held for reading until the end: a dump replacing DIR meanwhile waits, its claim refuses */
@@ -495,7 +558,7 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	pid_t pid = r->info->source_pid;
 	if ((rc = cli_op_begin(pid, true, "restore", &r->lock, &r->left, err)))
 		return rc;
-	if ((rc = cli_criu_find(&r->criu, err)))
+	if ((rc = cli_criu_find(&r->criu, err)) || (rc = decide_lazy(r, o, err)))
 		return rc;
 	if ((rc = cli_session_open(&r->s, err)))
 		return rc;
@@ -524,11 +587,12 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 static void verify_image(struct restore_run *r)
 {
 	double t = gs_now();
-	r->verify_rc = gs_image_verify(r->img, 0, &r->verify_err);
+	r->verify_rc = gs_image_verify_part(r->img, 0, r->verify_part, &r->verify_err);
 	for (int i = 0; i < r->tree_n && !r->verify_rc; i++)
 		r->verify_rc = gs_image_verify(r->tree_imgs[i], 0, &r->verify_err);
-	r->verify_s = gs_now() - t;
-	for (int i = -1; !r->verify_rc && i < r->tree_n; i++) {
+	r->verify_s += gs_now() - t;
+	/* the GPU data's bytes, counted by the pass that checks them (not by a lazy restore's first, of CRIU's files) */
+	for (int i = -1; !r->verify_rc && r->verify_part != GS_IMAGE_PART_CPU && i < r->tree_n; i++) {
 		struct gs_image_totals tot;
 		gs_image_totals(i < 0 ? r->img : r->tree_imgs[i], &tot);
 		r->verified_bytes += tot.stored_bytes;
@@ -615,6 +679,11 @@ static void record_step(struct restore_run *r, const struct restore_opts *o, con
 		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
 			 "killed before the driver had put it back on the GPU: gpusnap resume %d finishes it", pid, o->dir, me,
 			 pid);
+	else if (!strcmp(step, "pages"))
+		snprintf(alive, sizeof(alive), "process %d was restored from '%s' by a gpusnap restore (pid %d) that was "
+			 "killed while CRIU's lazy-pages daemon filled its CPU memory: if no 'criu lazy-pages' runs any more "
+			 "and it had not finished, the process's memory is incomplete: kill -9 %d, then %s -D '%s' again",
+			 pid, o->dir, me, pid, again, o->dir);
 	else if (!strcmp(step, "criu"))
 		/* which process CRIU made is not known yet: the user decides */
 		snprintf(alive, sizeof(alive), "process %d may be a copy of the image at '%s' that CRIU made for a gpusnap "
@@ -708,6 +777,46 @@ out:
 	return rc;
 }
 
+/*
+ * A lazy restore's gate before criu restore runs (gs_criu_restore_opts.
+ * before_restore), once: the pass over CRIU's files, started with the
+ * daemon, is waited for (the daemon serves pages from them), then the pass
+ * over the GPU data starts, alongside CRIU as for any restore.
+ */
+static int cpu_checked(void *ctx, struct gs_err *err)
+{
+	struct restore_run *r = ctx;
+	if (r->cpu_checked)
+		return 0;
+	r->cpu_checked = true;
+	double t = gs_now();
+	pthread_join(r->verify_thread, NULL);
+	r->verifying = false;
+	r->verify_cpu_s = r->verify_s;
+	r->verify_cpu_wait_s = gs_now() - t;
+	if (r->verify_rc) {
+		*err = r->verify_err;
+		return r->verify_rc;
+	}
+	r->verify_part = GS_IMAGE_PART_GPU;
+	return start_verify(r, err);
+}
+
+/*
+ * The lazy-pages daemon of a lazy restore: wait, until it has put every
+ * page in; else a look. A daemon that failed fails the restore (its process
+ * has pages that read as zeros: the caller kills it).
+ */
+static int lazy_check(struct restore_run *r, bool wait, struct gs_err *err)
+{
+	if (!r->lazy)
+		return 0;
+	int rc = gs_criu_lazy_check(&r->lazy_d, wait, err);
+	if (rc)
+		cli_err_append(err, "the restored process %d was killed; the image is unchanged", (int)r->pid);
+	return rc;
+}
+
 static int run_restore(struct restore_run *r, const struct restore_opts *o, struct gs_err *err)
 {
 	/* CRIU (root) reads the cpu/ that was checked, through our descriptor of it: no rename can swap it */
@@ -733,20 +842,34 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		remove_work_dir(r);
 		return rc;
 	}
+	/* lazily: CRIU's files first, while the daemon starts (cpu_checked), then the GPU data alongside */
+	r->verify_part = r->lazy ? GS_IMAGE_PART_CPU : GS_IMAGE_PART_ALL;
+	r->cpu_checked = !r->lazy || o->no_verify || o->verify_first;
 	if (!o->no_verify && !o->verify_first && (rc = start_verify(r, err))) {
 		remove_work_dir(r);
 		return rc;
 	}
 	const char *extra[] = { "--work-dir", r->work, NULL };
 	struct gs_criu_restore_opts co = { .work_dir = r->work, .extra_args = extra, .leave_stopped = true,
-					   .image_pid = r->info->source_pid };
+					   .image_pid = r->info->source_pid, .lazy = r->lazy ? &r->lazy_d : NULL,
+					   .before_restore = cpu_checked, .before_ctx = r };
 	record_step(r, o, "criu");
 	double t = gs_now();
 	/* a signal while CRIU runs stops it and kills the task it was making, which never ran */
 	cli_signals_on_first(gs_criu_interrupt);
 	rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
+	if (rc && r->lazy && r->lazy_d.start_failed && r->lazy_auto && !cli_signal_caught()) {
+		/* auto: a criu whose lazy-pages daemon does not start restores whole (nothing was restored yet) */
+		snprintf(r->lazy_why, sizeof(r->lazy_why), "%s", err->msg);
+		pr_info("the CPU memory comes back whole, not lazily: %s", err->msg);
+		r->lazy = false;
+		co.lazy = NULL;
+		gs_err_clear(err);
+		if (!(rc = cpu_checked(r, err))) /* the rest of the pass alongside, as for any restore */
+			rc = gs_criu_restore(&r->criu, cpu, &co, &r->pid, err);
+	}
 	cli_signals_on_first(NULL);
-	r->criu_s = gs_now() - t;
+	r->criu_s = gs_now() - t - r->verify_cpu_wait_s;
 	if (rc) {
 		struct gs_err verr = { 0 };
 		if (join_verify(r, &verr))
@@ -761,7 +884,11 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	t = gs_now();
 	bool ran = false; /* let continue (SIGCONT): from then on a failure is visible to the app */
 	int held = 0;
-	if ((rc = stop_held(r, o, GS_FI_RESTORE_AFTER_CRIU, err))) {
+	/* a test's daemon that dies here: then waited for, so its end is seen at once */
+	bool daemon_killed = r->lazy && gs_fault(GS_FI_RESTORE_LAZY_DAEMON);
+	if (daemon_killed)
+		gs_run_kill(&r->lazy_d.proc);
+	if ((rc = stop_held(r, o, GS_FI_RESTORE_AFTER_CRIU, err)) || (rc = lazy_check(r, daemon_killed, err))) {
 		join_verify(r, NULL);
 		goto fail;
 	}
@@ -769,6 +896,7 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 		if ((rc = restore_tree_gpu(r, o, &ran, err)))
 			goto fail;
 		r->gpu_s = gs_now() - t - r->verify_wait_s;
+		r->ready_s = gs_now() - r->t0;
 		remove_work_dir(r);
 		return 0;
 	}
@@ -780,7 +908,7 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 	}
 	if ((rc = join_verify(r, err)))
 		goto fail; /* the app never ran: it is killed stopped */
-	if ((rc = stop_held(r, o, GS_FI_RESTORE_BEFORE_CONT, err)))
+	if ((rc = stop_held(r, o, GS_FI_RESTORE_BEFORE_CONT, err)) || (rc = lazy_check(r, false, err)))
 		goto fail;
 	/* the point of no return: the process runs its own code from here, and a signal waits for the end */
 	record_step(r, o, !strcmp(r->info->how, "agent") ? "load" : "resume");
@@ -808,6 +936,14 @@ static int run_restore(struct restore_run *r, const struct restore_opts *o, stru
 			goto fail;
 	}
 	r->gpu_s = gs_now() - t - r->verify_wait_s;
+	r->ready_s = gs_now() - r->t0;
+	/* the process runs; its memory is whole once the daemon is done, which the restore waits for */
+	if (r->lazy)
+		record_step(r, o, "pages");
+	if ((rc = lazy_check(r, true, err)))
+		goto fail;
+	if (r->lazy)
+		r->lazy_done_s = r->lazy_d.ended - r->t0;
 	remove_work_dir(r);
 	return 0;
 fail:
@@ -816,6 +952,7 @@ fail:
 		kill_restored_tree(r->pid, ran);
 	else
 		kill_restored(r->pid, ran);
+	gs_criu_lazy_stop(&r->lazy_d);
 	remove_work_dir(r);
 	return rc;
 }
@@ -841,6 +978,8 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
 		gs_json_kv_bool(&j, "verified_first", o->verify_first && !o->no_verify);
 		gs_json_kv_bool(&j, "driver_restore_held", r->held_restore);
+		gs_json_kv_bool(&j, "lazy_pages", r->lazy);
+		gs_json_kv_string(&j, "lazy_pages_why", r->lazy ? "" : r->lazy_why);
 		gs_json_key(&j, "gpus");
 		gs_json_array_begin(&j);
 		for (size_t k = 0; r->img && r->target && k < gs_image_gpu_count(r->img); k++) {
@@ -856,6 +995,9 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 		gs_json_kv_double(&j, "verify_s", r->verify_s);
 		gs_json_kv_double(&j, "verify_wait_s", r->verify_wait_s);
 		gs_json_kv_double(&j, "criu_s", r->criu_s);
+		gs_json_kv_double(&j, "verify_cpu_s", r->verify_cpu_s);
+		gs_json_kv_double(&j, "ready_s", r->ready_s);
+		gs_json_kv_double(&j, "lazy_pages_done_s", r->lazy_done_s);
 		gs_json_kv_double(&j, "gpu_s", r->gpu_s);
 		gs_json_kv_double(&j, "driver_restore_s", r->proc.restore_s);
 		gs_json_kv_double(&j, "unlock_s", r->proc.unlock_s);
@@ -880,6 +1022,8 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 	       gs_printable(how, sizeof(how), r->info->how), r->criu_s, r->gpu_s);
 	if (!o->no_verify)
 		printf(", checksums %.2f s%s", r->verify_s, o->verify_first ? " first" : " alongside");
+	if (r->lazy)
+		printf(", running after %.2f s, CPU pages in (lazily) after %.2f s", r->ready_s, r->lazy_done_s);
 	printf(", total %.2f s\n", r->total_s);
 }
 
@@ -897,6 +1041,9 @@ int cmd_restore(int argc, char **argv)
 		GS_OPT_BOOL_(0, "verify-gpu", &o.verify_gpu,
 			     "once the agent loaded the data, check every chunk's fingerprint on the GPU before the process "
 			     "goes on"),
+		GS_OPT_BOOL_(0, "lazy-pages", &o.lazy_pages,
+			     "let the process go on before its CPU memory is back: CRIU's lazy-pages daemon fills it "
+			     "meanwhile (GPUSNAP_RESTORE_LAZY=on)"),
 		GS_OPT_BOOL_(0, "allow-unverified-cpu", &o.allow_unverified_cpu,
 			     "restore an image without checksums of CRIU's files (a kept image of a dump killed in CRIU)"),
 		GS_OPT_BOOL_(0, "json", &o.json, "print the outcome as JSON"),
@@ -922,6 +1069,7 @@ int cmd_restore(int argc, char **argv)
 	struct gs_err err = { 0 };
 	struct restore_run r = { 0 };
 	double t0 = gs_now();
+	r.t0 = t0;
 	rc = checks(&r, &o, &err);
 	if (!rc) {
 		struct cli_progress *progress = cli_progress_start("restore");

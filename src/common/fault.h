@@ -60,6 +60,7 @@
 	X(IMAGE_SYNC, "image-sync", "gs_image_sync: an image published unsynced made durable afterwards (EIO)") \
 	/* --- CRIU (src/criu) --- */                                                                 \
 	X(CRIU_RUN, "criu-run", "running criu (it fails as if criu had)")                            \
+	X(CRIU_UFFD, "criu-uffd", "asking whether userfaultfd can serve a lazy restore (it says no)") \
 	/* --- the CRIU plugin (src/criu_plugin) --- */                                               \
 	X(PLUGIN_PAUSE, "plugin-pause", "the first PAUSE_DEVICES, before the processes leave the GPU (hold: slow GPU work)") \
 	X(PLUGIN_CHECKPOINT, "plugin-checkpoint", "CHECKPOINT_DEVICES, every task frozen: CRIU's dump fails") \
@@ -75,6 +76,7 @@
 	X(RESTORE_AFTER_CRIU, "restore-after-criu", "CRIU restored the process (held), before the GPU part") \
 	X(RESTORE_BEFORE_CONT, "restore-before-cont", "the process is restored and held, before it continues") \
 	X(RESTORE_AFTER_CONT, "restore-after-cont", "the restored process continued, before the agent loads its GPU data") \
+	X(RESTORE_LAZY_DAEMON, "restore-lazy-daemon", "restore --lazy-pages: CRIU restored the process, its pages still coming; the lazy-pages daemon is killed there (SIGKILL)") \
 	/* --- dump --tree and the restore of its image (src/cli/dump_tree.c, cmd_restore.c) --- */   \
 	X(DUMP_TREE_AFTER_AGENTS, "dump-tree-after-agents", "dump --tree: every agent's data in the image, shared memory let go, before the driver") \
 	X(DUMP_TREE_AFTER_DRIVER, "dump-tree-after-driver", "dump --tree: the driver checkpointed the tree's processes, before CRIU") \

@@ -135,5 +135,16 @@ int gs_maps_find(int fd, const char *prefix, struct gs_maps_entry *out, int max)
  * (getdents64 and readlink, nothing allocated).
  */
 int gs_fds_find(const char *prefix, int *out, int max);
+/*
+ * Brings pid's environment strings into its memory where they are not yet:
+ * in a process restored with CRIU's lazy pages, until its lazy-pages daemon
+ * has put that page in, /proc/PID/environ reads as empty (the kernel's read
+ * of another process's memory there cannot wait for a userfaultfd page).
+ * Reading the range with process_vm_readv can wait: the fault goes to the
+ * daemon, which serves that page at once. Nothing for a process whose
+ * environment is in memory; failures (no such process, not allowed) are
+ * left to the read that follows.
+ */
+void gs_proc_fault_in_environ(pid_t pid);
 
 #endif

@@ -42,6 +42,10 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 			"the criu binary to run (default: criu on PATH; CRIU 4.2 or later)" },
 	[GS_S_CRIU_TIMEOUT] = { "GPUSNAP_CRIU_TIMEOUT", NULL, GS_SET_SECONDS, CLI, "600", 1e-9, NOLIMIT, NULL, false,
 				"seconds each criu run may take before it is killed" },
+	[GS_S_RESTORE_LAZY] = { "GPUSNAP_RESTORE_LAZY", NULL, GS_SET_ENUM, CLI, "off", 0, 0, "auto|on|off", false,
+				"how restore brings the CPU memory back: on, through CRIU's lazy pages (the process goes "
+				"on while a daemon fills it; restore --lazy-pages), auto (that where userfaultfd is "
+				"usable), off (all of it before the process goes on)" },
 	[GS_S_AGENT] = { "GPUSNAP_AGENT", NULL, GS_SET_PATH, CLI, NULL, 0, 0, NULL, false,
 			 "the agent, libgpusnap.so, to use (default: beside the gpusnap binary, or in ../lib)" },
 	[GS_S_STAGE_DIR] = { "GPUSNAP_STAGE_DIR", NULL, GS_SET_PATH, CLI, "/dev/shm", 0, 0, NULL, false,

@@ -59,6 +59,7 @@ enum gs_setting_id {
 	GS_S_FAULT,
 	GS_S_CRIU,
 	GS_S_CRIU_TIMEOUT,
+	GS_S_RESTORE_LAZY,
 	GS_S_AGENT,
 	GS_S_STAGE_DIR,
 	GS_S_STORE,

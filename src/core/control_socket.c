@@ -120,7 +120,13 @@ int gs_ctl_find_agent(pid_t pid, char *buf, size_t n, struct gs_err *err)
 	char path[PATH_MAX], run_dir_buf[PATH_MAX];
 	const char *run_dir = NULL;
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-	if (!environ_get(path, "GPUSNAP_RUN_DIR", run_dir_buf, sizeof(run_dir_buf)))
+	bool found = !environ_get(path, "GPUSNAP_RUN_DIR", run_dir_buf, sizeof(run_dir_buf));
+	if (!found) {
+		/* unset, or its page not in yet: a process CRIU restored lazily reads as empty until then */
+		gs_proc_fault_in_environ(pid);
+		found = !environ_get(path, "GPUSNAP_RUN_DIR", run_dir_buf, sizeof(run_dir_buf));
+	}
+	if (found)
 		run_dir = run_dir_buf;
 
 	/* Another mount namespace (a container): reach its files through /proc/<pid>/root. */

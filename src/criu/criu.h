@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "common/err.h"
+#include "criu/run.h"
 
 /*
  * The oldest CRIU gpusnap accepts, one version on every kernel: from Linux 6.16 on
@@ -57,6 +58,9 @@
 #define GS_CRIU_DUMP_LOG "dump.log"
 #define GS_CRIU_RESTORE_LOG "restore.log"
 #define GS_CRIU_RESTORE_PIDFILE "restore.pid"
+/* In a lazy restore's work folder: the daemon's log, and the socket through which criu restore reaches it. */
+#define GS_CRIU_LAZY_LOG "lazy-pages.log"
+#define GS_CRIU_LAZY_SOCKET "lazy-pages.socket" /* CRIU's own name, in its --work-dir */
 /* The arguments a dump ran with, one per line, so restore can repeat the flags it needs. */
 #define GS_CRIU_DUMP_ARGS "gpusnap-criu-dump.args"
 
@@ -96,6 +100,30 @@ struct gs_criu_dump_opts {
 	const char *const *extra_args; /* NULL-terminated, appended as given; NULL: none */
 };
 
+/*
+ * A `criu lazy-pages` daemon serving one restore's CPU memory
+ * (gs_criu_restore_opts.lazy): criu restore --lazy-pages brings the process
+ * back with its private anonymous memory empty and hands the daemon a
+ * userfaultfd of it; the daemon puts each page in on first touch and all the
+ * others in the background, reading the same images, and exits once every
+ * page is in. Until then the process's memory is incomplete: a daemon that
+ * dies leaves pages that read as zeros, so its end must be checked
+ * (gs_criu_lazy_check) and a process whose daemon failed killed.
+ */
+struct gs_criu_lazy {
+	struct gs_run_proc proc; /* the daemon; proc.pid 0 when none runs */
+	double started;          /* gs_now() when it was started */
+	double ended;            /* gs_now() when it was seen to end; 0 before */
+	int rc;                  /* how it ended: 0 (every page in), GS_E_CRIU or GS_E_TIMEOUT; set with ended */
+	char msg[GS_ERR_MSG_MAX]; /* rc's one line */
+	char why[GS_ERR_MSG_MAX]; /* how it ended, for msg: "killed by signal 9: <its log's error> (log: ...)" */
+	char log_path[PATH_MAX];
+	char log_dir[PATH_MAX];  /* the criu's, where a failed daemon's log is kept */
+	double timeout_s;        /* its limit (the criu's timeout) */
+	pid_t served;            /* the restored root whose pages it serves, for messages */
+	bool start_failed;       /* gs_criu_restore failed because the daemon did not start (nothing was restored) */
+};
+
 struct gs_criu_restore_opts {
 	/* Flags added to those the dump recorded in GS_CRIU_DUMP_ARGS (--shell-job,
 	 * --file-locks, --tcp-*), which restore repeats by itself. */
@@ -114,7 +142,47 @@ struct gs_criu_restore_opts {
 	 * created by this restore.
 	 */
 	pid_t image_pid;
+	/*
+	 * Non-NULL: restore with --lazy-pages, a `criu lazy-pages` daemon started
+	 * for it first (its socket and log in work_dir, which must be given and
+	 * private), ready before criu restore runs. On success the daemon runs on
+	 * in *lazy, serving the pages: the caller checks it (gs_criu_lazy_check)
+	 * and ends it (gs_criu_lazy_stop); on failure none is left.
+	 */
+	struct gs_criu_lazy *lazy;
+	/*
+	 * A lazy restore: called once its daemon listens, before criu restore
+	 * runs (at each try): what must be done before the daemon may serve a
+	 * page (gpusnap restore's checksum pass over CRIU's files, run while
+	 * the daemon starts). Non-zero fails the restore with err as it set
+	 * it, the daemon stopped. NULL: none.
+	 */
+	int (*before_restore)(void *ctx, struct gs_err *err);
+	void *before_ctx;
 };
+
+/*
+ * Whether userfaultfd can serve a restore's pages here, as criu (run as
+ * this user) would open it: GS_E_PERMISSION where it is for root only
+ * (vm.unprivileged_userfaultfd 0, a user without CAP_SYS_PTRACE);
+ * GS_E_CRIU where the kernel lacks it or the events CRIU's lazy restore
+ * needs (fork, remap, remove, unmap: what `criu check --feature
+ * uffd-noncoop` asks). 0 when it can. The one-line reason, without
+ * "gpusnap: ", in why. Fault point GS_FI_CRIU_UFFD makes it say no, as a
+ * kernel without it would.
+ */
+int gs_criu_uffd_usable(char *why, size_t n);
+
+/*
+ * How the daemon of a lazy restore is doing. wait: until it ends (at most
+ * its limit, then it is killed: GS_E_TIMEOUT); else only a look. 0 when it
+ * ended with every page in, or (without wait) still runs; GS_E_CRIU when it
+ * failed or was killed, naming it, its status and its log's first error,
+ * in err. The outcome is kept: asking again gives the same.
+ */
+int gs_criu_lazy_check(struct gs_criu_lazy *l, bool wait, struct gs_err *err);
+/* Kills a daemon that still runs and waits for it; nothing when none runs. */
+void gs_criu_lazy_stop(struct gs_criu_lazy *l);
 
 /*
  * Finds criu ($GPUSNAP_CRIU, else PATH), runs `criu --version` and requires the
@@ -296,5 +364,12 @@ int gs_criu_dump_args(const struct gs_criu *c, pid_t pid, const char *images_dir
 int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const char *log_path,
 			 const char *pidfile, const struct gs_criu_restore_opts *o, const char *recorded,
 			 struct gs_argv *out, struct gs_err *err);
+/*
+ * Builds the `criu lazy-pages` command line of a lazy restore: its images,
+ * work folder (where its socket goes), log, and --status-fd status_fd (criu
+ * writes a byte there and closes it once it listens).
+ */
+int gs_criu_lazy_args(const struct gs_criu *c, const char *images_dir, const char *work_dir, const char *log_path,
+		      int status_fd, struct gs_argv *out, struct gs_err *err);
 
 #endif

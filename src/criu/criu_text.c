@@ -286,10 +286,22 @@ int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const 
 		ADD("--libdir", o->libdir);
 	if (o->leave_stopped)
 		ADD("--leave-stopped");
+	if (o->lazy)
+		ADD("--lazy-pages");
 	int rc = add_all(out, o->extra_args, err);
 	if (rc)
 		gs_argv_free(out);
 	return rc;
+}
+
+int gs_criu_lazy_args(const struct gs_criu *c, const char *images_dir, const char *work_dir, const char *log_path,
+		      int status_fd, struct gs_argv *out, struct gs_err *err)
+{
+	char fd[16];
+	snprintf(fd, sizeof(fd), "%d", status_fd);
+	ADD(c->path, "lazy-pages", "--images-dir", images_dir, "--work-dir", work_dir, "--log-file", log_path, "-v4",
+	    "--status-fd", fd);
+	return 0;
 }
 
 /* The task id a CRIU log line starts with after its timestamp: "(00.18)   6034: ..." -> 6034; 0 for none. */

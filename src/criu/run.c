@@ -65,7 +65,8 @@ static void append_output(struct gs_run_result *res, size_t *len, const char *bu
 	res->output[*len] = '\0';
 }
 
-static void child_exec(char *const argv[], char **env, int flags, int out_fd, int err_fd, int keep_fd)
+static void child_exec(char *const argv[], char **env, int flags, int out_fd, int err_fd, const int *keep_fds,
+		       int nkeep)
 {
 	if (flags & GS_RUN_PRIVATE_FILES)
 		umask(077);
@@ -94,8 +95,9 @@ static void child_exec(char *const argv[], char **env, int flags, int out_fd, in
 			if (fd != err_fd)
 				fcntl(fd, F_SETFD, FD_CLOEXEC);
 	}
-	if (keep_fd >= 3 && fcntl(keep_fd, F_SETFD, 0) != 0)
-		goto fail;
+	for (int i = 0; i < nkeep; i++)
+		if (keep_fds[i] >= 3 && fcntl(keep_fds[i], F_SETFD, 0) != 0)
+			goto fail;
 	execve(argv[0], argv, env);
 fail:;
 	int e = errno;
@@ -119,6 +121,9 @@ static void read_output_tail(int fd, struct gs_run_result *res)
 	}
 }
 
+static int spawn(char *const argv[], int flags, const int *keep_fds, int nkeep, bool track, struct gs_run_proc *p,
+		 struct gs_err *err);
+
 int gs_run(char *const argv[], double timeout_s, int flags, struct gs_run_result *res, struct gs_err *err)
 {
 	return gs_run_fd(argv, timeout_s, flags, -1, res, err);
@@ -128,6 +133,23 @@ int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, stru
 	      struct gs_err *err)
 {
 	memset(res, 0, sizeof(*res));
+	struct gs_run_proc p;
+	int rc = spawn(argv, flags, &keep_fd, keep_fd >= 0 ? 1 : 0, true, &p, err);
+	if (rc)
+		return rc;
+	/* Wait for the child itself: processes it started (criu's restored tasks) may live on. */
+	rc = gs_run_wait(&p, timeout_s, res, err);
+	running_child = 0;
+	return rc;
+}
+
+/* gs_run_spawn; track: the child is gs_run_child's from the fork on (a signal handler may kill it then). */
+static int spawn(char *const argv[], int flags, const int *keep_fds, int nkeep, bool track, struct gs_run_proc *p,
+		 struct gs_err *err)
+{
+	memset(p, 0, sizeof(*p));
+	p->out = -1;
+	snprintf(p->name, sizeof(p->name), "%s", argv[0]);
 	char **env = env_without_preload();
 	if (!env)
 		return gs_fail(err, GS_E_FAILURE, "out of memory starting '%s'", argv[0]);
@@ -151,14 +173,13 @@ int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, stru
 	}
 	pid_t pid = fork();
 	if (pid == 0)
-		child_exec(argv, env, flags, out, errp[1], keep_fd);
+		child_exec(argv, env, flags, out, errp[1], keep_fds, nkeep);
 	int fork_errno = errno;
-	if (pid > 0) {
-		/* also here, so the group exists before gs_run returns to anyone who might signal it */
-		if (!(flags & GS_RUN_SHARE_GROUP))
-			setpgid(pid, pid);
+	/* also here, so the group exists before gs_run returns to anyone who might signal it */
+	if (pid > 0 && !(flags & GS_RUN_SHARE_GROUP))
+		setpgid(pid, pid);
+	if (pid > 0 && track)
 		running_child = pid;
-	}
 	free(env);
 	close(errp[1]);
 	if (pid < 0) {
@@ -176,32 +197,44 @@ int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, stru
 	close(errp[0]);
 	if (r == (ssize_t)sizeof(exec_errno)) {
 		close(out);
-		while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
+		int status;
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
-		running_child = 0;
+		if (track)
+			running_child = 0;
 		return gs_fail_errno(err, GS_E_FAILURE, exec_errno, "cannot run '%s'", argv[0]);
 	}
+	p->pid = pid;
+	p->own_group = !(flags & GS_RUN_SHARE_GROUP);
+	p->out = out;
+	return 0;
+}
 
-	/* Wait for the child itself: processes it started (criu's restored tasks) may live on. */
+int gs_run_wait(struct gs_run_proc *p, double timeout_s, struct gs_run_result *res, struct gs_err *err)
+{
+	memset(res, 0, sizeof(*res));
 	double deadline = timeout_s > 0 ? gs_now() + timeout_s : 0;
 	for (;;) {
-		pid_t w = waitpid(pid, &res->status, WNOHANG);
-		if (w == pid)
+		pid_t w = waitpid(p->pid, &res->status, WNOHANG);
+		if (w == p->pid)
 			break;
 		if (w < 0 && errno != EINTR) {
 			int e = errno;
-			close(out);
-			running_child = 0;
-			return gs_fail_errno(err, GS_E_FAILURE, e, "cannot wait for '%s'", argv[0]);
+			close(p->out);
+			p->out = -1;
+			p->pid = 0;
+			return gs_fail_errno(err, GS_E_FAILURE, e, "cannot wait for '%s'", p->name);
 		}
+		if (timeout_s < 0)
+			return GS_RUN_STILL;
 		int wait_ms = 20;
 		if (deadline > 0) {
 			double left = deadline - gs_now();
 			if (left <= 0) {
-				pr_info("'%s' ran past %.1f s, killing it and its process group", argv[0], timeout_s);
-				kill(-pid, SIGKILL);
-				kill(pid, SIGKILL);
-				while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
+				pr_info("'%s' ran past %.1f s, killing it%s", p->name, timeout_s,
+					p->own_group ? " and its process group" : "");
+				gs_run_kill(p);
+				while (waitpid(p->pid, &res->status, 0) < 0 && errno == EINTR)
 					;
 				res->timed_out = true;
 				break;
@@ -211,10 +244,26 @@ int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, stru
 		}
 		poll(NULL, 0, wait_ms);
 	}
-	read_output_tail(out, res);
-	close(out);
-	running_child = 0;
+	read_output_tail(p->out, res);
+	close(p->out);
+	p->out = -1;
+	p->pid = 0;
 	return 0;
+}
+
+int gs_run_spawn(char *const argv[], int flags, const int *keep_fds, int nkeep, struct gs_run_proc *p,
+		 struct gs_err *err)
+{
+	return spawn(argv, flags, keep_fds, nkeep, false, p, err);
+}
+
+void gs_run_kill(const struct gs_run_proc *p)
+{
+	if (p->pid <= 0)
+		return;
+	if (p->own_group)
+		kill(-p->pid, SIGKILL);
+	kill(p->pid, SIGKILL);
 }
 
 pid_t gs_run_child(void)

@@ -48,6 +48,28 @@ int gs_run_fd(char *const argv[], double timeout_s, int flags, int keep_fd, stru
 	      struct gs_err *err);
 
 /*
+ * A helper started to run alongside (criu lazy-pages, which serves a
+ * restore's pages while gpusnap goes on): gs_run_spawn starts it as gs_run
+ * would, with the descriptors keep_fds (>= 3) left open in it under their
+ * numbers; gs_run_wait waits for its end (timeout_s > 0: at most that long,
+ * then it is killed as gs_run kills; 0: no limit; < 0: only looks, and
+ * returns GS_RUN_STILL while it runs). Its output is kept in a file until
+ * then. gs_run_kill sends it (and its group) SIGKILL; the caller still
+ * waits for it. gs_run_child does not name it.
+ */
+struct gs_run_proc {
+	pid_t pid; /* 0 once waited for */
+	bool own_group;
+	int out; /* its output file, -1 once waited for */
+	char name[64];
+};
+#define GS_RUN_STILL 1
+int gs_run_spawn(char *const argv[], int flags, const int *keep_fds, int nkeep, struct gs_run_proc *p,
+		 struct gs_err *err);
+int gs_run_wait(struct gs_run_proc *p, double timeout_s, struct gs_run_result *res, struct gs_err *err);
+void gs_run_kill(const struct gs_run_proc *p);
+
+/*
  * The PID of the child gs_run is running now (also its process group ID), or 0.
  * Async-signal-safe: for a signal handler that must stop it.
  */

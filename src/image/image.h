@@ -524,6 +524,13 @@ void gs_image_set_direct_io(struct gs_image *img, bool on);
  */
 int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err);
 /*
+ * gs_image_verify of a part: CRIU's listed files only (a lazy restore
+ * checks them before its daemon serves a page), or the stored chunks only
+ * (then checked alongside); GS_IMAGE_PART_ALL is gs_image_verify.
+ */
+enum gs_image_part { GS_IMAGE_PART_ALL, GS_IMAGE_PART_CPU, GS_IMAGE_PART_GPU };
+int gs_image_verify_part(struct gs_image *img, unsigned nthreads, enum gs_image_part part, struct gs_err *err);
+/*
  * With on, gs_image_verify also checks each stored chunk's fingerprint
  * (FORMAT.md 4.8.2, core/fingerprint.h) where the image records one, on the
  * CPU: a mismatch is GS_E_IMAGE naming the chunk. For inspect --verify;

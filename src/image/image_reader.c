@@ -880,11 +880,26 @@ static int verify_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 	return fp ? check_fp(img, i, sums, err) : 0;
 }
 
-int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err)
+/* Item i of a pass over CRIU's files only: piece i of them. */
+static int verify_cpu_item(void *ctx, size_t i, void *buf, struct gs_err *err)
 {
-	if (img->m.info.cpu_state && !img->cpu_listed)
+	struct gs_image *img = ctx;
+	return verify_item(img, img->m.nchunks + i, buf, err);
+}
+
+int gs_image_verify_part(struct gs_image *img, unsigned nthreads, enum gs_image_part part, struct gs_err *err)
+{
+	if (part != GS_IMAGE_PART_GPU && img->m.info.cpu_state && !img->cpu_listed)
 		pr_warn("image '%s' has no list of CRIU's files (written by an older gpusnap, or never published): its "
 			"GPU data is verified, '%s/' is not", img->path, GS_FMT_CPU_DIR_NAME);
-	size_t n = img->m.nchunks + (img->cpu_listed ? img->cpu_list.npieces : 0);
+	size_t ncpu = img->cpu_listed ? img->cpu_list.npieces : 0;
+	if (part == GS_IMAGE_PART_CPU)
+		return gs_fs_parallel(ncpu, nthreads, VERIFY_PIECE, verify_cpu_item, img, err);
+	size_t n = img->m.nchunks + (part == GS_IMAGE_PART_ALL ? ncpu : 0);
 	return gs_fs_parallel(n, nthreads, VERIFY_PIECE, verify_item, img, err);
+}
+
+int gs_image_verify(struct gs_image *img, unsigned nthreads, struct gs_err *err)
+{
+	return gs_image_verify_part(img, nthreads, GS_IMAGE_PART_ALL, err);
 }

@@ -20,6 +20,9 @@
  * AGENT_APP_BIG_MB=N makes the second large block N MiB (several copy chunks).
  * AGENT_APP_ZERO_MB=N adds a block of N MiB that the app leaves zero (as a
  * framework's reserved but unused memory), checked to be zero by verify.
+ * AGENT_APP_HOST_MB=N adds N MiB of the app's own CPU memory (anonymous,
+ * every page a pattern of its own), checked by verify too: what a restore
+ * must bring back byte for byte besides the GPU data.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +54,13 @@ static CUresult (*p_cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
 
 static struct block blocks[LARGE_COUNT + SMALL_COUNT + 1];
 static int zero_filled; /* the zero block holds a pattern now (zero-flip) */
+static unsigned char *host_block; /* AGENT_APP_HOST_MB */
+static size_t host_size;
+
+static unsigned char host_pattern(size_t offset)
+{
+	return (unsigned char)(offset * 13u + (offset >> 12) * 101u + 5u);
+}
 
 static unsigned char pattern(size_t block, size_t offset)
 {
@@ -88,6 +98,11 @@ static void verify(void)
 			return;
 		n++;
 	}
+	for (size_t k = 0; k < host_size; k++)
+		if (host_block[k] != host_pattern(k)) {
+			printf("VERIFY FAIL host memory byte %zu is %u, expected %u\n", k, host_block[k], host_pattern(k));
+			return;
+		}
 	/* a small block's range is its own, not its slab's */
 	for (size_t i = LARGE_COUNT; i < LARGE_COUNT + SMALL_COUNT; i++) {
 		if (!blocks[i].live || blocks[i].size < 2)
@@ -178,6 +193,17 @@ int main(int argc, char **argv)
 		}
 		z->live = 1;
 		fill(ZERO_BLOCK); /* zeros: fresh memory need not be */
+	}
+	const char *hmb = getenv("AGENT_APP_HOST_MB");
+	if (hmb && atoi(hmb) > 0) {
+		host_size = (size_t)atoi(hmb) << 20;
+		host_block = malloc(host_size);
+		if (!host_block) {
+			fprintf(stderr, "agent_app: no %zu bytes of host memory\n", host_size);
+			return 1;
+		}
+		for (size_t k = 0; k < host_size; k++)
+			host_block[k] = host_pattern(k);
 	}
 	static const struct fake_app_command commands[] = { { "free-some", free_some }, { "zero-flip", zero_flip },
 							    { NULL, NULL } };

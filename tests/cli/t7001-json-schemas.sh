@@ -7,7 +7,8 @@
 #    and failing (a refusal after the command's work began, and the short
 #    form of a failure before it: no such process, not a CUDA process, a
 #    usage error), and with CRIU dump (one process, --leave-running, a
-#    tree of two), restore (one process, a tree) and inspect --verify, also
+#    tree of two), restore (one process with --lazy-pages, a tree whole and
+#    its --lazy-pages refused) and inspect --verify, also
 #    failing (an image taken in a way gpusnap does not know: its word for
 #    it stays out of restore's path);
 #  - the check can fail: a document missing a field, with a retyped field,
@@ -128,8 +129,9 @@ if have_criu; then
   valid inspect "... verify ok"
   run_gpusnap inspect --json "$img"; expect "inspect --json" 0
   valid inspect "... without --verify"
-  run_gpusnap restore --json -D "$img"; expect "restore --json" 0
+  run_gpusnap restore --json --lazy-pages -D "$img"; expect "restore --json --lazy-pages" 0
   valid restore "... restored"
+  check "... lazily, every page in" [ "$(json_get "$OUT_TXT" '["lazy_pages"],d["times"]["lazy_pages_done_s"] > 0')" = "(True, True)" ]
   run_gpusnap dump --json --leave-running -D "$TEST_TMP/img2" "$pid"; expect "dump --json --leave-running" 0
   valid dump "... leave-running, paused_s"
   run_gpusnap restore --json -D "$img"; expect "restore --json while the process runs: its PID is taken" 15
@@ -193,8 +195,12 @@ PY
   check "... the shell is gone" wait_gone "$shell_pid" 5
   run_gpusnap inspect --json "$TEST_TMP/tree"; expect "inspect --json of a tree image" 0
   valid inspect "... with its processes"
-  run_gpusnap restore --json -D "$TEST_TMP/tree"; expect "restore --json of a tree" 0
+  run_gpusnap restore --json --lazy-pages -D "$TEST_TMP/tree"; expect "restore --json --lazy-pages of a tree" 2 "process tree"
+  valid restore "... refused"
+  RC=0; GPUSNAP_RESTORE_LAZY=auto "$GPUSNAP_BIN" restore --json -D "$TEST_TMP/tree" >"$OUT_TXT" 2>"$ERR_TXT" || RC=$?
+  expect "restore --json of a tree (GPUSNAP_RESTORE_LAZY=auto)" 0
   valid restore "... a tree"
+  check "... whole, and why" [ "$(json_get "$OUT_TXT" '["lazy_pages"],"process tree" in d["lazy_pages_why"]')" = "(False, True)" ]
   check "... path tree" [ "$(json_get "$OUT_TXT" '["path"]')" = tree ]
 else
   echo "SKIP: no usable CRIU here: dump, restore and inspect of an image are not checked"

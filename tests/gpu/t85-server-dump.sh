@@ -8,8 +8,12 @@
 # and the driver path (`--driver`). After each restore every answer, over
 # HTTP and UDP, equals what an uninterrupted twin (started the same way, never
 # dumped) gives for the same prompts (tests/gpu/py/server_client.py compares).
-# Two PyTorch start-ups and six CRIU runs of a PyTorch process:
-# gpu-test-limit: 420
+# Then both paths again with `restore --lazy-pages` (CRIU's lazy-pages daemon
+# fills the CPU memory while the driver restores the process and the agent
+# loads the GPU data): the same answers, --json says lazily and when every
+# page was in.
+# Two PyTorch start-ups and ten CRIU runs of a PyTorch process:
+# gpu-test-limit: 600
 . "$(dirname "$0")/lib.sh"
 gs_test_init t85-server-dump
 export GS_APP_STDERR=null # CRIU restores a process only if its regular files kept their size
@@ -67,6 +71,24 @@ restore_checked "$GS_WORK/img-driver" "$pid" || stop_here "driver path, --tcp-cl
 client_ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--driver --tcp-close: the idle keep-alive connection comes back closed"
 client_same_as_twin "after dump --driver and restore"
 variant_end "driver path, --tcp-close"
+
+# 4. and 5. restore --lazy-pages, agent path and driver path (the driver's restore then reads the
+# process's memory, its saved GPU state among it, as the daemon brings it in)
+lazy_variant() { # NAME HOW [DUMP ARGS...]
+  local name=$1 how=$2
+  shift 2
+  variant_begin
+  client_ask open OPEN "OPEN SAME" "a new idle keep-alive connection before the dump ($name)"
+  dump_checked "$pid" "$GS_WORK/img-lazy-$how" "$how" "$@" --tcp-close || stop_here "$name"
+  restore_checked "$GS_WORK/img-lazy-$how" "$pid" --lazy-pages || stop_here "$name"
+  check_eq "$name: restored lazily" "$(json_get "$RESTORE_OUT" lazy_pages)" true
+  log "$name: running after $(json_get "$RESTORE_OUT" times.ready_s) s, every CPU page in after $(json_get "$RESTORE_OUT" times.lazy_pages_done_s) s"
+  client_ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "$name: the idle keep-alive connection comes back closed"
+  client_same_as_twin "after dump and restore --lazy-pages ($name)"
+  variant_end "$name"
+}
+lazy_variant "agent path, restore --lazy-pages" agent
+lazy_variant "driver path, restore --lazy-pages" driver --driver
 
 app_cmd client server-stats SERVERSTATS 30 && log "server after the restores: $REPLY_LINE"
 app_quit client 30

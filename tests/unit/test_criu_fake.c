@@ -491,6 +491,35 @@ static void *interrupt_soon(void *arg)
 	return NULL;
 }
 
+/* Whether a lazy restore can have userfaultfd: the kernel asked as criu would open it. */
+static void test_uffd_usable(void)
+{
+	char why[256] = "";
+	int rc = gs_criu_uffd_usable(why, sizeof(why));
+	/* root here: usable, or a kernel without it, said in one line */
+	CHECK(rc == 0 || (rc == GS_E_CRIU && strstr(why, "userfaultfd")));
+	CHECK_INT(gs_fault_configure("criu-uffd"), 0);
+	CHECK_INT(gs_criu_uffd_usable(why, sizeof(why)), GS_E_CRIU);
+	CHECK_CONTAINS(why, "no userfaultfd (injected)");
+	CHECK_INT(gs_fault_configure(""), 0);
+	/* another user, where vm.unprivileged_userfaultfd is 0: for root only */
+	FILE *f = fopen("/proc/sys/vm/unprivileged_userfaultfd", "r");
+	int open_to_users = f ? fgetc(f) == '1' : 1;
+	if (f)
+		fclose(f);
+	if (rc || geteuid() != 0 || open_to_users)
+		return;
+	pid_t child = fork();
+	if (child == 0) {
+		char w[256];
+		_exit(setgid(65534) || setuid(65534) ? 99 : gs_criu_uffd_usable(w, sizeof(w)) == GS_E_PERMISSION &&
+							     strstr(w, "vm.unprivileged_userfaultfd") ? 0 : 1);
+	}
+	int st = 0;
+	CHECK(child > 0 && waitpid(child, &st, 0) == child);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static void make_images(char *img, size_t n, const char *name, const char *recorded);
 
 /*
@@ -707,6 +736,34 @@ static void test_run_plumbing(void)
 	CHECK_STR(res.output, "0022\n");
 	umask(old);
 
+	/* a helper alongside (criu lazy-pages): looked at while it runs, kept descriptors, waited for */
+	int ready[2];
+	CHECK(pipe2(ready, O_CLOEXEC) == 0);
+	char arg[160];
+	/* its output first: once "up" is read, it is in the output file */
+	snprintf(arg, sizeof(arg), "echo kept-fd-%d; echo up >&%d; exec %d>&-; sleep 30", ready[1], ready[1], ready[1]);
+	char *along[] = { "/bin/sh", "-c", arg, NULL };
+	struct gs_run_proc p;
+	CHECK_INT(gs_run_spawn(along, GS_RUN_PRIVATE_FILES, &ready[1], 1, &p, &err), 0);
+	close(ready[1]);
+	char up[8] = "";
+	CHECK(read(ready[0], up, sizeof(up) - 1) == 3); /* the descriptor reached it under its number */
+	close(ready[0]);
+	CHECK_STR(up, "up\n");
+	CHECK(p.pid > 0 && gs_run_child() == 0); /* not the child a signal handler would kill */
+	CHECK_INT(gs_run_wait(&p, -1, &res, &err), GS_RUN_STILL);
+	gs_run_kill(&p);
+	CHECK_INT(gs_run_wait(&p, 0, &res, &err), 0);
+	CHECK(WIFSIGNALED(res.status) && WTERMSIG(res.status) == SIGKILL);
+	snprintf(arg, sizeof(arg), "kept-fd-%d\n", ready[1]);
+	CHECK_STR(res.output, arg);
+	CHECK_INT(p.pid, 0);
+	/* and one that ends by itself, past its limit: killed */
+	char *slow[] = { "/bin/sh", "-c", "exec sleep 30", NULL };
+	CHECK_INT(gs_run_spawn(slow, 0, NULL, 0, &p, &err), 0);
+	CHECK_INT(gs_run_wait(&p, 0.2, &res, &err), 0);
+	CHECK(res.timed_out);
+
 	char *missing[] = { "/nonexistent/criu", "--version", NULL };
 	CHECK_INT(gs_run(missing, 10, 0, &res, &err), GS_E_FAILURE);
 	CHECK_CONTAINS(err.msg, "No such file or directory");
@@ -746,6 +803,7 @@ int main(void)
 	RUN(test_own_process_group);
 	RUN(test_interrupt);
 	RUN(test_fault_criu_run);
+	RUN(test_uffd_usable);
 	RUN(test_restore);
 	RUN(test_kill_leftover);
 	RUN(test_run_plumbing);

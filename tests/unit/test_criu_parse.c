@@ -263,6 +263,17 @@ static void test_restore_args(void)
 	CHECK(!strstr(joined(&a), "--libdir"));
 	gs_argv_free(&a);
 
+	/* a lazy restore: --lazy-pages, and its daemon's command line */
+	struct gs_criu_lazy lazy;
+	struct gs_criu_restore_opts lo = { .lazy = &lazy };
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/w/restore.log", "/w/restore.pid", &lo, NULL, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "-v4 --lazy-pages");
+	gs_argv_free(&a);
+	CHECK_INT(gs_criu_lazy_args(&c, "/proc/self/fd/6", "/w", "/w/lazy-pages.log", 9, &a, &err), 0);
+	CHECK_STR(joined(&a), "criu lazy-pages --images-dir /proc/self/fd/6 --work-dir /w --log-file /w/lazy-pages.log "
+			      "-v4 --status-fd 9");
+	gs_argv_free(&a);
+
 	/* a dump without a network lock: its restore takes none either */
 	const char unlocked[] = "criu\ndump\n--tree\n5\n--tcp-established\n--network-lock=skip\n";
 	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", NULL, unlocked, &a, &err), 0);
