@@ -762,6 +762,13 @@ static int names_add(struct names *ns, const char *name)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* Sorted for names_has; an empty list has no array to give qsort (NULL, which it must not get). */
+static void names_sort(struct names *ns)
+{
+	if (ns->n)
+		qsort(ns->v, ns->n, sizeof(*ns->v), cmp_str);
+}
+
 static bool names_has(const struct names *ns, const char *name)
 {
 	return ns->n && bsearch(&name, ns->v, ns->n, sizeof(*ns->v), cmp_str);
@@ -924,8 +931,7 @@ static int list_dir(int dfd, bool dots, struct names *out)
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && (dots || e->d_name[0] != '.'))
 			rc = names_add(out, e->d_name);
 	closedir(d);
-	if (out->n)
-		qsort(out->v, out->n, sizeof(*out->v), cmp_str);
+	names_sort(out);
 	return rc;
 }
 
@@ -996,7 +1002,7 @@ int gs_store_gc(const char *path, bool dry_run, double wait_s, struct gs_store_g
 				break;
 			}
 			if (names_store && !rf->live) {
-				qsort(images.v, images.n, sizeof(*images.v), cmp_str);
+				names_sort(&images);
 				dup = names_has(&images, img);
 				if (dup) { /* that image's objects are kept already */
 					for (size_t k = before; k < keep.n; k++)
@@ -1017,8 +1023,7 @@ int gs_store_gc(const char *path, bool dry_run, double wait_s, struct gs_store_g
 		goto out;
 	}
 	r->refs = refs.n;
-	if (keep.n)
-		qsort(keep.v, keep.n, sizeof(*keep.v), cmp_str);
+	names_sort(&keep);
 	/* dead refs, with their temporary objects */
 	for (size_t i = 0; i < refs.n; i++) {
 		struct ref_file *rf = &rfs[i];
@@ -1043,8 +1048,7 @@ int gs_store_gc(const char *path, bool dry_run, double wait_s, struct gs_store_g
 	free(fate);
 	if (rc)
 		goto out;
-	if (dead_stems.n)
-		qsort(dead_stems.v, dead_stems.n, sizeof(*dead_stems.v), cmp_str);
+	names_sort(&dead_stems);
 	/* temporary objects: a dead dump's, or one whose ref is gone (a dump makes its ref before any) */
 	struct names live_stems = { 0 };
 	for (size_t i = 0; i < refs.n; i++) {
@@ -1059,8 +1063,7 @@ int gs_store_gc(const char *path, bool dry_run, double wait_s, struct gs_store_g
 			break;
 		}
 	}
-	if (live_stems.n)
-		qsort(live_stems.v, live_stems.n, sizeof(*live_stems.v), cmp_str);
+	names_sort(&live_stems);
 	if (!rc && list_dir(s->tmp_fd, true, &tmps) == 0) {
 		for (size_t i = 0; i < tmps.n; i++) {
 			char st2[256];
