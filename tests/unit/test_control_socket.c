@@ -773,9 +773,10 @@ static void test_abandon_in_child(void)
 {
 	char path[256];
 	server_path(path, sizeof(path), "forked");
-	int ready[2], b_pid_pipe[2];
+	int ready[2], b_pid_pipe[2], abandoned[2];
 	CHECK_INT(pipe(ready), 0);
 	CHECK_INT(pipe(b_pid_pipe), 0);
+	CHECK_INT(pipe(abandoned), 0);
 	pid_t a = fork();
 	if (a == 0) {
 		struct gs_err err = { 0 };
@@ -786,10 +787,15 @@ static void test_abandon_in_child(void)
 		pid_t b = fork();
 		if (b == 0) {
 			gs_ctl_server_abandon(srv);
+			/* said once the listening socket is closed here: until then B holds it open too */
+			if (write(abandoned[1], "A", 1) != 1)
+				_exit(1);
 			for (;;)
 				pause();
 		}
-		if (write(b_pid_pipe[1], &b, sizeof(b)) != sizeof(b) || write(ready[1], "R", 1) != 1)
+		char said = 0;
+		if (read(abandoned[0], &said, 1) != 1 || write(b_pid_pipe[1], &b, sizeof(b)) != sizeof(b) ||
+		    write(ready[1], "R", 1) != 1)
 			_exit(1);
 		for (;;)
 			pause();
@@ -820,6 +826,8 @@ static void test_abandon_in_child(void)
 	close(ready[1]);
 	close(b_pid_pipe[0]);
 	close(b_pid_pipe[1]);
+	close(abandoned[0]);
+	close(abandoned[1]);
 	unlink(path);
 }
 
