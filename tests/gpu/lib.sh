@@ -888,10 +888,11 @@ dump_checked() { # PID DIR WANT_PATH [EXTRA ARGS...]
   expect_rc 0 "dump of $pid to $dir" || return 1
   check_eq "dump path" "$(json_get "$GS_OUT" path)" "$want"
   log "dump: GPU part $(json_get "$GS_OUT" times.gpu_s) s, CRIU part $(json_get "$GS_OUT" times.criu_s) s, total $(json_get "$GS_OUT" times.total_s) s, GPU data $(json_get "$GS_OUT" gpu_data_bytes) B, CPU $(json_get "$GS_OUT" cpu_bytes) B"
-  wait "$pid" 2>/dev/null
   if [ $leave == 1 ]; then
     check "process $pid keeps running after dump --leave-running" pid_alive "$pid"
   else
+    # reaps it when it is a child of ours (a wait on a running child would never return)
+    wait "$pid" 2>/dev/null
     check "process $pid is gone after dump" wait_pid_gone "$pid"
   fi
 }
