@@ -118,8 +118,13 @@ case ${1:-} in
       # the steps' logs and run.sh's tarballs, never images or models
       tar -C "$LEASE" -czf "$OUT/lease.tgz" --exclude='*.img' --exclude='img*' --exclude='*.safetensors' \
         --exclude=src progress build.log criu.log out 2>/dev/null
-      [ "$(stat -c %s "$OUT/lease.tgz" 2>/dev/null || echo 0)" -le $((15 << 20)) ] ||
+      [ "$(stat -c %s "$OUT/lease.tgz" 2>/dev/null || echo 0)" -le $((12 << 20)) ] ||
         (cd "$LEASE" && tar -czf "$OUT/lease.tgz" progress build.log out/*/summary.txt out/*/bench*.md out/*/bench*.jsonl 2>/dev/null)
+      # what went in, so that a tarball the device tool leaves out (over its size limit) can be made smaller
+      echo "lease.tgz: $(stat -c %s "$OUT/lease.tgz" 2>/dev/null || echo 0) bytes; largest entries:"
+      du -a "$LEASE/out" 2>/dev/null | sort -rn | sed -n '2,6p'
+      # the per-test tails, which come back even when the tarball does not
+      for f in "$LEASE"/out/*/summary.txt; do [ -f "$f" ] && cp "$f" "$OUT/summary-$(basename "$(dirname "$f")").txt"; done
     fi
     ;;
   stop)
