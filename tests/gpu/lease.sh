@@ -116,8 +116,9 @@ case ${1:-} in
     if [ -n "${OUT:-}" ]; then
       # what comes back is bounded (the device tool returns files of 16 MiB at most): tables, JSON lines,
       # the steps' logs and run.sh's tarballs, never images or models
-      tar -C "$LEASE" -czf "$OUT/lease.tgz" --exclude='*.img' --exclude='img*' --exclude='*.safetensors' \
-        --exclude=src progress build.log criu.log out 2>/dev/null
+      (cd "$LEASE" && find progress build.log criu.log out \( -name 'img*' -prune \) -o \
+        \( -type f ! -name '*.img' ! -name '*.safetensors' -size -6M -print0 \) 2>/dev/null |
+        tar --null -czf "$OUT/lease.tgz" -T - 2>/dev/null)
       [ "$(stat -c %s "$OUT/lease.tgz" 2>/dev/null || echo 0)" -le $((12 << 20)) ] ||
         (cd "$LEASE" && tar -czf "$OUT/lease.tgz" progress build.log out/*/summary.txt out/*/bench*.md out/*/bench*.jsonl 2>/dev/null)
       # what went in, so that a tarball the device tool leaves out (over its size limit) can be made smaller

@@ -107,7 +107,10 @@ save() {
     echo "logs: $LOGS (and logs.tar.gz)"
   } >"$OUT/summary.txt"
   cp "$OUT/summary.txt" "$LOGS/summary.txt"
-  tar -czf "$OUT/logs.tar.gz.tmp" --exclude='img*' --exclude='*.img' -C "$WORK" logs 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+  # logs only: small files, no images (img*, *.img) and nothing of a test's data (a chunk store's objects,
+  # spill files, models), which is GiB and took minutes to compress after every row
+  (cd "$WORK" && find logs \( -name 'img*' -prune \) -o \( -type f ! -name '*.img' -size -4M -print0 \) |
+    tar --null -czf "$OUT/logs.tar.gz.tmp" -T - 2>/dev/null) && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
 }
 
 add_row() { # NAME VERDICT DETAIL
@@ -238,7 +241,7 @@ for name in "${SELECTED[@]}"; do
   own=$(sed -n 's/^# gpu-test-limit: *\([0-9][0-9]*\).*/\1/p' "$SRC/tests/gpu/$name.sh" | head -n 1)
   [ -n "$own" ] && [ "$own" -gt "$limit" ] && limit=$own
   [ "$left" -lt $((limit + 10)) ] && limit=$((left - 10))
-  echo "-- $name (limit ${limit}s)"
+  echo "-- $name (limit ${limit}s, $(date -u +%T))"
   t0=$SECONDS
   GPU_TEST_WORK=$LOGS/$name GPUSNAP_BUILD=$BUILD GPU_TEST_LIMIT_S=$limit timeout -k 15 "$limit" bash "$SRC/tests/gpu/$name.sh" \
     >"$LOGS/$name.log" 2>&1
