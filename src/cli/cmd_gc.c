@@ -26,8 +26,10 @@ const struct cli_doc gc_doc = {
 		"the store's refs name (each dump registers there before it writes into the store) keep the "
 		"objects their manifests name, and a dump still running keeps every object it listed, so gc may "
 		"run while dumps write into the store. A ref whose image is gone, or no longer names this store, "
-		"is removed, as are a dead dump's ref and its unfinished objects. Remove an image directory "
-		"(rm -r), then run gc to free what only it used.\n\n"
+		"is removed, as are a dead dump's ref and its unfinished objects; but a complete image such a dump "
+		"left beside DIR (.DIR.tmp-*, or DIR.kept-* once a later dump renamed it), which may be a process's "
+		"only copy, keeps its objects while it is there. Remove an image directory (rm -r), then run gc to "
+		"free what only it used.\n\n"
 		"gc holds the store's lock for its whole scan and removal; another gc, or a dump creating an "
 		"object at that moment, is waited for (--wait, default 30 s). An image a ref names that cannot be "
 		"read stops gc before anything is removed.",

@@ -357,6 +357,14 @@ int gs_image_sync(const char *dir, struct gs_err *err);
  * renames it), path names that and the error says so.
  */
 int gs_image_tmp_keep(struct gs_image_tmp *t, char *path, size_t n, struct gs_err *err);
+
+/*
+ * What name, an entry of DIR's parent, is to DIR (whose last component is
+ * base): one of its temporary directories (.<base>.tmp-<pid>-XXXXXX), one
+ * of its kept images (<base>.kept-<pid>-<time>), or neither.
+ */
+enum gs_image_leftover { GS_LEFTOVER_NONE, GS_LEFTOVER_TMP, GS_LEFTOVER_KEPT };
+enum gs_image_leftover gs_image_leftover_of(const char *base, const char *name);
 /*
  * Frees t and releases its lock, leaving the directory (after publish: nothing
  * is left at the temporary name). Not for an unpublished image that must be

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -62,6 +63,22 @@
 static void tmp_prefix(const char *base, char *buf, size_t n)
 {
 	snprintf(buf, n, ".%s.tmp-", base);
+}
+
+/* "<base>.kept-" into buf: the prefix of every kept image of DIR (keep_dir). */
+static void kept_prefix(const char *base, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s.kept-", base);
+}
+
+enum gs_image_leftover gs_image_leftover_of(const char *base, const char *name)
+{
+	char prefix[NAME_MAX + 16];
+	tmp_prefix(base, prefix, sizeof(prefix));
+	if (!strncmp(name, prefix, strlen(prefix)))
+		return GS_LEFTOVER_TMP;
+	kept_prefix(base, prefix, sizeof(prefix));
+	return strncmp(name, prefix, strlen(prefix)) ? GS_LEFTOVER_NONE : GS_LEFTOVER_KEPT;
 }
 
 static bool pid_alive(long pid)
@@ -105,11 +122,13 @@ static int keep_dir(int parent_fd, const char *name, const char *base, int32_t p
 	struct tm tm;
 	if (!gmtime_r(&now, &tm) || !strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm))
 		snprintf(stamp, sizeof(stamp), "%lld", (long long)now);
+	char prefix[NAME_MAX + 16];
+	kept_prefix(base, prefix, sizeof(prefix));
 	for (int i = 1; i < 1000; i++) {
 		if (i == 1)
-			snprintf(kept, n, "%s.kept-%d-%s", base, (int)pid, stamp);
+			snprintf(kept, n, "%s%d-%s", prefix, (int)pid, stamp);
 		else
-			snprintf(kept, n, "%s.kept-%d-%s-%d", base, (int)pid, stamp, i);
+			snprintf(kept, n, "%s%d-%s-%d", prefix, (int)pid, stamp, i);
 		int rc = renameat2(parent_fd, name, parent_fd, kept, RENAME_NOREPLACE);
 		if (rc < 0 && (errno == EINVAL || errno == ENOSYS)) {
 			/* no RENAME_NOREPLACE here: rename would replace an empty directory of that name, so look first */

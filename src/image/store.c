@@ -28,9 +28,11 @@
 
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "common/util.h"
 #include "image/codec.h"
 #include "image/crc32c.h"
+#include "image/image.h"
 #include "image/image_fs.h"
 #include "image/image_tmp.h"
 #include "image/manifest.h"
@@ -729,11 +731,11 @@ int gs_store_read_object(struct gs_store *s, const struct gs_store_object *want,
 
 /* ------------------------------------------------------------------- gc */
 
-enum gs_store_ref_fate gs_store_gc_ref_fate(bool live, bool image_names_store, bool dup)
+enum gs_store_ref_fate gs_store_gc_ref_fate(bool live, bool image_names_store, bool dup, bool leftover)
 {
 	if (live)
 		return GS_REF_KEEP_LIVE;
-	if (image_names_store && !dup)
+	if ((image_names_store && !dup) || leftover)
 		return GS_REF_KEEP_IMAGE;
 	return GS_REF_REMOVE;
 }
@@ -814,7 +816,8 @@ static int read_ref(struct gs_store *s, struct ref_file *rf, struct names *liste
  * no image at dir (or it names another store, or none). An image that is
  * there but cannot be read stops gc (what it keeps is unknown).
  */
-static int image_objects(struct gs_store *s, const char *dir, bool *names_store, struct names *keep, struct gs_err *err)
+static int image_objects(struct gs_store *s, const char *dir, bool leftover, bool *names_store, struct names *keep,
+			 struct gs_err *err)
 {
 	*names_store = false;
 	int fd;
@@ -832,10 +835,17 @@ static int image_objects(struct gs_store *s, const char *dir, bool *names_store,
 	rc = gs_fs_check_trusted(&st, dir, err);
 	if (!rc)
 		rc = gs_manifest_read_at(fd, dir, &m, err);
+	/*
+	 * What a dump left can bring a process back only where CRIU finished
+	 * (its inventory, written last) or the process lives on, suspended
+	 * with its GPU data there; else it is of no use, and keeps nothing.
+	 */
+	bool useful = !leftover || (!rc && (gs_proc_alive(m.info.source_pid) ||
+					   (m.info.cpu_state && faccessat(fd, "cpu/inventory.img", F_OK, AT_SYMLINK_NOFOLLOW) == 0)));
 	close(fd);
 	if (rc)
 		return rc;
-	if (m.has_store && !memcmp(m.store.store_id, s->id, 16)) {
+	if (useful && m.has_store && !memcmp(m.store.store_id, s->id, 16)) {
 		*names_store = true;
 		for (size_t i = 0; !rc && i < m.nchunks; i++) {
 			const struct gs_image_chunk *c = &m.chunks[i];
@@ -848,6 +858,65 @@ static int image_objects(struct gs_store *s, const char *dir, bool *names_store,
 		}
 	}
 	gs_manifest_free(&m);
+	return rc;
+}
+
+/*
+ * The objects of what a dump of dir left beside it: its temporary directory
+ * (.<base>.tmp-*) where it died with its image complete, or that directory
+ * renamed by a later dump of dir (<base>.kept-*). Either may be the only
+ * copy of a process (image_tmp.c keeps them, and `gpusnap state` names
+ * them), so their objects stay while they are there and of use (CRIU's part
+ * complete, or the process alive); *found: one of them names this store. A temporary directory without a manifest is an
+ * unfinished image, and one whose flock is held is its writer's (the manifest
+ * may be half-written; a live writer's objects are its live ref's): both
+ * skipped. One that cannot be read stops gc, as an image at dir does.
+ */
+static int leftover_objects(struct gs_store *s, const char *dir, bool *found, struct names *keep, struct gs_err *err)
+{
+	*found = false;
+	char parent[PATH_MAX], base[NAME_MAX + 1];
+	snprintf(parent, sizeof(parent), "%s", dir);
+	char *slash = strrchr(parent, '/');
+	if (!slash || !slash[1])
+		return 0;
+	snprintf(base, sizeof(base), "%s", slash + 1);
+	if (slash == parent)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	DIR *d = opendir(parent);
+	if (!d)
+		return 0; /* the parent is gone, and with it what the dump left */
+	int rc = 0;
+	struct dirent *e;
+	while (!rc && (e = readdir(d))) {
+		enum gs_image_leftover kind = gs_image_leftover_of(base, e->d_name);
+		if (kind == GS_LEFTOVER_NONE)
+			continue;
+		char path[PATH_MAX];
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", strcmp(parent, "/") ? parent : "", e->d_name) >= sizeof(path))
+			continue;
+		int lock_fd = -1;
+		if (kind == GS_LEFTOVER_TMP) {
+			lock_fd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (lock_fd < 0)
+				continue;
+			if (faccessat(lock_fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) < 0 ||
+			    flock(lock_fd, LOCK_SH | LOCK_NB) < 0) {
+				close(lock_fd);
+				continue;
+			}
+		}
+		bool names_store = false;
+		if ((rc = image_objects(s, path, true, &names_store, keep, err)))
+			gs_err_wrap(err, "gc of '%s' stopped, nothing removed: '%s', left by a dump of '%s', cannot be read",
+				    s->path, path, dir);
+		*found |= names_store;
+		if (lock_fd >= 0)
+			close(lock_fd);
+	}
+	closedir(d);
 	return rc;
 }
 
@@ -991,16 +1060,18 @@ int gs_store_gc(const char *path, bool dry_run, double wait_s, struct gs_store_g
 		rc = read_ref(s, rf, rf->live ? &keep : NULL, err);
 		if (rc)
 			break;
-		bool names_store = false, dup = false;
+		bool names_store = false, dup = false, leftover = false;
 		if (rf->name[0] != '.' && rf->image[0]) {
 			char real[PATH_MAX];
 			const char *img = realpath(rf->image, real) ? real : rf->image;
 			size_t before = keep.n;
-			if ((rc = image_objects(s, img, &names_store, &keep, err))) {
+			if ((rc = image_objects(s, img, false, &names_store, &keep, err))) {
 				gs_err_wrap(err, "gc of '%s' stopped, nothing removed: the image '%s' its ref '%s' names cannot "
 					    "be read", path, rf->image, rf->name);
 				break;
 			}
+			if (!rf->live && (rc = leftover_objects(s, img, &leftover, &keep, err)))
+				break;
 			if (names_store && !rf->live) {
 				names_sort(&images);
 				dup = names_has(&images, img);
@@ -1014,7 +1085,7 @@ int gs_store_gc(const char *path, bool dry_run, double wait_s, struct gs_store_g
 				}
 			}
 		}
-		fate[i] = gs_store_gc_ref_fate(rf->live, names_store, dup);
+		fate[i] = gs_store_gc_ref_fate(rf->live, names_store, dup, leftover);
 		if (fate[i] != GS_REF_REMOVE)
 			r->images += fate[i] == GS_REF_KEEP_IMAGE;
 	}

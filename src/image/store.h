@@ -126,15 +126,17 @@ int gs_store_read_object(struct gs_store *s, const struct gs_store_object *want,
 /* What gc does with a ref (gs_store_gc_ref_fate): the decision, apart from the I/O. */
 enum gs_store_ref_fate {
 	GS_REF_KEEP_LIVE,  /* its dump runs (its flock is held): it keeps the objects it lists and its image's */
-	GS_REF_KEEP_IMAGE, /* its image exists and names this store: it keeps the image's objects */
-	GS_REF_REMOVE,     /* dead, and its image is gone or names no longer this store: removed with its temp objects */
+	GS_REF_KEEP_IMAGE, /* its image, or what its dump left beside it, names this store: their objects stay */
+	GS_REF_REMOVE,     /* dead, its image gone or naming another store, nothing left: removed with its temp objects */
 };
 /*
  * live: someone holds the ref's flock; image_names_store: the directory
  * its last image line names holds an image whose store record names this
- * store (its id); dup: another ref kept for that image already.
+ * store (its id); dup: another ref kept for that image already; leftover:
+ * beside that directory, a complete image its dump did not publish (the
+ * temporary directory of a dump that died, or a kept image) names this store.
  */
-enum gs_store_ref_fate gs_store_gc_ref_fate(bool live, bool image_names_store, bool dup);
+enum gs_store_ref_fate gs_store_gc_ref_fate(bool live, bool image_names_store, bool dup, bool leftover);
 
 struct gs_store_gc_result {
 	uint64_t objects, objects_removed, bytes_removed;

@@ -11,6 +11,9 @@
 #    none of that dump's objects is removed, and its image restores after;
 #  - a dump killed (-9) after its agent wrote into the store: its ref and its
 #    unfinished objects are removed by the next gc, the images' objects kept;
+#  - a dump killed as it published (its complete image left at its temporary
+#    name, later kept under img6.kept-*): gc keeps that image's objects while
+#    it is there, it restores, and its objects go once it is removed;
 #  - dump --keep 2: the newest two images of the process in the store beside
 #    DIR stay, the older are removed and the store's gc frees what only they
 #    used; an image of another store beside them is not touched;
@@ -98,6 +101,31 @@ check "its ref and its unfinished object are removed" \
 check "... the objects only it used too, img1's kept ($(objects "$ST"))" test "$(objects "$ST")" = "$n1"
 run_gpusnap restore -D "$S/img1"; expect "img1 restores" 0
 verify_ok "every byte is back from img1"
+
+# ---- a dump killed as it published: its complete image, left at the temporary name, keeps its objects ----
+check "the app fills its block" test "$(flip)" = "ZERO 1"
+GPUSNAP_FAULT=image-publish=kill run_gpusnap dump --leave-running --store "$ST" -D "$S/img6" "$PID"
+check "the dump was killed as it published img6" test "$RC" = 137 -a ! -e "$S/img6"
+left=$(find "$S" -maxdepth 1 -name '.img6.tmp-*' | head -n 1)
+check "its complete image is left at its temporary name" test -n "$left" -a -e "$left/manifest.img"
+n6=$(objects "$ST")
+check "... with the filled block's objects, which no published image uses ($n1 -> $n6)" test "$n6" -gt "$n1"
+run_gpusnap gc --json "$ST"; expect "gc after the dump killed as it published" 0
+check "gc kept every object of the image left behind" test "$(jget "['objects_removed']")" = 0 -a "$(objects "$ST")" = "$n6"
+kill -9 "$PID"; wait_gone "$PID"
+run_gpusnap restore -D "$left"; expect "the image left behind restores" 0
+verify_ok "every byte is back from the image left behind"
+check "the app zeroes its block" test "$(flip)" = "ZERO 0"
+run_gpusnap dump --leave-running --store "$ST" -D "$S/img6" "$PID"; expect "dump img6 (block zero) again" 0
+kept=$(find "$S" -maxdepth 1 -name 'img6.kept-*' | head -n 1)
+check "that dump kept the image left behind as $(basename "${kept:-none}")" test -n "$kept" -a ! -e "$left"
+run_gpusnap gc --json "$ST"; expect "gc with the kept image" 0
+check "gc kept its objects still" test "$(jget "['objects_removed']")" = 0 -a "$(objects "$ST")" = "$n6"
+rm -r "$kept"
+run_gpusnap gc --json "$ST"; expect "gc after the kept image was removed" 0
+check "gc removed the objects only it used ($((n6 - n1)))" \
+  test "$(jget "['objects_removed']")" = $((n6 - n1)) -a "$(objects "$ST")" = "$n1"
+run_gpusnap inspect --verify "$S/img6"; expect "img6 verifies after the gc" 0
 
 # ---- dump --keep K: the newest K of the series stay, the older go with what only they used ----
 K=$TEST_TMP/keep

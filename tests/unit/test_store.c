@@ -79,6 +79,9 @@ static void test_names_headers(void)
 	CHECK_CONTAINS(why, "bad magic");
 }
 
+/* The process write_stored's images are of: one that runs or not decides what gc does with a leftover. */
+static int32_t stored_source_pid = 77;
+
 /* An image at dir of one allocation of two chunks, data[a] and data[b], written into the store at store_path. */
 static int write_stored_codec(const char *store_path, const char *dir, int a, int b, uint8_t codec,
 			      struct gs_image_writer_stats *st, struct gs_err *err)
@@ -92,7 +95,7 @@ static int write_stored_codec(const char *store_path, const char *dir, int a, in
 		gs_store_close(s);
 		return rc;
 	}
-	struct gs_image_writer_opts o = { .source_pid = 77, .source_comm = "app", .how = "agent", .store = s,
+	struct gs_image_writer_opts o = { .source_pid = stored_source_pid, .source_comm = "app", .how = "agent", .store = s,
 					  .store_rec = "store", .replace = true, .compress_codec = codec };
 	struct gs_image_writer *w;
 	if ((rc = image_test_writer_open(dir, &o, &w, err))) {
@@ -323,11 +326,13 @@ static void test_store_not_with_parent(void)
 static void test_gc(void)
 {
 	/* the decision */
-	CHECK_INT(gs_store_gc_ref_fate(true, false, false), GS_REF_KEEP_LIVE);
-	CHECK_INT(gs_store_gc_ref_fate(true, true, true), GS_REF_KEEP_LIVE);
-	CHECK_INT(gs_store_gc_ref_fate(false, true, false), GS_REF_KEEP_IMAGE);
-	CHECK_INT(gs_store_gc_ref_fate(false, true, true), GS_REF_REMOVE);
-	CHECK_INT(gs_store_gc_ref_fate(false, false, false), GS_REF_REMOVE);
+	CHECK_INT(gs_store_gc_ref_fate(true, false, false, false), GS_REF_KEEP_LIVE);
+	CHECK_INT(gs_store_gc_ref_fate(true, true, true, false), GS_REF_KEEP_LIVE);
+	CHECK_INT(gs_store_gc_ref_fate(false, true, false, false), GS_REF_KEEP_IMAGE);
+	CHECK_INT(gs_store_gc_ref_fate(false, true, true, false), GS_REF_REMOVE);
+	CHECK_INT(gs_store_gc_ref_fate(false, false, false, false), GS_REF_REMOVE);
+	CHECK_INT(gs_store_gc_ref_fate(false, false, false, true), GS_REF_KEEP_IMAGE);
+	CHECK_INT(gs_store_gc_ref_fate(false, true, true, true), GS_REF_KEEP_IMAGE);
 
 	struct gs_err err = { 0 };
 	char root[700], store[800], i1[800], i2[800], gone[800];
@@ -457,6 +462,75 @@ static void test_gc(void)
 	CHECK_CONTAINS(err.msg, "is not a gpusnap chunk store");
 }
 
+/*
+ * What a dump that died left beside its DIR: its temporary directory with a
+ * complete image, then that directory kept under <DIR>.kept-*: the objects
+ * stay while either is there and of use (it may be a process's only copy),
+ * and go once it is removed, or where its process is gone and CRIU's part
+ * is missing. A temporary directory without a manifest, or one its
+ * writer still holds, keeps nothing.
+ */
+static void test_gc_leftovers(void)
+{
+	CHECK_INT(gs_image_leftover_of("img", ".img.tmp-12-abc"), GS_LEFTOVER_TMP);
+	CHECK_INT(gs_image_leftover_of("img", "img.kept-12-20261129T000000Z"), GS_LEFTOVER_KEPT);
+	CHECK_INT(gs_image_leftover_of("img", "img2.kept-12-x"), GS_LEFTOVER_NONE);
+	CHECK_INT(gs_image_leftover_of("img", ".img2.tmp-12-x"), GS_LEFTOVER_NONE);
+	CHECK_INT(gs_image_leftover_of("img", "img"), GS_LEFTOVER_NONE);
+
+	struct gs_err err = { 0 };
+	struct gs_store_gc_result r;
+	char root[700], store[800], dir[800], tmp[800], kept[800], unfinished[800];
+	snprintf(root, sizeof(root), "%s", scratch_dir("gc-leftovers"));
+	snprintf(store, sizeof(store), "%s/store", root);
+	snprintf(dir, sizeof(dir), "%s/img", root);
+	snprintf(tmp, sizeof(tmp), "%s/.img.tmp-2147483646-abcdef", root);
+	snprintf(kept, sizeof(kept), "%s/img.kept-2147483646-20261129T000000Z", root);
+	snprintf(unfinished, sizeof(unfinished), "%s/.img.tmp-2147483645-000000", root);
+	/* the image as the dead dump left it: complete, its ref naming DIR, which it never reached; of a process
+	   that runs (suspended, its GPU data only there) */
+	stored_source_pid = (int32_t)getpid();
+	CHECK_INT(write_stored(store, dir, 1, 2, NULL, &err), 0);
+	CHECK_INT(rename(dir, tmp), 0);
+	CHECK_INT(mkdir(unfinished, 0700), 0);
+	CHECK_INT(objects_in(store), 2);
+	CHECK_INT(gs_store_gc(store, false, 5, &r, NULL, &err), 0);
+	CHECK_INT(r.objects_removed, 0);
+	CHECK_INT(r.refs_removed, 0);
+	CHECK_INT(r.images, 1);
+	CHECK_INT(objects_in(store), 2);
+	/* its writer holding it (the manifest may be half-written): gc skips it, and the ref goes */
+	int hold = open(tmp, O_RDONLY | O_DIRECTORY);
+	CHECK_INT(flock(hold, LOCK_EX), 0);
+	CHECK_INT(gs_store_gc(store, true, 5, &r, NULL, &err), 0); /* dry run */
+	CHECK_INT(r.refs_removed, 1);
+	CHECK_INT(r.objects_removed, 2);
+	close(hold);
+	/* renamed by a later dump of DIR (image_tmp.c's keep_dir): still kept */
+	CHECK_INT(rename(tmp, kept), 0);
+	CHECK_INT(gs_store_gc(store, false, 5, &r, NULL, &err), 0);
+	CHECK_INT(r.objects_removed, 0);
+	CHECK_INT(objects_in(store), 2);
+	struct gs_image *img = NULL;
+	CHECK_INT(gs_image_open(kept, &img, &err), 0);
+	CHECK_INT(gs_image_verify(img, 1, &err), 0);
+	gs_image_close(img);
+	/* of a process that is gone, and without CPU state: of no use, so it keeps nothing (dry run) */
+	CHECK_INT(gs_fs_remove_tree(AT_FDCWD, kept), 0);
+	stored_source_pid = INT32_MAX; /* above any pid_max */
+	CHECK_INT(write_stored(store, dir, 1, 2, NULL, &err), 0);
+	stored_source_pid = 77;
+	CHECK_INT(rename(dir, kept), 0);
+	CHECK_INT(gs_store_gc(store, true, 5, &r, NULL, &err), 0);
+	CHECK_INT(r.objects_removed, 2);
+	/* removed by its user: its objects go, and both refs that named DIR */
+	CHECK_INT(gs_fs_remove_tree(AT_FDCWD, kept), 0);
+	CHECK_INT(gs_store_gc(store, false, 5, &r, NULL, &err), 0);
+	CHECK_INT(r.objects_removed, 2);
+	CHECK_INT(r.refs_removed, 2);
+	CHECK_INT(objects_in(store), 0);
+}
+
 int main(void)
 {
 	gs_log_init_from_env();
@@ -471,6 +545,7 @@ int main(void)
 	RUN(test_store_compressed);
 	RUN(test_store_not_with_parent);
 	RUN(test_gc);
+	RUN(test_gc_leftovers);
 	scratch_cleanup();
 	return TEST_SUMMARY();
 }
