@@ -5,6 +5,7 @@
 #include "core/plugin_config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,14 +26,15 @@ enum key_type { T_MAP, T_BOOL, T_SECONDS, T_TRISTATE, T_COMPRESS };
 static const struct key_def {
 	enum gs_setting_id id;
 	enum key_type type;
+	size_t field; /* T_BOOL: where in struct gs_plugin_config its bool is */
 } keys[GS_PK_COUNT] = {
-	[GS_PK_MAP] = { GS_S_PLUGIN_MAP, T_MAP },
-	[GS_PK_NO_VERIFY] = { GS_S_PLUGIN_NO_VERIFY, T_BOOL },
-	[GS_PK_DRIVER] = { GS_S_PLUGIN_DRIVER, T_BOOL },
-	[GS_PK_TIMEOUT] = { GS_S_PLUGIN_TIMEOUT, T_SECONDS },
-	[GS_PK_LEAVE_RUNNING] = { GS_S_PLUGIN_LEAVE_RUNNING, T_TRISTATE },
-	[GS_PK_MULTI_GPU_DRIVER] = { GS_S_MULTI_GPU_DRIVER, T_BOOL },
-	[GS_PK_COMPRESS] = { GS_S_PLUGIN_COMPRESS, T_COMPRESS },
+	[GS_PK_MAP] = { GS_S_PLUGIN_MAP, T_MAP, 0 },
+	[GS_PK_NO_VERIFY] = { GS_S_PLUGIN_NO_VERIFY, T_BOOL, offsetof(struct gs_plugin_config, no_verify) },
+	[GS_PK_DRIVER] = { GS_S_PLUGIN_DRIVER, T_BOOL, offsetof(struct gs_plugin_config, driver) },
+	[GS_PK_TIMEOUT] = { GS_S_PLUGIN_TIMEOUT, T_SECONDS, 0 },
+	[GS_PK_LEAVE_RUNNING] = { GS_S_PLUGIN_LEAVE_RUNNING, T_TRISTATE, 0 },
+	[GS_PK_MULTI_GPU_DRIVER] = { GS_S_MULTI_GPU_DRIVER, T_BOOL, offsetof(struct gs_plugin_config, multi_gpu_driver) },
+	[GS_PK_COMPRESS] = { GS_S_PLUGIN_COMPRESS, T_COMPRESS, 0 },
 };
 #define KEY(k) (gs_setting_def(keys[k].id)->key)
 #define ENV(k) (gs_setting_def(keys[k].id)->name)
@@ -127,12 +129,7 @@ static int set_value(struct gs_plugin_config *c, enum gs_plugin_key k, const cha
 			*why = "is not a yes or no (1, 0, yes, no, true, false, on, off)";
 			return -1;
 		}
-		if (k == GS_PK_NO_VERIFY)
-			c->no_verify = b;
-		else if (k == GS_PK_MULTI_GPU_DRIVER)
-			c->multi_gpu_driver = b;
-		else
-			c->driver = b;
+		*(bool *)((char *)c + keys[k].field) = b;
 		return 0;
 	}
 	case T_SECONDS:
