@@ -117,9 +117,12 @@ uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mas
 /*
  * Before the driver path takes pid (no agent): refused, in one line, where it
  * holds memory on several GPUs, unless allowed (--multi-gpu-driver) or
- * GPUSNAP_MULTI_GPU_DRIVER=1 (gs_ckpt_refuse_multi_gpu says why). 0 or GS_E_STATE.
+ * GPUSNAP_MULTI_GPU_DRIVER=1 (gs_ckpt_refuse_multi_gpu says why). on_gpu_mask:
+ * the GPUs it holds memory on where the caller read them already
+ * (cli_process_vram_per_gpu), else NULL and they are read here. 0 or GS_E_STATE.
  */
-int cli_driver_multi_gpu_check(struct cli_session *s, pid_t pid, bool allowed, struct gs_err *err);
+int cli_driver_multi_gpu_check(struct cli_session *s, pid_t pid, const uint64_t *on_gpu_mask, bool allowed,
+			       struct gs_err *err);
 /* The same, each GPU's bytes also added to per_gpu[i] (CLI_MAX_GPUS entries). */
 uint64_t cli_process_vram_per_gpu(struct cli_session *s, pid_t pid, uint64_t *per_gpu, uint64_t *on_gpu_mask);
 

@@ -133,10 +133,12 @@ uint64_t cli_process_vram(struct cli_session *s, pid_t pid, uint64_t *on_gpu_mas
 	return cli_process_vram_per_gpu(s, pid, NULL, on_gpu_mask);
 }
 
-int cli_driver_multi_gpu_check(struct cli_session *s, pid_t pid, bool allowed, struct gs_err *err)
+int cli_driver_multi_gpu_check(struct cli_session *s, pid_t pid, const uint64_t *on_gpu_mask, bool allowed,
+			       struct gs_err *err)
 {
-	uint64_t mask = 0;
-	cli_process_vram(s, pid, &mask);
+	uint64_t mask = on_gpu_mask ? *on_gpu_mask : 0;
+	if (!on_gpu_mask)
+		cli_process_vram(s, pid, &mask);
 	return gs_ckpt_refuse_multi_gpu(pid, mask, allowed || gs_setting_bool(GS_S_MULTI_GPU_DRIVER), err);
 }
 

@@ -1108,8 +1108,11 @@ int cmd_dump(int argc, char **argv)
 		rc = cli_agent_probe(r->pid, &r->agent, &err);
 	if (!rc && r->agent.present && r->agent.state != GS_AGENT_RUNNING)
 		rc = gs_fail(&err, GS_E_STATE, "process %d is suspended; resume it before dumping it", (int)r->pid);
+	/* what the process holds on each GPU, once: the check below and the image's metadata (r is zeroed) */
+	if (!rc)
+		cli_process_vram_per_gpu(&r->s, r->pid, r->vram, &r->gpu_mask);
 	if (!rc && !r->agent.present)
-		rc = cli_driver_multi_gpu_check(&r->s, r->pid, o.multi_gpu_driver, &err);
+		rc = cli_driver_multi_gpu_check(&r->s, r->pid, &r->gpu_mask, o.multi_gpu_driver, &err);
 	/* a process a killed gpusnap left suspended: say by whom and what to do */
 	if (rc == GS_E_STATE && r->left.if_alive[0])
 		cli_err_append(&err, "%s", r->left.if_alive);
@@ -1136,7 +1139,6 @@ checks_failed:
 		gs_store_close(o.st);
 		return cli_report_error(&err);
 	}
-	cli_process_vram_per_gpu(&r->s, r->pid, r->vram, &r->gpu_mask); /* r is zeroed: vram[] gets each GPU's bytes */
 
 	char what[64];
 	snprintf(what, sizeof(what), "dump %d", (int)r->pid);

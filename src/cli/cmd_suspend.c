@@ -223,7 +223,7 @@ static int run_suspend(struct cli_session *s, struct gs_ckpt_proc *procs, struct
 				       "--spill needs the gpusnap agent, and process %d runs without it (start it with gpusnap run)",
 				       (int)procs[i].pid);
 		int mrc;
-		if (!agents[i].present && (mrc = cli_driver_multi_gpu_check(s, procs[i].pid, ctx->multi_gpu_driver, err)))
+		if (!agents[i].present && (mrc = cli_driver_multi_gpu_check(s, procs[i].pid, NULL, ctx->multi_gpu_driver, err)))
 			return mrc;
 		/* a gate left closed by a gpusnap that died before its suspend is no obstacle: the agent takes it over */
 		if (agents[i].present && agents[i].state != GS_AGENT_RUNNING && agents[i].state != GS_AGENT_GATED)

@@ -186,8 +186,10 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 				       "the tree", (int)r->pids[i], gs_cuda_state_name(st), (int)r->root);
 		if (!o->driver_only && (rc = cli_agent_probe(r->pids[i], &r->agents[i], err)))
 			return rc;
+		/* before anything moves (afterwards the processes hold nothing), once: the check and the metadata */
+		cli_process_vram_per_gpu(&r->s, r->pids[i], r->vram[i], &r->gpu_mask[i]);
 		if (!r->agents[i].present &&
-		    (rc = cli_driver_multi_gpu_check(&r->s, r->pids[i], o->multi_gpu_driver, err)))
+		    (rc = cli_driver_multi_gpu_check(&r->s, r->pids[i], &r->gpu_mask[i], o->multi_gpu_driver, err)))
 			return rc;
 		if (r->agents[i].present && !(r->agents[i].caps & GS_CAP_DUMP_RUNNING))
 			return gs_fail(err, GS_E_AGENT, "the agent of process %d is older than dump --tree (it cannot stream "
@@ -206,9 +208,6 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 	}
 	if (!root_is_cuda && (rc = cli_op_begin(r->root, false, "dump", &r->root_lock, &left, err)))
 		return rc;
-	/* before anything moves: afterwards the processes hold nothing */
-	for (int i = 0; i < n; i++)
-		cli_process_vram_per_gpu(&r->s, r->pids[i], r->vram[i], &r->gpu_mask[i]);
 	if ((rc = gs_criu_dumpable(r->root, o->tcp, NULL, err)))
 		return rc;
 	return cli_tree_check_device_files(r->root, r->pids, r->n, err);
