@@ -38,6 +38,25 @@ signals_app_env() {
   fake_agent_env "${2:-}"
   trap cleanup_apps EXIT
 }
+# The set-up of the image-series tests (t5032 incremental, t5035 store, t5036 gc): the
+# agent app under CRIU answering on signals, its 32 MiB block of which 8 MiB stay zero
+# until flip fills them (or empties them again), two IO threads; S, an empty series
+# folder; MT, the manifest tool; valid (json_lib.sh) where python3-jsonschema is, else a
+# visible SKIP line for each document. The caller then starts the app (start_app).
+series_setup() {
+  signals_app_env agent_app criu
+  export AGENT_APP_BIG_MB=32 AGENT_APP_ZERO_MB=8 GPUSNAP_IO_THREADS=2
+  MT=$(dirname "${BASH_SOURCE[0]}")/manifest_tool.py
+  schemas=${GPUSNAP_SRC:?GPUSNAP_SRC not set}/docs/json
+  . "$(dirname "${BASH_SOURCE[0]}")/json_lib.sh"
+  if (json_lib_init) >/dev/null; then json_lib_init; else valid() { echo "SKIP: no python3-jsonschema: $2 not validated"; }; fi
+  S=$TEST_TMP/series
+  mkdir -p "$S"
+}
+# The series app's zero-flip: "ZERO 1" once its block is filled, "ZERO 0" once emptied.
+flip() { signal_reply USR2 ZERO; }
+# How many objects the chunk store at $1 holds.
+objects() { find "$1/objects" -type f | wc -l; }
 cleanup_apps() {
   kill_our_apps "$SIGNALS_APP"
   [ "$(type -t cleanup_more)" != function ] || cleanup_more

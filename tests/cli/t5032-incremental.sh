@@ -23,20 +23,12 @@
 . "$(dirname "$0")/fake_agent.sh"
 
 MNT=""
-signals_app_env agent_app criu
-export AGENT_APP_BIG_MB=32 AGENT_APP_ZERO_MB=8
-export GPUSNAP_IO_THREADS=2
+series_setup # S, MT (image edits: pid, parent-of, flip-byte), flip
 cleanup_more() {
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
 }
-flip() { signal_reply USR2 ZERO; }
-
-# image edits (pid, parent-of, flip-byte): tests/cli/manifest_tool.py
-MT=$(dirname "$0")/manifest_tool.py
 
 # ---- a series: img1 full, img2 and img3 incremental ----
-S=$TEST_TMP/series
-mkdir -p "$S"
 start_app
 verify_ok "the app's data after allocation"
 run_gpusnap dump --leave-running --json -D "$S/img1" "$PID"; expect "full dump img1" 0

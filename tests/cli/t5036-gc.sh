@@ -26,22 +26,11 @@
 . "$(dirname "$0")/fake_agent.sh"
 
 LOCKER=""
-signals_app_env agent_app criu
-export AGENT_APP_BIG_MB=32 AGENT_APP_ZERO_MB=8
-export GPUSNAP_IO_THREADS=2
+series_setup # S, MT, valid, flip, objects
 cleanup_more() {
   [ -n "$LOCKER" ] && kill "$LOCKER" 2>/dev/null
 }
-flip() { signal_reply USR2 ZERO; }
-objects() { find "$1/objects" -type f | wc -l; }
-schemas=${GPUSNAP_SRC:?GPUSNAP_SRC not set}/docs/json
-. "$(dirname "$0")/json_lib.sh"
-if (json_lib_init) >/dev/null; then json_lib_init; else valid() { echo "SKIP: no python3-jsonschema: $2 not validated"; }; fi
-MT=$(dirname "$0")/manifest_tool.py
-
-S=$TEST_TMP/series
 ST=$S/store
-mkdir -p "$S"
 start_app
 verify_ok "the app's data after allocation"
 
