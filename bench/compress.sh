@@ -39,9 +39,7 @@ DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-compress}
 DD_BYTES=${GPUSNAP_BENCH_DD_BYTES:-4G}
 mkdir -p "$OUT" "$DIR" || exit 1
 chmod 700 "$DIR"
-JSONL=$OUT/bench-compress.jsonl
-MD=$OUT/bench-compress.md
-: >"$JSONL"
+bench_outputs compress
 
 bench_work gs_cleanup
 require_criu

@@ -37,11 +37,8 @@ PCT=${GPUSNAP_BENCH_CHANGED_PCT:-5}
 CHAIN=${GPUSNAP_BENCH_CHAIN:-5}
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-incremental}
 TOUCH=$((HELD * PCT / 100))
-mkdir -p "$OUT" || exit 1
 rm -rf "$DIR" && mkdir -p "$DIR" && chmod 700 "$DIR" || exit 1
-JSONL=$OUT/bench-incremental.jsonl
-MD=$OUT/bench-incremental.md
-: >"$JSONL"
+bench_outputs incremental
 
 bench_work gs_cleanup
 require_criu

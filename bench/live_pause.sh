@@ -33,9 +33,7 @@ SIZE=$GPUSNAP_BENCH_HF_SIZE
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-warm}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-3}
 mkdir -p "$OUT" "$DIR" || exit 1
-JSONL=$OUT/bench-live-pause.jsonl
-MD=$OUT/bench-live-pause.md
-: >"$JSONL"
+bench_outputs live-pause
 bench_work gs_cleanup
 require_criu
 bench_device

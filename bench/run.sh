@@ -37,11 +37,7 @@ bench_prologue bench
 SIZES=${GPUSNAP_BENCH_SIZES:-1G 8G 32G}
 PATHS=${GPUSNAP_BENCH_PATHS:-driver}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-1}
-mkdir -p "$OUT" || exit 1
-JSONL=$OUT/bench.jsonl
-MD=$OUT/bench.md
-: >"$JSONL"
-rm -f "$MD"
+bench_outputs ""
 
 if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
   if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -41,11 +41,7 @@ SIZE=${GPUSNAP_BENCH_SPILL_SIZE:-16G}
 DIR=${GPUSNAP_BENCH_SPILL_DIR:-$OUT/spill-bench}
 PATHS=${GPUSNAP_BENCH_SPILL_PATHS:-memory driver}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-3}
-mkdir -p "$OUT" || exit 1
-JSONL=$OUT/bench-spill.jsonl
-MD=$OUT/bench-spill.md
-: >"$JSONL"
-rm -f "$MD"
+bench_outputs spill
 
 if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
   echo "ERROR: build gpusnap and the GPU apps first: cmake -S . -B build -DGPUSNAP_GPU_APPS=ON && cmake --build build -j"

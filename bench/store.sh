@@ -44,9 +44,7 @@ STORE=$DIR/store
 PY=$GS_SRC/tests/gpu/py
 mkdir -p "$OUT" "$DIR" || exit 1
 chmod 700 "$DIR"
-JSONL=$OUT/bench-store.jsonl
-MD=$OUT/bench-store.md
-: >"$JSONL"
+bench_outputs store
 
 bench_work gs_cleanup
 require_criu

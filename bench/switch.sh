@@ -36,11 +36,7 @@ SIZE=${GPUSNAP_BENCH_SWITCH_SIZE:-16G}
 read -r -a RUN_ARGS <<<"${GPUSNAP_BENCH_SWITCH_RUN:-}"
 PATHS=${GPUSNAP_BENCH_SWITCH_PATHS:-agent driver}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-3}
-mkdir -p "$OUT" || exit 1
-JSONL=$OUT/bench-switch.jsonl
-MD=$OUT/bench-switch.md
-: >"$JSONL"
-rm -f "$MD"
+bench_outputs switch
 
 if [ ! -x "$GPUSNAP" ] || [ ! -x "$GS_APPS/pattern" ]; then
   echo "ERROR: build gpusnap and the GPU apps first: cmake -S . -B build -DGPUSNAP_GPU_APPS=ON && cmake --build build -j"

@@ -38,9 +38,7 @@ SIZE=${GPUSNAP_BENCH_HF_SIZE:-3b}
 DIR=${GPUSNAP_BENCH_DIR:-/var/tmp/gpusnap-warm}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-2}
 mkdir -p "$OUT" "$DIR" || exit 1
-JSONL=$OUT/bench-warm-start.jsonl
-MD=$OUT/bench-warm-start.md
-: >"$JSONL"
+bench_outputs warm-start
 
 bench_work gs_cleanup
 require_criu

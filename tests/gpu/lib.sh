@@ -130,6 +130,18 @@ bench_prologue() { # SCRIPT
   case $OUT in /*) ;; *) OUT=$GS_SRC/$OUT ;; esac
 }
 
+# For the bench/ scripts: their results, $OUT/bench-NAME.jsonl (JSONL, one line per measurement,
+# emptied) and $OUT/bench-NAME.md (MD, the table, written at the end; an old one removed); NAME "" is
+# bench/run.sh's bench.jsonl and bench.md.
+bench_outputs() { # NAME
+  local stem=bench${1:+-$1}
+  mkdir -p "$OUT" || exit 1
+  JSONL=$OUT/$stem.jsonl
+  MD=$OUT/$stem.md
+  : >"$JSONL"
+  rm -f "$MD"
+}
+
 # For the bench/ scripts: the work directory (GPUSNAP_BENCH_WORK, else a fresh one), cleaned up on exit by
 # EXIT_CMD (gs_cleanup, or a function of the script's that calls it), and an interruption reported as one.
 bench_work() { # EXIT_CMD
