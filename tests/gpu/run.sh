@@ -28,6 +28,8 @@
 #   GPUSNAP_BENCH_SPILL   also run bench/spill.sh (suspend --spill-only and a cold resume of a process of
 #                         this size, e.g. 16G, against dd with O_DIRECT in the same directory)
 #   GPUSNAP_TEST_TIMEOUT  seconds per test (default 240; a test's "# gpu-test-limit: N" line raises it)
+#   GPUSNAP_GPU_PARALLEL  how many tests marked "# gpu-test-shared: yes" run at a time (default 3; 1: one
+#                         test at a time); a shared test that fails beside others runs again alone at the end
 #   GPUSNAP_DEADLINE_S    stop starting tests after this many seconds (default 540, 0 = none), so one
 #                         10-minute device call still ends with a summary; tests not run are SKIP rows
 #   GPUSNAP_GPU_WORK      where logs and FIFOs go (default a new /tmp/gpusnap-gpu.XXXXXX); only the
@@ -230,21 +232,28 @@ else
 fi
 
 echo "== GPU tests: ${SELECTED[*]}"
-for name in "${SELECTED[@]}"; do
-  left=$(remaining)
-  if [ "$left" -lt 30 ]; then
-    add_row "$name" SKIP "not run: suite deadline reached (GPUSNAP_DEADLINE_S=$DEADLINE)"
-    continue
-  fi
-  limit=$TEST_TIMEOUT
-  # A test may ask for more with a "# gpu-test-limit: SECONDS" line; it learns its limit from GPU_TEST_LIMIT_S.
-  own=$(sed -n 's/^# gpu-test-limit: *\([0-9][0-9]*\).*/\1/p' "$SRC/tests/gpu/$name.sh" | head -n 1)
+# Tests marked "# gpu-test-shared: yes" (small, no GPU-wide or host-wide memory figures, no list of
+# every process, no fixed port) run up to GPUSNAP_GPU_PARALLEL at a time; the others alone. A shared
+# test that fails beside others runs again alone at the end, and its row says both.
+PARALLEL=${GPUSNAP_GPU_PARALLEL:-3}
+RUNNING=()
+RETRY=()
+
+# The time limit of test NAME: the suite's, or its own "# gpu-test-limit: SECONDS", within the deadline.
+test_limit() { # NAME LEFT
+  local limit=$TEST_TIMEOUT own
+  own=$(sed -n 's/^# gpu-test-limit: *\([0-9][0-9]*\).*/\1/p' "$SRC/tests/gpu/$1.sh" | head -n 1)
   [ -n "$own" ] && [ "$own" -gt "$limit" ] && limit=$own
-  [ "$left" -lt $((limit + 10)) ] && limit=$((left - 10))
-  echo "-- $name (limit ${limit}s, $(date -u +%T))"
-  t0=$SECONDS
+  [ "$2" -lt $((limit + 10)) ] && limit=$(($2 - 10))
+  echo "$limit"
+}
+
+# Runs test NAME (limit LIMIT seconds, its log LOG) and writes "RC SECONDS" to $LOGS/NAME.result.
+run_one() { # NAME LIMIT LOG
+  local name=$1 limit=$2 log=$3 t0=$SECONDS rc
+  rm -f "$LOGS/$name.result"
   GPU_TEST_WORK=$LOGS/$name GPUSNAP_BUILD=$BUILD GPU_TEST_LIMIT_S=$limit timeout -k 15 "$limit" bash "$SRC/tests/gpu/$name.sh" \
-    >"$LOGS/$name.log" 2>&1
+    >"$log" 2>&1
   rc=$?
   kill_leftovers "$LOGS/$name/pids"
   # A passed test's images go (GPUSNAP_KEEP_IMAGES=1 keeps them): a suite of dump tests writes tens
@@ -253,20 +262,83 @@ for name in "${SELECTED[@]}"; do
     find "$LOGS/$name" \( -name manifest.img -o -name inventory.img \) -printf '%h\0' 2>/dev/null |
       xargs -0 -r rm -rf 2>/dev/null
   fi
-  secs=$((SECONDS - t0))
+  echo "$rc $((SECONDS - t0))" >"$LOGS/$name.result"
+}
+
+# The row of a finished test. NOTE: said after its detail (a run beside others that failed first).
+record() { # NAME [NOTE]
+  local name=$1 note=${2:-} rc secs counts
+  read -r rc secs <"$LOGS/$name.result"
   counts=$(sed -n 's/^RESULT [^ ]*: [A-Z]* (\(.*\)) in .*/\1/p' "$LOGS/$name.log" | tail -n 1)
   case $rc in
-    0) add_row "$name" PASS "${counts}, ${secs}s" ;;
-    77) add_row "$name" SKIP "$(grep -m 1 '^SKIP: ' "$LOGS/$name.log" | cut -c 7-100)${counts:+ ($counts)}" ;;
+    0) add_row "$name" PASS "${counts}, ${secs}s$note" ;;
+    77) add_row "$name" SKIP "$(grep -m 1 '^SKIP: ' "$LOGS/$name.log" | cut -c 7-100)${counts:+ ($counts)}$note" ;;
     124 | 137)
       grep '^FAIL: ' "$LOGS/$name.log" | head -n 8 | sed 's/^/  /'
       tail -n 5 "$LOGS/$name.log" | sed 's/^/  | /'
-      add_row "$name" FAIL "timed out after ${secs}s${counts:+ ($counts)}, see logs/$name.log" ;;
+      add_row "$name" FAIL "timed out after ${secs}s${counts:+ ($counts)}, see logs/$name.log$note" ;;
     *)
       grep '^FAIL: ' "$LOGS/$name.log" | head -n 8 | sed 's/^/  /'
       [ -n "$counts" ] || tail -n 5 "$LOGS/$name.log" | sed 's/^/  | /'
-      add_row "$name" FAIL "${counts:-exit $rc}, ${secs}s, see logs/$name.log" ;;
+      add_row "$name" FAIL "${counts:-exit $rc}, ${secs}s, see logs/$name.log$note" ;;
   esac
+}
+
+# Records the shared tests that have ended; one that failed beside others waits in RETRY for a run alone.
+collect() {
+  local name rc secs still=()
+  for name in "${RUNNING[@]}"; do
+    if [ ! -s "$LOGS/$name.result" ]; then still+=("$name"); continue; fi
+    read -r rc secs <"$LOGS/$name.result"
+    if [ "$rc" = 0 ] || [ "$rc" = 77 ] || [ "$PARALLEL" -le 1 ]; then
+      record "$name"
+    else
+      echo "  $name failed beside other tests (exit $rc, ${secs}s): it runs again alone at the end"
+      RETRY+=("$name")
+    fi
+  done
+  RUNNING=("${still[@]}")
+}
+
+# Waits until fewer than N shared tests run (0: none).
+drain_to() { # N
+  while [ "${#RUNNING[@]}" -gt "$1" ]; do
+    wait -n 2>/dev/null || sleep 1
+    collect
+  done
+}
+
+for name in "${SELECTED[@]}"; do
+  left=$(remaining)
+  if [ "$left" -lt 30 ]; then
+    add_row "$name" SKIP "not run: suite deadline reached (GPUSNAP_DEADLINE_S=$DEADLINE)"
+    continue
+  fi
+  limit=$(test_limit "$name" "$left")
+  if [ "$PARALLEL" -gt 1 ] && grep -q '^# gpu-test-shared: yes' "$SRC/tests/gpu/$name.sh"; then
+    drain_to $((PARALLEL - 1))
+    echo "-- $name (limit ${limit}s, $(date -u +%T), beside ${#RUNNING[@]} other(s))"
+    run_one "$name" "$limit" "$LOGS/$name.log" &
+    RUNNING+=("$name")
+  else
+    drain_to 0
+    echo "-- $name (limit ${limit}s, $(date -u +%T))"
+    run_one "$name" "$limit" "$LOGS/$name.log"
+    record "$name"
+  fi
+done
+drain_to 0
+for name in "${RETRY[@]}"; do
+  left=$(remaining)
+  mv -f "$LOGS/$name.log" "$LOGS/$name.beside.log"
+  if [ "$left" -lt 30 ]; then
+    cp "$LOGS/$name.beside.log" "$LOGS/$name.log"
+    record "$name" " (beside other tests; not run again alone: suite deadline reached)"
+    continue
+  fi
+  echo "-- $name again, alone (limit $(test_limit "$name" "$left")s, $(date -u +%T))"
+  run_one "$name" "$(test_limit "$name" "$left")" "$LOGS/$name.log"
+  record "$name" " (run alone; it failed beside other tests first: logs/$name.beside.log)"
 done
 
 if [ "${GPUSNAP_NO_BENCH:-0}" != 1 ]; then

@@ -2,6 +2,7 @@
 # t20-pattern-8g.sh - a process holding 8 GiB of pattern: suspend (VRAM -> 0),
 # resume, verify bit for bit; then rewrite the data and do it again, so data
 # written after a resume also survives.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t20-pattern-8g
 

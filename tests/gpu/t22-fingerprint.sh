@@ -13,6 +13,7 @@
 #    checks every chunk on the GPU after loading, and the data verifies;
 #  - a record changed in the image: restore --verify-gpu refuses it (11),
 #    naming the chunk.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t22-fingerprint
 export GS_APP_STDERR=null

@@ -3,6 +3,7 @@
 # (H2D and D2H) is suspended and resumed 20 times (GPUSNAP_BUSY_CYCLES). While
 # suspended its threads make no progress; after each resume they go on, every
 # check the app makes still holds (errors=0), and it exits 0.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t30-busy-cycles
 

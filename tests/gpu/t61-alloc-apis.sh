@@ -2,6 +2,7 @@
 # t61-alloc-apis.sh - memory from each allocation API (cudaMalloc, cuMemAlloc,
 # cuMemAllocPitch, cudaMallocAsync, cuMemCreate+cuMemMap) survives suspend/resume
 # through the driver path (suspend --driver), one process per API.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t61-alloc-apis
 

@@ -2,6 +2,7 @@
 # t62-shared-cudart.sh - the pattern app linked with the shared cudart
 # (libcudart.so) also suspends, resumes and verifies; the other apps use nvcc's
 # default static cudart, so both linkages are covered.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t62-shared-cudart
 

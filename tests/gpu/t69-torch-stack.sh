@@ -15,6 +15,7 @@
 # dumped and restored with the app, by a dump without --tree. A
 # package that is not installed leaves its part out, with a SKIP line.
 # gpu-test-limit: 480
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t69-torch-stack
 py=$(dirname "$0")/py/torch_stack.py

@@ -4,6 +4,7 @@
 # driver's host copy through CRIU), is gone, is restored and verifies bit for
 # bit; killed, it is restored a second time from the same image and verifies
 # again. The image is unchanged by the restores.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t80-dump-restore
 export GS_APP_STDERR=null

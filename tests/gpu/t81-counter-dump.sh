@@ -4,6 +4,7 @@
 # file stops growing; restored, it goes on from where it was: the file runs
 # 1, 2, 3, ... with no reset or gap. Killed and restored again from the same
 # image, it starts over from the dumped value (the next line is that value + 1).
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t81-counter-dump
 export GS_APP_STDERR=null

@@ -7,6 +7,7 @@
 # from the image through the ring to the GPU) and verifies; inspect
 # lists the allocations and their checksums verify; a second restore from the
 # same image verifies again. Then --leave-running keeps it running.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t82-agent-dump
 export GS_APP_STDERR=null

@@ -4,6 +4,7 @@
 # is restored, and its outputs and a CUDA graph captured before the dump are
 # bit-identical to the references taken before; a training step runs after
 # the restore; a second restore from the same image is identical too.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t84-pytorch-dump
 export GS_APP_STDERR=null

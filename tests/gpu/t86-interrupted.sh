@@ -13,6 +13,7 @@
 #    restores and verifies;
 #  - driver path: kill -9 after the driver's checkpoint, `resume` brings it
 #    back; SIGTERM in the middle of a suspend undoes it.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t86-interrupted
 export GS_APP_STDERR=null

@@ -13,6 +13,7 @@
 #    uninterrupted twin gives.
 # Two PyTorch start-ups and four criu runs of PyTorch processes:
 # gpu-test-limit: 420
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/plugin_lib.sh"
 gs_test_init t89-criu-plugin-apps

@@ -6,6 +6,7 @@
 # checkpoint and given back; a suspend during the app's open global-mode
 # stream capture refused, the capture unbroken; then a --keep-context cycle (VRAM drops to the context only) and a --driver cycle
 # on the same process, each verified.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t90-agent-pattern
 

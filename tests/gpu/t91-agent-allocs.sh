@@ -5,6 +5,7 @@
 # agent releases through virtual handles: t95), and the app built with the
 # shared cudart: each suspended,
 # resumed and verified bit for bit.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t91-agent-allocs
 

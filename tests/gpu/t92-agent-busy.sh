@@ -2,6 +2,7 @@
 # t92-agent-busy.sh - the busy app (4 threads launching kernels and copying)
 # under the agent, suspended and resumed 100 times (GPUSNAP_AGENT_CYCLES):
 # no corruption, no deadlock, no error seen by the app.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t92-agent-busy
 

@@ -5,6 +5,7 @@
 # keep-context cycle), with each allocator backend: the default caching
 # allocator, expandable_segments:True (the app's own cuMemCreate/cuMemMap,
 # released through the agent's virtual handles) and cudaMallocAsync.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t94-agent-pytorch
 py=$(dirname "$0")/py/torch_model.py

@@ -11,6 +11,7 @@
 #    handle) in VRAM, which the driver path could not do for this memory;
 #  - the same with 2 GiB in 20 MiB handles (PyTorch's segment size, ~100 handles);
 #  - the app then unmaps and releases everything without an error.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t95-app-vmm
 app=$GS_APPS/vmm_app

@@ -10,6 +10,7 @@
 # GPU by the agent's own kernel before anything crosses PCIe (gpu_zero_bytes
 # as large as zero_bytes), and with GPUSNAP_GPU_ZERO_SCAN=0 on the host after
 # the copy (gpu_zero_bytes 0, the same zero_bytes).
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t96-agent-zero
 

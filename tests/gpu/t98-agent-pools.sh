@@ -10,6 +10,7 @@
 #  - a cudaFreeAsync inside a stream capture gives its 64 MiB back when the
 #    graph runs (the agent's bytes drop by 64 MiB);
 #  - a suspend and resume keep every buffer's data.
+# gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t98-agent-pools
 app=$GS_APPS/pools
