@@ -3,7 +3,9 @@
 # `start` copies the tree to a private folder, builds it once and runs the plan's
 # steps one after another in a session of its own (setsid), then returns; `wait`
 # waits for the plan (or a number of seconds), prints where it stands and each
-# step's table, and leaves a bounded tarball in $OUT. A device call is limited to
+# step's table, and leaves in $OUT a bounded tarball and lease-report.txt (the
+# steps' summaries and the end of each failed test's log, which comes back even
+# when the tarball is too big to). A device call is limited to
 # 10 minutes and a machine stays lent only 30 s after a call, so a plan longer
 # than one call is started in the first call and collected by the next ones,
 # each issued as soon as the previous one returns.
@@ -66,7 +68,8 @@ plan() { # STEP...
     name=${step%%=*} arg=${step#*=}
     [ "$arg" == "$step" ] && arg=
     case $name in
-      tests) run_step "tests-${arg//,/-}" env GPUSNAP_NO_BUILD=1 GPUSNAP_NO_BENCH=1 tests/gpu/run.sh ${arg//,/ } ;;
+      tests) run_step "tests-${arg//,/-}" env GPUSNAP_NO_BUILD=1 GPUSNAP_NO_BENCH=1 \
+        GPUSNAP_GPU_WORK="$LEASE/work-tests-${arg//,/-}" tests/gpu/run.sh ${arg//,/ } ;;
       bench-run) run_step "$name" env GPUSNAP_BENCH_SIZES="${arg//+/ }" \
         GPUSNAP_BENCH_PATHS="${GPUSNAP_BENCH_PATHS:-driver agent agent-reserve}" GPUSNAP_BENCH_TWO_GPUS=0 bench/run.sh ;;
       bench-spill) run_step "$name" env GPUSNAP_BENCH_SPILL_SIZE="$arg" bench/spill.sh ;;
@@ -124,8 +127,21 @@ case ${1:-} in
       # what went in, so that a tarball the device tool leaves out (over its size limit) can be made smaller
       echo "lease.tgz: $(stat -c %s "$OUT/lease.tgz" 2>/dev/null || echo 0) bytes; largest entries:"
       du -a "$LEASE/out" 2>/dev/null | sort -rn | sed -n '2,6p'
-      # the per-test tails, which come back even when the tarball does not
-      for f in "$LEASE"/out/*/summary.txt; do [ -f "$f" ] && cp "$f" "$OUT/summary-$(basename "$(dirname "$f")").txt"; done
+      # one small report that comes back even when the tarball does not: the progress, each step's
+      # summary, and the last lines of each failed test's log
+      {
+        cat "$PROGRESS" 2>/dev/null
+        for d in "$LEASE"/out/*/; do
+          [ -f "$d/summary.txt" ] || continue
+          echo "== $(basename "$d")"
+          cat "$d/summary.txt"
+          w=$LEASE/work-$(basename "$d")/logs
+          for t in $(sed -n 's/^  \(t[0-9][^ ]*\) *FAIL .*/\1/p' "$d/summary.txt"); do
+            echo "---- $t (last 80 lines of logs/$t.log)"
+            tail -n 80 "$w/$t.log" 2>/dev/null
+          done
+        done
+      } >"$OUT/lease-report.txt"
     fi
     ;;
   stop)
