@@ -79,7 +79,7 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 			       "in the app: 0 copies all-zero GPU memory like any other" },
 	[GS_S_HOST_MEMORY_LIMIT] = { "GPUSNAP_HOST_MEMORY_LIMIT", NULL, GS_SET_SIZE, AGENT, NULL, 0, NOLIMIT, NULL, false,
 				     "in the app: the most host memory a suspend without --reserve may take" },
-	[GS_S_HOST_MEMORY_MARGIN] = { "GPUSNAP_HOST_MEMORY_MARGIN", NULL, GS_SET_STRING, AGENT, "1G", 0, 0, NULL, false,
+	[GS_S_HOST_MEMORY_MARGIN] = { "GPUSNAP_HOST_MEMORY_MARGIN", NULL, GS_SET_SHARE, AGENT, "1G", 0, 0, NULL, false,
 				      "in the app: host memory a suspend leaves free, a size (2G) or a share of the "
 				      "host's memory (10%)" },
 	[GS_S_SPILL_DIR] = { "GPUSNAP_SPILL_DIR", NULL, GS_SET_PATH, CLI, NULL, 0, 0, NULL, false,
@@ -216,6 +216,9 @@ const char *gs_setting_accepts(enum gs_setting_id id, char *buf, size_t n)
 	case GS_SET_PATH:
 		snprintf(buf, n, "a path");
 		break;
+	case GS_SET_SHARE:
+		snprintf(buf, n, "a size (bytes, or with K, M, G or T) or a share of the host's memory (0%% to 100%%)");
+		break;
 	default:
 		snprintf(buf, n, "text");
 		break;
@@ -249,6 +252,14 @@ int gs_setting_parse(enum gs_setting_id id, const char *text, union gs_setting_v
 		break;
 	case GS_SET_STRING:
 		break;
+	case GS_SET_SHARE: {
+		size_t len = strlen(text);
+		char *end = NULL;
+		double pct = len > 1 && text[len - 1] == '%' ? strtod(text, &end) : -1;
+		uint64_t bytes;
+		ok = end ? end == text + len - 1 && pct >= 0 && pct <= 100 : !gs_parse_size(text, &bytes);
+		break;
+	}
 	}
 	if (!ok) {
 		char shown[96], acc[160];
@@ -268,7 +279,8 @@ static void set_defaults(void)
 {
 	char msg[256];
 	for (int i = 0; i < GS_S_COUNT; i++)
-		if (table[i].dflt && table[i].type != GS_SET_STRING && table[i].type != GS_SET_PATH)
+		if (table[i].dflt && table[i].type != GS_SET_STRING && table[i].type != GS_SET_PATH &&
+		    table[i].type != GS_SET_SHARE)
 			gs_setting_parse((enum gs_setting_id)i, table[i].dflt, &defaults[i], msg, sizeof(msg));
 }
 
@@ -333,7 +345,8 @@ const char *gs_setting_str(enum gs_setting_id id)
 	const struct slot *s = get(id);
 	if (s->good)
 		return s->raw;
-	return table[id].type == GS_SET_PATH || table[id].type == GS_SET_STRING ? table[id].dflt : NULL;
+	return table[id].type == GS_SET_PATH || table[id].type == GS_SET_STRING || table[id].type == GS_SET_SHARE
+		       ? table[id].dflt : NULL;
 }
 
 const char *gs_setting_raw(enum gs_setting_id id)

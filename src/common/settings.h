@@ -39,6 +39,7 @@ enum gs_setting_type {
 	GS_SET_SIZE,    /* bytes, K/M/G/T suffixes (gs_parse_size), within [min, max] */
 	GS_SET_SECONDS, /* seconds, fractions allowed (gs_parse_seconds), within [min, max] */
 	GS_SET_STRING,  /* text, checked by its reader (a fault spec, a GPU map) */
+	GS_SET_SHARE,   /* a size as GS_SET_SIZE, or a share of the host's memory, 0% to 100%; read as text */
 	GS_SET_PATH,    /* a file or directory name */
 	GS_SET_ENUM,    /* one of the row's choices */
 };

@@ -12,7 +12,9 @@
 #    refuses too;
 #  - a limit below the written data: refused the same way, naming the limit
 #    (which caps this suspend alone, the margin aside);
-#  - a margin that is neither a size nor a share: refused (exit 2), nothing moved.
+#  - a margin that is neither a size nor a share: the agent names it once in
+#    its log as the app starts (the settings table's type) and keeps the
+#    default; the suspend and resume work.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/fake_agent.sh"
 
@@ -73,14 +75,14 @@ phys0=$(phys)
 refused "a limit below the written data" "needed (256.00 MiB more are zero" "8.00 MiB available (GPUSNAP_HOST_MEMORY_LIMIT); the process keeps running on the GPU"
 quit_app "the app exits"
 
-# ---- a margin that means nothing ----
+# ---- a margin that means nothing: named once in the agent's log as the app starts, the default kept ----
 export GPUSNAP_HOST_MEMORY_MARGIN=lots
 unset GPUSNAP_HOST_MEMORY_LIMIT
 start_app
-phys0=$(phys)
-run_gpusnap suspend "$APP"
-expect "a margin that is neither a size nor a share is refused" 2 "GPUSNAP_HOST_MEMORY_MARGIN='lots' is neither a size (2G) nor a share (10%)"
-check "the physical memory stayed" test "$(phys)" = "$phys0"
-verify_ok "the data after the refusal"
+said="GPUSNAP_HOST_MEMORY_MARGIN='lots' is not a size (bytes, or with K, M, G or T) or a share of the host's memory (0% to 100%): using the default"
+check "the agent's log names the value that means nothing, once" test "$(grep -cF "$said" "$GPUSNAP_AGENT_LOG")" = 1
+run_gpusnap suspend "$APP"; expect "a suspend with that margin takes the default (1G)" 0
+run_gpusnap resume "$APP"; expect "... and its resume" 0
+verify_ok "the data after the suspend with the default margin"
 quit_app "the app exits"
 test_done

@@ -129,6 +129,20 @@ static void test_bounds(void)
 	CHECK_INT(v.choice, 2);
 	good(GS_S_LOG, "DEBUG", &v); /* GPUSNAP_LOG was always read without case */
 	CHECK_INT(v.choice, 3);
+	/* a size or a share of the host's memory */
+	good(GS_S_HOST_MEMORY_MARGIN, "2G", &v);
+	good(GS_S_HOST_MEMORY_MARGIN, "0", &v);
+	good(GS_S_HOST_MEMORY_MARGIN, "10%", &v);
+	good(GS_S_HOST_MEMORY_MARGIN, "0%", &v);
+	good(GS_S_HOST_MEMORY_MARGIN, "100%", &v);
+	good(GS_S_HOST_MEMORY_MARGIN, "12.5%", &v);
+	const char *margin_bad = "is not a size (bytes, or with K, M, G or T) or a share of the host's memory (0% to 100%)";
+	const char *margins[] = { "101%", "-1%", "%", "x%", "10%%", "ten", "2Q", "" };
+	for (size_t i = 0; i < sizeof(margins) / sizeof(*margins); i++) {
+		char want[256];
+		snprintf(want, sizeof(want), "GPUSNAP_HOST_MEMORY_MARGIN='%s' %s", margins[i], margin_bad);
+		bad(GS_S_HOST_MEMORY_MARGIN, margins[i], want);
+	}
 }
 
 static void test_load(void)
