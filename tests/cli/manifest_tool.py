@@ -52,12 +52,15 @@ def load(d):
 def save(d, m, cpu_files):
     mc = crc32c(m[:-4])
     struct.pack_into("<I", m, len(m) - 4, mc)
-    open(d + "/manifest.img", "wb").write(m)
+    with open(d + "/manifest.img", "wb") as f:
+        f.write(m)
     if cpu_files:
-        ls = bytearray(open(d + "/cpu-files.img", "rb").read())
+        with open(d + "/cpu-files.img", "rb") as f:
+            ls = bytearray(f.read())
         struct.pack_into("<I", ls, 40, mc)
         struct.pack_into("<I", ls, len(ls) - 4, crc32c(ls[:-4]))
-        open(d + "/cpu-files.img", "wb").write(ls)
+        with open(d + "/cpu-files.img", "wb") as f:
+            f.write(ls)
 
 
 def cmd_chunks(d):
@@ -83,6 +86,7 @@ def cmd_set_codec(d, idx, codec):
 
 def cmd_flip_fp(d):
     m = load(d)
+    flipped = None
     for typ, off, ln, ent in sections(m):
         if typ != SEC_CHUNKS:
             continue
@@ -90,9 +94,12 @@ def cmd_flip_fp(d):
             aid, o, l, fo, fi, flags = struct.unpack_from("<QQQQII", m, off + k * ent)
             if not flags & 1:
                 m[off + k * ent + 64] ^= 1
-                print(k, aid, o)
+                flipped = (k, aid, o)
                 break
     save(d, m, cpu_files=True)
+    # said once the files are written: a caller reading the line may go on at once
+    if flipped:
+        print(*flipped, flush=True)
 
 
 def cmd_pid(d, pid):

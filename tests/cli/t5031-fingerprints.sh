@@ -54,7 +54,8 @@ kill -9 "$PID"; wait_gone "$PID"
 # ---- a record that does not match its data ----
 bad=$TEST_TMP/bad
 cp -a "$img" "$bad"
-read -r idx aid off < <(python3 "$MT" flip-fp "$bad")
+# the tool's whole run, not only its line: it rewrites the manifest and cpu-files.img
+read -r idx aid off <<<"$(python3 "$MT" flip-fp "$bad")"
 want="chunk $idx (allocation $aid, offset $off"
 run_gpusnap inspect --verify "$bad"; expect "inspect --verify of a wrong fingerprint" 11 "$want"
 check "... naming the fingerprint, in one line" grep -q "has fingerprint" "$ERR_TXT"
