@@ -199,24 +199,24 @@ static int make_pool(struct gs_agent *a, uint64_t bytes, int workers, bool lazy,
  */
 #define DEFAULT_MARGIN "1G"
 
-static int host_memory_margin(uint64_t total, uint64_t *margin, char *said, size_t n, struct gs_err *err)
+/*
+ * The margin in bytes (said: as the user wrote it): a size, or a share of the
+ * host's memory (total). The settings table refused any other value when
+ * the agent started and kept the default instead.
+ */
+static uint64_t host_memory_margin(uint64_t total, char *said, size_t n)
 {
 	const char *v = gs_setting_str(GS_S_HOST_MEMORY_MARGIN);
 	if (!v || !*v)
 		v = DEFAULT_MARGIN;
 	snprintf(said, n, "%s", v);
 	size_t len = strlen(v);
-	if (len > 1 && v[len - 1] == '%') {
-		char *end = NULL;
-		double pct = strtod(v, &end);
-		if (end == v + len - 1 && pct >= 0 && pct <= 100) {
-			*margin = total == UINT64_MAX ? 0 : (uint64_t)((double)total * pct / 100.0);
-			return 0;
-		}
-	} else if (!gs_parse_size(v, margin)) {
-		return 0;
-	}
-	return gs_fail(err, GS_E_USAGE, "GPUSNAP_HOST_MEMORY_MARGIN='%s' is neither a size (2G) nor a share (10%%)", v);
+	uint64_t margin = 0;
+	if (len > 1 && v[len - 1] == '%')
+		return total == UINT64_MAX ? 0 : (uint64_t)((double)total * strtod(v, NULL) / 100.0);
+	if (gs_parse_size(v, &margin))
+		gs_parse_size(DEFAULT_MARGIN, &margin);
+	return margin;
 }
 
 /* MemTotal of /proc/meminfo in bytes, UINT64_MAX when unreadable: what a margin in percent is of. */
@@ -246,11 +246,8 @@ static int check_host_memory(uint64_t bytes, uint64_t zero_bytes, struct gs_err 
 {
 	struct gs_hostmem m;
 	gs_hostmem_read("", &m);
-	uint64_t margin = 0;
 	char said[64], need[32], have[32], keep[32], zero[32];
-	int rc = host_memory_margin(host_memory_total(), &margin, said, sizeof(said), err);
-	if (rc)
-		return rc;
+	uint64_t margin = host_memory_margin(host_memory_total(), said, sizeof(said));
 	gs_format_bytes(bytes, need, sizeof(need));
 	gs_format_bytes(zero_bytes, zero, sizeof(zero));
 	uint64_t cap = gs_setting_size(GS_S_HOST_MEMORY_LIMIT);
@@ -270,20 +267,17 @@ static int check_host_memory(uint64_t bytes, uint64_t zero_bytes, struct gs_err 
 }
 
 /* What a suspend may take of host memory now: available less the margin, at most GPUSNAP_HOST_MEMORY_LIMIT. */
-static int host_memory_room(uint64_t *room, struct gs_err *err)
+static uint64_t host_memory_room(void)
 {
 	struct gs_hostmem m;
 	gs_hostmem_read("", &m);
-	uint64_t margin = 0;
 	char said[64];
-	int rc = host_memory_margin(host_memory_total(), &margin, said, sizeof(said), err);
-	if (rc)
-		return rc;
-	*room = m.avail == UINT64_MAX ? UINT64_MAX : m.avail > margin ? m.avail - margin : 0;
+	uint64_t margin = host_memory_margin(host_memory_total(), said, sizeof(said));
+	uint64_t room = m.avail == UINT64_MAX ? UINT64_MAX : m.avail > margin ? m.avail - margin : 0;
 	uint64_t cap = gs_setting_size(GS_S_HOST_MEMORY_LIMIT);
-	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && cap < *room)
-		*room = cap;
-	return 0;
+	if (gs_setting_is_set(GS_S_HOST_MEMORY_LIMIT) && cap < room)
+		room = cap;
+	return room;
 }
 
 /* The reserved pool (GPUSNAP_RESERVE): populated ahead by all staging threads, kept across cycles. */
@@ -779,10 +773,9 @@ int gs_mover_take_pool_split(struct gs_agent *a, struct gs_agent_held *h, uint8_
 	if (h->pool || !h->plan.nchunks || !on_demand_lazy() || mover.no_zero_chunks)
 		return 0;
 	scan_zero_chunks(a, h, reply);
-	uint64_t room = 0;
-	int rc = host_memory_room(&room, err);
-	if (rc || !h->zero_chunks)
-		return rc;
+	uint64_t room = host_memory_room();
+	if (!h->zero_chunks)
+		return 0;
 	uint8_t *where = calloc(h->plan.nchunks, 1);
 	if (!where)
 		return gs_fail(err, GS_E_AGENT, "out of memory");
@@ -812,7 +805,8 @@ int gs_mover_take_pool_split(struct gs_agent *a, struct gs_agent_held *h, uint8_
 	}
 	gs_msg_add_named_u64(reply, GS_F_COUNTER, "admitted_bytes", need);
 	double t = gs_now();
-	if ((rc = make_on_demand_pool(a, h->plan.staging_bytes, &h->pool, err))) {
+	int rc = make_on_demand_pool(a, h->plan.staging_bytes, &h->pool, err);
+	if (rc) {
 		free(where);
 		return rc;
 	}
