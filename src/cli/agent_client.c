@@ -257,11 +257,17 @@ int cli_agent_resume(pid_t pid, struct cli_agent *ag, struct gs_err *err)
 	return cli_agent_resume_from(pid, ag, NULL, false, err);
 }
 
+/* An agent without GS_CAP_VERIFY_GPU asked to check fingerprints on the GPU. */
+static int verify_gpu_refused(pid_t pid, struct gs_err *err)
+{
+	return gs_fail(err, GS_E_AGENT, "the agent of process %d cannot check fingerprints on the GPU (an older agent): "
+		       "restore without --verify-gpu", (int)pid);
+}
+
 int cli_agent_resume_from(pid_t pid, struct cli_agent *ag, const char *image_dir, bool verify_gpu, struct gs_err *err)
 {
 	if (verify_gpu && !(ag->caps & GS_CAP_VERIFY_GPU))
-		return gs_fail(err, GS_E_AGENT, "the agent of process %d cannot check fingerprints on the GPU (an older "
-			       "agent): restore without --verify-gpu", (int)pid);
+		return verify_gpu_refused(pid, err);
 	int rc = request(pid, ag, &(struct gs_request){ .type = GS_MSG_RESUME, .dir = image_dir, .verify_gpu = verify_gpu },
 			 err);
 	if (rc)
@@ -323,17 +329,21 @@ int cli_agent_dump_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeou
 	return rc;
 }
 
-int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, struct gs_err *err)
+int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, bool verify_gpu,
+			   struct gs_err *err)
 {
+	if (verify_gpu && !(ag->caps & GS_CAP_VERIFY_GPU))
+		return verify_gpu_refused(pid, err);
 	bool by_fd = image_dir && (ag->caps & GS_CAP_DIR_FD) && (!gated || (ag->caps & GS_CAP_GATED_FD));
 	int fd = by_fd ? open(image_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (by_fd && fd < 0)
 		return gs_fail_errno(err, GS_E_IMAGE, errno, "cannot open the image '%s'", image_dir);
 	struct gs_request r = { .type = by_fd ? GS_MSG_RESUME_FD : GS_MSG_RESUME, .dir = by_fd ? NULL : image_dir,
-				.stay_gated = gated };
+				.stay_gated = gated, .verify_gpu = verify_gpu };
 	int rc = by_fd ? request_full(pid, ag, &r, fd, WORK_MARGIN_S, err) : request(pid, ag, &r, err);
 	if (fd >= 0)
 		close(fd);
+	ag->verify_gpu_chunks = !rc && verify_gpu ? cli_agent_counter(ag, "verify_gpu_chunks") : 0;
 	if (rc)
 		gs_err_wrap(err, "agent of process %d", (int)pid);
 	return rc;

@@ -34,7 +34,8 @@ struct cli_agent {
 	uint64_t held_memory, held_image;
 	/* where the last suspend put the data, for the report: "" (host memory) or the spill directory */
 	char spill_dir[512];
-	struct cli_agent_reply last; /* of the last suspend/resume */
+	struct cli_agent_reply last; /* of the last request (a tree's OPEN follows its RESUME) */
+	uint64_t verify_gpu_chunks;  /* the chunks its last RESUME with verify_gpu checked on the GPU */
 };
 
 /*
@@ -118,11 +119,12 @@ int cli_agent_dump_fd(pid_t pid, struct cli_agent *ag, int dir_fd, double timeou
 /*
  * RESUME from the image at image_dir (NULL: from staging memory); gated:
  * the gate stays closed until cli_agent_open (memory shared between
- * processes, share_tree.h). The directory goes as a descriptor where the
- * agent takes one that way (it may live in another mount namespace, a
- * container's), else as the path.
+ * processes, share_tree.h); verify_gpu: as cli_agent_resume_from's. The
+ * directory goes as a descriptor where the agent takes one that way (it may
+ * live in another mount namespace, a container's), else as the path.
  */
-int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, struct gs_err *err);
+int cli_agent_resume_image(pid_t pid, struct cli_agent *ag, const char *image_dir, bool gated, bool verify_gpu,
+			   struct gs_err *err);
 /*
  * --tree (agents with GS_CAP_GATE): GATE closes the process's gate and
  * replies without waiting for its GPU work (timeout_s bounds the wait for

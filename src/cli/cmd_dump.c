@@ -183,7 +183,7 @@ static const char *data_dir(const struct dump_run *r)
 /* Resumes the agent with its data read from dir (by descriptor where it takes one). */
 static int agent_resume_from(struct dump_run *r, const char *dir, struct gs_err *err)
 {
-	return r->stage && dir ? cli_agent_resume_image(r->pid, &r->agent, dir, false, err)
+	return r->stage && dir ? cli_agent_resume_image(r->pid, &r->agent, dir, false, false, err)
 			       : cli_agent_resume_from(r->pid, &r->agent, dir, false, err);
 }
 

@@ -546,14 +546,18 @@ static int checks(struct restore_run *r, const struct restore_opts *o, struct gs
 	if (!agent && !r->tree && strcmp(r->info->how, "driver"))
 		return gs_fail(err, GS_E_IMAGE, "'%s' was taken in a way this gpusnap does not restore ('%s')", o->dir,
 			       r->info->how);
-	if (o->verify_gpu && r->tree)
-		return gs_fail(err, GS_E_USAGE, "--verify-gpu takes the image of one process, not of a process tree ('%s')",
-			       o->dir);
-	if (o->verify_gpu && !agent)
+	if (o->verify_gpu && !agent && !r->tree)
 		return gs_fail(err, GS_E_USAGE, "--verify-gpu needs an image written by the gpusnap agent: '%s' was taken by "
 			       "the driver, its GPU data is in CRIU's images", o->dir);
 	if (r->tree && (rc = open_tree(r, o, err)))
 		return rc;
+	/* a tree: each agent's part checked on the GPU; one with no agent's part has nothing to check */
+	bool tree_agent = false;
+	for (int i = 0; r->tree && i < r->tree_n; i++)
+		tree_agent |= !strcmp(gs_image_get_info(r->tree_imgs[i])->how, "agent");
+	if (o->verify_gpu && r->tree && !tree_agent)
+		return gs_fail(err, GS_E_USAGE, "--verify-gpu needs GPU data written by the gpusnap agent: every process of "
+			       "the tree in '%s' was taken by the driver, its GPU data is in CRIU's images", o->dir);
 	/* one restore of the PID at a time: the checks below hold only while no other gpusnap restores it */
 	pid_t pid = r->info->source_pid;
 	if ((rc = cli_op_begin(pid, true, "restore", &r->lock, &r->left, err)))
@@ -770,7 +774,7 @@ static int restore_tree_gpu(struct restore_run *r, const struct restore_opts *o,
 		images[i] = r->tree_dirs[i];
 	}
 	if (!rc)
-		rc = cli_share_resume(r->tree_pids, r->tree_agents, n, images, err);
+		rc = cli_share_resume(r->tree_pids, r->tree_agents, n, images, o->verify_gpu, err);
 out:
 	free(held);
 	free(images);
@@ -974,6 +978,12 @@ static void print_outcome(const struct restore_run *r, const struct restore_opts
 			gs_json_kv_uint(&j, "zero_bytes", cli_agent_counter(&r->agent, "image_zero_bytes"));
 			/* restore --verify-gpu: the chunks whose fingerprints were checked on the GPU */
 			gs_json_kv_uint(&j, "verify_gpu_chunks", cli_agent_counter(&r->agent, "verify_gpu_chunks"));
+		} else if (r->tree && r->tree_agents) { /* a tree's: every agent's together */
+			uint64_t chunks = 0;
+			for (int i = 0; i < r->tree_n; i++)
+				if (r->tree_agents[i].present)
+					chunks += r->tree_agents[i].verify_gpu_chunks;
+			gs_json_kv_uint(&j, "verify_gpu_chunks", chunks);
 		}
 		gs_json_kv_uint(&j, "verified_bytes", r->verified_bytes);
 		gs_json_kv_bool(&j, "verified_first", o->verify_first && !o->no_verify);

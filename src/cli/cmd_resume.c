@@ -254,7 +254,7 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 			images[i] = spilled[i]; /* a suspend spilled it (spill.h): read back, then removed */
 		}
 	}
-	rc = cli_share_resume(pids, agents, n, images, err);
+	rc = cli_share_resume(pids, agents, n, images, false, err);
 	/* a dump killed inside its pause left the data in a stage of its own: back on the GPU, it goes */
 	for (int i = 0; !rc && i < n; i++)
 		if (images[i] && images[i] == ctx->left_image && gs_image_stage_is_left(images[i]) &&

@@ -86,7 +86,7 @@ static int resume_agent(pid_t pid, struct cli_agent *ag, int i, struct gs_err *e
 	char image[PATH_MAX];
 	if (!share_set.spilled || !share_set.spilled[i] || !cli_spill_lookup(pid, image, sizeof(image), NULL, 0))
 		return cli_agent_resume(pid, ag, err);
-	int rc = cli_agent_resume_image(pid, ag, image, false, err);
+	int rc = cli_agent_resume_image(pid, ag, image, false, false, err);
 	if (!rc) {
 		cli_spill_forget(pid);
 		share_set.spilled[i] = false;
@@ -112,7 +112,7 @@ static bool undo_agents(struct cli_agent *agents, struct gs_ckpt_proc *procs, in
 		for (int i = 0; i < share_set.n; i++)
 			if (agents[i].present && cli_agent_probe(procs[i].pid, &agents[i], &e))
 				cli_report_error(&e);
-		if (cli_share_resume(share_set.pids, agents, share_set.n, NULL, &e)) {
+		if (cli_share_resume(share_set.pids, agents, share_set.n, NULL, false, &e)) {
 			cli_report_error(&e);
 			all = false;
 		}

@@ -332,7 +332,7 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 				break;
 	}
 	if (!rc)
-		rc = cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, err);
+		rc = cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, false, err);
 	if (!rc)
 		r->paused_s = gs_now() - r->stopped_at;
 	/* the image holds the data of whoever did not resume: no undo from here on, whatever the publish does */
@@ -469,7 +469,7 @@ static void undo(struct tree_run *r)
 			if (r->agents[i].present && cli_agent_probe(r->pids[i], &r->agents[i], &e))
 				fprintf(stderr, "gpusnap: %s\n", e.msg);
 		/* each agent takes its data back from its image; shared memory is handed over first */
-		if (cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, &e)) {
+		if (cli_share_resume(r->pids, r->agents, r->n, r->image_ptrs, false, &e)) {
 			fprintf(stderr, "gpusnap: %s\n", e.msg);
 			r->undo_failed = true;
 		}

@@ -337,7 +337,8 @@ static bool suspend_again(const pid_t *pids, struct cli_agent *agents, int n, co
 	return ok;
 }
 
-int cli_share_resume(const pid_t *pids, struct cli_agent *agents, int n, const char *const *images, struct gs_err *err)
+int cli_share_resume(const pid_t *pids, struct cli_agent *agents, int n, const char *const *images, bool verify_gpu,
+		     struct gs_err *err)
 {
 	bool shared = false;
 	int rc = cli_share_before_resume(pids, agents, n, &shared, err);
@@ -352,7 +353,7 @@ int cli_share_resume(const pid_t *pids, struct cli_agent *agents, int n, const c
 			continue;
 		const char *image = images ? images[i] : NULL;
 		struct gs_err e = { 0 };
-		int r = cli_agent_resume_image(pids[i], &agents[i], image, shared, &e);
+		int r = cli_agent_resume_image(pids[i], &agents[i], image, shared, verify_gpu, &e);
 		gated[i] = shared && !r;
 		if (r && !rc) {
 			rc = r;

@@ -52,9 +52,11 @@ int cli_share_before_resume(const pid_t *pids, const struct cli_agent *agents, i
  * itself back), no gate is opened: the agents resumed before it are
  * suspended again and the shared memory let go, so the whole job stays
  * suspended ("the processes stay suspended" appended to err, whose code is
- * the failed RESUME's) and a later resume --tree retries.
+ * the failed RESUME's) and a later resume --tree retries. verify_gpu: each
+ * agent checks what it loaded from its image against the image's
+ * fingerprints on the GPU before it runs (restore --verify-gpu).
  */
-int cli_share_resume(const pid_t *pids, struct cli_agent *agents, int n, const char *const *images,
+int cli_share_resume(const pid_t *pids, struct cli_agent *agents, int n, const char *const *images, bool verify_gpu,
 		     struct gs_err *err);
 
 #endif

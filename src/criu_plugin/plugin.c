@@ -150,7 +150,7 @@ int gsp_run_alone_stop(struct gsp_traced_thread *t, struct gs_err *err)
 
 int gsp_agent_resume(pid_t pid, struct cli_agent *ag, const char *dir, struct gs_err *err)
 {
-	return cli_agent_resume_image(pid, ag, dir, false, err);
+	return cli_agent_resume_image(pid, ag, dir, false, false, err);
 }
 
 /*

@@ -297,7 +297,7 @@ static int share_resume(const char *const *images, struct gs_err *err)
 		if (agents[i].present && cli_agent_probe(pids[i], &agents[i], &e))
 			gsp_err("%s", e.msg);
 	}
-	rc = cli_share_resume(pids, agents, gsp.nprocs, images, err);
+	rc = cli_share_resume(pids, agents, gsp.nprocs, images, false, err);
 	for (int i = 0; i < gsp.nprocs; i++)
 		gsp.procs[i].agent = agents[i];
 	free(pids);

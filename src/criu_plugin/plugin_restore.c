@@ -455,7 +455,7 @@ static void shared_load_later(void)
 		rc = await_agent(im->pid, &agents[k++], &e);
 	}
 	if (!rc)
-		rc = cli_share_resume(pids, agents, n, images, &e);
+		rc = cli_share_resume(pids, agents, n, images, false, &e);
 	if (rc) {
 		gsp_err("the %d processes that share GPU memory could not load their GPU data: %s; killed", n, e.msg);
 		for (int i = 0; i < gsp.nimages; i++)

@@ -11,7 +11,8 @@
 #  - restore brings both back: each rank's buffer and the one it imported
 #    hold their data byte for byte, at the same addresses, and the ring
 #    exchange (each rank writes into the other's buffer) goes on; a second
-#    restore of the same image works too;
+#    restore of the same image works too, with --verify-gpu (each agent
+#    checks its part on the GPU; refused for a tree without the agent);
 #  - dump --tree --leave-running: both run on with their data, and the image
 #    restores once they are gone;
 #  - refusals, one line each, nothing changed and no image written: dump
@@ -183,6 +184,9 @@ check "the shell is gone" wait_gone "$shell_pid" 5
 read -r n1 v1 < <(settled "$clog1")
 read -r n2 v2 < <(settled "$clog2")
 check "a driver-path manifest per counter" test -f "$timg/procs/${counters[0]}/manifest.img" -a -f "$timg/procs/${counters[1]}/manifest.img"
+run_gpusnap restore --verify-gpu -D "$timg"
+expect "restore --verify-gpu of a tree without the agent: nothing to check on the GPU, refused" 2 "taken by the driver"
+check "... in one line" one_line
 run_gpusnap restore --json -D "$timg"; expect "restore of the shell and its counters" 0
 check "the restored root is the shell ($(jget "['pid']"))" test "$(jget "['pid']")" = "$shell_pid"
 check "the first counter counts on from the dump" continues "$clog1" "$n1" "$v1"
@@ -242,7 +246,9 @@ verify_ok "both buffers are back byte for byte after the restore"
 ring_ok "the ring exchange goes on after the restore"
 
 kill -9 "$CHILD" "$APP"; wait_gone "$APP" 5; wait_gone "$CHILD" 5
-run_gpusnap restore -D "$img"; expect "a second restore from the same image" 0
+run_gpusnap restore --verify-gpu --json -D "$img"; expect "a second restore from the same image, with --verify-gpu" 0
+check "each agent checked its part on the GPU before the tree went on ($(jget "['verify_gpu_chunks']") chunks)" \
+  test "$(jget "['verify_gpu_chunks']")" -gt 1
 verify_ok "both buffers after the second restore"
 ring_ok "the ring exchange after the second restore"
 
