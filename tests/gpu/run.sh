@@ -231,6 +231,14 @@ else
   done
 fi
 
+# CRIU for the tests that dump, unpacked once here: tests running side by side must not unpack it together
+if [ -z "${GPUSNAP_CRIU:-}" ] && [ -d "$SRC/.cache/criu-debs" ]; then
+  if "$SRC/scripts/get-criu.sh" --offline >"$LOGS/get-criu.log" 2>&1 && [ -x "$SRC/.cache/criu/bin/criu" ]; then
+    export GPUSNAP_CRIU=$SRC/.cache/criu/bin/criu
+  else
+    echo "  no CRIU from .cache/criu-debs (logs/get-criu.log): the tests that dump say they skip"
+  fi
+fi
 echo "== GPU tests: ${SELECTED[*]}"
 # Tests marked "# gpu-test-shared: yes" (small, no GPU-wide or host-wide memory figures, no list of
 # every process, no fixed port) run up to GPUSNAP_GPU_PARALLEL at a time; the others alone. A shared
