@@ -867,10 +867,11 @@ static int image_objects(struct gs_store *s, const char *dir, bool leftover, boo
  * renamed by a later dump of dir (<base>.kept-*). Either may be the only
  * copy of a process (image_tmp.c keeps them, and `gpusnap state` names
  * them), so their objects stay while they are there and of use (CRIU's part
- * complete, or the process alive); *found: one of them names this store. A temporary directory without a manifest is an
- * unfinished image, and one whose flock is held is its writer's (the manifest
- * may be half-written; a live writer's objects are its live ref's): both
- * skipped. One that cannot be read stops gc, as an image at dir does.
+ * complete, or the process alive); *found: one of them names this store. A
+ * temporary directory without a manifest is an unfinished image, and one
+ * whose flock is held is its writer's (the manifest may be half-written; a
+ * live writer's objects are its live ref's): both skipped. One that cannot
+ * be read stops gc, as an image at dir does.
  */
 static int leftover_objects(struct gs_store *s, const char *dir, bool *found, struct names *keep, struct gs_err *err)
 {

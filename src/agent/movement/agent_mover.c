@@ -214,8 +214,7 @@ static uint64_t host_memory_margin(uint64_t total, char *said, size_t n)
 	uint64_t margin = 0;
 	if (len > 1 && v[len - 1] == '%')
 		return total == UINT64_MAX ? 0 : (uint64_t)((double)total * strtod(v, NULL) / 100.0);
-	if (gs_parse_size(v, &margin))
-		gs_parse_size(DEFAULT_MARGIN, &margin);
+	gs_parse_size(v, &margin);
 	return margin;
 }
 
