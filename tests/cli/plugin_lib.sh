@@ -20,6 +20,7 @@ criu_dump() {
   shift 2
   mkdir -p "$dir"
   RC=0
+  CRIU_LOG=$dir/dump.log
   "$GPUSNAP_CRIU" dump --tree "$pid" --images-dir "$dir" --libdir "$PLUGIN_DIR" --log-file dump.log -v4 "$@" \
     >"$TEST_TMP/criu.out" 2>&1 || RC=$?
 }
@@ -30,6 +31,7 @@ criu_restore() {
   shift
   RC=0
   RPID=
+  CRIU_LOG=$TEST_TMP/restore.log
   rm -f "$TEST_TMP/restore.pid"
   "$GPUSNAP_CRIU" restore --images-dir "$dir" --work-dir "$TEST_TMP" --libdir "$PLUGIN_DIR" -d \
     --pidfile "$TEST_TMP/restore.pid" --log-file restore.log -v4 "$@" >"$TEST_TMP/criu.out" 2>&1 || RC=$?
@@ -62,6 +64,13 @@ log_soon() {
   grep -i gpusnap "$1" | tail -n 5 | sed 's/^/    /'
   return 1
 }
-# rc_is WANT: the last criu run exited WANT (0) or not 0 ("fail")
-rc_ok() { [ "$RC" = 0 ] || { echo "    criu exit $RC"; tail -n 3 "$TEST_TMP/criu.out" | sed 's/^/    /'; return 1; }; }
+# rc_ok: the last criu run exited 0
+# (shown when not: CRIU's output and the errors its log names, which say why)
+rc_ok() {
+  [ "$RC" = 0 ] && return 0
+  echo "    criu exit $RC"
+  tail -n 3 "$TEST_TMP/criu.out" | sed 's/^/    /'
+  [ -f "${CRIU_LOG:-}" ] && grep -E 'Error|error|gpusnap' "$CRIU_LOG" | tail -n 8 | sed 's/^/    log: /'
+  return 1
+}
 rc_failed() { [ "$RC" != 0 ]; }

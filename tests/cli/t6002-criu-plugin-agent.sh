@@ -211,7 +211,9 @@ gates_first() { # two gates closed, both logged before the first agent's data wa
 check "both agents' gates closed before either dumped" gates_first
 gated() { [ "$(grep -c 'is off the GPU: agent path' "$TEST_TMP/tree/dump.log")" = 2 ]; }
 check "both took the agent path" gated
-check "the tree is gone" wait_gone "$pa"
+# CRIU restores each task at its PID: the root and both apps must be gone (the root reaped), not only one
+tree_gone() { wait_gone "$pa" && wait_gone "$pb" && wait_gone "$tree"; }
+check "the tree is gone" tree_gone
 criu_restore "$TEST_TMP/tree"
 check "criu restore of the tree succeeds" rc_ok
 check "the first app's agent loaded its data" loaded "$pa"
