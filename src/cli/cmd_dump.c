@@ -74,7 +74,8 @@ const struct cli_doc dump_doc = {
 		"With --leave-running, a process under the gpusnap agent stands still only while its GPU data is "
 		"copied into memory of the dump's own (GPUSNAP_STAGE_DIR, a tmpfs, where it has room), the driver "
 		"and CRIU take it and it gets its data back; the image is written from that copy after it runs "
-		"again, and the command returns once the image is published.\n\n"
+		"again, and the command returns once the image is published (with --tree, a copy per process of the "
+		"tree).\n\n"
 		"With --store STORE, the GPU data's chunks go into the chunk store STORE, shared by the images "
 		"written into it: a chunk the store holds already (found by its fingerprint, computed on the GPU) is "
 		"neither copied nor written again, and DIR holds only the manifest and CRIU's files. Remove images "
@@ -398,7 +399,7 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
 	int prc = 0;
 	if (r->stage && !r->agent_suspended) {
 		/* the image from the dump's copy, on the storage, while the process runs */
-		prc = gs_image_stage_write(r->stage, r->tmp, &r->stage_bytes, &pe);
+		prc = gs_image_stage_write(r->stage, r->tmp, NULL, &r->stage_bytes, &pe);
 		r->stage_write_s = gs_now() - t;
 	} else if (r->stage) {
 		/*
@@ -454,32 +455,8 @@ static int finish_leave_running(struct dump_run *r, const struct dump_opts *o, s
  */
 static void open_stage(struct dump_run *r)
 {
-	/* what the agent manages is what it copies; the driver's count of the process's memory where larger */
-	uint64_t need = 0;
-	for (int i = 0; i < CLI_MAX_GPUS; i++)
-		need += r->vram[i];
-	if (r->agent.alloc_bytes > need)
-		need = r->agent.alloc_bytes;
-	const char *mem = gs_setting_str(GS_S_STAGE_DIR);
-	struct gs_err e = { 0 };
-	/*
-	 * tmpfs pages are charged to the process whose agent writes them (its
-	 * cgroup) and taken from the host's memory, whatever the tmpfs's size
-	 * says: both must have room, or the copy would push the process out
-	 */
-	struct gs_hostmem hm;
-	gs_hostmem_read_pid("", r->pid, &hm);
-	if (!(r->agent.caps & GS_CAP_DIR_FD))
-		snprintf(r->no_stage, sizeof(r->no_stage), "the agent takes no image directory as a descriptor");
-	else if (hm.avail != UINT64_MAX && hm.avail < need + (need >> 3) + (256u << 20))
-		snprintf(r->no_stage, sizeof(r->no_stage), "the process has %llu MiB of host memory left (%s), the GPU "
-			 "data needs %llu MiB", (unsigned long long)(hm.avail >> 20), hm.limit,
-			 (unsigned long long)(need >> 20));
-	else if (!gs_image_stage_create(mem ? mem : "/dev/shm", need, &r->stage, &e))
-		return;
-	else
-		snprintf(r->no_stage, sizeof(r->no_stage), "%s", e.msg);
-	pr_info("no copy in memory for --leave-running (%s): the image is written inside the pause", r->no_stage);
+	uint64_t need = dump_stage_need(&r->agent, r->vram);
+	r->stage = dump_stage_open(r->pid, &r->agent, need, need, true, r->no_stage, sizeof(r->no_stage));
 }
 
 /* Whether the agent runs (a failed dump walked back), as its HELLO says now. */
@@ -494,14 +471,7 @@ static bool agent_runs(struct dump_run *r)
 static int agent_dump_into(struct dump_run *r, const char *dir, double timeout, const struct gs_dump_opts *d,
 			   struct gs_err *err)
 {
-	if (!r->stage)
-		return cli_agent_dump(r->pid, &r->agent, dir, timeout, d, err);
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", dir);
-	int rc = cli_agent_dump_fd(r->pid, &r->agent, fd, timeout, d, err);
-	close(fd);
-	return rc;
+	return dump_agent_into(r->pid, &r->agent, dir, r->stage != NULL, timeout, d, err);
 }
 
 static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)

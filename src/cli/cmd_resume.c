@@ -51,25 +51,45 @@ const struct cli_doc resume_doc = {
 		{ NULL, NULL } },
 };
 
+/*
+ * A process left by a gpusnap that did not finish (op_lock.h): its GPU data
+ * may be in image (used without --image), and a driver lock it holds is that
+ * gpusnap's. A dump --tree leaves each process of the tree so, each with
+ * its own data (its stage).
+ */
+struct resume_left {
+	pid_t pid;
+	char image[PATH_MAX];
+};
+
 struct resume_ctx {
 	struct gs_string_list maps;
 	const char *image; /* the agent's data is in this image (absolute path), or NULL */
-	/*
-	 * Process left_pid was left by a gpusnap that did not finish (op_lock.h):
-	 * its GPU data may be in left_image (used without --image), and a driver
-	 * lock it holds is that gpusnap's.
-	 */
-	pid_t left_pid;
-	char left_image[PATH_MAX];
+	struct resume_left *left;
+	int nleft;
 };
 
 static void found_left(void *arg, pid_t pid, const struct cli_op_record *left)
 {
 	struct resume_ctx *ctx = arg;
-	if (ctx->left_pid)
-		return; /* --image and what is left are for one process (dump and restore act on one) */
-	ctx->left_pid = pid;
-	snprintf(ctx->left_image, sizeof(ctx->left_image), "%s", left->image);
+	struct resume_left *l = realloc(ctx->left, ((size_t)ctx->nleft + 1) * sizeof(*l));
+	if (!l) { /* its data stays where it is, said by gpusnap state; this resume goes on without it */
+		fprintf(stderr, "gpusnap: warning: out of memory: what a gpusnap left on process %d is not used\n", (int)pid);
+		return;
+	}
+	ctx->left = l;
+	l[ctx->nleft].pid = pid;
+	snprintf(l[ctx->nleft].image, sizeof(l[ctx->nleft].image), "%s", left->image);
+	ctx->nleft++;
+}
+
+/* What a gpusnap that did not finish left on pid, or NULL. */
+static struct resume_left *left_of(const struct resume_ctx *ctx, pid_t pid)
+{
+	for (int i = 0; i < ctx->nleft; i++)
+		if (ctx->left[i].pid == pid)
+			return &ctx->left[i];
+	return NULL;
 }
 
 /* A driver lock that a killed gpusnap left on the process (it died between lock and checkpoint): released. */
@@ -155,7 +175,7 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	for (int i = 0; i < n; i++) {
 		if ((rc = gs_ckpt_get_state(&s->cu, procs[i].pid, &procs[i].state_before, err)))
 			goto out;
-		if (procs[i].state_before == CU_PROCESS_STATE_LOCKED && procs[i].pid == ctx->left_pid) {
+		if (procs[i].state_before == CU_PROCESS_STATE_LOCKED && left_of(ctx, procs[i].pid)) {
 			if ((rc = unlock_left(s, &procs[i], err)))
 				goto out;
 			nunlocked++;
@@ -244,9 +264,9 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	for (int i = 0; i < n; i++) {
 		pids[i] = procs[i].pid;
 		images[i] = ctx->image;
-		if (!ctx->image && ctx->left_image[0] && procs[i].pid == ctx->left_pid && agents[i].present &&
-		    agents[i].state != GS_AGENT_RUNNING) {
-			images[i] = ctx->left_image;
+		const struct resume_left *left = left_of(ctx, procs[i].pid);
+		if (!ctx->image && left && left->image[0] && agents[i].present && agents[i].state != GS_AGENT_RUNNING) {
+			images[i] = left->image;
 			fprintf(stderr, "gpusnap: note: process %d's GPU data is taken from '%s', where a gpusnap that did not "
 				"finish left it\n", (int)procs[i].pid, images[i]);
 		} else if (!ctx->image && agents[i].present && agents[i].state != GS_AGENT_RUNNING &&
@@ -257,7 +277,8 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	rc = cli_share_resume(pids, agents, n, images, false, err);
 	/* a dump killed inside its pause left the data in a stage of its own: back on the GPU, it goes */
 	for (int i = 0; !rc && i < n; i++)
-		if (images[i] && images[i] == ctx->left_image && gs_image_stage_is_left(images[i]) &&
+		if (images[i] && left_of(ctx, pids[i]) && images[i] == left_of(ctx, pids[i])->image &&
+		    gs_image_stage_is_left(images[i]) &&
 		    gs_image_stage_discard(images[i]))
 			fprintf(stderr, "gpusnap: warning: cannot remove '%s': %s\n", images[i], strerror(errno));
 	/* each spill that was read back goes (--tree: also where another process's resume failed) */
@@ -321,5 +342,6 @@ int cmd_resume(int argc, char **argv)
 		rc = process_op_execute(&op);
 	}
 	gs_string_list_free(&ctx.maps);
+	free(ctx.left);
 	return rc == GS_PARSE_HELP ? 0 : rc;
 }

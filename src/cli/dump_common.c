@@ -1,14 +1,20 @@
 /*
  * dump_common.c - metadata and sizes shared by dump and restore (see dump_common.h).
  */
+#define LOG_PREFIX "dump: "
 #include "cli/dump_common.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "core/hostmem.h"
 
 int dump_set_metadata(struct gs_image_writer *w, const struct cli_session *s, const uint64_t *vram, uint64_t mask,
 		      struct gs_err *err)
@@ -65,4 +71,51 @@ uint64_t dump_dir_bytes(const char *dir, const char *sub)
 	}
 	closedir(d);
 	return total;
+}
+
+uint64_t dump_stage_need(const struct cli_agent *agent, const uint64_t *vram)
+{
+	uint64_t need = 0;
+	for (int i = 0; i < CLI_MAX_GPUS; i++)
+		need += vram[i];
+	return agent->alloc_bytes > need ? agent->alloc_bytes : need;
+}
+
+struct gs_image_stage *dump_stage_open(pid_t pid, const struct cli_agent *agent, uint64_t need, uint64_t total,
+				       bool cpu_state, char *why, size_t n)
+{
+	const char *mem = gs_setting_str(GS_S_STAGE_DIR);
+	struct gs_err e = { 0 };
+	struct gs_image_stage *stage = NULL;
+	/*
+	 * tmpfs pages are charged to the process whose agent writes them (its
+	 * cgroup) and taken from the host's memory, whatever the tmpfs's size
+	 * says: both must have room, or the copy would push the process out
+	 */
+	struct gs_hostmem hm;
+	gs_hostmem_read_pid("", pid, &hm);
+	if (!(agent->caps & GS_CAP_DIR_FD))
+		snprintf(why, n, "the agent takes no image directory as a descriptor");
+	else if (hm.avail != UINT64_MAX && hm.avail < total + (total >> 3) + (256u << 20))
+		snprintf(why, n, "the process has %llu MiB of host memory left (%s), the GPU data needs %llu MiB",
+			 (unsigned long long)(hm.avail >> 20), hm.limit, (unsigned long long)(total >> 20));
+	else if (!gs_image_stage_create(mem ? mem : "/dev/shm", need, total, cpu_state, &stage, &e))
+		return stage;
+	else
+		snprintf(why, n, "%s", e.msg);
+	pr_info("no copy in memory for --leave-running (%s): the image is written inside the pause", why);
+	return NULL;
+}
+
+int dump_agent_into(pid_t pid, struct cli_agent *agent, const char *dir, bool stage, double timeout,
+		    const struct gs_dump_opts *d, struct gs_err *err)
+{
+	if (!stage)
+		return cli_agent_dump(pid, agent, dir, timeout, d, err);
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", dir);
+	int rc = cli_agent_dump_fd(pid, agent, fd, timeout, d, err);
+	close(fd);
+	return rc;
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cli/agent_client.h"
 #include "cli/cli.h"
 #include "image/image.h"
 
@@ -26,6 +27,22 @@ int dump_set_metadata(struct gs_image_writer *w, const struct cli_session *s, co
  * CRIU's files (cpu_listed false: gpusnap died or failed before it wrote them).
  */
 const char *dump_restore_cmd(bool cpu_listed);
+/*
+ * dump --leave-running's own copy of a process's GPU data (the stage,
+ * image.h) in GPUSNAP_STAGE_DIR (default /dev/shm), sized need, or NULL
+ * with why (n bytes) filled: the agent takes no directory descriptor, or
+ * the memory pid is charged with (its cgroup's, else the host's) has no room
+ * for total bytes (all the stages of one dump: each process's agent fills
+ * its own, charged to it) and a margin, or the stage directory has none.
+ * cpu_state: as gs_image_stage_create's.
+ */
+struct gs_image_stage *dump_stage_open(pid_t pid, const struct cli_agent *agent, uint64_t need, uint64_t total,
+				       bool cpu_state, char *why, size_t n);
+/* Bytes a process's stage needs: what its agent manages, or the driver's count of its GPU memory where larger. */
+uint64_t dump_stage_need(const struct cli_agent *agent, const uint64_t *vram);
+/* The agent's dump of pid into dir: by a descriptor of dir where stage (the stage's directory, gpusnap's). */
+int dump_agent_into(pid_t pid, struct cli_agent *agent, const char *dir, bool stage, double timeout,
+		    const struct gs_dump_opts *d, struct gs_err *err);
 /* Bytes of the regular files under dir/sub (0 if absent). */
 uint64_t dump_dir_bytes(const char *dir, const char *sub);
 

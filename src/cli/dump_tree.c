@@ -14,11 +14,16 @@
  * of their imports and every agent closes its duplicates, so neither the
  * driver (which refuses imported memory) nor CRIU meets the shared memory.
  * Then the driver checkpoints every CUDA process, CRIU dumps the tree, and
- * the image is published. Any failure before CRIU's dump undoes all: the
+ * the image is published. With --leave-running each agent's data goes into
+ * a copy in memory of the dump's own (a stage per process, as dump's, where
+ * memory has room for all of them): the tree runs again from those, and
+ * the image is written from them while it runs. Any failure before CRIU's
+ * dump undoes all: the
  * driver puts the processes back, the agents take their data back from
  * their images as one job (cli_share_resume: exports made again, handed to
  * the importers, no gate open before all are back), nothing is left at DIR.
  */
+#define LOG_PREFIX "dump: "
 #include "cli/dump_tree.h"
 
 #include <errno.h>
@@ -36,6 +41,7 @@
 #include "cli/op_lock.h"
 #include "cli/share_tree.h"
 #include "common/fault.h"
+#include "common/log.h"
 #include "common/proc.h"
 #include "common/util.h"
 #include "core/protocol.h"
@@ -74,6 +80,17 @@ struct tree_run {
 	/* --leave-running: from the agents' quiesce (or the driver's lock) to the tree's resume */
 	double stopped_at, paused_s;
 	uint64_t gpu_bytes;
+	/*
+	 * --leave-running: each agent process's own copy of its data in memory
+	 * (image.h, stage), written into DIR/procs/<pid> once the tree runs;
+	 * NULL (staged false) where there was no room for all of them: the
+	 * agents write into the image inside the pause, no_stage says why
+	 */
+	struct gs_image_stage **stages;
+	bool staged, keep_stages;
+	char no_stage[GS_ERR_MSG_MAX];
+	uint64_t stage_bytes;
+	double stage_write_s;
 };
 
 int dump_tree_parse_pids(const char *value, pid_t **pids, int *n, struct gs_err *err)
@@ -166,8 +183,9 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 	r->dumped = calloc((size_t)n, sizeof(bool));
 	r->vram = calloc((size_t)n, sizeof(*r->vram));
 	r->gpu_mask = calloc((size_t)n, sizeof(*r->gpu_mask));
+	r->stages = calloc((size_t)n, sizeof(*r->stages));
 	if (!r->agents || !r->procs || !r->locks || !r->images || !r->image_ptrs || !r->gated || !r->dumped || !r->vram ||
-	    !r->gpu_mask)
+	    !r->gpu_mask || !r->stages)
 		return gs_fail(err, GS_E_FAILURE, "out of memory");
 	struct cli_op_record left;
 	bool root_is_cuda = false;
@@ -249,7 +267,7 @@ static void record_step(struct tree_run *r, const struct dump_tree_opts *o, cons
 			 "inspect --verify --allow-unverified-cpu, then gpusnap restore --allow-unverified-cpu -D '%s' brings "
 			 "the tree back", root, me, o->dir, tmp, tmp);
 	for (int i = 0; i < r->n; i++)
-		cli_op_step(r->locks[i], step, r->agents[i].present ? r->images[i] : NULL, alive, criu_done ? gone : NULL);
+		cli_op_step(r->locks[i], step, r->image_ptrs[i], alive, criu_done ? gone : NULL);
 }
 
 /* The agents' data part: gates first, then each agent's image; the shared memory let go at the end. */
@@ -278,7 +296,7 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 			continue;
 		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress_codec,
 					  .compress_level = o->compress_level };
-		rc = cli_agent_dump(r->pids[i], &r->agents[i], r->images[i], o->timeout, &d, err);
+		rc = dump_agent_into(r->pids[i], &r->agents[i], r->image_ptrs[i], r->staged, o->timeout, &d, err);
 		if (rc) {
 			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays
 			 * suspended, its data in its image */
@@ -301,6 +319,45 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 	return rc;
 }
 
+/* Where each agent process's data goes: its stage, or its directory in the temporary image. */
+static void point_images(struct tree_run *r)
+{
+	for (int i = 0; i < r->n; i++)
+		r->image_ptrs[i] = !r->agents[i].present ? NULL
+				   : r->stages[i]	   ? gs_image_stage_path(r->stages[i])
+							   : r->images[i];
+}
+
+static void free_stages(struct tree_run *r, bool keep)
+{
+	for (int i = 0; i < r->n; i++) {
+		gs_image_stage_free(r->stages[i], keep);
+		r->stages[i] = NULL;
+	}
+	r->staged = false;
+	point_images(r);
+}
+
+/*
+ * --leave-running: a stage per agent process, each charged to the memory
+ * of its process, which must have room for all of them (they may share a
+ * cgroup); all or none (staged says which), no_stage says why none.
+ */
+static void open_stages(struct tree_run *r)
+{
+	uint64_t total = 0;
+	for (int i = 0; i < r->n; i++)
+		if (r->agents[i].present)
+			total += dump_stage_need(&r->agents[i], r->vram[i]);
+	r->staged = true;
+	for (int i = 0; i < r->n && r->staged; i++)
+		if (r->agents[i].present &&
+		    !(r->stages[i] = dump_stage_open(r->pids[i], &r->agents[i], dump_stage_need(&r->agents[i], r->vram[i]),
+						     total, false, r->no_stage, sizeof(r->no_stage))))
+			free_stages(r, false);
+	point_images(r);
+}
+
 /* The complete temporary image, kept under a name of its own (never deleted: it may be the only copy). */
 static void keep_tmp(struct tree_run *r, char *kept, size_t n)
 {
@@ -310,20 +367,50 @@ static void keep_tmp(struct tree_run *r, char *kept, size_t n)
 	r->tmp = NULL; /* freed by gs_image_tmp_keep */
 }
 
+/* The tree runs again: each stage's data goes into DIR/procs/<pid> of the temporary image, the stages' memory with it. */
+static int write_stages(struct tree_run *r, struct gs_err *err)
+{
+	double t = gs_now();
+	int rc = 0;
+	for (int i = 0; i < r->n && !rc; i++) {
+		if (!r->stages[i])
+			continue;
+		char sub[64];
+		uint64_t bytes = 0;
+		snprintf(sub, sizeof(sub), "%s/%d", DUMP_TREE_PROCS_DIR, (int)r->pids[i]);
+		rc = gs_image_stage_write(r->stages[i], r->tmp, sub, &bytes, err);
+		r->stage_bytes += bytes;
+	}
+	r->stage_write_s = gs_now() - t;
+	return rc;
+}
+
+/* The paths of the stages, for a message: "'a', 'b'". */
+static void stage_paths(const struct tree_run *r, char *out, size_t n)
+{
+	size_t used = 0;
+	out[0] = '\0';
+	for (int i = 0; i < r->n && used < n; i++)
+		if (r->stages[i]) {
+			int k = snprintf(out + used, n - used, "%s'%s'", used ? ", " : "", gs_image_stage_path(r->stages[i]));
+			used += k > 0 ? (size_t)k : 0;
+		}
+}
+
 /*
  * --leave-running once CRIU has dumped the tree, as cmd_dump.c's: the tree
- * goes on first, its agents reading their data back from the temporary image
- * (written through the page cache), and the image is published (made
- * durable) while it runs. A tree that did not resume keeps its data in the
- * image, which is then published all the same (or kept).
+ * goes on first, its agents reading their data back from their stages (or
+ * from the temporary image, written through the page cache), and the image
+ * is written from the stages and published (made durable) while it runs. A
+ * tree that did not resume keeps its data in the image, which is then
+ * published all the same (or kept), or in the stages, which are kept.
  */
 static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err *err)
 {
-	for (int i = 0; i < r->n; i++) {
+	for (int i = 0; i < r->n; i++)
 		snprintf(r->images[i], sizeof(r->images[i]), "%s/%s/%d", gs_image_tmp_path(r->tmp), DUMP_TREE_PROCS_DIR,
 			 (int)r->pids[i]);
-		r->image_ptrs[i] = r->agents[i].present ? r->images[i] : NULL;
-	}
+	point_images(r);
 	int rc = gs_ckpt_resume(&r->s.cu, r->procs, r->n, NULL, 0, err);
 	if (!rc) {
 		r->driver_suspended = false;
@@ -338,6 +425,15 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 	/* the image holds the data of whoever did not resume: no undo from here on, whatever the publish does */
 	memset(r->dumped, 0, (size_t)r->n * sizeof(bool));
 	r->driver_suspended = false;
+	/* the stages' memory is gpusnap's alone from here: nothing is left of it should gpusnap die */
+	for (int i = 0; !rc && i < r->n; i++) {
+		int drc = r->stages[i] ? gs_image_stage_detach(r->stages[i], err) : 0;
+		if (drc) {
+			gs_err_wrap(err, "the tree of process %d runs on, but its image was not written at '%s'", (int)r->root,
+				    o->dir);
+			return drc;
+		}
+	}
 	/*
 	 * The tree runs: the publish touches only the image (whose directory
 	 * stays locked by r->tmp), so the processes are let go for other
@@ -349,7 +445,13 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 		r->locks[i] = NULL;
 	}
 	struct gs_err pe = { 0 };
-	int prc = gs_image_publish(r->tmp, &r->published, &pe);
+	int prc = 0;
+	if (r->staged && !rc)
+		prc = write_stages(r, &pe);
+	else if (r->staged) /* an image without the GPU data would be no image */
+		prc = gs_fail(&pe, GS_E_AGENT, "the GPU data stayed in the dump's copies");
+	if (!prc)
+		prc = gs_image_publish(r->tmp, &r->published, &pe);
 	if (!rc) {
 		if (prc) { /* the temporary image goes */
 			*err = pe;
@@ -361,6 +463,12 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 	if (r->published) {
 		gs_err_wrap(err, "the image at '%s' is complete, but the tree did not resume (gpusnap resume --tree %d)",
 			    o->dir, (int)r->root);
+	} else if (r->staged) {
+		char at[2048];
+		stage_paths(r, at, sizeof(at));
+		r->keep_stages = true;
+		gs_err_wrap(err, "the tree did not resume after its dump and no image was published; its GPU data is kept "
+			    "in %s (gpusnap resume --tree %d)", at, (int)r->root);
 	} else {
 		char kept[4096];
 		keep_tmp(r, kept, sizeof(kept));
@@ -369,6 +477,8 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 	}
 	return rc;
 }
+
+static void undo(struct tree_run *r);
 
 static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err *err)
 {
@@ -383,15 +493,38 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create '%s'", procs_dir);
 	for (int i = 0; i < r->n; i++) {
 		snprintf(r->images[i], sizeof(r->images[i]), "%s/%d", procs_dir, (int)r->pids[i]);
-		r->image_ptrs[i] = r->images[i];
 		if (mkdir(r->images[i], 0700))
 			return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create '%s'", r->images[i]);
 	}
+	if (o->leave_running)
+		open_stages(r);
+	else
+		point_images(r);
 	if ((rc = stop_if_signalled(r, GS_FI_COUNT_, err)))
 		return rc;
 	record_step(r, o, "agent", false);
 	r->stopped_at = gs_now();
-	if ((rc = agents_out(r, o, err)) || (rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_AGENTS, err)))
+	rc = agents_out(r, o, err);
+	if (rc == GS_E_NO_SPACE && r->staged) {
+		/*
+		 * A stage filled up after all (others use the memory too): every
+		 * agent takes its data back from its stage, and all of them write
+		 * into the image inside the pause instead, as without stages.
+		 */
+		snprintf(r->no_stage, sizeof(r->no_stage), "%s", err->msg);
+		pr_info("a copy in memory filled up (%s): the image is written inside the pause", err->msg);
+		undo(r);
+		if (r->undo_failed)
+			return rc;
+		free_stages(r, false);
+		memset(r->gated, 0, (size_t)r->n * sizeof(bool));
+		memset(r->dumped, 0, (size_t)r->n * sizeof(bool));
+		r->gpu_bytes = 0;
+		*err = (struct gs_err){ 0 };
+		record_step(r, o, "agent", false);
+		rc = agents_out(r, o, err);
+	}
+	if (rc || (rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_AGENTS, err)))
 		return rc;
 	record_step(r, o, "driver", false);
 	if ((rc = gs_ckpt_suspend(&r->s.cu, r->procs, r->n, o->timeout, err)))
@@ -494,6 +627,13 @@ static void print_outcome(const struct tree_run *r, const struct dump_tree_opts 
 		gs_json_kv_bool(&j, "published", r->published);
 		gs_json_kv_bool(&j, "shared_memory", r->shared);
 		gs_json_kv_uint(&j, "gpu_data_bytes", r->gpu_bytes);
+		if (o->leave_running) {
+			gs_json_kv_bool(&j, "staged", r->staged);
+			if (r->staged)
+				gs_json_kv_uint(&j, "stage_written_bytes", r->stage_bytes);
+			else
+				gs_json_kv_string(&j, "no_stage", r->no_stage);
+		}
 		gs_json_key(&j, "processes");
 		gs_json_array_begin(&j);
 		for (int i = 0; i < r->n; i++) {
@@ -510,6 +650,8 @@ static void print_outcome(const struct tree_run *r, const struct dump_tree_opts 
 		gs_json_kv_double(&j, "criu_s", r->criu_s);
 		if (o->leave_running)
 			gs_json_kv_double(&j, "paused_s", r->paused_s);
+		if (r->staged)
+			gs_json_kv_double(&j, "stage_write_s", r->stage_write_s);
 		gs_json_object_end(&j);
 		gs_json_object_end(&j);
 		cli_json_print(&j);
@@ -521,7 +663,10 @@ static void print_outcome(const struct tree_run *r, const struct dump_tree_opts 
 	printf("dumped tree %d (%s, %d CUDA process%s) to %s: %s of GPU data written by the agents in %.2f s, CRIU part "
 	       "%.2f s, total %.2f s\n", (int)r->root, gs_printable(comm, sizeof(comm), r->comm), r->n, r->n == 1 ? "" : "es", o->dir,
 	       gs_format_bytes(r->gpu_bytes, b, sizeof(b)), r->agents_s, r->criu_s, r->total_s);
-	if (o->leave_running)
+	if (o->leave_running && r->staged)
+		printf("the tree of process %d keeps running (it stood still for %.2f s; the image was written from memory "
+		       "in %.2f s after)\n", (int)r->root, r->paused_s, r->stage_write_s);
+	else if (o->leave_running)
 		printf("the tree of process %d keeps running (it stood still for %.2f s)\n", (int)r->root, r->paused_s);
 	else
 		printf("the tree of process %d is gone; gpusnap restore -D %s brings it back\n", (int)r->root, o->dir);
@@ -548,7 +693,15 @@ int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
 		snprintf(what, sizeof(what), "dump of tree %d", (int)r->root);
 		rc = cli_dump_failed_by_signal(rc, r->published, r->undo_failed, what, "the processes run on", o->dir, &err);
 	}
-	if (r->tmp && r->undo_failed && !r->published) {
+	if (r->staged && r->undo_failed && !r->published) {
+		/* an agent's data is only in its stage: kept, and said where */
+		char at[2048];
+		stage_paths(r, at, sizeof(at));
+		r->keep_stages = true;
+		fprintf(stderr, "gpusnap: the GPU data of the processes that stay suspended is kept in %s (gpusnap resume "
+			"--tree %d puts them back)\n", at, (int)r->root);
+	}
+	if (r->tmp && r->undo_failed && !r->published && !r->keep_stages) {
 		/* an agent's data is only in its image: kept, and said where */
 		char kept[4096];
 		struct gs_err ke = { 0 };
@@ -584,6 +737,10 @@ int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
 	free(r->dumped);
 	free(r->vram);
 	free(r->gpu_mask);
+	if (r->stages)
+		for (int i = 0; i < r->n; i++)
+			gs_image_stage_free(r->stages[i], r->keep_stages);
+	free(r->stages);
 	free(r);
 	return rc;
 }

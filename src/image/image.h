@@ -399,12 +399,16 @@ int gs_image_writer_seal(struct gs_image_writer *w, struct gs_err *err);
  */
 struct gs_image_stage;
 /*
- * Makes <mem_dir>/.gpusnap-live-<pid>-XXXXXX (0700, with an empty cpu/).
- * mem_dir must be an absolute path on tmpfs (or ramfs) with room for need
- * bytes and the files' headers: else GS_E_NO_SPACE saying why (the caller
- * writes into the image instead).
+ * Makes <mem_dir>/.gpusnap-live-<pid>-XXXXXX (0700; with an empty cpu/ when
+ * cpu_state: the image it goes into holds CRIU's files beside it, not so a
+ * process's part of a tree's image). mem_dir must be an absolute path on
+ * tmpfs (or ramfs) with room for total bytes (this stage's need and those
+ * of the other stages of the same dump, which share it) and the files'
+ * headers: else GS_E_NO_SPACE saying why (the caller writes into the image
+ * instead).
  */
-int gs_image_stage_create(const char *mem_dir, uint64_t need, struct gs_image_stage **s, struct gs_err *err);
+int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state,
+			  struct gs_image_stage **s, struct gs_err *err);
 const char *gs_image_stage_path(const struct gs_image_stage *s);
 /*
  * Opens the stage's files and removes its directory: from here its memory
@@ -413,13 +417,15 @@ const char *gs_image_stage_path(const struct gs_image_stage *s);
  */
 int gs_image_stage_detach(struct gs_image_stage *s, struct gs_err *err);
 /*
- * Writes the detached stage's files into t's temporary directory (each
- * through O_DIRECT where the file system takes it, fdatasync'ed; the
- * manifest last, then the directory's fsync): t is then sealed as if the
- * agent had written it there, ready for gs_image_publish. *bytes gets what
- * was written. Fault point GS_FI_DUMP_STAGE_WRITE before each write.
+ * Writes the detached stage's files into t's temporary directory, or into
+ * its existing subdirectory subdir (a tree's procs/<pid>) (each through
+ * O_DIRECT where the file system takes it, fdatasync'ed; the manifest last,
+ * then the directories' fsync): that directory then holds the image as if
+ * the agent had written it there, ready for gs_image_publish. *bytes gets
+ * what was written. Fault point GS_FI_DUMP_STAGE_WRITE before each write.
  */
-int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, uint64_t *bytes, struct gs_err *err);
+int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, const char *subdir, uint64_t *bytes,
+			 struct gs_err *err);
 /* Closes s; its directory, if not detached, is removed unless keep (it holds a suspended process's data). */
 void gs_image_stage_free(struct gs_image_stage *s, bool keep);
 /*

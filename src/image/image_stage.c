@@ -53,7 +53,8 @@ struct gs_image_stage {
 	struct stage_file files[STAGE_MAX_FILES];
 };
 
-int gs_image_stage_create(const char *mem_dir, uint64_t need, struct gs_image_stage **out, struct gs_err *err)
+int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state,
+			  struct gs_image_stage **out, struct gs_err *err)
 {
 	*out = NULL;
 	if (mem_dir[0] != '/')
@@ -66,9 +67,11 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, struct gs_image_st
 		return gs_fail(err, GS_E_NO_SPACE, "'%s' is not a memory file system (tmpfs)", mem_dir);
 	uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	/* the manifest and each data file's header besides the data */
-	if (sfs.f_type == TMPFS_MAGIC && room < need + (16u << 20))
+	if (total < need)
+		total = need;
+	if (sfs.f_type == TMPFS_MAGIC && room < total + (16u << 20))
 		return gs_fail(err, GS_E_NO_SPACE, "'%s' has %llu MiB free, the GPU data needs %llu MiB", mem_dir,
-			       (unsigned long long)(room >> 20), (unsigned long long)(need >> 20));
+			       (unsigned long long)(room >> 20), (unsigned long long)(total >> 20));
 	struct gs_image_stage *s = calloc(1, sizeof(*s));
 	if (!s)
 		return gs_image_oom(err, "the dump's copy");
@@ -82,7 +85,15 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, struct gs_image_st
 		free(s);
 		return gs_fail_errno(err, gs_image_errno_code(e), e, "cannot make the dump's copy in '%s'", mem_dir);
 	}
-	/* cpu/ marks the agent's manifest as one of an image with CPU state, which the temporary image will be */
+	/*
+	 * cpu/ marks the agent's manifest as one of an image with CPU state, which
+	 * the temporary image will be (not a process's part of a tree's image:
+	 * the tree's CPU state is the whole image's)
+	 */
+	if (!cpu_state) {
+		*out = s;
+		return 0;
+	}
 	char cpu[4200];
 	snprintf(cpu, sizeof(cpu), "%s/%s", s->path, GS_FMT_CPU_DIR_NAME);
 	if (mkdir(cpu, 0700) < 0) {
@@ -201,15 +212,25 @@ static int write_file(const struct stage_file *f, int dir_fd, const char *dir, s
 	return rc;
 }
 
-int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, uint64_t *bytes, struct gs_err *err)
+int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, const char *subdir, uint64_t *bytes,
+			 struct gs_err *err)
 {
 	*bytes = 0;
 	if (!s->detached)
 		return gs_fail(err, GS_E_FAILURE, "the dump's copy '%s' was not opened", s->path);
-	for (size_t i = 0; i < s->nfiles; i++) {
-		int rc = write_file(&s->files[i], t->fd, t->tmp_path, err);
-		if (rc)
-			return rc;
+	char dir[4096];
+	int dfd = t->fd;
+	snprintf(dir, sizeof(dir), "%s", t->tmp_path);
+	if (subdir) {
+		if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", t->tmp_path, subdir) >= sizeof(dir))
+			return gs_fail(err, GS_E_FAILURE, "'%s/%s' is too long a path", t->tmp_path, subdir);
+		if ((dfd = openat(t->fd, subdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+			return gs_fail_errno(err, gs_image_errno_code(errno), errno, "cannot open '%s'", dir);
+	}
+	int rc = 0;
+	for (size_t i = 0; !rc && i < s->nfiles; i++) {
+		if ((rc = write_file(&s->files[i], dfd, dir, err)))
+			break;
 		*bytes += s->files[i].size;
 		/* the data is on the disk now: the memory can go, file by file (the whole copy may be most of it) */
 		if (strcmp(s->files[i].name, GS_FMT_MANIFEST_NAME)) {
@@ -217,9 +238,13 @@ int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, uint6
 			s->files[i].fd = -1;
 		}
 	}
-	if (fsync(t->fd) < 0)
-		return gs_fail_errno(err, gs_image_errno_code(errno), errno, "cannot sync '%s'", t->tmp_path);
-	return 0;
+	if (!rc && fsync(dfd) < 0)
+		rc = gs_fail_errno(err, gs_image_errno_code(errno), errno, "cannot sync '%s'", dir);
+	if (!rc && subdir && fsync(t->fd) < 0)
+		rc = gs_fail_errno(err, gs_image_errno_code(errno), errno, "cannot sync '%s'", t->tmp_path);
+	if (subdir)
+		close(dfd);
+	return rc;
 }
 
 void gs_image_stage_free(struct gs_image_stage *s, bool keep)

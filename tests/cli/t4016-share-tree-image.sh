@@ -13,8 +13,13 @@
 #    exchange (each rank writes into the other's buffer) goes on; a second
 #    restore of the same image works too, with --verify-gpu (each agent
 #    checks its part on the GPU; refused for a tree without the agent);
-#  - dump --tree --leave-running: both run on with their data, and the image
-#    restores once they are gone;
+#  - dump --tree --leave-running: both run on with their data, each rank's
+#    data copied into a stage of its own in memory and written into the
+#    image after; nothing of the stages is left, and the image verifies;
+#    gpusnap killed in the pause leaves both suspended with their data in
+#    the stages, which resume --tree reads back and removes; with no room in
+#    memory, or a rank's copy filling up while its agent writes, the image
+#    is written inside the pause (--json says why);
 #  - refusals, one line each, nothing changed and no image written: dump
 #    --tree of the child alone (the memory it imports is exported outside its
 #    tree); a dump (with --tree and without) of a tree in which a process
@@ -38,9 +43,15 @@
 
 build=${GPUSNAP_BUILD:?GPUSNAP_BUILD not set}
 signals_app_env share_app criu
+SHM="" TINY=""
 cleanup_more() {
   kill_test_procs cpu_counter
   [ -n "${shell_pid:-}" ] && kill -9 "$shell_pid" 2>/dev/null
+  local m
+  for m in "$TINY" "$SHM"; do
+    [ -n "$m" ] && umount "$m" 2>/dev/null
+  done
+  return 0
 }
 
 # the second rank's agent fails its copy out of the GPU (its first): the parent dumped already, its
@@ -111,16 +122,84 @@ verify_ok "both buffers after the killed dump and resume --tree"
 ring_ok "the ring exchange after the killed dump and resume --tree"
 check "nothing is at DIR" test ! -e "$img"
 
-# --leave-running: both run on with their data; the image is whole
-run_gpusnap dump --tree --leave-running --json -D "$img" "$APP"; expect "dump --tree --leave-running" 0
-check "both ranks still run" both_alive
-check "both ranks hold their memory again ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
-verify_ok "both buffers after dump --leave-running"
-ring_ok "the ring exchange after dump --leave-running"
-check "the tree stood still for less than the dump took (it goes on before the publish)" \
-  python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["times"]; sys.exit(not 0 < t["paused_s"] < t["total_s"])' "$OUT_TXT"
-check "the published image verifies" "$GPUSNAP_BIN" inspect --verify "$img/procs/$CHILD"
-rm -rf "$img"
+# --leave-running: both run on with their data; the image is whole. Each rank's agent writes into a
+# copy in memory of the dump's own (a stage per process, in a tmpfs of the test's), the tree runs
+# again from those, and the image is written from them after.
+SHM=$TEST_TMP/shm
+mkdir -p "$SHM"
+if mount -t tmpfs -o size=256m,mode=0755 tmpfs "$SHM" 2>/dev/null; then
+  stage_empty() { [ -z "$(ls -A "$SHM")" ] || { echo "    left in the stage: $(ls -A "$SHM")"; return 1; }; }
+  GPUSNAP_STAGE_DIR=$SHM run_gpusnap dump --tree --leave-running --json -D "$img" "$APP"
+  expect "dump --tree --leave-running" 0
+  check "both ranks still run" both_alive
+  check "both ranks hold their memory again ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+  verify_ok "both buffers after dump --leave-running"
+  ring_ok "the ring exchange after dump --leave-running"
+  check "the pause copied both ranks' data into memory (staged)" test "$(jget "['staged']")" = True
+  check "the image was written from those copies ($(jget "['stage_written_bytes']") bytes, both buffers at least)" \
+    test "$(jget "['stage_written_bytes']")" -ge $((8 * MiB))
+  check "the tree stood still for less than the dump took, the write came after (paused_s < total_s, stage_write_s > 0)" \
+    python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["times"]; sys.exit(not (0 < t["paused_s"] < t["total_s"] and t["stage_write_s"] > 0))' "$OUT_TXT"
+  check "nothing is left in memory" stage_empty
+  check "the published image verifies (the child's part)" "$GPUSNAP_BIN" inspect --verify "$img/procs/$CHILD"
+  check "the published image verifies (the parent's part)" "$GPUSNAP_BIN" inspect --verify "$img/procs/$APP"
+  rm -rf "$img"
+
+  # gpusnap killed inside the pause: both stay suspended with their data in their stages, the next
+  # command says so, and resume --tree brings both back from there and removes the stages
+  GPUSNAP_STAGE_DIR=$SHM GPUSNAP_FAULT=dump-tree-after-agents=kill run_gpusnap dump --tree --leave-running -D "$img" "$APP"
+  check "gpusnap was killed in the pause ($RC)" test "$RC" = 137
+  check "both ranks are suspended (they hold $(phys_of "$APP"), $(phys_of "$CHILD") bytes)" \
+    test "$(phys_of "$APP")" = 0 -a "$(phys_of "$CHILD")" = 0
+  check "their data is in two stages ($(ls -A "$SHM" | tr '\n' ' '))" test "$(ls -A "$SHM" | wc -l)" = 2
+  run_gpusnap state "$CHILD"
+  check "state says what the killed dump left ($(head -c 300 "$ERR_TXT"))" grep -q "gpusnap resume --tree $APP puts it back" "$ERR_TXT"
+  run_gpusnap resume --tree "$APP"; expect "resume --tree after the dump killed in its pause" 0
+  check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+  verify_ok "both buffers after the killed live dump and resume --tree"
+  ring_ok "the ring exchange after the killed live dump and resume --tree"
+  check "the stages are gone" stage_empty
+  check "nothing is at DIR" test ! -e "$img"
+
+  # no room in memory for both copies: written into the image inside the pause, and --json says why
+  TINY=$TEST_TMP/tiny
+  mkdir -p "$TINY"
+  if mount -t tmpfs -o size=4m,mode=0755 tmpfs "$TINY" 2>/dev/null; then
+    GPUSNAP_STAGE_DIR=$TINY run_gpusnap dump --tree --leave-running --json -D "$img" "$APP"
+    expect "dump --tree --leave-running with no room in memory" 0
+    check "... not staged, and says why ($(jget "['no_stage']"))" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); sys.exit(not (d["staged"] is False and "MiB free" in d["no_stage"]))' "$OUT_TXT"
+    verify_ok "both buffers after the unstaged dump --leave-running"
+    check "its image verifies" "$GPUSNAP_BIN" inspect --verify "$img/procs/$CHILD"
+    check "nothing is left in the tiny tmpfs" test -z "$(ls -A "$TINY")"
+    umount "$TINY"
+    rm -rf "$img"
+  else
+    echo "SKIP: cannot mount a second tmpfs: the unstaged tree dump is not tested"
+  fi
+
+  # a rank's copy in memory fills up while its agent writes into it: the other takes its data back
+  # from its stage, and both write into the image inside the pause instead, in the same dump
+  kill -9 "$CHILD" "$APP"; wait_gone "$APP" 5
+  SHARE_APP_CHILD_FAULT=image-write@1=fail:ENOSPC start_app
+  CHILD=$(awk '/^READY/ {print $3; exit}' "$log")
+  GPUSNAP_STAGE_DIR=$SHM run_gpusnap dump --tree --leave-running --json -D "$img" "$APP"
+  expect "a tree's live dump whose second rank's copy in memory fills up" 0
+  check "... written into the image inside the pause, saying why ($(jget "['no_stage']"))" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); sys.exit(not (d["staged"] is False and "No space" in d["no_stage"]))' "$OUT_TXT"
+  check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+  verify_ok "both buffers after it"
+  ring_ok "the ring exchange after it"
+  check "its image verifies (the child's part)" "$GPUSNAP_BIN" inspect --verify "$img/procs/$CHILD"
+  check "nothing is left in memory" stage_empty
+  rm -rf "$img"
+  umount "$SHM"
+else
+  run_gpusnap dump --tree --leave-running --json -D "$img" "$APP"; expect "dump --tree --leave-running" 0
+  echo "SKIP: cannot mount a tmpfs (root is needed): the staged tree dump is not tested"
+  verify_ok "both buffers after dump --leave-running"
+  rm -rf "$img"
+fi
 
 run_gpusnap dump --tree --json -D "$img" "$APP"; expect "dump --tree" 0
 check "the outcome names both processes" test "$(jget "['processes'][1]['pid']")" = "$CHILD"
