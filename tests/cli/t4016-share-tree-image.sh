@@ -110,17 +110,22 @@ ring_ok "the ring exchange after the interrupted dump"
 # gpusnap killed after the agents wrote their images and let go of the shared memory: the ranks
 # stay suspended, the next command says so, and resume --tree brings both back (each agent
 # reads its data from its image in the temporary directory, the exports handed over again)
+# killed_dump_resumed WHAT: a dump --tree was killed (its exit status in $RC) WHAT: both ranks are
+# suspended, state says what the dump left, and resume --tree brings both back with their data
+killed_dump_resumed() {
+  check "gpusnap was killed $1 ($RC)" test "$RC" = 137
+  check "both ranks are suspended (they hold $(phys_of "$APP"), $(phys_of "$CHILD") bytes)" \
+    test "$(phys_of "$APP")" = 0 -a "$(phys_of "$CHILD")" = 0
+  run_gpusnap state "$CHILD"
+  check "state says what the killed dump left ($(head -c 300 "$ERR_TXT"))" grep -q "gpusnap resume --tree $APP puts it back" "$ERR_TXT"
+  run_gpusnap resume --tree "$APP"; expect "resume --tree after the dump killed $1" 0
+  check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
+  verify_ok "both buffers after the dump killed $1 and resume --tree"
+  ring_ok "the ring exchange after the dump killed $1 and resume --tree"
+  check "nothing is at DIR" test ! -e "$img"
+}
 GPUSNAP_FAULT=dump-tree-after-agents=kill run_gpusnap dump --tree -D "$img" "$APP"
-check "gpusnap was killed at the fault ($RC)" test "$RC" = 137
-check "both ranks are suspended (they hold $(phys_of "$APP"), $(phys_of "$CHILD") bytes)" \
-  test "$(phys_of "$APP")" = 0 -a "$(phys_of "$CHILD")" = 0
-run_gpusnap state "$CHILD"
-check "state says what the killed dump left ($(head -c 300 "$ERR_TXT"))" grep -q "gpusnap resume --tree $APP puts it back" "$ERR_TXT"
-run_gpusnap resume --tree "$APP"; expect "resume --tree after the killed dump" 0
-check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
-verify_ok "both buffers after the killed dump and resume --tree"
-ring_ok "the ring exchange after the killed dump and resume --tree"
-check "nothing is at DIR" test ! -e "$img"
+killed_dump_resumed "at the fault"
 
 # --leave-running: both run on with their data; the image is whole. Each rank's agent writes into a
 # copy in memory of the dump's own (a stage per process, in a tmpfs of the test's), the tree runs
@@ -148,18 +153,9 @@ if mount -t tmpfs -o size=256m,mode=0755 tmpfs "$SHM" 2>/dev/null; then
   # gpusnap killed inside the pause: both stay suspended with their data in their stages, the next
   # command says so, and resume --tree brings both back from there and removes the stages
   GPUSNAP_STAGE_DIR=$SHM GPUSNAP_FAULT=dump-tree-after-agents=kill run_gpusnap dump --tree --leave-running -D "$img" "$APP"
-  check "gpusnap was killed in the pause ($RC)" test "$RC" = 137
-  check "both ranks are suspended (they hold $(phys_of "$APP"), $(phys_of "$CHILD") bytes)" \
-    test "$(phys_of "$APP")" = 0 -a "$(phys_of "$CHILD")" = 0
   check "their data is in two stages ($(ls -A "$SHM" | tr '\n' ' '))" test "$(ls -A "$SHM" | wc -l)" = 2
-  run_gpusnap state "$CHILD"
-  check "state says what the killed dump left ($(head -c 300 "$ERR_TXT"))" grep -q "gpusnap resume --tree $APP puts it back" "$ERR_TXT"
-  run_gpusnap resume --tree "$APP"; expect "resume --tree after the dump killed in its pause" 0
-  check "both ranks hold their memory ($(phys_of "$APP"), $(phys_of "$CHILD"))" both_hold
-  verify_ok "both buffers after the killed live dump and resume --tree"
-  ring_ok "the ring exchange after the killed live dump and resume --tree"
+  killed_dump_resumed "in its pause"
   check "the stages are gone" stage_empty
-  check "nothing is at DIR" test ! -e "$img"
 
   # no room in memory for both copies: written into the image inside the pause, and --json says why
   TINY=$TEST_TMP/tiny
