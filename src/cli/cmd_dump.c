@@ -81,13 +81,14 @@ const struct cli_doc dump_doc = {
 		"neither copied nor written again, and DIR holds only the manifest and CRIU's files. Remove images "
 		"with rm -r and run gpusnap gc STORE to free what no image uses, or let --keep K do it: once DIR is "
 		"published, the newest K images of this process in STORE beside DIR stay, the older are removed "
-		"and STORE is collected. --store takes neither --parent, --tree nor --driver.\n\n"
+		"and STORE is collected. --store takes neither --parent nor --driver; with --tree each process's image "
+		"goes into STORE.\n\n"
 		"CRIU 4.2 or later must be installed (or named by GPUSNAP_CRIU), and dumping needs root or "
 		"CAP_CHECKPOINT_RESTORE.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing the image; DIR stays as it was" },
 						{ GS_E_USAGE, "bad options; DIR not an image and not empty; DIR the image of "
 							      "another process without --replace; --store STORE not a chunk "
-							      "store, or with --parent, --tree or --driver" },
+							      "store, or with --parent or --driver" },
 						{ GS_E_NO_PROCESS, "" }, { GS_E_NOT_CUDA, "" },
 						{ GS_E_PERMISSION, "an image path that others could change (named)" },
 						{ GS_E_STATE, "the process is suspended, or another gpusnap is at work on it or "
@@ -764,136 +765,9 @@ static int parent_check(struct dump_opts *o, char *abs, const char *pid_arg)
 	return 0;
 }
 
-/* An image of the series --keep looks at: its directory's name beside DIR and when it was taken. */
-struct series_image {
-	char name[NAME_MAX + 1];
-	int64_t created_ns;
-};
-
-static int newest_first(const void *a, const void *b)
-{
-	const struct series_image *x = a, *y = b;
-	if (x->created_ns != y->created_ns)
-		return x->created_ns > y->created_ns ? -1 : 1;
-	return -strcmp(x->name, y->name);
-}
-
 /*
- * --keep K, after DIR was published: the series is the images beside DIR
- * (directories of DIR's directory holding a manifest, but not the kept
- * images of failed dumps, which may be a process's only copy) of the same process
- * (DIR's source_pid and source_comm) written into the same store (its id);
- * the newest K by creation time stay (DIR always), the others are removed
- * (manifest first, so a half-removed one is never taken for an image; one a
- * reader holds is left for the next run), then the store's gc frees what
- * only they used. The dump is done already: what fails here is said on
- * stderr, and the exit code stays 0. Images of other processes, other
- * stores, or without a store are never touched.
- */
-static void keep_newest(const struct dump_opts *o, struct dump_run *r)
-{
-	char parent[PATH_MAX], self[NAME_MAX + 1];
-	snprintf(parent, sizeof(parent), "%s", o->dir);
-	char *slash = strrchr(parent, '/');
-	snprintf(self, sizeof(self), "%s", slash ? slash + 1 : parent);
-	if (slash)
-		*slash = '\0';
-	struct gs_err err = { 0 };
-	int pfd = -1;
-	struct stat st;
-	struct gs_manifest mine = { 0 };
-	struct series_image *imgs = NULL;
-	size_t n = 0, cap = 0;
-	DIR *d = NULL;
-	int dfd = -1;
-	if (gs_fs_open_dir_checked(*parent ? parent : "/", o->dir, &pfd, &st, &err) != 0 ||
-	    (dfd = openat(pfd, self, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-	    gs_manifest_read_at(dfd, o->dir, &mine, &err)) {
-		fprintf(stderr, "gpusnap: --keep: cannot read '%s' again (%s): no image removed\n", o->dir,
-			err.msg[0] ? err.msg : strerror(errno));
-		goto out;
-	}
-	close(dfd);
-	dfd = -1;
-	int lfd = dup(pfd);
-	d = lfd >= 0 ? fdopendir(lfd) : NULL;
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		/* not DIR, a temporary directory, or an image a failed dump kept (perhaps a process's only copy) */
-		if (e->d_name[0] == '.' || !strcmp(e->d_name, self) || strstr(e->d_name, ".kept-"))
-			continue;
-		int fd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		struct gs_manifest m;
-		struct gs_err me = { 0 };
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/%s", parent, e->d_name);
-		bool ours = fstat(fd, &st) == 0 && !gs_fs_check_trusted(&st, path, &me) &&
-			    faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    !gs_manifest_read_at(fd, path, &m, &me);
-		close(fd);
-		if (!ours)
-			continue;
-		bool series = m.has_store && !memcmp(m.store.store_id, gs_store_id(o->st), 16) &&
-			      m.info.source_pid == mine.info.source_pid && !strcmp(m.info.source_comm, mine.info.source_comm);
-		int64_t created = m.info.created_ns;
-		gs_manifest_free(&m);
-		if (!series)
-			continue;
-		if (n == cap) {
-			struct series_image *v = realloc(imgs, (cap = cap ? cap * 2 : 16) * sizeof(*v));
-			if (!v)
-				break;
-			imgs = v;
-		}
-		snprintf(imgs[n].name, sizeof(imgs[n].name), "%s", e->d_name);
-		imgs[n++].created_ns = created;
-	}
-	if (n)
-		qsort(imgs, n, sizeof(*imgs), newest_first);
-	/* DIR is one of the K kept: the K - 1 newest others stay */
-	for (size_t i = (size_t)o->keep - 1; i < n; i++) {
-		int fd = openat(pfd, imgs[i].name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-			fprintf(stderr, "gpusnap: --keep: '%s/%s' is being read: left for the next dump\n", parent, imgs[i].name);
-			close(fd);
-			continue;
-		}
-		int u = unlinkat(fd, GS_FMT_MANIFEST_NAME, 0);
-		close(fd);
-		if (u < 0 || gs_fs_remove_tree(pfd, imgs[i].name)) {
-			fprintf(stderr, "gpusnap: --keep: cannot remove '%s/%s': %s\n", parent, imgs[i].name, strerror(errno));
-			continue;
-		}
-		r->keep_removed++;
-		pr_info("--keep %d: removed '%s/%s'", o->keep, parent, imgs[i].name);
-	}
-	if (r->keep_removed) {
-		fsync(pfd);
-		struct gs_store_gc_result g;
-		if (gs_store_gc(o->store, false, 30.0, &g, NULL, &err))
-			fprintf(stderr, "gpusnap: --keep: the gc after removing %" PRIu64 " images failed: %s\n", r->keep_removed,
-				err.msg);
-		r->keep_gc_objects = g.objects_removed;
-		r->keep_gc_bytes = g.bytes_removed;
-	}
-out:
-	if (d)
-		closedir(d);
-	if (dfd >= 0)
-		close(dfd);
-	if (pfd >= 0)
-		close(pfd);
-	free(imgs);
-	gs_manifest_free(&mine);
-}
-
-/*
- * --store: not with --parent, --tree or --driver (only the agent's streamed
- * dump of one process writes into a store); STORE made absolute, opened
+ * --store: not with --parent or --driver (only the agent's streamed dump
+ * writes into a store, and it finds what the parent has by itself); STORE made absolute, opened
  * (created if missing or empty, image/store.h) and the dump registered in
  * it (its ref, naming DIR) before anything is written. o->store_rec is what
  * the image records: the store's name alone when it lies beside DIR (a
@@ -902,9 +776,9 @@ out:
  */
 static int store_check(struct dump_opts *o, char *abs)
 {
-	if (o->parent || o->tree || o->driver_only)
-		return cli_usage_error("dump", "--store takes neither --parent, --tree nor --driver (only the agent's streamed "
-				       "dump of one process writes into a chunk store)");
+	if (o->parent || o->driver_only)
+		return cli_usage_error("dump", "--store takes neither --parent nor --driver (only the agent's streamed dump "
+				       "writes into a chunk store, which finds what a parent holds by itself)");
 	struct gs_err err = { 0 };
 	if (o->store[0] != '/') {
 		char cwd[PATH_MAX / 2];
@@ -938,6 +812,27 @@ static int store_check(struct dump_opts *o, char *abs)
 	}
 	o->store = abs;
 	return 0;
+}
+
+/*
+ * dump --tree (dump_tree.h), with the store --store opened: each process's
+ * image (DIR/procs/<pid>) records it from two levels further down.
+ */
+static int run_tree(struct dump_opts *o, struct dump_tree_opts *to, const char *pid_arg)
+{
+	char part_rec[PATH_MAX + 8];
+	if (o->st) {
+		snprintf(part_rec, sizeof(part_rec), "%s%s", o->store_rec[0] == '/' ? "" : "../../", o->store_rec);
+		to->store = o->st;
+		to->store_path = o->store;
+		to->store_rec = o->store_rec;
+		to->store_part_rec = part_rec;
+		to->store_ref = o->store_ref;
+		to->keep = o->keep;
+	}
+	int rc = dump_tree(to, pid_arg);
+	gs_store_close(o->st);
+	return rc;
 }
 
 int cmd_dump(int argc, char **argv)
@@ -1009,8 +904,7 @@ int cmd_dump(int argc, char **argv)
 		if (prc)
 			return prc;
 	}
-	if (!o.store && gs_setting_str(GS_S_STORE) && *gs_setting_str(GS_S_STORE) && !o.parent && !o.tree &&
-	    !o.driver_only)
+	if (!o.store && gs_setting_str(GS_S_STORE) && *gs_setting_str(GS_S_STORE) && !o.parent && !o.driver_only)
 		o.store = gs_setting_str(GS_S_STORE);
 	if (o.keep && (!o.store || o.keep < 1))
 		return cli_usage_error("dump", "--keep K takes a K of at least 1, and --store (the images of a series "
@@ -1021,7 +915,7 @@ int cmd_dump(int argc, char **argv)
 			return src;
 	}
 	if (o.tree)
-		return dump_tree(&to, argv[0]);
+		return run_tree(&o, &to, argv[0]);
 	struct gs_err err = { 0 };
 	struct dump_run *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -1050,17 +944,12 @@ int cmd_dump(int argc, char **argv)
 		 * started): only the tree dump handles its GPU state; CRIU alone
 		 * would fail on its device mappings after the GPU part was done.
 		 */
-		if (o.st) {
-			rc = gs_fail(&err, GS_E_USAGE, "process %d under %d uses CUDA too: only --tree dumps it, which "
-				     "takes no --store", (int)other, pid);
-			goto checks_failed;
-		}
 		fprintf(stderr, "gpusnap: process %d under %d uses CUDA too: dumping the whole tree, as --tree does\n",
 			(int)other, pid);
 		cli_op_end(r->lock, false);
 		cli_session_close(&r->s);
 		free(r);
-		return dump_tree(&to, argv[0]);
+		return run_tree(&o, &to, argv[0]);
 	}
 	r->pid = pid;
 	gs_proc_comm(r->pid, r->comm, sizeof(r->comm));
@@ -1099,7 +988,6 @@ int cmd_dump(int argc, char **argv)
 		rc = gs_fail(&err, GS_E_PERMISSION,
 			     "process %d runs as user %u and its agent would write the image: run gpusnap dump as that user, or "
 			     "use --driver", (int)r->pid, (unsigned)pst.st_uid);
-checks_failed:
 	if (rc) {
 		cli_op_end(r->lock, false);
 		cli_session_close(&r->s);
@@ -1146,8 +1034,13 @@ checks_failed:
 	/* the ref names what the store's objects are kept for: the image, a kept one; nothing published, none */
 	if (o.st && !r->published && !r->kept)
 		gs_store_ref_remove(o.st);
-	if (!rc && r->published && o.keep)
-		keep_newest(&o, r);
+	if (!rc && r->published && o.keep) {
+		struct dump_keep k = { .dir = o.dir, .store_path = o.store, .st = o.st, .keep = o.keep };
+		dump_keep_newest(&k);
+		r->keep_removed = k.removed;
+		r->keep_gc_objects = k.gc_objects;
+		r->keep_gc_bytes = k.gc_bytes;
+	}
 	print_outcome(r, &o, rc, &err);
 	gs_image_stage_free(r->stage, r->keep_stage);
 	if (rc)

@@ -8,7 +8,9 @@
  * reading meanwhile (a dump replacing it waits) and every chunk is checked
  * as it is read (its CRC, through the chain), so DEST is only published
  * whole. DEST follows dump's rules for DIR (image.h: gs_image_tmp_create):
- * absent, empty, or an image of the same process.
+ * absent, empty, or an image of the same process. An image of a process
+ * tree is exported part by part (each procs/<pid>/ as an image of one
+ * process), its own manifest last and without the store its parts used.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -41,11 +43,10 @@ const struct cli_doc export_doc = {
 		"and restored, without SRC's parents. CRIU's files are copied. Every chunk is checked as it is read; "
 		"DEST is published only once it is complete, as a dump publishes its image.\n\n"
 		"--compress writes DEST's chunks compressed (as dump --compress); without it they are stored as "
-		"they are. An image of a process tree (dump --tree) is not exported.",
+		"they are. An image of a process tree (dump --tree) is exported whole, each of its processes' images so.",
 	.exits = (const struct cli_doc_exit[]){ { GS_E_FAILURE, "an I/O error writing DEST; DEST stays as it was" },
 						{ GS_E_USAGE, "bad options; DEST not an image and not empty; DEST the image of "
-							      "another process without --replace; SRC an image of a process "
-							      "tree" },
+							      "another process without --replace" },
 						{ GS_E_PERMISSION, "an image path that others could change (named)" },
 						{ GS_E_STATE, "another gpusnap is writing DEST (named)" },
 						{ GS_E_IMAGE, "SRC missing, corrupt, of an unknown version, a chunk's checksum "
@@ -180,6 +181,68 @@ struct export_done {
 	struct gs_image_writer_stats st;
 };
 
+static void add_stats(struct gs_image_writer_stats *to, const struct gs_image_writer_stats *st)
+{
+	to->chunks += st->chunks;
+	to->zero_chunks += st->zero_chunks;
+	to->data_bytes += st->data_bytes;
+	to->payload_bytes += st->payload_bytes;
+	to->compressed_chunks += st->compressed_chunks;
+}
+
+/* A process's image of a tree's, src_dir/procs/<pid>, into the temporary image's procs/<pid>. */
+static int export_part(const char *src_dir, pid_t pid, struct gs_image_tmp *t, const char *dest,
+		       const struct gs_compress *cz, struct export_done *done, struct gs_err *err)
+{
+	char from[PATH_MAX], into[PATH_MAX], target[PATH_MAX];
+	snprintf(from, sizeof(from), "%s/%s/%d", src_dir, DUMP_TREE_PROCS_DIR, (int)pid);
+	snprintf(into, sizeof(into), "%s/%s/%d", gs_image_tmp_path(t), DUMP_TREE_PROCS_DIR, (int)pid);
+	snprintf(target, sizeof(target), "%s/%s/%d", dest, DUMP_TREE_PROCS_DIR, (int)pid);
+	struct gs_image *src = NULL;
+	int rc = gs_image_open(from, &src, err);
+	if (rc)
+		return rc;
+	if (mkdir(into, 0700) < 0) {
+		rc = gs_fail_errno(err, errno == ENOSPC ? GS_E_NO_SPACE : GS_E_FAILURE, errno, "cannot create '%s'", into);
+		gs_image_close(src);
+		return rc;
+	}
+	const struct gs_image_info *in = gs_image_get_info(src);
+	struct gs_image_writer_opts wo = { .source_pid = in->source_pid, .source_comm = in->source_comm, .how = in->how,
+					   .target = target, .no_data_sync = true, .compress_codec = cz->codec,
+					   .compress_level = cz->level };
+	struct gs_image_writer *w = NULL;
+	if (!(rc = gs_image_writer_open_in(into, &wo, &w, err)) && !(rc = copy_gpu_part(src, w, err))) {
+		struct gs_image_writer_stats st;
+		gs_image_writer_stats(w, &st);
+		add_stats(&done->st, &st);
+		rc = gs_image_writer_seal(w, err);
+		w = NULL;
+	}
+	gs_image_writer_abort(w);
+	gs_image_close(src);
+	return rc;
+}
+
+/* A process tree's image: each process's part, then the tree's own manifest (GPUs, metadata). */
+static int export_parts(struct gs_image *src, const char *src_dir, struct gs_image_tmp *t, const char *dest,
+			const struct gs_compress *cz, struct export_done *done, struct gs_err *err)
+{
+	pid_t *pids = NULL;
+	int n = 0;
+	int rc = dump_tree_parse_pids(gs_image_metadata_get(src, DUMP_TREE_META_PIDS), &pids, &n, err);
+	if (rc)
+		return rc;
+	char procs[PATH_MAX];
+	snprintf(procs, sizeof(procs), "%s/%s", gs_image_tmp_path(t), DUMP_TREE_PROCS_DIR);
+	if (mkdir(procs, 0700) < 0)
+		rc = gs_fail_errno(err, errno == ENOSPC ? GS_E_NO_SPACE : GS_E_FAILURE, errno, "cannot create '%s'", procs);
+	for (int i = 0; !rc && i < n; i++)
+		rc = export_part(src_dir, pids[i], t, dest, cz, done, err);
+	free(pids);
+	return rc;
+}
+
 static int export_image(const char *src_dir, const char *dest, const struct gs_compress *cz, bool replace,
 			struct export_done *done, struct gs_err *err)
 {
@@ -190,11 +253,7 @@ static int export_image(const char *src_dir, const char *dest, const struct gs_c
 	if (rc)
 		return rc;
 	const struct gs_image_info *in = gs_image_get_info(src);
-	if (!strcmp(in->how, DUMP_TREE_HOW)) {
-		rc = gs_fail(err, GS_E_USAGE, "'%s' is an image of a process tree: export takes the image of one process",
-			     src_dir);
-		goto out;
-	}
+	bool tree = !strcmp(in->how, DUMP_TREE_HOW);
 	struct gs_image_tmp_opts to = { .source_pid = in->source_pid, .source_comm = in->source_comm, .replace = replace };
 	if ((rc = gs_image_tmp_create(dest, &to, &t, err)))
 		goto out;
@@ -218,10 +277,14 @@ static int export_image(const char *src_dir, const char *dest, const struct gs_c
 	struct gs_image_writer_opts wo = { .source_pid = in->source_pid, .source_comm = in->source_comm, .how = in->how,
 					   .target = dest, .no_data_sync = true, .compress_codec = cz->codec,
 					   .compress_level = cz->level };
-	if ((rc = gs_image_writer_open_in(gs_image_tmp_path(t), &wo, &w, err)) || (rc = copy_gpu_part(src, w, err)))
+	/* a tree's parts first: its own manifest, written last, makes the image */
+	if ((tree && (rc = export_parts(src, src_dir, t, dest, cz, done, err))) ||
+	    (rc = gs_image_writer_open_in(gs_image_tmp_path(t), &wo, &w, err)) || (rc = copy_gpu_part(src, w, err)))
 		goto out;
 	done->pid = in->source_pid;
-	gs_image_writer_stats(w, &done->st);
+	struct gs_image_writer_stats st;
+	gs_image_writer_stats(w, &st);
+	add_stats(&done->st, &st);
 	rc = gs_image_writer_seal(w, err);
 	w = NULL;
 	if (rc)

@@ -12,6 +12,7 @@
 #include "cli/agent_client.h"
 #include "cli/cli.h"
 #include "image/image.h"
+#include "image/store.h"
 
 /* Metadata key prefix: "vram_bytes.GPU-<uuid>" = GPU memory the process held on that GPU when dumped (NVML). */
 #define DUMP_META_VRAM_PREFIX "vram_bytes."
@@ -43,6 +44,19 @@ uint64_t dump_stage_need(const struct cli_agent *agent, const uint64_t *vram);
 /* The agent's dump of pid into dir: by a descriptor of dir where stage (the stage's directory, gpusnap's). */
 int dump_agent_into(pid_t pid, struct cli_agent *agent, const char *dir, bool stage, double timeout,
 		    const struct gs_dump_opts *d, struct gs_err *err);
+/* --keep K: what it looks at (dir published, of the store st at store_path) and what it did. */
+struct dump_keep {
+	const char *dir, *store_path;
+	struct gs_store *st;
+	int keep;
+	uint64_t removed, gc_objects, gc_bytes;
+};
+/*
+ * --keep K, after dir was published: the older images of dir's series
+ * beside it removed, the store collected (dump_common.c says which are
+ * the series). What fails is said on stderr: the dump is done.
+ */
+void dump_keep_newest(struct dump_keep *k);
 /* Bytes of the regular files under dir/sub (0 if absent). */
 uint64_t dump_dir_bytes(const char *dir, const char *sub);
 

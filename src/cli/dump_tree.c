@@ -91,6 +91,10 @@ struct tree_run {
 	char no_stage[GS_ERR_MSG_MAX];
 	uint64_t stage_bytes;
 	double stage_write_s;
+	/* --store: what the store held already (never copied), what the dump added; kept: the image kept elsewhere */
+	uint64_t store_bytes, store_new_objects;
+	bool kept;
+	struct dump_keep keep; /* --keep K: what it removed */
 };
 
 int dump_tree_parse_pids(const char *value, pid_t **pids, int *n, struct gs_err *err)
@@ -137,14 +141,19 @@ bad:
 
 /* A manifest in dir: the GPUs in mask (every GPU when 0), metadata, no allocations. */
 static int write_manifest(struct tree_run *r, const char *dir, pid_t pid, const char *comm, const char *how,
-			  const uint64_t *vram, uint64_t mask, const char *pid_list, struct gs_err *err)
+			  const uint64_t *vram, uint64_t mask, const char *pid_list, const struct dump_tree_opts *store,
+			  struct gs_err *err)
 {
 	struct gs_image_writer_opts wo = { .source_pid = pid, .source_comm = comm, .how = how };
 	struct gs_image_writer *w;
 	int rc = gs_image_writer_open_in(dir, &wo, &w, err);
 	if (rc)
 		return rc;
-	rc = dump_add_gpus(w, &r->s, mask, err);
+	/* a tree's own manifest names the store its processes' images keep their chunks in (FORMAT.md 12) */
+	if (store && store->store)
+		rc = gs_image_writer_set_store(w, store->store, store->store_rec, err);
+	if (!rc)
+		rc = dump_add_gpus(w, &r->s, mask, err);
 	if (!rc)
 		rc = dump_set_metadata(w, &r->s, vram, mask, err);
 	if (!rc && pid_list)
@@ -212,6 +221,9 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 		if (r->agents[i].present && !(r->agents[i].caps & GS_CAP_DUMP_RUNNING))
 			return gs_fail(err, GS_E_AGENT, "the agent of process %d is older than dump --tree (it cannot stream "
 				       "its data into an image): start the job again with this gpusnap's run", (int)r->pids[i]);
+		if (r->agents[i].present && o->store && !(r->agents[i].caps & GS_CAP_DUMP_STORE))
+			return gs_fail(err, GS_E_AGENT, "--store needs the gpusnap agent's streamed dump, which process %d lacks "
+				       "(an older agent)", (int)r->pids[i]);
 		if (r->agents[i].present && r->agents[i].state != GS_AGENT_RUNNING)
 			return gs_fail(err, GS_E_STATE, "process %d is suspended; resume it (gpusnap resume --tree %d) before "
 				       "dumping the tree", (int)r->pids[i], (int)r->root);
@@ -295,7 +307,9 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 		if (!r->agents[i].present)
 			continue;
 		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress_codec,
-					  .compress_level = o->compress_level };
+					  .compress_level = o->compress_level, .store = o->store_path,
+					  .store_rec = o->store ? o->store_part_rec : NULL,
+					  .store_ref = o->store ? o->store_ref : NULL };
 		rc = dump_agent_into(r->pids[i], &r->agents[i], r->image_ptrs[i], r->staged, o->timeout, &d, err);
 		if (rc) {
 			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays
@@ -311,6 +325,8 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 		r->dumped[i] = true;
 		r->gated[i] = false;
 		r->gpu_bytes += cli_agent_counter(&r->agents[i], "bytes");
+		r->store_bytes += cli_agent_counter(&r->agents[i], "store_bytes");
+		r->store_new_objects += cli_agent_counter(&r->agents[i], "store_new_objects");
 	}
 	r->agents_s = gs_now() - t;
 	/* every process is off the GPU: the memory they share can go, before the driver and CRIU meet it */
@@ -359,12 +375,18 @@ static void open_stages(struct tree_run *r)
 }
 
 /* The complete temporary image, kept under a name of its own (never deleted: it may be the only copy). */
-static void keep_tmp(struct tree_run *r, char *kept, size_t n)
+static int keep_tmp(struct tree_run *r, const struct dump_tree_opts *o, char *kept, size_t n)
 {
 	struct gs_err ke = { 0 };
-	if (gs_image_tmp_keep(r->tmp, kept, n, &ke))
+	int rc = gs_image_tmp_keep(r->tmp, kept, n, &ke);
+	if (rc)
 		fprintf(stderr, "gpusnap: %s\n", ke.msg);
 	r->tmp = NULL; /* freed by gs_image_tmp_keep */
+	r->kept = true;
+	/* its processes' STORED chunks stay for the kept image: the dump's ref names it from now on */
+	if (o->store && gs_store_ref_set_image(o->store, kept, &ke))
+		fprintf(stderr, "gpusnap: %s\n", ke.msg);
+	return rc;
 }
 
 /* The tree runs again: each stage's data goes into DIR/procs/<pid> of the temporary image, the stages' memory with it. */
@@ -471,7 +493,7 @@ static int finish_leave_running(struct tree_run *r, const struct dump_tree_opts 
 			    "in %s (gpusnap resume --tree %d)", at, (int)r->root);
 	} else {
 		char kept[4096];
-		keep_tmp(r, kept, sizeof(kept));
+		keep_tmp(r, o, kept, sizeof(kept));
 		gs_err_wrap(err, "the tree did not resume after its dump, and the image was not published (%s); it is kept at "
 			    "'%s'", pe.msg, kept);
 	}
@@ -496,10 +518,11 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 		if (mkdir(r->images[i], 0700))
 			return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot create '%s'", r->images[i]);
 	}
-	if (o->leave_running)
+	if (o->leave_running && o->store) /* each process's manifest names the store by a path relative to DIR */
+		snprintf(r->no_stage, sizeof(r->no_stage), "a dump into a chunk store (--store) writes into the store");
+	else if (o->leave_running)
 		open_stages(r);
-	else
-		point_images(r);
+	point_images(r);
 	if ((rc = stop_if_signalled(r, GS_FI_COUNT_, err)))
 		return rc;
 	record_step(r, o, "agent", false);
@@ -547,11 +570,12 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 		if (!rc && !r->agents[i].present) {
 			char comm[64];
 			gs_proc_comm(r->pids[i], comm, sizeof(comm));
-			rc = write_manifest(r, r->images[i], r->pids[i], comm, "driver", r->vram[i], r->gpu_mask[i], NULL, err);
+			rc = write_manifest(r, r->images[i], r->pids[i], comm, "driver", r->vram[i], r->gpu_mask[i], NULL, NULL,
+					    err);
 		}
 	}
 	if (rc || (rc = write_manifest(r, gs_image_tmp_path(r->tmp), r->root, r->comm, DUMP_TREE_HOW, vram_all, mask_all,
-				       pid_list, err)))
+				       pid_list, o, err)))
 		return rc;
 	if ((rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_DRIVER, err)))
 		return rc;
@@ -576,7 +600,7 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 	if (rc && !r->published) {
 		char kept[4096];
 		bool listed = gs_image_tmp_cpu_listed(r->tmp);
-		keep_tmp(r, kept, sizeof(kept));
+		keep_tmp(r, o, kept, sizeof(kept));
 		gs_err_wrap(err, "tree %d was dumped, but its image was not published; it is kept at '%s' (%s -D '%s' "
 			    "brings the tree back)", (int)r->root, kept, dump_restore_cmd(listed), kept);
 		return rc;
@@ -627,6 +651,16 @@ static void print_outcome(const struct tree_run *r, const struct dump_tree_opts 
 		gs_json_kv_bool(&j, "published", r->published);
 		gs_json_kv_bool(&j, "shared_memory", r->shared);
 		gs_json_kv_uint(&j, "gpu_data_bytes", r->gpu_bytes);
+		if (o->store) {
+			gs_json_kv_string(&j, "store", o->store_path);
+			gs_json_kv_uint(&j, "store_bytes", r->store_bytes);
+			gs_json_kv_uint(&j, "store_new_objects", r->store_new_objects);
+		}
+		if (o->keep) {
+			gs_json_kv_uint(&j, "keep_removed", r->keep.removed);
+			gs_json_kv_uint(&j, "keep_gc_objects", r->keep.gc_objects);
+			gs_json_kv_uint(&j, "keep_gc_bytes", r->keep.gc_bytes);
+		}
 		if (o->leave_running) {
 			gs_json_kv_bool(&j, "staged", r->staged);
 			if (r->staged)
@@ -704,10 +738,7 @@ int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
 	if (r->tmp && r->undo_failed && !r->published && !r->keep_stages) {
 		/* an agent's data is only in its image: kept, and said where */
 		char kept[4096];
-		struct gs_err ke = { 0 };
-		if (gs_image_tmp_keep(r->tmp, kept, sizeof(kept), &ke))
-			fprintf(stderr, "gpusnap: %s\n", ke.msg);
-		else
+		if (!keep_tmp(r, o, kept, sizeof(kept)))
 			fprintf(stderr, "gpusnap: the GPU data of the processes that stay suspended is kept in '%s/%s/<pid>' "
 				"(gpusnap resume --image DIR PID puts one back)\n", kept, DUMP_TREE_PROCS_DIR);
 	} else if (r->tmp) {
@@ -715,6 +746,13 @@ int dump_tree(const struct dump_tree_opts *o, const char *pid_arg)
 			gs_image_tmp_close(r->tmp);
 		else
 			gs_image_tmp_discard(r->tmp);
+	}
+	/* the ref names what the store's objects are kept for: the image, a kept one; nothing published, none */
+	if (o->store && !r->published && !r->kept)
+		gs_store_ref_remove(o->store);
+	if (!rc && r->published && o->keep) {
+		r->keep = (struct dump_keep){ .dir = o->dir, .store_path = o->store_path, .st = o->store, .keep = o->keep };
+		dump_keep_newest(&r->keep);
 	}
 	print_outcome(r, o, rc, &err);
 	if (rc)

@@ -14,10 +14,12 @@
 #include <sys/types.h>
 
 #include "criu/criu.h"
+#include "image/format.h"
+#include "image/store.h"
 
 /* The image's `how` and where its processes' GPU images are. */
-#define DUMP_TREE_HOW "tree"
-#define DUMP_TREE_PROCS_DIR "procs"
+#define DUMP_TREE_HOW GS_FMT_HOW_TREE
+#define DUMP_TREE_PROCS_DIR GS_FMT_TREE_PROCS_NAME
 /* Metadata key: the PIDs of the tree's CUDA processes, in decimal, separated by spaces; each has DIR/procs/<pid>/. */
 #define DUMP_TREE_META_PIDS "tree.cuda_pids"
 
@@ -29,6 +31,16 @@ struct dump_tree_opts {
 	enum gs_criu_tcp tcp;
 	uint8_t compress_codec; /* --compress (image/codec.h) */
 	int compress_level;
+	/*
+	 * --store: the chunk store (its ref created, naming dir; the ref is
+	 * removed where no image is published or kept), its absolute path, what
+	 * DIR's manifest and each process's (DIR/procs/<pid>) record of it (a
+	 * path relative to where each lies, or the absolute path) and the ref's
+	 * name; keep: --keep K (0: none)
+	 */
+	struct gs_store *store;
+	const char *store_path, *store_rec, *store_part_rec, *store_ref;
+	int keep;
 };
 
 /* `gpusnap dump --tree`: the exit code, everything said on stdout/stderr. */

@@ -53,7 +53,7 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 			     "while the process runs on" },
 	[GS_S_STORE] = { "GPUSNAP_STORE", NULL, GS_SET_PATH, CLI, NULL, 0, 0, NULL, false,
 			 "the chunk store dump writes the GPU data into where --store is not given (dump --store; not "
-			 "for --tree, --driver or --parent)" },
+			 "for --driver or --parent)" },
 	[GS_S_RESERVE] = { "GPUSNAP_RESERVE", NULL, GS_SET_SIZE, AGENT, "0", 0, NOLIMIT, NULL, false,
 			   "in the app: staging host memory kept ready for suspends (what --reserve sets)" },
 	[GS_S_AGENT_HOOKS] = { "GPUSNAP_AGENT_HOOKS", NULL, GS_SET_BOOL, AGENT, "1", 0, 0, NULL, false,

@@ -44,6 +44,9 @@
 /* ---- names inside an image directory ---- */
 #define GS_FMT_MANIFEST_NAME "manifest.img"
 #define GS_FMT_CPU_DIR_NAME "cpu"
+/* an image of a process tree (how "tree", FORMAT.md section 12): each CUDA process's image in procs/<pid>/ */
+#define GS_FMT_HOW_TREE "tree"
+#define GS_FMT_TREE_PROCS_NAME "procs"
 #define GS_FMT_CPU_LIST_NAME "cpu-files.img" /* the list of cpu/'s files with their checksums */
 #define GS_FMT_DATA_NAME_PREFIX "gpu-data-"
 #define GS_FMT_DATA_NAME_SUFFIX ".img"

@@ -396,6 +396,10 @@ static int open_store(struct gs_image *img, struct gs_err *err)
 	if (resolve_recorded(img, img->m.store.path, path, sizeof(path)))
 		return gs_fail(err, GS_E_IMAGE, "image '%s': the path of its chunk store '%s' is too long", img->path,
 			       img->m.store.path);
+	/* a process tree's part records it from procs/<pid>/: said by its own path, not through ".." */
+	char real[PATH_MAX];
+	if (realpath(path, real))
+		snprintf(path, sizeof(path), "%s", real);
 	int rc = gs_store_open(path, false, &img->store, err);
 	if (rc) {
 		gs_err_wrap(err, "image '%s': its chunk store", img->path);

@@ -811,10 +811,80 @@ static int read_ref(struct gs_store *s, struct ref_file *rf, struct names *liste
 	return rc;
 }
 
+/* The objects m's STORED chunks name, where m names this store (*names_store then true). */
+static int manifest_objects(struct gs_store *s, const struct gs_manifest *m, bool *names_store, struct names *keep,
+			    struct gs_err *err)
+{
+	if (!m->has_store || memcmp(m->store.store_id, s->id, 16))
+		return 0;
+	*names_store = true;
+	for (size_t i = 0; i < m->nchunks; i++) {
+		const struct gs_image_chunk *c = &m->chunks[i];
+		if (!(c->flags & GS_CHUNK_F_STORED))
+			continue;
+		char name[GS_STORE_OBJECT_NAME_MAX];
+		gs_store_object_name(c->fp_lo, c->fp_hi, c->crc32c, c->length, name);
+		if (names_add(keep, name))
+			return gs_image_oom(err, "gc");
+	}
+	return 0;
+}
+
 /*
- * The objects image names in this store: *names_store false where there is
- * no image at dir (or it names another store, or none). An image that is
- * there but cannot be read stops gc (what it keeps is unknown).
+ * The objects of the parts of a process tree's image at dir (fd): each
+ * procs/<pid>/ is an image of its own that may name the store
+ * (FORMAT.md section 12); *alive: the process of one of them lives. A part
+ * that cannot be read stops gc, as the image itself does.
+ */
+static int tree_part_objects(struct gs_store *s, int fd, const char *dir, bool *names_store, bool *alive,
+			     struct names *keep, struct gs_err *err)
+{
+	int pfd = openat(fd, GS_FMT_TREE_PROCS_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0)
+		return 0; /* a tree's image with no part of its own (every process on the driver path) */
+	DIR *d = fdopendir(pfd);
+	if (!d) {
+		close(pfd);
+		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot read '%s/%s'", dir, GS_FMT_TREE_PROCS_NAME);
+	}
+	int rc = 0;
+	struct dirent *e;
+	while (!rc && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char part[PATH_MAX];
+		if ((size_t)snprintf(part, sizeof(part), "%s/%s/%s", dir, GS_FMT_TREE_PROCS_NAME, e->d_name) >= sizeof(part)) {
+			rc = gs_fail(err, GS_E_FAILURE, "'%s/%s/%s' is too long a path", dir, GS_FMT_TREE_PROCS_NAME, e->d_name);
+			break;
+		}
+		int qfd;
+		struct stat st;
+		if ((rc = gs_fs_open_dir_checked(part, part, &qfd, &st, err)) < 0) {
+			rc = gs_fail_errno(err, GS_E_FAILURE, -rc, "cannot open '%s'", part);
+			break;
+		}
+		if (rc)
+			break;
+		struct gs_manifest m;
+		rc = gs_fs_check_trusted(&st, part, err);
+		if (!rc)
+			rc = gs_manifest_read_at(qfd, part, &m, err);
+		close(qfd);
+		if (rc)
+			break;
+		*alive |= gs_proc_alive(m.info.source_pid);
+		rc = manifest_objects(s, &m, names_store, keep, err);
+		gs_manifest_free(&m);
+	}
+	closedir(d);
+	return rc;
+}
+
+/*
+ * The objects image names in this store (a process tree's image: its
+ * parts'): *names_store false where there is no image at dir (or it names
+ * another store, or none). An image that is there but cannot be read stops
+ * gc (what it keeps is unknown).
  */
 static int image_objects(struct gs_store *s, const char *dir, bool leftover, bool *names_store, struct names *keep,
 			 struct gs_err *err)
@@ -835,28 +905,31 @@ static int image_objects(struct gs_store *s, const char *dir, bool leftover, boo
 	rc = gs_fs_check_trusted(&st, dir, err);
 	if (!rc)
 		rc = gs_manifest_read_at(fd, dir, &m, err);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	/* a tree's parts into their own list first: whether they are kept depends on the whole */
+	struct names parts = { 0 };
+	bool parts_name_store = false, part_alive = false;
+	if (!strcmp(m.info.how, GS_FMT_HOW_TREE))
+		rc = tree_part_objects(s, fd, dir, &parts_name_store, &part_alive, &parts, err);
 	/*
 	 * What a dump left can bring a process back only where CRIU finished
 	 * (its inventory, written last) or the process lives on, suspended
 	 * with its GPU data there; else it is of no use, and keeps nothing.
 	 */
-	bool useful = !leftover || (!rc && (gs_proc_alive(m.info.source_pid) ||
-					   (m.info.cpu_state && faccessat(fd, "cpu/inventory.img", F_OK, AT_SYMLINK_NOFOLLOW) == 0)));
+	bool useful = !leftover || gs_proc_alive(m.info.source_pid) || part_alive ||
+		      (m.info.cpu_state && faccessat(fd, "cpu/inventory.img", F_OK, AT_SYMLINK_NOFOLLOW) == 0);
 	close(fd);
-	if (rc)
-		return rc;
-	if (useful && m.has_store && !memcmp(m.store.store_id, s->id, 16)) {
-		*names_store = true;
-		for (size_t i = 0; !rc && i < m.nchunks; i++) {
-			const struct gs_image_chunk *c = &m.chunks[i];
-			if (!(c->flags & GS_CHUNK_F_STORED))
-				continue;
-			char name[GS_STORE_OBJECT_NAME_MAX];
-			gs_store_object_name(c->fp_lo, c->fp_hi, c->crc32c, c->length, name);
-			if (names_add(keep, name))
+	if (!rc && useful) {
+		rc = manifest_objects(s, &m, names_store, keep, err);
+		*names_store |= parts_name_store;
+		for (size_t i = 0; !rc && i < parts.n; i++)
+			if (names_add(keep, parts.v[i]))
 				rc = gs_image_oom(err, "gc");
-		}
 	}
+	names_free(&parts);
 	gs_manifest_free(&m);
 	return rc;
 }
