@@ -41,6 +41,7 @@
 #include "cli/dump_tree.h"
 #include "cli/interrupt.h"
 #include "cli/op_lock.h"
+#include "cli/spill.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/proc.h"
@@ -472,7 +473,7 @@ static bool agent_runs(struct dump_run *r)
 static int agent_dump_into(struct dump_run *r, const char *dir, double timeout, const struct gs_dump_opts *d,
 			   struct gs_err *err)
 {
-	return dump_agent_into(r->pid, &r->agent, dir, r->stage != NULL, timeout, d, err);
+	return dump_agent_into(r->pid, &r->agent, dir, r->stage, timeout, d, err);
 }
 
 static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)
@@ -914,6 +915,7 @@ int cmd_dump(int argc, char **argv)
 		if (src)
 			return src;
 	}
+	cli_sweep_leftovers(); /* before a stage is made: the memory of stages nobody needs */
 	if (o.tree)
 		return run_tree(&o, &to, argv[0]);
 	struct gs_err err = { 0 };

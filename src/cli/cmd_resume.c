@@ -334,7 +334,7 @@ int cmd_resume(int argc, char **argv)
 		}
 	}
 	if (rc == 0) {
-		cli_spill_sweep(); /* spills of processes that are gone */
+		cli_sweep_leftovers(); /* what processes that are gone left: spills, stages */
 		struct process_op op = {
 			.action = "resume", .pid_arg = argv[0], .tree = tree, .json = json, .run = run_resume, .ctx = &ctx,
 			.found_left = found_left,

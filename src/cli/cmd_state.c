@@ -630,7 +630,7 @@ int cmd_state(int argc, char **argv)
 			return cli_report_error(&err);
 		}
 	}
-	cli_spill_sweep(); /* spills of processes that are gone */
+	cli_sweep_leftovers(); /* what processes that are gone left: spills, stages */
 	struct cli_session s;
 	if ((rc = cli_session_open(&s, &err))) {
 		cli_session_close(&s);

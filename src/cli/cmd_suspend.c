@@ -335,7 +335,7 @@ int cli_suspend_opts_settle(const char *cmd, struct cli_suspend_opts *o, bool dr
 		return cli_usage_error(cmd, "--spill and --driver exclude each other");
 	if (driver)
 		o->spill_dir = NULL;
-	cli_spill_sweep(); /* spills of processes that are gone */
+	cli_sweep_leftovers(); /* what processes that are gone left: spills, stages */
 	if (o->spill_dir) {
 		/* before anything is touched: a spill directory that cannot take spills is said at once */
 		struct gs_err e = { 0 };

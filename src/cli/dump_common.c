@@ -113,17 +113,11 @@ struct gs_image_stage *dump_stage_open(pid_t pid, const struct cli_agent *agent,
 	return NULL;
 }
 
-int dump_agent_into(pid_t pid, struct cli_agent *agent, const char *dir, bool stage, double timeout,
-		    const struct gs_dump_opts *d, struct gs_err *err)
+int dump_agent_into(pid_t pid, struct cli_agent *agent, const char *dir, const struct gs_image_stage *stage,
+		    double timeout, const struct gs_dump_opts *d, struct gs_err *err)
 {
-	if (!stage)
-		return cli_agent_dump(pid, agent, dir, timeout, d, err);
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return gs_fail_errno(err, GS_E_FAILURE, errno, "cannot open '%s'", dir);
-	int rc = cli_agent_dump_fd(pid, agent, fd, timeout, d, err);
-	close(fd);
-	return rc;
+	return stage ? cli_agent_dump_fd(pid, agent, gs_image_stage_fd(stage), timeout, d, err)
+		     : cli_agent_dump(pid, agent, dir, timeout, d, err);
 }
 
 /* An image of the series --keep looks at: its directory's name beside DIR and when it was taken. */

@@ -41,9 +41,12 @@ struct gs_image_stage *dump_stage_open(pid_t pid, const struct cli_agent *agent,
 				       bool cpu_state, char *why, size_t n);
 /* Bytes a process's stage needs: what its agent manages, or the driver's count of its GPU memory where larger. */
 uint64_t dump_stage_need(const struct cli_agent *agent, const uint64_t *vram);
-/* The agent's dump of pid into dir: by a descriptor of dir where stage (the stage's directory, gpusnap's). */
-int dump_agent_into(pid_t pid, struct cli_agent *agent, const char *dir, bool stage, double timeout,
-		    const struct gs_dump_opts *d, struct gs_err *err);
+/*
+ * The agent's dump of pid into dir, or into stage where one is given (by
+ * its locked descriptor: gs_image_stage_fd).
+ */
+int dump_agent_into(pid_t pid, struct cli_agent *agent, const char *dir, const struct gs_image_stage *stage,
+		    double timeout, const struct gs_dump_opts *d, struct gs_err *err);
 /* --keep K: what it looks at (dir published, of the store st at store_path) and what it did. */
 struct dump_keep {
 	const char *dir, *store_path;

@@ -310,7 +310,7 @@ static int agents_out(struct tree_run *r, const struct dump_tree_opts *o, struct
 					  .compress_level = o->compress_level, .store = o->store_path,
 					  .store_rec = o->store ? o->store_part_rec : NULL,
 					  .store_ref = o->store ? o->store_ref : NULL };
-		rc = dump_agent_into(r->pids[i], &r->agents[i], r->image_ptrs[i], r->staged, o->timeout, &d, err);
+		rc = dump_agent_into(r->pids[i], &r->agents[i], r->image_ptrs[i], r->stages[i], o->timeout, &d, err);
 		if (rc) {
 			/* it walked back and runs on (its gate open), unless its own undo failed: then it stays
 			 * suspended, its data in its image */

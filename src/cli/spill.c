@@ -1,5 +1,5 @@
 /*
- * spill.c - the storage tier's folders and records (see spill.h).
+ * spill.c - the storage tier's folders and records, and the sweep of what processes that are gone left (see spill.h).
  */
 #include "cli/spill.h"
 
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/proc.h"
+#include "common/settings.h"
 #include "core/control_socket.h"
 #include "image/image.h"
 #include "image/image_fs.h" /* gs_fs_remove_tree, gs_fs_fsync_dir: never following a link */
@@ -277,4 +278,11 @@ int cli_spill_sweep(void)
 	}
 	closedir(d);
 	return removed;
+}
+
+void cli_sweep_leftovers(void)
+{
+	cli_spill_sweep();
+	const char *mem = gs_setting_str(GS_S_STAGE_DIR);
+	gs_image_stage_sweep(mem && *mem ? mem : "/dev/shm");
 }

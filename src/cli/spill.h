@@ -68,5 +68,11 @@ bool cli_spill_lookup(pid_t pid, char *image, size_t n, char *dir, size_t ndir);
 void cli_spill_forget(pid_t pid);
 /* Removes the folders and records of spilled processes that are gone; returns how many. */
 int cli_spill_sweep(void);
+/*
+ * What processes that are gone left in host memory or on storage, removed:
+ * their spills (cli_spill_sweep) and the stages of live dumps killed in
+ * their pause (GPUSNAP_STAGE_DIR's memory, image.h gs_image_stage_sweep).
+ */
+void cli_sweep_leftovers(void);
 
 #endif

@@ -411,6 +411,11 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bo
 			  struct gs_image_stage **s, struct gs_err *err);
 const char *gs_image_stage_path(const struct gs_image_stage *s);
 /*
+ * The stage's directory, open and flock()ed (shared) while it exists: the
+ * descriptor to hand the agent, so the lock lasts while it writes.
+ */
+int gs_image_stage_fd(const struct gs_image_stage *s);
+/*
  * Opens the stage's files and removes its directory: from here its memory
  * lives as long as s (freed should this process die). The manifest is
  * written last by gs_image_stage_write.
@@ -435,6 +440,13 @@ void gs_image_stage_free(struct gs_image_stage *s, bool keep);
 bool gs_image_stage_is_left(const char *path);
 /* Removes such a directory once its data is back on the GPU (resume); 0, or -1 with errno. */
 int gs_image_stage_discard(const char *path);
+/*
+ * Removes the stages of this user in mem_dir that are of no use: their
+ * maker gone, nobody writing into them (their flock free), and no live
+ * process whose data they hold (their manifest's source process gone, or
+ * no manifest). Returns how many it removed.
+ */
+int gs_image_stage_sweep(const char *mem_dir);
 
 /* ------------------------------------------------------------------ reader */
 

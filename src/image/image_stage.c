@@ -13,6 +13,13 @@
  * those descriptors, so a gpusnap killed while writing leaves nothing in
  * memory behind it, and the temporary image it was writing holds no
  * manifest (written last), which the next writer of DIR removes.
+ *
+ * A stage left by a gpusnap killed inside its pause holds a suspended
+ * process's only copy of its data; once that process is gone it is memory
+ * nobody frees (tmpfs). gs_image_stage_sweep removes such stages: its maker
+ * holds a shared flock on the directory for the stage's life, and the same
+ * open directory is what the agent is handed, so the lock lasts while
+ * either writes into it.
  */
 #define LOG_PREFIX "image: "
 #include "image/image.h"
@@ -24,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -31,9 +39,12 @@
 #include <unistd.h>
 
 #include "common/fault.h"
+#include "common/log.h"
+#include "common/proc.h"
 #include "image/format.h"
 #include "image/image_fs.h"
 #include "image/image_tmp.h"
+#include "image/manifest.h"
 
 #define STAGE_MAX_FILES 256
 /* A write's size: large enough for the disk's line rate, small enough to be cut by a kill between two. */
@@ -48,6 +59,7 @@ struct stage_file {
 
 struct gs_image_stage {
 	char path[4096];
+	int lock_fd; /* the directory, flock()ed shared while it exists (gs_image_stage_sweep) */
 	bool detached; /* the directory is removed; its files live in files[].fd */
 	size_t nfiles;
 	struct stage_file files[STAGE_MAX_FILES];
@@ -85,6 +97,15 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bo
 		free(s);
 		return gs_fail_errno(err, gs_image_errno_code(e), e, "cannot make the dump's copy in '%s'", mem_dir);
 	}
+	s->lock_fd = open(s->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_SH) < 0) {
+		int e = errno;
+		if (s->lock_fd >= 0)
+			close(s->lock_fd);
+		rmdir(s->path);
+		free(s);
+		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot lock the dump's copy in '%s'", mem_dir);
+	}
 	/*
 	 * cpu/ marks the agent's manifest as one of an image with CPU state, which
 	 * the temporary image will be (not a process's part of a tree's image:
@@ -98,6 +119,7 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bo
 	snprintf(cpu, sizeof(cpu), "%s/%s", s->path, GS_FMT_CPU_DIR_NAME);
 	if (mkdir(cpu, 0700) < 0) {
 		int e = errno;
+		close(s->lock_fd);
 		rmdir(s->path);
 		free(s);
 		return gs_fail_errno(err, gs_image_errno_code(e), e, "cannot make '%s'", cpu);
@@ -109,6 +131,11 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bo
 const char *gs_image_stage_path(const struct gs_image_stage *s)
 {
 	return s->path;
+}
+
+int gs_image_stage_fd(const struct gs_image_stage *s)
+{
+	return s->lock_fd;
 }
 
 int gs_image_stage_detach(struct gs_image_stage *s, struct gs_err *err)
@@ -165,6 +192,8 @@ int gs_image_stage_detach(struct gs_image_stage *s, struct gs_err *err)
 		close(pfd);
 	}
 	s->detached = true;
+	close(s->lock_fd); /* nothing is left to sweep */
+	s->lock_fd = -1;
 	return 0;
 }
 
@@ -261,6 +290,8 @@ void gs_image_stage_free(struct gs_image_stage *s, bool keep)
 			close(pfd);
 		}
 	}
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
 	free(s);
 }
 
@@ -284,4 +315,65 @@ int gs_image_stage_discard(const char *path)
 	int rc = gs_fs_remove_tree(pfd, path + 1);
 	close(pfd);
 	return rc;
+}
+
+/*
+ * A stage of this user in mem_dir whose maker is gone and which no one
+ * writes: kept while its manifest's process lives (suspended, its data
+ * there: gpusnap resume reads it back); else of no use, and removed. One
+ * without a manifest was never finished (the agent walked back, its data
+ * stayed on the GPU).
+ */
+static bool stage_is_garbage(int mem_fd, const char *mem_dir, const char *name)
+{
+	int maker = 0, used = 0;
+	if (sscanf(name, ".gpusnap-live-%d-%n", &maker, &used) != 1 || maker <= 0 || strlen(name + used) != 6)
+		return false;
+	if (gs_proc_alive(maker))
+		return false;
+	int fd = openat(mem_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || st.st_uid != geteuid() || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	bool garbage = true;
+	if (faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", mem_dir, name);
+		struct gs_manifest m;
+		struct gs_err e = { 0 };
+		if (gs_manifest_read_at(fd, path, &m, &e))
+			garbage = false; /* unreadable: not known to be of no use */
+		else {
+			garbage = !gs_proc_alive(m.info.source_pid);
+			gs_manifest_free(&m);
+		}
+	}
+	close(fd); /* the lock with it: a maker that just started would not be named as this one */
+	return garbage;
+}
+
+int gs_image_stage_sweep(const char *mem_dir)
+{
+	int mem_fd = open(mem_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = mem_fd >= 0 ? fdopendir(mem_fd) : NULL;
+	if (!d) {
+		if (mem_fd >= 0)
+			close(mem_fd);
+		return 0;
+	}
+	int removed = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, ".gpusnap-live-", 14) || !stage_is_garbage(dirfd(d), mem_dir, de->d_name))
+			continue;
+		if (gs_fs_remove_tree(dirfd(d), de->d_name) == 0) {
+			removed++;
+			pr_info("removed '%s/%s', the dump's copy of a process that is gone", mem_dir, de->d_name);
+		}
+	}
+	closedir(d);
+	return removed;
 }

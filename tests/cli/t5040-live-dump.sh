@@ -21,7 +21,9 @@
 #    parent): the image is written inside the pause as before, and --json
 #    says why;
 #  - gpusnap killed during the pause: the process stays suspended with its
-#    data in the stage, state says so, gpusnap resume puts it back;
+#    data in the stage, state says so, gpusnap resume puts it back; killed
+#    so again and the process gone too, the next gpusnap command removes the
+#    stage (memory nobody frees otherwise), and not before;
 #  - the stage filling up while the agent writes into it: the agent walks
 #    back and writes into the image instead, in the same pause.
 # Needs root, CRIU (scripts/get-criu.sh unless GPUSNAP_CRIU is set), python3.
@@ -161,8 +163,17 @@ verify_ok "its data, from the stage"
 check "its memory is on the GPU again" test "$(phys)" = "$phys0"
 check "the stage the resume read its data from is removed" test -z "$(ls -A "$SHM")"
 
-# ---- the memory fills up while the agent writes into it: written into the image instead ----
+# ---- killed in the pause, then the process is gone too: the next gpusnap frees the stage's memory ----
+GPUSNAP_FAULT=dump-after-driver=kill run_gpusnap dump --leave-running -D "$img" "$PID"
+check "gpusnap killed in the pause again (rc $RC)" test "$RC" = 137
+check "its stage holds the data ($(ls -A "$SHM"))" test -n "$(ls -A "$SHM")"
+run_gpusnap state "$PID"
+check "a gpusnap command keeps the stage while the process lives (it is its only copy)" test -n "$(ls -A "$SHM")"
 kill -9 "$PID"; wait_gone "$PID"
+run_gpusnap state; expect "state after the process is gone" 0
+check "... which removed the stage nobody needs" stage_empty
+
+# ---- the memory fills up while the agent writes into it: written into the image instead ----
 GPUSNAP_FAULT=image-write@1=fail:ENOSPC start_app
 verify_ok "an app whose agent's first image write finds no space"
 img=$TEST_TMP/img-full

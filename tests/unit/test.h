@@ -16,7 +16,18 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* A PID that no process has now: a child's that already ended, reaped (what a test names as "gone"). */
+static inline pid_t test_dead_pid(void)
+{
+	pid_t p = fork();
+	if (p == 0)
+		_exit(0);
+	waitpid(p, NULL, 0);
+	return p;
+}
 
 static int test_current_failed;
 static int tests_passed, tests_failed;

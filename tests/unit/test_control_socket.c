@@ -701,15 +701,6 @@ static void test_concurrent_clients(void)
 	gate_destroy(&h);
 }
 
-/* A pid that no process has now: a child that already ended. */
-static pid_t dead_pid(void)
-{
-	pid_t p = fork();
-	if (p == 0)
-		_exit(0);
-	waitpid(p, NULL, 0);
-	return p;
-}
 
 /* Agent sockets left behind by processes that are gone are removed by the next server; others are not. */
 static void test_stale_sockets(void)
@@ -718,14 +709,14 @@ static void test_stale_sockets(void)
 	char dir[128], dead[256], live_pid[256], listening[256], other[256], own[256];
 	snprintf(dir, sizeof(dir), "%s/stale", tmpdir);
 	CHECK_INT(gs_ctl_check_dir(dir, geteuid(), &err), 0);
-	pid_t gone = dead_pid();
+	pid_t gone = test_dead_pid();
 	snprintf(dead, sizeof(dead), "%s/agent-%d.sock", dir, (int)gone);
 	close(bind_file(dead)); /* bound, then its process "ended": nobody listens */
 	/* a socket named for a live pid: a process that reuses the pid, not ours to judge */
 	snprintf(live_pid, sizeof(live_pid), "%s/agent-1.sock", dir);
 	close(bind_file(live_pid));
 	/* a dead pid, but someone listens on it (cannot happen for an agent; never removed) */
-	pid_t gone2 = dead_pid();
+	pid_t gone2 = test_dead_pid();
 	snprintf(listening, sizeof(listening), "%s/agent-%d.sock", dir, (int)gone2);
 	int lfd = bind_file(listening);
 	CHECK_INT(listen(lfd, 1), 0);
