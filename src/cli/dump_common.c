@@ -105,7 +105,7 @@ struct gs_image_stage *dump_stage_open(pid_t pid, const struct cli_agent *agent,
 	else if (hm.avail != UINT64_MAX && hm.avail < total + (total >> 3) + (256u << 20))
 		snprintf(why, n, "the process has %llu MiB of host memory left (%s), the GPU data needs %llu MiB",
 			 (unsigned long long)(hm.avail >> 20), hm.limit, (unsigned long long)(total >> 20));
-	else if (!gs_image_stage_create(mem ? mem : "/dev/shm", need, total, cpu_state, &stage, &e))
+	else if (!gs_image_stage_create(mem ? mem : "/dev/shm", need, total, cpu_state, pid, &stage, &e))
 		return stage;
 	else
 		snprintf(why, n, "%s", e.msg);

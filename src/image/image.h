@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 #include "common/json.h"
@@ -405,9 +406,10 @@ struct gs_image_stage;
  * tmpfs (or ramfs) with room for total bytes (this stage's need and those
  * of the other stages of the same dump, which share it) and the files'
  * headers: else GS_E_NO_SPACE saying why (the caller writes into the image
- * instead).
+ * instead). owner: the process whose data it will hold (as this process
+ * sees it), named in the stage for gs_image_stage_sweep.
  */
-int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state,
+int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state, pid_t owner,
 			  struct gs_image_stage **s, struct gs_err *err);
 const char *gs_image_stage_path(const struct gs_image_stage *s);
 /*
@@ -441,10 +443,10 @@ bool gs_image_stage_is_left(const char *path);
 /* Removes such a directory once its data is back on the GPU (resume); 0, or -1 with errno. */
 int gs_image_stage_discard(const char *path);
 /*
- * Removes the stages of this user in mem_dir that are of no use: their
- * maker gone, nobody writing into them (their flock free), and no live
- * process whose data they hold (their manifest's source process gone, or
- * no manifest). Returns how many it removed.
+ * Removes the stages of this user in mem_dir that are of no use: made in
+ * this PID namespace, their maker gone, nobody writing into them (their
+ * flock free), and the process whose data they hold gone (or no manifest
+ * in them: never finished). Returns how many it removed.
  */
 int gs_image_stage_sweep(const char *mem_dir);
 

@@ -19,7 +19,10 @@
  * nobody frees (tmpfs). gs_image_stage_sweep removes such stages: its maker
  * holds a shared flock on the directory for the stage's life, and the same
  * open directory is what the agent is handed, so the lock lasts while
- * either writes into it.
+ * either writes into it; and .owner names, as the maker saw them (its PID
+ * namespace, PIDs with their start times), the maker and the process whose
+ * data it holds: the manifest's PID is the agent's own, which in a
+ * container is not the host's.
  */
 #define LOG_PREFIX "image: "
 #include "image/image.h"
@@ -44,7 +47,6 @@
 #include "image/format.h"
 #include "image/image_fs.h"
 #include "image/image_tmp.h"
-#include "image/manifest.h"
 
 #define STAGE_MAX_FILES 256
 /* A write's size: large enough for the disk's line rate, small enough to be cut by a kill between two. */
@@ -65,7 +67,30 @@ struct gs_image_stage {
 	struct stage_file files[STAGE_MAX_FILES];
 };
 
-int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state,
+#define OWNER_NAME ".owner"
+
+/* The inode of this process's PID namespace (0 where unknown): PIDs compare only within one. */
+static unsigned long long pid_ns(void)
+{
+	struct stat st;
+	return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/* .owner: "<pid ns> <maker> <its start> <owner> <its start>\n", read by stage_is_garbage. */
+static int write_owner(int dir_fd, pid_t owner)
+{
+	char line[160];
+	int n = snprintf(line, sizeof(line), "%llu %d %llu %d %llu\n", pid_ns(), (int)getpid(), gs_proc_start_time(getpid()),
+			 (int)owner, gs_proc_start_time(owner));
+	int fd = openat(dir_fd, OWNER_NAME, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	int rc = gs_fs_pwrite_full(fd, line, (size_t)n, 0);
+	close(fd);
+	return rc;
+}
+
+int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state, pid_t owner,
 			  struct gs_image_stage **out, struct gs_err *err)
 {
 	*out = NULL;
@@ -105,6 +130,17 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bo
 		rmdir(s->path);
 		free(s);
 		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot lock the dump's copy in '%s'", mem_dir);
+	}
+	int oe = write_owner(s->lock_fd, owner);
+	if (oe) {
+		close(s->lock_fd);
+		int pfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (pfd >= 0) {
+			gs_fs_remove_tree(pfd, s->path + 1);
+			close(pfd);
+		}
+		free(s);
+		return gs_fail_errno(err, gs_image_errno_code(-oe), -oe, "cannot make the dump's copy in '%s'", mem_dir);
 	}
 	/*
 	 * cpu/ marks the agent's manifest as one of an image with CPU state, which
@@ -317,19 +353,25 @@ int gs_image_stage_discard(const char *path)
 	return rc;
 }
 
+/* Whether pid, started at start (as /proc says), still runs: the same process, not a later one with its PID. */
+static bool runs(pid_t pid, unsigned long long start)
+{
+	unsigned long long now = gs_proc_start_time(pid);
+	return now && (!start || now == start);
+}
+
 /*
  * A stage of this user in mem_dir whose maker is gone and which no one
- * writes: kept while its manifest's process lives (suspended, its data
- * there: gpusnap resume reads it back); else of no use, and removed. One
- * without a manifest was never finished (the agent walked back, its data
- * stayed on the GPU).
+ * writes: kept while the process whose data it holds runs and its manifest
+ * is there (its only copy: gpusnap resume reads it back); else of no use,
+ * and removed. One without a manifest was never finished (the agent walked
+ * back, the data stayed on the GPU). Without a readable .owner from this
+ * PID namespace nothing is known: kept.
  */
-static bool stage_is_garbage(int mem_fd, const char *mem_dir, const char *name)
+static bool stage_is_garbage(int mem_fd, const char *name)
 {
 	int maker = 0, used = 0;
 	if (sscanf(name, ".gpusnap-live-%d-%n", &maker, &used) != 1 || maker <= 0 || strlen(name + used) != 6)
-		return false;
-	if (gs_proc_alive(maker))
 		return false;
 	int fd = openat(mem_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -338,20 +380,18 @@ static bool stage_is_garbage(int mem_fd, const char *mem_dir, const char *name)
 			close(fd);
 		return false;
 	}
-	bool garbage = true;
-	if (faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/%s", mem_dir, name);
-		struct gs_manifest m;
-		struct gs_err e = { 0 };
-		if (gs_manifest_read_at(fd, path, &m, &e))
-			garbage = false; /* unreadable: not known to be of no use */
-		else {
-			garbage = !gs_proc_alive(m.info.source_pid);
-			gs_manifest_free(&m);
-		}
-	}
-	close(fd); /* the lock with it: a maker that just started would not be named as this one */
+	char line[160] = "";
+	int ofd = openat(fd, OWNER_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n = ofd >= 0 ? pread(ofd, line, sizeof(line) - 1, 0) : -1;
+	if (ofd >= 0)
+		close(ofd);
+	unsigned long long ns = 0, maker_start = 0, owner_start = 0;
+	int rec_maker = 0, owner = 0;
+	bool known = n > 0 && sscanf(line, "%llu %d %llu %d %llu", &ns, &rec_maker, &maker_start, &owner, &owner_start) == 5 &&
+		     ns && ns == pid_ns() && rec_maker == maker && owner > 0;
+	bool garbage = known && !runs(maker, maker_start) &&
+		       !(runs(owner, owner_start) && faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0);
+	close(fd); /* the lock with it */
 	return garbage;
 }
 
@@ -367,7 +407,7 @@ int gs_image_stage_sweep(const char *mem_dir)
 	int removed = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, ".gpusnap-live-", 14) || !stage_is_garbage(dirfd(d), mem_dir, de->d_name))
+		if (strncmp(de->d_name, ".gpusnap-live-", 14) || !stage_is_garbage(dirfd(d), de->d_name))
 			continue;
 		if (gs_fs_remove_tree(dirfd(d), de->d_name) == 0) {
 			removed++;
