@@ -479,7 +479,9 @@ static int agent_dump_into(struct dump_run *r, const char *dir, double timeout, 
 static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err *err)
 {
 	double t0 = gs_now();
-	struct gs_image_tmp_opts to = { .source_pid = r->pid, .source_comm = r->comm, .replace = o->replace };
+	/* the agent records the process's PID as it sees it (a container's): an image of either is this process's */
+	struct gs_image_tmp_opts to = { .source_pid = r->pid, .source_pid_own = gs_proc_own_pid(r->pid),
+					.source_comm = r->comm, .replace = o->replace };
 	int rc = gs_image_tmp_create(o->dir, &to, &r->tmp, err);
 	if (rc)
 		return rc;

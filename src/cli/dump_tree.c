@@ -505,7 +505,9 @@ static void undo(struct tree_run *r);
 static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err *err)
 {
 	double t0 = gs_now();
-	struct gs_image_tmp_opts to = { .source_pid = r->root, .source_comm = r->comm, .replace = o->replace };
+	/* as dump's: an image at DIR of the root, by its PID here or in its own namespace, is its own */
+	struct gs_image_tmp_opts to = { .source_pid = r->root, .source_pid_own = gs_proc_own_pid(r->root),
+					.source_comm = r->comm, .replace = o->replace };
 	int rc = gs_image_tmp_create(o->dir, &to, &r->tmp, err);
 	if (rc || (rc = gs_image_tmp_cpu_fd_path(r->tmp, r->cpu_dir, sizeof(r->cpu_dir), err)))
 		return rc;

@@ -555,3 +555,10 @@ void gs_proc_fault_in_environ(pid_t pid)
 	(void)r;
 	free(to);
 }
+
+pid_t gs_proc_own_pid(pid_t pid)
+{
+	uid_t uid;
+	pid_t own = 0;
+	return gs_proc_status_ids(pid, &uid, &own) ? 0 : own;
+}

@@ -101,6 +101,8 @@ int gs_proc_maps_contain(pid_t pid, const char *const *needles);
  * pid where the kernel shows no NSpid. 0, or -1 when the file is unreadable.
  */
 int gs_proc_status_ids(pid_t pid, uid_t *euid, pid_t *nspid);
+/* The PID pid has in its own namespace (gs_proc_status_ids' nspid), or 0 where /proc does not say. */
+pid_t gs_proc_own_pid(pid_t pid);
 /* True if the process has an open file whose path starts with prefix (e.g. "/dev/nvidia"). */
 bool gs_proc_has_open_file(pid_t pid, const char *prefix);
 

@@ -281,6 +281,12 @@ void gs_image_writer_abort(struct gs_image_writer *w);
 struct gs_image_tmp;
 struct gs_image_tmp_opts {
 	int32_t source_pid;      /* the process the image will be of; 0: unknown (no check of whose DIR is) */
+	/*
+	 * The same process's PID in its own PID namespace (a container's),
+	 * which its agent records as the image's source; 0: as source_pid. An
+	 * image at DIR naming either is this process's.
+	 */
+	int32_t source_pid_own;
 	const char *source_comm; /* its command name (/proc/PID/comm) */
 	bool replace;            /* replace an image of another process at DIR */
 };

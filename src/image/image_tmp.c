@@ -276,7 +276,8 @@ static int check_same_process(struct gs_image_tmp *t, int dir_fd, const struct g
 			       "--replace does): %s", t->dir, e.msg);
 	const char *comm = o->source_comm ? o->source_comm : "";
 	int rc = 0;
-	if (m.info.source_pid && (m.info.source_pid != o->source_pid || strcmp(m.info.source_comm, comm))) {
+	bool same_pid = m.info.source_pid == o->source_pid || (o->source_pid_own && m.info.source_pid == o->source_pid_own);
+	if (m.info.source_pid && (!same_pid || strcmp(m.info.source_comm, comm))) {
 		char a[64], b[64];
 		rc = gs_fail(err, GS_E_USAGE, "'%s' holds the image of another process, %d (%s); not replacing it with one"
 			     " of %d (%s) (gpusnap dump --replace does)", t->dir, (int)m.info.source_pid,

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -199,6 +200,42 @@ static void test_proc(void)
 	CHECK_INT(gs_proc_read_stat(0x7ffffff0, &again), -1);
 	CHECK(gs_proc_start_time(getpid()) == self.start_time);
 	CHECK(gs_proc_start_time(0x7ffffff0) == 0); /* no such process: 0, which names none */
+	/* the PID a process sees for itself: ours here is our own; in a PID namespace of its own, its own */
+	CHECK_INT(gs_proc_own_pid(getpid()), getpid());
+	CHECK_INT(gs_proc_own_pid(0x7ffffff0), 0);
+	if (access("/proc/self/ns/pid", F_OK) == 0 && geteuid() == 0) {
+		int pfd[2];
+		CHECK_INT(pipe(pfd), 0);
+		pid_t outer = fork();
+		if (outer == 0) { /* a child in a new PID namespace: its first child is 1 there */
+			close(pfd[0]);
+			int inner = -1;
+			if (unshare(CLONE_NEWPID) == 0) {
+				pid_t c = fork();
+				if (c == 0) {
+					pause();
+					_exit(0);
+				}
+				inner = (int)c;
+			}
+			if (write(pfd[1], &inner, sizeof(inner)) < 0)
+				_exit(1);
+			if (inner > 0)
+				waitpid(inner, NULL, 0);
+			_exit(0);
+		}
+		close(pfd[1]);
+		int inner = 0;
+		CHECK(read(pfd[0], &inner, sizeof(inner)) == (ssize_t)sizeof(inner));
+		close(pfd[0]);
+		if (inner > 0) {
+			CHECK_INT(gs_proc_own_pid(inner), 1);
+			kill(inner, SIGKILL);
+		} else {
+			printf("SKIP: no PID namespace can be made here: gs_proc_own_pid is checked in ours only\n");
+		}
+		waitpid(outer, NULL, 0);
+	}
 
 	pid_t child = fork();
 	if (child == 0) {

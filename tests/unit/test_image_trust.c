@@ -577,6 +577,18 @@ static void test_other_process_not_replaced(void)
 	CHECK_INT(write_std_image(path, &other, 12, &err), GS_E_USAGE);
 	CHECK_INT(check_std_image(path, 11), 0);
 	CHECK_INT(count_entries(dir), 1);
+	/*
+	 * a process in a PID namespace of its own: its agent recorded the PID it
+	 * sees (4242), gpusnap knows it by another (777): the same process
+	 */
+	struct gs_image_tmp *t = NULL;
+	struct gs_image_tmp_opts own = { .source_pid = 777, .source_pid_own = 4242, .source_comm = "python3" };
+	CHECK_INT(gs_image_tmp_create(path, &own, &t, &err), 0);
+	gs_image_tmp_discard(t);
+	own.source_pid_own = 778;
+	CHECK_INT(gs_image_tmp_create(path, &own, &t, &err), GS_E_USAGE);
+	CHECK_CONTAINS(err.msg, "holds the image of another process, 4242 (python3)");
+	CHECK_INT(check_std_image(path, 11), 0);
 	/* unless told */
 	other.replace = true;
 	CHECK_INT(write_std_image(path, &other, 12, &err), 0);
