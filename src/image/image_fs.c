@@ -13,8 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include "common/proc.h"
 
 int gs_fs_check_trusted(const struct stat *st, const char *path, struct gs_err *err)
 {
@@ -515,4 +518,46 @@ int gs_fs_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 		off += (uint64_t)n;
 	}
 	return 0;
+}
+
+/* The inode of this process's PID namespace (0 where unknown): PIDs compare only within one. */
+static unsigned long long pid_ns(void)
+{
+	struct stat st;
+	return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+int gs_fs_owner_write(int dir_fd, pid_t owner)
+{
+	char line[160];
+	int n = snprintf(line, sizeof(line), "%llu %d %llu %d %llu\n", pid_ns(), (int)getpid(), gs_proc_start_time(getpid()),
+			 (int)owner, gs_proc_start_time(owner));
+	int fd = openat(dir_fd, GS_FS_OWNER_NAME, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	int rc = gs_fs_pwrite_full(fd, line, (size_t)n, 0);
+	close(fd);
+	return rc;
+}
+
+bool gs_fs_owner_read(int dir_fd, struct gs_fs_owner *o)
+{
+	char line[160] = "";
+	int fd = openat(dir_fd, GS_FS_OWNER_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? pread(fd, line, sizeof(line) - 1, 0) : -1;
+	if (fd >= 0)
+		close(fd);
+	int maker = 0, owner = 0;
+	memset(o, 0, sizeof(*o));
+	if (n <= 0 || sscanf(line, "%llu %d %llu %d %llu", &o->ns, &maker, &o->maker_start, &owner, &o->owner_start) != 5)
+		return false;
+	o->maker = maker;
+	o->owner = owner;
+	return o->ns && o->ns == pid_ns() && maker > 0 && owner > 0;
+}
+
+bool gs_fs_owner_runs(pid_t pid, unsigned long long start)
+{
+	unsigned long long now = gs_proc_start_time(pid);
+	return now && (!start || now == start);
 }

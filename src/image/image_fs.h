@@ -98,4 +98,24 @@ int gs_fs_fsync_dir(const char *path);
 int gs_fs_pread_full(int fd, void *buf, size_t len, uint64_t off);
 int gs_fs_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 
+/*
+ * The owner record of a directory gpusnap leaves while it works (a stage, a
+ * temporary image): who made it and the process whose data it is for, as
+ * its maker saw them (PIDs with their start times, its PID namespace).
+ * What a sweep or gc reads to tell whether that process still runs: the
+ * PID in a manifest is the agent's own, another in a container. One line,
+ * "<pid ns> <maker> <start> <owner> <start>", in GS_FS_OWNER_NAME.
+ */
+#define GS_FS_OWNER_NAME ".owner"
+struct gs_fs_owner {
+	unsigned long long ns, maker_start, owner_start;
+	pid_t maker, owner;
+};
+/* Writes dir_fd's record: made by this process for owner. 0 or -errno. */
+int gs_fs_owner_write(int dir_fd, pid_t owner);
+/* dir_fd's record into o: true where it is there, well formed and of this process's PID namespace. */
+bool gs_fs_owner_read(int dir_fd, struct gs_fs_owner *o);
+/* Whether pid runs and is the process that started at start (0: any process with that PID). */
+bool gs_fs_owner_runs(pid_t pid, unsigned long long start);
+
 #endif

@@ -19,10 +19,9 @@
  * nobody frees (tmpfs). gs_image_stage_sweep removes such stages: its maker
  * holds a shared flock on the directory for the stage's life, and the same
  * open directory is what the agent is handed, so the lock lasts while
- * either writes into it; and .owner names, as the maker saw them (its PID
- * namespace, PIDs with their start times), the maker and the process whose
- * data it holds: the manifest's PID is the agent's own, which in a
- * container is not the host's.
+ * either writes into it; and its owner record (image_fs.h) names the maker
+ * and the process whose data it holds: the manifest's PID is the agent's
+ * own, which in a container is not the host's.
  */
 #define LOG_PREFIX "image: "
 #include "image/image.h"
@@ -67,29 +66,6 @@ struct gs_image_stage {
 	struct stage_file files[STAGE_MAX_FILES];
 };
 
-#define OWNER_NAME ".owner"
-
-/* The inode of this process's PID namespace (0 where unknown): PIDs compare only within one. */
-static unsigned long long pid_ns(void)
-{
-	struct stat st;
-	return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
-}
-
-/* .owner: "<pid ns> <maker> <its start> <owner> <its start>\n", read by stage_is_garbage. */
-static int write_owner(int dir_fd, pid_t owner)
-{
-	char line[160];
-	int n = snprintf(line, sizeof(line), "%llu %d %llu %d %llu\n", pid_ns(), (int)getpid(), gs_proc_start_time(getpid()),
-			 (int)owner, gs_proc_start_time(owner));
-	int fd = openat(dir_fd, OWNER_NAME, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	int rc = gs_fs_pwrite_full(fd, line, (size_t)n, 0);
-	close(fd);
-	return rc;
-}
-
 int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state, pid_t owner,
 			  struct gs_image_stage **out, struct gs_err *err)
 {
@@ -131,7 +107,7 @@ int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bo
 		free(s);
 		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot lock the dump's copy in '%s'", mem_dir);
 	}
-	int oe = write_owner(s->lock_fd, owner);
+	int oe = gs_fs_owner_write(s->lock_fd, owner);
 	if (oe) {
 		close(s->lock_fd);
 		int pfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -353,13 +329,6 @@ int gs_image_stage_discard(const char *path)
 	return rc;
 }
 
-/* Whether pid, started at start (as /proc says), still runs: the same process, not a later one with its PID. */
-static bool runs(pid_t pid, unsigned long long start)
-{
-	unsigned long long now = gs_proc_start_time(pid);
-	return now && (!start || now == start);
-}
-
 /*
  * A stage of this user in mem_dir whose maker is gone and which no one
  * writes: kept while the process whose data it holds runs and its manifest
@@ -380,17 +349,11 @@ static bool stage_is_garbage(int mem_fd, const char *name)
 			close(fd);
 		return false;
 	}
-	char line[160] = "";
-	int ofd = openat(fd, OWNER_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	ssize_t n = ofd >= 0 ? pread(ofd, line, sizeof(line) - 1, 0) : -1;
-	if (ofd >= 0)
-		close(ofd);
-	unsigned long long ns = 0, maker_start = 0, owner_start = 0;
-	int rec_maker = 0, owner = 0;
-	bool known = n > 0 && sscanf(line, "%llu %d %llu %d %llu", &ns, &rec_maker, &maker_start, &owner, &owner_start) == 5 &&
-		     ns && ns == pid_ns() && rec_maker == maker && owner > 0;
-	bool garbage = known && !runs(maker, maker_start) &&
-		       !(runs(owner, owner_start) && faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0);
+	struct gs_fs_owner ow;
+	bool known = gs_fs_owner_read(fd, &ow) && ow.maker == maker;
+	bool garbage = known && !gs_fs_owner_runs(ow.maker, ow.maker_start) &&
+		       !(gs_fs_owner_runs(ow.owner, ow.owner_start) &&
+			 faccessat(fd, GS_FMT_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0);
 	close(fd); /* the lock with it */
 	return garbage;
 }

@@ -503,6 +503,14 @@ int gs_image_tmp_create(const char *dir, const struct gs_image_tmp_opts *opts, s
 	} else if (!(rc = check_replaceable(t, opts, &exists, err)) && !(exists && (rc = check_not_held(t, err)))) {
 		clean_up_dead_writers(t);
 		rc = make_tmp_dir(t, err);
+		/*
+		 * whose it is, as this process sees it (a container's agent records
+		 * its own PID in the manifest): what gc reads should the image stay
+		 * behind (store.c); gone with the publish
+		 */
+		int oe = !rc && opts && opts->source_pid_own ? gs_fs_owner_write(t->fd, opts->source_pid) : 0;
+		if (oe)
+			rc = gs_fail_errno(err, gs_image_errno_code(-oe), -oe, "cannot write into '%s'", t->tmp_path);
 		/* without the parent's lock another writer may have claimed DIR meanwhile: then both give way */
 		if (!rc && !locked && find_live_writer(t, &holder))
 			rc = busy(t, holder, err);
@@ -794,6 +802,9 @@ static int publish(struct gs_image_tmp *t, bool sync_first, bool *published, str
 		return rc;
 	}
 	*published = true;
+	/* the owner record is for what is left behind (to the last moment): the published image has none */
+	if (unlinkat(t->fd, GS_FS_OWNER_NAME, 0) < 0 && errno != ENOENT)
+		pr_warn("cannot remove '%s/%s': %s", t->dir, GS_FS_OWNER_NAME, strerror(errno));
 	/* the second hit of the fault point: as if the parent's fsync failed (kill: a crash right after the rename) */
 	int se = gs_fault(GS_FI_IMAGE_PUBLISH) ? gs_fault_errno(GS_FI_IMAGE_PUBLISH, EIO)
 					       : fsync(t->parent_fd) < 0 ? errno : 0;

@@ -919,7 +919,10 @@ static int image_objects(struct gs_store *s, const char *dir, bool leftover, boo
 	 * (its inventory, written last) or the process lives on, suspended
 	 * with its GPU data there; else it is of no use, and keeps nothing.
 	 */
-	bool useful = !leftover || gs_proc_alive(m.info.source_pid) || part_alive ||
+	struct gs_fs_owner ow;
+	bool source_alive = leftover && (gs_fs_owner_read(fd, &ow) ? gs_fs_owner_runs(ow.owner, ow.owner_start)
+								     : gs_proc_alive(m.info.source_pid));
+	bool useful = !leftover || source_alive || part_alive ||
 		      (m.info.cpu_state && faccessat(fd, "cpu/inventory.img", F_OK, AT_SYMLINK_NOFOLLOW) == 0);
 	close(fd);
 	if (!rc && useful) {

@@ -43,6 +43,7 @@ check "the first dump wrote its chunks as objects ($n1, $(objects "$ST") in the 
 check "... and copied the data from the GPU ($(jget "['gpu_copied_bytes']") of $data bytes)" \
   test "$(jget "['gpu_copied_bytes']")" -ge $((data - (9 << 20)))
 check "img1 has no data of its own" test -z "$(find "$S/img1" -maxdepth 1 -name 'gpu-data-*' -size +4k)"
+check "... nor the owner record its temporary directory had (only what a dump leaves behind keeps it)" test ! -e "$S/img1/.owner"
 run_gpusnap dump --leave-running --json --store "$ST" -D "$S/img2" "$PID"; expect "second dump, nothing changed" 0
 check "the second dump copied nothing from the GPU" test "$(jget "['gpu_copied_bytes']")" = 0
 check "... wrote no object" test "$(jget "['store_new_objects']")" = 0 -a "$(objects "$ST")" = "$n1"

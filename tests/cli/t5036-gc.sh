@@ -97,6 +97,7 @@ GPUSNAP_FAULT=image-publish=kill run_gpusnap dump --leave-running --store "$ST" 
 check "the dump was killed as it published img6" test "$RC" = 137 -a ! -e "$S/img6"
 left=$(find "$S" -maxdepth 1 -name '.img6.tmp-*' | head -n 1)
 check "its complete image is left at its temporary name" test -n "$left" -a -e "$left/manifest.img"
+check "... with the owner record gc reads to see its process runs" test -s "$left/.owner"
 n6=$(objects "$ST")
 check "... with the filled block's objects, which no published image uses ($n1 -> $n6)" test "$n6" -gt "$n1"
 run_gpusnap gc --json "$ST"; expect "gc after the dump killed as it published" 0

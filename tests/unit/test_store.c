@@ -523,6 +523,22 @@ static void test_gc_leftovers(void)
 	CHECK_INT(rename(dir, kept), 0);
 	CHECK_INT(gs_store_gc(store, true, 5, &r, NULL, &err), 0);
 	CHECK_INT(r.objects_removed, 2);
+	/*
+	 * unless its owner record (image_fs.h, written by the dump that made it)
+	 * says the process runs: the manifest's PID is the agent's own, another
+	 * namespace's for a process in a container; and not where it names one
+	 * that is gone
+	 */
+	int kfd = open(kept, O_RDONLY | O_DIRECTORY);
+	CHECK(kfd >= 0);
+	CHECK_INT(gs_fs_owner_write(kfd, getpid()), 0);
+	CHECK_INT(gs_store_gc(store, true, 5, &r, NULL, &err), 0);
+	CHECK_INT(r.objects_removed, 0);
+	CHECK_INT(unlinkat(kfd, GS_FS_OWNER_NAME, 0), 0);
+	CHECK_INT(gs_fs_owner_write(kfd, test_dead_pid()), 0);
+	CHECK_INT(gs_store_gc(store, true, 5, &r, NULL, &err), 0);
+	CHECK_INT(r.objects_removed, 2);
+	close(kfd);
 	/* removed by its user: its objects go, and both refs that named DIR */
 	CHECK_INT(gs_fs_remove_tree(AT_FDCWD, kept), 0);
 	CHECK_INT(gs_store_gc(store, false, 5, &r, NULL, &err), 0);
