@@ -116,8 +116,12 @@ row() {
       kill -9 "$s"
       RC=0
       wait "$s" || RC=$?
-      # the agent finishes its suspend alone, its 3 s hold included (it refuses another operation meanwhile)
-      sleep 4
+      # the agent finishes its suspend alone, its 3 s hold included (it refuses another operation
+      # meanwhile): wait for it to settle (60 s at most: a loaded machine), not for a guessed time
+      for _ in $(seq 600); do
+        [ "$("$GPUSNAP_BIN" state "$PID" 2>/dev/null)" = suspended ] && break
+        sleep 0.1
+      done
       OUT_TXT=$TEST_TMP/out ERR_TXT=$TEST_TMP/err ;;
     resume)
       run_gpusnap suspend "$PID"; expect "$t: the suspend before" 0

@@ -170,9 +170,19 @@ steps() { # LOG: the step count of the rank's latest verify
   for _ in $(seq 600); do [ "$(grep -c '^VERIFY' "$log")" -gt "$before" ] && break; sleep 0.05; done
   grep '^VERIFY' "$log" | tail -n 1 | awk '$2 == "OK" {print $5; exit} {print "fail"}'
 }
-sleep 1
-a1=$(steps "$r1" "$TEST_TMP/rank1.log")
-a2=$(steps "$r2" "$TEST_TMP/rank2.log")
+# steps_past N: waits (30 s at most, a loaded machine steps slowly) until both ranks stepped past N;
+# their counts in a1 and a2
+steps_past() {
+  local i
+  for ((i = 0; i < 150; i++)); do
+    a1=$(steps "$r1" "$TEST_TMP/rank1.log")
+    a2=$(steps "$r2" "$TEST_TMP/rank2.log")
+    case "$a1$a2" in *fail*) return ;; esac
+    [ "${a1:-0}" -gt "$1" ] && [ "${a2:-0}" -gt "$1" ] && return
+    sleep 0.2
+  done
+}
+steps_past 1
 check "both ranks step together ($a1, $a2)" test "${a1:-0}" -ge 2 -a "${a2:-0}" -ge 2
 # a failure with every gate closed opens them all again
 GPUSNAP_FAULT=suspend-after-gates run_gpusnap suspend --tree --timeout 5 "$parent"
@@ -218,8 +228,7 @@ done
 check "suspend --tree of two ranks waiting on each other returns (rc $rc after $(python3 -c "print(round($t1 - $t0, 1))") s: $(cat "$TEST_TMP/err"))" test "$rc" = 0
 check "both ranks' memory is released" test "$(cat "$FAKE_CUDA_DIR/$r1.phys")" = 0 -a "$(cat "$FAKE_CUDA_DIR/$r2.phys")" = 0
 run_gpusnap resume --tree "$parent"; expect "resume --tree" 0
-sleep 1
-b1=$(steps "$r1" "$TEST_TMP/rank1.log")
-b2=$(steps "$r2" "$TEST_TMP/rank2.log")
-check "both ranks step on after the resume ($a1 -> $b1, $a2 -> $b2)" test "${b1:-0}" != fail -a "${b2:-0}" != fail -a "${b1:-0}" -gt "$a1" -a "${b2:-0}" -gt "$a2"
+n1=$a1 n2=$a2
+steps_past "$((n1 > n2 ? n1 : n2))"
+check "both ranks step on after the resume ($n1 -> $a1, $n2 -> $a2)" test "${a1:-0}" != fail -a "${a2:-0}" != fail -a "${a1:-0}" -gt "$n1" -a "${a2:-0}" -gt "$n2"
 test_done
