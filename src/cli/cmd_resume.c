@@ -276,11 +276,11 @@ static int run_resume(struct cli_session *s, struct gs_ckpt_proc *procs, struct 
 	}
 	rc = cli_share_resume(pids, agents, n, images, false, err);
 	/* a dump killed inside its pause left the data in a stage of its own: back on the GPU, it goes */
-	for (int i = 0; !rc && i < n; i++)
-		if (images[i] && left_of(ctx, pids[i]) && images[i] == left_of(ctx, pids[i])->image &&
-		    gs_image_stage_is_left(images[i]) &&
-		    gs_image_stage_discard(images[i]))
+	for (int i = 0; !rc && i < n; i++) {
+		const struct resume_left *left = left_of(ctx, pids[i]);
+		if (left && images[i] == left->image && gs_image_stage_is_left(images[i]) && gs_image_stage_discard(images[i]))
 			fprintf(stderr, "gpusnap: warning: cannot remove '%s': %s\n", images[i], strerror(errno));
+	}
 	/* each spill that was read back goes (--tree: also where another process's resume failed) */
 	for (int i = 0; i < n; i++) {
 		struct gs_err e = { 0 };

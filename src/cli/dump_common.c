@@ -90,7 +90,6 @@ uint64_t dump_stage_need(const struct cli_agent *agent, const uint64_t *vram)
 struct gs_image_stage *dump_stage_open(pid_t pid, const struct cli_agent *agent, uint64_t need, uint64_t total,
 				       bool cpu_state, char *why, size_t n)
 {
-	const char *mem = gs_setting_str(GS_S_STAGE_DIR);
 	struct gs_err e = { 0 };
 	struct gs_image_stage *stage = NULL;
 	/*
@@ -105,7 +104,7 @@ struct gs_image_stage *dump_stage_open(pid_t pid, const struct cli_agent *agent,
 	else if (hm.avail != UINT64_MAX && hm.avail < total + (total >> 3) + (256u << 20))
 		snprintf(why, n, "the process has %llu MiB of host memory left (%s), the GPU data needs %llu MiB",
 			 (unsigned long long)(hm.avail >> 20), hm.limit, (unsigned long long)(total >> 20));
-	else if (!gs_image_stage_create(mem ? mem : "/dev/shm", need, total, cpu_state, pid, &stage, &e))
+	else if (!gs_image_stage_create(gs_setting_str(GS_S_STAGE_DIR), need, total, cpu_state, pid, &stage, &e))
 		return stage;
 	else
 		snprintf(why, n, "%s", e.msg);

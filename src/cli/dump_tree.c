@@ -139,10 +139,10 @@ bad:
 	return gs_fail(err, GS_E_IMAGE, "the image's list of processes ('%s') is malformed", value ? value : "");
 }
 
-/* A manifest in dir: the GPUs in mask (every GPU when 0), metadata, no allocations. */
+/* A manifest in dir: the GPUs in mask (every GPU when 0), metadata, no allocations; the store it names (NULL: none). */
 static int write_manifest(struct tree_run *r, const char *dir, pid_t pid, const char *comm, const char *how,
-			  const uint64_t *vram, uint64_t mask, const char *pid_list, const struct dump_tree_opts *store,
-			  struct gs_err *err)
+			  const uint64_t *vram, uint64_t mask, const char *pid_list, struct gs_store *store,
+			  const char *store_rec, struct gs_err *err)
 {
 	struct gs_image_writer_opts wo = { .source_pid = pid, .source_comm = comm, .how = how };
 	struct gs_image_writer *w;
@@ -150,8 +150,8 @@ static int write_manifest(struct tree_run *r, const char *dir, pid_t pid, const 
 	if (rc)
 		return rc;
 	/* a tree's own manifest names the store its processes' images keep their chunks in (FORMAT.md 12) */
-	if (store && store->store)
-		rc = gs_image_writer_set_store(w, store->store, store->store_rec, err);
+	if (store)
+		rc = gs_image_writer_set_store(w, store, store_rec, err);
 	if (!rc)
 		rc = dump_add_gpus(w, &r->s, mask, err);
 	if (!rc)
@@ -573,11 +573,11 @@ static int run(struct tree_run *r, const struct dump_tree_opts *o, struct gs_err
 			char comm[64];
 			gs_proc_comm(r->pids[i], comm, sizeof(comm));
 			rc = write_manifest(r, r->images[i], r->pids[i], comm, "driver", r->vram[i], r->gpu_mask[i], NULL, NULL,
-					    err);
+					    NULL, err);
 		}
 	}
 	if (rc || (rc = write_manifest(r, gs_image_tmp_path(r->tmp), r->root, r->comm, DUMP_TREE_HOW, vram_all, mask_all,
-				       pid_list, o, err)))
+				       pid_list, o->store, o->store_rec, err)))
 		return rc;
 	if ((rc = stop_if_signalled(r, GS_FI_DUMP_TREE_AFTER_DRIVER, err)))
 		return rc;

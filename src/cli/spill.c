@@ -283,6 +283,5 @@ int cli_spill_sweep(void)
 void cli_sweep_leftovers(void)
 {
 	cli_spill_sweep();
-	const char *mem = gs_setting_str(GS_S_STAGE_DIR);
-	gs_image_stage_sweep(mem && *mem ? mem : "/dev/shm");
+	gs_image_stage_sweep(gs_setting_str(GS_S_STAGE_DIR)); /* its default where unset or empty */
 }

@@ -360,13 +360,9 @@ static bool stage_is_garbage(int mem_fd, const char *name)
 
 int gs_image_stage_sweep(const char *mem_dir)
 {
-	int mem_fd = open(mem_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = mem_fd >= 0 ? fdopendir(mem_fd) : NULL;
-	if (!d) {
-		if (mem_fd >= 0)
-			close(mem_fd);
+	DIR *d = opendir(mem_dir);
+	if (!d)
 		return 0;
-	}
 	int removed = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
