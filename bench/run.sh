@@ -16,7 +16,7 @@
 # Environment:
 #   OUT                   where results go (default ./gpu-out)
 #   GPUSNAP_BENCH_JSON_DIR  where the run's JSON document goes (default $OUT; bench/results: the report's)
-#   GPUSNAP_BENCH_SIZES   sizes held by the process (default "1G 8G 32G")
+#   GPUSNAP_BENCH_SIZES   sizes held by the process (default "1G 8G 32G"; set but empty: none, the two-GPU case alone)
 #   GPUSNAP_BENCH_PATHS   paths to measure (default "driver"; e.g. "driver agent")
 #   GPUSNAP_BENCH_PATHS_<SIZE>  paths for one size only (e.g. GPUSNAP_BENCH_PATHS_32G="driver agent-reserve")
 #                         A path may carry variables for the app: "agent-reserve-bounce+GPUSNAP_STAGING_THREADS=16"
@@ -34,7 +34,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 cd "$SRC" || exit 1
 
 bench_prologue bench
-SIZES=${GPUSNAP_BENCH_SIZES:-1G 8G 32G}
+SIZES=${GPUSNAP_BENCH_SIZES-1G 8G 32G}
 PATHS=${GPUSNAP_BENCH_PATHS:-driver}
 REPEAT=${GPUSNAP_BENCH_REPEAT:-1}
 bench_outputs ""

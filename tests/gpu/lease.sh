@@ -15,6 +15,7 @@
 #        tests/gpu/lease.sh stop              (ends the plan and what it started)
 # STEP:  tests=t22,t31         tests/gpu/run.sh with these tests (name prefixes), no ctest, no bench
 #        bench-run=SIZES       bench/run.sh (driver, agent, agent-reserve; SIZES like 8G+32G)
+#        bench-two-gpus=SIZE   bench/run.sh's two-GPU case alone: SIZE on GPU 0, then on GPUs 0 and 1 (2 GPUs)
 #        bench-spill=SIZE      bench/spill.sh          bench-switch=SIZE   bench/switch.sh
 #        bench-incremental=MIB bench/incremental.sh    bench-compress=1b|3b|8b   bench/compress.sh
 #        bench-live=1b|3b|8b   bench/live_pause.sh (the pause only)
@@ -72,6 +73,7 @@ plan() { # STEP...
         GPUSNAP_GPU_WORK="$LEASE/work-tests-${arg//,/-}" tests/gpu/run.sh ${arg//,/ } ;;
       bench-run) run_step "$name" env GPUSNAP_BENCH_SIZES="${arg//+/ }" \
         GPUSNAP_BENCH_PATHS="${GPUSNAP_BENCH_PATHS:-driver agent agent-reserve}" GPUSNAP_BENCH_TWO_GPUS=0 bench/run.sh ;;
+      bench-two-gpus) run_step "$name" env GPUSNAP_BENCH_SIZES= GPUSNAP_BENCH_TWO_GPUS="$arg" bench/run.sh ;;
       bench-spill) run_step "$name" env GPUSNAP_BENCH_SPILL_SIZE="$arg" bench/spill.sh ;;
       bench-switch) run_step "$name" env GPUSNAP_BENCH_SWITCH_SIZE="$arg" bench/switch.sh ;;
       bench-incremental) run_step "$name" env GPUSNAP_BENCH_HELD_MIB="$arg" bench/incremental.sh ;;

@@ -17,6 +17,9 @@
 export LC_ALL=C
 # nvidia-smi numbers GPUs in PCI bus order; make CUDA (apps and gpusnap) agree.
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
+# NVLink multicast (NVLS) stays off on the lent multi-GPU machines: NCCL, PyTorch's
+# symmetric memory and NVSHMEM would otherwise create multicast objects.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 GS_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 GS_BUILD=${GPUSNAP_BUILD:-$GS_SRC/build}

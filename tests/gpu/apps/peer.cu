@@ -19,6 +19,10 @@
  *   peer-copy   cudaMemcpyPeer of every buffer of GPU 1 into GPU 0's
  *               scratch, checked there -> "PEERCOPY OK <n>"
  *   verify      every buffer of GPU 1 (target included) checked on GPU 1 -> "VERIFY OK <n>"
+ *   peer-off    cudaDeviceDisablePeerAccess both ways -> "PEEROFF OK"
+ *   peer-on     cudaDeviceEnablePeerAccess both ways again -> "PEERON OK"
+ *               (t52 asks whether the driver path restores a process whose
+ *               peer access is off at the checkpoint)
  *   quit
  * Failures answer "<WORD> FAIL <why>". Exit 0 only if no CUDA call failed.
  */
@@ -156,6 +160,28 @@ static void peer_copy(void)
 	reply("PEERCOPY OK %zu", g_bufs.size());
 }
 
+/* Peer access of both GPUs on (enable) or off: the driver-path probe of t52. */
+static bool set_peer(bool enable)
+{
+	for (int dev = 0; dev < 2; dev++) {
+		if (!CK(cudaSetDevice(dev)))
+			return false;
+		if (enable ? !CK(cudaDeviceEnablePeerAccess(1 - dev, 0)) : !CK(cudaDeviceDisablePeerAccess(1 - dev)))
+			return false;
+	}
+	return true;
+}
+
+static void peer_off(void)
+{
+	set_peer(false) ? reply("PEEROFF OK") : reply("PEEROFF FAIL %s", first_error().c_str());
+}
+
+static void peer_on(void)
+{
+	set_peer(true) ? reply("PEERON OK") : reply("PEERON FAIL %s", first_error().c_str());
+}
+
 static void verify(void)
 {
 	for (size_t i = 0; i <= g_bufs.size(); i++) {
@@ -209,6 +235,8 @@ int main(int argc, char **argv)
 		{ "peer-write", peer_write },
 		{ "peer-copy", peer_copy },
 		{ "verify", verify },
+		{ "peer-off", peer_off },
+		{ "peer-on", peer_on },
 	};
 	serve_commands(commands);
 	return app_exit_status();

@@ -128,7 +128,9 @@ def main():
             "terminal": False,
             "user": {"uid": 0, "gid": 0},
             "args": o.args,
-            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] + o.env,
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    # NVLink multicast stays off in containers too (tests/gpu/lib.sh says why)
+                    "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1"] + o.env,
             "cwd": "/",
             "capabilities": {k: CAPS for k in ("bounding", "effective", "permitted")},
             # the caller's own limit: raising it needs CAP_SYS_RESOURCE, which a sandbox may lack
