@@ -398,6 +398,11 @@ app_expect() { # NAME PREFIX [TIMEOUT_S]
   done
 }
 
+# True when app NAME has written nothing this shell has not read: no line waits on its output.
+app_quiet() { # NAME
+  [ -z "${APP_PARTIAL[$1]:-}" ] && ! IFS= read -r -t 0 -u "${APP_OUT[$1]}"
+}
+
 app_cmd() { # NAME COMMAND REPLY_PREFIX [TIMEOUT_S]
   app_send "$1" "$2" && app_expect "$1" "$3" "${4:-60}"
 }

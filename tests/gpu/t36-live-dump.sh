@@ -5,14 +5,17 @@
 #  1. the inference server of t85 (tests/gpu/py/server.py) answers a steady
 #     stream of requests (server_client.py's hammer, every answer compared
 #     with an uninterrupted twin's) while it is dumped GPUSNAP_T36_DUMPS times
-#     (default 5) with --leave-running: every dump staged, its paused_s and the
-#     longest wait for an answer reported, every answer equal to the twin's;
-#     then the last image restores a server that answers as the twin;
+#     (default 5) with --leave-running and --tcp-close (the running server
+#     keeps its connections; the image has them closed, the client reconnects
+#     to the restored one): every dump staged, its paused_s and the longest wait
+#     for an answer reported, every answer equal to the twin's; then the last
+#     image restores a server that answers as the twin;
 #  2. a training process (tests/gpu/py/train_live.py, deterministic) is dumped
-#     with --leave-running while it trains, three times per round of steps,
-#     and its final weights and optimizer state equal those of a twin trained
-#     without a dump, bit for bit; the last image restores it mid-training and
-#     it trains on to the same weights as the twin.
+#     with --leave-running while it trains, three times per round of steps
+#     (GPUSNAP_T36_STEPS, default 6000: each dump ends before the round does,
+#     checked), and its final weights and optimizer state equal those of a twin
+#     trained without a dump, bit for bit; the last image restores it
+#     mid-training and it trains on to the same weights as the twin.
 # gpu-test-limit: 480
 . "$(dirname "$0")/lib.sh"
 gs_test_init t36-live-dump
@@ -20,14 +23,15 @@ export GS_APP_STDERR=null # CRIU restores a process only if its regular files ke
 require_torch
 require_criu
 dumps=${GPUSNAP_T36_DUMPS:-5}
+steps=${GPUSNAP_T36_STEPS:-6000}
 img=$GS_WORK/img
 
-live_dump() { # PID DIR WHAT: dump --leave-running, staged, the process alive after it; PAUSED
-  gs_run dump --leave-running --json -D "$2" "$1"
+live_dump() { # PID DIR WHAT [DUMP ARGS...]: dump --leave-running, staged, the process alive after it; PAUSED
+  gs_run dump --leave-running --json -D "$2" "$1" "${@:4}"
   expect_rc 0 "$3: dump --leave-running" || return 1
   PAUSED=$(json_get "$GS_OUT" times.paused_s)
   log "$3: paused $PAUSED s, staged $(json_get "$GS_OUT" staged), copied $(json_get "$GS_OUT" stop_copy_bytes) B in the pause, image written $(json_get "$GS_OUT" times.stage_write_s 2>/dev/null) s after it, total $(json_get "$GS_OUT" times.total_s) s"
-  check_eq "$3: the pause copied into the dump's memory (staged)" "$(json_get "$GS_OUT" staged)" True
+  check_eq "$3: the pause copied into the dump's memory (staged)" "$(json_get "$GS_OUT" staged)" true
   check "$3: the process runs on" pid_alive "$1"
 }
 
@@ -40,7 +44,7 @@ app_cmd client hammer-start HAMMER 10 || finish
 pauses=()
 for ((d = 1; d <= dumps; d++)); do
   app_cmd client next ANSWERED 150 || { fail "the stream stopped before dump $d"; break; }
-  live_dump "$pid" "$img" "server dump $d" || break
+  live_dump "$pid" "$img" "server dump $d" --tcp-close || break
   pauses+=("$PAUSED")
   if ! app_cmd client next ANSWERED 150 || [[ $REPLY_LINE == *TIMEOUT* || $REPLY_LINE == *ERROR* ]]; then
     fail "server dump $d: no answer after it: $REPLY_LINE"
@@ -66,8 +70,8 @@ restore_checked "$img" "$pid" && client_same_as_twin "the server restored from t
 
 # ---- 2. training with periodic live dumps ----
 py=$GS_SRC/tests/gpu/py/train_live.py
-app_start train 240 "$GPUSNAP" run -- python3 "$py" --seed 36 || finish
-app_start twin_train 240 "$GPUSNAP" run -- python3 "$py" --seed 36 || finish
+app_start train 240 "$GPUSNAP" run -- python3 "$py" --seed 36 --steps "$steps" || finish
+app_start twin_train 240 "$GPUSNAP" run -- python3 "$py" --seed 36 --steps "$steps" || finish
 tpid=${APP_PID[train]}
 rounds=3
 for ((r = 1; r <= rounds; r++)); do
@@ -75,6 +79,8 @@ for ((r = 1; r <= rounds; r++)); do
   app_send twin_train train
   for k in 1 2 3; do
     live_dump "$tpid" "$GS_WORK/train-img" "training round $r, dump $k" || break 2
+    # the round's TRAINED line not yet written: the dump was taken and ended while it trained
+    check "training round $r, dump $k: taken while the round trained" app_quiet train
   done
   app_expect train TRAINED 600 || { fail "training round $r did not end"; break; }
   app_expect twin_train TRAINED 600 || { fail "the twin's round $r did not end"; break; }
@@ -85,6 +91,7 @@ check_eq "final weights and optimizer state after live dumps equal the uninterru
 # the last image: taken during round 3; restored, it trains its remaining steps and one more round, as the twin
 app_quit train 60 || gs_kill_pid "$tpid"
 wait_pid_gone "$tpid"
+app_expect train BYE 10 >/dev/null # the ended process's last line, before the restored one's
 if restore_checked "$GS_WORK/train-img" "$tpid"; then
   app_expect train TRAINED 600 # the round the dump interrupted, finished by the restored process
   app_cmd train train TRAINED 600
