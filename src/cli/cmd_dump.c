@@ -849,7 +849,7 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_SECONDS_(0, "timeout", &o.timeout, "SECONDS",
 				"wait at most this long for running GPU work (default 30, 0 = no limit)"),
 		GS_OPT_BOOL_(0, "driver", &o.driver_only, "use the driver path even where the gpusnap agent runs"),
-		GS_OPT_BOOL_(0, "multi-gpu-driver", &o.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore one with peer access between them)"),
+		GS_OPT_BOOL_(0, "multi-gpu-driver", &o.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore some such processes)"),
 		GS_OPT_BOOL_(0, "tcp-close", &o.tcp_close, "dump established TCP connections; they come back closed"),
 		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
 			     "dump established TCP connections and restore them (needs iptables)"),

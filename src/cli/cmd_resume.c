@@ -106,8 +106,8 @@ static int unlock_left(struct cli_session *s, struct gs_ckpt_proc *p, struct gs_
 /*
  * The driver could not restore processes it still holds checkpointed: their
  * records say so for `state`, and one that held memory on several GPUs gets
- * the likely cause (the driver cannot restore a process with peer access
- * between its GPUs; gs_ckpt_refuse_multi_gpu), which retrying does not cure.
+ * the likely cause (the driver cannot restore some processes on several
+ * GPUs; gs_ckpt_refuse_multi_gpu), which retrying does not cure.
  */
 static void note_driver_resume_failed(const struct gs_ckpt_proc *drv, int ndrv, struct gs_err *err)
 {
@@ -121,7 +121,7 @@ static void note_driver_resume_failed(const struct gs_ckpt_proc *drv, int ndrv, 
 		int nused = cli_recorded_gpus(drv[k].pid, used, 64);
 		if (nused >= 2)
 			cli_err_append(err, "process %d held memory on %d GPUs when suspended: if every resume fails so, the "
-				       "driver cannot restore it (peer access between its GPUs) and its GPU state is lost: "
+				       "driver cannot restore it and its GPU state is lost: "
 				       "end it and start it again under gpusnap run", (int)drv[k].pid, nused);
 	}
 }

@@ -363,7 +363,7 @@ int cmd_suspend(int argc, char **argv)
 			       "GPUSNAP_SPILL_DIR)"),
 		GS_OPT_BOOL_(0, "spill-only", &ctx.spill_only, "put the GPU data in the spill directory always"),
 		GS_OPT_BOOL_(0, "driver", &driver, "use the driver path even where the gpusnap agent runs"),
-		GS_OPT_BOOL_(0, "multi-gpu-driver", &ctx.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore one with peer access between them)"),
+		GS_OPT_BOOL_(0, "multi-gpu-driver", &ctx.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore some such processes)"),
 		GS_OPT_BOOL_(0, "json", &json, "print the outcome as JSON"),
 		GS_OPT_END_(),
 	};

@@ -648,7 +648,7 @@ int cmd_switch(int argc, char **argv)
 		GS_OPT_BOOL_(0, "keep-context", &w.keep_context,
 			     "agent only: OUT releases its data but keeps its CUDA context (faster both ways)"),
 		GS_OPT_BOOL_(0, "driver", &w.driver_only, "use the driver path even where the gpusnap agent runs"),
-		GS_OPT_BOOL_(0, "multi-gpu-driver", &w.suspend.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore one with peer access between them)"),
+		GS_OPT_BOOL_(0, "multi-gpu-driver", &w.suspend.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore some such processes)"),
 		GS_OPT_STRING_(0, "spill", &w.suspend.spill_dir, "DIR",
 			       "agent only: OUT's GPU data goes to DIR when host memory would not hold it (default "
 			       "GPUSNAP_SPILL_DIR)"),

@@ -87,7 +87,7 @@ static const struct gs_setting_def table[GS_S_COUNT] = {
 	[GS_S_MULTI_GPU_DRIVER] = { "GPUSNAP_MULTI_GPU_DRIVER", "multi_gpu_driver", GS_SET_BOOL, CLI | PLUGIN, "0", 0, 0,
 				    NULL, false,
 				    "driver path (no agent): 1 checkpoints a process with GPU memory on several GPUs, "
-				    "which the driver cannot restore where peer access is enabled between them "
+				    "some of which the driver cannot restore "
 				    "(default: refused; suspend and dump --multi-gpu-driver)" },
 	[GS_S_CHUNK_SIZE] = { "GPUSNAP_CHUNK_SIZE", NULL, GS_SET_SIZE, AGENT, NULL, 1 * MiB, 256 * MiB, NULL, false,
 			      "in the app: the unit a suspend copies in (default 4M bounce, 64M pinned)" },

@@ -283,8 +283,9 @@ int gs_ckpt_refuse_multi_gpu(pid_t pid, uint64_t on_gpu_mask, bool allowed, stru
 		if (on_gpu_mask & (1ULL << i))
 			len += (size_t)snprintf(gpus + len, sizeof(gpus) - len, "%s%d", len ? ", " : "", i);
 	return gs_fail(err, GS_E_STATE,
-		       "process %d holds GPU memory on GPUs %s, and the driver cannot restore a process with peer "
-		       "access between its GPUs (it would stay suspended for good): start it with gpusnap run, or, "
-		       "if it enables no peer access, allow it with --multi-gpu-driver (GPUSNAP_MULTI_GPU_DRIVER=1)",
+		       "process %d holds GPU memory on GPUs %s, and the driver cannot restore some such processes "
+		       "(a PyTorch process with peer copies stays suspended for good): start it with gpusnap run, or, "
+		       "if a suspend and resume of its kind worked, allow it with --multi-gpu-driver "
+		       "(GPUSNAP_MULTI_GPU_DRIVER=1)",
 		       (int)pid, gpus);
 }

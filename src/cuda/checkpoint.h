@@ -31,10 +31,11 @@ struct gs_ckpt_proc {
 /*
  * The driver path's refusal of a process with GPU memory on several GPUs
  * (on_gpu_mask: bit i for GPU i): the driver checkpoints such a process, but
- * cannot restore one with peer access enabled between its contexts (driver
- * 580: CUDA_ERROR_INVALID_VALUE on every resume, NVIDIA's cuda-checkpoint
- * alike), so the suspend could never be undone. Nothing outside the process
- * says whether peer access is on, hence the refusal of every such process,
+ * some it cannot restore (driver 580: a PyTorch process with peer copies
+ * between its GPUs, CUDA_ERROR_INVALID_VALUE on every resume, NVIDIA's
+ * cuda-checkpoint alike), so the suspend could never be undone; a plain CUDA
+ * process with peer access on restores (tests/gpu/t52). Nothing outside the
+ * process tells the two apart, hence the refusal of every such process,
  * unless allowed (GPUSNAP_MULTI_GPU_DRIVER, --multi-gpu-driver). A process
  * with the agent is not refused: its memory is released before the driver
  * checkpoints the contexts, and such a process on two GPUs with peer access

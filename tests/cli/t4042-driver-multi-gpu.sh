@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # t4042-driver-multi-gpu - the driver path never strands a process it could not
 # give back: the driver checkpoints a process holding GPU memory on several
-# GPUs but cannot restore one with peer access between them (every resume
-# fails, NVIDIA's cuda-checkpoint alike), and nothing outside the process says
-# whether peer access is on. The fake libcuda answers NVML too
+# GPUs but cannot restore some (a PyTorch process with peer copies: every
+# resume fails, NVIDIA's cuda-checkpoint alike), and nothing outside the
+# process tells those apart. The fake libcuda answers NVML too
 # (GPUSNAP_LIBNVML), reporting a process on the GPUs its state file names:
 #  - suspend, dump, dump --tree and switch of a process without the agent on
 #    GPUs 0 and 1 are refused before anything moves (exit 6, one line naming
@@ -24,9 +24,9 @@ touch "$FAKE_CUDA_LOG"
 never_locked() { ! grep -q "^lock $1 " "$FAKE_CUDA_LOG"; }
 # refused TITLE PID: the last command was refused as the multi-GPU driver path, before anything moved
 refused() {
-  expect "$1: refused" 6 "process $2 holds GPU memory on GPUs 0, 1, and the driver cannot restore a process with peer access between its GPUs"
+  expect "$1: refused" 6 "process $2 holds GPU memory on GPUs 0, 1, and the driver cannot restore some such processes"
   check "$1: in one line" [ "$(wc -l <"$ERR_TXT")" = 1 ]
-  check "$1: it names the ways out" grep -qF "start it with gpusnap run, or, if it enables no peer access, allow it with --multi-gpu-driver (GPUSNAP_MULTI_GPU_DRIVER=1)" "$ERR_TXT"
+  check "$1: it names the ways out" grep -qF "start it with gpusnap run, or, if a suspend and resume of its kind worked, allow it with --multi-gpu-driver (GPUSNAP_MULTI_GPU_DRIVER=1)" "$ERR_TXT"
   check "$1: the driver never locked it" never_locked "$2"
   check "$1: it runs on" [ "$(fake_state "$2")" = 0 ]
 }
@@ -59,7 +59,7 @@ check "... and it runs on" [ "$(fake_state "$PID")" = 0 ]
 run_gpusnap suspend --multi-gpu-driver "$PID"; expect "let through again" 0
 FAKE_CUDA_FAIL_RESTORE=$PID run_gpusnap resume "$PID"
 expect "the driver refuses its resume: exit 1, still suspended" 1 "still suspended (resume again)"
-check "... the message names the two GPUs and the likely cause" grep -qF "process $PID held memory on 2 GPUs when suspended: if every resume fails so, the driver cannot restore it (peer access between its GPUs)" "$ERR_TXT"
+check "... the message names the two GPUs and the likely cause" grep -qF "process $PID held memory on 2 GPUs when suspended: if every resume fails so, the driver cannot restore it and its GPU state is lost" "$ERR_TXT"
 check "... in one line" [ "$(wc -l <"$ERR_TXT")" = 1 ]
 run_gpusnap state "$PID"; expect "state: suspended" 0 "suspended"
 check "... with a note: its last resume failed, and why" grep -qF "gpusnap: note: its last resume failed: " "$ERR_TXT"

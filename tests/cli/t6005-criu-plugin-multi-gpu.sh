@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # t6005-criu-plugin-multi-gpu - gpusnap_criu.so on the driver path refuses, as
 # the command line does (t4042), a process holding GPU memory on several GPUs:
-# the driver would checkpoint it but cannot restore one with peer access
-# between its GPUs. Plain criu with the plugin (fake libcuda answering NVML
+# the driver would checkpoint it but cannot restore some such processes.
+# Plain criu with the plugin (fake libcuda answering NVML
 # too, real CRIU 4): the dump fails before the driver locks the process, one
 # line of CRIU's log names the GPUs and the setting; the process counts on;
 # with multi_gpu_driver (GPUSNAP_MULTI_GPU_DRIVER=1, or the key in the
@@ -29,7 +29,7 @@ echo "0 0,1" >"$FAKE_CUDA_DIR/$pid"
 criu_dump "$TEST_TMP/c1" "$pid"
 check "criu dump fails" rc_failed
 check "CRIU's log names the GPUs and the way out" log_has "$TEST_TMP/c1/dump.log" \
-  "process $pid holds GPU memory on GPUs 0, 1, and the driver cannot restore a process with peer access between its GPUs"
+  "process $pid holds GPU memory on GPUs 0, 1, and the driver cannot restore some such processes"
 check "the driver never locked it" never_locked "$pid"
 check "it counts on" wait_lines "$log" $(($(wc -l <"$log") + 3))
 check "it is running on the GPU" [ "$(fake_state "$pid")" = 0 ]

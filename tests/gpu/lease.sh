@@ -138,6 +138,7 @@ case ${1:-} in
           echo "== $(basename "$d")"
           cat "$d/summary.txt"
           w=$LEASE/work-$(basename "$d")/logs
+          grep -h "FINDING:" "$w"/*.log 2>/dev/null # what a probe (t52, t53) learnt of the driver
           for t in $(sed -n 's/^  \(t[0-9][^ ]*\) *FAIL .*/\1/p' "$d/summary.txt"); do
             echo "---- $t (last 80 lines of logs/$t.log)"
             tail -n 80 "$w/$t.log" 2>/dev/null

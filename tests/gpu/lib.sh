@@ -818,6 +818,27 @@ resume_checked() { # NAME [EXTRA ARGS...]
   log "VRAM of $name after resume: $(pid_vram_mib "$pid") MiB"
 }
 
+# Driver-path cycle of app NAME with the override; prints a FINDING line and
+# checks that gpusnap's account of the outcome is true. Returns 0 if resumed.
+driver_multi_gpu_cycle() { # NAME WHAT
+  local name=$1 what=$2 pid=${APP_PID[$1]} fault
+  suspend_checked "$name" 64 --multi-gpu-driver || return 2
+  gs_run resume "$pid" --json
+  if [ "$GS_RC" == 0 ]; then
+    log "FINDING: the driver restores a two-GPU process with $what"
+    expect_state "$pid" running "$what: running after the resume"
+    return 0
+  fi
+  log "FINDING: the driver does not restore a two-GPU process with $what: exit $GS_RC, $(head -n 1 <<<"$GS_ERR")"
+  pass "$what: the failed resume says so: exit $GS_RC"
+  check "$what: its message names the GPUs the process held" grep -q "GPUs" <<<"$GS_ERR"
+  expect_state "$pid" suspended "$what: still suspended after the failed resume"
+  gs_run state "$pid" --json
+  fault=$(json_get "$GS_OUT" fault 2>/dev/null)
+  check "$what: state's fault names the failed resume ($fault)" grep -q "last resume failed" <<<"$fault"
+  return 1
+}
+
 # Skips the whole test (visibly) unless at least N GPUs are present.
 require_gpus() { # N REASON
   local n

@@ -40,27 +40,6 @@ peer_ok() { # NAME WHEN
   done
 }
 
-# Driver-path cycle of app NAME with the override; prints a FINDING line and
-# checks that gpusnap's account of the outcome is true. Returns 0 if resumed.
-driver_cycle() { # NAME WHAT
-  local name=$1 what=$2 pid=${APP_PID[$1]} fault
-  suspend_checked "$name" 64 --multi-gpu-driver || return 2
-  gs_run resume "$pid" --json
-  if [ "$GS_RC" == 0 ]; then
-    log "FINDING: the driver restores a two-GPU process with $what"
-    expect_state "$pid" running "$what: running after the resume"
-    return 0
-  fi
-  log "FINDING: the driver does not restore a two-GPU process with $what: exit $GS_RC, $(head -n 1 <<<"$GS_ERR")"
-  pass "$what: the failed resume says so: exit $GS_RC"
-  check "$what: its message names the GPUs the process held" grep -q "GPUs" <<<"$GS_ERR"
-  expect_state "$pid" suspended "$what: still suspended after the failed resume"
-  gs_run state "$pid" --json
-  fault=$(json_get "$GS_OUT" fault 2>/dev/null)
-  check "$what: state's fault names the failed resume ($fault)" grep -q "last resume failed" <<<"$fault"
-  return 1
-}
-
 app_start on 120 "$app" --size 256M --seed 52 || finish
 app_cmd on canpeer CANPEER || { fail "no answer to canpeer"; finish; }
 if [ "$REPLY_LINE" != "CANPEER 1" ]; then
@@ -78,7 +57,7 @@ peer_ok on "after the refusal"
 # Peer access off at the checkpoint.
 app_start off 120 "$app" --size 256M --seed 53 || finish
 app_reply_ok off peer-off "PEEROFF OK" 60 "peer access turned off" || finish
-if driver_cycle off "peer access turned off before the checkpoint"; then
+if driver_multi_gpu_cycle off "peer access turned off before the checkpoint"; then
   app_reply_ok off peer-on "PEERON OK" 60 "peer access turned on again after the resume" &&
     peer_ok off "peer access off through the cycle, on again"
   app_verify off "every buffer on GPU 1 after the cycle"
@@ -89,7 +68,7 @@ else
 fi
 
 # Peer access on at the checkpoint.
-if driver_cycle on "peer access on at the checkpoint"; then
+if driver_multi_gpu_cycle on "peer access on at the checkpoint"; then
   peer_ok on "peer access on through the cycle"
   app_verify on "every buffer on GPU 1 after the cycle"
   app_quit on

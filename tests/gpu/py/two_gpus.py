@@ -9,7 +9,9 @@ the host. Then answers commands on stdin, one per line:
             peer's memory, since peer access is enabled) give the source; an
             all-reduce of one tensor per GPU gives the sum on both GPUs (--collective
             nccl: torch.cuda.nccl.all_reduce, NCCL inside one process; copy: a peer
-            copy, an add and a copy back); else "CHECK FAIL <why>"
+            copy, an add and a copy back; none: no all-reduce); --no-peer-copies leaves
+            out the copies between the GPUs, so nothing crosses from one to the other
+            (t53 asks the driver path what it restores); else "CHECK FAIL <why>"
   quit   -> "BYE <status>" (status 1 if a check ever failed); the loop is check_loop.py's
 """
 import argparse
@@ -29,7 +31,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=64)
     ap.add_argument("--mib", type=int, default=256, help="MiB of the large tensor on each GPU")
-    ap.add_argument("--collective", choices=["nccl", "copy"], default="nccl")
+    ap.add_argument("--collective", choices=["nccl", "copy", "none"], default="nccl")
+    ap.add_argument("--no-peer-copies", action="store_true", help="no copy between the GPUs in check")
     args = ap.parse_args()
     if torch.cuda.device_count() < 2:
         print("two_gpus: needs 2 GPUs, has %d" % torch.cuda.device_count(), file=sys.stderr)
@@ -56,7 +59,7 @@ def main():
         for i, (t, host) in enumerate(kept):
             if not torch.equal(t.cpu(), host):
                 why.append("kept tensor %d on %s changed" % (i, t.device))
-        for src_dev, dst_dev in (("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")):
+        for src_dev, dst_dev in () if args.no_peer_copies else (("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")):
             src = next(t for t, _ in kept if t.device == torch.device(src_dev))
             host = next(h for t, h in kept if t.device == torch.device(src_dev))
             if not torch.equal(src.to(dst_dev).cpu(), host):
@@ -67,6 +70,9 @@ def main():
             dst.copy_(sq.t())
             if not torch.equal(dst.cpu(), host[: 1024 * 1024].view(1024, 1024).t()):
                 why.append("transposed peer copy %s -> %s differs" % (src_dev, dst_dev))
+        if args.collective == "none":
+            torch.cuda.synchronize()
+            return why
         red = [red_host[0].to("cuda:0"), red_host[1].to("cuda:1")]
         if args.collective == "nccl":
             nccl.all_reduce(red)
