@@ -155,11 +155,15 @@ for ((rep = 1; rep <= REPEAT; rep++)); do
   srw+=("$(rate "$held" "$T")")
   W[spill.res]+=" $T"
   verified "resume from the spill" || break
-  if [ -n "$(find "$DIR" -mindepth 1 -maxdepth 1)" ]; then
+  # removed in the background (src/cli/spill.c): waited for, so that it neither fills the disk
+  # nor shares it with the next round's dd
+  t_rm=$EPOCHREALTIME
+  if ! eventually 300 bash -c '[ -z "$(find "$1" -mindepth 1 -maxdepth 1)" ]' _ "$DIR"; then
     echo "FAIL: the spill was not removed after the resume: $(ls -A "$DIR")"
     FAILED=1
     break
   fi
+  log "spill: removed in the background, gone $(gs_elapsed "$t_rm") s after the resume returned"
 
   for path in $PATHS; do
     D=()

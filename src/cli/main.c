@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/interrupt.h"
+#include "cli/spill.h"
 #include "common/log.h"
 #include "common/settings.h"
 
@@ -58,6 +59,9 @@ int main(int argc, char **argv)
 	/* hidden: what the build makes the manual pages from (cli_doc.c) */
 	if (!strcmp(argv[1], "_doc"))
 		return cmd_doc(argc - 1, argv + 1);
+	/* hidden: the detached removal of a spill folder no process needs (spill.c) */
+	if (!strcmp(argv[1], "_remove-spill") && argc == 3)
+		return cli_spill_remove_trash(argv[2]);
 	for (int i = 0; i < cli_ncommands; i++)
 		if (!strcmp(argv[1], cli_commands[i].name))
 			return cli_exit(cli_json_end_command(cli_commands[i].run(argc - 1, argv + 1)));

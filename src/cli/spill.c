@@ -6,10 +6,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/proc.h"
@@ -21,6 +25,11 @@
 #define FOLDER_PREFIX "gpusnap-"
 #define RECORD_PREFIX "spill-"
 #define IMAGE_NAME "image"
+/* a folder no process needs any more, renamed for its removal in the background, and its record */
+#define TRASH_PREFIX FOLDER_PREFIX "trash-"
+#define TRASH_RECORD_PREFIX "spilltrash-"
+
+extern char **environ;
 
 int cli_spill_check_dir(const char *dir, struct gs_err *err)
 {
@@ -113,6 +122,182 @@ static void remove_folder(const char *path)
 	close(fd);
 }
 
+/*
+ * Spill folders that are no longer needed go in the background: on a file
+ * system mounted with discard (the lent machines' ext4), unlinking a spill
+ * costs about a second per 4 GiB, which a resume would otherwise add after the
+ * process already runs. The folder is renamed at once (its name is free for
+ * the process's next spill), a record spilltrash-ID in the runtime directory
+ * names the renamed folder, and a detached `gpusnap _remove-spill RECORD`
+ * removes it, holding the record's flock while it works. A remover that was
+ * killed leaves its record: the next sweep starts another. A spill into a
+ * directory first waits for the removals there (wait_trash_in), so the space
+ * they free counts.
+ */
+static int trash_record_path(const char *id, char *buf, size_t n)
+{
+	char dir[512];
+	if (gs_ctl_run_dir(dir, sizeof(dir), NULL))
+		return -1;
+	snprintf(buf, n, "%s/" TRASH_RECORD_PREFIX "%s", dir, id);
+	return 0;
+}
+
+/* Starts the detached remover of the record at path: its own session, no descriptor of ours. */
+static int spawn_remover(const char *record)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigfillset(&all);
+	if (posix_spawn_file_actions_init(&fa))
+		return -1;
+	if (posix_spawnattr_init(&at)) {
+		posix_spawn_file_actions_destroy(&fa);
+		return -1;
+	}
+	int rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) ||
+		 posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0) ||
+		 posix_spawn_file_actions_adddup2(&fa, 1, 2) || posix_spawn_file_actions_addclosefrom_np(&fa, 3) ||
+		 posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF) ||
+		 posix_spawnattr_setsigmask(&at, &none) || posix_spawnattr_setsigdefault(&at, &all);
+	pid_t child;
+	char *argv[] = { "gpusnap", "_remove-spill", (char *)record, NULL };
+	if (!rc)
+		rc = posix_spawn(&child, "/proc/self/exe", &fa, &at, argv, environ);
+	posix_spawnattr_destroy(&at);
+	posix_spawn_file_actions_destroy(&fa);
+	return rc ? -1 : 0;
+}
+
+/*
+ * The folder at path (a spill folder) out of the way now and removed in the
+ * background; removed here when that cannot be arranged.
+ */
+static void trash_folder(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash || strncmp(slash + 1, FOLDER_PREFIX, strlen(FOLDER_PREFIX)))
+		return; /* not one of ours */
+	static unsigned serial;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	char id[96], trash[PATH_MAX + 96], record[640], tmp[700];
+	snprintf(id, sizeof(id), "%d-%u-%lld%09ld", (int)getpid(), serial++, (long long)ts.tv_sec, ts.tv_nsec);
+	snprintf(trash, sizeof(trash), "%.*s/" TRASH_PREFIX "%s", (int)(slash - path), path, id);
+	if (strlen(trash) >= PATH_MAX || trash_record_path(id, record, sizeof(record))) {
+		remove_folder(path);
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", record);
+	FILE *f = fopen(tmp, "w");
+	bool recorded = f && fprintf(f, "%s\n", trash) > 0;
+	if (f && fclose(f))
+		recorded = false;
+	if (!recorded || rename(tmp, record)) {
+		unlink(tmp);
+		remove_folder(path);
+		return;
+	}
+	if (rename(path, trash)) { /* gone already, or not renamable: removed in place */
+		unlink(record);
+		if (errno != ENOENT)
+			remove_folder(path);
+		return;
+	}
+	if (spawn_remover(record)) {
+		remove_folder(trash);
+		unlink(record);
+	}
+}
+
+/* The folder a trash record at fd names, checked to be a trash folder; false if not of that form. */
+static bool read_trash_record(int fd, char *folder, size_t n)
+{
+	char buf[PATH_MAX + 2];
+	ssize_t got = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (got <= 1 || buf[0] != '/')
+		return false;
+	buf[got] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	const char *slash = strrchr(buf, '/');
+	if (!slash || strncmp(slash + 1, TRASH_PREFIX, strlen(TRASH_PREFIX)) || strstr(buf, "/../"))
+		return false;
+	snprintf(folder, n, "%s", buf);
+	return true;
+}
+
+/*
+ * A trash record's folder removed and the record with it, if no remover
+ * holds it (wait: until it is done). A record not of that form names nothing
+ * to remove: it goes alone, so that no sweep takes it up again.
+ */
+static void finish_trash(int dir_fd, const char *name, bool wait)
+{
+	int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	char folder[PATH_MAX];
+	if (flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) == 0) {
+		if (read_trash_record(fd, folder, sizeof(folder)))
+			remove_folder(folder);
+		unlinkat(dir_fd, name, 0);
+	}
+	close(fd);
+}
+
+int cli_spill_remove_trash(const char *record)
+{
+	char run[512], real[PATH_MAX], in[PATH_MAX], at[PATH_MAX];
+	const char *base = strrchr(record, '/');
+	if (base)
+		snprintf(in, sizeof(in), "%.*s", (int)(base - record), record);
+	/* only a trash record of this user's runtime directory */
+	if (!base || strncmp(base + 1, TRASH_RECORD_PREFIX, strlen(TRASH_RECORD_PREFIX)) ||
+	    gs_ctl_run_dir(run, sizeof(run), NULL) || !realpath(run, real) || !realpath(in[0] ? in : "/", at) ||
+	    strcmp(real, at)) {
+		fprintf(stderr, "gpusnap: '%s' is not a spill removal record\n", record);
+		return GS_E_USAGE;
+	}
+	int dir_fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir_fd < 0)
+		return 0;
+	finish_trash(dir_fd, base + 1, true);
+	close(dir_fd);
+	return 0;
+}
+
+/*
+ * Before a spill into dir: the removals of earlier spills there finish first,
+ * so that the space they free is free (a switch's IN, read back from its
+ * spill, may be followed at once by OUT's spill into the same directory).
+ */
+static void wait_trash_in(const char *dir)
+{
+	char run[512];
+	if (gs_ctl_run_dir(run, sizeof(run), NULL))
+		return;
+	DIR *d = opendir(run);
+	if (!d)
+		return;
+	size_t len = strlen(dir);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, TRASH_RECORD_PREFIX, strlen(TRASH_RECORD_PREFIX)) || strstr(de->d_name, ".tmp"))
+			continue;
+		int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		char folder[PATH_MAX];
+		bool here = fd >= 0 && read_trash_record(fd, folder, sizeof(folder)) && !strncmp(folder, dir, len) &&
+			    folder[len] == '/' && !strchr(folder + len + 1, '/');
+		if (fd >= 0)
+			close(fd);
+		if (here)
+			finish_trash(dirfd(d), de->d_name, true);
+	}
+	closedir(d);
+}
+
 static uid_t process_owner(pid_t pid)
 {
 	uid_t uid = (uid_t)-1;
@@ -140,6 +325,7 @@ int cli_spill_begin(const char *dir, pid_t pid, struct cli_spill *sp, struct gs_
 	    sizeof(sp->folder))
 		return gs_fail(err, GS_E_USAGE, "spill directory '%s': its path is too long", dir);
 	snprintf(sp->image, sizeof(sp->image), "%s/" IMAGE_NAME, sp->folder);
+	wait_trash_in(real);
 	/* a folder this process's earlier spill left (a killed gpusnap): the process is not suspended now, it goes */
 	remove_folder(sp->folder);
 	if (mkdir(sp->folder, 0700))
@@ -245,7 +431,7 @@ void cli_spill_forget(pid_t pid)
 	if (record_path(pid, path, sizeof(path)))
 		return;
 	if (read_record(path, &start, folder, sizeof(folder), dir, sizeof(dir)))
-		remove_folder(folder);
+		trash_folder(folder);
 	unlink(path);
 }
 
@@ -260,6 +446,18 @@ int cli_spill_sweep(void)
 	int removed = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
+		if (!strncmp(de->d_name, TRASH_RECORD_PREFIX, strlen(TRASH_RECORD_PREFIX)) && !strstr(de->d_name, ".tmp")) {
+			/* a removal whose remover is gone (killed): another one takes it */
+			int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+			bool orphan = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+			if (fd >= 0)
+				close(fd);
+			char path[1024];
+			snprintf(path, sizeof(path), "%s/%s", run, de->d_name);
+			if (orphan && spawn_remover(path))
+				finish_trash(dirfd(d), de->d_name, false);
+			continue;
+		}
 		int pid = 0, used = 0;
 		if (sscanf(de->d_name, RECORD_PREFIX "%d%n", &pid, &used) != 1 || pid <= 0 || de->d_name[used] ||
 		    de->d_name[strlen(RECORD_PREFIX)] < '1' || de->d_name[strlen(RECORD_PREFIX)] > '9')
@@ -272,7 +470,7 @@ int cli_spill_sweep(void)
 		unsigned long long now = gs_proc_start_time(pid);
 		if (now && now == start)
 			continue; /* it runs: its data is its own */
-		remove_folder(folder);
+		trash_folder(folder);
 		unlinkat(dirfd(d), de->d_name, 0);
 		removed++;
 	}

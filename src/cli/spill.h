@@ -15,6 +15,11 @@
  * the folder), says where a suspended process's data is: resume reads it,
  * state shows it, and a process that is gone has its folder removed by the
  * next gpusnap command that sweeps (cli_spill_sweep).
+ *
+ * A folder no longer needed (read back by a resume, or left by a process that
+ * is gone) is renamed gpusnap-trash-ID at once and removed by a detached
+ * `gpusnap _remove-spill` (spill.c says why); its record spilltrash-ID lets
+ * the next sweep finish a removal whose remover was killed.
  */
 #ifndef GPUSNAP_CLI_SPILL_H
 #define GPUSNAP_CLI_SPILL_H
@@ -64,8 +69,10 @@ int cli_spill_end(struct cli_spill *sp, bool spilled, struct gs_err *err);
  * be NULL). false when there is no record for this process.
  */
 bool cli_spill_lookup(pid_t pid, char *image, size_t n, char *dir, size_t ndir);
-/* After a resume from it: removes pid's spill folder and record. */
+/* After a resume from it: pid's spill record goes, its folder is removed in the background. */
 void cli_spill_forget(pid_t pid);
+/* The hidden `gpusnap _remove-spill RECORD`: removes the trash folder a record of the runtime directory names. */
+int cli_spill_remove_trash(const char *record);
 /* Removes the folders and records of spilled processes that are gone; returns how many. */
 int cli_spill_sweep(void);
 /*

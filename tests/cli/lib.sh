@@ -223,6 +223,18 @@ wait_lines() {
   done
   return 1
 }
+# eventually SECONDS CMD...: CMD succeeds within SECONDS (tried every 50 ms): for what gpusnap
+# finishes in the background, as the removal of a spill a resume read back (src/cli/spill.c).
+eventually() {
+  local end=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ $SECONDS -lt $end ] || return 1
+    sleep 0.05
+  done
+}
+# empty_dir DIR: nothing in DIR
+empty_dir() { [ -z "$(ls -A "$1")" ]; }
 # grows FILE: FILE gets 5 lines more within 30 s (the counter writing it runs).
 grows() { local n; n=$(wc -l <"$1"); wait_lines "$1" $((n + 5)); }
 # last_count LOG: the counter's latest number in LOG, a moment after it was asked.

@@ -146,7 +146,7 @@ run_gpusnap state -v "$A"; expect "state of the spilled A" 0 "suspended"
 check "... says where its data is" grep -q "^data: spilled to $spill, " "$OUT_TXT"
 data_ok B "... B's data"
 run_gpusnap switch "$B" "$A"; expect "switch back: A from its spill" 0
-check "... the spill is removed" test -z "$(find "$spill" -mindepth 1 -maxdepth 1)"
+check "... the spill is removed (in the background)" eventually 30 empty_dir "$spill"
 data_ok A "... A's data bit for bit after the spill"
 # host memory short for A (its agent reads the limit): GPUSNAP_SPILL_DIR is used by itself
 kill -9 "$A" 2>/dev/null
@@ -160,7 +160,7 @@ data_ok A "... A's data after the spill the setting chose"
 GPUSNAP_FAULT=switch-after-both run_gpusnap switch --spill-only --spill "$spill" "$A" "$B"
 expect "a failure after A spilled and B came in: undone" 1 "undone, process $A runs on, process $B stays suspended"
 check "... A's spill is removed by the undo, and B is back in host memory, not spilled" \
-  test -z "$(find "$spill" -mindepth 1 -maxdepth 1)"
+  eventually 30 empty_dir "$spill"
 data_ok A "... A's data, taken back from its spill"
 run_gpusnap switch --spill "$TEST_TMP/none" "$A" "$B"; expect "a missing spill directory: refused" 2 "nothing was done"
 check "... nothing moved: A runs, B suspended" [ "$(st "$A") $(st "$B")" = "0 2" ]

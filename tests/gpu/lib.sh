@@ -74,6 +74,13 @@ check() { # DESC COND... : pass if the command COND succeeds
 # between VALUE LO HI: VALUE is a whole number from LO to HI ("check DESC between ..."; a chain
 # "check DESC [ A ] && [ B ]" would check A alone: lint-check-chains.sh refuses it)
 between() { [ "$1" -ge "$2" ] 2>/dev/null && [ "$1" -le "$3" ]; }
+# true once COND succeeds, tried every 0.1 s for up to SECONDS: what gpusnap finishes in the
+# background (a spill read back is removed by a detached remover, src/cli/spill.c)
+eventually() { # SECONDS COND...
+  local end=$((SECONDS + $1))
+  shift
+  until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done
+}
 
 check_eq() { # DESC GOT WANT
   if [ "$2" == "$3" ]; then pass "$1: $2"; else fail "$1: got '$2', wanted '$3'"; fi
