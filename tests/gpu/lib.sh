@@ -879,9 +879,19 @@ require_criu() {
 }
 
 # Skips the test visibly without PyTorch that sees a GPU.
-require_torch() {
-  if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    skip "PyTorch with CUDA is not installed here"
+require_torch() { # [NGPUS]: PyTorch with CUDA (on NGPUS GPUs), or the test SKIPs
+  local n=${1:-1}
+  if ! python3 -c "import torch; assert torch.cuda.is_available() and torch.cuda.device_count() >= $n" 2>/dev/null; then
+    skip "PyTorch with CUDA$([ "$n" -gt 1 ] && echo " on $n GPUs") is not installed here"
+    finish
+  fi
+}
+
+# app=GS_APPS/NAME, the test app built with -DGPUSNAP_GPU_APPS=ON, or the test FAILs (a missing app is a build fault).
+require_app() { # NAME
+  app=$GS_APPS/$1
+  if [ ! -x "$app" ]; then
+    fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
     finish
   fi
 }

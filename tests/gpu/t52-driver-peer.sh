@@ -20,11 +20,7 @@
 . "$(dirname "$0")/lib.sh"
 gs_test_init t52-driver-peer
 require_gpus 2 "peer access needs 2 GPUs"
-app=$GS_APPS/peer
-if [ ! -x "$app" ]; then
-  fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
-  finish
-fi
+require_app peer
 
 peer_ok() { # NAME WHEN
   local cmd word

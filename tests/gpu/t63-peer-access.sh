@@ -14,11 +14,7 @@
 . "$(dirname "$0")/lib.sh"
 gs_test_init t63-peer-access
 require_gpus 2 "peer access needs 2 GPUs"
-app=$GS_APPS/peer
-if [ ! -x "$app" ]; then
-  fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
-  finish
-fi
+require_app peer
 
 cmd_ok() { # NAME COMMAND WORD WHAT
   if app_cmd "$1" "$2" "$3" 120 && [[ $REPLY_LINE == "$3 OK"* ]]; then

@@ -18,10 +18,7 @@
 gs_test_init t64-torch-two-gpus
 require_gpus 2 "a process on two GPUs needs 2 GPUs"
 py=$(dirname "$0")/py/two_gpus.py
-if ! python3 -c 'import torch; assert torch.cuda.device_count() >= 2' 2>/dev/null; then
-  skip "PyTorch with CUDA on 2 GPUs is not installed here"
-  finish
-fi
+require_torch 2
 
 check_ok() { app_reply_ok "$1" check "CHECK OK*" 180 "$2"; } # NAME WHAT
 

@@ -15,11 +15,7 @@
 #    for the driver's own cudaMalloc (the agent asks for gpuDirectRDMACapable).
 . "$(dirname "$0")/lib.sh"
 gs_test_init t65-pointer-attrs
-app=$GS_APPS/ptrattr
-if [ ! -x "$app" ]; then
-  fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
-  finish
-fi
+require_app ptrattr
 
 attrs() { # NAME -> ATTRS: the reply's KEY=VALUE words; 1 when the app answered OK
   ATTRS=

@@ -28,11 +28,7 @@
 gs_test_init t66-share-fd
 # CRIU dumps the ranks: an open stderr file would grow between dump and restore
 export GS_APP_STDERR=null
-app=$GS_APPS/share
-if [ ! -x "$app" ]; then
-  fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
-  finish
-fi
+require_app share
 
 app_start share 180 "$GPUSNAP" run -- "$app" --size 1G --seed 66 || finish
 p0=${APP_PID[share]}

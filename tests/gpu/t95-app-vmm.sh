@@ -14,11 +14,7 @@
 # gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t95-app-vmm
-app=$GS_APPS/vmm_app
-if [ ! -x "$app" ]; then
-  fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
-  finish
-fi
+require_app vmm_app
 
 # run_case NAME SIZE CHUNK: one process through the checks above
 run_case() {

@@ -13,11 +13,7 @@
 # gpu-test-shared: yes
 . "$(dirname "$0")/lib.sh"
 gs_test_init t98-agent-pools
-app=$GS_APPS/pools
-if [ ! -x "$app" ]; then
-  fail "missing $app (build with -DGPUSNAP_GPU_APPS=ON)"
-  finish
-fi
+require_app pools
 agent_field() { json_get "$GS_OUT" "agent.$1"; }
 
 app_start pools 120 "$GPUSNAP" run -- "$app" || finish
