@@ -852,7 +852,7 @@ int cmd_dump(int argc, char **argv)
 		GS_OPT_BOOL_(0, "multi-gpu-driver", &o.multi_gpu_driver, "driver path: go ahead with a process holding memory on several GPUs (the driver cannot restore some such processes)"),
 		GS_OPT_BOOL_(0, "tcp-close", &o.tcp_close, "dump established TCP connections; they come back closed"),
 		GS_OPT_BOOL_(0, "tcp-established", &o.tcp_established,
-			     "dump established TCP connections and restore them (needs iptables)"),
+			     "dump established TCP connections and restore them (CRIU locks them with iptables, or nftables)"),
 		GS_OPT_BOOL_(0, "replace", &o.replace, "replace DIR even if it holds the image of another process"),
 		GS_OPT_STRING_(0, "compress", &o.compress_arg, "CODEC[:LEVEL]",
 			       "compress the GPU data the agent writes, chunk by chunk: lz4 (levels 1-12, default 1) or "
@@ -981,7 +981,7 @@ int cmd_dump(int argc, char **argv)
 		cli_err_append(&err, "%s", r->left.if_alive);
 	/* after the CUDA checks: "not a CUDA process" is the more useful answer when both apply */
 	if (!rc)
-		rc = gs_criu_dumpable(r->pid, tcp_asked(&o), NULL, &err);
+		rc = gs_criu_dumpable(&r->criu, r->pid, tcp_asked(&o), NULL, &err);
 	if (!rc)
 		rc = cli_tree_check_device_files(r->pid, &r->pid, 1, &err);
 	struct stat pst;

@@ -238,7 +238,7 @@ static int prepare(struct tree_run *r, const struct dump_tree_opts *o, const cha
 	}
 	if (!root_is_cuda && (rc = cli_op_begin(r->root, false, "dump", &r->root_lock, &left, err)))
 		return rc;
-	if ((rc = gs_criu_dumpable(r->root, o->tcp, NULL, err)))
+	if ((rc = gs_criu_dumpable(&r->criu, r->root, o->tcp, NULL, err)))
 		return rc;
 	return cli_tree_check_device_files(r->root, r->pids, r->n, err);
 }

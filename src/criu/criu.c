@@ -557,6 +557,23 @@ static bool on_path(const char *name)
 }
 
 /*
+ * CRIU can lock the network through libnftables here (its build and the
+ * kernel): what a host without iptables, nftables only, still offers.
+ */
+static bool nft_lock_works(const struct gs_criu *c)
+{
+	char *argv[] = { (char *)c->path, "check", "--feature", "network_lock_nftables", NULL };
+	struct gs_run_result *res = malloc(sizeof(*res));
+	if (!res)
+		return false;
+	struct gs_err e = { 0 };
+	bool ok = run_criu(argv, VERSION_TIMEOUT_S, 0, -1, res, &e) == 0 && !res->timed_out &&
+		  WIFEXITED(res->status) && WEXITSTATUS(res->status) == 0;
+	free(res);
+	return ok;
+}
+
+/*
  * ", held by process P (comm)" for the other end of c where it is found on
  * this machine, with the command that takes both where P is an ancestor of
  * root (a launcher above the dumped rank: torchrun and its worker).
@@ -578,7 +595,8 @@ static void describe_peer(const struct gs_tcp_conn *c, pid_t root, char *out, si
 		snprintf(out, n, ", held by process %d (%s)", (int)peer, comm);
 }
 
-int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan, struct gs_err *err)
+int gs_criu_tcp_plan(const struct gs_criu *c, pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan,
+		     struct gs_err *err)
 {
 	*plan = (struct gs_criu_tcp_plan){ .tcp = asked };
 	struct gs_tcp_conns conns;
@@ -594,9 +612,12 @@ int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan 
 			out = out ? out : &conns.conn[i];
 		}
 	}
+	bool iptables = on_path("iptables-restore");
 	if (asked == GS_CRIU_TCP_CLOSE) {
 		/* as asked, for every connection: the dump says what that closes inside the tree */
-	} else if (out && (asked == GS_CRIU_TCP_REFUSE || !on_path("iptables-restore"))) {
+	} else if (out && asked == GS_CRIU_TCP_ESTABLISHED && !iptables && c && nft_lock_works(c)) {
+		plan->nft_network_lock = true; /* no iptables: CRIU locks through libnftables */
+	} else if (out && (asked == GS_CRIU_TCP_REFUSE || !iptables)) {
 		char comm[64], local[64], remote[64], peer[200] = "";
 		gs_proc_comm(out->pid, comm, sizeof(comm));
 		gs_tcp_format_addr(out->row.local, local, sizeof(local));
@@ -606,13 +627,14 @@ int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan 
 			rc = gs_fail(err, GS_E_CRIU,
 				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s%s): dump "
 				     "with --tcp-established (it comes back as it was; CRIU locks the network with "
-				     "iptables-restore meanwhile) or --tcp-close (it comes back closed)",
+				     "iptables or nftables meanwhile) or --tcp-close (it comes back closed)",
 				     (int)out->pid, comm, local, remote, peer, plan->outside > 1 ? ", and others" : "");
 		else
 			rc = gs_fail(err, GS_E_CRIU,
 				     "process %d (%s) has a TCP connection to outside the dumped tree (%s to %s%s%s), which "
-				     "CRIU locks for --tcp-established with iptables-restore, and there is none on PATH: "
-				     "install iptables, or dump with --tcp-close (it comes back closed)",
+				     "CRIU locks for --tcp-established with iptables-restore, and there is none on PATH "
+				     "(nor can this CRIU lock it with nftables here): install iptables, or dump with "
+				     "--tcp-close (it comes back closed)",
 				     (int)out->pid, comm, local, remote, peer, plan->outside > 1 ? ", and others" : "");
 	} else if (!out && plan->inside) {
 		plan->tcp = GS_CRIU_TCP_ESTABLISHED;
@@ -622,7 +644,8 @@ int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan 
 	return rc;
 }
 
-int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_criu_tcp_plan *plan_out, struct gs_err *err)
+int gs_criu_dumpable(const struct gs_criu *c, pid_t pid, enum gs_criu_tcp tcp, struct gs_criu_tcp_plan *plan_out,
+		     struct gs_err *err)
 {
 	int rc = gs_proc_check(pid, err);
 	if (rc)
@@ -638,7 +661,7 @@ int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_criu_tcp_plan *p
 	if ((rc = gs_criu_check_io_uring(pid, err)))
 		return rc;
 	struct gs_criu_tcp_plan plan;
-	return gs_criu_tcp_plan(pid, tcp, plan_out ? plan_out : &plan, err);
+	return gs_criu_tcp_plan(c, pid, tcp, plan_out ? plan_out : &plan, err);
 }
 
 static bool holds_io_uring(pid_t process, void *arg)
@@ -729,11 +752,15 @@ int gs_criu_dump(const struct gs_criu *c, pid_t pid, const char *images_dir, con
 		return GS_E_FAILURE;
 	/* the TCP plan decided now, the tree as it is when CRIU comes (the check before anything moved said the same) */
 	struct gs_criu_tcp_plan tcp;
-	int rc = gs_criu_dumpable(pid, o->tcp, &tcp, err);
+	int rc = gs_criu_dumpable(c, pid, o->tcp, &tcp, err);
 	if (rc)
 		return rc;
 	opts.tcp = tcp.tcp;
 	opts.skip_network_lock = tcp.skip_network_lock;
+	opts.nft_network_lock = tcp.nft_network_lock;
+	if (tcp.nft_network_lock)
+		pr_info("no iptables-restore on PATH: CRIU locks the %zu TCP connection(s) to outside the tree with "
+			"nftables", tcp.outside);
 	if (tcp.skip_network_lock)
 		pr_info("%zu TCP connection(s) between processes of the tree: dumped as they are (--tcp-established), "
 			"without a network lock", tcp.inside);
@@ -1168,6 +1195,11 @@ int gs_criu_restore(const struct gs_criu *c, const char *images_dir, const struc
 	unlink(pidfile);
 
 	char *recorded = read_small_file(rec_path, 64 * 1024);
+	/* connections that come back established need CRIU's lock: nftables where iptables is not on PATH */
+	if ((opts.tcp == GS_CRIU_TCP_ESTABLISHED || gs_criu_args_has(recorded, "--tcp-established")) &&
+	    !gs_criu_args_has(recorded, "--network-lock=skip") && !gs_criu_args_has(recorded, "--network-lock=nftables") &&
+	    !on_path("iptables-restore") && nft_lock_works(c))
+		opts.nft_network_lock = true;
 	struct gs_argv args = { 0 };
 	rc = gs_criu_restore_args(c, dir, log_path, pidfile, &opts, recorded, &args, err);
 	free(recorded);

@@ -84,7 +84,7 @@ enum gs_criu_shell_job {
 
 enum gs_criu_tcp {
 	GS_CRIU_TCP_REFUSE = 0,  /* CRIU's default: a dump with an established connection fails */
-	GS_CRIU_TCP_ESTABLISHED, /* --tcp-established: connections saved and restored (needs iptables) */
+	GS_CRIU_TCP_ESTABLISHED, /* --tcp-established: connections saved and restored (needs a network lock) */
 	GS_CRIU_TCP_CLOSE,       /* --tcp-close: connections restored closed (peers see a reset) */
 };
 
@@ -95,6 +95,7 @@ struct gs_criu_dump_opts {
 	enum gs_criu_tcp tcp;
 	bool no_file_locks;            /* leave out --file-locks (on by default: held locks are saved) */
 	bool skip_network_lock;        /* --network-lock=skip (gs_criu_dump sets it from gs_criu_tcp_plan) */
+	bool nft_network_lock;         /* --network-lock=nftables (likewise) */
 	const char *libdir;            /* --libdir: folder of CRIU plugins (*.so); NULL: the home's plugins/ */
 	double timeout_s;              /* kill criu after this long; <= 0: the criu's timeout_s */
 	const char *const *extra_args; /* NULL-terminated, appended as given; NULL: none */
@@ -134,6 +135,9 @@ struct gs_criu_restore_opts {
 	double timeout_s;              /* kill criu after this long; <= 0: the criu's timeout_s */
 	const char *const *extra_args; /* NULL-terminated, appended as given; NULL: none */
 	bool leave_stopped;            /* --leave-stopped: the process comes back stopped (SIGSTOP) */
+	/* --network-lock=nftables: established connections restored on a host without iptables-restore
+	 * (gs_criu_restore sets it where CRIU can lock with nftables there) */
+	bool nft_network_lock;
 	/*
 	 * The PID of the image's root task (the dumped process's, from the manifest),
 	 * or 0 if unknown. When criu fails, runs past its time or is interrupted
@@ -231,16 +235,21 @@ int gs_criu_check(const struct gs_criu *c, struct gs_err *err);
  *    without a network lock, asked or not: both ends come back as they were
  *    and no peer outside can meet a missing socket meanwhile.
  *  - A connection to outside the tree: GS_E_CRIU unless --tcp-established
- *    was asked (CRIU then locks it with iptables-restore, which must be on
- *    PATH: GS_E_CRIU when it is not).
- * The message names the process and the connection.
+ *    was asked. CRIU then locks the network meanwhile: with iptables-restore
+ *    where it is on PATH (CRIU's default), else through its own libnftables
+ *    where c's CRIU and the kernel support that (`criu check --feature
+ *    network_lock_nftables`; nft_network_lock), else GS_E_CRIU.
+ * The message names the process and the connection. c may be NULL (no
+ * nftables asked of it).
  */
 struct gs_criu_tcp_plan {
 	enum gs_criu_tcp tcp;
 	bool skip_network_lock;
+	bool nft_network_lock;
 	size_t inside, outside; /* connections found, by where the other end is */
 };
-int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan, struct gs_err *err);
+int gs_criu_tcp_plan(const struct gs_criu *c, pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan *plan,
+		     struct gs_err *err);
 
 /*
  * Checks what CRIU needs of the process before anything is stopped: that it
@@ -250,7 +259,8 @@ int gs_criu_tcp_plan(pid_t pid, enum gs_criu_tcp asked, struct gs_criu_tcp_plan 
  * in *plan unless NULL). GS_E_NO_PROCESS or GS_E_CRIU with a one-line
  * message saying what to do.
  */
-int gs_criu_dumpable(pid_t pid, enum gs_criu_tcp tcp, struct gs_criu_tcp_plan *plan, struct gs_err *err);
+int gs_criu_dumpable(const struct gs_criu *c, pid_t pid, enum gs_criu_tcp tcp, struct gs_criu_tcp_plan *plan,
+		     struct gs_err *err);
 
 /*
  * CRIU cannot dump an io_uring instance: GS_E_CRIU naming the first process
@@ -359,11 +369,13 @@ int gs_criu_dump_args(const struct gs_criu *c, pid_t pid, const char *images_dir
 /*
  * Builds the criu restore command line. recorded: the text of GS_CRIU_DUMP_ARGS
  * (NULL if absent); its --shell-job, --file-locks, --tcp-established, --tcp-close
- * and --network-lock=skip are repeated.
+ * and --network-lock=skip or =nftables are repeated.
  */
 int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const char *log_path,
 			 const char *pidfile, const struct gs_criu_restore_opts *o, const char *recorded,
 			 struct gs_argv *out, struct gs_err *err);
+/* True when flag is one whole line of recorded (GS_CRIU_DUMP_ARGS' text; NULL: false). */
+bool gs_criu_args_has(const char *recorded, const char *flag);
 /*
  * Builds the `criu lazy-pages` command line of a lazy restore: its images,
  * work folder (where its socket goes), log, and --status-fd status_fd (criu

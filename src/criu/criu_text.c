@@ -239,6 +239,8 @@ int gs_criu_dump_args(const struct gs_criu *c, pid_t pid, const char *images_dir
 		ADD(tcp_flag(o->tcp));
 	if (o->skip_network_lock)
 		ADD("--network-lock=skip");
+	else if (o->nft_network_lock)
+		ADD("--network-lock=nftables");
 	if (o->leave_running)
 		ADD("--leave-running");
 	if (o->libdir)
@@ -249,8 +251,7 @@ int gs_criu_dump_args(const struct gs_criu *c, pid_t pid, const char *images_dir
 	return rc;
 }
 
-/* True if `flag` is one whole line of text. */
-static bool has_line(const char *text, const char *flag)
+bool gs_criu_args_has(const char *text, const char *flag)
 {
 	size_t fl = strlen(flag);
 	for (const char *p = text; p && (p = strstr(p, flag)); p += fl)
@@ -268,20 +269,23 @@ int gs_criu_restore_args(const struct gs_criu *c, const char *images_dir, const 
 		o = &defaults;
 	ADD(c->path, "restore", "--images-dir", images_dir, "--restore-detached", "--pidfile", pidfile,
 	    "--log-file", log_path, "-v4");
-	if (o->shell_job || has_line(recorded, "--shell-job"))
+	if (o->shell_job || gs_criu_args_has(recorded, "--shell-job"))
 		ADD("--shell-job");
-	if (has_line(recorded, "--file-locks"))
+	if (gs_criu_args_has(recorded, "--file-locks"))
 		ADD("--file-locks");
 	enum gs_criu_tcp tcp = o->tcp;
-	if (tcp == GS_CRIU_TCP_REFUSE && has_line(recorded, "--tcp-established"))
+	if (tcp == GS_CRIU_TCP_REFUSE && gs_criu_args_has(recorded, "--tcp-established"))
 		tcp = GS_CRIU_TCP_ESTABLISHED;
-	if (tcp == GS_CRIU_TCP_REFUSE && has_line(recorded, "--tcp-close"))
+	if (tcp == GS_CRIU_TCP_REFUSE && gs_criu_args_has(recorded, "--tcp-close"))
 		tcp = GS_CRIU_TCP_CLOSE;
 	if (tcp_flag(tcp))
 		ADD(tcp_flag(tcp));
 	/* the connections were dumped without a lock: restore has none to take off */
-	if (has_line(recorded, "--network-lock=skip"))
+	if (gs_criu_args_has(recorded, "--network-lock=skip"))
 		ADD("--network-lock=skip");
+	/* locked with nftables at the dump, or no iptables here: the restore's lock likewise */
+	else if (o->nft_network_lock || gs_criu_args_has(recorded, "--network-lock=nftables"))
+		ADD("--network-lock=nftables");
 	if (o->libdir)
 		ADD("--libdir", o->libdir);
 	if (o->leave_stopped)

@@ -6,8 +6,11 @@
 # and `gpusnap restore`:
 #  - without --tcp-close the dump is refused before anything moves (a
 #    connection to a client outside the tree: CRIU's rule for established
-#    connections), and --tcp-established too where iptables-restore (CRIU's
-#    lock for it) is not on PATH; the server runs on;
+#    connections), and --tcp-established too where neither iptables-restore
+#    is on PATH nor CRIU can lock with nftables; the server runs on;
+#  - without iptables-restore on PATH, --tcp-established goes through CRIU's
+#    nftables lock (dump --leave-running, the connection carrying on) and the
+#    image restores with that lock too;
 #  - with it the server is dumped and gone; the kept-open client sees its
 #    connection end; after restore the server answers TCP and UDP requests with
 #    the count it had (its memory came back), twice from the same image;
@@ -102,14 +105,21 @@ check "in one line" one_line
 check "... naming the process at the other end (this test's shell)" grep -qF "held by process $$ (bash)" "$ERR_TXT"
 check "the server runs on" answers tcp "count 4"
 check "its kept-open connection too" keepalive_answers "count 5"
-# --tcp-established needs CRIU's lock for it, by iptables-restore: refused before anything moves without one
-PATH=/usr/bin:/bin run_gpusnap dump --tcp-established -D "$img" "$pid"
-if ! PATH=/usr/bin:/bin command -v iptables-restore >/dev/null; then
-  expect "dump --tcp-established without iptables-restore on PATH is refused" 15 "iptables-restore, and there is none on PATH"
+# --tcp-established needs CRIU's network lock: iptables-restore, else CRIU's own nftables lock; with
+# neither it is refused before anything moves (a CRIU whose nftables check fails stands for the latter)
+noipt=/usr/bin:/bin
+nonft=$TEST_TMP/criu-nonft
+printf '#!/bin/sh\nif [ "$1 $2 $3" = "check --feature network_lock_nftables" ]; then exit 1; fi\nexec %s "$@"\n' \
+  "$GPUSNAP_CRIU" >"$nonft"
+chmod +x "$nonft"
+if ! PATH=$noipt command -v iptables-restore >/dev/null; then
+  GPUSNAP_CRIU=$nonft PATH=$noipt run_gpusnap dump --tcp-established -D "$img" "$pid"
+  expect "dump --tcp-established with neither iptables-restore on PATH nor CRIU's nftables lock is refused" 15 \
+    "iptables-restore, and there is none on PATH (nor can this CRIU lock it with nftables here)"
   check "the server runs on" answers tcp "count 6"
   check "its kept-open connection too" keepalive_answers "count 7"
 else
-  echo "SKIP: iptables-restore is in /usr/bin or /bin here: its absence is not tested"
+  echo "SKIP: iptables-restore is in /usr/bin or /bin here: a host without it is not tested"
   answers tcp "count 6" >/dev/null && keepalive_answers "count 7" >/dev/null
 fi
 
@@ -130,6 +140,24 @@ kill -9 "$pid"; wait_gone "$pid"
 run_gpusnap restore -D "$img"; expect "restore again from the same image" 0 "restored $pid (socket_server)"
 check "it answers from the dumped count again" answers tcp "count 8"
 check "and UDP" answers udp "count 9"
+# no iptables-restore on PATH, a CRIU that locks with nftables: --tcp-established goes through
+# (--leave-running: the connection carries on), and so does the restore of that image
+if ! PATH=$noipt command -v iptables-restore >/dev/null && "$GPUSNAP_CRIU" check --feature network_lock_nftables >/dev/null 2>&1; then
+  exec 7<>"/dev/tcp/127.0.0.1/$tcp_port"
+  check "a kept-open connection to the restored server" keepalive_answers "count 10"
+  img_nft=$TEST_TMP/img-nft
+  PATH=$noipt run_gpusnap dump --tcp-established --leave-running -D "$img_nft" "$pid"
+  expect "dump --tcp-established --leave-running without iptables-restore: CRIU's nftables lock" 0 "dumped $pid"
+  check "... CRIU was told to lock with nftables" grep -rqx --include=gpusnap-criu-dump.args -- "--network-lock=nftables" "$img_nft"
+  check "the server runs on" answers tcp "count 11"
+  check "its kept-open connection carries on" keepalive_answers "count 12"
+  kill -9 "$pid"; wait_gone "$pid"
+  exec 7<&-
+  PATH=$noipt run_gpusnap restore -D "$img_nft"; expect "its restore, locked with nftables too" 0 "restored $pid (socket_server)"
+  check "it answers from the count it was dumped with" answers tcp "count 11"
+else
+  echo "SKIP: iptables-restore is on /usr/bin:/bin, or this CRIU cannot lock with nftables: the nftables lock is not tested"
+fi
 kill -9 "$pid"; wait_gone "$pid"
 
 # A listener without SO_REUSEADDR (NCCL's bootstrap, PyTorch's store): the connection the dump

@@ -4,7 +4,8 @@
 # requests greedily) started with `gpusnap run` is dumped while a client holds
 # an idle keep-alive connection to it, and restored: `--tcp-close` (the
 # connection comes back closed, the client reconnects), `--tcp-established`
-# (the idle connection works on; needs iptables, a visible SKIP without it)
+# (the idle connection works on; CRIU locks the network with iptables, or
+# with nftables where no iptables-restore is on PATH; a visible SKIP with neither)
 # and the driver path (`--driver`). After each restore every answer, over
 # HTTP and UDP, equals what an uninterrupted twin (started the same way, never
 # dumped) gives for the same prompts (tests/gpu/py/server_client.py compares).
@@ -49,8 +50,17 @@ client_ask keepalive KEEPALIVE "KEEPALIVE CLOSED" "--tcp-close: the idle keep-al
 client_same_as_twin "after dump --tcp-close and restore"
 variant_end "agent path, --tcp-close"
 
-# 2. --tcp-established: CRIU locks the connections with iptables while it works.
+# 2. --tcp-established: CRIU locks the connections with iptables while it works, or with nftables
+# where iptables-restore is not on PATH (gpusnap picks it: criu.c gs_criu_tcp_plan).
 if command -v iptables >/dev/null 2>&1 && iptables -w -n -L >/dev/null 2>&1; then
+  netlock=iptables
+elif ! command -v iptables-restore >/dev/null 2>&1 && "$GPUSNAP_CRIU" check --feature network_lock_nftables >/dev/null 2>&1; then
+  netlock=nftables
+else
+  netlock=
+fi
+if [ -n "$netlock" ]; then
+  log "--tcp-established: CRIU locks the network with $netlock"
   variant_begin
   client_ask open OPEN "OPEN SAME" "a new idle keep-alive connection before dump --tcp-established"
   dump_checked "$pid" "$GS_WORK/img-established" agent --tcp-established || stop_here "agent path, --tcp-established"
@@ -59,8 +69,8 @@ if command -v iptables >/dev/null 2>&1 && iptables -w -n -L >/dev/null 2>&1; the
   client_same_as_twin "after dump --tcp-established and restore"
   variant_end "agent path, --tcp-established"
 else
-  skip "dump --tcp-established: no working iptables here (CRIU locks established connections with it)"
-  SUMMARY+=("agent path, --tcp-established: skipped (no working iptables)")
+  skip "dump --tcp-established: neither a working iptables nor CRIU's nftables lock here (CRIU locks established connections with one)"
+  SUMMARY+=("agent path, --tcp-established: skipped (no network lock)")
 fi
 
 # 3. the driver path: the driver checkpoints the GPU state, the agent stands aside.

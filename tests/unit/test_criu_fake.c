@@ -335,8 +335,8 @@ static void test_dump_ok_records_args(void)
 static void test_dumpable(void)
 {
 	struct gs_err err = { 0 };
-	CHECK_INT(gs_criu_dumpable(getpid(), GS_CRIU_TCP_REFUSE, NULL, &err), 0);
-	CHECK_INT(gs_criu_dumpable(2147483600, GS_CRIU_TCP_REFUSE, NULL, &err), GS_E_NO_PROCESS);
+	CHECK_INT(gs_criu_dumpable(NULL, getpid(), GS_CRIU_TCP_REFUSE, NULL, &err), 0);
+	CHECK_INT(gs_criu_dumpable(NULL, 2147483600, GS_CRIU_TCP_REFUSE, NULL, &err), GS_E_NO_PROCESS);
 }
 
 static void test_dump_failures(void)

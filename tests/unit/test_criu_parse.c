@@ -242,6 +242,12 @@ static void test_dump_args(void)
 	CHECK_INT(gs_criu_dump_args(&c, 7, "/i", "/i/dump.log", &o, false, &a, &err), 0);
 	CHECK_CONTAINS(joined(&a), "--file-locks --tcp-established --network-lock=skip");
 	gs_argv_free(&a);
+	/* a connection to outside on a host without iptables: CRIU's nftables lock */
+	o.skip_network_lock = false;
+	o.nft_network_lock = true;
+	CHECK_INT(gs_criu_dump_args(&c, 7, "/i", "/i/dump.log", &o, false, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "--file-locks --tcp-established --network-lock=nftables");
+	gs_argv_free(&a);
 	CHECK_INT(a.n, 0);
 	CHECK(a.v == NULL);
 }
@@ -279,6 +285,20 @@ static void test_restore_args(void)
 	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", NULL, unlocked, &a, &err), 0);
 	CHECK_CONTAINS(joined(&a), "-v4 --tcp-established --network-lock=skip");
 	gs_argv_free(&a);
+	/* a dump locked with nftables: its restore locks with nftables too */
+	const char nft[] = "criu\ndump\n--tree\n5\n--tcp-established\n--network-lock=nftables\n";
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", NULL, nft, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "-v4 --tcp-established --network-lock=nftables");
+	gs_argv_free(&a);
+	/* dumped under iptables' lock, restored where only nftables is (gs_criu_restore decides) */
+	const char locked[] = "criu\ndump\n--tree\n5\n--tcp-established\n";
+	struct gs_criu_restore_opts no = { .nft_network_lock = true };
+	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", &no, locked, &a, &err), 0);
+	CHECK_CONTAINS(joined(&a), "-v4 --tcp-established --network-lock=nftables");
+	gs_argv_free(&a);
+	CHECK(gs_criu_args_has(locked, "--tcp-established"));
+	CHECK(!gs_criu_args_has(locked, "--tcp-establishe"));
+	CHECK(!gs_criu_args_has(NULL, "--tcp-established"));
 
 	const char lookalike[] = "criu\ndump\n--shell-jobs\n/tmp/--file-locks\n--tcp-close\n--network-lock=skipped";
 	CHECK_INT(gs_criu_restore_args(&c, "/i", "/l", "/p", NULL, lookalike, &a, &err), 0);
