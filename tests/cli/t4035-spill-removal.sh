@@ -21,6 +21,15 @@ spill=$TEST_TMP/spill
 mkdir -m 700 "$spill"
 export AGENT_APP_BIG_MB=24 AGENT_APP_ZERO_MB=8
 records() { find "$GPUSNAP_RUN_DIR" -maxdepth 1 -name 'spilltrash-*'; }
+held() { ! flock -n "$1" true; } # held FILE: another process holds FILE's flock
+not_alive() { ! alive "$1"; }
+# hold FILE SECONDS: a process (HOLDER) holds FILE's flock for that long, as a remover at work does;
+# the lock is its own descriptor's, so killing it lets go at once
+hold() {
+  (exec 9>>"$1" && flock 9 && exec sleep "$2") </dev/null >/dev/null 2>&1 &
+  HOLDER=$!
+  TEST_PIDS+=("$HOLDER")
+}
 no_trash() { empty_dir "$spill" && [ -z "$(records)" ]; }
 
 start_app
@@ -51,26 +60,25 @@ run_gpusnap state; expect "the next command (state)" 0
 check "its sweep finishes the removal a killed remover left" eventually 30 no_trash
 # a remover at work holds the record's lock: a sweep leaves the removal to it
 left_trash 1-0-2
-flock "$GPUSNAP_RUN_DIR/spilltrash-1-0-2" sleep 3 &
-holder=$!
-sleep 0.3
+hold "$GPUSNAP_RUN_DIR/spilltrash-1-0-2" 600
+check "(a remover at work holds the record's lock)" eventually 30 held "$GPUSNAP_RUN_DIR/spilltrash-1-0-2"
 run_gpusnap state; expect "a command while a remover holds the record" 0
 sleep 1
 check "the folder stays while the record's lock is held" test -d "$spill/gpusnap-trash-1-0-2"
-wait "$holder"
+kill "$HOLDER"
+wait "$HOLDER" 2>/dev/null
 run_gpusnap state; expect "a command after the lock is gone" 0
 check "then the next sweep finishes it" eventually 30 no_trash
 
 # ---- a spill into the directory waits for the removals there ----
 left_trash 1-0-3
-flock "$GPUSNAP_RUN_DIR/spilltrash-1-0-3" sleep 2 &
-holder=$!
-sleep 0.3
-t0=$SECONDS
+hold "$GPUSNAP_RUN_DIR/spilltrash-1-0-3" 2
+check "(a remover at work holds the record's lock)" eventually 30 held "$GPUSNAP_RUN_DIR/spilltrash-1-0-3"
 run_gpusnap suspend --spill-only --spill "$spill" "$APP"; expect "a spill while a removal in its directory runs" 0
-wait "$holder"
+# only the waiting spill can have removed it while the lock was held: every sweep leaves a held record alone
 check "the removal there was finished before the spill went on" test ! -e "$spill/gpusnap-trash-1-0-3" -a -z "$(records)"
-check "the spill waited for it (about 2 s)" test $((SECONDS - t0)) -ge 1
+check "the spill returned after the remover let go" not_alive "$HOLDER"
+wait "$HOLDER" 2>/dev/null
 run_gpusnap resume "$APP"; expect "resume" 0
 verify_ok "the data after a spill that waited"
 check "... and its own folder removed in the background" eventually 30 no_trash
