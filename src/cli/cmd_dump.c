@@ -501,20 +501,26 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 			       "cannot take (no agent)");
 	if (r->agent.present && (r->agent.caps & GS_CAP_DUMP_RUNNING)) {
 		/* data part, streamed: GPU -> pinned ring -> image, then the GPU memory is released; no staging copy */
-		if (o->leave_running && o->parent) /* its chunks name the parent by a path relative to DIR */
-			snprintf(r->no_stage, sizeof(r->no_stage), "an incremental dump (--parent) is written beside its parent");
-		else if (o->leave_running && o->store) /* its manifest names the store by a path relative to DIR */
+		if (o->leave_running && o->store) /* its chunks go into the store, not into the image */
 			snprintf(r->no_stage, sizeof(r->no_stage), "a dump into a chunk store (--store) writes into the store");
 		else if (o->leave_running)
 			open_stage(r);
+		/*
+		 * Staged, an incremental image names its parent by absolute path, so
+		 * that a resume from the stage (gpusnap killed in the pause) finds its
+		 * chain; the published one records it as o->parent_rec says.
+		 */
+		if (r->stage && o->parent && gs_image_stage_set_parent_rec(r->stage, o->parent_rec, err))
+			return GS_E_FAILURE;
 		r->data_in_tmp = true;
 		record_step(r, o, STEP_AGENT);
 		double t = r->stopped_at = gs_now();
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
 		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress.codec,
 					  .compress_level = o->compress.level, .parent = o->parent,
-					  .parent_rec = o->parent ? o->parent_rec : NULL, .store = o->store,
-					  .store_rec = o->store ? o->store_rec : NULL, .store_ref = o->store ? o->store_ref : NULL };
+					  .parent_rec = o->parent ? (r->stage ? o->parent : o->parent_rec) : NULL,
+					  .store = o->store, .store_rec = o->store ? o->store_rec : NULL,
+					  .store_ref = o->store ? o->store_ref : NULL };
 		rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
 		if (rc == GS_E_NO_SPACE && r->stage && agent_runs(r)) {
 			/* the memory filled up after all (others use it too): into the image inside the pause, as without it */
@@ -523,6 +529,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 			gs_image_stage_free(r->stage, false);
 			r->stage = NULL;
 			*err = (struct gs_err){ 0 };
+			d.parent_rec = o->parent ? o->parent_rec : NULL;
 			rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
 		}
 		if (rc) {

@@ -439,6 +439,14 @@ int gs_image_stage_detach(struct gs_image_stage *s, struct gs_err *err);
  */
 int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, const char *subdir, uint64_t *bytes,
 			 struct gs_err *err);
+/*
+ * An incremental image in the stage records its parent by absolute path, so
+ * that a resume from the stage (its dump killed in the pause) finds the
+ * chain from where the stage is; rec, the path the published image records
+ * (relative to DIR's directory where the parent is beside it), replaces it
+ * in the manifest gs_image_stage_write writes. Copied; NULL: as staged.
+ */
+int gs_image_stage_set_parent_rec(struct gs_image_stage *s, const char *rec, struct gs_err *err);
 /* Closes s; its directory, if not detached, is removed unless keep (it holds a suspended process's data). */
 void gs_image_stage_free(struct gs_image_stage *s, bool keep);
 /*

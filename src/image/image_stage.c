@@ -46,6 +46,7 @@
 #include "image/format.h"
 #include "image/image_fs.h"
 #include "image/image_tmp.h"
+#include "image/manifest.h"
 
 #define STAGE_MAX_FILES 256
 /* A write's size: large enough for the disk's line rate, small enough to be cut by a kill between two. */
@@ -64,6 +65,7 @@ struct gs_image_stage {
 	bool detached; /* the directory is removed; its files live in files[].fd */
 	size_t nfiles;
 	struct stage_file files[STAGE_MAX_FILES];
+	char *parent_rec; /* the parent's path the published manifest records (gs_image_stage_set_parent_rec) */
 };
 
 int gs_image_stage_create(const char *mem_dir, uint64_t need, uint64_t total, bool cpu_state, pid_t owner,
@@ -253,6 +255,68 @@ static int write_file(const struct stage_file *f, int dir_fd, const char *dir, s
 	return rc;
 }
 
+int gs_image_stage_set_parent_rec(struct gs_image_stage *s, const char *rec, struct gs_err *err)
+{
+	char *copy = rec ? strdup(rec) : NULL;
+	if (rec && !copy)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	free(s->parent_rec);
+	s->parent_rec = copy;
+	return 0;
+}
+
+/*
+ * The staged manifest with its parent recorded as rec: decoded, the path
+ * replaced, encoded again (its CRC with it; cpu-files.img, which names the
+ * manifest by its CRC, is written from the published one). *buf malloc'd.
+ */
+static int manifest_with_parent(const struct stage_file *f, const char *rec, void **buf, size_t *len,
+				struct gs_err *err)
+{
+	void *raw = malloc(f->size ? f->size : 1);
+	if (!raw)
+		return gs_fail(err, GS_E_FAILURE, "out of memory");
+	int e = -gs_fs_pread_full(f->fd, raw, f->size, 0);
+	if (e) {
+		free(raw);
+		return gs_fail_errno(err, GS_E_FAILURE, e, "cannot read the dump's copy of '%s'", f->name);
+	}
+	struct gs_manifest m;
+	int rc = gs_manifest_decode(raw, f->size, &m, err); /* raw is m's now, or freed */
+	if (rc)
+		return gs_err_wrap(err, "the dump's copy of '%s'", f->name);
+	if (!m.has_parent) {
+		gs_manifest_free(&m);
+		return gs_fail(err, GS_E_FAILURE, "the dump's copy of '%s' names no parent to record as '%s'", f->name, rec);
+	}
+	m.parent.path = rec;
+	rc = gs_manifest_encode(&m, buf, len, err);
+	gs_manifest_free(&m);
+	return rc;
+}
+
+/* The manifest, its parent recorded as rec, into dir_fd: written whole and fdatasync'ed. */
+static int write_manifest_as(const struct stage_file *f, const char *rec, int dir_fd, const char *dir,
+			     struct gs_err *err)
+{
+	void *buf = NULL;
+	size_t len = 0;
+	int rc = manifest_with_parent(f, rec, &buf, &len, err);
+	if (rc)
+		return rc;
+	char path[4400];
+	snprintf(path, sizeof(path), "%s/%s", dir, f->name);
+	int fd = openat(dir_fd, f->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int e = fd < 0 ? errno : gs_fault(GS_FI_DUMP_STAGE_WRITE) ? gs_fault_errno(GS_FI_DUMP_STAGE_WRITE, EIO)
+								   : -gs_image_write_all(fd, buf, len, 0);
+	if (!e && fdatasync(fd) < 0)
+		e = errno;
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return e ? gs_fail_errno(err, gs_image_errno_code(e), e, "cannot write '%s'", path) : 0;
+}
+
 int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, const char *subdir, uint64_t *bytes,
 			 struct gs_err *err)
 {
@@ -270,7 +334,9 @@ int gs_image_stage_write(struct gs_image_stage *s, struct gs_image_tmp *t, const
 	}
 	int rc = 0;
 	for (size_t i = 0; !rc && i < s->nfiles; i++) {
-		if ((rc = write_file(&s->files[i], dfd, dir, err)))
+		bool manifest = !strcmp(s->files[i].name, GS_FMT_MANIFEST_NAME);
+		if ((rc = manifest && s->parent_rec ? write_manifest_as(&s->files[i], s->parent_rec, dfd, dir, err)
+						    : write_file(&s->files[i], dfd, dir, err)))
 			break;
 		*bytes += s->files[i].size;
 		/* the data is on the disk now: the memory can go, file by file (the whole copy may be most of it) */
@@ -304,6 +370,7 @@ void gs_image_stage_free(struct gs_image_stage *s, bool keep)
 	}
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
+	free(s->parent_rec);
 	free(s);
 }
 

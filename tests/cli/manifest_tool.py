@@ -11,6 +11,7 @@
 #   pid DIR N              sets the info's source_pid to N
 #   parent-of DIR IMG      the parent record names IMG: its path's last component and its image id (the
 #                          path must be as long as the old one)
+#   parent-path DIR        prints the path the parent record holds, as recorded
 #   flip-byte FILE OFF     flips bit 5 of FILE's byte at OFF (no CRC is fixed: that is the damage)
 import os
 import struct
@@ -120,6 +121,13 @@ def cmd_parent_of(d, other):
     save(d, m, cpu_files=True)
 
 
+def cmd_parent_path(d):
+    m = load(d)
+    sec = section_offsets(m)
+    poff, plen = struct.unpack_from("<QQ", m, sec[SEC_PARENT] + 24)
+    print(bytes(m[sec[SEC_STRINGS] + poff:sec[SEC_STRINGS] + poff + plen]).decode())
+
+
 def cmd_flip_byte(path, off):
     with open(path, "r+b") as f:
         o = int(off)
@@ -135,6 +143,7 @@ COMMANDS = {
     "flip-fp": (cmd_flip_fp, 1),
     "pid": (cmd_pid, 2),
     "parent-of": (cmd_parent_of, 2),
+    "parent-path": (cmd_parent_path, 1),
     "flip-byte": (cmd_flip_byte, 2),
 }
 

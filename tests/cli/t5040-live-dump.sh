@@ -145,12 +145,26 @@ expect "a live dump whose GPUSNAP_STAGE_DIR is on a disk" 0
 check "... not staged: not a memory file system" python3 -c 'import json,sys
 d=json.load(open(sys.argv[1])); sys.exit(not (d["staged"] is False and "not a memory file system" in d["no_stage"]))' "$OUT_TXT"
 
-# ---- an incremental live dump is written beside its parent, not staged ----
+# ---- an incremental live dump is staged too; the published image names its parent beside it ----
+MT=$(dirname "$0")/manifest_tool.py
 run_gpusnap dump --leave-running --json --parent "$img" -D "$TEST_TMP/img-inc" "$PID"
 expect "an incremental live dump (--parent)" 0
-check "... not staged: it is written beside its parent" python3 -c 'import json,sys
-d=json.load(open(sys.argv[1])); sys.exit(not (d["staged"] is False and "--parent" in d["no_stage"]))' "$OUT_TXT"
+check "... staged" python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); sys.exit(not d["staged"])' "$OUT_TXT"
 check "... its image verifies" "$GPUSNAP_BIN" inspect --verify "$TEST_TMP/img-inc"
+check "... and records its parent as the image beside it ($(python3 "$MT" parent-path "$TEST_TMP/img-inc"))" \
+  test "$(python3 "$MT" parent-path "$TEST_TMP/img-inc")" = img
+mkdir "$TEST_TMP/moved"
+cp -a "$img" "$TEST_TMP/img-inc" "$TEST_TMP/moved/"
+check "... so the pair verifies moved elsewhere together" "$GPUSNAP_BIN" inspect --verify "$TEST_TMP/moved/img-inc"
+rm -rf "$TEST_TMP/moved"
+verify_ok "the data after the incremental live dump"
+# killed in the pause: the stage names the parent by absolute path, so resume reads the chain from it
+GPUSNAP_FAULT=dump-after-driver=kill run_gpusnap dump --leave-running --parent "$img" -D "$TEST_TMP/img-inc2" "$PID"
+check "gpusnap killed in the pause of an incremental live dump (rc $RC)" test "$RC" = 137
+run_gpusnap resume "$PID"; expect "resume from its stage, through the parent" 0
+verify_ok "its data, from the stage and the parent"
+check "the stage is removed" stage_empty
 
 # ---- gpusnap killed during the pause: the data is in the stage, resume takes it from there ----
 GPUSNAP_FAULT=dump-after-driver=kill run_gpusnap dump --leave-running -D "$img" "$PID"
