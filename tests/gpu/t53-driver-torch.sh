@@ -7,7 +7,8 @@
 # Each variant of tests/gpu/py/two_gpus.py runs in a fresh process without the
 # agent, its check run once (so PyTorch enables what the variant uses), then
 # `suspend --multi-gpu-driver` and `resume`; the outcome is a FINDING line:
-#  - tensors on both GPUs, nothing crossing between them;
+#  - tensors on both GPUs, nothing crossing between them; the same with pinned
+#    host memory (cudaHostAlloc, portable to both contexts) copied to and from each;
 #  - peer copies (contiguous and through PyTorch's copy kernel) and an
 #    all-reduce by copies, with the caching allocator (cudaMalloc);
 #  - the same with expandable segments (PyTorch's cuMemCreate memory, its peer
@@ -43,6 +44,8 @@ variant() {
 }
 
 variant apart default "tensors on both GPUs, nothing crossing" --collective none --no-peer-copies
+variant pinned default "tensors on both GPUs and pinned host memory, no peer copies" --collective none --no-peer-copies \
+  --pinned
 variant copies default "peer copies and an all-reduce by copies (cudaMalloc)" --collective copy
 variant expandable expandable_segments:True "peer copies and an all-reduce by copies (expandable segments)" \
   --collective copy

@@ -9,7 +9,8 @@ the host. Then answers commands on stdin, one per line:
             peer's memory, since peer access is enabled) give the source; an
             all-reduce of one tensor per GPU gives the sum on both GPUs (--collective
             nccl: torch.cuda.nccl.all_reduce, NCCL inside one process; copy: a peer
-            copy, an add and a copy back; none: no all-reduce); --no-peer-copies leaves
+            copy, an add and a copy back; none: no all-reduce); --pinned adds a tensor in
+            pinned host memory copied to and from both GPUs; --no-peer-copies leaves
             out the copies between the GPUs, so nothing crosses from one to the other
             (t53 asks the driver path what it restores); else "CHECK FAIL <why>"
   quit   -> "BYE <status>" (status 1 if a check ever failed); the loop is check_loop.py's
@@ -33,6 +34,8 @@ def main():
     ap.add_argument("--mib", type=int, default=256, help="MiB of the large tensor on each GPU")
     ap.add_argument("--collective", choices=["nccl", "copy", "none"], default="nccl")
     ap.add_argument("--no-peer-copies", action="store_true", help="no copy between the GPUs in check")
+    ap.add_argument("--pinned", action="store_true",
+                    help="also a tensor in pinned host memory, copied to and from both GPUs in check")
     args = ap.parse_args()
     if torch.cuda.device_count() < 2:
         print("two_gpus: needs 2 GPUs, has %d" % torch.cuda.device_count(), file=sys.stderr)
@@ -50,6 +53,9 @@ def main():
         for n in (large, 250, 1024, 17500, 262144):  # the small ones: the agent's sub-allocated blocks
             host = ints(gen, n, "cpu")
             kept.append((host.to(dev), host))
+    # pinned host memory (cudaHostAlloc, portable to every context): what DataLoaders and async copies use
+    pinned = ints(gen, 1 << 20, "cpu").pin_memory() if args.pinned else None
+    pinned_ref = pinned.clone() if args.pinned else None
     # the all-reduce's inputs, one per GPU, and their sum
     red_host = [ints(gen, large, "cpu") for _ in range(2)]
     red_sum = red_host[0] + red_host[1]
@@ -59,6 +65,13 @@ def main():
         for i, (t, host) in enumerate(kept):
             if not torch.equal(t.cpu(), host):
                 why.append("kept tensor %d on %s changed" % (i, t.device))
+        if pinned is not None:
+            for dev in ("cuda:0", "cuda:1"):
+                back = torch.empty_like(pinned).pin_memory()
+                back.copy_(pinned.to(dev, non_blocking=True), non_blocking=True)
+                torch.cuda.synchronize(dev)
+                if not torch.equal(back, pinned_ref):
+                    why.append("pinned host memory through %s differs" % dev)
         for src_dev, dst_dev in () if args.no_peer_copies else (("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")):
             src = next(t for t, _ in kept if t.device == torch.device(src_dev))
             host = next(h for t, h in kept if t.device == torch.device(src_dev))
