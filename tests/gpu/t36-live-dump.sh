@@ -12,7 +12,7 @@
 #     image restores a server that answers as the twin;
 #  2. a training process (tests/gpu/py/train_live.py, deterministic) is dumped
 #     with --leave-running while it trains, three times per round of steps
-#     (GPUSNAP_T36_STEPS, default 6000: each dump ends before the round does,
+#     (GPUSNAP_T36_STEPS, default 16000: each dump ends before the round does,
 #     checked), and its final weights and optimizer state equal those of a twin
 #     trained without a dump, bit for bit; the last image restores it
 #     mid-training and it trains on to the same weights as the twin.
@@ -23,7 +23,7 @@ export GS_APP_STDERR=null # CRIU restores a process only if its regular files ke
 require_torch
 require_criu
 dumps=${GPUSNAP_T36_DUMPS:-5}
-steps=${GPUSNAP_T36_STEPS:-6000}
+steps=${GPUSNAP_T36_STEPS:-16000}
 img=$GS_WORK/img
 
 live_dump() { # PID DIR WHAT [DUMP ARGS...]: dump --leave-running, staged, the process alive after it; PAUSED
