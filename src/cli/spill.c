@@ -124,9 +124,9 @@ static void remove_folder(const char *path)
 
 /*
  * Spill folders that are no longer needed go in the background: on a file
- * system mounted with discard (the lent machines' ext4), unlinking a spill
- * costs about a second per 4 GiB, which a resume would otherwise add after the
- * process already runs. The folder is renamed at once (its name is free for
+ * system mounted with discard (the lent machines' ext4), unlinking a large
+ * spill takes seconds (docs/benchmarks.md), which a resume would otherwise
+ * add after the process already runs. The folder is renamed at once (its name is free for
  * the process's next spill), a record spilltrash-ID in the runtime directory
  * names the renamed folder, and a detached `gpusnap _remove-spill RECORD`
  * removes it, holding the record's flock while it works. A remover that was
