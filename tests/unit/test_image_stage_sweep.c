@@ -9,7 +9,10 @@
  * (also: its PID taken by a later process) with no manifest (never
  * finished), or whose process is gone. Also: a stage's own descriptor is
  * locked while it exists, and a stage made by gs_image_stage_create is
- * swept once its maker and its process are gone. Needs /dev/shm to be a
+ * swept once its maker and its process are gone. And gs_image_stage_write
+ * of an incremental image: the manifest written with the parent's path the
+ * published image records (gs_image_stage_set_parent_rec), its parent's id
+ * kept; a stage without a parent refuses such a path. Needs /dev/shm to be a
  * tmpfs (else says SKIP and exits 77).
  */
 #include <sys/file.h>
@@ -17,6 +20,7 @@
 #include <linux/magic.h>
 
 #include "common/proc.h"
+#include "image/manifest.h"
 #include "image_test_util.h"
 
 static char mem[600];
@@ -160,6 +164,70 @@ static void test_stage_fd_locked(void)
 	CHECK(stat(made, &st) < 0 && errno == ENOENT);
 }
 
+/* A stage holding a sealed image of this process, with a parent record naming parent_path when given. */
+static struct gs_image_stage *stage_with_image(const char *parent_path, const uint8_t parent_id[16])
+{
+	struct gs_image_stage *s = NULL;
+	struct gs_err err = { 0 };
+	CHECK_INT(gs_image_stage_create(mem, 1 << 20, 1 << 20, false, getpid(), &s, &err), 0);
+	if (!s)
+		return NULL;
+	struct gs_image_writer_opts wo = { .source_pid = getpid(), .source_comm = "app", .how = "agent" };
+	struct gs_image_writer *w = NULL;
+	CHECK_INT(gs_image_writer_open_in(gs_image_stage_path(s), &wo, &w, &err), 0);
+	struct gs_image_gpu g = { .index = 0, .name = "gpu" };
+	CHECK_INT(gs_image_writer_add_gpu(w, &g, &err), 0);
+	if (parent_path) {
+		struct gs_image_parent pr = { .manifest_crc32c = 77, .path = parent_path };
+		memcpy(pr.image_id, parent_id, 16);
+		CHECK_INT(gs_image_writer_set_parent(w, &pr, &err), 0);
+	}
+	CHECK_INT(gs_image_writer_seal(w, &err), 0);
+	CHECK_INT(gs_image_stage_detach(s, &err), 0);
+	return s;
+}
+
+static void test_stage_write_parent_rec(void)
+{
+	char dir[700];
+	snprintf(dir, sizeof(dir), "%s/img-inc", mem);
+	static const uint8_t id[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
+	struct gs_err err = { 0 };
+	struct gs_image_stage *s = stage_with_image("/abs/series/img", id);
+	if (!s)
+		return;
+	CHECK_INT(gs_image_stage_set_parent_rec(s, "img", &err), 0);
+	struct gs_image_tmp_opts to = { .source_pid = getpid() };
+	struct gs_image_tmp *t = NULL;
+	CHECK_INT(gs_image_tmp_create(dir, &to, &t, &err), 0);
+	uint64_t bytes = 0;
+	CHECK_INT(gs_image_stage_write(s, t, NULL, &bytes, &err), 0);
+	CHECK(bytes > 0);
+	struct gs_manifest m;
+	int fd = open(gs_image_tmp_path(t), O_RDONLY | O_DIRECTORY);
+	CHECK_INT(gs_manifest_read_at(fd, gs_image_tmp_path(t), &m, &err), 0);
+	close(fd);
+	CHECK(m.has_parent);
+	CHECK_STR(m.parent.path, "img");
+	CHECK(!memcmp(m.parent.image_id, id, 16));
+	CHECK_INT((int)m.parent.manifest_crc32c, 77);
+	gs_manifest_free(&m);
+	gs_image_tmp_discard(t);
+	gs_image_stage_free(s, false);
+
+	/* a stage without a parent record takes none */
+	s = stage_with_image(NULL, id);
+	if (!s)
+		return;
+	CHECK_INT(gs_image_stage_set_parent_rec(s, "img", &err), 0);
+	t = NULL;
+	CHECK_INT(gs_image_tmp_create(dir, &to, &t, &err), 0);
+	CHECK(gs_image_stage_write(s, t, NULL, &bytes, &err) != 0);
+	CHECK_CONTAINS(err.msg, "names no parent to record as 'img'");
+	gs_image_tmp_discard(t);
+	gs_image_stage_free(s, false);
+}
+
 int main(void)
 {
 	struct statfs sfs;
@@ -173,6 +241,7 @@ int main(void)
 		return 77;
 	}
 	RUN(test_sweep);
+	RUN(test_stage_write_parent_rec);
 	gs_fs_remove_tree(AT_FDCWD, mem);
 	CHECK_INT(mkdir(mem, 0700), 0);
 	RUN(test_stage_fd_locked);
