@@ -91,6 +91,17 @@ def suspend_rows(recs):
                 v.append(ag["bytes"] / 1e9 / ag[timing])
         return statistics.median(v) if v else None
 
+    def phase(rs, which, *ks):
+        """Median over ok cycles of one phase of the process's own JSON (processes[0]...), None if absent."""
+        v = []
+        for x in rs:
+            p = g(x, which, "processes")
+            p = p[0] if isinstance(p, list) and p and isinstance(p[0], dict) else None
+            t = g(p, *ks)
+            if x["status"] == "ok" and isinstance(t, (int, float)) and not isinstance(t, bool):
+                v.append(t)
+        return statistics.median(v) if v else None
+
     rows = []
     for size, path in sorted(groups, key=lambda k: (k[0], k[1] != "driver", k[1])):
         rs = groups[(size, path)]
@@ -123,6 +134,17 @@ def suspend_rows(recs):
             if s1 and r1 and s2 and r2:
                 notes.append("Two GPUs in parallel (%s on each; goal <= 1.2x of one GPU; %s): suspend %.2f s vs %.2f s "
                              "(x%.2f), resume %.2f s vs %.2f s (x%.2f)." % (human(each), path, s2, s1, s2 / s1, r2, r1, r2 / r1))
+                # where the time goes, two GPUs against one: what the goal has to beat
+                one, two = d["agent-reserve-gpus1"], d[path]
+                parts = [("copy out", "suspend", ("agent", "copy_out_s")),
+                         ("its host side", "suspend", ("agent", "ring_host_s")),
+                         ("driver checkpoint", "suspend", ("times", "checkpoint_s")),
+                         ("copy in", "resume", ("agent", "copy_in_s")),
+                         ("driver restore", "resume", ("times", "restore_s"))]
+                said = ["%s %s / %s s" % (name, f(phase(two, which, *ks)), f(phase(one, which, *ks)))
+                        for name, which, ks in parts if phase(two, which, *ks) is not None]
+                if said:
+                    notes.append("Phases, two GPUs / one (%s): %s." % (path, ", ".join(said)))
     return rows, notes
 
 
