@@ -558,19 +558,25 @@ static bool on_path(const char *name)
 
 /*
  * CRIU can lock the network through libnftables here (its build and the
- * kernel): what a host without iptables, nftables only, still offers.
+ * kernel): what a host without iptables, nftables only, still offers. Asked
+ * once per CRIU binary and command: the dump asks again inside its pause.
  */
 static bool nft_lock_works(const struct gs_criu *c)
 {
+	static char asked_path[PATH_MAX];
+	static bool answer;
+	if (!strcmp(asked_path, c->path))
+		return answer;
 	char *argv[] = { (char *)c->path, "check", "--feature", "network_lock_nftables", NULL };
 	struct gs_run_result *res = malloc(sizeof(*res));
 	if (!res)
 		return false;
 	struct gs_err e = { 0 };
-	bool ok = run_criu(argv, VERSION_TIMEOUT_S, 0, -1, res, &e) == 0 && !res->timed_out &&
-		  WIFEXITED(res->status) && WEXITSTATUS(res->status) == 0;
+	answer = run_criu(argv, VERSION_TIMEOUT_S, 0, -1, res, &e) == 0 && !res->timed_out && WIFEXITED(res->status) &&
+		 WEXITSTATUS(res->status) == 0;
 	free(res);
-	return ok;
+	snprintf(asked_path, sizeof(asked_path), "%s", c->path);
+	return answer;
 }
 
 /*
