@@ -62,22 +62,31 @@ static int record_path(pid_t pid, char *buf, size_t n)
 	return 0;
 }
 
-/* spill-PID: the start time, the folder, the spill directory; written whole (rename) */
-static int write_record(pid_t pid, unsigned long long start, const char *folder, const char *dir)
+/* A record at path, written whole: into path.tmp, then renamed (a reader never sees part of one). -1 on failure. */
+static int write_whole(const char *path, const char *text)
 {
-	char path[600], tmp[640];
-	if (record_path(pid, path, sizeof(path)))
+	char tmp[PATH_MAX + 8];
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
 		return -1;
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return -1;
-	fprintf(f, "%llu\n%s\n%s\n", start, folder, dir);
-	if (fclose(f) || rename(tmp, path)) {
+	bool ok = fputs(text, f) >= 0;
+	if (fclose(f) || !ok || rename(tmp, path)) {
 		unlink(tmp);
 		return -1;
 	}
 	return 0;
+}
+
+/* spill-PID: the start time, the folder, the spill directory */
+static int write_record(pid_t pid, unsigned long long start, const char *folder, const char *dir)
+{
+	char path[600], text[2 * PATH_MAX + 32];
+	if (record_path(pid, path, sizeof(path)))
+		return -1;
+	snprintf(text, sizeof(text), "%llu\n%s\n%s\n", start, folder, dir);
+	return write_whole(path, text);
 }
 
 /* The record at path: false if unreadable or not of that form. */
@@ -183,20 +192,11 @@ static void trash_folder(const char *path)
 	static unsigned serial;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	char id[96], trash[PATH_MAX + 96], record[640], tmp[700];
+	char id[96], trash[PATH_MAX + 96], record[640], line[PATH_MAX + 98];
 	snprintf(id, sizeof(id), "%d-%u-%lld%09ld", (int)getpid(), serial++, (long long)ts.tv_sec, ts.tv_nsec);
 	snprintf(trash, sizeof(trash), "%.*s/" TRASH_PREFIX "%s", (int)(slash - path), path, id);
-	if (strlen(trash) >= PATH_MAX || trash_record_path(id, record, sizeof(record))) {
-		remove_folder(path);
-		return;
-	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", record);
-	FILE *f = fopen(tmp, "w");
-	bool recorded = f && fprintf(f, "%s\n", trash) > 0;
-	if (f && fclose(f))
-		recorded = false;
-	if (!recorded || rename(tmp, record)) {
-		unlink(tmp);
+	snprintf(line, sizeof(line), "%s\n", trash);
+	if (strlen(trash) >= PATH_MAX || trash_record_path(id, record, sizeof(record)) || write_whole(record, line)) {
 		remove_folder(path);
 		return;
 	}
@@ -210,6 +210,12 @@ static void trash_folder(const char *path)
 		remove_folder(trash);
 		unlink(record);
 	}
+}
+
+/* A trash record's name in the runtime directory (not its .tmp while it is written). */
+static bool is_trash_record(const char *name)
+{
+	return !strncmp(name, TRASH_RECORD_PREFIX, strlen(TRASH_RECORD_PREFIX)) && !strstr(name, ".tmp");
 }
 
 /* The folder a trash record at fd names, checked to be a trash folder; false if not of that form. */
@@ -284,7 +290,7 @@ static void wait_trash_in(const char *dir)
 	size_t len = strlen(dir);
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, TRASH_RECORD_PREFIX, strlen(TRASH_RECORD_PREFIX)) || strstr(de->d_name, ".tmp"))
+		if (!is_trash_record(de->d_name))
 			continue;
 		int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		char folder[PATH_MAX];
@@ -446,7 +452,7 @@ int cli_spill_sweep(void)
 	int removed = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		if (!strncmp(de->d_name, TRASH_RECORD_PREFIX, strlen(TRASH_RECORD_PREFIX)) && !strstr(de->d_name, ".tmp")) {
+		if (is_trash_record(de->d_name)) {
 			/* a removal whose remover is gone (killed): another one takes it */
 			int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 			bool orphan = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
