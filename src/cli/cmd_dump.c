@@ -461,6 +461,17 @@ static void open_stage(struct dump_run *r)
 	r->stage = dump_stage_open(r->pid, &r->agent, need, need, true, r->no_stage, sizeof(r->no_stage));
 }
 
+/*
+ * The parent's path the agent records: staged, the absolute one, so that a
+ * resume from the stage (gpusnap killed in the pause) finds the chain, and
+ * the stage's write records o->parent_rec instead; written into DIR, as
+ * o->parent_rec says. NULL without a parent.
+ */
+static const char *agent_parent_rec(const struct dump_run *r, const struct dump_opts *o)
+{
+	return !o->parent ? NULL : r->stage ? o->parent : o->parent_rec;
+}
+
 /* Whether the agent runs (a failed dump walked back), as its HELLO says now. */
 static bool agent_runs(struct dump_run *r)
 {
@@ -505,11 +516,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 			snprintf(r->no_stage, sizeof(r->no_stage), "a dump into a chunk store (--store) writes into the store");
 		else if (o->leave_running)
 			open_stage(r);
-		/*
-		 * Staged, an incremental image names its parent by absolute path, so
-		 * that a resume from the stage (gpusnap killed in the pause) finds its
-		 * chain; the published one records it as o->parent_rec says.
-		 */
+		/* staged, the image records its parent as the stage's write says (agent_parent_rec) */
 		if (r->stage && o->parent && gs_image_stage_set_parent_rec(r->stage, o->parent_rec, err))
 			return GS_E_FAILURE;
 		r->data_in_tmp = true;
@@ -518,7 +525,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 		/* the agent finishes every CUDA call of its own before it replies: after the driver's lock they would block */
 		struct gs_dump_opts d = { .running = true, .cached = o->leave_running, .compress_codec = o->compress.codec,
 					  .compress_level = o->compress.level, .parent = o->parent,
-					  .parent_rec = o->parent ? (r->stage ? o->parent : o->parent_rec) : NULL,
+					  .parent_rec = agent_parent_rec(r, o),
 					  .store = o->store, .store_rec = o->store ? o->store_rec : NULL,
 					  .store_ref = o->store ? o->store_ref : NULL };
 		rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
@@ -529,7 +536,7 @@ static int run_dump(struct dump_run *r, const struct dump_opts *o, struct gs_err
 			gs_image_stage_free(r->stage, false);
 			r->stage = NULL;
 			*err = (struct gs_err){ 0 };
-			d.parent_rec = o->parent ? o->parent_rec : NULL;
+			d.parent_rec = agent_parent_rec(r, o);
 			rc = agent_dump_into(r, data_dir(r), o->timeout, &d, err);
 		}
 		if (rc) {
