@@ -81,12 +81,16 @@ def suspend_rows(recs):
         v = [r[k] for r in rs if r["status"] == "ok" and r.get(k) is not None]
         return statistics.median(v) if v else None
 
+    def first_process(x, which):
+        """The process's own part of a cycle's suspend or resume JSON (processes[0]), None if absent."""
+        p = g(x, which, "processes")
+        return p[0] if isinstance(p, list) and p and isinstance(p[0], dict) else None
+
     def agent_rate(rs, which, timing):
         """GB/s of the agent's data part (bytes / copy time), median over ok cycles."""
         v = []
         for x in rs:
-            ag = g(x, which, "processes")
-            ag = ag[0].get("agent") if isinstance(ag, list) and ag and isinstance(ag[0], dict) else None
+            ag = g(first_process(x, which), "agent")
             if x["status"] == "ok" and isinstance(ag, dict) and ag.get(timing) and ag.get("bytes") is not None:
                 v.append(ag["bytes"] / 1e9 / ag[timing])
         return statistics.median(v) if v else None
@@ -95,9 +99,7 @@ def suspend_rows(recs):
         """Median over ok cycles of one phase of the process's own JSON (processes[0]...), None if absent."""
         v = []
         for x in rs:
-            p = g(x, which, "processes")
-            p = p[0] if isinstance(p, list) and p and isinstance(p[0], dict) else None
-            t = g(p, *ks)
+            t = g(first_process(x, which), *ks)
             if x["status"] == "ok" and isinstance(t, (int, float)) and not isinstance(t, bool):
                 v.append(t)
         return statistics.median(v) if v else None

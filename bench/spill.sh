@@ -158,7 +158,7 @@ for ((rep = 1; rep <= REPEAT; rep++)); do
   # removed in the background (src/cli/spill.c): waited for, so that it neither fills the disk
   # nor shares it with the next round's dd
   t_rm=$EPOCHREALTIME
-  if ! eventually 300 bash -c '[ -z "$(find "$1" -mindepth 1 -maxdepth 1)" ]' _ "$DIR"; then
+  if ! eventually 300 empty_dir "$DIR"; then
     echo "FAIL: the spill was not removed after the resume: $(ls -A "$DIR")"
     FAILED=1
     break

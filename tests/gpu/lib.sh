@@ -81,6 +81,7 @@ eventually() { # SECONDS COND...
   shift
   until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done
 }
+empty_dir() { [ -z "$(ls -A "$1")" ]; } # DIR: nothing in it
 
 check_eq() { # DESC GOT WANT
   if [ "$2" == "$3" ]; then pass "$1: $2"; else fail "$1: got '$2', wanted '$3'"; fi

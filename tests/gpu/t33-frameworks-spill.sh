@@ -29,7 +29,7 @@ spill_only() {
   gs_run resume "$pid" --json
   expect_rc 0 "$what: resume from the spill" || return 1
   app_reply_ok "$name" "$3" "$4" 180 "$what: bit-identical after the spill"
-  check "$what: the spill is removed (in the background)" eventually 60 bash -c '[ -z "$(ls -A "$1")" ]' _ "$spill"
+  check "$what: the spill is removed (in the background)" eventually 60 empty_dir "$spill"
 }
 
 py_torch=$(dirname "$0")/py/torch_model.py
